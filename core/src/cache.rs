@@ -1,0 +1,53 @@
+//! The in-process lease cache: a driver that is restarted in the same process
+//! (a supervisor restarting a task, a test re-creating a manager) renews its
+//! predecessor's lease instead of taking a new slot.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+
+use crate::strategy::Grant;
+
+struct Entry {
+    grant: Grant,
+    /// Alive while the driver that holds the grant runs.
+    owner: Weak<()>,
+}
+
+type Key = (String, String);
+
+fn cache() -> &'static Mutex<HashMap<Key, Entry>> {
+    static CACHE: OnceLock<Mutex<HashMap<Key, Entry>>> = OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
+/// Takes the grant cached under `key`, unless its driver is still running
+/// (two live drivers must never share a slot).
+pub(crate) fn take_orphan(key: &Key) -> Option<Grant> {
+    let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
+    if map.get(key)?.owner.upgrade().is_some() {
+        return None;
+    }
+    map.remove(key).map(|e| e.grant)
+}
+
+pub(crate) fn put(key: Key, grant: Grant, owner: &Arc<()>) {
+    let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
+    map.insert(
+        key,
+        Entry {
+            grant,
+            owner: Arc::downgrade(owner),
+        },
+    );
+}
+
+/// Forgets the grant under `key` if it is owned by `owner`.
+pub(crate) fn forget(key: &Key, owner: &Arc<()>) {
+    let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
+    if map
+        .get(key)
+        .is_some_and(|e| std::ptr::eq(e.owner.as_ptr(), Arc::as_ptr(owner)))
+    {
+        map.remove(key);
+    }
+}

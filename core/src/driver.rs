@@ -1,0 +1,327 @@
+//! The tokio driver: runs the [`Machine`] against a real strategy and clock.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::cache;
+use crate::clock::MonoTime;
+use crate::config::{LeaseConfig, OnLost};
+use crate::error::{Reason, StartError};
+use crate::gate::LeaseGate;
+use crate::machine::{Action, Input, LossEvent, Machine};
+use crate::pool::PoolSpec;
+use crate::strategy::{Fence, Release, Renewal, Strategy};
+
+/// What the manager is doing, for applications that watch it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Acquiring (first lease, or a new one after a loss). Generation is off.
+    Acquiring,
+    /// A lease is held: generation is on until `deadline` unless renewed.
+    Held {
+        /// The slot.
+        slot: u32,
+        /// Its fence.
+        fence: Fence,
+        /// The local deadline.
+        deadline: MonoTime,
+    },
+    /// The lease was lost. Generation is off; a dynamic strategy re-acquires
+    /// (the state moves to `Acquiring`), a deterministic one stays here.
+    Lost(LossEvent),
+    /// Shut down (or startup failed). Generation is off.
+    Stopped,
+}
+
+/// Runs a lease in the background: blocks in [`LeaseManager::start`] until a
+/// lease is held, renews it, re-acquires after a loss, releases on shutdown.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use leasehold_core::{LeaseConfig, LeaseManager, Memory};
+/// let config = LeaseConfig::builder("machine-ids").pool_size(512).build()?;
+/// let manager = LeaseManager::start(Memory::new(), config).await?;
+/// let view = manager.gate().view();
+/// println!("slot {} fence {}", view.slot, view.fence);
+/// assert!(manager.gate().check_now().is_ok());
+/// let gate = manager.gate();
+/// manager.shutdown().await;
+/// assert!(gate.check_now().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+/// ```
+pub struct LeaseManager {
+    gate: LeaseGate,
+    state: watch::Receiver<LeaseState>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Option<Release>>>,
+    pool: PoolSpec,
+}
+
+impl LeaseManager {
+    /// Starts the driver and waits until the first lease is held, a final
+    /// error occurs, or the acquire timeout passes (DESIGN.md, rule 6).
+    pub async fn start<S: Strategy>(strategy: S, config: LeaseConfig) -> Result<Self, StartError> {
+        let gate = LeaseGate::new();
+        let (state_tx, state_rx) = watch::channel(LeaseState::Acquiring);
+        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let (started_tx, started_rx) = oneshot::channel();
+        let seed = u64::from(std::process::id()) ^ MonoTime::now().as_nanos();
+        let driver = Driver {
+            machine: Machine::new(config.timing.clone(), strategy.deterministic(), seed),
+            cache_key: (strategy.identity(), config.pool.name.to_string()),
+            strategy,
+            pool: config.pool.clone(),
+            gate: gate.clone(),
+            state: state_tx,
+            on_lost: config.on_lost.clone(),
+            started: Some(started_tx),
+            alive: Arc::new(()),
+        };
+        let task = tokio::spawn(driver.run(shutdown_rx));
+        match started_rx.await {
+            Ok(Ok(())) => Ok(Self {
+                gate,
+                state: state_rx,
+                shutdown: Some(shutdown_tx),
+                task: Some(task),
+                pool: config.pool,
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StartError::Timeout {
+                waited: config.timing.acquire_timeout,
+                last: None,
+            }),
+        }
+    }
+
+    /// The lease gate to hand to generators.
+    pub fn gate(&self) -> LeaseGate {
+        self.gate.clone()
+    }
+
+    /// The current state.
+    pub fn state(&self) -> LeaseState {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver that sees every state change.
+    pub fn subscribe(&self) -> watch::Receiver<LeaseState> {
+        self.state.clone()
+    }
+
+    /// The pool this manager leases from.
+    pub fn pool(&self) -> &PoolSpec {
+        &self.pool
+    }
+
+    /// Closes the gate, then releases the lease. Returns the release outcome
+    /// (`None` when no lease was held).
+    pub async fn shutdown(mut self) -> Option<Release> {
+        self.gate.close();
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.ok().flatten(),
+            None => None,
+        }
+    }
+}
+
+impl Drop for LeaseManager {
+    /// Dropped without `shutdown`: generation stops and the driver is aborted.
+    /// The lease is not released; it expires in the store, and a new manager
+    /// for the same store and pool in this process renews it (lease cache).
+    fn drop(&mut self) {
+        self.gate.close();
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl fmt::Debug for LeaseManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseManager")
+            .field("pool", &self.pool.name)
+            .field("state", &*self.state.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Driver<S> {
+    machine: Machine,
+    strategy: S,
+    pool: PoolSpec,
+    gate: LeaseGate,
+    state: watch::Sender<LeaseState>,
+    on_lost: Option<OnLost>,
+    started: Option<oneshot::Sender<Result<(), StartError>>>,
+    cache_key: (String, String),
+    /// Dropped with the task; the lease cache uses it to tell a live driver
+    /// from an orphaned grant.
+    alive: Arc<()>,
+}
+
+macro_rules! event {
+    ($($arg:tt)*) => {
+        #[cfg(feature = "tracing")]
+        tracing::event!($($arg)*);
+    };
+}
+
+impl<S: Strategy> Driver<S> {
+    async fn run(mut self, mut shutdown: oneshot::Receiver<()>) -> Option<Release> {
+        let mut pending: VecDeque<Action> =
+            self.machine.handle(Input::Start, MonoTime::now()).into();
+        let mut orphan = cache::take_orphan(&self.cache_key);
+        let mut released = None;
+        loop {
+            while let Some(action) = pending.pop_front() {
+                let input = match action {
+                    Action::Acquire => {
+                        let bound = self.call_bound();
+                        tokio::select! {
+                            input = self.acquire(orphan.take()) => Some(input),
+                            _ = tokio::time::sleep_until(bound.into()) => Some(Input::AcquireFailed(
+                                crate::AcquireError::Unreachable(Reason::new("acquire did not answer in time")),
+                            )),
+                            _ = &mut shutdown => Some(Input::Shutdown),
+                        }
+                    }
+                    Action::Renew(grant) => {
+                        let bound = self.call_bound();
+                        let sent_at = MonoTime::now();
+                        tokio::select! {
+                            r = self.strategy.renew(&self.pool, &grant) => Some(match r {
+                                Renewal::Renewed { ttl } => Input::Renewed { ttl, sent_at },
+                                Renewal::Lost(r) => Input::RenewLost(r),
+                                Renewal::Retry(r) => Input::RenewRetry(r),
+                            }),
+                            _ = tokio::time::sleep_until(bound.into()) => Some(Input::RenewRetry(
+                                Reason::new("renewal did not answer before the local deadline"),
+                            )),
+                            _ = &mut shutdown => Some(Input::Shutdown),
+                        }
+                    }
+                    Action::Open {
+                        slot,
+                        fence,
+                        deadline,
+                    } => {
+                        self.gate.open(slot, fence, deadline);
+                        if let Some((grant, _)) = self.machine.held() {
+                            cache::put(self.cache_key.clone(), grant.clone(), &self.alive);
+                        }
+                        event!(tracing::Level::INFO, pool = %self.pool.name, slot, fence = fence.0, "lease acquired");
+                        self.state.send_replace(LeaseState::Held {
+                            slot,
+                            fence,
+                            deadline,
+                        });
+                        if let Some(tx) = self.started.take() {
+                            let _ = tx.send(Ok(()));
+                        }
+                        None
+                    }
+                    Action::Extend { deadline } => {
+                        self.gate.extend(deadline);
+                        self.state.send_modify(|s| {
+                            if let LeaseState::Held { deadline: d, .. } = s {
+                                *d = deadline;
+                            }
+                        });
+                        None
+                    }
+                    Action::Close => {
+                        self.gate.close();
+                        None
+                    }
+                    Action::NotifyLost(event) => {
+                        cache::forget(&self.cache_key, &self.alive);
+                        event!(tracing::Level::WARN, pool = %self.pool.name, slot = event.slot, cause = ?event.cause, "lease lost; generation stopped");
+                        if let Some(cb) = &self.on_lost {
+                            cb(&event);
+                        }
+                        let reacquiring = event.reacquiring;
+                        self.state.send_replace(LeaseState::Lost(event));
+                        if reacquiring {
+                            self.state.send_replace(LeaseState::Acquiring);
+                        }
+                        None
+                    }
+                    Action::Release(grant) => {
+                        cache::forget(&self.cache_key, &self.alive);
+                        let budget = self.machine.timing().ttl;
+                        let outcome =
+                            tokio::time::timeout(budget, self.strategy.release(&self.pool, &grant))
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Release::Retry(Reason::new("release timed out"))
+                                });
+                        event!(tracing::Level::INFO, pool = %self.pool.name, slot = grant.slot, ?outcome, "lease released");
+                        released = Some(outcome);
+                        None
+                    }
+                    Action::Fail(error) => {
+                        self.state.send_replace(LeaseState::Stopped);
+                        if let Some(tx) = self.started.take() {
+                            let _ = tx.send(Err(error));
+                        }
+                        return None;
+                    }
+                    Action::Stop => {
+                        self.gate.close();
+                        self.state.send_replace(LeaseState::Stopped);
+                        return released;
+                    }
+                };
+                if let Some(input) = input {
+                    pending.extend(self.machine.handle(input, MonoTime::now()));
+                }
+            }
+            let input = match self.machine.next_wakeup() {
+                Some(at) => tokio::select! {
+                    _ = tokio::time::sleep_until(at.to_instant().into()) => Input::Tick,
+                    _ = &mut shutdown => Input::Shutdown,
+                },
+                None => {
+                    let _ = (&mut shutdown).await;
+                    Input::Shutdown
+                }
+            };
+            pending.extend(self.machine.handle(input, MonoTime::now()));
+        }
+    }
+
+    /// Calls are bounded by the local deadline (or the acquire timeout); a
+    /// re-acquisition after a loss is bounded by one TTL.
+    fn call_bound(&self) -> std::time::Instant {
+        let fallback = MonoTime::now() + self.machine.timing().ttl;
+        self.machine
+            .call_deadline()
+            .unwrap_or(fallback)
+            .to_instant()
+    }
+
+    async fn acquire(&self, orphan: Option<crate::Grant>) -> Input {
+        if let Some(mut grant) = orphan {
+            // A predecessor in this process held this grant: renew it rather
+            // than take a new slot.
+            let sent_at = MonoTime::now();
+            if let Renewal::Renewed { ttl } = self.strategy.renew(&self.pool, &grant).await {
+                grant.ttl = ttl;
+                return Input::Acquired { grant, sent_at };
+            }
+        }
+        let sent_at = MonoTime::now();
+        match self.strategy.acquire(&self.pool).await {
+            Ok(grant) => Input::Acquired { grant, sent_at },
+            Err(e) => Input::AcquireFailed(e),
+        }
+    }
+}

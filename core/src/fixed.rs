@@ -1,0 +1,224 @@
+//! Deterministic slots: fixed by configuration or by the environment.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::{AcquireError, ConfigError};
+use crate::pool::PoolSpec;
+use crate::strategy::{Capabilities, Fence, Grant, Release, Renewal, Strategy};
+use crate::token::Token;
+
+/// A fence for slots nobody coordinates: microseconds of wall-clock time,
+/// strictly growing within the process. It grows across restarts only as far as
+/// the wall clock does; a deterministic slot has no store to do better.
+fn wall_clock_fence() -> Fence {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let prev = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or(0);
+    Fence(now.max(prev + 1))
+}
+
+fn fixed_acquire(slot: u32, pool: &PoolSpec, source: &str) -> Result<Grant, AcquireError> {
+    if slot >= pool.size {
+        return Err(AcquireError::Misconfigured {
+            what: format!(
+                "{source} gives slot {slot}, outside pool {} of size {}",
+                pool.name, pool.size
+            ),
+            fix: format!(
+                "raise the pool size above {slot} or give this node a slot below {}",
+                pool.size
+            ),
+        });
+    }
+    Ok(Grant {
+        slot,
+        token: Token::random(),
+        fence: wall_clock_fence(),
+        ttl: pool.ttl,
+    })
+}
+
+/// A fixed slot, for example a node's index in a known host list.
+///
+/// Nothing checks that two nodes were given different slots: that is the
+/// deployment's promise. The lease never expires and is never re-acquired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaticSlot {
+    slot: u32,
+}
+
+impl StaticSlot {
+    /// The slot `slot`.
+    pub fn new(slot: u32) -> Self {
+        Self { slot }
+    }
+
+    /// The position of `host` in `hosts`.
+    ///
+    /// ```
+    /// use leasehold_core::StaticSlot;
+    /// let s = StaticSlot::from_host_list("b", &["a", "b", "c"]).unwrap();
+    /// assert_eq!(s.slot(), 1);
+    /// assert!(StaticSlot::from_host_list("z", &["a"]).is_err());
+    /// ```
+    pub fn from_host_list(host: &str, hosts: &[&str]) -> Result<Self, ConfigError> {
+        hosts
+            .iter()
+            .position(|h| *h == host)
+            .and_then(|i| u32::try_from(i).ok())
+            .map(Self::new)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "host",
+                    format!("{host:?}"),
+                    format!("one of the configured hosts {hosts:?}"),
+                )
+            })
+    }
+
+    /// The slot.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+}
+
+impl Strategy for StaticSlot {
+    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+        fixed_acquire(self.slot, pool, "the static slot")
+    }
+    async fn renew(&self, pool: &PoolSpec, _grant: &Grant) -> Renewal {
+        Renewal::Renewed { ttl: pool.ttl }
+    }
+    async fn release(&self, _pool: &PoolSpec, _grant: &Grant) -> Release {
+        Release::Released
+    }
+    fn deterministic(&self) -> bool {
+        true
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            coordinated: false,
+            networked: false,
+            min_ttl: Duration::from_millis(1),
+            max_pool_size: crate::pool::MAX_POOL_SIZE,
+        }
+    }
+    fn identity(&self) -> String {
+        format!("static:{}", self.slot)
+    }
+}
+
+/// The trailing number of an environment variable, such as a StatefulSet pod
+/// name (`ids-3` → slot 3).
+///
+/// ```
+/// use leasehold_core::PodOrdinal;
+/// assert_eq!(PodOrdinal::parse("POD_NAME", "ids-3", 16).unwrap().slot(), 3);
+/// let err = PodOrdinal::parse("POD_NAME", "ids", 16).unwrap_err();
+/// assert!(err.to_string().contains("POD_NAME"));
+/// assert!(PodOrdinal::parse("POD_NAME", "ids-16", 16).is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodOrdinal {
+    var: String,
+    slot: u32,
+}
+
+impl PodOrdinal {
+    /// Reads `var` (for example `POD_NAME`, set from `metadata.name` through the
+    /// downward API) and takes its trailing number, which must be below `max`.
+    pub fn from_env(var: &str, max: u32) -> Result<Self, ConfigError> {
+        let value = std::env::var(var).map_err(|_| {
+            ConfigError::new(
+                "pod_ordinal",
+                format!("environment variable {var} is unset or not UTF-8"),
+                format!(
+                    "a pod name ending in -N, set {var} from metadata.name with the downward API"
+                ),
+            )
+        })?;
+        Self::parse(var, &value, max)
+    }
+
+    /// Parses `value` as if read from `var`.
+    pub fn parse(var: &str, value: &str, max: u32) -> Result<Self, ConfigError> {
+        let digits = value.rsplit_once('-').map_or(value, |(_, tail)| tail);
+        let slot: u32 = digits.parse().map_err(|_| {
+            ConfigError::new(
+                "pod_ordinal",
+                format!("{var}={value:?} does not end in -N"),
+                "a StatefulSet pod name such as ids-3",
+            )
+        })?;
+        if slot >= max {
+            return Err(ConfigError::new(
+                "pod_ordinal",
+                format!("{var}={value:?} gives ordinal {slot}"),
+                format!(
+                    "an ordinal below the pool size {max}; raise the pool size or lower the replicas"
+                ),
+            ));
+        }
+        Ok(Self {
+            var: var.to_owned(),
+            slot,
+        })
+    }
+
+    /// The slot.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+}
+
+impl Strategy for PodOrdinal {
+    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+        fixed_acquire(
+            self.slot,
+            pool,
+            &format!("the pod ordinal from {}", self.var),
+        )
+    }
+    async fn renew(&self, pool: &PoolSpec, _grant: &Grant) -> Renewal {
+        Renewal::Renewed { ttl: pool.ttl }
+    }
+    async fn release(&self, _pool: &PoolSpec, _grant: &Grant) -> Release {
+        Release::Released
+    }
+    fn deterministic(&self) -> bool {
+        true
+    }
+    fn capabilities(&self) -> Capabilities {
+        StaticSlot::new(self.slot).capabilities()
+    }
+    fn identity(&self) -> String {
+        format!("pod-ordinal:{}:{}", self.var, self.slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fences_grow() {
+        let a = wall_clock_fence();
+        let b = wall_clock_fence();
+        assert!(b > a);
+    }
+
+    #[test]
+    fn pod_ordinal_rejects_garbage() {
+        assert!(PodOrdinal::parse("P", "ids-x", 4).is_err());
+        assert!(PodOrdinal::parse("P", "", 4).is_err());
+        assert_eq!(PodOrdinal::parse("P", "7", 8).unwrap().slot(), 7);
+        assert_eq!(PodOrdinal::parse("P", "web-a-2", 8).unwrap().slot(), 2);
+    }
+}

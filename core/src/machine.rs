@@ -1,0 +1,478 @@
+//! The pure lease state machine: no I/O, no clock reads.
+//!
+//! It takes [`Input`]s stamped with the caller's `now` and returns [`Action`]s.
+//! The driver performs them against a real strategy and clock; tests drive it
+//! with a virtual clock, one test per timing rule of DESIGN.md.
+
+use std::time::Duration;
+
+use crate::clock::MonoTime;
+use crate::config::Timing;
+use crate::error::{AcquireError, Reason, StartError};
+use crate::rand::SplitMix;
+use crate::strategy::{Fence, Grant};
+
+/// An event fed to the machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Begin: acquire the first lease.
+    Start,
+    /// An acquisition sent at `sent_at` succeeded. A cached grant confirmed by a
+    /// renewal is fed as `Acquired` too.
+    Acquired {
+        /// The grant.
+        grant: Grant,
+        /// When the request was sent (the deadline counts from here).
+        sent_at: MonoTime,
+    },
+    /// An acquisition failed.
+    AcquireFailed(AcquireError),
+    /// A renewal sent at `sent_at` was confirmed for `ttl`.
+    Renewed {
+        /// The TTL granted.
+        ttl: Duration,
+        /// When the request was sent.
+        sent_at: MonoTime,
+    },
+    /// The store positively rejected a renewal.
+    RenewLost(Reason),
+    /// A renewal's outcome is uncertain.
+    RenewRetry(Reason),
+    /// Time has passed; act on due timers.
+    Tick,
+    /// Graceful shutdown.
+    Shutdown,
+}
+
+/// What the driver must do, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Call `Strategy::acquire` now and feed the outcome back.
+    Acquire,
+    /// Call `Strategy::renew` for this grant now and feed the outcome back.
+    Renew(Grant),
+    /// Enable generation with a new grant until `deadline`.
+    Open {
+        /// The slot.
+        slot: u32,
+        /// Its fence.
+        fence: Fence,
+        /// The local deadline.
+        deadline: MonoTime,
+    },
+    /// Move the local deadline of the current grant.
+    Extend {
+        /// The new local deadline.
+        deadline: MonoTime,
+    },
+    /// Disable generation. Always comes before `NotifyLost` and `Release`.
+    Close,
+    /// Run the loss callback.
+    NotifyLost(LossEvent),
+    /// Call `Strategy::release` for this grant (best effort).
+    Release(Grant),
+    /// Startup failed; stop.
+    Fail(StartError),
+    /// The machine has stopped.
+    Stop,
+}
+
+/// Why a lease was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LossCause {
+    /// The store positively rejected the renewal.
+    Rejected(Reason),
+    /// The local deadline passed without a confirmed renewal.
+    DeadlinePassed {
+        /// The last uncertain renewal's reason, if any.
+        last_retry: Option<Reason>,
+    },
+}
+
+/// Passed to the loss callback. Generation has already stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LossEvent {
+    /// The slot that was lost.
+    pub slot: u32,
+    /// Its fence.
+    pub fence: Fence,
+    /// Why.
+    pub cause: LossCause,
+    /// True when a new lease will be acquired (dynamic strategies).
+    pub reacquiring: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Phase {
+    Idle,
+    Acquiring {
+        next_at: MonoTime,
+        attempt: u32,
+        /// Set for the first acquisition only (the acquire timeout).
+        give_up_at: Option<MonoTime>,
+        last_error: Option<AcquireError>,
+        in_flight: bool,
+    },
+    Held {
+        grant: Grant,
+        deadline: MonoTime,
+        renew_at: MonoTime,
+        attempt: u32,
+        last_retry: Option<Reason>,
+        in_flight: bool,
+    },
+    /// A deterministic slot was lost: it is never re-acquired.
+    LostForGood,
+    Stopped,
+}
+
+/// The lease state machine. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    timing: Timing,
+    deterministic: bool,
+    phase: Phase,
+    rng: SplitMix,
+}
+
+impl Machine {
+    /// A machine with `timing`; `deterministic` strategies are never re-acquired;
+    /// `seed` drives the backoff jitter.
+    pub fn new(timing: Timing, deterministic: bool, seed: u64) -> Self {
+        Self {
+            timing,
+            deterministic,
+            phase: Phase::Idle,
+            rng: SplitMix::new(seed),
+        }
+    }
+
+    /// The timings.
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// When the driver must feed [`Input::Tick`] next, if ever.
+    pub fn next_wakeup(&self) -> Option<MonoTime> {
+        match &self.phase {
+            Phase::Acquiring {
+                next_at,
+                give_up_at,
+                in_flight,
+                ..
+            } => {
+                let limit = give_up_at.unwrap_or(MonoTime::MAX);
+                Some(if *in_flight {
+                    limit
+                } else {
+                    (*next_at).min(limit)
+                })
+                .filter(|t| *t != MonoTime::MAX)
+            }
+            Phase::Held {
+                deadline,
+                renew_at,
+                in_flight,
+                ..
+            } => Some(if *in_flight {
+                *deadline
+            } else {
+                (*renew_at).min(*deadline)
+            }),
+            _ => None,
+        }
+    }
+
+    /// The latest time an in-flight call may still matter: the local deadline
+    /// while held, the acquire timeout while starting. Drivers bound calls by it.
+    pub fn call_deadline(&self) -> Option<MonoTime> {
+        match &self.phase {
+            Phase::Held { deadline, .. } => Some(*deadline),
+            Phase::Acquiring { give_up_at, .. } => *give_up_at,
+            _ => None,
+        }
+    }
+
+    /// The held grant and its local deadline, if any.
+    pub fn held(&self) -> Option<(&Grant, MonoTime)> {
+        match &self.phase {
+            Phase::Held {
+                grant, deadline, ..
+            } => Some((grant, *deadline)),
+            _ => None,
+        }
+    }
+
+    /// True once the machine has stopped.
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.phase, Phase::Stopped)
+    }
+
+    /// Exponential backoff with "equal jitter": half the delay is fixed, half is
+    /// random, so retries spread out but never collapse to zero.
+    pub fn backoff(&mut self, attempt: u32) -> Duration {
+        let exp = attempt.saturating_sub(1).min(30);
+        let base = self
+            .timing
+            .backoff_initial
+            .saturating_mul(1u32 << exp)
+            .min(self.timing.backoff_max);
+        let half = base / 2;
+        let half_nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
+        let jitter = if half_nanos == 0 {
+            0
+        } else {
+            self.rng.next_u64() % (half_nanos + 1)
+        };
+        half + Duration::from_nanos(jitter)
+    }
+
+    fn renew_every(&self, ttl: Duration) -> Duration {
+        let usable = ttl.saturating_sub(self.timing.safety_margin);
+        self.timing
+            .renew_interval
+            .min(usable / 2)
+            .max(Duration::from_millis(1))
+    }
+
+    /// Feeds one input at `now`; returns the actions to perform, in order.
+    pub fn handle(&mut self, input: Input, now: MonoTime) -> Vec<Action> {
+        let mut out = Vec::new();
+        match input {
+            Input::Start => {
+                if matches!(self.phase, Phase::Idle) {
+                    self.phase = Phase::Acquiring {
+                        next_at: now,
+                        attempt: 0,
+                        give_up_at: Some(now + self.timing.acquire_timeout),
+                        last_error: None,
+                        in_flight: true,
+                    };
+                    out.push(Action::Acquire);
+                }
+            }
+            Input::Acquired { grant, sent_at } => self.on_acquired(grant, sent_at, now, &mut out),
+            Input::AcquireFailed(error) => self.on_acquire_failed(error, now, &mut out),
+            Input::Renewed { ttl, sent_at } => {
+                let every = self.renew_every(ttl);
+                // Rule 2: from the send time, never from the answer's arrival.
+                let new_deadline = sent_at + ttl - self.timing.safety_margin;
+                let Phase::Held {
+                    deadline,
+                    renew_at,
+                    attempt,
+                    last_retry,
+                    in_flight: in_flight @ true,
+                    ..
+                } = &mut self.phase
+                else {
+                    return out;
+                };
+                if new_deadline <= now {
+                    self.lose(
+                        LossCause::DeadlinePassed { last_retry: None },
+                        now,
+                        &mut out,
+                    );
+                    return out;
+                }
+                *deadline = new_deadline;
+                *renew_at = sent_at + every;
+                *attempt = 0;
+                *last_retry = None;
+                *in_flight = false;
+                out.push(Action::Extend {
+                    deadline: new_deadline,
+                });
+            }
+            Input::RenewLost(reason) => {
+                if matches!(self.phase, Phase::Held { .. }) {
+                    self.lose(LossCause::Rejected(reason), now, &mut out);
+                }
+            }
+            Input::RenewRetry(reason) => {
+                let attempt = match &self.phase {
+                    Phase::Held { attempt, .. } => attempt + 1,
+                    _ => return out,
+                };
+                let delay = self.backoff(attempt);
+                if let Phase::Held {
+                    renew_at,
+                    attempt: a,
+                    last_retry,
+                    in_flight,
+                    deadline,
+                    ..
+                } = &mut self.phase
+                {
+                    *a = attempt;
+                    *renew_at = now + delay;
+                    *last_retry = Some(reason);
+                    *in_flight = false;
+                    if now >= *deadline {
+                        let last_retry = last_retry.take();
+                        self.lose(LossCause::DeadlinePassed { last_retry }, now, &mut out);
+                    }
+                }
+            }
+            Input::Tick => self.on_tick(now, &mut out),
+            Input::Shutdown => {
+                match std::mem::replace(&mut self.phase, Phase::Stopped) {
+                    Phase::Held { grant, .. } => {
+                        // Close first, then release: nothing generated after the slot is freed.
+                        out.push(Action::Close);
+                        out.push(Action::Release(grant));
+                    }
+                    Phase::Stopped => return out,
+                    _ => {}
+                }
+                out.push(Action::Stop);
+            }
+        }
+        out
+    }
+
+    fn on_acquired(
+        &mut self,
+        grant: Grant,
+        sent_at: MonoTime,
+        now: MonoTime,
+        out: &mut Vec<Action>,
+    ) {
+        let Phase::Acquiring {
+            in_flight: true,
+            attempt,
+            ..
+        } = self.phase
+        else {
+            // Not waiting for one (stopped meanwhile): give it back.
+            out.push(Action::Release(grant));
+            return;
+        };
+        let deadline = sent_at + grant.ttl - self.timing.safety_margin;
+        if deadline <= now {
+            // The answer came too late to use any of it: hand it back and try again.
+            out.push(Action::Release(grant));
+            self.schedule_acquire(attempt + 1, None, now);
+            return;
+        }
+        out.push(Action::Open {
+            slot: grant.slot,
+            fence: grant.fence,
+            deadline,
+        });
+        let renew_at = sent_at + self.renew_every(grant.ttl);
+        self.phase = Phase::Held {
+            grant,
+            deadline,
+            renew_at,
+            attempt: 0,
+            last_retry: None,
+            in_flight: false,
+        };
+    }
+
+    fn on_acquire_failed(&mut self, error: AcquireError, now: MonoTime, out: &mut Vec<Action>) {
+        let Phase::Acquiring {
+            attempt,
+            give_up_at,
+            in_flight: true,
+            ..
+        } = self.phase
+        else {
+            return;
+        };
+        if !error.is_retryable() && give_up_at.is_some() {
+            // Rule: misconfiguration is reported at startup, not retried.
+            self.phase = Phase::Stopped;
+            out.push(Action::Fail(StartError::Acquire(error)));
+            return;
+        }
+        self.schedule_acquire(attempt + 1, Some(error), now);
+    }
+
+    fn schedule_acquire(&mut self, attempt: u32, error: Option<AcquireError>, now: MonoTime) {
+        let delay = self.backoff(attempt);
+        if let Phase::Acquiring {
+            next_at,
+            attempt: a,
+            last_error,
+            in_flight,
+            ..
+        } = &mut self.phase
+        {
+            *next_at = now + delay;
+            *a = attempt;
+            if error.is_some() {
+                *last_error = error;
+            }
+            *in_flight = false;
+        }
+    }
+
+    fn on_tick(&mut self, now: MonoTime, out: &mut Vec<Action>) {
+        match &mut self.phase {
+            Phase::Held {
+                deadline,
+                renew_at,
+                in_flight,
+                last_retry,
+                grant,
+                ..
+            } => {
+                if now >= *deadline {
+                    let last_retry = last_retry.take();
+                    self.lose(LossCause::DeadlinePassed { last_retry }, now, out);
+                } else if !*in_flight && now >= *renew_at {
+                    *in_flight = true;
+                    out.push(Action::Renew(grant.clone()));
+                }
+            }
+            Phase::Acquiring {
+                next_at,
+                give_up_at,
+                last_error,
+                in_flight,
+                ..
+            } => {
+                if give_up_at.is_some_and(|t| now >= t) {
+                    let error = StartError::Timeout {
+                        waited: self.timing.acquire_timeout,
+                        last: last_error.take(),
+                    };
+                    self.phase = Phase::Stopped;
+                    out.push(Action::Fail(error));
+                } else if !*in_flight && now >= *next_at {
+                    *in_flight = true;
+                    out.push(Action::Acquire);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Rule 4: generation stops first, then the callback, then re-acquisition.
+    fn lose(&mut self, cause: LossCause, now: MonoTime, out: &mut Vec<Action>) {
+        let Phase::Held { grant, .. } = std::mem::replace(&mut self.phase, Phase::LostForGood)
+        else {
+            return;
+        };
+        out.push(Action::Close);
+        out.push(Action::NotifyLost(LossEvent {
+            slot: grant.slot,
+            fence: grant.fence,
+            cause,
+            reacquiring: !self.deterministic,
+        }));
+        if !self.deterministic {
+            let delay = self.backoff(1);
+            self.phase = Phase::Acquiring {
+                next_at: now + delay,
+                attempt: 1,
+                give_up_at: None,
+                last_error: None,
+                in_flight: false,
+            };
+        }
+    }
+}

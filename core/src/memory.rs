@@ -1,0 +1,168 @@
+//! `Memory`: a real in-process coordinator, the reference backend of the suite.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use crate::clock::{Clock, MonoTime, SystemClock};
+use crate::error::{AcquireError, Reason};
+use crate::pool::PoolSpec;
+use crate::strategy::{Capabilities, Fence, Grant, Release, Renewal, Strategy};
+use crate::token::Token;
+
+#[derive(Clone, Debug, Default)]
+struct SlotState {
+    token: Option<Token>,
+    expires: MonoTime,
+    fence: u64,
+}
+
+/// An in-process lease store with its own clock. Clones share the store, so
+/// several handles (several "nodes" in one process) contend for the same slots.
+///
+/// It follows the same rules as the networked stores: its clock decides expiry,
+/// renew and release match on the token, the fence of a slot grows on every
+/// claim. Use it in tests, in single-process programs, and as the reference the
+/// behaviour suite is checked against.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use leasehold_core::{Memory, PoolName, PoolSpec, Renewal, Strategy};
+/// use std::time::Duration;
+/// let store = Memory::new();
+/// let pool = PoolSpec::new(PoolName::new("ids")?, 2, Duration::from_secs(5))?;
+/// let a = store.acquire(&pool).await.unwrap();
+/// let b = store.clone().acquire(&pool).await.unwrap();
+/// assert_ne!(a.slot, b.slot);
+/// assert!(matches!(store.renew(&pool, &a).await, Renewal::Renewed { .. }));
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Memory {
+    pools: Arc<Mutex<HashMap<String, Vec<SlotState>>>>,
+    clock: Arc<dyn Clock>,
+    id: u64,
+}
+
+impl Memory {
+    /// A new, empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+
+    /// A new, empty store whose expiry is decided by `clock`.
+    pub fn with_clock(clock: impl Clock) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Self {
+            pools: Arc::default(),
+            clock: Arc::new(clock),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Forgets every lease of `pool`'s slot, as if an operator deleted it behind
+    /// the holder's back (the fence is kept). For tests of loss handling.
+    pub fn revoke(&self, pool: &str, slot: u32) {
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = pools.get_mut(pool).and_then(|p| p.get_mut(slot as usize)) {
+            s.token = None;
+        }
+    }
+
+    fn with_pool<T>(
+        &self,
+        pool: &PoolSpec,
+        f: impl FnOnce(&mut Vec<SlotState>, MonoTime) -> T,
+    ) -> T {
+        let now = self.clock.now();
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        let slots = pools.entry(pool.name.as_str().to_owned()).or_default();
+        if slots.len() < pool.size as usize {
+            slots.resize(pool.size as usize, SlotState::default());
+        }
+        f(slots, now)
+    }
+
+    fn owned<'a>(
+        slots: &'a mut [SlotState],
+        grant: &Grant,
+        now: MonoTime,
+    ) -> Option<&'a mut SlotState> {
+        slots
+            .get_mut(grant.slot as usize)
+            .filter(|s| s.token == Some(grant.token) && s.expires > now)
+    }
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Memory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Memory")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Strategy for Memory {
+    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+        self.with_pool(pool, |slots, now| {
+            let (slot, state) = slots
+                .iter_mut()
+                .take(pool.size as usize)
+                .enumerate()
+                .find(|(_, s)| s.token.is_none() || s.expires <= now)
+                .ok_or_else(|| AcquireError::PoolExhausted {
+                    pool: pool.name.to_string(),
+                    size: pool.size,
+                })?;
+            let token = Token::random();
+            state.token = Some(token);
+            state.expires = now + pool.ttl;
+            state.fence += 1;
+            Ok(Grant {
+                slot: u32::try_from(slot).unwrap_or(u32::MAX),
+                token,
+                fence: Fence(state.fence),
+                ttl: pool.ttl,
+            })
+        })
+    }
+
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
+        self.with_pool(pool, |slots, now| match Self::owned(slots, grant, now) {
+            Some(state) => {
+                state.expires = now + pool.ttl;
+                Renewal::Renewed { ttl: pool.ttl }
+            }
+            None => Renewal::Lost(Reason::new(format!(
+                "slot {} of pool {} is no longer held by this token (expired or taken)",
+                grant.slot, pool.name
+            ))),
+        })
+    }
+
+    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
+        self.with_pool(pool, |slots, now| match Self::owned(slots, grant, now) {
+            Some(state) => {
+                state.token = None;
+                Release::Released
+            }
+            None => Release::NotHeld,
+        })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::coordinated(false, Duration::from_millis(1))
+    }
+
+    fn identity(&self) -> String {
+        format!("memory:{}", self.id)
+    }
+}

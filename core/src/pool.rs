@@ -1,0 +1,121 @@
+//! Pool names and pool specifications.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The largest pool a [`PoolSpec`] accepts.
+pub const MAX_POOL_SIZE: u32 = 1 << 20;
+
+/// A validated pool name: 1 to 64 characters of `A-Z a-z 0-9 _ - .`.
+///
+/// Names reach SQL tables, Redis keys and etcd prefixes, so the alphabet is kept
+/// small enough to be safe in all of them without quoting.
+///
+/// ```
+/// use leasehold_core::PoolName;
+/// assert!(PoolName::new("machine-ids").is_ok());
+/// assert!(PoolName::new("no spaces").is_err());
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolName(String);
+
+impl PoolName {
+    /// Validates `name`.
+    pub fn new(name: impl Into<String>) -> Result<Self, ConfigError> {
+        let name = name.into();
+        let ok_len = (1..=64).contains(&name.len());
+        let ok_chars = name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if ok_len && ok_chars {
+            Ok(Self(name))
+        } else {
+            Err(ConfigError::new(
+                "pool",
+                format!("{name:?}"),
+                "1 to 64 characters of A-Z, a-z, 0-9, '_', '-' or '.'",
+            ))
+        }
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PoolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for PoolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PoolName({:?})", self.0)
+    }
+}
+
+/// What a strategy needs to know to acquire a slot: which pool, how big, for how
+/// long, and who is asking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSpec {
+    /// The pool.
+    pub name: PoolName,
+    /// Slots are `0..size`.
+    pub size: u32,
+    /// The lease time asked of the store on acquire and on every renewal.
+    pub ttl: Duration,
+    /// Who holds the lease, for people inspecting the store (host/pid by default).
+    pub holder: String,
+}
+
+impl PoolSpec {
+    /// A spec for `name` with `size` slots, a TTL of `ttl` and the default holder
+    /// identity ([`default_holder`]).
+    pub fn new(name: PoolName, size: u32, ttl: Duration) -> Result<Self, ConfigError> {
+        check_size(size)?;
+        crate::config::check_ttl(ttl)?;
+        Ok(Self {
+            name,
+            size,
+            ttl,
+            holder: default_holder(),
+        })
+    }
+
+    /// Replaces the holder identity.
+    pub fn with_holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = holder.into();
+        self
+    }
+}
+
+pub(crate) fn check_size(size: u32) -> Result<(), ConfigError> {
+    if (1..=MAX_POOL_SIZE).contains(&size) {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            "pool_size",
+            size.to_string(),
+            format!("1 to {MAX_POOL_SIZE}"),
+        ))
+    }
+}
+
+/// `host/pid`, read from `HOSTNAME` (or `/etc/hostname`) and the process id.
+pub fn default_holder() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host}/{}", std::process::id())
+}
