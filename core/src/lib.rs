@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "tokio")]
 mod cache;
 mod clock;
 mod config;
