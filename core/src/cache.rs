@@ -3,13 +3,13 @@
 //! predecessor's lease instead of taking a new slot.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Mutex, OnceLock, PoisonError, Weak};
 
 use crate::strategy::Grant;
 
 struct Entry {
     grant: Grant,
-    /// Alive while the driver that holds the grant runs.
+    /// Alive while the manager that holds the grant exists.
     owner: Weak<()>,
 }
 
@@ -20,7 +20,7 @@ fn cache() -> &'static Mutex<HashMap<Key, Entry>> {
     CACHE.get_or_init(Mutex::default)
 }
 
-/// Takes the grant cached under `key`, unless its driver is still running
+/// Takes the grant cached under `key`, unless its manager still exists
 /// (two live drivers must never share a slot).
 pub(crate) fn take_orphan(key: &Key) -> Option<Grant> {
     let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
@@ -30,24 +30,21 @@ pub(crate) fn take_orphan(key: &Key) -> Option<Grant> {
     map.remove(key).map(|e| e.grant)
 }
 
-pub(crate) fn put(key: Key, grant: Grant, owner: &Arc<()>) {
+pub(crate) fn put(key: Key, grant: Grant, owner: &Weak<()>) {
     let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
     map.insert(
         key,
         Entry {
             grant,
-            owner: Arc::downgrade(owner),
+            owner: owner.clone(),
         },
     );
 }
 
 /// Forgets the grant under `key` if it is owned by `owner`.
-pub(crate) fn forget(key: &Key, owner: &Arc<()>) {
+pub(crate) fn forget(key: &Key, owner: &Weak<()>) {
     let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
-    if map
-        .get(key)
-        .is_some_and(|e| std::ptr::eq(e.owner.as_ptr(), Arc::as_ptr(owner)))
-    {
+    if map.get(key).is_some_and(|e| e.owner.ptr_eq(owner)) {
         map.remove(key);
     }
 }

@@ -56,9 +56,11 @@ pub enum LeaseState {
 pub struct LeaseManager {
     gate: LeaseGate,
     state: watch::Receiver<LeaseState>,
-    shutdown: Option<oneshot::Sender<()>>,
+    shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<Option<Release>>>,
     pool: PoolSpec,
+    /// The lease cache treats this manager's grant as live while this exists.
+    _alive: Arc<()>,
 }
 
 impl LeaseManager {
@@ -66,8 +68,9 @@ impl LeaseManager {
     /// error occurs, or the acquire timeout passes (DESIGN.md, rule 6).
     pub async fn start<S: Strategy>(strategy: S, config: LeaseConfig) -> Result<Self, StartError> {
         let gate = LeaseGate::new();
+        let alive = Arc::new(());
         let (state_tx, state_rx) = watch::channel(LeaseState::Acquiring);
-        let (shutdown_tx, shutdown_rx) = oneshot::channel();
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (started_tx, started_rx) = oneshot::channel();
         let seed = u64::from(std::process::id()) ^ MonoTime::now().as_nanos();
         let driver = Driver {
@@ -79,16 +82,17 @@ impl LeaseManager {
             state: state_tx,
             on_lost: config.on_lost.clone(),
             started: Some(started_tx),
-            alive: Arc::new(()),
+            alive: Arc::downgrade(&alive),
         };
         let task = tokio::spawn(driver.run(shutdown_rx));
         match started_rx.await {
             Ok(Ok(())) => Ok(Self {
                 gate,
                 state: state_rx,
-                shutdown: Some(shutdown_tx),
+                shutdown: shutdown_tx,
                 task: Some(task),
                 pool: config.pool,
+                _alive: alive,
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(StartError::Timeout {
@@ -122,9 +126,7 @@ impl LeaseManager {
     /// (`None` when no lease was held).
     pub async fn shutdown(mut self) -> Option<Release> {
         self.gate.close();
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+        self.shutdown.send_replace(true);
         match self.task.take() {
             Some(task) => task.await.ok().flatten(),
             None => None,
@@ -153,6 +155,19 @@ impl fmt::Debug for LeaseManager {
     }
 }
 
+/// Resolves when `shutdown` is called. A manager dropped without `shutdown`
+/// never resolves it: its task is aborted and the lease is left to the cache.
+async fn shutdown_requested(rx: &mut watch::Receiver<bool>) {
+    loop {
+        if *rx.borrow_and_update() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 struct Driver<S> {
     machine: Machine,
     strategy: S,
@@ -162,9 +177,9 @@ struct Driver<S> {
     on_lost: Option<OnLost>,
     started: Option<oneshot::Sender<Result<(), StartError>>>,
     cache_key: (String, String),
-    /// Dropped with the task; the lease cache uses it to tell a live driver
-    /// from an orphaned grant.
-    alive: Arc<()>,
+    /// Dead once the manager is dropped; the lease cache uses it to tell a
+    /// live holder from an orphaned grant.
+    alive: std::sync::Weak<()>,
 }
 
 macro_rules! event {
@@ -175,7 +190,7 @@ macro_rules! event {
 }
 
 impl<S: Strategy> Driver<S> {
-    async fn run(mut self, mut shutdown: oneshot::Receiver<()>) -> Option<Release> {
+    async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Option<Release> {
         let mut pending: VecDeque<Action> =
             self.machine.handle(Input::Start, MonoTime::now()).into();
         let mut orphan = cache::take_orphan(&self.cache_key);
@@ -190,7 +205,7 @@ impl<S: Strategy> Driver<S> {
                             _ = tokio::time::sleep_until(bound.into()) => Some(Input::AcquireFailed(
                                 crate::AcquireError::Unreachable(Reason::new("acquire did not answer in time")),
                             )),
-                            _ = &mut shutdown => Some(Input::Shutdown),
+                            _ = shutdown_requested(&mut shutdown) => Some(Input::Shutdown),
                         }
                     }
                     Action::Renew(grant) => {
@@ -205,7 +220,7 @@ impl<S: Strategy> Driver<S> {
                             _ = tokio::time::sleep_until(bound.into()) => Some(Input::RenewRetry(
                                 Reason::new("renewal did not answer before the local deadline"),
                             )),
-                            _ = &mut shutdown => Some(Input::Shutdown),
+                            _ = shutdown_requested(&mut shutdown) => Some(Input::Shutdown),
                         }
                     }
                     Action::Open {
@@ -223,10 +238,12 @@ impl<S: Strategy> Driver<S> {
                             fence,
                             deadline,
                         });
-                        if let Some(tx) = self.started.take() {
-                            let _ = tx.send(Ok(()));
+                        match self.started.take().map(|tx| tx.send(Ok(()))) {
+                            // `start` was cancelled before the lease arrived:
+                            // nobody will ever use or release it, so give it back.
+                            Some(Err(_)) => Some(Input::Shutdown),
+                            _ => None,
                         }
-                        None
                     }
                     Action::Extend { deadline } => {
                         self.gate.extend(deadline);
@@ -287,10 +304,10 @@ impl<S: Strategy> Driver<S> {
             let input = match self.machine.next_wakeup() {
                 Some(at) => tokio::select! {
                     _ = tokio::time::sleep_until(at.to_instant().into()) => Input::Tick,
-                    _ = &mut shutdown => Input::Shutdown,
+                    _ = shutdown_requested(&mut shutdown) => Input::Shutdown,
                 },
                 None => {
-                    let _ = (&mut shutdown).await;
+                    shutdown_requested(&mut shutdown).await;
                     Input::Shutdown
                 }
             };

@@ -176,27 +176,35 @@ impl<S: Strategy> DynStrategy for S {
     }
 }
 
-/// A boxed strategy is a strategy, so the driver accepts `Box<dyn DynStrategy>`.
-impl Strategy for Box<dyn DynStrategy> {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
-        self.acquire_dyn(pool).await
-    }
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
-        self.renew_dyn(pool, grant).await
-    }
-    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
-        self.release_dyn(pool, grant).await
-    }
-    fn deterministic(&self) -> bool {
-        self.deterministic_dyn()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities_dyn()
-    }
-    fn identity(&self) -> String {
-        self.identity_dyn()
-    }
+/// Boxed and shared trait objects are strategies too, so the driver accepts
+/// `Box<dyn DynStrategy>` and `Arc<dyn DynStrategy>`. Calls go through `**self`:
+/// the pointer itself is a `DynStrategy` (blanket impl) and would recurse.
+macro_rules! forward_dyn {
+    ($($ptr:ty),*) => {$(
+        impl Strategy for $ptr {
+            async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+                (**self).acquire_dyn(pool).await
+            }
+            async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
+                (**self).renew_dyn(pool, grant).await
+            }
+            async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
+                (**self).release_dyn(pool, grant).await
+            }
+            fn deterministic(&self) -> bool {
+                (**self).deterministic_dyn()
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities_dyn()
+            }
+            fn identity(&self) -> String {
+                (**self).identity_dyn()
+            }
+        }
+    )*};
 }
+
+forward_dyn!(Box<dyn DynStrategy>, std::sync::Arc<dyn DynStrategy>);
 
 impl<S: Strategy> Strategy for std::sync::Arc<S> {
     fn acquire(&self, pool: &PoolSpec) -> impl Future<Output = Result<Grant, AcquireError>> + Send {

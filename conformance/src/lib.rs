@@ -1,0 +1,12 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod backend;
+pub mod proxy;
+mod runner;
+pub mod servers;
+pub mod suite;
+
+pub use backend::{Backend, Store};
+pub use runner::{ExtraTest, Target, in_ci, run};

@@ -1,0 +1,184 @@
+//! Runs the suite as individually named tests (libtest-mimic) and writes a
+//! per-backend report for `cargo xtask test`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use leasehold_core::Capabilities;
+use libtest_mimic::{Arguments, Failed, Trial};
+
+use crate::backend::Backend;
+use crate::servers::Missing;
+
+/// One backend to run the suite against.
+pub struct Target {
+    /// The test-name prefix and report name: `postgres15`, `memory`, ...
+    pub label: String,
+    /// What server it runs on, for the report: `redis8 8.2.3 (local binary …)`.
+    pub server: String,
+    /// The backend, or why no server could be had.
+    pub backend: Result<Arc<dyn Backend>, Missing>,
+    /// Its declared capabilities (select the behaviours).
+    pub capabilities: Capabilities,
+    /// Whether it can delete a lease behind its holder's back.
+    pub can_revoke: bool,
+    /// Extra backend-specific tests: `(name, test)`.
+    pub extra: Vec<(String, ExtraTest)>,
+}
+
+/// A backend-specific test run with the backend, inside its own runtime.
+pub type ExtraTest = Arc<
+    dyn Fn(Arc<dyn Backend>) -> leasehold_core::BoxFuture<'static, Result<(), String>>
+        + Send
+        + Sync,
+>;
+
+impl Target {
+    /// A target for `backend`.
+    pub fn new(
+        label: impl Into<String>,
+        server: impl Into<String>,
+        backend: Arc<dyn Backend>,
+        capabilities: Capabilities,
+    ) -> Self {
+        Self {
+            label: label.into(),
+            server: server.into(),
+            backend: Ok(backend),
+            capabilities,
+            can_revoke: false,
+            extra: Vec::new(),
+        }
+    }
+
+    /// A target whose server could not be provided. Under `CI=true` it fails;
+    /// elsewhere it is reported as ignored (never as passed).
+    pub fn missing(label: impl Into<String>, missing: Missing) -> Self {
+        Self {
+            label: label.into(),
+            server: format!("{} (missing)", missing.kind),
+            backend: Err(missing),
+            capabilities: Capabilities::coordinated(false, std::time::Duration::ZERO),
+            can_revoke: false,
+            extra: Vec::new(),
+        }
+    }
+
+    /// Marks the backend as able to revoke leases.
+    pub fn with_revoke(mut self) -> Self {
+        self.can_revoke = true;
+        self
+    }
+
+    /// Adds a backend-specific test.
+    pub fn with_test(
+        mut self,
+        name: &str,
+        test: impl Fn(Arc<dyn Backend>) -> leasehold_core::BoxFuture<'static, Result<(), String>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.extra.push((name.to_owned(), Arc::new(test)));
+        self
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    passed: u32,
+    failed: u32,
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// True when running under CI (`CI=true`): a missing server is then a failure.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Runs every selected behaviour of every target, then writes
+/// `$LEASEHOLD_REPORT_DIR/<label>.tsv` lines when that variable is set.
+pub fn run(targets: Vec<Target>) -> ExitCode {
+    let args = Arguments::from_args();
+    let tallies: Arc<Mutex<BTreeMap<String, Tally>>> = Arc::default();
+    let mut trials = Vec::new();
+    let mut servers = BTreeMap::new();
+    for target in &targets {
+        servers.insert(target.label.clone(), target.server.clone());
+        tallies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(target.label.clone(), Tally::default());
+        let backend = match &target.backend {
+            Ok(b) => b.clone(),
+            Err(missing) => {
+                let msg = missing.to_string();
+                let label = target.label.clone();
+                let t = tallies.clone();
+                let ci = in_ci();
+                let trial = Trial::test(format!("{}::server_available", target.label), move || {
+                    record(&t, &label, false);
+                    Err(Failed::from(msg.clone()))
+                });
+                // Outside CI a missing server is reported as ignored, never passed.
+                trials.push(if ci {
+                    trial
+                } else {
+                    trial.with_ignored_flag(true)
+                });
+                continue;
+            }
+        };
+        let mut tests: Vec<(String, ExtraTest)> =
+            crate::suite::select(&target.capabilities, target.can_revoke)
+                .into_iter()
+                .map(|b| {
+                    let run = b.run;
+                    let f: ExtraTest = Arc::new(move |backend| run(backend));
+                    (b.name.to_owned(), f)
+                })
+                .collect();
+        tests.extend(target.extra.iter().cloned());
+        for (name, test) in tests {
+            let backend = backend.clone();
+            let label = target.label.clone();
+            let t = tallies.clone();
+            trials.push(Trial::test(format!("{label}::{name}"), move || {
+                let result = runtime().block_on(test(backend));
+                record(&t, &label, result.is_ok());
+                result.map_err(Failed::from)
+            }));
+        }
+    }
+    let conclusion = libtest_mimic::run(&args, trials);
+    if let Some(dir) = std::env::var_os("LEASEHOLD_REPORT_DIR").map(PathBuf::from) {
+        let _ = std::fs::create_dir_all(&dir);
+        let tallies = tallies.lock().unwrap_or_else(PoisonError::into_inner);
+        for (label, tally) in tallies.iter() {
+            let server = servers.get(label).cloned().unwrap_or_default();
+            let line = format!("{label}\t{server}\t{}\t{}\n", tally.passed, tally.failed);
+            let _ = std::fs::write(dir.join(format!("{label}.tsv")), line);
+        }
+    }
+    drop(targets);
+    conclusion.exit_code()
+}
+
+fn record(tallies: &Mutex<BTreeMap<String, Tally>>, label: &str, ok: bool) {
+    let mut map = tallies.lock().unwrap_or_else(PoisonError::into_inner);
+    let tally = map.entry(label.to_owned()).or_default();
+    if ok {
+        tally.passed += 1;
+    } else {
+        tally.failed += 1;
+    }
+}

@@ -1,0 +1,642 @@
+//! The behaviours. Each is one `pub async fn` taking a backend; each runs on a
+//! fresh, randomly named pool.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_core::{
+    AcquireError, BoxFuture, Capabilities, Fence, Grant, LeaseConfig, LeaseManager, LeaseState,
+    PoolName, PoolSpec, Release, Renewal, Token,
+};
+
+use crate::backend::{Backend, Store};
+use crate::proxy::{Fault, FaultProxy};
+
+/// What a behaviour needs from a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// Any coordinated store.
+    Store,
+    /// A networked store (the fault proxy goes in front of it).
+    Network,
+    /// A backend that can delete a lease behind its holder's back.
+    Revoke,
+}
+
+/// The result of one behaviour.
+pub type Outcome = Result<(), String>;
+
+/// One named behaviour.
+#[derive(Clone, Copy)]
+pub struct Behaviour {
+    /// The test name.
+    pub name: &'static str,
+    /// What it needs.
+    pub needs: Needs,
+    /// Runs it.
+    pub run: fn(Arc<dyn Backend>) -> BoxFuture<'static, Outcome>,
+}
+
+macro_rules! behaviours {
+    ($($needs:ident $name:ident),* $(,)?) => {
+        /// Every behaviour of the suite.
+        pub fn all() -> Vec<Behaviour> {
+            vec![$(Behaviour {
+                name: stringify!($name),
+                needs: Needs::$needs,
+                run: |b| Box::pin($name(b)),
+            }),*]
+        }
+    };
+}
+
+behaviours! {
+    Store whole_pool_concurrent_acquirers_get_distinct_slots,
+    Store oversubscribed_pool_gives_distinct_slots_then_exhausted,
+    Store full_pool_answers_retryable_exhausted,
+    Store renew_keeps_the_slot_past_the_original_ttl,
+    Store renew_is_idempotent,
+    Store renew_after_expiry_and_takeover_is_lost,
+    Store stale_release_never_frees_the_new_holders_slot,
+    Store fence_strictly_grows_across_holders,
+    Store released_slot_is_immediately_acquirable,
+    Store concurrent_renew_and_acquire_keep_invariants,
+    Store manager_holds_renews_and_releases,
+    Store manager_restart_renews_the_cached_lease,
+    Network silent_store_gives_retry_within_timeout,
+    Network dropped_connections_give_retry,
+    Network unreachable_store_acquire_is_retryable,
+    Network renewal_recovers_after_the_fault_heals,
+    Revoke revoked_lease_is_lost_on_next_renewal,
+}
+
+/// Selects the behaviours a backend with `caps` (and `can_revoke`) runs.
+pub fn select(caps: &Capabilities, can_revoke: bool) -> Vec<Behaviour> {
+    all()
+        .into_iter()
+        .filter(|b| match b.needs {
+            Needs::Store => caps.coordinated,
+            Needs::Network => caps.coordinated && caps.networked,
+            Needs::Revoke => caps.coordinated && can_revoke,
+        })
+        .collect()
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+/// A fresh pool name: `t` and 12 random hex digits.
+pub fn fresh_pool_name() -> PoolName {
+    let hex = Token::random().to_hex();
+    PoolName::new(format!("t{}", &hex[..12])).expect("valid pool name")
+}
+
+/// The shortest TTL worth testing expiry with on this backend.
+fn short_ttl(caps: &Capabilities) -> Duration {
+    caps.min_ttl.max(Duration::from_millis(400))
+}
+
+struct Ctx {
+    backend: Arc<dyn Backend>,
+    store: Store,
+    pool: PoolSpec,
+}
+
+impl Ctx {
+    async fn new(
+        backend: Arc<dyn Backend>,
+        size: u32,
+        ttl: Option<Duration>,
+    ) -> Result<Self, String> {
+        let store = backend.connect().await?;
+        let caps = store.capabilities_dyn();
+        let ttl = ttl.unwrap_or_else(|| short_ttl(&caps));
+        let pool = PoolSpec::new(fresh_pool_name(), size, ttl).map_err(|e| e.to_string())?;
+        backend.prepare(&pool).await?;
+        Ok(Self {
+            backend,
+            store,
+            pool,
+        })
+    }
+
+    async fn another(&self) -> Result<Store, String> {
+        self.backend.connect().await
+    }
+
+    async fn acquire(&self) -> Result<Grant, String> {
+        self.store
+            .acquire_dyn(&self.pool)
+            .await
+            .map_err(|e| format!("acquire: {e}"))
+    }
+
+    /// Polls `acquire` on `store` until it succeeds (the previous holder's
+    /// lease expired) or `limit` passes.
+    async fn acquire_after_expiry(&self, store: &Store) -> Result<Grant, String> {
+        let limit = self.pool.ttl * 4 + Duration::from_secs(5);
+        let start = Instant::now();
+        loop {
+            match store.acquire_dyn(&self.pool).await {
+                Ok(g) => return Ok(g),
+                Err(e) if e.is_retryable() && start.elapsed() < limit => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(format!("no takeover within {limit:?}: {e}")),
+            }
+        }
+    }
+}
+
+/// Races `n` acquirers over `connections` connections; returns the grants and
+/// the errors.
+async fn race(
+    ctx: &Ctx,
+    n: usize,
+    connections: usize,
+) -> Result<(Vec<Grant>, Vec<AcquireError>), String> {
+    let mut stores = vec![ctx.store.clone()];
+    for _ in 1..connections {
+        stores.push(ctx.another().await?);
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let store = stores[i % stores.len()].clone();
+        let pool = ctx.pool.clone();
+        let barrier = barrier.clone();
+        tasks.spawn(async move {
+            barrier.wait().await;
+            store.acquire_dyn(&pool).await
+        });
+    }
+    let mut grants = Vec::new();
+    let mut errors = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        match r.map_err(|e| e.to_string())? {
+            Ok(g) => grants.push(g),
+            Err(e) => errors.push(e),
+        }
+    }
+    Ok((grants, errors))
+}
+
+fn distinct(grants: &[Grant]) -> Result<(), String> {
+    let slots: HashSet<u32> = grants.iter().map(|g| g.slot).collect();
+    ensure!(
+        slots.len() == grants.len(),
+        "duplicate slots among {} grants",
+        grants.len()
+    );
+    let tokens: HashSet<Token> = grants.iter().map(|g| g.token).collect();
+    ensure!(tokens.len() == grants.len(), "duplicate tokens");
+    Ok(())
+}
+
+/// 64 acquirers on 4 connections race for a pool of 64: every one gets a
+/// slot, all slots distinct, the whole pool used.
+pub async fn whole_pool_concurrent_acquirers_get_distinct_slots(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 64, Some(Duration::from_secs(60))).await?;
+    let (grants, errors) = race(&ctx, 64, 4).await?;
+    ensure!(
+        errors.is_empty(),
+        "{} acquirers failed, first: {}",
+        errors.len(),
+        errors[0]
+    );
+    distinct(&grants)?;
+    ensure!(grants.iter().all(|g| g.slot < 64), "slot out of range");
+    Ok(())
+}
+
+/// 96 acquirers race for 64 slots: 64 distinct grants, 32 retryable
+/// `PoolExhausted` (or contention) errors, nothing else.
+pub async fn oversubscribed_pool_gives_distinct_slots_then_exhausted(
+    b: Arc<dyn Backend>,
+) -> Outcome {
+    let ctx = Ctx::new(b, 64, Some(Duration::from_secs(60))).await?;
+    let (mut grants, errors) = race(&ctx, 96, 4).await?;
+    distinct(&grants)?;
+    ensure!(
+        errors.iter().all(AcquireError::is_retryable),
+        "non-retryable error: {:?}",
+        errors.iter().find(|e| !e.is_retryable())
+    );
+    // Contention may have turned some winners away while slots were still free:
+    // those acquire on a second try; the pool then fills exactly.
+    for _ in 0..errors.len() {
+        match ctx.store.acquire_dyn(&ctx.pool).await {
+            Ok(g) => grants.push(g),
+            Err(AcquireError::PoolExhausted { .. }) => break,
+            Err(e) => return Err(format!("unexpected error on retry: {e}")),
+        }
+    }
+    distinct(&grants)?;
+    ensure!(
+        grants.len() == 64,
+        "pool of 64 filled with {} grants",
+        grants.len()
+    );
+    Ok(())
+}
+
+/// Filling the pool then asking once more gives `PoolExhausted`, which is
+/// retryable.
+pub async fn full_pool_answers_retryable_exhausted(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 3, Some(Duration::from_secs(60))).await?;
+    let mut grants = Vec::new();
+    for _ in 0..3 {
+        grants.push(ctx.acquire().await?);
+    }
+    distinct(&grants)?;
+    match ctx.store.acquire_dyn(&ctx.pool).await {
+        Err(e @ AcquireError::PoolExhausted { .. }) => {
+            ensure!(e.is_retryable(), "PoolExhausted must be retryable");
+            Ok(())
+        }
+        other => Err(format!("expected PoolExhausted, got {other:?}")),
+    }
+}
+
+/// Renewing every ttl/4 keeps the slot well past the original TTL: a rival
+/// never gets it.
+pub async fn renew_keeps_the_slot_past_the_original_ttl(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 1, None).await?;
+    let rival = ctx.another().await?;
+    let grant = ctx.acquire().await?;
+    let start = Instant::now();
+    while start.elapsed() < ctx.pool.ttl * 2 {
+        tokio::time::sleep(ctx.pool.ttl / 4).await;
+        match ctx.store.renew_dyn(&ctx.pool, &grant).await {
+            Renewal::Renewed { ttl } => ensure!(ttl > Duration::ZERO, "renewed with zero ttl"),
+            other => {
+                return Err(format!(
+                    "renewal {:?} into the lease: {other:?}",
+                    start.elapsed()
+                ));
+            }
+        }
+        match rival.acquire_dyn(&ctx.pool).await {
+            Err(AcquireError::PoolExhausted { .. }) => {}
+            other => return Err(format!("rival acquired a renewed slot: {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// A renewal whose answer was lost is retried: renewing twice in a row (and
+/// concurrently) answers `Renewed` each time.
+pub async fn renew_is_idempotent(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 2, Some(Duration::from_secs(30))).await?;
+    let grant = ctx.acquire().await?;
+    for _ in 0..2 {
+        let r = ctx.store.renew_dyn(&ctx.pool, &grant).await;
+        ensure!(
+            matches!(r, Renewal::Renewed { .. }),
+            "repeated renewal: {r:?}"
+        );
+    }
+    let (a, b2) = tokio::join!(
+        ctx.store.renew_dyn(&ctx.pool, &grant),
+        ctx.store.renew_dyn(&ctx.pool, &grant)
+    );
+    ensure!(
+        matches!(
+            (&a, &b2),
+            (Renewal::Renewed { .. }, Renewal::Renewed { .. })
+        ),
+        "concurrent renewals: {a:?} {b2:?}"
+    );
+    Ok(())
+}
+
+/// After the lease expires and a rival takes the slot, the old holder's
+/// renewal answers `Lost` (never `Renewed`).
+pub async fn renew_after_expiry_and_takeover_is_lost(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 1, None).await?;
+    let rival = ctx.another().await?;
+    let old = ctx.acquire().await?;
+    let new = ctx.acquire_after_expiry(&rival).await?;
+    ensure!(
+        new.slot == old.slot && new.token != old.token,
+        "takeover grant {new:?}"
+    );
+    let r = ctx.store.renew_dyn(&ctx.pool, &old).await;
+    ensure!(
+        matches!(r, Renewal::Lost(_)),
+        "stale renewal answered {r:?}"
+    );
+    let r = rival.renew_dyn(&ctx.pool, &new).await;
+    ensure!(
+        matches!(r, Renewal::Renewed { .. }),
+        "new holder's renewal answered {r:?}"
+    );
+    Ok(())
+}
+
+/// A stale holder's release never frees the slot of the new holder.
+pub async fn stale_release_never_frees_the_new_holders_slot(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 1, None).await?;
+    let rival = ctx.another().await?;
+    let old = ctx.acquire().await?;
+    let new = ctx.acquire_after_expiry(&rival).await?;
+    let r = ctx.store.release_dyn(&ctx.pool, &old).await;
+    ensure!(r == Release::NotHeld, "stale release answered {r:?}");
+    match ctx.store.acquire_dyn(&ctx.pool).await {
+        Err(AcquireError::PoolExhausted { .. }) => {}
+        other => return Err(format!("slot was freed by a stale release: {other:?}")),
+    }
+    let r = rival.renew_dyn(&ctx.pool, &new).await;
+    ensure!(
+        matches!(r, Renewal::Renewed { .. }),
+        "new holder lost its slot: {r:?}"
+    );
+    Ok(())
+}
+
+/// The fence of a slot strictly grows across holders, after a release and
+/// after an expiry, and a renewal does not change who holds it.
+pub async fn fence_strictly_grows_across_holders(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 1, None).await?;
+    let rival = ctx.another().await?;
+    let first = ctx.acquire().await?;
+    let r = ctx.store.release_dyn(&ctx.pool, &first).await;
+    ensure!(r == Release::Released, "release answered {r:?}");
+    let second = rival
+        .acquire_dyn(&ctx.pool)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        second.fence > first.fence,
+        "fence {} after {}",
+        second.fence,
+        first.fence
+    );
+    let third = ctx.acquire_after_expiry(&ctx.store).await?;
+    ensure!(
+        third.fence > second.fence,
+        "fence {} after {}",
+        third.fence,
+        second.fence
+    );
+    ensure!(third.fence > Fence(0), "fence must be positive");
+    Ok(())
+}
+
+/// A released slot can be acquired at once, without waiting for its TTL.
+pub async fn released_slot_is_immediately_acquirable(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 1, Some(Duration::from_secs(60))).await?;
+    let g = ctx.acquire().await?;
+    let r = ctx.store.release_dyn(&ctx.pool, &g).await;
+    ensure!(r == Release::Released, "release answered {r:?}");
+    let again = ctx.store.release_dyn(&ctx.pool, &g).await;
+    ensure!(
+        again == Release::NotHeld,
+        "second release answered {again:?}"
+    );
+    let next = ctx.another().await?.acquire_dyn(&ctx.pool).await;
+    ensure!(next.is_ok(), "released slot not acquirable: {next:?}");
+    Ok(())
+}
+
+/// Holders renew in a loop while acquirers race for the rest of the pool:
+/// every renewal succeeds, no acquirer gets a held slot, the pool fills
+/// exactly.
+pub async fn concurrent_renew_and_acquire_keep_invariants(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 16, Some(Duration::from_secs(60))).await?;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(ctx.acquire().await?);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut renewers = tokio::task::JoinSet::new();
+    for g in held.clone() {
+        let (store, pool, stop) = (ctx.store.clone(), ctx.pool.clone(), stop.clone());
+        renewers.spawn(async move {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || n == 0 {
+                match store.renew_dyn(&pool, &g).await {
+                    Renewal::Renewed { .. } => n += 1,
+                    other => return Err(format!("renewal of slot {} answered {other:?}", g.slot)),
+                }
+                tokio::task::yield_now().await;
+            }
+            Ok(n)
+        });
+    }
+    let (grants, errors) = race(&ctx, 24, 3).await?;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    while let Some(r) = renewers.join_next().await {
+        r.map_err(|e| e.to_string())??;
+    }
+    let mut all = held.clone();
+    all.extend(grants.iter().cloned());
+    distinct(&all)?;
+    ensure!(
+        errors.iter().all(AcquireError::is_retryable),
+        "non-retryable error among {errors:?}"
+    );
+    ensure!(
+        grants.len() <= 8,
+        "{} acquirers won 8 free slots",
+        grants.len()
+    );
+    Ok(())
+}
+
+fn manager_config(pool: &PoolSpec) -> Result<LeaseConfig, String> {
+    LeaseConfig::builder(pool.name.as_str())
+        .pool_size(pool.size)
+        .ttl(pool.ttl)
+        .renew_interval(pool.ttl / 4)
+        .safety_margin(pool.ttl / 5)
+        .acquire_timeout(Duration::from_secs(20))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The manager blocks until it holds a lease, keeps it past the TTL by
+/// renewing, and on shutdown closes the gate and releases the slot.
+pub async fn manager_holds_renews_and_releases(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 1, None).await?;
+    let manager = LeaseManager::start(ctx.store.clone(), manager_config(&ctx.pool)?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let gate = manager.gate();
+    ensure!(gate.check_now().is_ok(), "gate closed right after start");
+    tokio::time::sleep(ctx.pool.ttl * 2).await;
+    ensure!(
+        gate.check_now().is_ok(),
+        "gate closed after 2 TTLs: renewals failed ({:?})",
+        manager.state()
+    );
+    ensure!(
+        matches!(manager.state(), LeaseState::Held { .. }),
+        "state {:?}",
+        manager.state()
+    );
+    let released = manager.shutdown().await;
+    ensure!(
+        released == Some(Release::Released),
+        "shutdown released: {released:?}"
+    );
+    ensure!(gate.check_now().is_err(), "gate open after shutdown");
+    let next = ctx.another().await?.acquire_dyn(&ctx.pool).await;
+    ensure!(next.is_ok(), "slot not free after shutdown: {next:?}");
+    Ok(())
+}
+
+/// A manager dropped without shutdown and started again in the same process
+/// renews its predecessor's lease: same slot, same fence.
+pub async fn manager_restart_renews_the_cached_lease(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 4, Some(Duration::from_secs(30))).await?;
+    let first = LeaseManager::start(ctx.store.clone(), manager_config(&ctx.pool)?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let before = first.gate().view();
+    drop(first);
+    tokio::task::yield_now().await;
+    let second = LeaseManager::start(ctx.store.clone(), manager_config(&ctx.pool)?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let after = second.gate().view();
+    ensure!(
+        (after.slot, after.fence) == (before.slot, before.fence),
+        "restart took slot {} fence {} instead of renewing slot {} fence {}",
+        after.slot,
+        after.fence,
+        before.slot,
+        before.fence
+    );
+    second.shutdown().await;
+    Ok(())
+}
+
+const OP_TIMEOUT: Duration = Duration::from_secs(1);
+
+async fn proxied(b: &Arc<dyn Backend>) -> Result<(FaultProxy, Ctx), String> {
+    let addr = b
+        .store_addr()
+        .ok_or("networked backend without a store address")?;
+    let proxy = FaultProxy::start(addr).await.map_err(|e| e.to_string())?;
+    let mut ctx = Ctx::new(b.clone(), 2, Some(Duration::from_secs(30))).await?;
+    ctx.store = b.connect_via(proxy.addr(), OP_TIMEOUT).await?;
+    Ok((proxy, ctx))
+}
+
+/// Renewal through a silent connection answers `Retry` within the operation
+/// timeout (plus slack), never hangs and never answers `Lost`.
+pub async fn silent_store_gives_retry_within_timeout(b: Arc<dyn Backend>) -> Outcome {
+    let (proxy, ctx) = proxied(&b).await?;
+    let grant = ctx.acquire().await?;
+    proxy.set(Fault::Blackhole);
+    for _ in 0..2 {
+        let start = Instant::now();
+        let r = tokio::time::timeout(OP_TIMEOUT * 10, ctx.store.renew_dyn(&ctx.pool, &grant))
+            .await
+            .map_err(|_| format!("renewal hung for {:?} on a silent store", OP_TIMEOUT * 10))?;
+        ensure!(
+            matches!(r, Renewal::Retry(_)),
+            "silent store answered {r:?}"
+        );
+        let took = start.elapsed();
+        ensure!(
+            took <= OP_TIMEOUT * 3,
+            "Retry took {took:?}, timeout is {OP_TIMEOUT:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Renewal while connections are being reset answers `Retry`, never `Lost`.
+pub async fn dropped_connections_give_retry(b: Arc<dyn Backend>) -> Outcome {
+    let (proxy, ctx) = proxied(&b).await?;
+    let grant = ctx.acquire().await?;
+    proxy.set(Fault::Drop);
+    for _ in 0..2 {
+        let start = Instant::now();
+        let r = tokio::time::timeout(OP_TIMEOUT * 10, ctx.store.renew_dyn(&ctx.pool, &grant))
+            .await
+            .map_err(|_| "renewal hung on a dropped connection".to_owned())?;
+        ensure!(
+            matches!(r, Renewal::Retry(_)),
+            "dropped connection answered {r:?}"
+        );
+        ensure!(
+            start.elapsed() <= OP_TIMEOUT * 3,
+            "Retry took {:?}",
+            start.elapsed()
+        );
+    }
+    Ok(())
+}
+
+/// Acquisition through a silent or dropped connection fails with a retryable
+/// error within the timeout.
+pub async fn unreachable_store_acquire_is_retryable(b: Arc<dyn Backend>) -> Outcome {
+    let (proxy, ctx) = proxied(&b).await?;
+    for fault in [Fault::Blackhole, Fault::Drop] {
+        proxy.set(fault);
+        let start = Instant::now();
+        let r = tokio::time::timeout(OP_TIMEOUT * 10, ctx.store.acquire_dyn(&ctx.pool))
+            .await
+            .map_err(|_| format!("acquire hung under {fault:?}"))?;
+        match r {
+            Err(e) if e.is_retryable() => {}
+            other => return Err(format!("acquire under {fault:?} answered {other:?}")),
+        }
+        ensure!(
+            start.elapsed() <= OP_TIMEOUT * 3,
+            "{fault:?}: took {:?}",
+            start.elapsed()
+        );
+    }
+    Ok(())
+}
+
+/// After a partition heals, renewal of a still-valid lease answers `Renewed`.
+pub async fn renewal_recovers_after_the_fault_heals(b: Arc<dyn Backend>) -> Outcome {
+    let (proxy, ctx) = proxied(&b).await?;
+    let grant = ctx.acquire().await?;
+    proxy.set(Fault::Blackhole);
+    let r = ctx.store.renew_dyn(&ctx.pool, &grant).await;
+    ensure!(
+        matches!(r, Renewal::Retry(_)),
+        "silent store answered {r:?}"
+    );
+    proxy.set(Fault::Drop);
+    proxy.set(Fault::Pass);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ctx.store.renew_dyn(&ctx.pool, &grant).await {
+            Renewal::Renewed { .. } => return Ok(()),
+            Renewal::Retry(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => return Err(format!("after healing, renewal answered {other:?}")),
+        }
+    }
+}
+
+/// A lease deleted behind the holder's back is `Lost` on the next renewal.
+pub async fn revoked_lease_is_lost_on_next_renewal(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 2, Some(Duration::from_secs(30))).await?;
+    let grant = ctx.acquire().await?;
+    let revoke = ctx
+        .backend
+        .revoke(&ctx.pool, grant.slot)
+        .ok_or("backend cannot revoke")?;
+    revoke.await?;
+    let r = ctx.store.renew_dyn(&ctx.pool, &grant).await;
+    ensure!(
+        matches!(r, Renewal::Lost(_)),
+        "renewal after revoke answered {r:?}"
+    );
+    Ok(())
+}

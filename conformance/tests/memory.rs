@@ -1,0 +1,42 @@
+//! The whole behaviour suite against the in-process `Memory` store.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use leasehold_conformance::{Backend, Store, Target};
+use leasehold_core::{BoxFuture, Memory, PoolSpec, Strategy};
+
+struct InMemory(Memory);
+
+impl Backend for InMemory {
+    fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
+        // Every connection is a handle on the same store, like nodes sharing a database.
+        let store = self.0.clone();
+        Box::pin(async move { Ok(Arc::new(store) as Store) })
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> Option<BoxFuture<'a, Result<(), String>>> {
+        Some(Box::pin(async move {
+            self.0.revoke(pool.name.as_str(), slot);
+            Ok(())
+        }))
+    }
+}
+
+fn main() -> ExitCode {
+    let memory = Memory::new();
+    let caps = memory.capabilities();
+    leasehold_conformance::run(vec![
+        Target::new(
+            "memory",
+            "in-process Memory store",
+            Arc::new(InMemory(memory)),
+            caps,
+        )
+        .with_revoke(),
+    ])
+}
