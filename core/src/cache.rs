@@ -1,6 +1,9 @@
 //! The in-process lease cache: a driver that is restarted in the same process
 //! (a supervisor restarting a task, a test re-creating a manager) renews its
 //! predecessor's lease instead of taking a new slot.
+//!
+//! Several managers may hold leases of the same pool in one process, so each
+//! key holds a list; a grant is handed over only once its manager is gone.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError, Weak};
@@ -15,36 +18,38 @@ struct Entry {
 
 type Key = (String, String);
 
-fn cache() -> &'static Mutex<HashMap<Key, Entry>> {
-    static CACHE: OnceLock<Mutex<HashMap<Key, Entry>>> = OnceLock::new();
+fn cache() -> &'static Mutex<HashMap<Key, Vec<Entry>>> {
+    static CACHE: OnceLock<Mutex<HashMap<Key, Vec<Entry>>>> = OnceLock::new();
     CACHE.get_or_init(Mutex::default)
 }
 
-/// Takes the grant cached under `key`, unless its manager still exists
-/// (two live drivers must never share a slot).
+/// Takes a grant cached under `key` whose manager no longer exists (two live
+/// managers must never share a slot).
 pub(crate) fn take_orphan(key: &Key) -> Option<Grant> {
     let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
-    if map.get(key)?.owner.upgrade().is_some() {
-        return None;
-    }
-    map.remove(key).map(|e| e.grant)
+    let entries = map.get_mut(key)?;
+    let i = entries.iter().position(|e| e.owner.strong_count() == 0)?;
+    Some(entries.swap_remove(i).grant)
 }
 
+/// Records that `owner` holds `grant` (replacing what `owner` held before).
 pub(crate) fn put(key: Key, grant: Grant, owner: &Weak<()>) {
     let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
-    map.insert(
-        key,
-        Entry {
-            grant,
-            owner: owner.clone(),
-        },
-    );
+    let entries = map.entry(key).or_default();
+    entries.retain(|e| !e.owner.ptr_eq(owner));
+    entries.push(Entry {
+        grant,
+        owner: owner.clone(),
+    });
 }
 
-/// Forgets the grant under `key` if it is owned by `owner`.
+/// Forgets what `owner` held under `key`.
 pub(crate) fn forget(key: &Key, owner: &Weak<()>) {
     let mut map = cache().lock().unwrap_or_else(PoisonError::into_inner);
-    if map.get(key).is_some_and(|e| e.owner.ptr_eq(owner)) {
-        map.remove(key);
+    if let Some(entries) = map.get_mut(key) {
+        entries.retain(|e| !e.owner.ptr_eq(owner));
+        if entries.is_empty() {
+            map.remove(key);
+        }
     }
 }

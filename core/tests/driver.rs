@@ -1,0 +1,202 @@
+//! The tokio driver against the real in-process store, on the real clock.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use leasehold_core::{
+    LeaseConfig, LeaseGate, LeaseManager, LeaseState, LossCause, Memory, PoolName, PoolSpec,
+    Release, StaticSlot, Strategy,
+};
+
+fn config(pool: &str, size: u32, ttl_ms: u64) -> leasehold_core::LeaseConfigBuilder {
+    LeaseConfig::builder(pool)
+        .pool_size(size)
+        .ttl(Duration::from_millis(ttl_ms))
+        .renew_interval(Duration::from_millis(ttl_ms / 4))
+        .safety_margin(Duration::from_millis(ttl_ms / 5))
+        .backoff_initial(Duration::from_millis(10))
+        .acquire_timeout(Duration::from_secs(5))
+}
+
+async fn wait_for(
+    rx: &mut tokio::sync::watch::Receiver<LeaseState>,
+    what: impl Fn(&LeaseState) -> bool,
+) {
+    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| what(s)))
+        .await
+        .expect("state not reached within 10 s")
+        .expect("driver gone");
+}
+
+/// Rule 5: the gate closes at the local deadline even when the driver cannot
+/// run at all (here: the only runtime thread is blocked).
+#[test]
+fn gate_closes_at_the_deadline_with_the_driver_starved() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let manager =
+            LeaseManager::start(Memory::new(), config("starved", 4, 400).build().unwrap())
+                .await
+                .unwrap();
+        let gate = manager.gate();
+        assert!(gate.check_now().is_ok());
+        let deadline = gate.deadline();
+        // Block the runtime's only thread past the deadline: no timer can fire,
+        // no renewal can run.
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(leasehold_core::MonoTime::now() > deadline);
+        assert!(
+            gate.check_now().is_err(),
+            "gate still open past its deadline with the driver starved"
+        );
+        assert!(
+            gate.view().open,
+            "nobody closed it explicitly: it closed by itself"
+        );
+        drop(manager);
+    });
+}
+
+/// Rule 4: the loss callback runs after generation has stopped; a dynamic
+/// strategy then re-acquires and the gate re-opens with a new epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callback_runs_after_the_gate_closed_then_reacquires() {
+    let store = Memory::new();
+    let gate_cell: Arc<OnceLock<LeaseGate>> = Arc::default();
+    let closed_in_callback = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU32::new(0));
+    let cfg = {
+        let (gate_cell, closed, calls) =
+            (gate_cell.clone(), closed_in_callback.clone(), calls.clone());
+        config("lost", 2, 400)
+            .on_lost(move |ev| {
+                let gate = gate_cell.get().expect("gate set");
+                closed.store(gate.check_now().is_err(), Ordering::SeqCst);
+                assert!(matches!(ev.cause, LossCause::Rejected(_)));
+                calls.fetch_add(1, Ordering::SeqCst);
+            })
+            .build()
+            .unwrap()
+    };
+    let manager = LeaseManager::start(store.clone(), cfg).await.unwrap();
+    let gate = manager.gate();
+    gate_cell.set(gate.clone()).unwrap();
+    let before = gate.view();
+    store.revoke("lost", before.slot);
+    let mut rx = manager.subscribe();
+    wait_for(&mut rx, |s| {
+        matches!(s, LeaseState::Lost(_) | LeaseState::Acquiring)
+    })
+    .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(
+        closed_in_callback.load(Ordering::SeqCst),
+        "callback ran while generation was still on"
+    );
+    wait_for(&mut rx, |s| matches!(s, LeaseState::Held { .. })).await;
+    let after = gate.view();
+    assert!(after.epoch > before.epoch);
+    assert!(gate.check_now().is_ok());
+    manager.shutdown().await;
+}
+
+/// Shutdown closes the gate, then releases: the slot is free at once.
+#[tokio::test]
+async fn shutdown_closes_then_releases() {
+    let store = Memory::new();
+    let manager = LeaseManager::start(store.clone(), config("bye", 1, 10_000).build().unwrap())
+        .await
+        .unwrap();
+    let gate = manager.gate();
+    assert_eq!(manager.shutdown().await, Some(Release::Released));
+    assert!(gate.check_now().is_err());
+    let pool = PoolSpec::new(PoolName::new("bye").unwrap(), 1, Duration::from_secs(10)).unwrap();
+    assert!(store.acquire(&pool).await.is_ok(), "slot not released");
+}
+
+/// A restarted driver in the same process renews the cached lease instead of
+/// taking a new slot; a second live driver never shares it.
+#[tokio::test]
+async fn cached_lease_is_renewed_after_a_driver_restart() {
+    let store = Memory::new();
+    let first = LeaseManager::start(store.clone(), config("cache", 4, 10_000).build().unwrap())
+        .await
+        .unwrap();
+    let v1 = first.gate().view();
+    let concurrent =
+        LeaseManager::start(store.clone(), config("cache", 4, 10_000).build().unwrap())
+            .await
+            .unwrap();
+    assert_ne!(
+        concurrent.gate().view().slot,
+        v1.slot,
+        "two live managers shared a slot"
+    );
+    drop(first);
+    let restarted = LeaseManager::start(store.clone(), config("cache", 4, 10_000).build().unwrap())
+        .await
+        .unwrap();
+    let v2 = restarted.gate().view();
+    assert_eq!(
+        (v2.slot, v2.fence),
+        (v1.slot, v1.fence),
+        "restart took a new slot"
+    );
+    restarted.shutdown().await;
+    concurrent.shutdown().await;
+}
+
+/// Rule 6 with a real store: a full pool makes `start` wait, then time out
+/// with the last error; a final error is reported at once.
+#[tokio::test]
+async fn start_times_out_on_a_full_pool() {
+    let store = Memory::new();
+    let holder = LeaseManager::start(store.clone(), config("full", 1, 10_000).build().unwrap())
+        .await
+        .unwrap();
+    let err = LeaseManager::start(
+        store.clone(),
+        config("full", 1, 10_000)
+            .acquire_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("acquire_timeout") && msg.contains("exhausted"),
+        "{msg}"
+    );
+    holder.shutdown().await;
+
+    let err = LeaseManager::start(
+        StaticSlot::new(9),
+        config("static", 4, 10_000).build().unwrap(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("raise the pool size"), "{err}");
+}
+
+/// Deterministic strategies hold their fixed slot and report it.
+#[tokio::test]
+async fn static_slot_is_held_and_renewed() {
+    let manager = LeaseManager::start(
+        StaticSlot::new(2),
+        config("static-ok", 4, 300).build().unwrap(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(manager.gate().view().slot, 2);
+    assert!(
+        manager.gate().check_now().is_ok(),
+        "static lease not renewed"
+    );
+    manager.shutdown().await;
+}

@@ -1,0 +1,316 @@
+//! One test per timing rule of DESIGN.md, driving the pure state machine with a
+//! virtual clock. No test here sleeps or reads a real clock.
+
+use std::time::Duration;
+
+use leasehold_core::machine::{Action, Input, LossCause, Machine};
+use leasehold_core::{
+    AcquireError, Fence, Grant, LeaseConfig, MonoTime, Reason, StartError, Timing, Token,
+};
+
+const S: Duration = Duration::from_secs(1);
+
+fn timing() -> Timing {
+    LeaseConfig::builder("p")
+        .ttl(10 * S)
+        .renew_interval(3 * S)
+        .safety_margin(S)
+        .acquire_timeout(20 * S)
+        .backoff_initial(Duration::from_millis(100))
+        .backoff_max(2 * S)
+        .build()
+        .unwrap()
+        .timing()
+        .clone()
+}
+
+fn grant(slot: u32) -> Grant {
+    Grant {
+        slot,
+        token: Token::random(),
+        fence: Fence(u64::from(slot) + 1),
+        ttl: 10 * S,
+    }
+}
+
+fn t(secs_millis: u64) -> MonoTime {
+    MonoTime::from_nanos(1_000_000_000_000 + secs_millis * 1_000_000)
+}
+
+/// A machine holding slot 3, acquired by a request sent at t(0) answered at t(0).
+fn held(deterministic: bool) -> (Machine, Grant) {
+    let mut m = Machine::new(timing(), deterministic, 7);
+    assert_eq!(m.handle(Input::Start, t(0)), vec![Action::Acquire]);
+    let g = grant(3);
+    let acts = m.handle(
+        Input::Acquired {
+            grant: g.clone(),
+            sent_at: t(0),
+        },
+        t(0),
+    );
+    assert!(matches!(acts[..], [Action::Open { slot: 3, .. }]));
+    (m, g)
+}
+
+fn first_renew(m: &mut Machine) -> MonoTime {
+    let at = m.next_wakeup().unwrap();
+    let acts = m.handle(Input::Tick, at);
+    assert!(matches!(acts[..], [Action::Renew(_)]), "{acts:?}");
+    at
+}
+
+#[test]
+fn rule2_deadline_counts_from_send_time_not_answer_time() {
+    let mut m = Machine::new(timing(), false, 1);
+    m.handle(Input::Start, t(0));
+    // The answer takes 3 s to arrive: the lease is good for ttl − margin from t(0).
+    let acts = m.handle(
+        Input::Acquired {
+            grant: grant(1),
+            sent_at: t(0),
+        },
+        t(3000),
+    );
+    assert_eq!(
+        acts,
+        vec![Action::Open {
+            slot: 1,
+            fence: Fence(2),
+            deadline: t(9000)
+        }]
+    );
+    // Renewal sent at t(4000), answered at t(6000): deadline from t(4000).
+    let sent = first_renew(&mut m);
+    assert_eq!(
+        sent,
+        t(3000),
+        "first renewal one renew_interval after the send time"
+    );
+    let acts = m.handle(
+        Input::Renewed {
+            ttl: 10 * S,
+            sent_at: t(4000),
+        },
+        t(6000),
+    );
+    assert_eq!(
+        acts,
+        vec![Action::Extend {
+            deadline: t(13_000)
+        }]
+    );
+}
+
+#[test]
+fn rule2_an_answer_arriving_after_its_own_deadline_is_not_used() {
+    let mut m = Machine::new(timing(), false, 1);
+    m.handle(Input::Start, t(0));
+    let g = grant(1);
+    let acts = m.handle(
+        Input::Acquired {
+            grant: g.clone(),
+            sent_at: t(0),
+        },
+        t(9500),
+    );
+    assert_eq!(
+        acts,
+        vec![Action::Release(g)],
+        "too-late grant must be handed back, not opened"
+    );
+    assert!(m.held().is_none());
+}
+
+#[test]
+fn rule3_retry_continues_until_the_deadline_then_the_lease_is_lost() {
+    let (mut m, _) = held(false);
+    first_renew(&mut m);
+    let mut now = t(3000);
+    let mut renewals = 1;
+    loop {
+        let acts = m.handle(Input::RenewRetry(Reason::new("timeout")), now);
+        assert!(
+            acts.is_empty(),
+            "a Retry before the deadline must not close: {acts:?}"
+        );
+        let wake = m.next_wakeup().unwrap();
+        assert!(wake > now);
+        now = wake;
+        let acts = m.handle(Input::Tick, now);
+        if now >= t(9000) {
+            assert_eq!(acts[0], Action::Close);
+            match &acts[1] {
+                Action::NotifyLost(ev) => {
+                    assert_eq!(
+                        ev.cause,
+                        LossCause::DeadlinePassed {
+                            last_retry: Some(Reason::new("timeout"))
+                        }
+                    );
+                    assert!(ev.reacquiring);
+                }
+                other => panic!("expected NotifyLost, got {other:?}"),
+            }
+            break;
+        }
+        assert!(matches!(acts[..], [Action::Renew(_)]), "{acts:?}");
+        renewals += 1;
+    }
+    assert_eq!(now, t(9000), "loss happens exactly at the local deadline");
+    assert!(
+        renewals >= 4,
+        "only {renewals} renewal attempts in 6 s of retries"
+    );
+}
+
+#[test]
+fn rule3_a_confirmed_renewal_resets_the_retry_backoff() {
+    let (mut m, _) = held(false);
+    first_renew(&mut m);
+    m.handle(Input::RenewRetry(Reason::new("x")), t(3000));
+    let retry_at = m.next_wakeup().unwrap();
+    m.handle(Input::Tick, retry_at);
+    let acts = m.handle(
+        Input::Renewed {
+            ttl: 10 * S,
+            sent_at: retry_at,
+        },
+        retry_at,
+    );
+    assert!(matches!(acts[..], [Action::Extend { .. }]));
+    assert_eq!(m.next_wakeup(), Some(retry_at + 3 * S));
+}
+
+#[test]
+fn rule4_generation_closes_before_the_callback_on_rejection() {
+    let (mut m, g) = held(false);
+    first_renew(&mut m);
+    let acts = m.handle(Input::RenewLost(Reason::new("taken")), t(3100));
+    assert_eq!(acts.len(), 2, "{acts:?}");
+    assert_eq!(acts[0], Action::Close, "generation must stop first");
+    match &acts[1] {
+        Action::NotifyLost(ev) => {
+            assert_eq!((ev.slot, ev.fence), (g.slot, g.fence));
+            assert_eq!(ev.cause, LossCause::Rejected(Reason::new("taken")));
+        }
+        other => panic!("expected NotifyLost, got {other:?}"),
+    }
+    // Then re-acquisition starts, with backoff.
+    let wake = m.next_wakeup().unwrap();
+    assert!(wake > t(3100));
+    assert_eq!(m.handle(Input::Tick, wake), vec![Action::Acquire]);
+}
+
+#[test]
+fn rule4_deterministic_strategies_are_not_reacquired() {
+    let (mut m, _) = held(true);
+    first_renew(&mut m);
+    let acts = m.handle(Input::RenewLost(Reason::new("gone")), t(3100));
+    assert_eq!(acts[0], Action::Close);
+    assert!(matches!(&acts[1], Action::NotifyLost(ev) if !ev.reacquiring));
+    assert_eq!(
+        m.next_wakeup(),
+        None,
+        "nothing scheduled after a deterministic loss"
+    );
+    for ms in [4000, 60_000, 600_000] {
+        assert!(m.handle(Input::Tick, t(ms)).is_empty());
+    }
+}
+
+#[test]
+fn rule5_the_deadline_tick_closes_even_with_a_renewal_in_flight() {
+    let (mut m, _) = held(false);
+    first_renew(&mut m);
+    // The renewal never answers: the machine still wakes at the deadline.
+    assert_eq!(m.next_wakeup(), Some(t(9000)));
+    let acts = m.handle(Input::Tick, t(9000));
+    assert_eq!(acts[0], Action::Close);
+    // A late answer is ignored once the lease is gone.
+    let late = m.handle(
+        Input::Renewed {
+            ttl: 10 * S,
+            sent_at: t(3000),
+        },
+        t(9001),
+    );
+    assert!(late.is_empty(), "{late:?}");
+}
+
+#[test]
+fn rule6_start_blocks_until_acquired_and_gives_up_at_the_acquire_timeout() {
+    let mut m = Machine::new(timing(), false, 3);
+    m.handle(Input::Start, t(0));
+    let mut now = t(0);
+    let mut attempts = 1;
+    loop {
+        let acts = m.handle(
+            Input::AcquireFailed(AcquireError::Contention(Reason::new("busy"))),
+            now,
+        );
+        assert!(acts.is_empty());
+        now = m.next_wakeup().unwrap();
+        let acts = m.handle(Input::Tick, now);
+        match &acts[..] {
+            [Action::Acquire] => attempts += 1,
+            [Action::Fail(StartError::Timeout { waited, last })] => {
+                assert_eq!(*waited, 20 * S);
+                assert!(matches!(last, Some(AcquireError::Contention(_))));
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(now, t(20_000));
+    assert!(attempts > 5);
+}
+
+#[test]
+fn rule6_a_final_error_stops_startup_at_once() {
+    let mut m = Machine::new(timing(), false, 3);
+    m.handle(Input::Start, t(0));
+    let err = AcquireError::MissingSchema {
+        what: "table leases is missing".into(),
+        fix: "call ensure_pool".into(),
+    };
+    let acts = m.handle(Input::AcquireFailed(err.clone()), t(5));
+    assert_eq!(acts, vec![Action::Fail(StartError::Acquire(err))]);
+    assert!(m.is_stopped());
+}
+
+#[test]
+fn shutdown_closes_generation_then_releases() {
+    let (mut m, g) = held(false);
+    let acts = m.handle(Input::Shutdown, t(1000));
+    assert_eq!(acts, vec![Action::Close, Action::Release(g), Action::Stop]);
+    assert!(m.handle(Input::Tick, t(2000)).is_empty());
+}
+
+#[test]
+fn backoff_grows_and_jitters() {
+    let mut m = Machine::new(timing(), false, 42);
+    let mut prev_mean = Duration::ZERO;
+    for attempt in 1..=6u32 {
+        let full = (Duration::from_millis(100) * 2u32.pow(attempt - 1)).min(2 * S);
+        let samples: Vec<Duration> = (0..200).map(|_| m.backoff(attempt)).collect();
+        for d in &samples {
+            assert!(
+                *d >= full / 2 && *d <= full,
+                "attempt {attempt}: {d:?} outside [{:?}, {full:?}]",
+                full / 2
+            );
+        }
+        let distinct: std::collections::HashSet<_> = samples.iter().collect();
+        assert!(
+            distinct.len() > 100,
+            "attempt {attempt}: no jitter ({} distinct)",
+            distinct.len()
+        );
+        let mean = samples.iter().sum::<Duration>() / 200;
+        if full < 2 * S {
+            assert!(mean > prev_mean, "attempt {attempt}: backoff did not grow");
+        }
+        prev_mean = mean;
+    }
+}
