@@ -173,6 +173,27 @@ impl Server {
             .map(Child::id)
     }
 
+    /// Leaves a server this process started running after this value is
+    /// dropped (for `cargo xtask servers up`). Returns how to stop it later.
+    pub fn detach(mut self) -> Detached {
+        let guard = self.guard.take();
+        let detached = Detached {
+            pid: guard.as_ref().and_then(|g| g.child.as_ref()).map(Child::id),
+            stop: guard
+                .as_ref()
+                .and_then(|g| g.stop.clone())
+                .map(|s| {
+                    s.into_iter()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            dir: guard.as_ref().map(|g| g.dir.clone()),
+        };
+        std::mem::forget(guard);
+        detached
+    }
+
     /// One line for reports: `redis8 8.2.3 (local binary /path)`.
     pub fn describe(&self) -> String {
         format!("{} {} ({})", self.kind, self.version, self.origin)
@@ -192,7 +213,8 @@ impl fmt::Debug for Server {
 
 struct Guard {
     child: Option<Child>,
-    stop: Option<Command>,
+    /// A command that stops the server (for daemons such as `pg_ctl start`).
+    stop: Option<Vec<std::ffi::OsString>>,
     dir: PathBuf,
     #[cfg(feature = "testcontainers")]
     _container: Option<Box<dyn std::any::Any + Send>>,
@@ -200,8 +222,12 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some(stop) = &mut self.stop {
-            let _ = stop.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        if let Some((program, args)) = self.stop.as_ref().and_then(|s| s.split_first()) {
+            let _ = Command::new(program)
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
         }
         if let Some(child) = &mut self.child {
             let _ = child.kill();
@@ -209,6 +235,17 @@ impl Drop for Guard {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A server left running by [`Server::detach`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Detached {
+    /// The process to kill, if the server runs as a child process.
+    pub pid: Option<u32>,
+    /// The command that stops it (empty when killing the process is enough).
+    pub stop: Vec<String>,
+    /// Its data directory, to remove once stopped.
+    pub dir: Option<PathBuf>,
 }
 
 /// No server could be provided. The message lists what was tried.
@@ -287,7 +324,10 @@ pub fn provide(kind: ServerKind) -> Result<Server, Missing> {
 pub fn servers_dir() -> PathBuf {
     std::env::var_os("LEASEHOLD_SERVERS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/servers"))
+        .unwrap_or_else(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            root.canonicalize().unwrap_or(root).join("target/servers")
+        })
 }
 
 fn site_packages() -> Vec<PathBuf> {
@@ -501,11 +541,12 @@ fn start_local(kind: ServerKind, bin: &Path) -> Result<Server, String> {
                 .arg("-l")
                 .arg(&log)
                 .args(["-w", "-o", &opts, "start"]))?;
-            let mut stop = as_user(bindir.join("pg_ctl"));
-            stop.arg("-D")
-                .arg(&data)
-                .args(["-m", "immediate", "-w", "stop"]);
-            guard.stop = Some(stop);
+            let stop = as_user(bindir.join("pg_ctl"));
+            let mut stop_cmd = vec![stop.get_program().to_owned()];
+            stop_cmd.extend(stop.get_args().map(ToOwned::to_owned));
+            stop_cmd.extend(["-D".into(), data.into_os_string()]);
+            stop_cmd.extend(["-m", "immediate", "-w", "stop"].map(Into::into));
+            guard.stop = Some(stop_cmd);
             url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
         }
         ServerKind::MariaDb => {

