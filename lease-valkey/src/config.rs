@@ -1,0 +1,143 @@
+//! Connection settings.
+
+use std::time::Duration;
+
+/// Which commands hold the leases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Method {
+    /// Probe the server at connect (`COMMAND INFO HSETEX`): HSETEX where the
+    /// server has it, scripts otherwise.
+    #[default]
+    Auto,
+    /// One hash per pool with per-field TTLs (`HSETEX`): Redis 8+, Valkey 9+.
+    /// On an older server acquisition fails with a final
+    /// [`AcquireError::UnsupportedServer`](leasehold_core::AcquireError::UnsupportedServer).
+    Hsetex,
+    /// One key per slot (`SET NX PX`) and compare-and-extend /
+    /// compare-and-delete scripts: Redis 6/7, Valkey 7/8 and newer.
+    Scripts,
+}
+
+/// The largest key prefix accepted.
+pub const MAX_PREFIX_LEN: usize = 64;
+
+/// How to reach the server and where the pools live.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_valkey::{Method, ValkeyConfig};
+/// let config = ValkeyConfig::new("redis://127.0.0.1:6379")
+///     .key_prefix("myapp")
+///     .method(Method::Auto)
+///     .op_timeout(Duration::from_millis(500));
+/// assert_eq!(config.prefix(), "myapp");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ValkeyConfig {
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) method: Method,
+    pub(crate) op_timeout: Duration,
+}
+
+impl std::fmt::Debug for ValkeyConfig {
+    /// Never prints the URL's credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValkeyConfig")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("method", &self.method)
+            .field("op_timeout", &self.op_timeout)
+            .finish()
+    }
+}
+
+impl ValkeyConfig {
+    /// The default operation timeout.
+    pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// A server URL as `fred` reads it: `redis://[user:pass@]host:port[/db]`,
+    /// `rediss://…`, `redis-cluster://…`, `redis-sentinel://…`.
+    /// Key prefix `leasehold`, [`Method::Auto`], operation timeout 1 s.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            prefix: "leasehold".into(),
+            method: Method::Auto,
+            op_timeout: Self::DEFAULT_OP_TIMEOUT,
+        }
+    }
+
+    /// The namespace of every key: 1 to 64 characters of `A-Z a-z 0-9 _ - . :`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Forces a [`Method`] instead of probing.
+    pub fn method(mut self, method: Method) -> Self {
+        self.method = method;
+        self
+    }
+
+    /// The longest any single operation (connect, command) may take before it
+    /// is given up as `Retry`. Keep it well below the renewal budget (a
+    /// fraction of the TTL).
+    pub fn op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
+        self
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+/// The URL without user info or query string.
+pub(crate) fn redact(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if path.is_empty() {
+        format!("{scheme}://{host}")
+    } else {
+        format!("{scheme}://{host}/{path}")
+    }
+}
+
+pub(crate) fn valid_prefix(prefix: &str) -> bool {
+    (1..=MAX_PREFIX_LEN).contains(&prefix.len())
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_drops_credentials_and_query() {
+        assert_eq!(
+            redact("redis://user:secret@db.example:6380/2?x=y"),
+            "redis://db.example:6380/2"
+        );
+        assert_eq!(redact("rediss://:pw@h:1"), "rediss://h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        let dbg = format!("{:?}", ValkeyConfig::new("redis://u:hunter2@h:1"));
+        assert!(!dbg.contains("hunter2"), "{dbg}");
+    }
+
+    #[test]
+    fn prefixes() {
+        assert!(valid_prefix("leasehold"));
+        assert!(valid_prefix("app:v1.ids-2"));
+        assert!(!valid_prefix(""));
+        assert!(!valid_prefix("a{b}"));
+        assert!(!valid_prefix("sp ace"));
+        assert!(!valid_prefix(&"x".repeat(65)));
+    }
+}

@@ -1,0 +1,148 @@
+//! Errors, and the classification of every failure where it is born.
+
+use std::time::Duration;
+
+use fred::error::{Error as FredError, ErrorKind};
+
+/// Why [`ValkeyStrategy::connect`](crate::ValkeyStrategy::connect) or an
+/// administrative call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key prefix is not a valid namespace.
+    #[error(
+        "invalid key prefix {0:?}; use 1 to 64 characters of A-Z, a-z, 0-9, '_', '-', '.' or ':'"
+    )]
+    BadPrefix(String),
+    /// The operation timeout is zero.
+    #[error("invalid op_timeout 0s; use a timeout above zero, well below the renewal interval")]
+    BadTimeout,
+    /// The URL could not be parsed.
+    #[error("invalid server URL {url}: {source}; use redis://[user:pass@]host:port[/db]")]
+    BadUrl {
+        /// The URL, without credentials.
+        url: String,
+        /// What `fred` said.
+        source: FredError,
+    },
+    /// The server did not answer in time, or the connection failed.
+    #[error(
+        "cannot reach {url} (gave up after {timeout:?}): {reason}; check that the server runs and the address is right"
+    )]
+    Unreachable {
+        /// The URL, without credentials.
+        url: String,
+        /// The operation timeout.
+        timeout: Duration,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The server answered with an error.
+    #[error("{server} answered {command} with an error: {reason}")]
+    Server {
+        /// The server, e.g. `Redis 7.0.15`.
+        server: String,
+        /// The command.
+        command: &'static str,
+        /// The server's error.
+        reason: String,
+    },
+}
+
+/// What a failed command means for a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The answer was lost or never came (connection, timeout, a server that is
+    /// loading, busy, read-only or failing over): the outcome is unknown.
+    Transient(String),
+    /// The server does not have the script cached (after a restart or
+    /// `SCRIPT FLUSH`): send it again.
+    NoScript,
+    /// Authentication or permission: a configuration problem.
+    Denied(String),
+    /// The server answered with an error that no retry changes (wrong type,
+    /// syntax, unknown command).
+    Rejected(String),
+}
+
+impl Failure {
+    /// The text to report.
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            Self::Transient(s) | Self::Denied(s) | Self::Rejected(s) => s,
+            Self::NoScript => "NOSCRIPT: the script is not cached on the server",
+        }
+    }
+}
+
+/// Server error codes (the first word of a RESP error reply) that no retry
+/// changes: a generic error (syntax, unknown command, script error) or a key
+/// of the wrong type.
+const REJECTED_CODES: &[&str] = &["ERR", "WRONGTYPE", "EXECABORT"];
+
+/// Server error codes that mean authentication or permission.
+const DENIED_CODES: &[&str] = &["NOPERM", "NOAUTH", "WRONGPASS"];
+
+/// Classifies a `fred` error where it is born.
+///
+/// Client-side kinds (I/O, timeout, cancellation, routing, backpressure) are
+/// transient. `fred` gives server error replies the kind `Unknown` (or
+/// `InvalidArgument`, `Auth`) with the reply as details, and uses `Unknown`
+/// for some client-side failures too ("Failed to route command."); a server
+/// reply is recognised by the RESP convention that it starts with an
+/// upper-case error code, and only the codes listed above count as a
+/// rejection. Everything else — `LOADING`, `BUSY`, `READONLY`, `TRYAGAIN`,
+/// `MASTERDOWN`, `OOM`, `CLUSTERDOWN`, client-side failures, codes not known
+/// here — is transient: the outcome is unknown, so the caller retries.
+pub(crate) fn classify(e: &FredError) -> Failure {
+    let text = e.to_string();
+    let code = e.details().split_whitespace().next().unwrap_or_default();
+    let is_code = !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase());
+    match e.kind() {
+        ErrorKind::IO
+        | ErrorKind::Timeout
+        | ErrorKind::Canceled
+        | ErrorKind::Backpressure
+        | ErrorKind::Cluster
+        | ErrorKind::Routing
+        | ErrorKind::Protocol => Failure::Transient(text),
+        ErrorKind::Auth => Failure::Denied(text),
+        _ if is_code && code == "NOSCRIPT" => Failure::NoScript,
+        _ if is_code && DENIED_CODES.contains(&code) => Failure::Denied(text),
+        _ if is_code && REJECTED_CODES.contains(&code) => Failure::Rejected(text),
+        _ => Failure::Transient(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        let io = FredError::new(ErrorKind::IO, "reset");
+        assert!(matches!(classify(&io), Failure::Transient(_)));
+        let t = FredError::new(ErrorKind::Timeout, "timed out");
+        assert!(matches!(classify(&t), Failure::Transient(_)));
+        let ns = FredError::new(ErrorKind::Unknown, "NOSCRIPT No matching script.");
+        assert_eq!(classify(&ns), Failure::NoScript);
+        let busy = FredError::new(ErrorKind::Unknown, "BUSY Redis is busy running a script.");
+        assert!(matches!(classify(&busy), Failure::Transient(_)));
+        let wt = FredError::new(
+            ErrorKind::InvalidArgument,
+            "WRONGTYPE Operation against a key",
+        );
+        assert!(matches!(classify(&wt), Failure::Rejected(_)));
+        let perm = FredError::new(ErrorKind::Unknown, "NOPERM this user has no permissions");
+        assert!(matches!(classify(&perm), Failure::Denied(_)));
+        let unk = FredError::new(ErrorKind::Unknown, "ERR unknown command 'HSETEX'");
+        assert!(matches!(classify(&unk), Failure::Rejected(_)));
+        let route = FredError::new(ErrorKind::Unknown, "Failed to route command.");
+        assert!(matches!(classify(&route), Failure::Transient(_)));
+        let ro = FredError::new(
+            ErrorKind::Unknown,
+            "READONLY You can't write against a replica.",
+        );
+        assert!(matches!(classify(&ro), Failure::Transient(_)));
+    }
+}

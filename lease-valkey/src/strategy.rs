@@ -1,0 +1,554 @@
+//! The strategy: connection, probe, and the three lease operations.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fred::prelude::{ClientLike, ReconnectPolicy};
+use fred::types::config::{Config, UnresponsiveConfig};
+use fred::types::{Builder, ClusterHash, CustomCommand, Value};
+use leasehold_core::{
+    AcquireError, Capabilities, Fence, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
+    Strategy, Token,
+};
+
+use crate::config::{Method, ValkeyConfig, redact, valid_prefix};
+use crate::error::{Error, Failure, classify};
+use crate::scripts::{Script, Scripts};
+use crate::server::ServerInfo;
+
+/// Extra time the `tokio` backstop allows over `fred`'s own command timeout.
+const BACKSTOP_SLACK: Duration = Duration::from_millis(250);
+
+/// The path a connected strategy uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ActivePath {
+    /// One hash per pool, per-field TTLs (`HSETEX`).
+    Hsetex,
+    /// One key per slot, scripts.
+    Scripts,
+    /// [`Method::Hsetex`] was forced on a server without `HSETEX`: every
+    /// acquisition fails with a final `UnsupportedServer` error.
+    Unsupported,
+}
+
+impl fmt::Display for ActivePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Hsetex => "hsetex",
+            Self::Scripts => "scripts",
+            Self::Unsupported => "unsupported",
+        })
+    }
+}
+
+/// The keys of one pool. They share the hash tag `{<prefix>:<pool>}`, so a
+/// pool lives on one Redis Cluster slot and its scripts may touch all of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolKeys {
+    /// HSETEX path: the hash of slot fields (`"17" → token`) and ownership
+    /// markers (`"token.17.<token>" → "17"`), all with per-field TTLs.
+    pub leases: String,
+    /// Both paths: the persistent hash of per-slot fences (`"17" → n`).
+    pub fences: String,
+    /// Script path: slot `n`'s key is this prefix followed by `n`.
+    pub slot_prefix: String,
+}
+
+impl PoolKeys {
+    /// The keys of `pool` under `prefix`.
+    pub fn new(prefix: &str, pool: &PoolName) -> Self {
+        let tag = format!("{{{prefix}:{pool}}}");
+        Self {
+            leases: format!("{tag}:leases"),
+            fences: format!("{tag}:fences"),
+            slot_prefix: format!("{tag}:slot:"),
+        }
+    }
+
+    /// Script path: the key of `slot`.
+    pub fn slot_key(&self, slot: u32) -> String {
+        format!("{}{slot}", self.slot_prefix)
+    }
+}
+
+/// The HSETEX path's ownership marker for `slot` held by `token`.
+pub fn marker(slot: u32, token: &Token) -> String {
+    format!("token.{slot}.{}", token.to_hex())
+}
+
+struct Inner {
+    client: fred::clients::Client,
+    config: ValkeyConfig,
+    server: ServerInfo,
+    path: ActivePath,
+    scripts: Scripts,
+    round_trips: AtomicU64,
+    identity: String,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // fred's connection task outlives the client handle; stop it.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            rt.spawn(async move {
+                let _ = client.quit().await;
+            });
+        }
+    }
+}
+
+/// Leases in Valkey or Redis through `fred`. Cheap to clone (one shared
+/// connection, commands are pipelined).
+///
+/// See the crate documentation for the data layout and the safety argument.
+#[derive(Clone)]
+pub struct ValkeyStrategy {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ValkeyStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ValkeyStrategy")
+            .field("identity", &self.inner.identity)
+            .field("server", &self.inner.server.to_string())
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+impl ValkeyStrategy {
+    /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX`),
+    /// picks the path and loads its scripts.
+    ///
+    /// Every command is bounded by the configured operation timeout: `fred`'s
+    /// command and connection timeouts are set to it, a command is sent at
+    /// most once (no silent re-send after a dropped connection), commands
+    /// fail at once while the connection is down instead of queueing, an
+    /// unresponsive connection is closed and reopened in the background, and
+    /// a `tokio` timeout wraps every call as a backstop.
+    pub async fn connect(config: ValkeyConfig) -> Result<Self, Error> {
+        if !valid_prefix(&config.prefix) {
+            return Err(Error::BadPrefix(config.prefix.clone()));
+        }
+        if config.op_timeout.is_zero() {
+            return Err(Error::BadTimeout);
+        }
+        let url = redact(&config.url);
+        let timeout = config.op_timeout;
+        let mut fred_config = Config::from_url(&config.url).map_err(|source| Error::BadUrl {
+            url: url.clone(),
+            source,
+        })?;
+        fred_config.fail_fast = true;
+        let client = Builder::from_config(fred_config)
+            .with_connection_config(|c| {
+                c.connection_timeout = timeout;
+                c.internal_command_timeout = timeout;
+                c.max_command_attempts = 1;
+                c.unresponsive = UnresponsiveConfig {
+                    max_timeout: Some(timeout),
+                    interval: (timeout / 4).max(Duration::from_millis(10)),
+                };
+                c.tcp.nodelay = Some(true);
+            })
+            .with_performance_config(|p| p.default_command_timeout = timeout)
+            .set_policy(ReconnectPolicy::new_exponential(0, 20, 1000, 2))
+            .build()
+            .map_err(|source| Error::BadUrl {
+                url: url.clone(),
+                source,
+            })?;
+        let unreachable = |reason: String| Error::Unreachable {
+            url: url.clone(),
+            timeout,
+            reason,
+        };
+        match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
+            Ok(Ok(_task)) => {}
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Err(_) => {
+                let _ = client.quit().await;
+                return Err(unreachable("no answer".into()));
+            }
+        }
+        let mut strategy = Self {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                server: ServerInfo::from_info(""),
+                path: ActivePath::Scripts,
+                scripts: Scripts::new(),
+                round_trips: AtomicU64::new(0),
+                identity: String::new(),
+            }),
+        };
+        let server = strategy.probe(&url).await?;
+        let path = match (strategy.inner.config.method, server.hsetex) {
+            (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
+            (Method::Auto, false) | (Method::Scripts, _) => ActivePath::Scripts,
+            (Method::Hsetex, false) => ActivePath::Unsupported,
+        };
+        {
+            let inner = Arc::get_mut(&mut strategy.inner).expect("not shared yet");
+            inner.identity = format!("{url}#{}/{path}", inner.config.prefix);
+            inner.server = server;
+            inner.path = path;
+        }
+        if path != ActivePath::Unsupported {
+            for script in strategy.inner.scripts.for_path(path == ActivePath::Hsetex) {
+                strategy
+                    .call::<Value>(
+                        "SCRIPT",
+                        ClusterHash::Random,
+                        vec!["LOAD".into(), script.body.into()],
+                    )
+                    .await
+                    .map_err(|f| strategy.failure_error("SCRIPT LOAD", &url, f))?;
+            }
+        }
+        strategy.inner.round_trips.store(0, Ordering::Relaxed);
+        Ok(strategy)
+    }
+
+    async fn probe(&self, url: &str) -> Result<ServerInfo, Error> {
+        let info: String = self
+            .call("INFO", ClusterHash::Random, vec!["server".into()])
+            .await
+            .map_err(|f| self.failure_error("INFO server", url, f))?;
+        let mut server = ServerInfo::from_info(&info);
+        match self
+            .call::<Value>(
+                "COMMAND",
+                ClusterHash::Random,
+                vec!["INFO".into(), "HSETEX".into()],
+            )
+            .await
+        {
+            // An unknown command comes back as a nil entry.
+            Ok(Value::Array(entries)) => {
+                server.hsetex = entries.first().is_some_and(|e| !matches!(e, Value::Null));
+            }
+            Ok(_) => {}
+            // COMMAND denied by an ACL: keep the answer from the version.
+            Err(Failure::Denied(_) | Failure::Rejected(_)) => {}
+            Err(f) => return Err(self.failure_error("COMMAND INFO HSETEX", url, f)),
+        }
+        Ok(server)
+    }
+
+    fn failure_error(&self, command: &'static str, url: &str, f: Failure) -> Error {
+        match f {
+            Failure::Transient(reason) => Error::Unreachable {
+                url: url.to_owned(),
+                timeout: self.inner.config.op_timeout,
+                reason,
+            },
+            other => Error::Server {
+                server: self.inner.server.to_string(),
+                command,
+                reason: other.text().to_owned(),
+            },
+        }
+    }
+
+    /// What the probe found.
+    pub fn server(&self) -> &ServerInfo {
+        &self.inner.server
+    }
+
+    /// The path in use.
+    pub fn path(&self) -> ActivePath {
+        self.inner.path
+    }
+
+    /// The `fred` client, for inspection and administration.
+    pub fn client(&self) -> &fred::clients::Client {
+        &self.inner.client
+    }
+
+    /// The keys of `pool`.
+    pub fn keys(&self, pool: &PoolName) -> PoolKeys {
+        PoolKeys::new(&self.inner.config.prefix, pool)
+    }
+
+    /// Commands sent since connect (one per round trip; the probe and script
+    /// loading at connect are not counted).
+    pub fn round_trips(&self) -> u64 {
+        self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Deletes `slot`'s lease behind its holder's back (both fields on the
+    /// HSETEX path), as an operator would: the holder's next renewal is
+    /// `Lost`. The fence is kept. Returns whether a lease was there.
+    pub async fn revoke(&self, pool: &PoolName, slot: u32) -> Result<bool, Error> {
+        let keys = self.keys(pool);
+        let url = redact(&self.inner.config.url);
+        let n: i64 = match self.inner.path {
+            ActivePath::Hsetex => self
+                .eval(
+                    &self.inner.scripts.revoke_hsetex,
+                    vec![keys.leases],
+                    vec![slot.to_string()],
+                )
+                .await
+                .map_err(|f| self.failure_error("EVALSHA (revoke)", &url, f))?
+                .as_i64()
+                .unwrap_or(0),
+            _ => self
+                .call(
+                    "DEL",
+                    ClusterHash::FirstKey,
+                    vec![Value::from(keys.slot_key(slot))],
+                )
+                .await
+                .map_err(|f| self.failure_error("DEL", &url, f))?,
+        };
+        Ok(n == 1)
+    }
+
+    /// One command, one round trip, bounded by the operation timeout.
+    async fn call<R: fred::types::FromValue>(
+        &self,
+        cmd: &'static str,
+        hash: ClusterHash,
+        args: Vec<Value>,
+    ) -> Result<R, Failure> {
+        self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        let limit = self.inner.config.op_timeout + BACKSTOP_SLACK;
+        let command = CustomCommand::new_static(cmd, hash, false);
+        match tokio::time::timeout(limit, self.inner.client.custom::<R, Value>(command, args)).await
+        {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(classify(&e)),
+            Err(_) => Err(Failure::Transient(format!(
+                "{cmd}: no answer within {limit:?}"
+            ))),
+        }
+    }
+
+    /// Runs a script by SHA; if the server lost it, sends the body once.
+    async fn eval(
+        &self,
+        script: &Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, Failure> {
+        let build = |head: &str| {
+            let mut v: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+            v.push(head.into());
+            v.push(Value::Integer(keys.len() as i64));
+            v.extend(keys.iter().map(|k| Value::from(k.as_str())));
+            v.extend(args.iter().map(|a| Value::from(a.as_str())));
+            v
+        };
+        match self
+            .call("EVALSHA", ClusterHash::Offset(2), build(&script.sha))
+            .await
+        {
+            Err(Failure::NoScript) => {
+                self.call("EVAL", ClusterHash::Offset(2), build(script.body))
+                    .await
+            }
+            other => other,
+        }
+        .map_err(|f| match f {
+            Failure::Rejected(r) => Failure::Rejected(format!("script {}: {r}", script.name)),
+            f => f,
+        })
+    }
+
+    fn unsupported(&self) -> AcquireError {
+        AcquireError::UnsupportedServer {
+            what: format!(
+                "HSETEX is not supported by this server ({}); it needs Redis 8+ or Valkey 9+",
+                self.inner.server
+            ),
+            fix: "upgrade the server, or use Method::Auto or Method::Scripts (the script \
+                  strategy: one key per slot, SET NX PX), which works on this server"
+                .into(),
+        }
+    }
+}
+
+fn ttl_ms(ttl: Duration) -> Option<String> {
+    let ms = ttl.as_millis();
+    (ms >= 1).then(|| ms.min(i64::MAX as u128).to_string())
+}
+
+fn parse_claim(v: &Value) -> Option<Option<(u32, u64)>> {
+    match v {
+        Value::Integer(-1) => Some(None),
+        Value::Array(items) if items.len() == 2 => {
+            let slot = u32::try_from(items[0].as_i64()?).ok()?;
+            let fence = u64::try_from(items[1].as_i64()?).ok()?;
+            Some(Some((slot, fence)))
+        }
+        _ => None,
+    }
+}
+
+impl Strategy for ValkeyStrategy {
+    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+        let Some(ttl) = ttl_ms(pool.ttl) else {
+            return Err(AcquireError::Misconfigured {
+                what: format!("ttl {:?} is below the store's 1 ms resolution", pool.ttl),
+                fix: "use a ttl of at least 100 ms".into(),
+            });
+        };
+        let keys = self.keys(&pool.name);
+        let token = Token::random();
+        let result = match self.inner.path {
+            ActivePath::Unsupported => return Err(self.unsupported()),
+            ActivePath::Hsetex => {
+                self.eval(
+                    &self.inner.scripts.claim_hsetex,
+                    vec![keys.leases, keys.fences],
+                    vec![pool.size.to_string(), ttl, token.to_hex()],
+                )
+                .await
+            }
+            ActivePath::Scripts => {
+                self.eval(
+                    &self.inner.scripts.claim_scripts,
+                    vec![keys.fences],
+                    vec![pool.size.to_string(), ttl, token.to_hex(), keys.slot_prefix],
+                )
+                .await
+            }
+        };
+        let value = result.map_err(|f| match f {
+            Failure::Transient(r) => AcquireError::Unreachable(Reason::new(r)),
+            Failure::NoScript => AcquireError::Unreachable(Reason::new(
+                "the server lost the claim script twice in a row",
+            )),
+            Failure::Denied(r) => AcquireError::Misconfigured {
+                what: format!("{} refused the claim: {r}", self.inner.server),
+                fix: "check the password and grant the user EVALSHA, EVAL, SCRIPT, HSETEX, \
+                      HINCRBY, SET and GET on the pool's keys"
+                    .into(),
+            },
+            Failure::Rejected(r) => AcquireError::Misconfigured {
+                what: format!("{} rejected the claim: {r}", self.inner.server),
+                fix: format!(
+                    "make sure nothing but leasehold writes the keys {{{}:{}}}:*",
+                    self.inner.config.prefix, pool.name
+                ),
+            },
+        })?;
+        match parse_claim(&value) {
+            Some(Some((slot, fence))) => Ok(Grant {
+                slot,
+                token,
+                fence: Fence(fence),
+                ttl: pool.ttl,
+            }),
+            Some(None) => Err(AcquireError::PoolExhausted {
+                pool: pool.name.to_string(),
+                size: pool.size,
+            }),
+            None => Err(AcquireError::Misconfigured {
+                what: format!("unexpected answer to the claim script: {value:?}"),
+                fix: "report this as a leasehold bug, with the server version".into(),
+            }),
+        }
+    }
+
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
+        let Some(ttl) = ttl_ms(pool.ttl) else {
+            return Renewal::Lost(Reason::new("ttl below 1 ms"));
+        };
+        let keys = self.keys(&pool.name);
+        let slot = grant.slot.to_string();
+        let result: Result<Value, Failure> = match self.inner.path {
+            ActivePath::Unsupported => {
+                return Renewal::Lost(Reason::new(self.unsupported().to_string()));
+            }
+            // Both fields exist only while this token holds the slot: they were
+            // written together with one TTL and vanish together.
+            ActivePath::Hsetex => {
+                self.call(
+                    "HSETEX",
+                    ClusterHash::FirstKey,
+                    vec![
+                        keys.leases.into(),
+                        "FXX".into(),
+                        "PX".into(),
+                        ttl.into(),
+                        "FIELDS".into(),
+                        2.into(),
+                        slot.as_str().into(),
+                        grant.token.to_hex().into(),
+                        marker(grant.slot, &grant.token).into(),
+                        slot.as_str().into(),
+                    ],
+                )
+                .await
+            }
+            ActivePath::Scripts => {
+                self.eval(
+                    &self.inner.scripts.renew_scripts,
+                    vec![keys.slot_key(grant.slot)],
+                    vec![grant.token.to_hex(), ttl],
+                )
+                .await
+            }
+        };
+        match result {
+            Ok(Value::Integer(1)) => Renewal::Renewed { ttl: pool.ttl },
+            Ok(Value::Integer(0)) => Renewal::Lost(Reason::new(format!(
+                "slot {} is no longer held by this token (expired, taken or revoked)",
+                grant.slot
+            ))),
+            Ok(other) => Renewal::Retry(Reason::new(format!(
+                "unexpected answer to the renewal: {other:?}"
+            ))),
+            Err(Failure::Rejected(r)) => {
+                Renewal::Lost(Reason::new(format!("the server rejected the renewal: {r}")))
+            }
+            Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
+        }
+    }
+
+    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
+        let keys = self.keys(&pool.name);
+        let result = match self.inner.path {
+            ActivePath::Unsupported => return Release::NotHeld,
+            ActivePath::Hsetex => {
+                self.eval(
+                    &self.inner.scripts.release_hsetex,
+                    vec![keys.leases],
+                    vec![grant.slot.to_string(), grant.token.to_hex()],
+                )
+                .await
+            }
+            ActivePath::Scripts => {
+                self.eval(
+                    &self.inner.scripts.release_scripts,
+                    vec![keys.slot_key(grant.slot)],
+                    vec![grant.token.to_hex()],
+                )
+                .await
+            }
+        };
+        match result {
+            Ok(Value::Integer(1)) => Release::Released,
+            Ok(Value::Integer(0)) => Release::NotHeld,
+            Ok(other) => Release::Retry(Reason::new(format!(
+                "unexpected answer to the release: {other:?}"
+            ))),
+            Err(f) => Release::Retry(Reason::new(f.text().to_owned())),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::coordinated(true, Duration::from_millis(100))
+    }
+
+    fn identity(&self) -> String {
+        self.inner.identity.clone()
+    }
+}

@@ -1,0 +1,327 @@
+//! The whole behaviour suite on Redis 8.2 (HSETEX path), Redis 7.0 and
+//! Valkey 8.1 (script path), plus Valkey-specific behaviours.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::ClientLike;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use leasehold_conformance::servers::{Missing, Server, ServerKind, provide};
+use leasehold_conformance::suite::fresh_pool_name;
+use leasehold_conformance::{Backend, Store, Target};
+use leasehold_core::{AcquireError, BoxFuture, Capabilities, PoolSpec, Release, Renewal, Strategy};
+use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyStrategy, marker};
+
+type Outcome = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+struct Valkey {
+    url: String,
+    addr: SocketAddr,
+    method: Method,
+    prefix: String,
+}
+
+impl Valkey {
+    async fn strategy(&self, method: Method) -> Result<ValkeyStrategy, String> {
+        ValkeyStrategy::connect(
+            ValkeyConfig::new(&self.url)
+                .key_prefix(&self.prefix)
+                .method(method),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+}
+
+impl Backend for Valkey {
+    fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move { Ok(Arc::new(self.strategy(self.method).await?) as Store) })
+    }
+
+    fn connect_via(
+        &self,
+        addr: SocketAddr,
+        op_timeout: Duration,
+    ) -> BoxFuture<'_, Result<Store, String>> {
+        let url = self
+            .url
+            .replacen(&self.addr.to_string(), &addr.to_string(), 1);
+        Box::pin(async move {
+            let s = ValkeyStrategy::connect(
+                ValkeyConfig::new(url)
+                    .key_prefix(&self.prefix)
+                    .method(self.method)
+                    .op_timeout(op_timeout),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            Ok(Arc::new(s) as Store)
+        })
+    }
+
+    fn store_addr(&self) -> Option<SocketAddr> {
+        Some(self.addr)
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> Option<BoxFuture<'a, Result<(), String>>> {
+        Some(Box::pin(async move {
+            let s = self.strategy(self.method).await?;
+            let was = s
+                .revoke(&pool.name, slot)
+                .await
+                .map_err(|e| e.to_string())?;
+            ensure!(was, "no lease on slot {slot} to revoke");
+            Ok(())
+        }))
+    }
+}
+
+fn pool(size: u32, ttl: Duration) -> PoolSpec {
+    PoolSpec::new(fresh_pool_name(), size, ttl).expect("pool spec")
+}
+
+async fn cmd(s: &ValkeyStrategy, name: &'static str, args: Vec<Value>) -> Result<Value, String> {
+    s.client()
+        .custom::<Value, Value>(
+            CustomCommand::new_static(name, ClusterHash::FirstKey, false),
+            args,
+        )
+        .await
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+/// The probe picks HSETEX exactly where the server has it.
+async fn probe_picks_the_path(b: Arc<Valkey>, want: ActivePath) -> Outcome {
+    let s = b.strategy(Method::Auto).await?;
+    ensure!(
+        s.path() == want,
+        "{} took {} (want {want})",
+        s.server(),
+        s.path()
+    );
+    ensure!(
+        s.identity().ends_with(&format!("/{want}")),
+        "identity {}",
+        s.identity()
+    );
+    Ok(())
+}
+
+/// Forcing HSETEX on a server without it: a final error that names the server
+/// version and the fix.
+async fn forced_hsetex_is_final_unsupported(b: Arc<Valkey>, version: String) -> Outcome {
+    let s = b.strategy(Method::Hsetex).await?;
+    ensure!(s.path() == ActivePath::Unsupported, "path {}", s.path());
+    match s.acquire(&pool(4, Duration::from_secs(5))).await {
+        Err(e @ AcquireError::UnsupportedServer { .. }) => {
+            let msg = e.to_string();
+            ensure!(!e.is_retryable(), "UnsupportedServer must be final");
+            ensure!(
+                msg.contains(&version) && msg.contains("Method::Scripts"),
+                "message lacks the version {version} or the fix: {msg}"
+            );
+            Ok(())
+        }
+        other => Err(format!("forced HSETEX answered {other:?}")),
+    }
+}
+
+/// One round trip per acquisition, renewal and release, on the idle store.
+async fn one_round_trip_per_operation(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(b.method).await?;
+    let p = pool(32, Duration::from_secs(30));
+    let before = s.round_trips();
+    let mut grants = Vec::new();
+    for _ in 0..16 {
+        grants.push(s.acquire(&p).await.map_err(|e| e.to_string())?);
+    }
+    ensure!(
+        s.round_trips() - before == 16,
+        "16 acquisitions took {} round trips",
+        s.round_trips() - before
+    );
+    let before = s.round_trips();
+    for g in &grants {
+        ensure!(
+            matches!(s.renew(&p, g).await, Renewal::Renewed { .. }),
+            "renewal"
+        );
+        ensure!(s.release(&p, g).await == Release::Released, "release");
+    }
+    ensure!(
+        s.round_trips() - before == 32,
+        "16 renewals + releases took {} round trips",
+        s.round_trips() - before
+    );
+    Ok(())
+}
+
+/// After `SCRIPT FLUSH` (as after a server restart) the scripts are sent
+/// again and acquisition, release still work.
+async fn lost_script_cache_is_healed(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(b.method).await?;
+    let p = pool(2, Duration::from_secs(30));
+    cmd(&s, "SCRIPT", vec!["FLUSH".into()]).await?;
+    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    cmd(&s, "SCRIPT", vec!["FLUSH".into()]).await?;
+    ensure!(s.release(&p, &g).await == Release::Released, "release");
+    Ok(())
+}
+
+/// HSETEX path: the two fields of a lease carry one TTL, expire together,
+/// and the fence field stays.
+async fn fields_expire_together_fence_persists(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(Method::Hsetex).await?;
+    let p = pool(1, Duration::from_millis(600));
+    let keys = s.keys(&p.name);
+    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    let ttls = cmd(
+        &s,
+        "HPEXPIRETIME",
+        vec![
+            keys.leases.as_str().into(),
+            "FIELDS".into(),
+            2.into(),
+            "0".into(),
+            marker(0, &g.token).into(),
+        ],
+    )
+    .await?;
+    match &ttls {
+        Value::Array(v) if v.len() == 2 && v[0] == v[1] && v[0].as_i64() > Some(0) => {}
+        other => return Err(format!("fields do not share one expiry: {other:?}")),
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = cmd(&s, "HLEN", vec![keys.leases.as_str().into()]).await?;
+        let live = cmd(&s, "HEXISTS", vec![keys.leases.as_str().into(), "0".into()]).await?;
+        if live.as_i64() == Some(0) {
+            let m = cmd(
+                &s,
+                "HEXISTS",
+                vec![keys.leases.as_str().into(), marker(0, &g.token).into()],
+            )
+            .await?;
+            ensure!(m.as_i64() == Some(0), "marker outlived the slot field");
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "lease fields still there: HLEN {n:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let fence = cmd(&s, "HGET", vec![keys.fences.as_str().into(), "0".into()]).await?;
+    ensure!(fence.as_i64() == Some(1), "fence after expiry: {fence:?}");
+    Ok(())
+}
+
+/// HSETEX path: with only one of the two fields present, `FXX` writes
+/// nothing and the renewal is `Lost`.
+async fn fxx_with_one_field_missing_is_lost(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(Method::Hsetex).await?;
+    let p = pool(1, Duration::from_secs(30));
+    let keys = s.keys(&p.name);
+    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    cmd(
+        &s,
+        "HDEL",
+        vec![keys.leases.as_str().into(), marker(0, &g.token).into()],
+    )
+    .await?;
+    let r = s.renew(&p, &g).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
+    let m = cmd(
+        &s,
+        "HEXISTS",
+        vec![keys.leases.as_str().into(), marker(0, &g.token).into()],
+    )
+    .await?;
+    ensure!(m.as_i64() == Some(0), "FXX recreated the missing marker");
+    Ok(())
+}
+
+/// A target for `kind`, and the server to keep alive until the run ends.
+fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option<Server>) {
+    let server = match provide(kind) {
+        Ok(s) => s,
+        Err(missing) => return (Target::missing(kind.name(), missing), None),
+    };
+    let Some(addr) = server.addr() else {
+        let tried = vec![format!("no address in {}", server.url)];
+        return (Target::missing(kind.name(), Missing { kind, tried }), None);
+    };
+    let backend = Arc::new(Valkey {
+        url: server.url.clone(),
+        addr,
+        method,
+        prefix: "lhtest".into(),
+    });
+    let caps = Capabilities::coordinated(true, Duration::from_millis(100));
+    let version = server.version.clone();
+    let b = backend.clone();
+    let mut t = Target::new(kind.name(), server.describe(), backend.clone(), caps)
+        .with_revoke()
+        .with_test("probe_picks_the_path", {
+            let b = b.clone();
+            move |_| Box::pin(probe_picks_the_path(b.clone(), path))
+        })
+        .with_test("one_round_trip_per_operation", {
+            let b = b.clone();
+            move |_| Box::pin(one_round_trip_per_operation(b.clone()))
+        })
+        .with_test("lost_script_cache_is_healed", {
+            let b = b.clone();
+            move |_| Box::pin(lost_script_cache_is_healed(b.clone()))
+        });
+    if path == ActivePath::Hsetex {
+        t = t
+            .with_test("fields_expire_together_fence_persists", {
+                let b = b.clone();
+                move |_| Box::pin(fields_expire_together_fence_persists(b.clone()))
+            })
+            .with_test("fxx_with_one_field_missing_is_lost", {
+                let b = b.clone();
+                move |_| Box::pin(fxx_with_one_field_missing_is_lost(b.clone()))
+            });
+    } else {
+        t = t.with_test("forced_hsetex_is_final_unsupported", {
+            let b = b.clone();
+            move |_| {
+                Box::pin(forced_hsetex_is_final_unsupported(
+                    b.clone(),
+                    version.clone(),
+                ))
+            }
+        });
+    }
+    (t, Some(server))
+}
+
+fn main() -> ExitCode {
+    let (targets, servers): (Vec<_>, Vec<_>) = [
+        (ServerKind::Redis8, ActivePath::Hsetex),
+        (ServerKind::Redis7, ActivePath::Scripts),
+        (ServerKind::Valkey8, ActivePath::Scripts),
+    ]
+    .into_iter()
+    .map(|(kind, path)| target(kind, Method::Auto, path))
+    .unzip();
+    let code = leasehold_conformance::run(targets);
+    drop(servers);
+    code
+}
