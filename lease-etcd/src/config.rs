@@ -1,0 +1,249 @@
+//! Connection settings: endpoints, key prefix, credentials, TLS, timeouts.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::EtcdError;
+
+/// The default key prefix: slot keys are `leasehold/<pool>/<slot>`.
+pub const DEFAULT_PREFIX: &str = "leasehold";
+
+/// The default bound on any single etcd operation.
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many candidate slots one acquisition transaction tries, by default.
+pub const DEFAULT_CANDIDATES: u32 = 16;
+
+/// The most candidates one transaction may try. Each candidate is one level of
+/// nested transaction, and etcd's `--max-txn-ops` (default 128) bounds the
+/// nesting; 32 levels stay well inside it.
+pub const MAX_CANDIDATES: u32 = 32;
+
+/// A password that never shows in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Secret(String);
+
+impl Secret {
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How to reach etcd and where to keep the slot keys.
+///
+/// Credentials and TLS material are passed through to `etcd-client` and never
+/// appear in `Debug` output, in error messages or in [`Strategy::identity`].
+///
+/// ```
+/// use leasehold_etcd::EtcdConfig;
+/// use std::time::Duration;
+/// let config = EtcdConfig::new(["http://127.0.0.1:2379"])
+///     .prefix("services/ids")
+///     .user("ids", "s3cret")
+///     .op_timeout(Duration::from_secs(2));
+/// assert!(!format!("{config:?}").contains("s3cret"));
+/// ```
+///
+/// [`Strategy::identity`]: leasehold_core::Strategy::identity
+#[derive(Clone)]
+#[must_use]
+pub struct EtcdConfig {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) prefix: String,
+    pub(crate) user: Option<(String, Secret)>,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<etcd_client::TlsOptions>,
+    pub(crate) op_timeout: Duration,
+    pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) candidates: u32,
+}
+
+impl EtcdConfig {
+    /// Endpoints such as `http://10.0.0.1:2379` (or `https://…` with the `tls`
+    /// feature). Requests are balanced over all of them.
+    pub fn new<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            user: None,
+            #[cfg(feature = "tls")]
+            tls: None,
+            op_timeout: DEFAULT_OP_TIMEOUT,
+            connect_timeout: None,
+            candidates: DEFAULT_CANDIDATES,
+        }
+    }
+
+    /// The key prefix (default `leasehold`): slot keys are
+    /// `<prefix>/<pool>/<slot>`. A trailing `/` is ignored.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into().trim_end_matches('/').to_owned();
+        self
+    }
+
+    /// Authenticates as `name` (etcd's user/password auth). The password is
+    /// kept out of every `Debug` output and message.
+    pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((name.into(), Secret(password.into())));
+        self
+    }
+
+    /// TLS settings, passed through to `etcd-client` (use `https://` endpoints).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: etcd_client::TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Bounds every single etcd operation (default 3 s). A renewal that does
+    /// not answer within it is `Retry`; an acquisition is `Unreachable`.
+    pub fn op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
+        self
+    }
+
+    /// Bounds connecting to an endpoint (default: the operation timeout).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// How many candidate slots one acquisition transaction tries (default
+    /// 16, at most [`MAX_CANDIDATES`]).
+    pub fn candidates_per_txn(mut self, n: u32) -> Self {
+        self.candidates = n;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), EtcdError> {
+        if self.endpoints.is_empty() {
+            return Err(EtcdError::Config(
+                "no etcd endpoint given; pass at least one, e.g. http://127.0.0.1:2379".into(),
+            ));
+        }
+        let ok_prefix = !self.prefix.is_empty()
+            && self.prefix.len() <= 200
+            && self.prefix.bytes().all(|b| b.is_ascii_graphic());
+        if !ok_prefix {
+            return Err(EtcdError::Config(format!(
+                "key prefix {:?} is not usable; use 1 to 200 printable ASCII characters without spaces",
+                self.prefix
+            )));
+        }
+        if !(1..=MAX_CANDIDATES).contains(&self.candidates) {
+            return Err(EtcdError::Config(format!(
+                "candidates_per_txn {} is out of range; use 1 to {MAX_CANDIDATES}",
+                self.candidates
+            )));
+        }
+        if self.op_timeout.is_zero() {
+            return Err(EtcdError::Config(
+                "op_timeout is zero; use a positive bound such as 3s".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The endpoints without any user-info part, for identities and messages.
+    pub(crate) fn public_endpoints(&self) -> Vec<String> {
+        self.endpoints.iter().map(|e| strip_userinfo(e)).collect()
+    }
+
+    pub(crate) fn connect_options(&self) -> etcd_client::ConnectOptions {
+        let connect_timeout = self.connect_timeout.unwrap_or(self.op_timeout);
+        let mut options = etcd_client::ConnectOptions::new()
+            .with_timeout(self.op_timeout)
+            .with_connect_timeout(connect_timeout)
+            .with_keep_alive(self.op_timeout, self.op_timeout)
+            .with_keep_alive_while_idle(false)
+            // A member that lost its leader answers at once instead of hanging.
+            .with_require_leader(true);
+        if let Some((name, password)) = &self.user {
+            options = options
+                .with_user(name.clone(), password.expose().to_owned())
+                .with_auto_token_refresh(true);
+        }
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            options = options.with_tls(tls.clone());
+        }
+        options
+    }
+}
+
+fn strip_userinfo(endpoint: &str) -> String {
+    match endpoint.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+            format!("{scheme}://{host}")
+        }
+        None => endpoint
+            .rsplit_once('@')
+            .map_or(endpoint, |(_, h)| h)
+            .to_owned(),
+    }
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("EtcdConfig");
+        d.field("endpoints", &self.public_endpoints())
+            .field("prefix", &self.prefix)
+            .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .field("password", &self.user.as_ref().map(|_| "<redacted>"));
+        #[cfg(feature = "tls")]
+        d.field("tls", &self.tls.is_some());
+        d.field("op_timeout", &self.op_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("candidates", &self.candidates)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let c = EtcdConfig::new(["http://user:pw1@127.0.0.1:2379"]).user("alice", "hunter2");
+        let text = format!("{c:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(!text.contains("pw1"), "{text}");
+        assert!(text.contains("alice"), "{text}");
+    }
+
+    #[test]
+    fn validation_names_the_fix() {
+        let e = EtcdConfig::new(Vec::<String>::new())
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("at least one"), "{e}");
+        let e = EtcdConfig::new(["http://x:1"])
+            .prefix("has space")
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("printable"), "{e}");
+        let e = EtcdConfig::new(["http://x:1"])
+            .candidates_per_txn(0)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("1 to"), "{e}");
+        assert!(
+            EtcdConfig::new(["http://x:1"])
+                .prefix("a/b/")
+                .validate()
+                .is_ok()
+        );
+    }
+}

@@ -1,0 +1,124 @@
+//! Errors, and the classification of etcd's answers where they are born.
+
+use leasehold_core::Reason;
+use tonic::Code;
+
+/// Connecting or configuring the etcd strategy failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdError {
+    /// A setting is unusable; the message says which and what to use.
+    #[error("invalid etcd configuration: {0}")]
+    Config(String),
+    /// etcd refused the credentials given with [`EtcdConfig::user`](crate::EtcdConfig::user).
+    #[error(
+        "etcd refused the credentials of user {user:?} ({detail}); check the user name and password, \
+         and that auth is enabled on the cluster"
+    )]
+    Auth {
+        /// The user name (never the password).
+        user: String,
+        /// etcd's answer.
+        detail: String,
+    },
+    /// The client could not be set up (bad endpoint URL, TLS setup, an
+    /// unreachable cluster while authenticating).
+    #[error("cannot connect to etcd at {endpoints}: {detail}")]
+    Connect {
+        /// The endpoints, without credentials.
+        endpoints: String,
+        /// What failed.
+        detail: String,
+    },
+}
+
+/// What an etcd error means for a lease operation.
+#[derive(Debug)]
+pub(crate) enum Class {
+    /// Unreachable, timed out, no leader, overloaded: the outcome is unknown.
+    Uncertain(String),
+    /// etcd positively answered that the lease (or key) does not exist.
+    NotFound(String),
+    /// A precondition failed; on `LeaseGrant` with a client-chosen id this is
+    /// etcd's "lease already exists" (pick another token).
+    Precondition(String),
+    /// Authentication or permission refused.
+    Denied(String),
+    /// The request itself was rejected (bad argument, too many txn ops, ...).
+    Rejected(String),
+}
+
+impl Class {
+    pub(crate) fn reason(&self) -> Reason {
+        Reason::new(match self {
+            Self::Uncertain(m) => format!("etcd unavailable: {m}"),
+            Self::NotFound(m) => format!("etcd: not found: {m}"),
+            Self::Precondition(m) => format!("etcd: failed precondition: {m}"),
+            Self::Denied(m) => format!("etcd refused access: {m}"),
+            Self::Rejected(m) => format!("etcd rejected the request: {m}"),
+        })
+    }
+}
+
+/// Classifies an `etcd-client` error from its gRPC status code (never from
+/// the text, except where `etcd-client` gives no code: see the keep-alive).
+pub(crate) fn classify(e: &etcd_client::Error) -> Class {
+    use etcd_client::Error as E;
+    match e {
+        E::GRpcStatus(status) => {
+            let m = format!("{:?}: {}", status.code(), status.message());
+            match status.code() {
+                Code::NotFound => Class::NotFound(m),
+                Code::FailedPrecondition => Class::Precondition(m),
+                Code::PermissionDenied | Code::Unauthenticated => Class::Denied(m),
+                Code::InvalidArgument
+                | Code::OutOfRange
+                | Code::AlreadyExists
+                | Code::Unimplemented => Class::Rejected(m),
+                Code::Ok
+                | Code::Cancelled
+                | Code::Unknown
+                | Code::DeadlineExceeded
+                | Code::ResourceExhausted
+                | Code::Aborted
+                | Code::Internal
+                | Code::Unavailable
+                | Code::DataLoss => Class::Uncertain(m),
+            }
+        }
+        E::TransportError(t) => Class::Uncertain(format!("transport: {t}")),
+        E::IoError(io) => Class::Uncertain(format!("io: {io}")),
+        // etcd answers a keep-alive of an unknown (expired, revoked) lease with
+        // TTL 0, which `LeaseClient::keep_alive` reports as this variant; its
+        // only other source, a send on the request channel it just created,
+        // cannot fail. So the variant itself is the positive answer.
+        E::LeaseKeepAliveError(m) => Class::NotFound(format!("keep-alive: {m}")),
+        E::WatchError(m) | E::Internal(m) => Class::Uncertain(m.clone()),
+        other => Class::Rejected(other.to_string()),
+    }
+}
+
+/// An operation that did not answer within the operation timeout.
+pub(crate) fn timed_out(what: &str, after: std::time::Duration) -> Class {
+    Class::Uncertain(format!("{what} did not answer within {after:?}"))
+}
+
+/// True when an attempt provably never reached etcd: connecting to the
+/// endpoint was refused (typed check on the `io::Error` in the source chain).
+pub(crate) fn never_sent(e: &etcd_client::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
+        etcd_client::Error::GRpcStatus(status) => Some(status),
+        etcd_client::Error::TransportError(t) => Some(t),
+        etcd_client::Error::IoError(io) => Some(io),
+        _ => None,
+    };
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}

@@ -1,0 +1,560 @@
+//! The etcd strategy: acquire, renew, release.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, GetOptions, LeaseGrantOptions, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+use leasehold_core::{
+    AcquireError, Capabilities, Fence, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
+    Strategy, Token,
+};
+
+use crate::config::EtcdConfig;
+use crate::error::{Class, EtcdError, classify, never_sent, timed_out};
+use crate::keys;
+
+/// etcd's usual minimum lease TTL: 1.5 × the default 1 s election timeout,
+/// rounded up to whole seconds. A cluster with a longer election timeout has
+/// a larger minimum; acquisition reports it as a configuration error.
+pub const ETCD_MIN_TTL: Duration = Duration::from_secs(2);
+
+/// The largest pool: a full pool's keys are read in one range (keys only).
+pub const MAX_POOL_SIZE: u32 = 16_384;
+
+/// Transactions one acquisition sends before it answers `Contention`.
+const MAX_ROUNDS: u32 = 8;
+
+/// A lease store on etcd: one key per slot, `<prefix>/<pool>/<slot>`,
+/// attached to an etcd lease whose TTL the cluster enforces.
+///
+/// - **acquire**: `LeaseGrant` (a lease whose id is derived from the new
+///   token), then one transaction that tries up to `candidates_per_txn` free
+///   slots as a chain of nested `if create_revision(key) == 0 then put` — the
+///   first free one wins; if none is free, the same transaction reads the
+///   pool's keys so the next one tries slots known to be free. Two round trips
+///   when a candidate is free; never a blind overwrite.
+/// - **fence**: the key's `create_revision`, cluster-wide and ever-growing.
+/// - **renew**: `LeaseKeepAlive` and a read of the key, in parallel; `Renewed`
+///   only when the lease is alive *and* the key still carries our token and
+///   create revision.
+/// - **release**: delete the key if it is still ours, then revoke the lease.
+/// - **watch**: [`EtcdLeases::watch_loss`] reports a deleted or rewritten key
+///   as soon as etcd sends the event; [`EtcdLeases::guard`] wires it to a
+///   [`LeaseManager`](leasehold_core::LeaseManager).
+///
+/// Cloning shares the connection.
+#[derive(Clone)]
+pub struct EtcdLeases {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) prefix: String,
+    pub(crate) op_timeout: Duration,
+    candidates: u32,
+    identity: String,
+    /// `(slot key, fence)` of grants a watch saw lost: renewals answer `Lost`
+    /// for them at once.
+    pub(crate) lost: Mutex<HashSet<(String, i64)>>,
+    stats: Counters,
+}
+
+#[derive(Default)]
+struct Counters {
+    rpcs: AtomicU64,
+    acquisitions: AtomicU64,
+    acquire_rpcs: AtomicU64,
+    max_acquire_rpcs: AtomicU64,
+}
+
+/// Request counts, for benchmarks and diagnostics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Every request sent to etcd (each is one round trip).
+    pub rpcs: u64,
+    /// Successful acquisitions.
+    pub acquisitions: u64,
+    /// Requests sent by successful acquisitions.
+    pub acquire_rpcs: u64,
+    /// The most requests one successful acquisition needed.
+    pub max_acquire_rpcs: u64,
+}
+
+/// Where one acquisition transaction landed.
+enum Landed {
+    Won {
+        slot: u32,
+        create_revision: i64,
+    },
+    /// No candidate was free; the slots held at that revision.
+    Full {
+        held: HashSet<u32>,
+    },
+}
+
+impl EtcdLeases {
+    /// Connects to etcd. Without credentials no request is sent yet (the first
+    /// acquisition finds out whether the cluster answers); with credentials
+    /// the client authenticates now, and refused credentials are
+    /// [`EtcdError::Auth`].
+    pub async fn connect(config: EtcdConfig) -> Result<Self, EtcdError> {
+        config.validate()?;
+        let endpoints = config.public_endpoints().join(",");
+        let options = config.connect_options();
+        let bound = config.connect_timeout.unwrap_or(config.op_timeout) + config.op_timeout;
+        let connected =
+            tokio::time::timeout(bound, Client::connect(&config.endpoints, Some(options))).await;
+        let client = match connected {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                return Err(match (&config.user, classify(&e)) {
+                    (Some((user, _)), Class::Denied(detail) | Class::Rejected(detail)) => {
+                        EtcdError::Auth {
+                            user: user.clone(),
+                            detail,
+                        }
+                    }
+                    (_, class) => EtcdError::Connect {
+                        endpoints,
+                        detail: class.reason().to_string(),
+                    },
+                });
+            }
+            Err(_) => {
+                return Err(EtcdError::Connect {
+                    endpoints,
+                    detail: format!("no answer within {bound:?}"),
+                });
+            }
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                identity: format!("etcd:{endpoints}/{}", config.prefix),
+                prefix: config.prefix,
+                op_timeout: config.op_timeout,
+                candidates: config.candidates,
+                lost: Mutex::default(),
+                stats: Counters::default(),
+            }),
+        })
+    }
+
+    /// The underlying `etcd-client` client (shared).
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// The key of `slot` in `pool`: `<prefix>/<pool>/<slot>`.
+    pub fn slot_key(&self, pool: &PoolName, slot: u32) -> String {
+        keys::slot_key(&self.inner.prefix, pool, slot)
+    }
+
+    /// Request counts since this strategy was connected.
+    pub fn stats(&self) -> Stats {
+        let s = &self.inner.stats;
+        Stats {
+            rpcs: s.rpcs.load(Ordering::Relaxed),
+            acquisitions: s.acquisitions.load(Ordering::Relaxed),
+            acquire_rpcs: s.acquire_rpcs.load(Ordering::Relaxed),
+            max_acquire_rpcs: s.max_acquire_rpcs.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs one etcd request bounded by the operation timeout (the client's
+    /// own timeout is the first line; this is the backstop). `request` gets a
+    /// handle on the shared client and is called again only when an attempt
+    /// provably never reached etcd (the connection to one endpoint was
+    /// refused: the balancer may pick a live endpoint next), while the
+    /// timeout allows.
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        what: &'static str,
+        mut request: F,
+    ) -> Result<T, Class>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.inner.op_timeout;
+        loop {
+            self.inner.stats.rpcs.fetch_add(1, Ordering::Relaxed);
+            let attempt = request(self.inner.client.clone());
+            match tokio::time::timeout_at(deadline, attempt).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() < deadline => {
+                    tokio::task::yield_now().await;
+                }
+                Ok(Err(e)) => return Err(classify(&e)),
+                Err(_) => return Err(timed_out(what, self.inner.op_timeout)),
+            }
+        }
+    }
+
+    pub(crate) fn is_flagged_lost(&self, key: &str, fence: i64) -> bool {
+        self.inner
+            .lost
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&(key.to_owned(), fence))
+    }
+
+    /// Revokes a lease in the background (an acquisition that did not use it).
+    fn revoke_in_background(&self, id: i64) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _ = this
+                .call(
+                    "LeaseRevoke",
+                    |mut c| async move { c.lease_revoke(id).await },
+                )
+                .await;
+        });
+    }
+
+    /// `LeaseGrant` with a client-chosen id; returns the token, lease id and
+    /// granted TTL in seconds.
+    async fn grant_lease(&self, secs: i64) -> Result<(Token, i64, i64), AcquireError> {
+        let mut last = None;
+        for _ in 0..3 {
+            let token = Token::random();
+            let Some(id) = keys::lease_id(&token) else {
+                continue;
+            };
+            let options = LeaseGrantOptions::new().with_id(id);
+            match self
+                .call("LeaseGrant", |mut c| {
+                    let options = options.clone();
+                    async move { c.lease_grant(secs, Some(options)).await }
+                })
+                .await
+            {
+                Ok(resp) => return Ok((token, id, resp.ttl())),
+                // The id is taken (a 2^-63 coincidence): draw another token.
+                Err(c @ Class::Precondition(_)) => last = Some(c),
+                Err(c) => return Err(acquire_error(c)),
+            }
+        }
+        Err(acquire_error(last.unwrap_or(Class::Uncertain(
+            "no usable lease id drawn".to_owned(),
+        ))))
+    }
+
+    /// One acquisition transaction over `candidates`.
+    async fn try_candidates(
+        &self,
+        pool: &PoolSpec,
+        candidates: &[u32],
+        value: &str,
+        lease_id: i64,
+    ) -> Result<Landed, Class> {
+        let prefix = keys::pool_prefix(&self.inner.prefix, &pool.name);
+        let mut chain: Option<Txn> = None;
+        for &slot in candidates.iter().rev() {
+            let key = keys::slot_key(&self.inner.prefix, &pool.name, slot);
+            let otherwise = match chain.take() {
+                Some(inner) => vec![TxnOp::txn(inner)],
+                None => vec![TxnOp::get(
+                    prefix.clone(),
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                )],
+            };
+            chain = Some(
+                Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([
+                        TxnOp::put(
+                            key.clone(),
+                            value,
+                            Some(PutOptions::new().with_lease(lease_id)),
+                        ),
+                        TxnOp::get(key, None),
+                    ])
+                    .or_else(otherwise),
+            );
+        }
+        let txn = chain.ok_or_else(|| Class::Rejected("no candidate slot".into()))?;
+        let resp = self
+            .call("Txn", |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        walk(&resp, candidates, &prefix)
+    }
+}
+
+/// Follows the chain of nested transaction responses to the level that won,
+/// or to the range read at the bottom.
+fn walk(resp: &TxnResponse, candidates: &[u32], prefix: &str) -> Result<Landed, Class> {
+    let malformed = |what: &str| Class::Rejected(format!("unexpected txn response: {what}"));
+    let mut level = resp.clone();
+    for (depth, &slot) in candidates.iter().enumerate() {
+        let ops = level.op_responses();
+        if level.succeeded() {
+            let kv = ops
+                .iter()
+                .find_map(|op| match op {
+                    TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+                    _ => None,
+                })
+                .ok_or_else(|| malformed("no key after put"))?;
+            return Ok(Landed::Won {
+                slot,
+                create_revision: kv.create_revision(),
+            });
+        }
+        let last = depth + 1 == candidates.len();
+        match (ops.into_iter().next(), last) {
+            (Some(TxnOpResponse::Txn(inner)), false) => level = inner,
+            (Some(TxnOpResponse::Get(range)), true) => {
+                let held = range
+                    .kvs()
+                    .iter()
+                    .filter_map(|kv| keys::slot_of(prefix, kv.key()))
+                    .collect();
+                return Ok(Landed::Full { held });
+            }
+            _ => return Err(malformed("chain shape")),
+        }
+    }
+    Err(malformed("empty chain"))
+}
+
+fn acquire_error(class: Class) -> AcquireError {
+    match class {
+        Class::Uncertain(_) | Class::NotFound(_) | Class::Precondition(_) => {
+            AcquireError::Unreachable(class.reason())
+        }
+        Class::Denied(m) => AcquireError::Misconfigured {
+            what: format!("etcd refused access: {m}"),
+            fix: "check the user and password, and that the user's role may read and write the \
+                  key prefix and grant leases"
+                .to_owned(),
+        },
+        Class::Rejected(m) => AcquireError::Misconfigured {
+            what: format!("etcd rejected the acquisition: {m}"),
+            fix: "if etcd reports too many operations in a txn, lower candidates_per_txn or raise \
+                  etcd's --max-txn-ops"
+                .to_owned(),
+        },
+    }
+}
+
+/// The TTL to ask etcd for, in whole seconds (rounded up).
+fn ttl_secs(ttl: Duration) -> Result<i64, AcquireError> {
+    if ttl < Duration::from_secs(1) {
+        return Err(AcquireError::Misconfigured {
+            what: format!(
+                "ttl {ttl:?} is too short for etcd: etcd leases count whole seconds, and the \
+                 cluster's minimum lease TTL is usually {}s",
+                ETCD_MIN_TTL.as_secs()
+            ),
+            fix: format!(
+                "set ttl to at least {}s (etcd's minimum is 1.5 x its election timeout)",
+                ETCD_MIN_TTL.as_secs()
+            ),
+        });
+    }
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    Ok(i64::try_from(secs).unwrap_or(i64::MAX))
+}
+
+fn positive_fence(revision: i64) -> Fence {
+    Fence(u64::try_from(revision).unwrap_or(0))
+}
+
+impl Strategy for EtcdLeases {
+    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+        if pool.size > MAX_POOL_SIZE {
+            return Err(AcquireError::Misconfigured {
+                what: format!(
+                    "pool {} has {} slots; the etcd strategy supports up to {MAX_POOL_SIZE}",
+                    pool.name, pool.size
+                ),
+                fix: format!("use a pool of at most {MAX_POOL_SIZE} slots"),
+            });
+        }
+        let secs = ttl_secs(pool.ttl)?;
+        let before = self.inner.stats.rpcs.load(Ordering::Relaxed);
+        let (token, lease_id, granted) = self.grant_lease(secs).await?;
+        if granted > secs {
+            self.revoke_in_background(lease_id);
+            return Err(AcquireError::Misconfigured {
+                what: format!(
+                    "etcd raised the lease TTL from {secs}s to {granted}s: {secs}s is below this \
+                     cluster's minimum lease TTL (1.5 x its election timeout)"
+                ),
+                fix: format!("set ttl to at least {granted}s"),
+            });
+        }
+        let granted_ttl = Duration::from_secs(u64::try_from(granted.max(1)).unwrap_or(1));
+        let value = keys::value(&token, pool);
+        let mut rng = keys::Rng::new();
+        let mut free: Option<Vec<u32>> = None;
+        for _ in 0..MAX_ROUNDS {
+            let candidates =
+                keys::candidates(&mut rng, pool.size, free.as_deref(), self.inner.candidates);
+            if candidates.is_empty() {
+                self.revoke_in_background(lease_id);
+                return Err(AcquireError::PoolExhausted {
+                    pool: pool.name.to_string(),
+                    size: pool.size,
+                });
+            }
+            match self
+                .try_candidates(pool, &candidates, &value, lease_id)
+                .await
+            {
+                Ok(Landed::Won {
+                    slot,
+                    create_revision,
+                }) => {
+                    let used = self.inner.stats.rpcs.load(Ordering::Relaxed) - before;
+                    let s = &self.inner.stats;
+                    s.acquisitions.fetch_add(1, Ordering::Relaxed);
+                    s.acquire_rpcs.fetch_add(used, Ordering::Relaxed);
+                    s.max_acquire_rpcs.fetch_max(used, Ordering::Relaxed);
+                    return Ok(Grant {
+                        slot,
+                        token,
+                        fence: positive_fence(create_revision),
+                        ttl: granted_ttl,
+                    });
+                }
+                Ok(Landed::Full { held }) => {
+                    free = Some((0..pool.size).filter(|s| !held.contains(s)).collect());
+                }
+                Err(class) => {
+                    // The put may have been applied: revoking the lease deletes it.
+                    self.revoke_in_background(lease_id);
+                    return Err(acquire_error(class));
+                }
+            }
+        }
+        self.revoke_in_background(lease_id);
+        Err(AcquireError::Contention(Reason::new(format!(
+            "other acquirers took every free slot tried in {MAX_ROUNDS} transactions"
+        ))))
+    }
+
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
+        let key = self.slot_key(&pool.name, grant.slot);
+        let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
+        if self.is_flagged_lost(&key, fence) {
+            return Renewal::Lost(Reason::new(
+                "the watch saw the slot key deleted or rewritten",
+            ));
+        }
+        let Some(lease_id) = keys::lease_id(&grant.token) else {
+            return Renewal::Lost(Reason::new("the grant's token maps to no etcd lease"));
+        };
+        let (alive, read) = tokio::join!(
+            self.call("LeaseKeepAlive", |mut c| async move {
+                c.lease_keep_alive(lease_id).await
+            }),
+            self.call("Range", |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            }),
+        );
+        // A positive answer from either request decides: the key is gone or
+        // someone else's, or the lease no longer exists.
+        match &read {
+            Ok(resp) => match resp.kvs().first() {
+                None => {
+                    return Renewal::Lost(Reason::new(format!(
+                        "slot key {key} no longer exists (lease expired or revoked, or deleted)"
+                    )));
+                }
+                Some(kv)
+                    if kv.create_revision() != fence
+                        || kv.lease() != lease_id
+                        || !keys::value_has_token(kv.value(), &grant.token) =>
+                {
+                    return Renewal::Lost(Reason::new(format!(
+                        "slot key {key} now belongs to another holder (create revision {}, ours {fence})",
+                        kv.create_revision()
+                    )));
+                }
+                Some(_) => {}
+            },
+            Err(Class::NotFound(m)) => return Renewal::Lost(Reason::new(m.clone())),
+            Err(_) => {}
+        }
+        match alive {
+            Ok(_) => {}
+            // Expired or revoked: etcd answers TTL 0 (see `classify`).
+            Err(Class::NotFound(m)) => {
+                return Renewal::Lost(Reason::new(format!("etcd lease {lease_id:x} is gone: {m}")));
+            }
+            Err(class) => return Renewal::Retry(class.reason()),
+        }
+        if let Err(class) = read {
+            return Renewal::Retry(class.reason());
+        }
+        if self.is_flagged_lost(&key, fence) {
+            return Renewal::Lost(Reason::new(
+                "the watch saw the slot key deleted or rewritten",
+            ));
+        }
+        Renewal::Renewed { ttl: grant.ttl }
+    }
+
+    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
+        let key = self.slot_key(&pool.name, grant.slot);
+        let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
+        let Some(lease_id) = keys::lease_id(&grant.token) else {
+            return Release::NotHeld;
+        };
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, fence),
+                Compare::lease(key.clone(), CompareOp::Equal, lease_id),
+            ])
+            .and_then([TxnOp::delete(key, None)]);
+        let outcome = match self
+            .call("Txn", |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await
+        {
+            Ok(resp) if resp.succeeded() => Release::Released,
+            Ok(_) => Release::NotHeld,
+            Err(class) => return Release::Retry(class.reason()),
+        };
+        // The key is gone (or was not ours); the lease has nothing else to keep.
+        let _ = self
+            .call("LeaseRevoke", |mut c| async move {
+                c.lease_revoke(lease_id).await
+            })
+            .await;
+        outcome
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::coordinated(true, ETCD_MIN_TTL).with_max_pool_size(MAX_POOL_SIZE)
+    }
+
+    fn identity(&self) -> String {
+        self.inner.identity.clone()
+    }
+}
+
+impl std::fmt::Debug for EtcdLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdLeases")
+            .field("identity", &self.inner.identity)
+            .field("op_timeout", &self.inner.op_timeout)
+            .finish_non_exhaustive()
+    }
+}

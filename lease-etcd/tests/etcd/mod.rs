@@ -1,0 +1,113 @@
+//! The etcd backend for the suite, and helpers shared by the etcd tests.
+
+pub(crate) mod cluster;
+pub(crate) mod tests;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_conformance::servers::{Server, ServerKind};
+use leasehold_conformance::{Backend, ExtraTest, Store};
+use leasehold_core::{BoxFuture, Capabilities, PoolSpec};
+use leasehold_etcd::{ETCD_MIN_TTL, EtcdConfig, EtcdLeases, MAX_POOL_SIZE};
+
+/// What the suite knows of an etcd server: its URL.
+#[derive(Clone)]
+pub(crate) struct EtcdBackend {
+    pub(crate) url: String,
+    pub(crate) addr: Option<SocketAddr>,
+    pub(crate) kind: ServerKind,
+}
+
+impl EtcdBackend {
+    pub(crate) fn new(server: &Server) -> Self {
+        Self {
+            url: server.url.clone(),
+            addr: server.addr(),
+            kind: server.kind,
+        }
+    }
+
+    pub(crate) async fn leases(&self) -> Result<EtcdLeases, String> {
+        EtcdLeases::connect(EtcdConfig::new([self.url.clone()]))
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+pub(crate) fn capabilities() -> Capabilities {
+    Capabilities::coordinated(true, ETCD_MIN_TTL).with_max_pool_size(MAX_POOL_SIZE)
+}
+
+impl Backend for EtcdBackend {
+    fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move { Ok(Arc::new(self.leases().await?) as Store) })
+    }
+
+    fn connect_via(
+        &self,
+        addr: SocketAddr,
+        op_timeout: Duration,
+    ) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move {
+            let leases = EtcdLeases::connect(
+                EtcdConfig::new([format!("http://{addr}")]).op_timeout(op_timeout),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            Ok(Arc::new(leases) as Store)
+        })
+    }
+
+    fn store_addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> Option<BoxFuture<'a, Result<(), String>>> {
+        Some(Box::pin(async move {
+            let leases = self.leases().await?;
+            let key = leases.slot_key(&pool.name, slot);
+            let deleted = leases
+                .client()
+                .clone()
+                .delete(key.clone(), None)
+                .await
+                .map_err(|e| e.to_string())?;
+            if deleted.deleted() == 1 {
+                Ok(())
+            } else {
+                Err(format!("revoke: key {key} was not there"))
+            }
+        }))
+    }
+}
+
+/// Wraps an async test over the backend into an `ExtraTest`.
+pub(crate) fn test<F, Fut>(backend: &EtcdBackend, f: F) -> ExtraTest
+where
+    F: Fn(EtcdBackend) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let backend = backend.clone();
+    Arc::new(move |_| Box::pin(f(backend.clone())))
+}
+
+/// Polls `check` every 10 ms until it is true or `limit` passes; returns the
+/// time it took.
+pub(crate) async fn until(limit: Duration, mut check: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

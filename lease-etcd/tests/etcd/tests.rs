@@ -1,0 +1,439 @@
+//! etcd-specific tests, run on every etcd target.
+
+use std::time::{Duration, Instant};
+
+use leasehold_conformance::ExtraTest;
+use leasehold_conformance::proxy::{Fault, FaultProxy};
+use leasehold_conformance::suite::fresh_pool_name;
+use leasehold_core::{
+    AcquireError, LeaseConfig, LeaseManager, PoolSpec, Release, Renewal, StartError, Strategy,
+};
+use leasehold_etcd::{EtcdConfig, EtcdError, EtcdLeases};
+
+use super::{EtcdBackend, test, until};
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+pub(crate) fn all(b: &EtcdBackend) -> Vec<(&'static str, ExtraTest)> {
+    vec![
+        (
+            "watch_reports_a_deleted_key_within_1s",
+            test(b, watch_reports_a_deleted_key_within_1s),
+        ),
+        (
+            "watch_reports_a_rewritten_key",
+            test(b, watch_reports_a_rewritten_key),
+        ),
+        (
+            "watch_survives_dropped_connections_then_reports_loss",
+            test(b, watch_survives_dropped_connections_then_reports_loss),
+        ),
+        (
+            "guard_closes_the_manager_gate_within_1s_of_deletion",
+            test(b, guard_closes_the_manager_gate_within_1s_of_deletion),
+        ),
+        (
+            "too_short_ttl_is_a_configuration_error",
+            test(b, too_short_ttl_is_a_configuration_error),
+        ),
+        (
+            "fractional_ttl_is_rounded_up_and_reported",
+            test(b, fractional_ttl_is_rounded_up_and_reported),
+        ),
+        (
+            "fence_is_the_keys_create_revision",
+            test(b, fence_is_the_keys_create_revision),
+        ),
+        (
+            "acquire_is_two_round_trips_while_candidates_are_free",
+            test(b, acquire_is_two_round_trips_while_candidates_are_free),
+        ),
+        (
+            "credentials_pass_through_and_are_never_shown",
+            test(b, credentials_pass_through_and_are_never_shown),
+        ),
+    ]
+}
+
+fn pool(size: u32, ttl: Duration) -> PoolSpec {
+    PoolSpec::new(fresh_pool_name(), size, ttl).expect("pool spec")
+}
+
+async fn delete_behind_the_back(b: &EtcdBackend, key: &str) -> Result<(), String> {
+    let other = b.leases().await?;
+    let resp = other
+        .client()
+        .clone()
+        .delete(key, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(resp.deleted() == 1, "key {key} was not there to delete");
+    Ok(())
+}
+
+/// A lease deleted behind the holder's back is reported by the watch within
+/// 1 s, and the next renewal answers `Lost` without asking etcd.
+async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = pool(4, Duration::from_secs(30));
+    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let mut watch = leases.watch_loss(&pool.name, &grant);
+    // Give the watch time to be established, so the test measures the event
+    // path and not the catch-up from the start revision.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ensure!(
+        watch.try_lost().is_none(),
+        "loss reported before any change"
+    );
+    let key = leases.slot_key(&pool.name, grant.slot);
+    let start = Instant::now();
+    delete_behind_the_back(&b, &key).await?;
+    let reason = tokio::time::timeout(Duration::from_secs(1), &mut watch)
+        .await
+        .map_err(|_| "no loss reported within 1 s of deleting the key".to_owned())?;
+    let took = start.elapsed();
+    ensure!(
+        took < Duration::from_secs(1),
+        "loss reported after {took:?}"
+    );
+    ensure!(
+        reason.as_str().contains("deleted"),
+        "unexpected reason: {reason}"
+    );
+    let before = leases.stats().rpcs;
+    let r = leases.renew(&pool, &grant).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
+    ensure!(
+        leases.stats().rpcs == before,
+        "renewal of a watched-lost grant asked etcd"
+    );
+    eprintln!("watch reported the deletion {took:?} after the delete was sent");
+    Ok(())
+}
+
+/// Someone overwriting the slot key (a blind put) is a loss too.
+async fn watch_reports_a_rewritten_key(b: EtcdBackend) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = pool(4, Duration::from_secs(30));
+    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let watch = leases.watch_loss(&pool.name, &grant);
+    let key = leases.slot_key(&pool.name, grant.slot);
+    let other = b.leases().await?;
+    other
+        .client()
+        .clone()
+        .put(key, "someone else", None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let reason = tokio::time::timeout(Duration::from_secs(2), watch)
+        .await
+        .map_err(|_| "rewrite not reported".to_owned())?;
+    ensure!(
+        reason.as_str().contains("rewritten"),
+        "unexpected reason: {reason}"
+    );
+    // A fresh strategy (no watch) finds out from the key on renewal.
+    let fresh = b.leases().await?;
+    let r = fresh.renew(&pool, &grant).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
+    let r = fresh.release(&pool, &grant).await;
+    ensure!(
+        r == Release::NotHeld,
+        "release of a rewritten key answered {r:?}"
+    );
+    Ok(())
+}
+
+/// Dropped connections are not a loss: the watch reconnects, and still
+/// reports the deletion that follows.
+async fn watch_survives_dropped_connections_then_reports_loss(
+    b: EtcdBackend,
+) -> Result<(), String> {
+    let addr = b.addr.ok_or("no store address")?;
+    let proxy = FaultProxy::start(addr).await.map_err(|e| e.to_string())?;
+    let leases = EtcdLeases::connect(
+        EtcdConfig::new([format!("http://{}", proxy.addr())]).op_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let pool = pool(2, Duration::from_secs(30));
+    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let mut watch = leases.watch_loss(&pool.name, &grant);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.set(Fault::Drop);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ensure!(
+        watch.try_lost().is_none(),
+        "dropped connections were reported as a loss"
+    );
+    proxy.set(Fault::Pass);
+    let key = leases.slot_key(&pool.name, grant.slot);
+    delete_behind_the_back(&b, &key).await?;
+    tokio::time::timeout(Duration::from_secs(5), watch)
+        .await
+        .map_err(|_| "deletion after reconnect not reported".to_owned())?;
+    Ok(())
+}
+
+/// `guard` wires the watch to a manager: the gate closes within 1 s of the
+/// key being deleted (renewals every 3 s could not explain it), then the
+/// manager re-acquires a new lease.
+async fn guard_closes_the_manager_gate_within_1s_of_deletion(b: EtcdBackend) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let config = LeaseConfig::builder(fresh_pool_name().as_str())
+        .pool_size(4)
+        .ttl(Duration::from_secs(10))
+        .renew_interval(Duration::from_secs(3))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let manager = LeaseManager::start(leases.clone(), config)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _guard = leases.guard(&manager);
+    let gate = manager.gate();
+    let before = gate.view();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let key = leases.slot_key(&manager.pool().name, before.slot);
+    let start = Instant::now();
+    delete_behind_the_back(&b, &key).await?;
+    let closed = until(Duration::from_secs(1), || gate.check_now().is_err()).await;
+    ensure!(
+        closed.is_some(),
+        "gate still open 1 s after the key was deleted"
+    );
+    eprintln!("gate closed {:?} after the delete", start.elapsed());
+    // The next renewal (within 3 s) answers Lost; the manager re-acquires.
+    let reopened = until(Duration::from_secs(8), || {
+        let v = gate.view();
+        v.open && v.fence != before.fence && gate.check_now().is_ok()
+    })
+    .await;
+    ensure!(
+        reopened.is_some(),
+        "manager did not re-acquire after the loss: {:?}",
+        manager.state()
+    );
+    ensure!(
+        gate.view().fence > before.fence,
+        "new fence {} not above {}",
+        gate.view().fence,
+        before.fence
+    );
+    let released = manager.shutdown().await;
+    ensure!(
+        released == Some(Release::Released),
+        "shutdown released {released:?}"
+    );
+    Ok(())
+}
+
+/// A TTL below etcd's minimum is a final configuration error that says what
+/// to use — at acquire and at manager start.
+async fn too_short_ttl_is_a_configuration_error(b: EtcdBackend) -> Result<(), String> {
+    let leases = b.leases().await?;
+    for ttl in [Duration::from_millis(500), Duration::from_secs(1)] {
+        match leases.acquire(&pool(2, ttl)).await {
+            Err(e @ AcquireError::Misconfigured { .. }) => {
+                ensure!(!e.is_retryable(), "must be final");
+                ensure!(
+                    e.to_string().contains("at least 2s"),
+                    "message does not say what to use: {e}"
+                );
+            }
+            other => return Err(format!("ttl {ttl:?} answered {other:?}")),
+        }
+    }
+    let config = LeaseConfig::builder(fresh_pool_name().as_str())
+        .pool_size(2)
+        .ttl(Duration::from_secs(1))
+        .build()
+        .map_err(|e| e.to_string())?;
+    match LeaseManager::start(leases, config).await {
+        Err(StartError::Acquire(AcquireError::Misconfigured { .. })) => Ok(()),
+        other => Err(format!("manager start answered {:?}", other.map(|_| ()))),
+    }
+}
+
+/// etcd counts whole seconds: 2.5 s is asked as 3 s and reported as granted.
+async fn fractional_ttl_is_rounded_up_and_reported(b: EtcdBackend) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = pool(2, Duration::from_millis(2500));
+    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    ensure!(
+        grant.ttl == Duration::from_secs(3),
+        "granted ttl {:?}",
+        grant.ttl
+    );
+    let r = leases.renew(&pool, &grant).await;
+    ensure!(
+        r == Renewal::Renewed {
+            ttl: Duration::from_secs(3)
+        },
+        "renewal answered {r:?}"
+    );
+    Ok(())
+}
+
+/// The fence is the key's create revision, the value carries the token, and
+/// the key is attached to a lease.
+async fn fence_is_the_keys_create_revision(b: EtcdBackend) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = pool(2, Duration::from_secs(30));
+    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let key = leases.slot_key(&pool.name, grant.slot);
+    ensure!(
+        key == format!("leasehold/{}/{}", pool.name, grant.slot),
+        "key layout {key}"
+    );
+    let resp = leases
+        .client()
+        .clone()
+        .get(key.clone(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let kv = resp.kvs().first().ok_or("slot key missing")?;
+    ensure!(
+        u64::try_from(kv.create_revision()).ok() == Some(grant.fence.0),
+        "fence {} vs create revision {}",
+        grant.fence,
+        kv.create_revision()
+    );
+    ensure!(
+        kv.value().starts_with(grant.token.to_hex().as_bytes()),
+        "value does not carry the token"
+    );
+    ensure!(kv.lease() != 0, "key not attached to a lease");
+    let ttl = leases
+        .client()
+        .clone()
+        .lease_time_to_live(
+            kv.lease(),
+            Some(etcd_client::LeaseTimeToLiveOptions::new().with_keys()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        ttl.keys().iter().any(|k| k == key.as_bytes()),
+        "lease does not hold the key"
+    );
+    ensure!(ttl.ttl() > 0 && ttl.ttl() <= 30, "lease ttl {}", ttl.ttl());
+    Ok(())
+}
+
+/// Round trips: 2 per acquisition while a candidate is free; a nearly full
+/// pool costs at most one more transaction per round.
+async fn acquire_is_two_round_trips_while_candidates_are_free(
+    b: EtcdBackend,
+) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = pool(64, Duration::from_secs(30));
+    let before = leases.stats().rpcs;
+    leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let used = leases.stats().rpcs - before;
+    ensure!(used == 2, "first acquisition used {used} requests");
+    for _ in 1..64 {
+        leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    }
+    let stats = leases.stats();
+    ensure!(stats.acquisitions == 64, "{stats:?}");
+    ensure!(
+        stats.max_acquire_rpcs <= 3,
+        "an acquisition needed {} requests",
+        stats.max_acquire_rpcs
+    );
+    let before = leases.stats().rpcs;
+    match leases.acquire(&pool).await {
+        Err(AcquireError::PoolExhausted { .. }) => {}
+        other => return Err(format!("full pool answered {other:?}")),
+    }
+    // Grant + one txn whose bottom read shows the pool full (+ a background revoke).
+    let used = leases.stats().rpcs - before;
+    ensure!(used <= 3, "exhausted answer used {used} requests");
+    eprintln!(
+        "64 sequential acquisitions: {} requests, {:.2} per acquisition, max {}",
+        stats.acquire_rpcs,
+        stats.acquire_rpcs as f64 / stats.acquisitions as f64,
+        stats.max_acquire_rpcs
+    );
+    Ok(())
+}
+
+/// User/password reach etcd: on a private server with auth enabled, the right
+/// password acquires, a wrong one is `EtcdError::Auth`, a user without
+/// permission gets a final error — and no message shows a password.
+async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<(), String> {
+    // Auth changes the whole server: use a private one, never the shared one.
+    let kind = b.kind;
+    let server = tokio::task::spawn_blocking(move || leasehold_conformance::servers::provide(kind))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|m| m.to_string())?;
+    let url = server.url.clone();
+    let mut admin = etcd_client::Client::connect([url.clone()], None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let root_pw = "r00t-Secret-pw";
+    let app_pw = "app-Secret-pw";
+    admin
+        .user_add("root", root_pw, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    admin
+        .user_grant_role("root", "root")
+        .await
+        .map_err(|e| e.to_string())?;
+    admin
+        .user_add("app", app_pw, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    admin.auth_enable().await.map_err(|e| e.to_string())?;
+
+    let pool = pool(2, Duration::from_secs(10));
+    // Root may do everything.
+    let config = EtcdConfig::new([url.clone()]).user("root", root_pw);
+    ensure!(
+        !format!("{config:?}").contains(root_pw),
+        "password in Debug output"
+    );
+    let leases = EtcdLeases::connect(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        !leases.identity().contains(root_pw) && !format!("{leases:?}").contains(root_pw),
+        "password in identity or Debug"
+    );
+    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let r = leases.renew(&pool, &grant).await;
+    ensure!(matches!(r, Renewal::Renewed { .. }), "renewal {r:?}");
+
+    // A wrong password is refused at connect, without echoing it.
+    match EtcdLeases::connect(EtcdConfig::new([url.clone()]).user("root", "wrong-Secret")).await {
+        Err(e @ EtcdError::Auth { .. }) => {
+            let text = e.to_string();
+            ensure!(
+                !text.contains("wrong-Secret"),
+                "password in error message: {text}"
+            );
+        }
+        other => return Err(format!("wrong password answered {:?}", other.map(|_| ()))),
+    }
+
+    // A user without any role may not grant leases or write keys: final error.
+    let app = EtcdLeases::connect(EtcdConfig::new([url]).user("app", app_pw))
+        .await
+        .map_err(|e| e.to_string())?;
+    match app.acquire(&pool).await {
+        Err(e @ AcquireError::Misconfigured { .. }) => {
+            ensure!(!e.to_string().contains(app_pw), "password in message: {e}");
+        }
+        other => return Err(format!("user without permission answered {other:?}")),
+    }
+    drop(server);
+    Ok(())
+}
