@@ -1,0 +1,253 @@
+//! Our nonces against the fastest Rust ID generators, side by side, with lease
+//! gating switched on in ours (a real, open `LeaseGate`).
+//!
+//! `cargo bench -p leasehold-nonce --bench nonces` (or `cargo xtask bench nonce`).
+//! Two groups: `1 thread` (ns per call) and `2 threads` (both threads share one
+//! generator; the figure is wall time / total calls, i.e. ns per nonce of the
+//! pair). Results and ratios: `nonce/BENCHMARKS.md`.
+
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ferroid::define_snowflake_id;
+use ferroid::generator::AtomicSnowflakeGenerator;
+use ferroid::id::SnowflakeTwitterId;
+use ferroid::time::{MonotonicClock, TWITTER_EPOCH};
+use leasehold_core::{Fence, LeaseGate, MonoTime};
+use leasehold_nonce::*;
+
+define_snowflake_id!(
+    /// Our default 64-bit layout in ferroid's terms.
+    Ferroid42_9_13, u64,
+    reserved: 0,
+    timestamp: 42,
+    machine_id: 9,
+    sequence: 13
+);
+
+fn gate() -> LeaseGate {
+    let g = LeaseGate::new();
+    g.open(7, Fence(1), MonoTime::now() + Duration::from_secs(3600));
+    g
+}
+
+fn key() -> BaseKey {
+    BaseKey::new(&[0x5a; 32]).unwrap()
+}
+
+/// Runs `f` on 2 threads, `iters` calls each; returns wall time / 2 so the
+/// per-iteration figure is ns per nonce of the pair.
+fn two_threads<F: Fn() + Sync>(iters: u64, f: &F) -> Duration {
+    let barrier = Barrier::new(3);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                barrier.wait();
+                for _ in 0..iters {
+                    f();
+                }
+            });
+        }
+        barrier.wait();
+        let start = Instant::now();
+        // The scope joins both threads before returning.
+        start
+    })
+    .elapsed()
+        / 2
+}
+
+/// The contenders: a name and a thread-safe "make one ID" closure.
+type Contender = (&'static str, Box<dyn Fn() + Sync>);
+
+fn contenders() -> Vec<Contender> {
+    let c64 = Counter64::new(gate()).unwrap();
+    let c96 = Counter96::new(gate()).unwrap();
+    let c128 = Counter128::new(gate()).unwrap();
+    let s64 = Sortable64::new(gate()).unwrap();
+    let s96 = Sortable96::new(gate()).unwrap();
+    let s128 = Sortable128::new(gate()).unwrap();
+    let u7 = Sortable128::new(gate()).unwrap();
+    let snow = Sortable64::with_layout(gate(), Layout::snowflake()).unwrap();
+    let e64 = Encrypted::new(Counter64::new(gate()).unwrap(), &key());
+    let e96 = Encrypted::new(Counter96::new(gate()).unwrap(), &key());
+    let e128 = Encrypted::new(Counter128::new(gate()).unwrap(), &key());
+
+    let epoch = Duration::from_millis(DEFAULT_EPOCH_UNIX_MS);
+    let fer_ours: Arc<AtomicSnowflakeGenerator<Ferroid42_9_13, _>> = Arc::new(
+        AtomicSnowflakeGenerator::new(7, MonotonicClock::<1>::with_epoch(epoch)),
+    );
+    let fer_tw: Arc<AtomicSnowflakeGenerator<SnowflakeTwitterId, _>> = Arc::new(
+        AtomicSnowflakeGenerator::new(7, MonotonicClock::<1>::with_epoch(TWITTER_EPOCH)),
+    );
+    let snowflaked = Arc::new(snowflaked::sync::Generator::new(7));
+
+    vec![
+        (
+            "ours/counter64",
+            Box::new(move || {
+                black_box(c64.next().unwrap());
+            }),
+        ),
+        (
+            "ours/counter96",
+            Box::new(move || {
+                black_box(c96.next().unwrap());
+            }),
+        ),
+        (
+            "ours/counter128",
+            Box::new(move || {
+                black_box(c128.next().unwrap());
+            }),
+        ),
+        (
+            "ours/sortable64",
+            Box::new(move || {
+                black_box(s64.next().unwrap());
+            }),
+        ),
+        (
+            "ours/sortable96",
+            Box::new(move || {
+                black_box(s96.next().unwrap());
+            }),
+        ),
+        (
+            "ours/sortable128",
+            Box::new(move || {
+                black_box(s128.next().unwrap());
+            }),
+        ),
+        (
+            "ours/uuid7",
+            Box::new(move || {
+                black_box(u7.next_uuid7().unwrap());
+            }),
+        ),
+        (
+            "ours/sortable64-snowflake-41-10-12",
+            Box::new(move || {
+                black_box(snow.next().unwrap());
+            }),
+        ),
+        (
+            "ours/encrypted64-speck",
+            Box::new(move || {
+                black_box(e64.next().unwrap());
+            }),
+        ),
+        (
+            "ours/encrypted96-speck",
+            Box::new(move || {
+                black_box(e96.next().unwrap());
+            }),
+        ),
+        (
+            "ours/encrypted128-aes",
+            Box::new(move || {
+                black_box(e128.next().unwrap());
+            }),
+        ),
+        (
+            "uuid/now_v7",
+            Box::new(|| {
+                black_box(uuid::Uuid::now_v7());
+            }),
+        ),
+        (
+            "ulid/Ulid::generate",
+            Box::new(|| {
+                black_box(ulid::Ulid::generate());
+            }),
+        ),
+        (
+            "ferroid/atomic-42-9-13",
+            Box::new(move || {
+                black_box(fer_ours.next_id(|_| std::hint::spin_loop()));
+            }),
+        ),
+        (
+            "ferroid/atomic-twitter-41-10-12",
+            Box::new(move || {
+                black_box(fer_tw.next_id(|_| std::hint::spin_loop()));
+            }),
+        ),
+        (
+            "snowflaked/sync-41-10-12",
+            Box::new(move || {
+                black_box(snowflaked.generate::<u64>());
+            }),
+        ),
+    ]
+}
+
+fn side_by_side(c: &mut Criterion) {
+    let all = contenders();
+    let mut one = c.benchmark_group("1 thread");
+    for (name, f) in &all {
+        one.bench_function(*name, |b| b.iter(f));
+    }
+    // ulid's monotonic generator needs `&mut`: one per thread.
+    let mut g = ulid::Generator::new();
+    one.bench_function("ulid/Generator (per thread)", |b| {
+        b.iter(|| black_box(g.generate().unwrap()))
+    });
+    one.finish();
+
+    let mut two = c.benchmark_group("2 threads");
+    for (name, f) in &all {
+        two.bench_function(*name, |b| b.iter_custom(|iters| two_threads(iters, f)));
+    }
+    two.finish();
+}
+
+/// What the gate and the clock cost: the same counter with and without them,
+/// the two clocks, and the parts on their own.
+fn gate_cost(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gate cost");
+    let fast = Counter128::new(gate()).unwrap();
+    let precise = Counter128::with_time(gate(), Layout::default128(), PreciseClock).unwrap();
+    let sortable_precise =
+        Sortable128::with_time(gate(), Layout::default128(), PreciseClock).unwrap();
+    let ungated = Counter128::new(gate()).unwrap();
+    ungated.next().unwrap(); // takes the lease once
+    g.bench_function("counter128 gated, FastClock", |b| {
+        b.iter(|| fast.next().unwrap())
+    });
+    g.bench_function("counter128 gated, PreciseClock", |b| {
+        b.iter(|| precise.next().unwrap())
+    });
+    g.bench_function("sortable128 gated, PreciseClock", |b| {
+        b.iter(|| sortable_precise.next().unwrap())
+    });
+    g.bench_function("counter128 ungated (no clock, no gate)", |b| {
+        b.iter(|| ungated.next_ungated_for_bench().unwrap())
+    });
+    let clock = FastClock::new();
+    g.bench_function("FastClock::now", |b| b.iter(|| clock.now()));
+    g.bench_function("PreciseClock (MonoTime::now)", |b| b.iter(MonoTime::now));
+    let gt = gate();
+    let now = MonoTime::now();
+    g.bench_function("LeaseGate::check", |b| b.iter(|| gt.check(black_box(now))));
+    let counter = AtomicU64::new(0);
+    g.bench_function("AtomicU64::fetch_add", |b| {
+        b.iter(|| counter.fetch_add(1, Ordering::SeqCst))
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(400))
+        .measurement_time(Duration::from_millis(1500))
+        .sample_size(20);
+    targets = side_by_side, gate_cost
+}
+criterion_main!(benches);

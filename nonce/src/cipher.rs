@@ -1,0 +1,243 @@
+//! Block ciphers as bijections on nonce values, and per-width key derivation.
+//!
+//! - 64 bits: Speck64/128 (64-bit block, 128-bit key).
+//! - 96 bits: Speck96/144 (96-bit block, 144-bit key).
+//! - 128 bits: AES-128.
+//!
+//! Key derivation: each width's key is the first 16 (Speck64/128, AES-128)
+//! or 18 (Speck96/144) bytes of `SHA-256("leasehold-nonce/v1 " ‖ label ‖ 0x00 ‖ base key)`,
+//! with labels `speck64/128`, `speck96/144` and `aes128`. The base key must have
+//! at least 32 bytes (256 bits), so each derived key is full-strength and keys
+//! of different widths are independent.
+
+use std::fmt;
+
+use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
+use sha2::{Digest, Sha256};
+use speck_cipher::{Speck64_128, Speck96_144};
+
+/// The secret that encrypted nonces are derived from: at least 32 bytes,
+/// e.g. from a secret store. `Debug` does not show it.
+#[derive(Clone)]
+pub struct BaseKey(Vec<u8>);
+
+impl BaseKey {
+    /// The minimum length in bytes.
+    pub const MIN_LEN: usize = 32;
+
+    /// Checks the length (at least 32 bytes).
+    pub fn new(bytes: &[u8]) -> Result<Self, KeyError> {
+        if bytes.len() < Self::MIN_LEN {
+            return Err(KeyError { len: bytes.len() });
+        }
+        Ok(Self(bytes.to_vec()))
+    }
+
+    fn derive<const N: usize>(&self, label: &str) -> [u8; N] {
+        let mut h = Sha256::new();
+        h.update(b"leasehold-nonce/v1 ");
+        h.update(label.as_bytes());
+        h.update([0u8]);
+        h.update(&self.0);
+        let digest = h.finalize();
+        let mut out = [0u8; N];
+        out.copy_from_slice(&digest[..N]);
+        out
+    }
+}
+
+impl fmt::Debug for BaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BaseKey({} bytes, redacted)", self.0.len())
+    }
+}
+
+/// The base key is too short.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyError {
+    len: usize,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the nonce base key has {} bytes; it needs at least {} random bytes \
+             (generate them once, e.g. `openssl rand -hex 32`, and keep them in your secret store)",
+            self.len,
+            BaseKey::MIN_LEN
+        )
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+/// A block cipher used as a permutation of nonce values of one width.
+#[doc(hidden)]
+pub trait BlockPermutation: Clone + Send + Sync + 'static {
+    /// Keyed from the base key (through the derivation above).
+    fn from_base(key: &BaseKey) -> Self;
+    /// Encrypts the low `BITS` bits of `value`.
+    fn encrypt(&self, value: u128) -> u128;
+    /// The inverse.
+    fn decrypt(&self, value: u128) -> u128;
+}
+
+/// Speck64/128 on 64-bit nonces.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct Speck64(Speck64_128);
+
+impl Speck64 {
+    pub(crate) fn from_key(key: [u8; 16]) -> Self {
+        Self(Speck64_128::new(&key.into()))
+    }
+}
+
+impl BlockPermutation for Speck64 {
+    fn from_base(key: &BaseKey) -> Self {
+        Self::from_key(key.derive("speck64/128"))
+    }
+    #[inline]
+    fn encrypt(&self, value: u128) -> u128 {
+        let mut block = (value as u64).to_be_bytes().into();
+        self.0.encrypt_block(&mut block);
+        u128::from(u64::from_be_bytes(block.0))
+    }
+    #[inline]
+    fn decrypt(&self, value: u128) -> u128 {
+        let mut block = (value as u64).to_be_bytes().into();
+        self.0.decrypt_block(&mut block);
+        u128::from(u64::from_be_bytes(block.0))
+    }
+}
+
+/// Speck96/144 on 96-bit nonces.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct Speck96(Speck96_144);
+
+fn to12(value: u128) -> [u8; 12] {
+    let b = value.to_be_bytes();
+    let mut out = [0; 12];
+    out.copy_from_slice(&b[4..]);
+    out
+}
+
+fn from12(bytes: [u8; 12]) -> u128 {
+    let mut b = [0; 16];
+    b[4..].copy_from_slice(&bytes);
+    u128::from_be_bytes(b)
+}
+
+impl Speck96 {
+    pub(crate) fn from_key(key: [u8; 18]) -> Self {
+        Self(Speck96_144::new(&key.into()))
+    }
+}
+
+impl BlockPermutation for Speck96 {
+    fn from_base(key: &BaseKey) -> Self {
+        Self::from_key(key.derive("speck96/144"))
+    }
+    #[inline]
+    fn encrypt(&self, value: u128) -> u128 {
+        let mut block = to12(value).into();
+        self.0.encrypt_block(&mut block);
+        from12(block.0)
+    }
+    #[inline]
+    fn decrypt(&self, value: u128) -> u128 {
+        let mut block = to12(value).into();
+        self.0.decrypt_block(&mut block);
+        from12(block.0)
+    }
+}
+
+/// AES-128 on 128-bit nonces (AES-NI when the CPU has it, detected at run time).
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct Aes(aes::Aes128);
+
+impl Aes {
+    pub(crate) fn from_key(key: [u8; 16]) -> Self {
+        Self(aes::Aes128::new(&key.into()))
+    }
+}
+
+impl BlockPermutation for Aes {
+    fn from_base(key: &BaseKey) -> Self {
+        Self::from_key(key.derive("aes128"))
+    }
+    #[inline]
+    fn encrypt(&self, value: u128) -> u128 {
+        let mut block = value.to_be_bytes().into();
+        self.0.encrypt_block(&mut block);
+        u128::from_be_bytes(block.0)
+    }
+    #[inline]
+    fn decrypt(&self, value: u128) -> u128 {
+        let mut block = value.to_be_bytes().into();
+        self.0.decrypt_block(&mut block);
+        u128::from_be_bytes(block.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex<const N: usize>(s: &str) -> [u8; N] {
+        let s: String = s.split_whitespace().collect();
+        let mut out = [0u8; N];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
+        }
+        out
+    }
+
+    /// "The SIMON and SPECK Families of Lightweight Block Ciphers" (Beaulieu
+    /// et al., 2013), Appendix C: Speck64/128.
+    #[test]
+    fn speck64_128_paper_vector() {
+        let c = Speck64::from_key(hex("1b1a1918 13121110 0b0a0908 03020100"));
+        let pt = u128::from(u64::from_be_bytes(hex("3b726574 7475432d")));
+        let ct = u128::from(u64::from_be_bytes(hex("8c6fa548 454e028b")));
+        assert_eq!(c.encrypt(pt), ct);
+        assert_eq!(c.decrypt(ct), pt);
+    }
+
+    /// Same paper, Appendix C: Speck96/144.
+    #[test]
+    fn speck96_144_paper_vector() {
+        let c = Speck96::from_key(hex("151413121110 0d0c0b0a0908 050403020100"));
+        let pt = from12(hex("656d6974206e 69202c726576"));
+        let ct = from12(hex("2bf31072228a 7ae440252ee6"));
+        assert_eq!(c.encrypt(pt), ct);
+        assert_eq!(c.decrypt(ct), pt);
+    }
+
+    /// FIPS-197, Appendix C.1: AES-128.
+    #[test]
+    fn aes128_fips197_vector() {
+        let c = Aes::from_key(hex("000102030405060708090a0b0c0d0e0f"));
+        let pt = u128::from_be_bytes(hex("00112233445566778899aabbccddeeff"));
+        let ct = u128::from_be_bytes(hex("69c4e0d86a7b0430d8cdb78070b4c55a"));
+        assert_eq!(c.encrypt(pt), ct);
+        assert_eq!(c.decrypt(ct), pt);
+    }
+
+    #[test]
+    fn key_rules() {
+        let e = BaseKey::new(&[7; 31]).unwrap_err();
+        assert!(e.to_string().contains("at least 32"), "{e}");
+        let k = BaseKey::new(&[7; 32]).unwrap();
+        assert!(!format!("{k:?}").contains('7'));
+        // Different labels, different keys; same base key, same keys.
+        assert_ne!(k.derive::<16>("aes128"), k.derive::<16>("speck64/128"));
+        assert_eq!(
+            k.derive::<16>("aes128"),
+            BaseKey::new(&[7; 32]).unwrap().derive::<16>("aes128")
+        );
+    }
+}

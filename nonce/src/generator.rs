@@ -1,0 +1,197 @@
+//! The public generators: [`Counter`] and [`Sortable`], in three widths.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use leasehold_core::LeaseGate;
+
+use crate::engine::Engine;
+use crate::error::{GenerateError, LayoutError};
+use crate::layout::{Layout, Parts};
+use crate::time::{FastClock, TimeSource};
+use crate::uuid7::Uuid7;
+use crate::width::{W128, Width};
+
+fn check_width<W: Width>(layout: &Layout) -> Result<(), LayoutError> {
+    if layout.bits() == W::BITS {
+        Ok(())
+    } else {
+        Err(LayoutError::new(
+            "bits",
+            layout.bits(),
+            format!("{} for a {}-bit generator", W::BITS, W::BITS),
+        ))
+    }
+}
+
+fn default_layout<W: Width>() -> Layout {
+    match W::BITS {
+        64 => Layout::default64(),
+        96 => Layout::default96(),
+        _ => Layout::default128(),
+    }
+}
+
+macro_rules! generator {
+    ($(#[$doc:meta])* $name:ident, $sortable:literal) => {
+        $(#[$doc])*
+        pub struct $name<W: Width, T: TimeSource = FastClock> {
+            engine: Arc<Engine<T, $sortable>>,
+            _width: PhantomData<W>,
+        }
+
+        impl<W: Width> $name<W> {
+            /// A generator with the default layout for the width and the
+            /// default clock, bound to `gate`. Fails only when the wall clock
+            /// is before the layout's epoch (2025-01-01).
+            pub fn new(gate: LeaseGate) -> Result<Self, LayoutError> {
+                Self::with_layout(gate, default_layout::<W>())
+            }
+
+            /// A generator with a custom layout (of this width).
+            pub fn with_layout(gate: LeaseGate, layout: Layout) -> Result<Self, LayoutError> {
+                Self::with_time(gate, layout, FastClock::new())
+            }
+        }
+
+        impl<W: Width, T: TimeSource> $name<W, T> {
+            /// A generator with a custom layout and time source.
+            pub fn with_time(gate: LeaseGate, layout: Layout, time: T) -> Result<Self, LayoutError> {
+                check_width::<W>(&layout)?;
+                Ok(Self {
+                    engine: Arc::new(Engine::new(gate, layout, time)?),
+                    _width: PhantomData,
+                })
+            }
+
+            /// The next nonce, or an error when no lease is held (the gate is
+            /// closed or past its deadline). Lock-free; may wait (spinning,
+            /// then yielding) while a value's timestamp is ahead of real time:
+            /// at most a millisecond or so, see the crate docs.
+            #[inline]
+            pub fn next(&self) -> Result<W::Nonce, GenerateError> {
+                self.engine.next::<true>().map(W::wrap)
+            }
+
+            /// Benchmarks only: `next` without the clock read and the gate check.
+            #[doc(hidden)]
+            #[inline]
+            pub fn next_ungated_for_bench(&self) -> Result<W::Nonce, GenerateError> {
+                self.engine.next::<false>().map(W::wrap)
+            }
+
+            /// The layout.
+            pub fn layout(&self) -> &Layout {
+                self.engine.layout()
+            }
+
+            /// The gate this generator is bound to.
+            pub fn gate(&self) -> &LeaseGate {
+                self.engine.gate()
+            }
+
+            /// Takes a nonce of this generator apart.
+            pub fn decode(&self, nonce: W::Nonce) -> Parts {
+                self.layout().decode(W::unwrap(nonce))
+            }
+        }
+
+        impl<W: Width, T: TimeSource> Clone for $name<W, T> {
+            /// Shares the state: clones hand out distinct values.
+            fn clone(&self) -> Self {
+                Self {
+                    engine: Arc::clone(&self.engine),
+                    _width: PhantomData,
+                }
+            }
+        }
+
+        impl<W: Width, T: TimeSource> fmt::Debug for $name<W, T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("layout", self.layout())
+                    .field("gate", self.gate())
+                    .finish_non_exhaustive()
+            }
+        }
+
+        impl<W: Width, T: TimeSource> Plain for $name<W, T> {
+            type W = W;
+            fn next_plain(&self) -> Result<u128, GenerateError> {
+                self.engine.next::<true>()
+            }
+            fn plain_layout(&self) -> &Layout {
+                self.layout()
+            }
+        }
+    };
+}
+
+generator!(
+    /// Counter nonces: timestamp (the lease's start, advancing only as the
+    /// counter runs over), slot, counter. Unique, predictable, the fastest.
+    ///
+    /// The 64-bit form may burst on milliseconds saved up since the lease
+    /// started, but its timestamp never passes real time: once the saved-up
+    /// milliseconds are spent it waits (2^13 values per millisecond with the
+    /// default layout). The 96- and 128-bit forms advance their timestamp only
+    /// every 2^45 and never (2^64 values), so they never wait in practice.
+    ///
+    /// Cloning shares the state (hand clones to threads).
+    Counter,
+    false
+);
+
+generator!(
+    /// Sortable (Snowflake-like) nonces: the creation time in the high bits,
+    /// then the slot, then a per-millisecond sequence. They sort by time.
+    ///
+    /// The 64-bit form gives at most 2^13 values per millisecond (default
+    /// layout) and waits for the next millisecond when they are spent. The
+    /// 96- and 128-bit forms allow 2^22 per millisecond. A wall clock that
+    /// goes backwards never makes a timestamp repeat (see the crate docs).
+    ///
+    /// Cloning shares the state.
+    Sortable,
+    true
+);
+
+impl<T: TimeSource> Sortable<W128, T> {
+    /// The next 128-bit sortable nonce as an RFC 9562 version-7 UUID.
+    ///
+    /// ```
+    /// # use leasehold_core::{Fence, LeaseGate, MonoTime};
+    /// # use std::time::Duration;
+    /// # let gate = LeaseGate::new();
+    /// # gate.open(3, Fence(1), MonoTime::now() + Duration::from_secs(60));
+    /// let ids = leasehold_nonce::Sortable128::new(gate)?;
+    /// let a = ids.next_uuid7()?;
+    /// let b = ids.next_uuid7()?;
+    /// assert!(a < b);
+    /// assert_eq!(a.to_string().as_bytes()[14], b'7'); // the version digit
+    /// assert_eq!(a.slot(ids.layout()), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn next_uuid7(&self) -> Result<Uuid7, GenerateError> {
+        let plain = self.engine.next::<true>()?;
+        Ok(Uuid7::from_sortable(self.layout(), plain))
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<W: crate::Width, T: crate::TimeSource> Sealed for crate::Counter<W, T> {}
+    impl<W: crate::Width, T: crate::TimeSource> Sealed for crate::Sortable<W, T> {}
+}
+
+/// A plain (not encrypted) generator: [`Counter`] or [`Sortable`]. Sealed;
+/// [`Encrypted`](crate::Encrypted) wraps one.
+pub trait Plain: sealed::Sealed + Clone + Send + Sync + 'static {
+    /// The width.
+    type W: Width;
+    #[doc(hidden)]
+    fn next_plain(&self) -> Result<u128, GenerateError>;
+    #[doc(hidden)]
+    fn plain_layout(&self) -> &Layout;
+}

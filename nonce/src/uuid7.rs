@@ -1,0 +1,132 @@
+//! The 128-bit sortable nonce as an RFC 9562 version-7 UUID.
+//!
+//! Bits, most significant first: 48 bits of UNIX milliseconds (the nonce's
+//! timestamp plus the layout's epoch), version `0111`, then 12 + 62 bits
+//! around the variant `10` that carry the slot (at the top) and the sequence
+//! (at the bottom). Time-ordered like the nonce, and unique because the
+//! nonce is: nothing random.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::ParseError;
+use crate::layout::{Layout, low_mask};
+use crate::nonce::Nonce128;
+
+/// Bits carrying the slot and the sequence: 12 (`rand_a`) + 62 (`rand_b`).
+const PAYLOAD_BITS: u32 = 74;
+
+/// An RFC 9562 version-7 UUID made from a 128-bit sortable nonce.
+/// `Display`/`FromStr` use the 8-4-4-4-12 hex form; [`Uuid7::to_bytes`] gives
+/// the 16 bytes a `uuid` column (or `uuid::Uuid::from_bytes`) takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Uuid7(u128);
+
+impl Uuid7 {
+    /// From a plain sortable nonce's value; the sequence must fit the payload
+    /// next to the slot (always true for [`Sortable128`](crate::Sortable128)).
+    pub(crate) fn from_sortable(layout: &Layout, plain: u128) -> Self {
+        let parts = layout.decode(plain);
+        let unix_ms = u128::from(layout.epoch_unix_ms() + parts.millis) & low_mask(48);
+        let payload = (u128::from(parts.slot) << (PAYLOAD_BITS - layout.slot_bits()))
+            | (parts.counter & low_mask(PAYLOAD_BITS - layout.slot_bits()));
+        let rand_a = payload >> 62;
+        let rand_b = payload & low_mask(62);
+        Self((unix_ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b)
+    }
+
+    /// The UUID of a 128-bit sortable nonce made with `layout`, or `None` when
+    /// its counter does not fit in the UUID next to the slot.
+    pub fn from_nonce(layout: &Layout, nonce: Nonce128) -> Option<Self> {
+        let parts = layout.decode(nonce.0);
+        (layout.bits() == 128 && parts.counter >> (PAYLOAD_BITS - layout.slot_bits()) == 0)
+            .then(|| Self::from_sortable(layout, nonce.0))
+    }
+
+    /// The nonce back, given the layout it was made with.
+    pub fn to_nonce(self, layout: &Layout) -> Nonce128 {
+        let millis = self.unix_millis().saturating_sub(layout.epoch_unix_ms());
+        let payload = self.payload();
+        let seq_bits = PAYLOAD_BITS - layout.slot_bits();
+        let slot = (payload >> seq_bits) as u64;
+        Nonce128(layout.compose(millis, slot, payload & low_mask(seq_bits)))
+    }
+
+    fn payload(self) -> u128 {
+        (((self.0 >> 64) & 0xfff) << 62) | (self.0 & low_mask(62))
+    }
+
+    /// The 48-bit UNIX millisecond timestamp.
+    pub fn unix_millis(self) -> u64 {
+        (self.0 >> 80) as u64
+    }
+
+    /// The timestamp as a time.
+    pub fn time(self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.unix_millis())
+    }
+
+    /// The slot that made it, given the layout.
+    pub fn slot(self, layout: &Layout) -> u32 {
+        (self.payload() >> (PAYLOAD_BITS - layout.slot_bits())) as u32
+    }
+
+    /// The 16 bytes, big-endian (RFC 9562 byte order).
+    pub fn to_bytes(self) -> [u8; 16] {
+        self.0.to_be_bytes()
+    }
+
+    /// From 16 bytes, or `None` when the version is not 7 or the variant not RFC 9562.
+    pub fn from_bytes(bytes: [u8; 16]) -> Option<Self> {
+        let v = u128::from_be_bytes(bytes);
+        ((v >> 76) & 0xf == 7 && (v >> 62) & 0b11 == 0b10).then_some(Self(v))
+    }
+
+    /// The value as a `u128`.
+    pub fn to_u128(self) -> u128 {
+        self.0
+    }
+}
+
+impl fmt::Display for Uuid7 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        write!(
+            f,
+            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+            (v >> 96) as u32,
+            (v >> 80) as u16,
+            (v >> 64) as u16,
+            (v >> 48) as u16,
+            (v as u64) & 0xffff_ffff_ffff
+        )
+    }
+}
+
+impl FromStr for Uuid7 {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        let b = s.as_bytes();
+        if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+            return Err(ParseError::new("Uuid7", s, "not the 8-4-4-4-12 form"));
+        }
+        let mut v = 0u128;
+        for (i, &c) in b.iter().enumerate() {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                continue;
+            }
+            let d = (c as char).to_digit(16).ok_or(ParseError::new(
+                "Uuid7",
+                s,
+                "a character that is not a hex digit",
+            ))?;
+            v = (v << 4) | u128::from(d);
+        }
+        Self::from_bytes(v.to_be_bytes()).ok_or(ParseError::new(
+            "Uuid7",
+            s,
+            "not version 7 with the RFC 9562 variant",
+        ))
+    }
+}

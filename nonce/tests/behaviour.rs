@@ -1,0 +1,316 @@
+//! Lease gating, time behaviour, encryption and UUIDv7: one behaviour per test.
+
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leasehold_core::{Fence, LeaseGate, MonoTime};
+use leasehold_nonce::*;
+
+fn open_gate(slot: u32) -> LeaseGate {
+    let gate = LeaseGate::new();
+    gate.open(slot, Fence(1), MonoTime::now() + Duration::from_secs(600));
+    gate
+}
+
+/// A gate open until `for_` after the manual time's now.
+fn manual_gate(t: &ManualTime, slot: u32, for_: Duration) -> LeaseGate {
+    let gate = LeaseGate::new();
+    gate.open(slot, Fence(1), t.mono() + for_);
+    gate
+}
+
+/// The current timestamp field value of the default layouts under `t`.
+fn manual_millis(t: &ManualTime) -> u64 {
+    (t.wall().as_millis() as u64) - DEFAULT_EPOCH_UNIX_MS
+}
+
+#[test]
+fn closed_gate_refuses() {
+    let g = Counter128::new(LeaseGate::new()).unwrap();
+    assert_eq!(g.next(), Err(GenerateError::Closed));
+    let e = g.next().unwrap_err().to_string();
+    assert!(e.contains("no lease is held") && e.contains("retry"), "{e}");
+}
+
+#[test]
+fn refused_once_the_deadline_passes_without_a_close() {
+    let t = ManualTime::new();
+    t.auto_advance(Duration::from_micros(100));
+    let gate = manual_gate(&t, 1, Duration::from_millis(50));
+    let counter = Counter128::with_time(gate.clone(), Layout::default128(), t.clone()).unwrap();
+    let sortable = Sortable64::with_time(gate.clone(), Layout::default64(), t.clone()).unwrap();
+    assert!(counter.next().is_ok());
+    assert!(sortable.next().is_ok());
+    t.advance(Duration::from_millis(50));
+    // Nobody closed the gate: it still says open, but the deadline has passed.
+    assert!(gate.view().open);
+    assert_eq!(counter.next(), Err(GenerateError::Closed));
+    assert_eq!(sortable.next(), Err(GenerateError::Closed));
+}
+
+#[test]
+fn real_clock_never_generates_after_the_deadline() {
+    let gate = LeaseGate::new();
+    let deadline = MonoTime::now() + Duration::from_millis(30);
+    gate.open(1, Fence(1), deadline);
+    let g = Counter64::new(gate).unwrap();
+    let give_up = MonoTime::now() + Duration::from_secs(10);
+    loop {
+        let called = MonoTime::now();
+        match g.next() {
+            Ok(_) => assert!(
+                called < deadline,
+                "a nonce from a call made after the deadline"
+            ),
+            Err(e) => {
+                assert_eq!(e, GenerateError::Closed);
+                break;
+            }
+        }
+        assert!(MonoTime::now() < give_up, "the gate never closed by itself");
+    }
+    // Refused for good, not just once.
+    assert!(g.next().is_err());
+}
+
+#[test]
+fn new_lease_restarts_after_every_used_timestamp() {
+    let gate = open_gate(1);
+    let g = Sortable64::new(gate.clone()).unwrap();
+    let c = Counter64::new(gate.clone()).unwrap();
+    let before: Vec<_> = (0..10_000).map(|_| g.next().unwrap()).collect();
+    let before_c: Vec<_> = (0..10_000).map(|_| c.next().unwrap()).collect();
+    let last = g.decode(*before.last().unwrap()).millis;
+    let last_c = c.decode(*before_c.last().unwrap()).millis;
+
+    gate.close();
+    assert_eq!(g.next(), Err(GenerateError::Closed));
+    gate.open(2, Fence(2), MonoTime::now() + Duration::from_secs(600));
+    let after = g.next().unwrap();
+    let after_c = c.next().unwrap();
+    assert_eq!(g.decode(after).slot, 2);
+    assert_eq!(c.decode(after_c).slot, 2);
+    assert!(g.decode(after).millis > last);
+    assert!(c.decode(after_c).millis > last_c);
+    assert_eq!(c.decode(after_c).counter, 0);
+
+    // The same slot again (a re-acquired lease): still strictly later.
+    let last = g.decode(g.next().unwrap()).millis;
+    gate.open(2, Fence(3), MonoTime::now() + Duration::from_secs(600));
+    let again = g.next().unwrap();
+    assert!(g.decode(again).millis > last);
+}
+
+#[test]
+fn slot_outside_the_layout_is_refused() {
+    let g = Counter64::new(open_gate(512)).unwrap(); // 9 slot bits: 0..=511
+    let e = g.next().unwrap_err();
+    assert_eq!(
+        e,
+        GenerateError::SlotOutOfRange {
+            slot: 512,
+            slot_bits: 9
+        }
+    );
+    assert!(e.to_string().contains("at most 512 slots"), "{e}");
+}
+
+#[test]
+fn sortable_order_and_timestamp_accuracy() {
+    let g = Sortable128::with_time(open_gate(3), Layout::default128(), PreciseClock).unwrap();
+    let fast = Sortable64::new(open_gate(3)).unwrap();
+    let tick = FastClock::new().resolution();
+    let mut prev = None;
+    for i in 0..200_000 {
+        let before = SystemTime::now();
+        let n = g.next().unwrap();
+        let f = fast.next().unwrap();
+        let after = SystemTime::now();
+        if let Some(p) = prev {
+            assert!(n > p);
+        }
+        prev = Some(n);
+        if i % 1000 == 0 {
+            let t = g.decode(n).time;
+            assert!(t <= after, "timestamp after the call returned");
+            assert!(
+                t + Duration::from_millis(2) >= before,
+                "timestamp too early"
+            );
+            // The fast clock may lag by one tick.
+            let t = fast.decode(f).time;
+            assert!(t <= after);
+            assert!(
+                t + tick + Duration::from_millis(2) >= before,
+                "fast timestamp too early"
+            );
+        }
+    }
+}
+
+#[test]
+fn counter64_never_passes_real_time() {
+    let t = ManualTime::new();
+    let gate = manual_gate(&t, 7, Duration::from_secs(3600));
+    let g = Counter64::with_time(gate, Layout::default64(), t.clone()).unwrap();
+
+    // The first value waits for the millisecond after the grant was seen.
+    t.auto_advance(Duration::from_micros(50));
+    let first = g.next().unwrap();
+    t.auto_advance(Duration::ZERO);
+    let start = g.decode(first).millis;
+    assert!(start <= manual_millis(&t));
+
+    // Idle for 10 ms: a burst may spend those milliseconds, no more.
+    t.advance(Duration::from_millis(10));
+    let now = manual_millis(&t);
+    let budget = (now - start + 1) * 8192 - 1;
+    for _ in 0..budget {
+        let n = g.next().unwrap();
+        assert!(g.decode(n).millis <= now, "counter passed real time");
+    }
+
+    // Spent: the next one waits until real time moves.
+    let (tx, rx) = mpsc::channel();
+    let g2 = g.clone();
+    let waiter = std::thread::spawn(move || tx.send(g2.next()).unwrap());
+    assert!(
+        rx.recv_timeout(Duration::from_millis(200)).is_err(),
+        "handed out a value ahead of real time"
+    );
+    t.advance(Duration::from_millis(1));
+    let n = rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    assert_eq!(g.decode(n).millis, now + 1);
+    waiter.join().unwrap();
+}
+
+#[test]
+fn wall_clock_going_backwards_never_repeats_a_timestamp() {
+    let t = ManualTime::new();
+    t.auto_advance(Duration::from_micros(100));
+    let gate = manual_gate(&t, 4, Duration::from_secs(3600));
+    let s = Sortable64::with_time(gate.clone(), Layout::default64(), t.clone()).unwrap();
+    let c = Counter96::with_time(gate.clone(), Layout::default96(), t.clone()).unwrap();
+    let mut last_s = s.next().unwrap();
+    let mut last_c = c.next().unwrap();
+    t.advance(Duration::from_millis(20));
+    let before_step = s.decode(s.next().unwrap()).millis;
+
+    // The wall clock steps back 10 s; re-anchoring (once a second) sees it.
+    t.set_wall(t.wall() - Duration::from_secs(10));
+    t.advance(Duration::from_millis(1500));
+    for _ in 0..50_000 {
+        let n = s.next().unwrap();
+        let m = c.next().unwrap();
+        assert!(n > last_s && m > last_c);
+        last_s = n;
+        last_c = m;
+    }
+    assert!(
+        s.decode(last_s).millis > before_step,
+        "timestamps went back"
+    );
+
+    // A new lease for the same slot after the step: still later than all used.
+    gate.open(4, Fence(2), t.mono() + Duration::from_secs(3600));
+    let n = s.next().unwrap();
+    assert!(n > last_s);
+    assert!(s.decode(n).millis > s.decode(last_s).millis);
+    assert!(c.next().unwrap() > last_c);
+}
+
+#[test]
+fn sortable64_waits_for_the_next_millisecond() {
+    let t = ManualTime::new();
+    t.auto_advance(Duration::from_micros(100));
+    let gate = manual_gate(&t, 1, Duration::from_secs(3600));
+    let s = Sortable64::with_time(gate, Layout::default64(), t.clone()).unwrap();
+    let first = s.next().unwrap();
+    t.auto_advance(Duration::ZERO);
+    let ms = s.decode(first).millis;
+    // The rest of the millisecond's 8192 values, without time moving.
+    for i in 1..8192 {
+        let p = s.decode(s.next().unwrap());
+        assert_eq!((p.millis, p.counter), (ms, i as u128));
+    }
+    t.auto_advance(Duration::from_micros(100));
+    let next = s.decode(s.next().unwrap());
+    assert_eq!((next.millis, next.counter), (ms + 1, 0));
+    assert!(next.millis <= manual_millis(&t));
+}
+
+#[test]
+fn encryption_round_trips_and_hides_the_counter() {
+    let key = BaseKey::new(&[0x42; 48]).unwrap();
+    let other = BaseKey::new(&[0x43; 32]).unwrap();
+    let gate = open_gate(9);
+    let e64 = Encrypted::new(Counter64::new(gate.clone()).unwrap(), &key);
+    let e96 = Encrypted::new(Counter96::new(gate.clone()).unwrap(), &key);
+    let e128 = Encrypted::new(Counter128::new(gate.clone()).unwrap(), &key);
+    let o128 = Encrypted::new(Counter128::new(gate.clone()).unwrap(), &other);
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..10_000 {
+        let a = e64.next().unwrap();
+        let plain = e64.decrypt(a);
+        assert_ne!(a, plain);
+        assert_eq!(e64.decode(a).slot, 9);
+        assert!(seen.insert(a));
+
+        let b = e96.next().unwrap();
+        assert_eq!(e96.decode(b).slot, 9);
+        assert!(b.to_u128() >> 96 == 0);
+
+        let c = e128.next().unwrap();
+        assert_eq!(e128.decode(c).slot, 9);
+        // Same plain value under another key: a different nonce.
+        let p = e128.decrypt(c);
+        assert_ne!(o128.next().unwrap(), c);
+        assert_eq!(e128.layout().decode(p).slot, 9);
+    }
+    // Consecutive encrypted values share no obvious structure.
+    let x = e128.next().unwrap().0;
+    let y = e128.next().unwrap().0;
+    assert!((x ^ y).count_ones() > 20);
+}
+
+#[test]
+fn uuid7_is_accepted_by_the_uuid_crate() {
+    let g = Sortable128::new(open_gate(300)).unwrap();
+    let mut prev: Option<uuid::Uuid> = None;
+    for _ in 0..10_000 {
+        let before = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let id = g.next_uuid7().unwrap();
+        let u = uuid::Uuid::parse_str(&id.to_string()).unwrap();
+        assert_eq!(u.get_version(), Some(uuid::Version::SortRand));
+        assert_eq!(u.get_variant(), uuid::Variant::RFC4122);
+        assert_eq!(u.as_bytes(), &id.to_bytes());
+        let (secs, nanos) = u.get_timestamp().unwrap().to_unix();
+        let ms = secs * 1000 + u64::from(nanos) / 1_000_000;
+        assert_eq!(ms, id.unix_millis());
+        assert!(u128::from(ms) + 10 >= before.as_millis());
+        assert_eq!(id.slot(g.layout()), 300);
+        assert_eq!(id.to_string().parse::<Uuid7>().unwrap(), id);
+        if let Some(p) = prev {
+            assert!(u > p, "UUIDs not time-ordered");
+        }
+        prev = Some(u);
+        // Back to the nonce and again.
+        let n = id.to_nonce(g.layout());
+        assert_eq!(Uuid7::from_nonce(g.layout(), n), Some(id));
+    }
+    assert!(
+        "00000000-0000-4000-8000-000000000000"
+            .parse::<Uuid7>()
+            .is_err()
+    );
+}
+
+#[test]
+fn layout_mismatch_is_an_error_at_construction() {
+    let e = Counter64::with_layout(open_gate(1), Layout::default128()).unwrap_err();
+    assert_eq!(e.field, "bits");
+    let t = ManualTime::new();
+    t.set_wall(Duration::from_millis(DEFAULT_EPOCH_UNIX_MS - 1));
+    let e = Counter64::with_time(open_gate(1), Layout::default64(), t).unwrap_err();
+    assert_eq!(e.field, "epoch");
+}
