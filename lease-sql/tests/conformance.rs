@@ -1,0 +1,353 @@
+//! The behaviour suite on PostgreSQL 15, the newest PostgreSQL a wheel
+//! provides, MariaDB 10.11 and SQLite, plus the SQL-specific tests.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_conformance::servers::{ServerKind, provide};
+use leasehold_conformance::{Backend, Store, Target};
+use leasehold_core::{
+    AcquireError, BoxFuture, Fence, PoolName, PoolSpec, Release, Renewal, Strategy, Token,
+};
+use leasehold_sql::{Engine, FenceError, FenceTable, SqlConfig, SqlStrategy};
+
+#[derive(Clone)]
+struct Sql {
+    url: String,
+    addr: Option<SocketAddr>,
+}
+
+impl Sql {
+    fn config(&self) -> SqlConfig {
+        SqlConfig::new(&self.url).max_connections(4)
+    }
+
+    async fn strategy(&self) -> Result<SqlStrategy, String> {
+        SqlStrategy::connect_with(self.config())
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Backend for Sql {
+    fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move { Ok(Arc::new(self.strategy().await?) as Store) })
+    }
+
+    fn connect_via(
+        &self,
+        addr: SocketAddr,
+        op_timeout: Duration,
+    ) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move {
+            let orig = self.addr.ok_or("not networked")?;
+            let url = self.url.replacen(&orig.to_string(), &addr.to_string(), 1);
+            let s = SqlStrategy::connect_with(SqlConfig::new(url).op_timeout(op_timeout))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Arc::new(s) as Store)
+        })
+    }
+
+    fn store_addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let s = self.strategy().await?;
+            let r = s.ensure_pool(pool).await.map_err(|e| e.to_string());
+            s.close().await;
+            r
+        })
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> Option<BoxFuture<'a, Result<(), String>>> {
+        Some(Box::pin(async move {
+            let s = self.strategy().await?;
+            let r = s.revoke(pool, slot).await.map_err(|e| e.to_string());
+            s.close().await;
+            match r? {
+                true => Ok(()),
+                false => Err(format!("no row for slot {slot}")),
+            }
+        }))
+    }
+}
+
+fn fresh_pool(size: u32, ttl: Duration) -> PoolSpec {
+    let hex = Token::random().to_hex();
+    PoolSpec::new(
+        PoolName::new(format!("x{}", &hex[..12])).unwrap(),
+        size,
+        ttl,
+    )
+    .unwrap()
+}
+
+fn fresh_table(prefix: &str) -> String {
+    format!("{prefix}_{}", &Token::random().to_hex()[..10])
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+/// A lease table that does not exist is a final error naming the call that creates it.
+async fn missing_table_is_final_and_names_ensure_pool(b: Sql) -> Result<(), String> {
+    let s = SqlStrategy::connect_with(b.config().table(fresh_table("missing")))
+        .await
+        .map_err(|e| e.to_string())?;
+    let r = s.acquire(&fresh_pool(2, Duration::from_secs(5))).await;
+    s.close().await;
+    match r {
+        Err(e @ AcquireError::MissingSchema { .. }) => {
+            ensure!(!e.is_retryable(), "MissingSchema must be final");
+            ensure!(e.to_string().contains("ensure_pool"), "message: {e}");
+            Ok(())
+        }
+        other => Err(format!("expected MissingSchema, got {other:?}")),
+    }
+}
+
+/// A table of that name that is not a lease table is reported, with its missing columns.
+async fn foreign_table_is_reported(b: Sql) -> Result<(), String> {
+    let name = fresh_table("foreign");
+    let s = SqlStrategy::connect_with(b.config().table(name.clone()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let ddl = format!("CREATE TABLE {name} (pool VARCHAR(64), slot INTEGER)");
+    let made = match s.engine() {
+        Engine::Postgres => sqlx::raw_sql(&ddl)
+            .execute(s.postgres().unwrap())
+            .await
+            .map(drop),
+        Engine::MySql => sqlx::raw_sql(&ddl)
+            .execute(s.mysql().unwrap())
+            .await
+            .map(drop),
+        _ => sqlx::raw_sql(&ddl)
+            .execute(s.sqlite().unwrap())
+            .await
+            .map(drop),
+    };
+    made.map_err(|e| e.to_string())?;
+    let r = s.acquire(&fresh_pool(2, Duration::from_secs(5))).await;
+    s.close().await;
+    match r {
+        Err(e @ AcquireError::MissingSchema { .. }) => {
+            ensure!(e.to_string().contains("token"), "message: {e}");
+            Ok(())
+        }
+        other => Err(format!("expected MissingSchema, got {other:?}")),
+    }
+}
+
+/// A table name that is not a plain identifier is refused before any SQL runs.
+async fn bad_table_name_is_refused(b: Sql) -> Result<(), String> {
+    match SqlStrategy::connect_with(b.config().table("leases; DROP TABLE x")).await {
+        Err(AcquireError::BadIdentifier { .. }) => Ok(()),
+        other => Err(format!("expected BadIdentifier, got {other:?}")),
+    }
+}
+
+/// Fences grow by exactly one per claim: renewals never move them.
+async fn fence_grows_on_claims_never_on_renewals(b: Sql) -> Result<(), String> {
+    let s = b.strategy().await?;
+    let pool = fresh_pool(1, Duration::from_secs(30));
+    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    let mut last = None;
+    for _ in 0..3 {
+        let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+        for _ in 0..3 {
+            let r = s.renew(&pool, &g).await;
+            ensure!(matches!(r, Renewal::Renewed { .. }), "renewal: {r:?}");
+        }
+        if let Some(Fence(prev)) = last {
+            ensure!(g.fence == Fence(prev + 1), "fence {} after {prev}", g.fence);
+        }
+        last = Some(g.fence);
+        ensure!(s.release(&pool, &g).await == Release::Released, "release");
+    }
+    s.close().await;
+    Ok(())
+}
+
+/// Acquisition adds a pool's missing rows by itself (the table must exist),
+/// and fills exactly `size` slots.
+async fn missing_pool_rows_are_added_on_acquisition(b: Sql) -> Result<(), String> {
+    let s = b.strategy().await?;
+    s.ensure_table().await.map_err(|e| e.to_string())?;
+    let pool = fresh_pool(5, Duration::from_secs(30));
+    let mut slots = Vec::new();
+    for _ in 0..5 {
+        slots.push(s.acquire(&pool).await.map_err(|e| e.to_string())?.slot);
+    }
+    slots.sort_unstable();
+    ensure!(slots == [0, 1, 2, 3, 4], "slots {slots:?}");
+    let r = s.acquire(&pool).await;
+    ensure!(
+        matches!(r, Err(AcquireError::PoolExhausted { .. })),
+        "sixth: {r:?}"
+    );
+    s.close().await;
+    Ok(())
+}
+
+/// `ensure_pool` from many nodes at once is idempotent and keeps held leases.
+async fn ensure_pool_is_idempotent_and_concurrent(b: Sql) -> Result<(), String> {
+    let pool = fresh_pool(40, Duration::from_secs(30));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let b = b.clone();
+        let pool = pool.clone();
+        tasks.spawn(async move {
+            let s = b.strategy().await?;
+            let r = s.ensure_pool(&pool).await.map_err(|e| e.to_string());
+            s.close().await;
+            r
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.map_err(|e| e.to_string())??;
+    }
+    let s = b.strategy().await?;
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    let r = s.renew(&pool, &g).await;
+    ensure!(
+        matches!(r, Renewal::Renewed { .. }),
+        "after re-ensure: {r:?}"
+    );
+    s.close().await;
+    Ok(())
+}
+
+/// The fence table refuses a smaller fence once a bigger one has written.
+async fn fenced_write_refuses_a_stale_holder(b: Sql) -> Result<(), String> {
+    let s = b.strategy().await?;
+    let fences = FenceTable::new(fresh_table("fences")).map_err(|e| e.to_string())?;
+    fences.ensure(&s).await.map_err(|e| e.to_string())?;
+    let steps = [(2, true), (2, true), (1, false), (3, true), (2, false)];
+    for (f, accepted) in steps {
+        let r: Result<(), FenceError> = match s.engine() {
+            Engine::Postgres => {
+                let mut tx = s
+                    .postgres()
+                    .unwrap()
+                    .begin()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let r = fences.advance_postgres(&mut tx, "billing", Fence(f)).await;
+                tx.commit().await.map_err(|e| e.to_string())?;
+                r
+            }
+            Engine::MySql => {
+                let mut tx = s
+                    .mysql()
+                    .unwrap()
+                    .begin()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let r = fences.advance_mysql(&mut tx, "billing", Fence(f)).await;
+                tx.commit().await.map_err(|e| e.to_string())?;
+                r
+            }
+            _ => {
+                let mut tx = s
+                    .sqlite()
+                    .unwrap()
+                    .begin()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let r = fences.advance_sqlite(&mut tx, "billing", Fence(f)).await;
+                tx.commit().await.map_err(|e| e.to_string())?;
+                r
+            }
+        };
+        match (r, accepted) {
+            (Ok(()), true) => {}
+            (Err(FenceError::Stale { seen, .. }), false) => {
+                ensure!(seen.0 > f, "refused fence {f} citing {seen}");
+            }
+            (r, _) => {
+                return Err(format!(
+                    "fence {f}: expected accepted={accepted}, got {r:?}"
+                ));
+            }
+        }
+    }
+    s.close().await;
+    Ok(())
+}
+
+fn target(label: &str, server: String, backend: Sql, caps_networked: bool) -> Target {
+    let caps =
+        leasehold_core::Capabilities::coordinated(caps_networked, leasehold_sql::SQL_MIN_TTL);
+    let mut t = Target::new(label, server, Arc::new(backend.clone()), caps).with_revoke();
+    macro_rules! extra {
+        ($($f:ident),*) => {$(
+            let b = backend.clone();
+            t = t.with_test(stringify!($f), move |_| Box::pin($f(b.clone())));
+        )*};
+    }
+    extra!(
+        missing_table_is_final_and_names_ensure_pool,
+        foreign_table_is_reported,
+        bad_table_name_is_refused,
+        fence_grows_on_claims_never_on_renewals,
+        missing_pool_rows_are_added_on_acquisition,
+        ensure_pool_is_idempotent_and_concurrent,
+        fenced_write_refuses_a_stale_holder
+    );
+    t
+}
+
+fn main() -> ExitCode {
+    let mut servers = Vec::new();
+    let mut targets = Vec::new();
+    for kind in [
+        ServerKind::Postgres15,
+        ServerKind::PostgresLatest,
+        ServerKind::MariaDb,
+    ] {
+        match provide(kind) {
+            Ok(server) => {
+                let backend = Sql {
+                    url: server.url.clone(),
+                    addr: server.addr(),
+                };
+                targets.push(target(kind.name(), server.describe(), backend, true));
+                servers.push(server);
+            }
+            Err(missing) => targets.push(Target::missing(kind.name(), missing)),
+        }
+    }
+    let dir =
+        std::env::temp_dir().join(format!("leasehold-sql-conformance-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let sqlite = Sql {
+        url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
+        addr: None,
+    };
+    targets.push(target(
+        "sqlite",
+        "SQLite (bundled, a file shared by every connection)".to_owned(),
+        sqlite,
+        false,
+    ));
+    let code = leasehold_conformance::run(targets);
+    drop(servers);
+    let _ = std::fs::remove_dir_all(&dir);
+    code
+}
