@@ -190,25 +190,31 @@ async fn list_then_claim(url: &str) -> Run {
     check(&slots, failures, wall, round_trips.load(Ordering::Relaxed))
 }
 
-/// Mean time of one claim (then release) on a pool of `size` whose slots
-/// `0..held` are taken: the scan walks `held` slot fields.
-async fn scan_cost(url: &str, size: u32, held: u32) -> Duration {
+struct ScanCost {
+    /// The first claim after slots `0..held` were taken behind the hint's
+    /// back (as by expiry): the scan walks `held` slot fields.
+    cold: Duration,
+    /// Claim + release afterwards, mean of 20: the hint points at the slot.
+    steady: Duration,
+    /// An acquisition on the full pool, mean of 20 (`HLEN` answers).
+    exhausted: Duration,
+}
+
+async fn scan_cost(url: &str, size: u32, held: u32) -> ScanCost {
     let s = ValkeyStrategy::connect(ValkeyConfig::new(url).method(Method::Hsetex))
         .await
         .expect("connect");
     let pool = PoolSpec::new(fresh_pool_name(), size, TTL).expect("pool");
     let keys = s.keys(&pool.name);
-    let mut slot = 0;
-    while slot < held {
-        let end = (slot + 1000).min(held);
+    let fill = |from: u32, to: u32| {
         let mut args: Vec<Value> = vec![
             keys.leases.as_str().into(),
             "PX".into(),
             (TTL.as_millis() as i64).into(),
             "FIELDS".into(),
-            (2 * (end - slot) as i64).into(),
+            (2 * (to - from) as i64).into(),
         ];
-        for n in slot..end {
+        for n in from..to {
             let t = Token::random();
             args.extend([
                 n.to_string().into(),
@@ -217,9 +223,19 @@ async fn scan_cost(url: &str, size: u32, held: u32) -> Duration {
                 n.to_string().into(),
             ]);
         }
-        cmd(s.client(), "HSETEX", args).await;
+        args
+    };
+    let mut slot = 0;
+    while slot < held {
+        let end = (slot + 1000).min(held);
+        cmd(s.client(), "HSETEX", fill(slot, end)).await;
         slot = end;
     }
+    let start = Instant::now();
+    let g = s.acquire(&pool).await.expect("claim");
+    let cold = start.elapsed();
+    assert_eq!(g.slot, held, "claimed the lowest free slot");
+    assert_eq!(s.release(&pool, &g).await, Release::Released);
     let n = 20;
     let start = Instant::now();
     for _ in 0..n {
@@ -227,9 +243,20 @@ async fn scan_cost(url: &str, size: u32, held: u32) -> Duration {
         assert_eq!(g.slot, held, "claimed the lowest free slot");
         assert_eq!(s.release(&pool, &g).await, Release::Released);
     }
-    let per = start.elapsed() / n;
+    let steady = start.elapsed() / n;
+    cmd(s.client(), "HSETEX", fill(held, size)).await;
+    let start = Instant::now();
+    for _ in 0..n {
+        let r = s.acquire(&pool).await;
+        assert!(r.is_err(), "full pool answered {r:?}");
+    }
+    let exhausted = start.elapsed() / n;
     cmd(s.client(), "DEL", vec![keys.leases.as_str().into()]).await;
-    per
+    ScanCost {
+        cold,
+        steady,
+        exhausted,
+    }
 }
 
 fn ms(d: Duration) -> String {
@@ -303,18 +330,25 @@ fn main() -> ExitCode {
         );
     }
 
-    println!("\nclaim script scan cost (HSETEX path): one claim + release, mean of 20");
-    println!("{:>10} {:>10} {:>12}", "pool size", "held", "claim+rel");
+    println!("\nclaim script cost by pool size and occupancy (HSETEX path, one connection):");
+    println!(
+        "{:>10} {:>10} {:>24} {:>22} {:>18}",
+        "pool size", "held", "cold claim (full scan)", "claim+release (hint)", "exhausted answer"
+    );
     for (size, held) in [
         (512, 0),
         (512, 511),
-        (16_384, 0),
         (16_384, 8_192),
         (16_384, 16_383),
         (65_536, 65_535),
     ] {
-        let per = rt.block_on(scan_cost(&url, size, held));
-        println!("{size:>10} {held:>10} {:>12}", ms(per));
+        let c = rt.block_on(scan_cost(&url, size, held));
+        println!(
+            "{size:>10} {held:>10} {:>24} {:>22} {:>18}",
+            ms(c.cold),
+            ms(c.steady),
+            ms(c.exhausted)
+        );
     }
     drop(rt);
     drop(server);

@@ -24,21 +24,34 @@ impl Script {
 }
 
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
-/// token hex. Finds the lowest slot whose field is absent (expired fields
-/// are absent: the server checks their TTL on access), writes the slot field
-/// and the ownership marker with `FNX` and one TTL, bumps the slot's
-/// persistent fence. Returns `{slot, fence}`, or -1 when every slot is held.
+/// token hex. Returns `{slot, fence}`, or -1 when every slot is held.
 ///
-/// The scan stops at the first free slot, so it costs O(held + 1) `HEXISTS`
-/// calls, never more than O(size).
+/// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
+///   is held: answer at once, without a scan. (Fields whose TTL ran out but
+///   that the server has not yet reclaimed still count; the server's active
+///   expiry removes them within a fraction of a second, and the answer is
+///   retryable.)
+/// - Otherwise scan for an absent slot field (expired fields are absent: the
+///   server checks their TTL on access), starting at the hint `next` in the
+///   fences hash, wrapping around. Claims move the hint past the slot they
+///   take and releases move it down to the slot they free, so without
+///   expiries the scan starts at the lowest free slot and takes one step;
+///   slots freed by expiry below the hint are found after the wrap.
+/// - Claim with `HSETEX FNX` (both fields absent, one TTL) and bump the
+///   slot's persistent fence.
 const CLAIM_HSETEX: &str = r"
 local size = tonumber(ARGV[1])
-for s = 0, size - 1 do
+if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
+local start = tonumber(redis.call('HGET', KEYS[2], 'next') or '0') or 0
+if start >= size then start = 0 end
+for i = 0, size - 1 do
+  local s = (start + i) % size
   local f = tostring(s)
   if redis.call('HEXISTS', KEYS[1], f) == 0 then
     local ok = redis.call('HSETEX', KEYS[1], 'FNX', 'PX', ARGV[2], 'FIELDS', 2,
       f, ARGV[3], 'token.' .. f .. '.' .. ARGV[3], f)
     if ok == 1 then
+      redis.call('HSET', KEYS[2], 'next', tostring(s + 1))
       return {s, redis.call('HINCRBY', KEYS[2], f, 1)}
     end
   end
@@ -46,19 +59,34 @@ end
 return -1
 ";
 
-/// HSETEX path, release. KEYS: leases hash. ARGV: slot, token hex. Deletes
-/// the slot field and the marker only when the slot field still holds our
-/// token; otherwise deletes nothing but our own marker (a name no other
-/// holder can have). Returns 1 when released, 0 when not held.
-const RELEASE_HSETEX: &str = r"
+/// Moves the claim hint down to a freed slot. KEYS[2]: fences hash, ARGV[1]: slot.
+macro_rules! lower_hint {
+    () => {
+        "
+local hint = tonumber(redis.call('HGET', KEYS[2], 'next') or '0') or 0
+if tonumber(ARGV[1]) < hint then redis.call('HSET', KEYS[2], 'next', ARGV[1]) end
+"
+    };
+}
+
+/// HSETEX path, release. KEYS: leases hash, fences hash. ARGV: slot, token
+/// hex. Deletes the slot field and the marker only when the slot field still
+/// holds our token (and lowers the claim hint); otherwise deletes nothing but
+/// our own marker (a name no other holder can have). Returns 1 when
+/// released, 0 when not held.
+const RELEASE_HSETEX: &str = concat!(
+    r"
 local marker = 'token.' .. ARGV[1] .. '.' .. ARGV[2]
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  redis.call('HDEL', KEYS[1], ARGV[1], marker)
+  redis.call('HDEL', KEYS[1], ARGV[1], marker)",
+    lower_hint!(),
+    r"
   return 1
 end
 redis.call('HDEL', KEYS[1], marker)
 return 0
-";
+"
+);
 
 /// HSETEX path, revoke (administrative). KEYS: leases hash. ARGV: slot.
 /// Deletes the slot field and its holder's marker together. Returns 1 when a
@@ -71,13 +99,19 @@ return 1
 ";
 
 /// Script path, claim. KEYS: fences hash. ARGV: size, ttl ms, token hex, slot
-/// key prefix (`<prefix>:{<pool>}:slot:`, same hash tag as the fences hash).
-/// `SET NX PX` on each slot key from 0 until one succeeds, then bumps the
-/// fence. Returns `{slot, fence}`, or -1.
+/// key prefix (`{<prefix>:<pool>}:slot:`, the fences hash's hash tag).
+/// `SET NX PX` on slot keys from the hint `next` on, wrapping, until one
+/// succeeds; then moves the hint and bumps the fence. Returns `{slot, fence}`,
+/// or -1. (No cheap count of live slot keys exists here, so a full pool costs
+/// a full scan.)
 const CLAIM_SCRIPTS: &str = r"
 local size = tonumber(ARGV[1])
-for s = 0, size - 1 do
+local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
+if start >= size then start = 0 end
+for i = 0, size - 1 do
+  local s = (start + i) % size
   if redis.call('SET', ARGV[4] .. s, ARGV[3], 'NX', 'PX', ARGV[2]) then
+    redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
     return {s, redis.call('HINCRBY', KEYS[1], tostring(s), 1)}
   end
 end
@@ -93,14 +127,19 @@ end
 return 0
 ";
 
-/// Script path, compare-and-delete. KEYS: slot key. ARGV: token hex.
-const RELEASE_SCRIPTS: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
+/// Script path, compare-and-delete. KEYS: slot key, fences hash. ARGV:
+/// slot, token hex. Lowers the claim hint when it frees the slot.
+const RELEASE_SCRIPTS: &str = concat!(
+    r"
+if redis.call('GET', KEYS[1]) == ARGV[2] then
+  redis.call('DEL', KEYS[1])",
+    lower_hint!(),
+    r"
   return 1
 end
 return 0
-";
+"
+);
 
 /// All scripts, hashed once.
 #[derive(Debug)]

@@ -51,7 +51,8 @@ pub struct PoolKeys {
     /// HSETEX path: the hash of slot fields (`"17" → token`) and ownership
     /// markers (`"token.17.<token>" → "17"`), all with per-field TTLs.
     pub leases: String,
-    /// Both paths: the persistent hash of per-slot fences (`"17" → n`).
+    /// Both paths: the persistent hash of per-slot fences (`"17" → n`), and
+    /// the claim scan's starting hint (`"next" → n`).
     pub fences: String,
     /// Script path: slot `n`'s key is this prefix followed by `n`.
     pub slot_prefix: String,
@@ -520,7 +521,7 @@ impl Strategy for ValkeyStrategy {
             ActivePath::Hsetex => {
                 self.eval(
                     &self.inner.scripts.release_hsetex,
-                    vec![keys.leases],
+                    vec![keys.leases, keys.fences],
                     vec![grant.slot.to_string(), grant.token.to_hex()],
                 )
                 .await
@@ -528,8 +529,8 @@ impl Strategy for ValkeyStrategy {
             ActivePath::Scripts => {
                 self.eval(
                     &self.inner.scripts.release_scripts,
-                    vec![keys.slot_key(grant.slot)],
-                    vec![grant.token.to_hex()],
+                    vec![keys.slot_key(grant.slot), keys.fences],
+                    vec![grant.slot.to_string(), grant.token.to_hex()],
                 )
                 .await
             }

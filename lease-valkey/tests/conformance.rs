@@ -170,6 +170,34 @@ async fn one_round_trip_per_operation(b: Arc<Valkey>) -> Outcome {
     Ok(())
 }
 
+/// The claim scan starts at a hint: a slot freed by release is found at
+/// once, a slot freed behind the hint's back (revoke, expiry) after the scan
+/// wraps.
+async fn freed_slots_are_found_around_the_hint(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(b.method).await?;
+    let p = pool(4, Duration::from_secs(30));
+    let mut grants = Vec::new();
+    for _ in 0..4 {
+        grants.push(s.acquire(&p).await.map_err(|e| e.to_string())?);
+    }
+    let slots: Vec<u32> = grants.iter().map(|g| g.slot).collect();
+    ensure!(slots == [0, 1, 2, 3], "slots {slots:?}");
+    ensure!(
+        s.revoke(&p.name, 1).await.map_err(|e| e.to_string())?,
+        "revoke"
+    );
+    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    ensure!(g.slot == 1, "after revoking slot 1 got {}", g.slot);
+    ensure!(
+        s.release(&p, &grants[2]).await == Release::Released,
+        "release"
+    );
+    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    ensure!(g.slot == 2, "after releasing slot 2 got {}", g.slot);
+    ensure!(g.fence > grants[2].fence, "fence did not grow");
+    Ok(())
+}
+
 /// After `SCRIPT FLUSH` (as after a server restart) the scripts are sent
 /// again and acquisition, release still work.
 async fn lost_script_cache_is_healed(b: Arc<Valkey>) -> Outcome {
@@ -283,6 +311,10 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         .with_test("one_round_trip_per_operation", {
             let b = b.clone();
             move |_| Box::pin(one_round_trip_per_operation(b.clone()))
+        })
+        .with_test("freed_slots_are_found_around_the_hint", {
+            let b = b.clone();
+            move |_| Box::pin(freed_slots_are_found_around_the_hint(b.clone()))
         })
         .with_test("lost_script_cache_is_healed", {
             let b = b.clone();
