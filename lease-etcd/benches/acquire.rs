@@ -87,7 +87,7 @@ async fn run(server: &Server) -> Result<Row, String> {
         rt_max = rt_max.max(s.max_acquire_rpcs);
     }
     Ok(Row {
-        server: server.describe(),
+        server: format!("{} {}", server.kind, server.version),
         ok,
         failed,
         distinct: slots.len(),

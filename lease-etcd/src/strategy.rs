@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     pub(crate) op_timeout: Duration,
     candidates: u32,
+    /// How many endpoints the client balances over (bounds fast retries).
+    endpoints: u64,
     identity: String,
     /// `(slot key, fence)` of grants a watch saw lost: renewals answer `Lost`
     /// for them at once.
@@ -142,6 +144,7 @@ impl EtcdLeases {
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 candidates: config.candidates,
+                endpoints: config.endpoints.len() as u64,
                 lost: Mutex::default(),
                 stats: Counters::default(),
             }),
@@ -175,9 +178,19 @@ impl EtcdLeases {
     /// provably never reached etcd (the connection to one endpoint was
     /// refused: the balancer may pick a live endpoint next), while the
     /// timeout allows.
-    pub(crate) async fn call<T, F, Fut>(
+    pub(crate) async fn call<T, F, Fut>(&self, what: &'static str, request: F) -> Result<T, Class>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call_counted(what, &mut 0, request).await
+    }
+
+    /// [`Self::call`], adding the requests sent to `sent`.
+    async fn call_counted<T, F, Fut>(
         &self,
         what: &'static str,
+        sent: &mut u64,
         mut request: F,
     ) -> Result<T, Class>
     where
@@ -185,13 +198,22 @@ impl EtcdLeases {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let deadline = tokio::time::Instant::now() + self.inner.op_timeout;
+        let mut attempts = 0u64;
         loop {
             self.inner.stats.rpcs.fetch_add(1, Ordering::Relaxed);
+            *sent += 1;
+            attempts += 1;
             let attempt = request(self.inner.client.clone());
             match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if never_sent(&e) && tokio::time::Instant::now() < deadline => {
-                    tokio::task::yield_now().await;
+                Ok(Err(e))
+                    if never_sent(&e)
+                        && attempts < 2 * self.inner.endpoints
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    // Another endpoint may answer; a short pause keeps a
+                    // cluster that refuses everywhere from being hammered.
+                    tokio::time::sleep(Duration::from_millis(5 * attempts)).await;
                 }
                 Ok(Err(e)) => return Err(classify(&e)),
                 Err(_) => return Err(timed_out(what, self.inner.op_timeout)),
@@ -199,12 +221,14 @@ impl EtcdLeases {
         }
     }
 
-    pub(crate) fn is_flagged_lost(&self, key: &str, fence: i64) -> bool {
+    /// True (once) when a watch saw this grant lost; the entry is dropped as
+    /// the renewal reports it.
+    pub(crate) fn take_flagged_lost(&self, key: &str, fence: i64) -> bool {
         self.inner
             .lost
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains(&(key.to_owned(), fence))
+            .remove(&(key.to_owned(), fence))
     }
 
     /// Revokes a lease in the background (an acquisition that did not use it).
@@ -222,7 +246,11 @@ impl EtcdLeases {
 
     /// `LeaseGrant` with a client-chosen id; returns the token, lease id and
     /// granted TTL in seconds.
-    async fn grant_lease(&self, secs: i64) -> Result<(Token, i64, i64), AcquireError> {
+    async fn grant_lease(
+        &self,
+        secs: i64,
+        sent: &mut u64,
+    ) -> Result<(Token, i64, i64), AcquireError> {
         let mut last = None;
         for _ in 0..3 {
             let token = Token::random();
@@ -231,7 +259,7 @@ impl EtcdLeases {
             };
             let options = LeaseGrantOptions::new().with_id(id);
             match self
-                .call("LeaseGrant", |mut c| {
+                .call_counted("LeaseGrant", sent, |mut c| {
                     let options = options.clone();
                     async move { c.lease_grant(secs, Some(options)).await }
                 })
@@ -255,6 +283,7 @@ impl EtcdLeases {
         candidates: &[u32],
         value: &str,
         lease_id: i64,
+        sent: &mut u64,
     ) -> Result<Landed, Class> {
         let prefix = keys::pool_prefix(&self.inner.prefix, &pool.name);
         let mut chain: Option<Txn> = None;
@@ -283,7 +312,7 @@ impl EtcdLeases {
         }
         let txn = chain.ok_or_else(|| Class::Rejected("no candidate slot".into()))?;
         let resp = self
-            .call("Txn", |mut c| {
+            .call_counted("Txn", sent, |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
@@ -384,8 +413,8 @@ impl Strategy for EtcdLeases {
             });
         }
         let secs = ttl_secs(pool.ttl)?;
-        let before = self.inner.stats.rpcs.load(Ordering::Relaxed);
-        let (token, lease_id, granted) = self.grant_lease(secs).await?;
+        let mut sent = 0;
+        let (token, lease_id, granted) = self.grant_lease(secs, &mut sent).await?;
         if granted > secs {
             self.revoke_in_background(lease_id);
             return Err(AcquireError::Misconfigured {
@@ -411,18 +440,17 @@ impl Strategy for EtcdLeases {
                 });
             }
             match self
-                .try_candidates(pool, &candidates, &value, lease_id)
+                .try_candidates(pool, &candidates, &value, lease_id, &mut sent)
                 .await
             {
                 Ok(Landed::Won {
                     slot,
                     create_revision,
                 }) => {
-                    let used = self.inner.stats.rpcs.load(Ordering::Relaxed) - before;
                     let s = &self.inner.stats;
                     s.acquisitions.fetch_add(1, Ordering::Relaxed);
-                    s.acquire_rpcs.fetch_add(used, Ordering::Relaxed);
-                    s.max_acquire_rpcs.fetch_max(used, Ordering::Relaxed);
+                    s.acquire_rpcs.fetch_add(sent, Ordering::Relaxed);
+                    s.max_acquire_rpcs.fetch_max(sent, Ordering::Relaxed);
                     return Ok(Grant {
                         slot,
                         token,
@@ -449,7 +477,7 @@ impl Strategy for EtcdLeases {
     async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
         let key = self.slot_key(&pool.name, grant.slot);
         let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
-        if self.is_flagged_lost(&key, fence) {
+        if self.take_flagged_lost(&key, fence) {
             return Renewal::Lost(Reason::new(
                 "the watch saw the slot key deleted or rewritten",
             ));
@@ -501,7 +529,7 @@ impl Strategy for EtcdLeases {
         if let Err(class) = read {
             return Renewal::Retry(class.reason());
         }
-        if self.is_flagged_lost(&key, fence) {
+        if self.take_flagged_lost(&key, fence) {
             return Renewal::Lost(Reason::new(
                 "the watch saw the slot key deleted or rewritten",
             ));

@@ -38,21 +38,22 @@ struct Member {
     child: Option<Child>,
 }
 
-/// Three etcd members on loopback; killed and cleaned up on drop.
-struct Cluster {
+/// etcd members on loopback, started by the test; killed and cleaned up on
+/// drop.
+pub(crate) struct Cluster {
     members: Vec<Member>,
     dir: PathBuf,
 }
 
 impl Cluster {
-    fn start(bin: &Path) -> Result<Self, String> {
+    pub(crate) fn start(bin: &Path, members: usize) -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!(
             "leasehold-etcd-cluster-{}-{}",
             std::process::id(),
             servers::free_port()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let ports: Vec<(u16, u16)> = (0..3)
+        let ports: Vec<(u16, u16)> = (0..members)
             .map(|_| (servers::free_port(), servers::free_port()))
             .collect();
         let initial = ports
@@ -96,7 +97,7 @@ impl Cluster {
         Ok(cluster)
     }
 
-    fn endpoints(&self) -> Vec<String> {
+    pub(crate) fn endpoints(&self) -> Vec<String> {
         self.members
             .iter()
             .map(|m| format!("http://127.0.0.1:{}", m.client_port))
@@ -105,7 +106,7 @@ impl Cluster {
 
     /// Waits until every live member reports the same leader; returns the
     /// leader's index.
-    async fn leader(&self, limit: Duration) -> Result<usize, String> {
+    pub(crate) async fn leader(&self, limit: Duration) -> Result<usize, String> {
         let start = Instant::now();
         let mut last = String::new();
         while start.elapsed() < limit {
@@ -184,7 +185,7 @@ async fn start_cluster() -> Result<Cluster, String> {
             ServerKind::Etcd35.install_hint()
         )
     })?;
-    let cluster = Cluster::start(&bin)?;
+    let cluster = Cluster::start(&bin, 3)?;
     cluster.leader(Duration::from_secs(30)).await?;
     Ok(cluster)
 }

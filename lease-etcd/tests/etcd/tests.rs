@@ -368,13 +368,18 @@ async fn acquire_is_two_round_trips_while_candidates_are_free(
 /// password acquires, a wrong one is `EtcdError::Auth`, a user without
 /// permission gets a final error — and no message shows a password.
 async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<(), String> {
-    // Auth changes the whole server: use a private one, never the shared one.
-    let kind = b.kind;
-    let server = tokio::task::spawn_blocking(move || leasehold_conformance::servers::provide(kind))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|m| m.to_string())?;
-    let url = server.url.clone();
+    // Auth changes the whole server: start a private one from the local
+    // binary, never the shared (maybe external) server.
+    let bin = leasehold_conformance::servers::find_binary(b.kind).ok_or_else(|| {
+        format!(
+            "the auth test starts a private {} server and needs its binary: {}",
+            b.kind,
+            b.kind.install_hint()
+        )
+    })?;
+    let server = super::cluster::Cluster::start(&bin, 1)?;
+    server.leader(Duration::from_secs(30)).await?;
+    let url = server.endpoints()[0].clone();
     let mut admin = etcd_client::Client::connect([url.clone()], None)
         .await
         .map_err(|e| e.to_string())?;
