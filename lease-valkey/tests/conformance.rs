@@ -198,6 +198,34 @@ async fn freed_slots_are_found_around_the_hint(b: Arc<Valkey>) -> Outcome {
     Ok(())
 }
 
+/// Connecting to a port nobody listens on fails within the operation
+/// timeout with `Unreachable`; a bad key prefix is refused before any I/O.
+async fn connect_errors_are_prompt_and_typed(_b: Arc<Valkey>) -> Outcome {
+    let port = leasehold_conformance::servers::free_port();
+    let start = Instant::now();
+    let r = ValkeyStrategy::connect(
+        ValkeyConfig::new(format!("redis://127.0.0.1:{port}"))
+            .op_timeout(Duration::from_millis(500)),
+    )
+    .await;
+    ensure!(
+        matches!(r, Err(leasehold_valkey::Error::Unreachable { .. })),
+        "closed port answered {r:?}"
+    );
+    ensure!(
+        start.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        start.elapsed()
+    );
+    let r =
+        ValkeyStrategy::connect(ValkeyConfig::new("redis://127.0.0.1:1").key_prefix("a{b}")).await;
+    ensure!(
+        matches!(r, Err(leasehold_valkey::Error::BadPrefix(_))),
+        "bad prefix answered {r:?}"
+    );
+    Ok(())
+}
+
 /// After `SCRIPT FLUSH` (as after a server restart) the scripts are sent
 /// again and acquisition, release still work.
 async fn lost_script_cache_is_healed(b: Arc<Valkey>) -> Outcome {
@@ -322,6 +350,10 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         });
     if path == ActivePath::Hsetex {
         t = t
+            .with_test("connect_errors_are_prompt_and_typed", {
+                let b = b.clone();
+                move |_| Box::pin(connect_errors_are_prompt_and_typed(b.clone()))
+            })
             .with_test("fields_expire_together_fence_persists", {
                 let b = b.clone();
                 move |_| Box::pin(fields_expire_together_fence_persists(b.clone()))
