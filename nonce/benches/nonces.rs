@@ -235,6 +235,29 @@ fn gate_cost(c: &mut Criterion) {
     let gt = gate();
     let now = MonoTime::now();
     g.bench_function("LeaseGate::check", |b| b.iter(|| gt.check(black_box(now))));
+    let k = key();
+    let speck64 = <W64 as Width>::Cipher::from_base(&k);
+    let speck96 = <W96 as Width>::Cipher::from_base(&k);
+    let aes128 = <W128 as Width>::Cipher::from_base(&k);
+    let mut x = 0u128;
+    g.bench_function("cipher only: Speck64/128 block", |b| {
+        b.iter(|| {
+            x += 1;
+            speck64.encrypt(black_box(x))
+        })
+    });
+    g.bench_function("cipher only: Speck96/144 block", |b| {
+        b.iter(|| {
+            x += 1;
+            speck96.encrypt(black_box(x))
+        })
+    });
+    g.bench_function("cipher only: AES-128 block", |b| {
+        b.iter(|| {
+            x += 1;
+            aes128.encrypt(black_box(x))
+        })
+    });
     let counter = AtomicU64::new(0);
     g.bench_function("AtomicU64::fetch_add", |b| {
         b.iter(|| counter.fetch_add(1, Ordering::SeqCst))

@@ -132,6 +132,13 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// skipped (benchmarks only: it measures what the check costs).
     #[inline]
     pub(crate) fn next<const GATED: bool>(&self) -> Result<u128, GenerateError> {
+        let (millis, slot, counter) = self.next_parts::<GATED>()?;
+        Ok(self.ro.layout.compose(millis, slot, counter))
+    }
+
+    /// The next plain nonce as (timestamp, slot, counter).
+    #[inline]
+    pub(crate) fn next_parts<const GATED: bool>(&self) -> Result<(u64, u64, u128), GenerateError> {
         let ro = &self.ro;
         loop {
             let (reading, epoch) = if GATED {
@@ -185,7 +192,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                     Step::Retry => continue,
                 }
             }
-            return Ok(ro.layout.compose(millis, slot, counter));
+            return Ok((millis, slot, counter));
         }
     }
 

@@ -28,9 +28,15 @@ impl Uuid7 {
     /// next to the slot (always true for [`Sortable128`](crate::Sortable128)).
     pub(crate) fn from_sortable(layout: &Layout, plain: u128) -> Self {
         let parts = layout.decode(plain);
-        let unix_ms = u128::from(layout.epoch_unix_ms() + parts.millis) & low_mask(48);
-        let payload = (u128::from(parts.slot) << (PAYLOAD_BITS - layout.slot_bits()))
-            | (parts.counter & low_mask(PAYLOAD_BITS - layout.slot_bits()));
+        Self::from_parts(layout, parts.millis, u64::from(parts.slot), parts.counter)
+    }
+
+    /// From the fields of a sortable nonce.
+    #[inline]
+    pub(crate) fn from_parts(layout: &Layout, millis: u64, slot: u64, counter: u128) -> Self {
+        let unix_ms = u128::from(layout.epoch_unix_ms() + millis) & low_mask(48);
+        let seq_bits = PAYLOAD_BITS - layout.slot_bits();
+        let payload = (u128::from(slot) << seq_bits) | (counter & low_mask(seq_bits));
         let rand_a = payload >> 62;
         let rand_b = payload & low_mask(62);
         Self((unix_ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b)
