@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::cache;
@@ -57,6 +57,7 @@ pub struct LeaseManager {
     gate: LeaseGate,
     state: watch::Receiver<LeaseState>,
     shutdown: watch::Sender<bool>,
+    losses: LossSignal,
     task: Option<JoinHandle<Option<Release>>>,
     pool: PoolSpec,
     /// The lease cache treats this manager's grant as live while this exists.
@@ -71,6 +72,7 @@ impl LeaseManager {
         let alive = Arc::new(());
         let (state_tx, state_rx) = watch::channel(LeaseState::Acquiring);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (loss_tx, loss_rx) = mpsc::unbounded_channel();
         let (started_tx, started_rx) = oneshot::channel();
         let seed = u64::from(std::process::id()) ^ MonoTime::now().as_nanos();
         let driver = Driver {
@@ -84,9 +86,13 @@ impl LeaseManager {
             started: Some(started_tx),
             alive: Arc::downgrade(&alive),
         };
-        let task = tokio::spawn(driver.run(shutdown_rx));
+        let task = tokio::spawn(driver.run(shutdown_rx, loss_rx));
         match started_rx.await {
             Ok(Ok(())) => Ok(Self {
+                losses: LossSignal {
+                    tx: loss_tx,
+                    gate: gate.clone(),
+                },
                 gate,
                 state: state_rx,
                 shutdown: shutdown_tx,
@@ -115,6 +121,12 @@ impl LeaseManager {
     /// A receiver that sees every state change.
     pub fn subscribe(&self) -> watch::Receiver<LeaseState> {
         self.state.clone()
+    }
+
+    /// A handle through which a store-side watch reports a loss as soon as
+    /// it sees one, without waiting for the next renewal (see [`LossSignal`]).
+    pub fn loss_signal(&self) -> LossSignal {
+        self.losses.clone()
     }
 
     /// The pool this manager leases from.
@@ -155,6 +167,42 @@ impl fmt::Debug for LeaseManager {
     }
 }
 
+/// Reports a loss the store announced on its own (an etcd watch saw the key
+/// deleted, a Redis keyspace event...), so the manager does not wait for its
+/// next renewal to find out.
+///
+/// `report` closes the gate at once if `epoch` is still the gate's current
+/// epoch, then hands the loss to the driver, which runs the normal loss path:
+/// loss callback, then re-acquisition. A report for an older epoch (a lease
+/// already replaced) is ignored.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use leasehold_core::{LeaseConfig, LeaseManager, LeaseState, Memory, Reason};
+/// let manager = LeaseManager::start(Memory::new(), LeaseConfig::builder("p").build()?).await?;
+/// let epoch = manager.gate().view().epoch;
+/// let mut states = manager.subscribe();
+/// manager.loss_signal().report(epoch, Reason::new("key deleted"));
+/// assert!(manager.gate().check_now().is_err() || manager.gate().view().epoch > epoch);
+/// states.wait_for(|s| matches!(s, LeaseState::Lost(_) | LeaseState::Acquiring)).await?;
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+/// ```
+#[derive(Clone, Debug)]
+pub struct LossSignal {
+    tx: mpsc::UnboundedSender<(u64, Reason)>,
+    gate: LeaseGate,
+}
+
+impl LossSignal {
+    /// The lease of gate epoch `epoch` is gone, for `reason`.
+    pub fn report(&self, epoch: u64, reason: Reason) {
+        if self.gate.view().epoch == epoch {
+            self.gate.close();
+        }
+        let _ = self.tx.send((epoch, reason));
+    }
+}
+
 /// Resolves when `shutdown` is called. A manager dropped without `shutdown`
 /// never resolves it: its task is aborted and the lease is left to the cache.
 async fn shutdown_requested(rx: &mut watch::Receiver<bool>) {
@@ -190,7 +238,11 @@ macro_rules! event {
 }
 
 impl<S: Strategy> Driver<S> {
-    async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Option<Release> {
+    async fn run(
+        mut self,
+        mut shutdown: watch::Receiver<bool>,
+        mut losses: mpsc::UnboundedReceiver<(u64, Reason)>,
+    ) -> Option<Release> {
         let mut pending: VecDeque<Action> =
             self.machine.handle(Input::Start, MonoTime::now()).into();
         let mut orphan = cache::take_orphan(&self.cache_key);
@@ -220,6 +272,7 @@ impl<S: Strategy> Driver<S> {
                             _ = tokio::time::sleep_until(bound.into()) => Some(Input::RenewRetry(
                                 Reason::new("renewal did not answer before the local deadline"),
                             )),
+                            reason = self.current_loss(&mut losses) => Some(Input::RenewLost(reason)),
                             _ = shutdown_requested(&mut shutdown) => Some(Input::Shutdown),
                         }
                     }
@@ -304,14 +357,29 @@ impl<S: Strategy> Driver<S> {
             let input = match self.machine.next_wakeup() {
                 Some(at) => tokio::select! {
                     _ = tokio::time::sleep_until(at.to_instant().into()) => Input::Tick,
+                    reason = self.current_loss(&mut losses) => Input::RenewLost(reason),
                     _ = shutdown_requested(&mut shutdown) => Input::Shutdown,
                 },
-                None => {
-                    shutdown_requested(&mut shutdown).await;
-                    Input::Shutdown
-                }
+                None => tokio::select! {
+                    reason = self.current_loss(&mut losses) => Input::RenewLost(reason),
+                    _ = shutdown_requested(&mut shutdown) => Input::Shutdown,
+                },
             };
             pending.extend(self.machine.handle(input, MonoTime::now()));
+        }
+    }
+
+    /// The next reported loss that concerns the lease held now (reports for
+    /// replaced leases are dropped).
+    async fn current_loss(&self, losses: &mut mpsc::UnboundedReceiver<(u64, Reason)>) -> Reason {
+        loop {
+            match losses.recv().await {
+                Some((epoch, reason)) if self.machine.held().is_some() && epoch == self.gate.view().epoch => {
+                    return reason;
+                }
+                Some(_) => {}
+                None => std::future::pending::<()>().await,
+            }
         }
     }
 

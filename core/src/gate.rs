@@ -161,10 +161,12 @@ impl LeaseGate {
     }
 
     /// Closes the gate: every later check fails until the next `open`.
+    ///
+    /// A single store outside the seqlock, so it is safe from any thread at any
+    /// time (a loss reported by a store watch), not only from the driver:
+    /// closing changes no other field, so a concurrent `view` stays consistent.
     pub fn close(&self) {
-        // Close first, outside the seqlock, so no reader can pass after this store.
         self.0.deadline.store(0, Ordering::SeqCst);
-        self.write(|inner| inner.deadline.store(0, Ordering::SeqCst));
     }
 
     fn write(&self, f: impl FnOnce(&Inner)) {

@@ -21,7 +21,7 @@ mod token;
 pub use clock::{Clock, ManualClock, MonoTime, SystemClock};
 pub use config::{LeaseConfig, LeaseConfigBuilder, MAX_TTL, MIN_TTL, OnLost, Timing};
 #[cfg(feature = "tokio")]
-pub use driver::{LeaseManager, LeaseState};
+pub use driver::{LeaseManager, LeaseState, LossSignal};
 pub use error::{AcquireError, ConfigError, Reason, StartError};
 pub use fixed::{PodOrdinal, StaticSlot};
 pub use gate::{Closed, GateView, LeaseGate};

@@ -200,3 +200,36 @@ async fn static_slot_is_held_and_renewed() {
     );
     manager.shutdown().await;
 }
+
+/// A loss reported by a store watch closes the gate at once (before the driver
+/// even runs), then goes through the normal loss path; a report for an older
+/// epoch is ignored.
+#[tokio::test]
+async fn reported_loss_closes_at_once_and_stale_reports_are_ignored() {
+    let causes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let cfg = {
+        let causes = causes.clone();
+        config("signal", 2, 10_000)
+            .on_lost(move |ev| causes.lock().unwrap().push(ev.cause.clone()))
+            .build()
+            .unwrap()
+    };
+    let manager = LeaseManager::start(Memory::new(), cfg).await.unwrap();
+    let gate = manager.gate();
+    let before = gate.view();
+    let signal = manager.loss_signal();
+    signal.report(before.epoch + 7, leasehold_core::Reason::new("stale"));
+    assert!(gate.check_now().is_ok(), "a report for another epoch closed the gate");
+    signal.report(before.epoch, leasehold_core::Reason::new("key deleted"));
+    // Single-threaded runtime, no await since the report: only `report` can have closed it.
+    assert!(gate.check_now().is_err(), "the reported loss did not close the gate at once");
+    let mut rx = manager.subscribe();
+    wait_for(&mut rx, |s| matches!(s, LeaseState::Held { .. }) && gate.view().epoch > before.epoch).await;
+    let causes = causes.lock().unwrap().clone();
+    assert_eq!(
+        causes,
+        vec![LossCause::Rejected(leasehold_core::Reason::new("key deleted"))],
+        "exactly one loss, the current one"
+    );
+    manager.shutdown().await;
+}
