@@ -183,11 +183,10 @@ impl EtcdLeases {
 
     /// Wires the watch to a running [`LeaseManager`] that uses this strategy:
     /// for every lease the manager holds, watch its slot key; when etcd
-    /// reports it deleted or rewritten, **close the manager's gate at once**
+    /// reports it deleted or rewritten, report the loss through the manager's
+    /// [`LossSignal`](leasehold_core::LossSignal). The gate closes at once
     /// (generation stops within milliseconds of the event, not at the next
-    /// renewal). The manager itself still learns of the loss from its next
-    /// renewal, which answers `Lost` immediately for a watched-lost grant, and
-    /// then runs its loss callback and re-acquires.
+    /// renewal) and the manager runs its loss callback and re-acquires.
     ///
     /// Keep the returned [`LossGuard`] alive as long as the manager; dropping
     /// it stops the watching. Must be called inside a tokio runtime.
@@ -195,9 +194,10 @@ impl EtcdLeases {
         let this = self.clone();
         let states = manager.subscribe();
         let gate = manager.gate();
+        let signal = manager.loss_signal();
         let pool = manager.pool().name.clone();
         LossGuard {
-            task: tokio::spawn(async move { this.guard_loop(states, gate, pool).await }),
+            task: tokio::spawn(async move { this.guard_loop(states, gate, signal, pool).await }),
         }
     }
 
@@ -205,14 +205,21 @@ impl EtcdLeases {
         &self,
         mut states: tokio::sync::watch::Receiver<LeaseState>,
         gate: leasehold_core::LeaseGate,
+        signal: leasehold_core::LossSignal,
         pool: PoolName,
     ) {
         loop {
             let state = states.borrow_and_update().clone();
+            let view = gate.view();
             let (slot, fence) = match state {
-                LeaseState::Held { slot, fence, .. } => (slot, fence),
                 LeaseState::Stopped => return,
-                LeaseState::Acquiring | LeaseState::Lost(_) => {
+                // Watch the grant the gate shows, once state and gate agree on it.
+                LeaseState::Held { slot, fence, .. }
+                    if view.slot == slot && view.fence == fence =>
+                {
+                    (slot, fence)
+                }
+                _ => {
                     if states.changed().await.is_err() {
                         return;
                     }
@@ -220,28 +227,12 @@ impl EtcdLeases {
                 }
             };
             let holds = |s: &LeaseState| matches!(s, LeaseState::Held { slot: s2, fence: f2, .. } if *s2 == slot && *f2 == fence);
-            let watch = self.watch_slot(&pool, slot, fence);
-            let gone = tokio::select! {
-                _ = watch => {
-                    // Close now, and keep closing while the manager still shows
-                    // this grant: a renewal that was in flight when the key
-                    // went away may extend the gate once more before the next
-                    // renewal answers Lost.
-                    loop {
-                        let v = gate.view();
-                        if v.open && v.slot == slot && v.fence == fence {
-                            gate.close();
-                        }
-                        if !holds(&states.borrow_and_update()) {
-                            break false;
-                        }
-                        tokio::select! {
-                            r = states.changed() => if r.is_err() { break true },
-                            _ = tokio::time::sleep(Duration::from_millis(10)) => {}
-                        }
-                    }
+            let reported = tokio::select! {
+                reason = self.watch_slot(&pool, slot, fence) => {
+                    signal.report(view.epoch, reason);
+                    true
                 }
-                gone = async {
+                closed = async {
                     loop {
                         if states.changed().await.is_err() {
                             return true;
@@ -250,10 +241,18 @@ impl EtcdLeases {
                             return false;
                         }
                     }
-                } => gone,
+                } => {
+                    if closed {
+                        return; // the manager is gone
+                    }
+                    false
+                }
             };
-            if gone {
-                return;
+            // After a report, wait until the manager has moved past this grant.
+            while reported && holds(&states.borrow_and_update()) {
+                if states.changed().await.is_err() {
+                    return;
+                }
             }
         }
     }

@@ -6,7 +6,8 @@ use leasehold_conformance::ExtraTest;
 use leasehold_conformance::proxy::{Fault, FaultProxy};
 use leasehold_conformance::suite::fresh_pool_name;
 use leasehold_core::{
-    AcquireError, LeaseConfig, LeaseManager, PoolSpec, Release, Renewal, StartError, Strategy,
+    AcquireError, LeaseConfig, LeaseManager, LeaseState, PoolSpec, Release, Renewal, StartError,
+    Strategy,
 };
 use leasehold_etcd::{EtcdConfig, EtcdError, EtcdLeases};
 
@@ -181,7 +182,8 @@ async fn watch_survives_dropped_connections_then_reports_loss(
     Ok(())
 }
 
-/// `guard` wires the watch to a manager: the gate closes within 1 s of the
+/// `guard` wires the watch to a manager: the gate closes, and the manager
+/// moves to Lost, within 1 s of the
 /// key being deleted (renewals every 3 s could not explain it), then the
 /// manager re-acquires a new lease.
 async fn guard_closes_the_manager_gate_within_1s_of_deletion(b: EtcdBackend) -> Result<(), String> {
@@ -208,7 +210,22 @@ async fn guard_closes_the_manager_gate_within_1s_of_deletion(b: EtcdBackend) -> 
         "gate still open 1 s after the key was deleted"
     );
     eprintln!("gate closed {:?} after the delete", start.elapsed());
-    // The next renewal (within 3 s) answers Lost; the manager re-acquires.
+    // The manager itself learns of it through the loss signal, not from a
+    // renewal (next one up to 3 s away): it moves to Lost within 1 s.
+    let mut states = manager.subscribe();
+    tokio::time::timeout(
+        Duration::from_secs(1).saturating_sub(start.elapsed()),
+        states.wait_for(|s| !matches!(s, LeaseState::Held { fence, .. } if *fence == before.fence)),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "manager still held the deleted lease 1 s later: {:?}",
+            manager.state()
+        )
+    })?
+    .map_err(|e| e.to_string())?;
+    // It re-acquires with a new fence.
     let reopened = until(Duration::from_secs(8), || {
         let v = gate.view();
         v.open && v.fence != before.fence && gate.check_now().is_ok()
