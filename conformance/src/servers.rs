@@ -217,7 +217,7 @@ struct Guard {
     stop: Option<Vec<std::ffi::OsString>>,
     dir: PathBuf,
     #[cfg(feature = "testcontainers")]
-    _container: Option<Box<dyn std::any::Any + Send>>,
+    _container: Option<std::sync::Mutex<Box<dyn std::any::Any + Send>>>,
 }
 
 impl Drop for Guard {
@@ -757,7 +757,7 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
             child: None,
             stop: None,
             dir: std::env::temp_dir().join("leasehold-none"),
-            _container: Some(Box::new(container)),
+            _container: Some(std::sync::Mutex::new(Box::new(container))),
         }),
     })
 }

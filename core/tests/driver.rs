@@ -21,7 +21,7 @@ fn config(pool: &str, size: u32, ttl_ms: u64) -> leasehold_core::LeaseConfigBuil
 
 async fn wait_for(
     rx: &mut tokio::sync::watch::Receiver<LeaseState>,
-    what: impl Fn(&LeaseState) -> bool,
+    what: impl Fn(&LeaseState) -> bool + Send + Sync,
 ) {
     tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| what(s)))
         .await
