@@ -19,11 +19,17 @@ use std::time::{Duration, Instant};
 
 use leasehold_conformance::servers::{ServerKind, provide};
 use leasehold_core::{PoolName, PoolSpec, Strategy, Token};
-use leasehold_sql::{Engine, SqlConfig, SqlStrategy};
+use leasehold_sql::{SqlConfig, SqlStrategy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const ACQUIRERS: u32 = 512;
+/// The acquirers and the pool size (`LEASEHOLD_BENCH_ACQUIRERS` overrides, for quick runs).
+fn acquirers() -> u32 {
+    std::env::var("LEASEHOLD_BENCH_ACQUIRERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(512)
+}
 
 /// Counts round trips: per connection, a client write that follows a server
 /// write (or is the first) starts a new one.
@@ -39,7 +45,8 @@ impl CountingProxy {
         let trips = Arc::new(AtomicU64::new(0));
         let counter = trips.clone();
         tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
+            while let Ok((client, peer)) = listener.accept().await {
+                let conn = peer.port();
                 let counter = counter.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else {
@@ -62,6 +69,12 @@ impl CountingProxy {
                             if up_last.swap(1, Ordering::SeqCst) != 1 {
                                 counter.fetch_add(1, Ordering::Relaxed);
                             }
+                            if trace() {
+                                eprintln!(
+                                    "{conn} client {n:5} bytes {:?}",
+                                    String::from_utf8_lossy(&buf[..n.min(60)])
+                                );
+                            }
                             if sw.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
@@ -76,6 +89,12 @@ impl CountingProxy {
                                 Ok(n) => n,
                             };
                             last.store(2, Ordering::SeqCst);
+                            if trace() {
+                                eprintln!(
+                                    "{conn} server {n:5} bytes {:?}",
+                                    String::from_utf8_lossy(&buf[..n.min(60)])
+                                );
+                            }
                             if cw.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
@@ -92,6 +111,10 @@ impl CountingProxy {
     fn trips(&self) -> u64 {
         self.trips.load(Ordering::SeqCst)
     }
+}
+
+fn trace() -> bool {
+    std::env::var_os("LEASEHOLD_BENCH_TRACE").is_some()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -118,85 +141,131 @@ struct Outcome {
     cas_conflicts: u64,
 }
 
+/// A baseline node's own connection (no sqlx pool: it pings on every
+/// release, which would double the baseline's round trips).
+enum Raw {
+    Pg(sqlx::PgConnection),
+    My(sqlx::MySqlConnection),
+}
+
+impl Raw {
+    async fn connect(url: &str) -> Result<Self, String> {
+        use sqlx::Connection;
+        Ok(if url.starts_with("postgres") {
+            Self::Pg(
+                sqlx::PgConnection::connect(url)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        } else {
+            Self::My(
+                sqlx::MySqlConnection::connect(url)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        })
+    }
+
+    async fn close(self) {
+        use sqlx::Connection;
+        let _ = match self {
+            Self::Pg(c) => c.close().await,
+            Self::My(c) => c.close().await,
+        };
+    }
+
+    /// Runs plain text: the (slot, fence) rows it returned, or rows changed.
+    async fn run(&mut self, sql: &str) -> Result<(Vec<(i64, i64)>, u64), String> {
+        use sqlx::{Executor, Row};
+        let e = |e: sqlx::Error| e.to_string();
+        Ok(match self {
+            Self::Pg(c) => {
+                if sql.starts_with("SELECT") {
+                    let rows = c.fetch_all(sqlx::raw_sql(sql)).await.map_err(e)?;
+                    let v = rows
+                        .iter()
+                        .map(|r| (i64::from(r.get::<i32, _>(0)), r.get::<i64, _>(1)))
+                        .collect();
+                    (v, 0)
+                } else {
+                    (
+                        Vec::new(),
+                        c.execute(sqlx::raw_sql(sql))
+                            .await
+                            .map_err(e)?
+                            .rows_affected(),
+                    )
+                }
+            }
+            Self::My(c) => {
+                if sql.starts_with("SELECT") {
+                    let rows = c.fetch_all(sqlx::raw_sql(sql)).await.map_err(e)?;
+                    let v = rows
+                        .iter()
+                        .map(|r| {
+                            (
+                                i64::from(r.get::<u32, _>(0)),
+                                i64::try_from(r.get::<u64, _>(1)).unwrap_or(i64::MAX),
+                            )
+                        })
+                        .collect();
+                    (v, 0)
+                } else {
+                    (
+                        Vec::new(),
+                        c.execute(sqlx::raw_sql(sql))
+                            .await
+                            .map_err(e)?
+                            .rows_affected(),
+                    )
+                }
+            }
+        })
+    }
+}
+
 /// The baseline: read up to 5 free rows ordered by slot, claim one with
 /// `WHERE slot = ? AND version = ?` (the fence is the version), try the next
-/// on conflict, read again when all 5 were lost.
+/// on conflict, read again when all 5 were lost. Plain-text statements, one
+/// round trip each, like ours.
 async fn baseline_acquire(
-    s: &SqlStrategy,
+    conn: &mut Raw,
+    table: &str,
     pool: &PoolSpec,
     conflicts: &AtomicU64,
 ) -> Result<u32, String> {
-    let t = s.table().as_str();
-    let (now, q) = match s.engine() {
-        Engine::MySql => ("CURRENT_TIMESTAMP(6)", '`'),
-        _ => ("CURRENT_TIMESTAMP(6)", '"'),
-    };
+    let pg = matches!(conn, Raw::Pg(_));
+    let q = if pg { '"' } else { '`' };
+    let now = "CURRENT_TIMESTAMP(6)";
     let name = pool.name.as_str();
     let read = format!(
-        "SELECT slot, fence FROM {q}{t}{q} WHERE pool = '{name}' AND slot < {} \
+        "SELECT slot, fence FROM {q}{table}{q} WHERE pool = '{name}' AND slot < {} \
          AND (token IS NULL OR expires_at <= {now}) ORDER BY slot LIMIT 5",
         pool.size
     );
     let micros = pool.ttl.as_micros();
     for _ in 0..10_000 {
-        let candidates: Vec<(i64, i64)> = match s.engine() {
-            Engine::Postgres => {
-                let rows = sqlx::raw_sql(&read)
-                    .fetch_all(s.postgres().unwrap())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                rows.iter()
-                    .map(|r| {
-                        use sqlx::Row;
-                        (i64::from(r.get::<i32, _>(0)), r.get::<i64, _>(1))
-                    })
-                    .collect()
-            }
-            _ => {
-                let rows = sqlx::raw_sql(&read)
-                    .fetch_all(s.mysql().unwrap())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                rows.iter()
-                    .map(|r| {
-                        use sqlx::Row;
-                        (
-                            i64::from(r.get::<u32, _>(0)),
-                            i64::try_from(r.get::<u64, _>(1)).unwrap_or(i64::MAX),
-                        )
-                    })
-                    .collect()
-            }
-        };
+        let (candidates, _) = conn.run(&read).await?;
         if candidates.is_empty() {
             return Err("pool exhausted".to_owned());
         }
         for (slot, version) in candidates {
             let tok = Token::random().to_hex();
-            let claim = match s.engine() {
-                Engine::Postgres => format!(
-                    "UPDATE \"{t}\" SET token = decode('{tok}', 'hex'), fence = fence + 1, \
+            let claim = if pg {
+                format!(
+                    "UPDATE \"{table}\" SET token = decode('{tok}', 'hex'), fence = fence + 1, \
                      holder = 'bench', expires_at = {now} + {micros} * INTERVAL '1 microsecond', \
                      acquired_at = {now}, renewed_at = {now} \
                      WHERE pool = '{name}' AND slot = {slot} AND fence = {version}"
-                ),
-                _ => format!(
-                    "UPDATE `{t}` SET token = X'{tok}', fence = fence + 1, holder = 'bench', \
+                )
+            } else {
+                format!(
+                    "UPDATE `{table}` SET token = X'{tok}', fence = fence + 1, holder = 'bench', \
                      expires_at = {now} + INTERVAL {micros} MICROSECOND, acquired_at = {now}, \
                      renewed_at = {now} WHERE pool = '{name}' AND slot = {slot} AND fence = {version}"
-                ),
+                )
             };
-            let n = match s.engine() {
-                Engine::Postgres => sqlx::raw_sql(&claim)
-                    .execute(s.postgres().unwrap())
-                    .await
-                    .map(|r| r.rows_affected()),
-                _ => sqlx::raw_sql(&claim)
-                    .execute(s.mysql().unwrap())
-                    .await
-                    .map(|r| r.rows_affected()),
-            }
-            .map_err(|e| e.to_string())?;
+            let (_, n) = conn.run(&claim).await?;
             if n == 1 {
                 return Ok(u32::try_from(slot).unwrap_or(u32::MAX));
             }
@@ -204,6 +273,11 @@ async fn baseline_acquire(
         }
     }
     Err("gave up after 10000 reads".to_owned())
+}
+
+enum Node {
+    Ours(SqlStrategy),
+    Base(Raw),
 }
 
 async fn run_once(
@@ -215,42 +289,59 @@ async fn run_once(
     let hex = Token::random().to_hex();
     let pool = PoolSpec::new(
         PoolName::new(format!("bench{}", &hex[..8])).unwrap(),
-        ACQUIRERS,
+        acquirers(),
         Duration::from_secs(300),
     )
     .unwrap();
     setup.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
-    // Every node connects first (not timed, not counted).
+    let table = setup.table().as_str().to_owned();
+    // Every node connects first (not timed, not counted), at most 32 at once:
+    // a connection storm is not what is measured.
     let mut nodes = Vec::new();
     let mut connecting = tokio::task::JoinSet::new();
-    for _ in 0..ACQUIRERS {
+    let gate = Arc::new(tokio::sync::Semaphore::new(32));
+    for _ in 0..acquirers() {
         let url = url.to_owned();
+        let gate = gate.clone();
         connecting.spawn(async move {
-            SqlStrategy::connect_with(
-                SqlConfig::new(url)
-                    .max_connections(1)
-                    .op_timeout(Duration::from_secs(60)),
-            )
-            .await
+            let _permit = gate.acquire_owned().await;
+            match algorithm {
+                Algorithm::Ours => SqlStrategy::connect_with(
+                    SqlConfig::new(url)
+                        .max_connections(1)
+                        .op_timeout(Duration::from_secs(60)),
+                )
+                .await
+                .map(Node::Ours)
+                .map_err(|e| e.to_string()),
+                Algorithm::Baseline => Raw::connect(&url).await.map(Node::Base),
+            }
         });
     }
     while let Some(r) = connecting.join_next().await {
-        nodes.push(r.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?);
+        nodes.push(r.map_err(|e| e.to_string())??);
     }
     let conflicts = Arc::new(AtomicU64::new(0));
     let barrier = Arc::new(tokio::sync::Barrier::new(nodes.len() + 1));
     let mut tasks = tokio::task::JoinSet::new();
-    for node in nodes.clone() {
+    for node in nodes {
         let (pool, barrier, conflicts) = (pool.clone(), barrier.clone(), conflicts.clone());
+        let table = table.clone();
         tasks.spawn(async move {
             barrier.wait().await;
-            match algorithm {
-                Algorithm::Ours => node
-                    .acquire(&pool)
-                    .await
-                    .map(|g| g.slot)
-                    .map_err(|e| e.to_string()),
-                Algorithm::Baseline => baseline_acquire(&node, &pool, &conflicts).await,
+            match node {
+                Node::Ours(s) => {
+                    let r = s
+                        .acquire(&pool)
+                        .await
+                        .map(|g| g.slot)
+                        .map_err(|e| e.to_string());
+                    (r, Node::Ours(s))
+                }
+                Node::Base(mut c) => {
+                    let r = baseline_acquire(&mut c, &table, &pool, &conflicts).await;
+                    (r, Node::Base(c))
+                }
             }
         });
     }
@@ -259,16 +350,22 @@ async fn run_once(
     let start = Instant::now();
     let mut slots = Vec::new();
     let mut failures = Vec::new();
+    let mut done = Vec::new();
     while let Some(r) = tasks.join_next().await {
-        match r.map_err(|e| e.to_string())? {
+        let (r, node) = r.map_err(|e| e.to_string())?;
+        done.push(node);
+        match r {
             Ok(slot) => slots.push(slot),
             Err(e) => failures.push(e),
         }
     }
     let wall = start.elapsed();
     let trips = proxy.trips() - before;
-    for n in &nodes {
-        n.close().await;
+    for n in done {
+        match n {
+            Node::Ours(s) => s.close().await,
+            Node::Base(c) => c.close().await,
+        }
     }
     let distinct = slots.iter().collect::<HashSet<_>>().len();
     Ok(Outcome {
@@ -310,7 +407,7 @@ fn main() -> std::process::ExitCode {
                 let o = run_once(&url, &proxy, &setup, algorithm).await?;
                 if !o.failures.is_empty()
                     || o.distinct != o.grants
-                    || o.grants != ACQUIRERS as usize
+                    || o.grants != acquirers() as usize
                 {
                     ok = false;
                 }
@@ -342,7 +439,7 @@ fn main() -> std::process::ExitCode {
             "{:<22} {:<28} {:>9} {:>9} {:>9} {:>13.2} {:>8.0}ms {:>11}",
             short,
             algorithm.name(),
-            ACQUIRERS,
+            acquirers(),
             o.distinct,
             o.failures.len(),
             o.trips as f64 / o.grants.max(1) as f64,

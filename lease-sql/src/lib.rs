@@ -4,6 +4,7 @@
 
 mod classify;
 mod config;
+mod conns;
 mod engine;
 mod fence;
 mod ident;

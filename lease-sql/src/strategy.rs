@@ -7,18 +7,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    AcquireError, Capabilities, Fence, Grant, PoolSpec, Reason, Release, Renewal, Strategy, Token,
+    AcquireError, BoxFuture, Capabilities, Fence, Grant, PoolSpec, Reason, Release, Renewal,
+    Strategy, Token,
 };
-use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
-use sqlx::{Executor, Row};
+use sqlx::{ConnectOptions, Connection, Executor, Row};
 
 use crate::classify::{Failure, classify};
 use crate::config::SqlConfig;
+use crate::conns::Conns;
 use crate::engine::{COLUMNS, Engine, Sql, sqlite_modifier};
 use crate::ident::TableName;
 
@@ -30,16 +32,31 @@ const POPULATE_CHUNK: u32 = 1000;
 
 /// Leases in a PostgreSQL, MySQL/MariaDB or SQLite table (see the crate docs).
 ///
-/// Cloning shares the connection pool.
+/// Cloning shares the connections.
 #[derive(Clone)]
 pub struct SqlStrategy {
     inner: Arc<Inner>,
 }
 
+/// The lease connections (own, see `conns.rs`), how to open more, and a lazy
+/// sqlx pool handed to callers for their own writes.
 enum Db {
-    Postgres(PgPool),
-    MySql(MySqlPool),
-    Sqlite(SqlitePool),
+    Postgres {
+        conns: Conns<PgConnection>,
+        opts: PgConnectOptions,
+        pool: PgPool,
+    },
+    MySql {
+        conns: Conns<MySqlConnection>,
+        opts: MySqlConnectOptions,
+        session: String,
+        pool: MySqlPool,
+    },
+    Sqlite {
+        conns: Conns<SqliteConnection>,
+        opts: SqliteConnectOptions,
+        pool: SqlitePool,
+    },
 }
 
 struct Inner {
@@ -63,6 +80,17 @@ pub enum StoreError {
     Timeout(Duration),
 }
 
+fn mysql_connect<'a>(
+    opts: &'a MySqlConnectOptions,
+    session: &'a str,
+) -> BoxFuture<'a, Result<MySqlConnection, sqlx::Error>> {
+    Box::pin(async move {
+        let mut conn = opts.connect().await?;
+        conn.execute(session).await?;
+        Ok(conn)
+    })
+}
+
 impl SqlStrategy {
     /// Connects to `url` with the default settings (see [`SqlConfig`]).
     ///
@@ -73,14 +101,17 @@ impl SqlStrategy {
         Self::connect_with(SqlConfig::new(url)).await
     }
 
-    /// Connects with `config`.
+    /// Connects with `config`: opens one connection, checks the server, and
+    /// keeps it for the first operation.
     pub async fn connect_with(config: SqlConfig) -> Result<Self, AcquireError> {
         let table = TableName::new(config.table.clone())?;
         let engine = Engine::from_url(&config.url);
         let op = config.op_timeout;
-        let connect_budget = op.max(Duration::from_secs(1)) * 2;
+        let n = config.max_connections;
+        let budget = op.max(Duration::from_secs(1)) * 2;
+        let url = config.url.as_str();
         let misconfigured = |e: &dyn fmt::Display| AcquireError::Misconfigured {
-            what: format!("cannot use database URL {}: {e}", redact(&config.url)),
+            what: format!("cannot use database URL {}: {e}", redact(url)),
             fix: "give a URL like postgres://user@host/db, mysql://user@host/db or \
                   sqlite://path/to/file.sqlite (or a plain file path)"
                 .to_owned(),
@@ -88,127 +119,101 @@ impl SqlStrategy {
         let (db, version) = match engine {
             Engine::Postgres => {
                 let ms = op.as_millis().max(1).to_string();
-                let opts = PgConnectOptions::from_str(&config.url)
+                let base = PgConnectOptions::from_str(url)
                     .map_err(|e| misconfigured(&e))?
-                    .application_name("leasehold")
-                    .options([
-                        ("statement_timeout", ms.as_str()),
-                        ("lock_timeout", ms.as_str()),
-                    ]);
-                let pool = PgPoolOptions::new()
-                    .max_connections(config.max_connections)
-                    .min_connections(0)
-                    .acquire_timeout(op)
-                    .test_before_acquire(false)
-                    .connect_with(opts);
-                let pool = guard_connect(engine, &config.url, connect_budget, pool).await?;
-                let version: String = guard_connect(
-                    engine,
-                    &config.url,
-                    op,
-                    sqlx::query_scalar("SHOW server_version").fetch_one(&pool),
-                )
-                .await?;
-                let num: String = guard_connect(
-                    engine,
-                    &config.url,
-                    op,
-                    sqlx::query_scalar("SHOW server_version_num").fetch_one(&pool),
-                )
-                .await?;
-                if num.parse::<u32>().unwrap_or(0) < 90_500 {
+                    .application_name("leasehold");
+                // Server-side limits, so a statement the client gave up on does
+                // not go on holding locks.
+                let opts = base.clone().options([
+                    ("statement_timeout", ms.as_str()),
+                    ("lock_timeout", ms.as_str()),
+                ]);
+                let mut conn = guard_connect(engine, url, budget, opts.connect()).await?;
+                let version: String =
+                    guard_connect(engine, url, op, conn.fetch_one("SHOW server_version"))
+                        .await?
+                        .try_get(0)
+                        .map_err(|e| misconfigured(&e))?;
+                if conn.server_version_num().unwrap_or(0) < 90_500 {
                     return Err(unsupported(
                         format!("PostgreSQL {version} has no FOR UPDATE SKIP LOCKED"),
                         "use PostgreSQL 9.5 or newer",
                     ));
                 }
-                (Db::Postgres(pool), format!("PostgreSQL {version}"))
+                let pool = PgPoolOptions::new()
+                    .max_connections(n)
+                    .connect_lazy_with(base);
+                let db = Db::Postgres {
+                    conns: Conns::new(n, Some(conn)),
+                    opts,
+                    pool,
+                };
+                (db, format!("PostgreSQL {version}"))
             }
             Engine::MySql => {
-                let url = config.url.replacen("mariadb://", "mysql://", 1);
-                let opts = MySqlConnectOptions::from_str(&url)
+                let mysql_url = url.replacen("mariadb://", "mysql://", 1);
+                let opts = MySqlConnectOptions::from_str(&mysql_url)
                     .map_err(|e| misconfigured(&e))?
                     .timezone(Some("+00:00".to_owned()));
-                let secs = op.as_secs_f64();
-                let lock_wait = op.as_secs().clamp(1, 3600);
-                let pool = MySqlPoolOptions::new()
-                    .max_connections(config.max_connections)
-                    .min_connections(0)
-                    .acquire_timeout(op)
-                    .test_before_acquire(false)
-                    .after_connect(move |conn, _meta| {
-                        Box::pin(async move {
-                            // Server-side limits, so a statement the client gave up on
-                            // does not go on holding locks.
-                            let version: String = sqlx::query_scalar("SELECT VERSION()")
-                                .fetch_one(&mut *conn)
-                                .await?;
-                            let limit = if version.contains("MariaDB") {
-                                format!("max_statement_time = {secs:.3}")
-                            } else {
-                                format!("max_execution_time = {}", (secs * 1000.0).ceil())
-                            };
-                            conn.execute(&*format!(
-                                "SET SESSION {limit}, innodb_lock_wait_timeout = {lock_wait}"
-                            ))
-                            .await?;
-                            Ok(())
-                        })
-                    })
-                    .connect_with(opts);
-                let pool = guard_connect(engine, &config.url, connect_budget, pool).await?;
-                let version: String = guard_connect(
-                    engine,
-                    &config.url,
-                    op,
-                    sqlx::query_scalar("SELECT VERSION()").fetch_one(&pool),
-                )
-                .await?;
+                let mut conn = guard_connect(engine, url, budget, opts.connect()).await?;
+                let version: String =
+                    guard_connect(engine, url, op, conn.fetch_one("SELECT VERSION()"))
+                        .await?
+                        .try_get(0)
+                        .map_err(|e| misconfigured(&e))?;
                 check_mysql_version(&version)?;
-                let name = if version.contains("MariaDB") {
-                    "MariaDB"
+                let mariadb = version.contains("MariaDB");
+                // Server-side limits, so a statement the client gave up on does
+                // not go on holding locks.
+                let limit = if mariadb {
+                    format!("max_statement_time = {:.3}", op.as_secs_f64())
                 } else {
-                    "MySQL"
+                    format!("max_execution_time = {}", op.as_millis().max(1))
                 };
-                (Db::MySql(pool), format!("{name} {version}"))
+                let session = format!(
+                    "SET SESSION {limit}, innodb_lock_wait_timeout = {}",
+                    op.as_secs().clamp(1, 3600)
+                );
+                guard_connect(engine, url, op, conn.execute(session.as_str())).await?;
+                let pool = MySqlPoolOptions::new()
+                    .max_connections(n)
+                    .connect_lazy_with(opts.clone());
+                let name = if mariadb { "MariaDB" } else { "MySQL" };
+                let db = Db::MySql {
+                    conns: Conns::new(n, Some(conn)),
+                    opts,
+                    session,
+                    pool,
+                };
+                (db, format!("{name} {version}"))
             }
             Engine::Sqlite => {
-                let url = config.url.as_str();
+                if url.contains(":memory:") || url.contains("mode=memory") {
+                    return Err(AcquireError::Misconfigured {
+                        what: "an in-memory SQLite database is private to one connection, so \
+                               it cannot coordinate anything"
+                            .to_owned(),
+                        fix: "give a file path (sqlite://leases.sqlite), or use \
+                              leasehold_core::Memory inside one process"
+                            .to_owned(),
+                    });
+                }
                 let opts = if url.starts_with("sqlite:") {
                     SqliteConnectOptions::from_str(url).map_err(|e| misconfigured(&e))?
                 } else {
                     SqliteConnectOptions::new().filename(url)
                 };
-                let memory = url.contains(":memory:") || url.contains("mode=memory");
                 let opts = opts
                     .create_if_missing(true)
-                    .journal_mode(if memory {
-                        SqliteJournalMode::Memory
-                    } else {
-                        SqliteJournalMode::Wal
-                    })
+                    .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(op);
-                let mut pool = SqlitePoolOptions::new()
-                    .max_connections(if memory { 1 } else { config.max_connections })
-                    .acquire_timeout(op)
-                    .test_before_acquire(false);
-                if memory {
-                    // One connection, kept forever: the database lives in it.
-                    pool = pool
-                        .min_connections(1)
-                        .idle_timeout(None)
-                        .max_lifetime(None);
-                }
-                let pool =
-                    guard_connect(engine, url, connect_budget, pool.connect_with(opts)).await?;
-                let version: String = guard_connect(
-                    engine,
-                    url,
-                    op,
-                    sqlx::query_scalar("SELECT sqlite_version()").fetch_one(&pool),
-                )
-                .await?;
+                let mut conn = guard_connect(engine, url, budget, opts.connect()).await?;
+                let version: String =
+                    guard_connect(engine, url, op, conn.fetch_one("SELECT sqlite_version()"))
+                        .await?
+                        .try_get(0)
+                        .map_err(|e| misconfigured(&e))?;
                 let num: Vec<u32> = version.split('.').filter_map(|p| p.parse().ok()).collect();
                 if num.as_slice() < [3, 35].as_slice() {
                     return Err(unsupported(
@@ -216,10 +221,18 @@ impl SqlStrategy {
                         "use SQLite 3.35 or newer (the bundled library is 3.46)",
                     ));
                 }
-                (Db::Sqlite(pool), format!("SQLite {version}"))
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(n)
+                    .connect_lazy_with(opts.clone());
+                let db = Db::Sqlite {
+                    conns: Conns::new(n, Some(conn)),
+                    opts,
+                    pool,
+                };
+                (db, format!("SQLite {version}"))
             }
         };
-        let identity = format!("{}#{}", store_identity(engine, &config.url), table);
+        let identity = format!("{}#{}", store_identity(engine, url), table);
         Ok(Self {
             inner: Arc::new(Inner {
                 db,
@@ -252,36 +265,53 @@ impl SqlStrategy {
         self.inner.op_timeout
     }
 
-    /// The PostgreSQL connection pool, for your own (fenced) writes.
+    /// A sqlx pool on the same PostgreSQL database, for your own (fenced)
+    /// writes. It connects lazily, with the URL's settings (none of the lease
+    /// connections' statement timeouts); the lease operations do not use it.
     pub fn postgres(&self) -> Option<&PgPool> {
         match &self.inner.db {
-            Db::Postgres(p) => Some(p),
+            Db::Postgres { pool, .. } => Some(pool),
             _ => None,
         }
     }
 
-    /// The MySQL/MariaDB connection pool.
+    /// A sqlx pool on the same MySQL/MariaDB database (see [`SqlStrategy::postgres`]).
     pub fn mysql(&self) -> Option<&MySqlPool> {
         match &self.inner.db {
-            Db::MySql(p) => Some(p),
+            Db::MySql { pool, .. } => Some(pool),
             _ => None,
         }
     }
 
-    /// The SQLite connection pool.
+    /// A sqlx pool on the same SQLite file (see [`SqlStrategy::postgres`]).
     pub fn sqlite(&self) -> Option<&SqlitePool> {
         match &self.inner.db {
-            Db::Sqlite(p) => Some(p),
+            Db::Sqlite { pool, .. } => Some(pool),
             _ => None,
         }
     }
 
-    /// Closes the connection pool (every clone's).
+    /// Closes the idle lease connections and the sqlx pool (every clone's).
     pub async fn close(&self) {
         match &self.inner.db {
-            Db::Postgres(p) => p.close().await,
-            Db::MySql(p) => p.close().await,
-            Db::Sqlite(p) => p.close().await,
+            Db::Postgres { conns, pool, .. } => {
+                for c in conns.drain().await {
+                    let _ = c.close().await;
+                }
+                pool.close().await;
+            }
+            Db::MySql { conns, pool, .. } => {
+                for c in conns.drain().await {
+                    let _ = c.close().await;
+                }
+                pool.close().await;
+            }
+            Db::Sqlite { conns, pool, .. } => {
+                for c in conns.drain().await {
+                    let _ = c.close().await;
+                }
+                pool.close().await;
+            }
         }
     }
 
@@ -331,28 +361,36 @@ impl SqlStrategy {
     /// operator would: the holder's next renewal is `Lost`. Returns whether a
     /// row was changed.
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, StoreError> {
-        let sql = &self.inner.sql.revoke;
+        let sql = self.inner.sql.revoke.as_str();
         let name = pool.name.as_str();
         let fut = async {
             let n = match &self.inner.db {
-                Db::Postgres(p) => sqlx::query(sql)
-                    .bind(name)
-                    .bind(slot_i32(slot))
-                    .execute(p)
-                    .await?
-                    .rows_affected(),
-                Db::MySql(p) => sqlx::query(sql)
-                    .bind(name)
-                    .bind(slot)
-                    .execute(p)
-                    .await?
-                    .rows_affected(),
-                Db::Sqlite(p) => sqlx::query(sql)
-                    .bind(name)
-                    .bind(i64::from(slot))
-                    .execute(p)
-                    .await?
-                    .rows_affected(),
+                Db::Postgres { conns, opts, .. } => {
+                    let mut co = conns.checkout(|| opts.connect()).await?;
+                    let q = sqlx::query(sql).bind(name).bind(slot_i32(slot));
+                    let n = co.conn().execute(q).await?.rows_affected();
+                    co.done();
+                    n
+                }
+                Db::MySql {
+                    conns,
+                    opts,
+                    session,
+                    ..
+                } => {
+                    let mut co = conns.checkout(|| mysql_connect(opts, session)).await?;
+                    let q = sqlx::query(sql).bind(name).bind(slot);
+                    let n = co.conn().execute(q).await?.rows_affected();
+                    co.done();
+                    n
+                }
+                Db::Sqlite { conns, opts, .. } => {
+                    let mut co = conns.checkout(|| opts.connect()).await?;
+                    let q = sqlx::query(sql).bind(name).bind(i64::from(slot));
+                    let n = co.conn().execute(q).await?.rows_affected();
+                    co.done();
+                    n
+                }
             };
             Ok::<_, sqlx::Error>(n > 0)
         };
@@ -391,27 +429,80 @@ impl SqlStrategy {
         }
     }
 
+    /// Runs plain-text SQL (one round trip); the rows it changed.
     async fn exec_text(&self, sql: &str) -> Result<u64, sqlx::Error> {
+        let raw = sqlx::raw_sql(sql);
         Ok(match &self.inner.db {
-            Db::Postgres(p) => sqlx::raw_sql(sql).execute(p).await?.rows_affected(),
-            Db::MySql(p) => sqlx::raw_sql(sql).execute(p).await?.rows_affected(),
-            Db::Sqlite(p) => sqlx::raw_sql(sql).execute(p).await?.rows_affected(),
+            Db::Postgres { conns, opts, .. } => {
+                let mut co = conns.checkout(|| opts.connect()).await?;
+                let n = co.conn().execute(raw).await?.rows_affected();
+                co.done();
+                n
+            }
+            Db::MySql {
+                conns,
+                opts,
+                session,
+                ..
+            } => {
+                let mut co = conns.checkout(|| mysql_connect(opts, session)).await?;
+                let n = co.conn().execute(raw).await?.rows_affected();
+                co.done();
+                n
+            }
+            Db::Sqlite { conns, opts, .. } => {
+                let mut co = conns.checkout(|| opts.connect()).await?;
+                let n = co.conn().execute(raw).await?.rows_affected();
+                co.done();
+                n
+            }
         })
+    }
+
+    /// The lease table's column names.
+    async fn column_names(&self) -> Result<Vec<String>, sqlx::Error> {
+        let sql = self.inner.sql.columns.as_str();
+        let name = self.inner.table.as_str();
+        let rows = match &self.inner.db {
+            Db::Postgres { conns, opts, .. } => {
+                let q = sqlx::query(sql).bind(name);
+                let mut co = conns.checkout(|| opts.connect()).await?;
+                let rows = co.conn().fetch_all(q).await?;
+                co.done();
+                rows.iter()
+                    .map(|r| r.try_get(0))
+                    .collect::<Result<_, _>>()?
+            }
+            Db::MySql {
+                conns,
+                opts,
+                session,
+                ..
+            } => {
+                let q = sqlx::query(sql).bind(name);
+                let mut co = conns.checkout(|| mysql_connect(opts, session)).await?;
+                let rows = co.conn().fetch_all(q).await?;
+                co.done();
+                rows.iter()
+                    .map(|r| r.try_get(0))
+                    .collect::<Result<_, _>>()?
+            }
+            Db::Sqlite { conns, opts, .. } => {
+                let q = sqlx::query(sql).bind(name);
+                let mut co = conns.checkout(|| opts.connect()).await?;
+                let rows = co.conn().fetch_all(q).await?;
+                co.done();
+                rows.iter()
+                    .map(|r| r.try_get(0))
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        Ok(rows)
     }
 
     /// `Ok(Some(error))` when the lease table is missing or lacks columns.
     async fn schema_problem(&self) -> Result<Option<AcquireError>, Failure> {
-        let sql = &self.inner.sql.columns;
-        let name = self.inner.table.as_str();
-        let columns: Vec<String> = self
-            .timed("schema check", async {
-                match &self.inner.db {
-                    Db::Postgres(p) => sqlx::query_scalar(sql).bind(name).fetch_all(p).await,
-                    Db::MySql(p) => sqlx::query_scalar(sql).bind(name).fetch_all(p).await,
-                    Db::Sqlite(p) => sqlx::query_scalar(sql).bind(name).fetch_all(p).await,
-                }
-            })
-            .await?;
+        let columns = self.timed("schema check", self.column_names()).await?;
         let engine = self.engine();
         let fix = format!(
             "create it with `SqlStrategy::ensure_pool(&pool)` (or `ensure_table()`), or apply \
@@ -478,73 +569,100 @@ impl SqlStrategy {
         }
     }
 
-    /// One acquisition attempt: `Ok(None)` when no free slot was found.
+    /// One acquisition attempt, one round trip: `Ok(None)` when no free slot
+    /// was found.
     async fn try_acquire(
         &self,
         pool: &PoolSpec,
         token: &Token,
     ) -> Result<Option<(u32, u64)>, Failure> {
         let sql = self.inner.sql.acquire_text(pool, token.as_bytes());
+        let engine = self.engine();
+        let raw = sqlx::raw_sql(&sql);
         match &self.inner.db {
-            Db::Postgres(p) => {
-                // (`RawSql::fetch_optional` is `fetch_one` in sqlx 0.8.6: use fetch_all.)
+            Db::Postgres { conns, opts, .. } => {
                 let rows = self
-                    .timed("acquire", sqlx::raw_sql(&sql).fetch_all(p))
+                    .timed("acquire", async {
+                        let mut co = conns.checkout(|| opts.connect()).await?;
+                        let rows = co.conn().fetch_all(raw).await?;
+                        co.done();
+                        Ok(rows)
+                    })
                     .await?;
                 rows.first()
-                    .map(|r| decode_grant::<_, i32, i64>(self.engine(), r))
+                    .map(|r| decode_grant::<_, i32, i64>(engine, r))
                     .transpose()
             }
-            Db::MySql(p) => {
-                let mut conn = ConnGuard(None);
+            Db::MySql {
+                conns,
+                opts,
+                session,
+                ..
+            } => {
+                // A failure or timeout inside the multi-statement transaction
+                // drops the connection (see conns.rs): the server rolls back.
                 let rows = self
-                    .timed("acquire", mysql_acquire(p, &sql, &mut conn))
+                    .timed("acquire", async {
+                        let mut co = conns.checkout(|| mysql_connect(opts, session)).await?;
+                        let rows = co.conn().fetch_all(raw).await?;
+                        co.done();
+                        Ok(rows)
+                    })
                     .await?;
-                // Success: the transaction committed; the connection is clean.
-                conn.keep();
                 rows.first()
-                    .map(|r| decode_grant::<_, u32, u64>(self.engine(), r))
+                    .map(|r| decode_grant::<_, u32, u64>(engine, r))
                     .transpose()
             }
-            Db::Sqlite(p) => {
+            Db::Sqlite { conns, opts, .. } => {
                 let rows = self
-                    .timed("acquire", sqlx::raw_sql(&sql).fetch_all(p))
+                    .timed("acquire", async {
+                        let mut co = conns.checkout(|| opts.connect()).await?;
+                        let rows = co.conn().fetch_all(raw).await?;
+                        co.done();
+                        Ok(rows)
+                    })
                     .await?;
                 rows.first()
-                    .map(|r| decode_grant::<_, i64, i64>(self.engine(), r))
+                    .map(|r| decode_grant::<_, i64, i64>(engine, r))
                     .transpose()
             }
         }
     }
 
     async fn count_rows(&self, pool: &PoolSpec) -> Result<u64, Failure> {
-        let sql = &self.inner.sql.count;
+        let sql = self.inner.sql.count.as_str();
         let name = pool.name.as_str();
         let n: i64 = self
             .timed("count pool rows", async {
-                match &self.inner.db {
-                    Db::Postgres(p) => {
-                        sqlx::query_scalar(sql)
-                            .bind(name)
-                            .bind(slot_i32(pool.size))
-                            .fetch_one(p)
-                            .await
+                let row = match &self.inner.db {
+                    Db::Postgres { conns, opts, .. } => {
+                        let q = sqlx::query(sql).bind(name).bind(slot_i32(pool.size));
+                        let mut co = conns.checkout(|| opts.connect()).await?;
+                        let r = co.conn().fetch_one(q).await?.try_get(0)?;
+                        co.done();
+                        r
                     }
-                    Db::MySql(p) => {
-                        sqlx::query_scalar(sql)
-                            .bind(name)
-                            .bind(pool.size)
-                            .fetch_one(p)
-                            .await
+                    Db::MySql {
+                        conns,
+                        opts,
+                        session,
+                        ..
+                    } => {
+                        let q = sqlx::query(sql).bind(name).bind(pool.size);
+                        let mut co = conns.checkout(|| mysql_connect(opts, session)).await?;
+                        let r = co.conn().fetch_one(q).await?.try_get(0)?;
+                        co.done();
+                        r
                     }
-                    Db::Sqlite(p) => {
-                        sqlx::query_scalar(sql)
-                            .bind(name)
-                            .bind(i64::from(pool.size))
-                            .fetch_one(p)
-                            .await
+                    Db::Sqlite { conns, opts, .. } => {
+                        let q = sqlx::query(sql).bind(name).bind(i64::from(pool.size));
+                        let mut co = conns.checkout(|| opts.connect()).await?;
+                        let r = co.conn().fetch_one(q).await?.try_get(0)?;
+                        co.done();
+                        r
                     }
-                }
+                };
+                Ok(row)
             })
             .await?;
         Ok(u64::try_from(n).unwrap_or(0))
@@ -558,9 +676,9 @@ impl SqlStrategy {
         renew: bool,
     ) -> Result<u64, Failure> {
         let sql = if renew {
-            &self.inner.sql.renew
+            self.inner.sql.renew.as_str()
         } else {
-            &self.inner.sql.release
+            self.inner.sql.release.as_str()
         };
         let name = pool.name.as_str();
         let token = grant.token.as_bytes().as_slice();
@@ -568,82 +686,49 @@ impl SqlStrategy {
         let what = if renew { "renew" } else { "release" };
         self.timed(what, async {
             let done = match &self.inner.db {
-                Db::Postgres(p) => {
+                Db::Postgres { conns, opts, .. } => {
                     let mut q = sqlx::query(sql);
                     if renew {
                         q = q.bind(micros);
                     }
-                    q.bind(name)
-                        .bind(slot_i32(grant.slot))
-                        .bind(token)
-                        .execute(p)
-                        .await?
-                        .rows_affected()
+                    let q = q.bind(name).bind(slot_i32(grant.slot)).bind(token);
+                    let mut co = conns.checkout(|| opts.connect()).await?;
+                    let n = co.conn().execute(q).await?.rows_affected();
+                    co.done();
+                    n
                 }
-                Db::MySql(p) => {
+                Db::MySql {
+                    conns,
+                    opts,
+                    session,
+                    ..
+                } => {
                     let mut q = sqlx::query(sql);
                     if renew {
                         q = q.bind(micros);
                     }
-                    q.bind(name)
-                        .bind(grant.slot)
-                        .bind(token)
-                        .execute(p)
-                        .await?
-                        .rows_affected()
+                    let q = q.bind(name).bind(grant.slot).bind(token);
+                    let mut co = conns.checkout(|| mysql_connect(opts, session)).await?;
+                    let n = co.conn().execute(q).await?.rows_affected();
+                    co.done();
+                    n
                 }
-                Db::Sqlite(p) => {
+                Db::Sqlite { conns, opts, .. } => {
                     let mut q = sqlx::query(sql);
                     if renew {
                         q = q.bind(sqlite_modifier(pool.ttl));
                     }
-                    q.bind(name)
-                        .bind(i64::from(grant.slot))
-                        .bind(token)
-                        .execute(p)
-                        .await?
-                        .rows_affected()
+                    let q = q.bind(name).bind(i64::from(grant.slot)).bind(token);
+                    let mut co = conns.checkout(|| opts.connect()).await?;
+                    let n = co.conn().execute(q).await?.rows_affected();
+                    co.done();
+                    n
                 }
             };
             Ok(done)
         })
         .await
     }
-}
-
-/// A MySQL connection that is closed (not returned to the pool) unless
-/// [`ConnGuard::keep`] is called: an acquisition interrupted between
-/// `START TRANSACTION` and `COMMIT` must not leave an open transaction, holding
-/// row locks, on a pooled connection. Closing it makes the server roll back.
-struct ConnGuard(Option<PoolConnection<MySql>>);
-
-impl ConnGuard {
-    fn keep(&mut self) {
-        drop(self.0.take());
-    }
-}
-
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        if let Some(conn) = self.0.take() {
-            drop(conn.detach());
-        }
-    }
-}
-
-/// Runs the acquisition transaction on a connection held by `guard`. Boxed:
-/// the unboxed future trips rustc's higher-ranked `Send` inference (the
-/// "`Executor` is not general enough" error) inside `Strategy::acquire`.
-fn mysql_acquire<'a>(
-    pool: &'a MySqlPool,
-    sql: &'a str,
-    guard: &'a mut ConnGuard,
-) -> leasehold_core::BoxFuture<'a, Result<Vec<sqlx::mysql::MySqlRow>, sqlx::Error>> {
-    Box::pin(async move {
-        let conn = guard.0.insert(pool.acquire().await?);
-        let c: &mut sqlx::MySqlConnection = conn;
-        c.fetch_all(sqlx::raw_sql(sql)).await
-    })
 }
 
 fn decode_grant<R, S, F>(engine: Engine, row: &R) -> Result<(u32, u64), Failure>

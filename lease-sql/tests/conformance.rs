@@ -291,6 +291,89 @@ async fn fenced_write_refuses_a_stale_holder(b: Sql) -> Result<(), String> {
     Ok(())
 }
 
+/// A renewal blocked behind another transaction's row lock (or, on SQLite,
+/// the file's write lock) answers `Retry` within about the operation timeout:
+/// the server-side limits and the client-side timeout both stop it; never
+/// `Lost`, never a hang. After the lock goes, renewal succeeds.
+async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(b: Sql) -> Result<(), String> {
+    let op = Duration::from_secs(1);
+    // SQLite locks the whole file: use a file of its own, or every other test
+    // sharing the file would stall behind this one's lock.
+    let b = if b.addr.is_none() {
+        Sql {
+            url: b
+                .url
+                .replace(".sqlite", &format!("-{}.sqlite", fresh_table("lock"))),
+            addr: None,
+        }
+    } else {
+        b
+    };
+    let s = SqlStrategy::connect_with(b.config().op_timeout(op))
+        .await
+        .map_err(|e| e.to_string())?;
+    let pool = fresh_pool(1, Duration::from_secs(30));
+    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let locker = b.strategy().await?;
+    let name = pool.name.as_str();
+    let t = locker.table().as_str().to_owned();
+    let e = |e: sqlx::Error| e.to_string();
+    let check = async {
+        let start = std::time::Instant::now();
+        let r = s.renew(&pool, &g).await;
+        let took = start.elapsed();
+        ensure!(
+            matches!(r, Renewal::Retry(_)),
+            "blocked renewal answered {r:?}"
+        );
+        ensure!(
+            took <= op * 3,
+            "blocked renewal took {took:?} (op_timeout {op:?})"
+        );
+        Ok(())
+    };
+    match locker.engine() {
+        Engine::Postgres => {
+            let mut tx = locker.postgres().unwrap().begin().await.map_err(e)?;
+            sqlx::query(&format!(
+                "SELECT slot FROM \"{t}\" WHERE pool = $1 FOR UPDATE"
+            ))
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .map_err(e)?;
+            check.await?;
+            tx.rollback().await.map_err(e)?;
+        }
+        Engine::MySql => {
+            let mut tx = locker.mysql().unwrap().begin().await.map_err(e)?;
+            sqlx::query(&format!("SELECT slot FROM `{t}` WHERE pool = ? FOR UPDATE"))
+                .bind(name)
+                .execute(&mut *tx)
+                .await
+                .map_err(e)?;
+            check.await?;
+            tx.rollback().await.map_err(e)?;
+        }
+        _ => {
+            use sqlx::Executor;
+            let mut conn = locker.sqlite().unwrap().acquire().await.map_err(e)?;
+            conn.execute("BEGIN IMMEDIATE").await.map_err(e)?;
+            check.await?;
+            conn.execute("ROLLBACK").await.map_err(e)?;
+        }
+    }
+    let r = s.renew(&pool, &g).await;
+    ensure!(
+        matches!(r, Renewal::Renewed { .. }),
+        "after the lock: {r:?}"
+    );
+    locker.close().await;
+    s.close().await;
+    Ok(())
+}
+
 fn target(label: &str, server: String, backend: Sql, caps_networked: bool) -> Target {
     let caps =
         leasehold_core::Capabilities::coordinated(caps_networked, leasehold_sql::SQL_MIN_TTL);
@@ -308,7 +391,8 @@ fn target(label: &str, server: String, backend: Sql, caps_networked: bool) -> Ta
         fence_grows_on_claims_never_on_renewals,
         missing_pool_rows_are_added_on_acquisition,
         ensure_pool_is_idempotent_and_concurrent,
-        fenced_write_refuses_a_stale_holder
+        fenced_write_refuses_a_stale_holder,
+        renewal_blocked_by_a_lock_gives_retry_within_op_timeout
     );
     t
 }
@@ -340,9 +424,20 @@ fn main() -> ExitCode {
         url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
         addr: None,
     };
+    let version = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            let s = sqlite.strategy().await?;
+            let v = s.server_version().to_owned();
+            s.close().await;
+            Ok::<_, String>(v)
+        })
+        .unwrap_or_else(|e| format!("unknown version: {e}"));
     targets.push(target(
         "sqlite",
-        "SQLite (bundled, a file shared by every connection)".to_owned(),
+        format!("sqlite {version} (bundled; one file shared by every connection)"),
         sqlite,
         false,
     ));
