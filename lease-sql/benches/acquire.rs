@@ -385,7 +385,12 @@ fn main() -> std::process::ExitCode {
         .expect("runtime");
     let mut rows = Vec::new();
     let mut ok = true;
+    // `LEASEHOLD_BENCH_SERVERS=mariadb` (comma-separated kind names) runs a subset.
+    let only = std::env::var("LEASEHOLD_BENCH_SERVERS").unwrap_or_default();
     for kind in [ServerKind::Postgres15, ServerKind::MariaDb] {
+        if !only.is_empty() && !only.split(',').any(|k| k.trim() == kind.name()) {
+            continue;
+        }
         let server = match provide(kind) {
             Ok(s) => s,
             Err(missing) => {
@@ -405,10 +410,11 @@ fn main() -> std::process::ExitCode {
                 .map_err(|e| e.to_string())?;
             for algorithm in [Algorithm::Ours, Algorithm::Baseline] {
                 let o = run_once(&url, &proxy, &setup, algorithm).await?;
-                if !o.failures.is_empty()
-                    || o.distinct != o.grants
-                    || o.grants != acquirers() as usize
-                {
+                // Ours must give every acquirer a distinct slot, with no failure.
+                // The baseline's failures are a result, reported, not a bench error.
+                let distinct_ok = o.distinct == o.grants;
+                let complete = o.failures.is_empty() && o.grants == acquirers() as usize;
+                if !distinct_ok || (algorithm == Algorithm::Ours && !complete) {
                     ok = false;
                 }
                 rows.push((setup.server_version().to_owned(), algorithm, o));
@@ -434,7 +440,13 @@ fn main() -> std::process::ExitCode {
         "CAS misses"
     );
     for (server, algorithm, o) in &rows {
-        let short: String = server.chars().take(22).collect();
+        // "PostgreSQL 15.20 (Debian …)" → "PostgreSQL 15.20"; "MariaDB 10.11.19-MariaDB-…" → "MariaDB 10.11.19".
+        let short: String = server
+            .split_whitespace()
+            .take(2)
+            .map(|w| w.split('-').next().unwrap_or(w))
+            .collect::<Vec<_>>()
+            .join(" ");
         println!(
             "{:<22} {:<28} {:>9} {:>9} {:>9} {:>13.2} {:>8.0}ms {:>11}",
             short,
@@ -454,6 +466,11 @@ fn main() -> std::process::ExitCode {
             println!("    first failure: {f}");
         }
     }
+    println!(
+        "\ntrips/acquire: client→server round trips on the wire per successful acquisition \
+         (connections opened before the clock starts); wall: first acquire sent to last answer; \
+         CAS misses: baseline claims that lost their compare-and-swap."
+    );
     if ok {
         std::process::ExitCode::SUCCESS
     } else {

@@ -174,18 +174,29 @@ impl Sql {
     /// The acquisition, as one text statement (or, on MySQL, one multi-statement
     /// transaction) carrying every value as a literal: one round trip even on a
     /// fresh connection, where a prepared statement would need two. Every
-    /// literal is an integer, hex, or a validated pool name.
-    pub(crate) fn acquire_text(&self, spec: &PoolSpec, token: &[u8; 16]) -> String {
+    /// literal is an integer, hex, or a validated pool name. It claims the
+    /// lowest free slot in `from..to`.
+    pub(crate) fn acquire_text(
+        &self,
+        spec: &PoolSpec,
+        token: &[u8; 16],
+        from: u32,
+        to: u32,
+    ) -> String {
         let t = &self.table;
         let engine = self.engine;
         let now = now(engine);
         let pool = spec.name.as_str();
-        let size = spec.size;
         let expires = later(engine, spec.ttl);
         let tok = hex(token);
         let holder = hex(holder(spec).as_bytes());
+        let range = if from == 0 {
+            format!("slot < {to}")
+        } else {
+            format!("slot >= {from} AND slot < {to}")
+        };
         let free =
-            format!("pool = '{pool}' AND slot < {size} AND (token IS NULL OR expires_at <= {now})");
+            format!("pool = '{pool}' AND {range} AND (token IS NULL OR expires_at <= {now})");
         match engine {
             Engine::Postgres => format!(
                 "UPDATE {t} SET token = decode('{tok}', 'hex'), fence = fence + 1, \

@@ -569,14 +569,45 @@ impl SqlStrategy {
         }
     }
 
-    /// One acquisition attempt, one round trip: `Ok(None)` when no free slot
-    /// was found.
+    /// One acquisition attempt: `Ok(None)` when no free slot was found.
     async fn try_acquire(
         &self,
         pool: &PoolSpec,
         token: &Token,
     ) -> Result<Option<(u32, u64)>, Failure> {
-        let sql = self.inner.sql.acquire_text(pool, token.as_bytes());
+        let engine = self.engine();
+        // MySQL/MariaDB lock every row a `FOR UPDATE` scan passes over, even the
+        // taken ones it then skips: hundreds of acquirers all scanning from slot 0
+        // is quadratic lock traffic. There each attempt starts at a random slot
+        // and wraps around (a second round trip only when the upper part is full).
+        // PostgreSQL (MVCC) and SQLite (one writer) take the lowest free slot.
+        if engine == Engine::MySql && pool.size > 1 {
+            let bytes = Token::random();
+            let b = bytes.as_bytes();
+            let start = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) % pool.size;
+            if let Some(g) = self.try_range(pool, token, start, pool.size).await? {
+                return Ok(Some(g));
+            }
+            if start == 0 {
+                return Ok(None);
+            }
+            return self.try_range(pool, token, 0, start).await;
+        }
+        self.try_range(pool, token, 0, pool.size).await
+    }
+
+    /// One acquisition round trip over slots `from..to`.
+    async fn try_range(
+        &self,
+        pool: &PoolSpec,
+        token: &Token,
+        from: u32,
+        to: u32,
+    ) -> Result<Option<(u32, u64)>, Failure> {
+        let sql = self
+            .inner
+            .sql
+            .acquire_text(pool, token.as_bytes(), from, to);
         let engine = self.engine();
         let raw = sqlx::raw_sql(&sql);
         match &self.inner.db {
