@@ -208,7 +208,24 @@ impl SqlStrategy {
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(op);
-                let mut conn = guard_connect(engine, url, budget, opts.connect()).await?;
+                // Several processes opening a new file at once race to switch it
+                // to WAL, and SQLite answers that race with SQLITE_BUSY without
+                // consulting the busy timeout: retry within the connect budget.
+                let give_up = tokio::time::Instant::now() + budget;
+                let mut pause = Duration::from_millis(10);
+                let mut conn = loop {
+                    match guard_connect(engine, url, budget, opts.connect()).await {
+                        Ok(conn) => break conn,
+                        Err(e)
+                            if e.is_retryable()
+                                && tokio::time::Instant::now() + pause < give_up =>
+                        {
+                            tokio::time::sleep(pause).await;
+                            pause = (pause * 2).min(Duration::from_millis(200));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                };
                 let version: String =
                     guard_connect(engine, url, op, conn.fetch_one("SELECT sqlite_version()"))
                         .await?
