@@ -374,7 +374,9 @@ impl<S: Strategy> Driver<S> {
     async fn current_loss(&self, losses: &mut mpsc::UnboundedReceiver<(u64, Reason)>) -> Reason {
         loop {
             match losses.recv().await {
-                Some((epoch, reason)) if self.machine.held().is_some() && epoch == self.gate.view().epoch => {
+                Some((epoch, reason))
+                    if self.machine.held().is_some() && epoch == self.gate.view().epoch =>
+                {
                     return reason;
                 }
                 Some(_) => {}

@@ -219,16 +219,27 @@ async fn reported_loss_closes_at_once_and_stale_reports_are_ignored() {
     let before = gate.view();
     let signal = manager.loss_signal();
     signal.report(before.epoch + 7, leasehold_core::Reason::new("stale"));
-    assert!(gate.check_now().is_ok(), "a report for another epoch closed the gate");
+    assert!(
+        gate.check_now().is_ok(),
+        "a report for another epoch closed the gate"
+    );
     signal.report(before.epoch, leasehold_core::Reason::new("key deleted"));
     // Single-threaded runtime, no await since the report: only `report` can have closed it.
-    assert!(gate.check_now().is_err(), "the reported loss did not close the gate at once");
+    assert!(
+        gate.check_now().is_err(),
+        "the reported loss did not close the gate at once"
+    );
     let mut rx = manager.subscribe();
-    wait_for(&mut rx, |s| matches!(s, LeaseState::Held { .. }) && gate.view().epoch > before.epoch).await;
+    wait_for(&mut rx, |s| {
+        matches!(s, LeaseState::Held { .. }) && gate.view().epoch > before.epoch
+    })
+    .await;
     let causes = causes.lock().unwrap().clone();
     assert_eq!(
         causes,
-        vec![LossCause::Rejected(leasehold_core::Reason::new("key deleted"))],
+        vec![LossCause::Rejected(leasehold_core::Reason::new(
+            "key deleted"
+        ))],
         "exactly one loss, the current one"
     );
     manager.shutdown().await;
