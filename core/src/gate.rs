@@ -151,12 +151,16 @@ impl LeaseGate {
         });
     }
 
-    /// Moves the deadline of the current grant (after a renewal).
+    /// Moves the deadline of the current grant (after a renewal). A closed
+    /// gate stays closed: a renewal that lands just after a shutdown or a
+    /// reported loss must not reopen it.
     pub fn extend(&self, deadline: MonoTime) {
         self.write(|inner| {
-            inner
+            let _ = inner
                 .deadline
-                .store(deadline.as_nanos().max(1), Ordering::SeqCst)
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| {
+                    (d != 0).then_some(deadline.as_nanos().max(1))
+                });
         });
     }
 
@@ -207,6 +211,11 @@ mod tests {
         assert_eq!(gate.check(t).unwrap(), e1);
         gate.close();
         assert!(gate.check(t).is_err());
+        gate.extend(t + Duration::from_secs(3));
+        assert!(
+            gate.check(t).is_err(),
+            "extend must not reopen a closed gate"
+        );
         gate.open(2, Fence(5), t + Duration::from_secs(1));
         assert!(gate.check(t).unwrap() > e1);
         let v = gate.view();
