@@ -533,45 +533,33 @@ async fn proxied(b: &Arc<dyn Backend>) -> Result<(FaultProxy, Ctx), String> {
 /// Renewal through a silent connection answers `Retry` within the operation
 /// timeout (plus slack), never hangs and never answers `Lost`.
 pub async fn silent_store_gives_retry_within_timeout(b: Arc<dyn Backend>) -> Outcome {
-    let (proxy, ctx) = proxied(&b).await?;
-    let grant = ctx.acquire().await?;
-    proxy.set(Fault::Blackhole);
-    for _ in 0..2 {
-        let start = Instant::now();
-        let r = tokio::time::timeout(OP_TIMEOUT * 10, ctx.store.renew_dyn(&ctx.pool, &grant))
-            .await
-            .map_err(|_| format!("renewal hung for {:?} on a silent store", OP_TIMEOUT * 10))?;
-        ensure!(
-            matches!(r, Renewal::Retry(_)),
-            "silent store answered {r:?}"
-        );
-        let took = start.elapsed();
-        ensure!(
-            took <= OP_TIMEOUT * 3,
-            "Retry took {took:?}, timeout is {OP_TIMEOUT:?}"
-        );
-    }
-    Ok(())
+    renewals_under_fault_give_prompt_retry(b, Fault::Blackhole).await
 }
 
 /// Renewal while connections are being reset answers `Retry`, never `Lost`.
 pub async fn dropped_connections_give_retry(b: Arc<dyn Backend>) -> Outcome {
+    renewals_under_fault_give_prompt_retry(b, Fault::Drop).await
+}
+
+/// Under `fault`, two renewals in a row answer `Retry` within three
+/// operation timeouts each; a renewal still pending after ten is a hang.
+async fn renewals_under_fault_give_prompt_retry(b: Arc<dyn Backend>, fault: Fault) -> Outcome {
     let (proxy, ctx) = proxied(&b).await?;
     let grant = ctx.acquire().await?;
-    proxy.set(Fault::Drop);
+    proxy.set(fault);
     for _ in 0..2 {
         let start = Instant::now();
         let r = tokio::time::timeout(OP_TIMEOUT * 10, ctx.store.renew_dyn(&ctx.pool, &grant))
             .await
-            .map_err(|_| "renewal hung on a dropped connection".to_owned())?;
+            .map_err(|_| format!("renewal hung for {:?} under {fault:?}", OP_TIMEOUT * 10))?;
         ensure!(
             matches!(r, Renewal::Retry(_)),
-            "dropped connection answered {r:?}"
+            "renewal under {fault:?} answered {r:?}"
         );
+        let took = start.elapsed();
         ensure!(
-            start.elapsed() <= OP_TIMEOUT * 3,
-            "Retry took {:?}",
-            start.elapsed()
+            took <= OP_TIMEOUT * 3,
+            "Retry under {fault:?} took {took:?}, timeout is {OP_TIMEOUT:?}"
         );
     }
     Ok(())
