@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    AcquireError, BoxFuture, Capabilities, Fence, Grant, LeaseConfig, LeaseManager, LeaseState,
-    PoolName, PoolSpec, Release, Renewal, Token,
+    AcquireError, BoxFuture, Capabilities, Fence, Floor, Grant, LeaseConfig, LeaseManager,
+    LeaseState, PoolName, PoolSpec, Release, Renewal, Token,
 };
 
 use crate::backend::{Backend, Store};
@@ -132,7 +132,7 @@ impl Ctx {
 
     async fn acquire(&self) -> Result<Grant, String> {
         self.store
-            .acquire_dyn(&self.pool)
+            .acquire_dyn(&self.pool, Floor::NONE)
             .await
             .map_err(|e| format!("acquire: {e}"))
     }
@@ -140,10 +140,10 @@ impl Ctx {
     /// Polls `acquire` on `store` until it succeeds (the previous holder's
     /// lease expired) or `limit` passes.
     async fn acquire_after_expiry(&self, store: &Store) -> Result<Grant, String> {
-        let limit = self.pool.ttl * 4 + Duration::from_secs(5);
+        let limit = self.pool.ttl() * 4 + Duration::from_secs(5);
         let start = Instant::now();
         loop {
-            match store.acquire_dyn(&self.pool).await {
+            match store.acquire_dyn(&self.pool, Floor::NONE).await {
                 Ok(g) => return Ok(g),
                 Err(e) if e.is_retryable() && start.elapsed() < limit => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -173,7 +173,7 @@ async fn race(
         let barrier = barrier.clone();
         tasks.spawn(async move {
             barrier.wait().await;
-            store.acquire_dyn(&pool).await
+            store.acquire_dyn(&pool, Floor::NONE).await
         });
     }
     let mut grants = Vec::new();
@@ -231,7 +231,7 @@ pub async fn oversubscribed_pool_gives_distinct_slots_then_exhausted(
     // Contention may have turned some winners away while slots were still free:
     // those acquire on a second try; the pool then fills exactly.
     for _ in 0..errors.len() {
-        match ctx.store.acquire_dyn(&ctx.pool).await {
+        match ctx.store.acquire_dyn(&ctx.pool, Floor::NONE).await {
             Ok(g) => grants.push(g),
             Err(AcquireError::PoolExhausted { .. }) => break,
             Err(e) => return Err(format!("unexpected error on retry: {e}")),
@@ -255,7 +255,7 @@ pub async fn full_pool_answers_retryable_exhausted(b: Arc<dyn Backend>) -> Outco
         grants.push(ctx.acquire().await?);
     }
     distinct(&grants)?;
-    match ctx.store.acquire_dyn(&ctx.pool).await {
+    match ctx.store.acquire_dyn(&ctx.pool, Floor::NONE).await {
         Err(e @ AcquireError::PoolExhausted { .. }) => {
             ensure!(e.is_retryable(), "PoolExhausted must be retryable");
             Ok(())
@@ -271,9 +271,9 @@ pub async fn renew_keeps_the_slot_past_the_original_ttl(b: Arc<dyn Backend>) -> 
     let rival = ctx.another().await?;
     let grant = ctx.acquire().await?;
     let start = Instant::now();
-    while start.elapsed() < ctx.pool.ttl * 2 {
-        tokio::time::sleep(ctx.pool.ttl / 4).await;
-        match ctx.store.renew_dyn(&ctx.pool, &grant).await {
+    while start.elapsed() < ctx.pool.ttl() * 2 {
+        tokio::time::sleep(ctx.pool.ttl() / 4).await;
+        match ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE).await {
             Renewal::Renewed { ttl } => ensure!(ttl > Duration::ZERO, "renewed with zero ttl"),
             other => {
                 return Err(format!(
@@ -282,7 +282,7 @@ pub async fn renew_keeps_the_slot_past_the_original_ttl(b: Arc<dyn Backend>) -> 
                 ));
             }
         }
-        match rival.acquire_dyn(&ctx.pool).await {
+        match rival.acquire_dyn(&ctx.pool, Floor::NONE).await {
             Err(AcquireError::PoolExhausted { .. }) => {}
             other => return Err(format!("rival acquired a renewed slot: {other:?}")),
         }
@@ -296,15 +296,15 @@ pub async fn renew_is_idempotent(b: Arc<dyn Backend>) -> Outcome {
     let ctx = Ctx::new(b, 2, Some(Duration::from_secs(30))).await?;
     let grant = ctx.acquire().await?;
     for _ in 0..2 {
-        let r = ctx.store.renew_dyn(&ctx.pool, &grant).await;
+        let r = ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE).await;
         ensure!(
             matches!(r, Renewal::Renewed { .. }),
             "repeated renewal: {r:?}"
         );
     }
     let (a, b2) = tokio::join!(
-        ctx.store.renew_dyn(&ctx.pool, &grant),
-        ctx.store.renew_dyn(&ctx.pool, &grant)
+        ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE),
+        ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE)
     );
     ensure!(
         matches!(
@@ -327,12 +327,12 @@ pub async fn renew_after_expiry_and_takeover_is_lost(b: Arc<dyn Backend>) -> Out
         new.slot == old.slot && new.token != old.token,
         "takeover grant {new:?}"
     );
-    let r = ctx.store.renew_dyn(&ctx.pool, &old).await;
+    let r = ctx.store.renew_dyn(&ctx.pool, &old, Floor::NONE).await;
     ensure!(
         matches!(r, Renewal::Lost(_)),
         "stale renewal answered {r:?}"
     );
-    let r = rival.renew_dyn(&ctx.pool, &new).await;
+    let r = rival.renew_dyn(&ctx.pool, &new, Floor::NONE).await;
     ensure!(
         matches!(r, Renewal::Renewed { .. }),
         "new holder's renewal answered {r:?}"
@@ -346,13 +346,13 @@ pub async fn stale_release_never_frees_the_new_holders_slot(b: Arc<dyn Backend>)
     let rival = ctx.another().await?;
     let old = ctx.acquire().await?;
     let new = ctx.acquire_after_expiry(&rival).await?;
-    let r = ctx.store.release_dyn(&ctx.pool, &old).await;
+    let r = ctx.store.release_dyn(&ctx.pool, &old, Floor::NONE).await;
     ensure!(r == Release::NotHeld, "stale release answered {r:?}");
-    match ctx.store.acquire_dyn(&ctx.pool).await {
+    match ctx.store.acquire_dyn(&ctx.pool, Floor::NONE).await {
         Err(AcquireError::PoolExhausted { .. }) => {}
         other => return Err(format!("slot was freed by a stale release: {other:?}")),
     }
-    let r = rival.renew_dyn(&ctx.pool, &new).await;
+    let r = rival.renew_dyn(&ctx.pool, &new, Floor::NONE).await;
     ensure!(
         matches!(r, Renewal::Renewed { .. }),
         "new holder lost its slot: {r:?}"
@@ -366,10 +366,10 @@ pub async fn fence_strictly_grows_across_holders(b: Arc<dyn Backend>) -> Outcome
     let ctx = Ctx::new(b, 1, None).await?;
     let rival = ctx.another().await?;
     let first = ctx.acquire().await?;
-    let r = ctx.store.release_dyn(&ctx.pool, &first).await;
+    let r = ctx.store.release_dyn(&ctx.pool, &first, Floor::NONE).await;
     ensure!(r == Release::Released, "release answered {r:?}");
     let second = rival
-        .acquire_dyn(&ctx.pool)
+        .acquire_dyn(&ctx.pool, Floor::NONE)
         .await
         .map_err(|e| e.to_string())?;
     ensure!(
@@ -393,14 +393,18 @@ pub async fn fence_strictly_grows_across_holders(b: Arc<dyn Backend>) -> Outcome
 pub async fn released_slot_is_immediately_acquirable(b: Arc<dyn Backend>) -> Outcome {
     let ctx = Ctx::new(b, 1, Some(Duration::from_secs(60))).await?;
     let g = ctx.acquire().await?;
-    let r = ctx.store.release_dyn(&ctx.pool, &g).await;
+    let r = ctx.store.release_dyn(&ctx.pool, &g, Floor::NONE).await;
     ensure!(r == Release::Released, "release answered {r:?}");
-    let again = ctx.store.release_dyn(&ctx.pool, &g).await;
+    let again = ctx.store.release_dyn(&ctx.pool, &g, Floor::NONE).await;
     ensure!(
         again == Release::NotHeld,
         "second release answered {again:?}"
     );
-    let next = ctx.another().await?.acquire_dyn(&ctx.pool).await;
+    let next = ctx
+        .another()
+        .await?
+        .acquire_dyn(&ctx.pool, Floor::NONE)
+        .await;
     ensure!(next.is_ok(), "released slot not acquirable: {next:?}");
     Ok(())
 }
@@ -421,7 +425,7 @@ pub async fn concurrent_renew_and_acquire_keep_invariants(b: Arc<dyn Backend>) -
         renewers.spawn(async move {
             let mut n = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || n == 0 {
-                match store.renew_dyn(&pool, &g).await {
+                match store.renew_dyn(&pool, &g, Floor::NONE).await {
                     Renewal::Renewed { .. } => n += 1,
                     other => return Err(format!("renewal of slot {} answered {other:?}", g.slot)),
                 }
@@ -451,11 +455,11 @@ pub async fn concurrent_renew_and_acquire_keep_invariants(b: Arc<dyn Backend>) -
 }
 
 fn manager_config(pool: &PoolSpec) -> Result<LeaseConfig, String> {
-    LeaseConfig::builder(pool.name.as_str())
-        .pool_size(pool.size)
-        .ttl(pool.ttl)
-        .renew_interval(pool.ttl / 4)
-        .safety_margin(pool.ttl / 5)
+    LeaseConfig::builder(pool.name().as_str())
+        .pool_size(pool.size())
+        .ttl(pool.ttl())
+        .renew_interval(pool.ttl() / 4)
+        .safety_margin(pool.ttl() / 5)
         .acquire_timeout(Duration::from_secs(20))
         .build()
         .map_err(|e| e.to_string())
@@ -470,7 +474,7 @@ pub async fn manager_holds_renews_and_releases(b: Arc<dyn Backend>) -> Outcome {
         .map_err(|e| e.to_string())?;
     let gate = manager.gate();
     ensure!(gate.check_now().is_ok(), "gate closed right after start");
-    tokio::time::sleep(ctx.pool.ttl * 2).await;
+    tokio::time::sleep(ctx.pool.ttl() * 2).await;
     ensure!(
         gate.check_now().is_ok(),
         "gate closed after 2 TTLs: renewals failed ({:?})",
@@ -487,7 +491,11 @@ pub async fn manager_holds_renews_and_releases(b: Arc<dyn Backend>) -> Outcome {
         "shutdown released: {released:?}"
     );
     ensure!(gate.check_now().is_err(), "gate open after shutdown");
-    let next = ctx.another().await?.acquire_dyn(&ctx.pool).await;
+    let next = ctx
+        .another()
+        .await?
+        .acquire_dyn(&ctx.pool, Floor::NONE)
+        .await;
     ensure!(next.is_ok(), "slot not free after shutdown: {next:?}");
     Ok(())
 }
@@ -549,9 +557,12 @@ async fn renewals_under_fault_give_prompt_retry(b: Arc<dyn Backend>, fault: Faul
     proxy.set(fault);
     for _ in 0..2 {
         let start = Instant::now();
-        let r = tokio::time::timeout(OP_TIMEOUT * 10, ctx.store.renew_dyn(&ctx.pool, &grant))
-            .await
-            .map_err(|_| format!("renewal hung for {:?} under {fault:?}", OP_TIMEOUT * 10))?;
+        let r = tokio::time::timeout(
+            OP_TIMEOUT * 10,
+            ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE),
+        )
+        .await
+        .map_err(|_| format!("renewal hung for {:?} under {fault:?}", OP_TIMEOUT * 10))?;
         ensure!(
             matches!(r, Renewal::Retry(_)),
             "renewal under {fault:?} answered {r:?}"
@@ -572,9 +583,12 @@ pub async fn unreachable_store_acquire_is_retryable(b: Arc<dyn Backend>) -> Outc
     for fault in [Fault::Blackhole, Fault::Drop] {
         proxy.set(fault);
         let start = Instant::now();
-        let r = tokio::time::timeout(OP_TIMEOUT * 10, ctx.store.acquire_dyn(&ctx.pool))
-            .await
-            .map_err(|_| format!("acquire hung under {fault:?}"))?;
+        let r = tokio::time::timeout(
+            OP_TIMEOUT * 10,
+            ctx.store.acquire_dyn(&ctx.pool, Floor::NONE),
+        )
+        .await
+        .map_err(|_| format!("acquire hung under {fault:?}"))?;
         match r {
             Err(e) if e.is_retryable() => {}
             other => return Err(format!("acquire under {fault:?} answered {other:?}")),
@@ -593,7 +607,7 @@ pub async fn renewal_recovers_after_the_fault_heals(b: Arc<dyn Backend>) -> Outc
     let (proxy, ctx) = proxied(&b).await?;
     let grant = ctx.acquire().await?;
     proxy.set(Fault::Blackhole);
-    let r = ctx.store.renew_dyn(&ctx.pool, &grant).await;
+    let r = ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE).await;
     ensure!(
         matches!(r, Renewal::Retry(_)),
         "silent store answered {r:?}"
@@ -602,7 +616,7 @@ pub async fn renewal_recovers_after_the_fault_heals(b: Arc<dyn Backend>) -> Outc
     proxy.set(Fault::Pass);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match ctx.store.renew_dyn(&ctx.pool, &grant).await {
+        match ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE).await {
             Renewal::Renewed { .. } => return Ok(()),
             Renewal::Retry(_) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await
@@ -621,7 +635,7 @@ pub async fn revoked_lease_is_lost_on_next_renewal(b: Arc<dyn Backend>) -> Outco
         .revoke(&ctx.pool, grant.slot)
         .ok_or("backend cannot revoke")?;
     revoke.await?;
-    let r = ctx.store.renew_dyn(&ctx.pool, &grant).await;
+    let r = ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE).await;
     ensure!(
         matches!(r, Renewal::Lost(_)),
         "renewal after revoke answered {r:?}"

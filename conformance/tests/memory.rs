@@ -21,7 +21,7 @@ impl Backend for InMemory {
         slot: u32,
     ) -> Option<BoxFuture<'a, Result<(), String>>> {
         Some(Box::pin(async move {
-            self.0.revoke(pool.name.as_str(), slot);
+            self.0.revoke(pool.name().as_str(), slot);
             Ok(())
         }))
     }

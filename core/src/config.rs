@@ -5,39 +5,118 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::pool::{PoolName, PoolSpec, check_size, default_holder};
-
-/// The shortest TTL accepted.
-pub const MIN_TTL: Duration = Duration::from_millis(100);
-/// The longest TTL accepted.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
-
-pub(crate) fn check_ttl(ttl: Duration) -> Result<(), ConfigError> {
-    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
-        Ok(())
-    } else {
-        Err(ConfigError::new("ttl", format!("{ttl:?}"), "100ms to 24h"))
-    }
-}
+use crate::gate::DEFAULT_MAX_CLOCK_SKEW;
+use crate::loss::LossEvent;
+use crate::pool::{MAX_TTL, PoolName, PoolSpec, check_size, check_ttl, default_holder};
 
 /// Called after generation has stopped, when a lease is lost.
-pub type OnLost = Arc<dyn Fn(&crate::machine::LossEvent) + Send + Sync>;
+pub type OnLost = Arc<dyn Fn(&LossEvent) + Send + Sync>;
 
-/// The lease timings, validated. Build one with [`LeaseConfig::builder`].
+/// How far two hosts' clocks may drift apart per unit of time, in parts per
+/// million: each side may run up to 500 ppm fast or slow (the most NTP slews
+/// a clock), so one host's TTL may last 1000 ppm less than the other's.
+pub const CLOCK_RATE_BOUND_PPM: u64 = 1_000;
+
+/// Two ticks of the coarsest clock tick generation accepts (10 ms): the
+/// slack for a coarse clock reading and for timers near a deadline.
+pub const COARSE_CLOCK_SLACK: Duration = Duration::from_millis(20);
+
+/// The smallest safety margin that covers what it must, for a lease of `ttl`
+/// on a store whose clock and TTLs count in steps of `store_resolution`:
+/// `ttl × CLOCK_RATE_BOUND_PPM / 10⁶ + store_resolution + COARSE_CLOCK_SLACK`.
+///
+/// The holder's local deadline is `sent_at + ttl − margin`, measured on its
+/// clock; the store expires the lease `ttl` after it processed the request,
+/// measured on the store's clock, rounded to its resolution. The margin must
+/// cover the two clocks' rate difference over a whole TTL, the rounding, and
+/// the granularity of the clock generation reads (DESIGN.md, timing rule 2).
+///
+/// ```
+/// use leasehold_core::min_safety_margin;
+/// use std::time::Duration;
+/// let m = min_safety_margin(Duration::from_secs(30), Duration::from_millis(1));
+/// assert_eq!(m, Duration::from_millis(30 + 1 + 20));
+/// ```
+pub fn min_safety_margin(ttl: Duration, store_resolution: Duration) -> Duration {
+    let drift = Duration::from_nanos(
+        u64::try_from(ttl.as_nanos() * u128::from(CLOCK_RATE_BOUND_PPM) / 1_000_000)
+            .unwrap_or(u64::MAX),
+    );
+    drift + store_resolution + COARSE_CLOCK_SLACK
+}
+
+/// Checks `margin` against [`min_safety_margin`]; the error names the minimum
+/// and why.
+pub(crate) fn check_margin(
+    ttl: Duration,
+    margin: Duration,
+    store_resolution: Duration,
+) -> Result<(), ConfigError> {
+    let min = min_safety_margin(ttl, store_resolution);
+    if margin < min || margin > ttl / 2 {
+        return Err(ConfigError::new(
+            "safety_margin",
+            format!("{margin:?}"),
+            format!(
+                "{min:?} to ttl/2 ({:?}): the margin must cover the clock-rate difference of \
+                 two hosts over one TTL ({CLOCK_RATE_BOUND_PPM} ppm of {ttl:?}), the store's time \
+                 resolution ({store_resolution:?}) and coarse-clock ticks \
+                 ({COARSE_CLOCK_SLACK:?}); raise the margin or the TTL",
+                ttl / 2
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The lease timings, validated. Build them with [`LeaseConfig::builder`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Timing {
+    ttl: Duration,
+    renew_interval: Duration,
+    safety_margin: Duration,
+    acquire_timeout: Duration,
+    backoff_initial: Duration,
+    backoff_max: Duration,
+    max_clock_skew: Duration,
+}
+
+impl Timing {
     /// The lease time asked of the store.
-    pub ttl: Duration,
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
     /// Renew this long after the last renewal was sent.
-    pub renew_interval: Duration,
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval
+    }
     /// Stop generating this long before the store-side expiry could be reached.
-    pub safety_margin: Duration,
+    pub fn safety_margin(&self) -> Duration {
+        self.safety_margin
+    }
     /// How long `start` waits for the first lease.
-    pub acquire_timeout: Duration,
+    pub fn acquire_timeout(&self) -> Duration {
+        self.acquire_timeout
+    }
     /// The first retry delay; doubles per attempt.
-    pub backoff_initial: Duration,
+    pub fn backoff_initial(&self) -> Duration {
+        self.backoff_initial
+    }
     /// The largest retry delay.
-    pub backoff_max: Duration,
+    pub fn backoff_max(&self) -> Duration {
+        self.backoff_max
+    }
+    /// How far this host's clock may be behind a slot's floor: generation
+    /// waits up to this long for its clock to pass the floor, and refuses
+    /// beyond it.
+    pub fn max_clock_skew(&self) -> Duration {
+        self.max_clock_skew
+    }
+    /// The local deadline of a lease of `ttl` whose request was sent at
+    /// `sent_at` (DESIGN.md, timing rule 2). The one place it is computed.
+    pub fn deadline(&self, sent_at: crate::MonoTime, ttl: Duration) -> crate::MonoTime {
+        sent_at + ttl - self.safety_margin
+    }
 }
 
 /// A validated configuration: pool, size, holder, timings, loss callback.
@@ -50,7 +129,7 @@ pub struct Timing {
 ///     .ttl(Duration::from_secs(30))
 ///     .build()
 ///     .unwrap();
-/// assert_eq!(config.timing().renew_interval, Duration::from_secs(10));
+/// assert_eq!(config.timing().renew_interval(), Duration::from_secs(10));
 ///
 /// let err = LeaseConfig::builder("ids").pool_size(0).build().unwrap_err();
 /// assert_eq!(err.field(), "pool_size");
@@ -76,6 +155,7 @@ impl LeaseConfig {
             acquire_timeout: Duration::from_secs(30),
             backoff_initial: Duration::from_millis(100),
             backoff_max: None,
+            max_clock_skew: None,
             on_lost: None,
         }
     }
@@ -113,6 +193,7 @@ pub struct LeaseConfigBuilder {
     acquire_timeout: Duration,
     backoff_initial: Duration,
     backoff_max: Option<Duration>,
+    max_clock_skew: Option<Duration>,
     on_lost: Option<OnLost>,
 }
 
@@ -138,7 +219,8 @@ impl LeaseConfigBuilder {
         self
     }
     /// Margin kept below the store's expiry (default ttl/10, at least 50 ms;
-    /// 1 ms to ttl/2).
+    /// from [`min_safety_margin`] to ttl/2; `LeaseManager::start` checks it
+    /// again with the store's time resolution).
     pub fn safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = Some(margin);
         self
@@ -158,11 +240,16 @@ impl LeaseConfigBuilder {
         self.backoff_max = Some(delay);
         self
     }
+    /// How far this host's clock may be behind a slot's floor (the previous
+    /// holder's last timestamp) before generation refuses (default 1 s, or
+    /// the TTL when shorter; up to the TTL). Within it, generation waits for
+    /// the clock to pass the floor.
+    pub fn max_clock_skew(mut self, skew: Duration) -> Self {
+        self.max_clock_skew = Some(skew);
+        self
+    }
     /// Called when a lease is lost, after generation has stopped.
-    pub fn on_lost(
-        mut self,
-        f: impl Fn(&crate::machine::LossEvent) + Send + Sync + 'static,
-    ) -> Self {
+    pub fn on_lost(mut self, f: impl Fn(&LossEvent) + Send + Sync + 'static) -> Self {
         self.on_lost = Some(Arc::new(f));
         self
     }
@@ -176,13 +263,7 @@ impl LeaseConfigBuilder {
         let margin = self
             .safety_margin
             .unwrap_or_else(|| (ttl / 10).max(Duration::from_millis(50)).min(ttl / 2));
-        if margin < Duration::from_millis(1) || margin > ttl / 2 {
-            return Err(ConfigError::new(
-                "safety_margin",
-                format!("{margin:?}"),
-                format!("1ms to ttl/2 ({:?})", ttl / 2),
-            ));
-        }
+        check_margin(ttl, margin, Duration::ZERO)?;
         let renew = self.renew_interval.unwrap_or(ttl / 3);
         if renew < Duration::from_millis(10) || renew > ttl / 2 || renew >= ttl - margin {
             return Err(ConfigError::new(
@@ -221,6 +302,16 @@ impl LeaseConfigBuilder {
                 format!("1ms to backoff_max ({backoff_max:?})"),
             ));
         }
+        let max_clock_skew = self
+            .max_clock_skew
+            .unwrap_or(DEFAULT_MAX_CLOCK_SKEW.min(ttl));
+        if max_clock_skew > ttl {
+            return Err(ConfigError::new(
+                "max_clock_skew",
+                format!("{max_clock_skew:?}"),
+                format!("0 to the ttl ({ttl:?})"),
+            ));
+        }
         Ok(LeaseConfig {
             pool: PoolSpec {
                 name,
@@ -235,6 +326,7 @@ impl LeaseConfigBuilder {
                 acquire_timeout: self.acquire_timeout,
                 backoff_initial: self.backoff_initial,
                 backoff_max,
+                max_clock_skew,
             },
             on_lost: self.on_lost,
         })
@@ -257,6 +349,10 @@ mod tests {
         assert_eq!(field_of(b().pool_size(u32::MAX)), "pool_size");
         assert_eq!(field_of(b().ttl(Duration::from_millis(5))), "ttl");
         assert_eq!(field_of(b().safety_margin(Duration::ZERO)), "safety_margin");
+        assert_eq!(
+            field_of(b().max_clock_skew(Duration::from_secs(31))),
+            "max_clock_skew"
+        );
         assert_eq!(
             field_of(b().safety_margin(Duration::from_secs(20))),
             "safety_margin"
@@ -292,8 +388,48 @@ mod tests {
     fn defaults_are_consistent() {
         let c = LeaseConfig::builder("p").build().unwrap();
         let t = c.timing();
-        assert!(t.renew_interval < t.ttl - t.safety_margin);
-        assert!(t.backoff_initial <= t.backoff_max);
+        assert!(t.renew_interval() < t.ttl() - t.safety_margin());
+        assert!(t.backoff_initial() <= t.backoff_max());
+        assert_eq!(t.max_clock_skew(), DEFAULT_MAX_CLOCK_SKEW);
         assert_eq!(c.pool().size, 512);
+    }
+}
+
+#[cfg(test)]
+mod margin_tests {
+    use super::*;
+
+    /// DESIGN.md timing rule 2's margin: below the minimum is refused, and the
+    /// message names the minimum and why.
+    #[test]
+    fn a_margin_below_the_minimum_names_the_minimum_and_why() {
+        let ttl = Duration::from_secs(60);
+        let min = min_safety_margin(ttl, Duration::ZERO);
+        assert_eq!(min, Duration::from_millis(60 + 20));
+        let ok = LeaseConfig::builder("p")
+            .ttl(ttl)
+            .safety_margin(min)
+            .build();
+        assert!(ok.is_ok(), "{ok:?}");
+        let err = LeaseConfig::builder("p")
+            .ttl(ttl)
+            .safety_margin(min - Duration::from_millis(1))
+            .build()
+            .unwrap_err();
+        assert_eq!(err.field(), "safety_margin");
+        let msg = err.to_string();
+        assert!(msg.contains("80ms") && msg.contains("ppm"), "{msg}");
+        // A coarser store clock raises the minimum.
+        assert!(check_margin(ttl, min, Duration::from_secs(1)).is_err());
+        assert!(check_margin(ttl, min + Duration::from_secs(1), Duration::from_secs(1)).is_ok());
+    }
+
+    #[test]
+    fn the_default_margin_meets_the_minimum_for_every_ttl() {
+        for ms in [100, 101, 500, 1_000, 30_000, 3_600_000, 86_400_000] {
+            let ttl = Duration::from_millis(ms);
+            let c = LeaseConfig::builder("p").ttl(ttl).build();
+            assert!(c.is_ok(), "ttl {ttl:?}: {c:?}");
+        }
     }
 }

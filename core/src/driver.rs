@@ -8,13 +8,15 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::cache;
-use crate::clock::MonoTime;
-use crate::config::{LeaseConfig, OnLost};
-use crate::error::{Reason, StartError};
+use crate::clock::{MonoTime, SystemClock};
+use crate::config::{LeaseConfig, OnLost, check_margin};
+use crate::error::{ConfigError, Reason, StartError};
 use crate::gate::LeaseGate;
-use crate::machine::{Action, Input, LossEvent, Machine};
+use crate::loss::LossEvent;
+use crate::machine::{Action, Input, Machine};
 use crate::pool::PoolSpec;
-use crate::strategy::{Fence, Release, Renewal, Strategy};
+use crate::strategy::{Fence, Floor, Grant, Release, Renewal, Strategy};
+use crate::token::Token;
 
 /// What the manager is doing, for applications that watch it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,16 +69,35 @@ pub struct LeaseManager {
 impl LeaseManager {
     /// Starts the driver and waits until the first lease is held, a final
     /// error occurs, or the acquire timeout passes (DESIGN.md, rule 6).
+    ///
+    /// The configuration is checked against what the strategy supports
+    /// first: a pool larger than its `max_pool_size`, or a safety margin
+    /// below [`min_safety_margin`](crate::min_safety_margin) with the store's
+    /// time resolution, is a [`StartError::Config`].
     pub async fn start<S: Strategy>(strategy: S, config: LeaseConfig) -> Result<Self, StartError> {
+        let caps = strategy.capabilities();
+        if config.pool.size > caps.max_pool_size {
+            return Err(StartError::Config(ConfigError::new(
+                "pool_size",
+                config.pool.size.to_string(),
+                format!("1 to {} (the most this store supports)", caps.max_pool_size),
+            )));
+        }
+        check_margin(
+            config.timing.ttl(),
+            config.timing.safety_margin(),
+            caps.time_resolution,
+        )
+        .map_err(StartError::Config)?;
         let gate = LeaseGate::new();
         let alive = Arc::new(());
         let (state_tx, state_rx) = watch::channel(LeaseState::Acquiring);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (loss_tx, loss_rx) = mpsc::unbounded_channel();
-        let (started_tx, started_rx) = oneshot::channel();
+        let (started_tx, mut started_rx) = oneshot::channel();
         let seed = u64::from(std::process::id()) ^ MonoTime::now().as_nanos();
         let driver = Driver {
-            machine: Machine::new(config.timing.clone(), strategy.deterministic(), seed),
+            machine: Machine::new(config.timing.clone(), caps.deterministic, seed),
             cache_key: (strategy.identity(), config.pool.name.to_string()),
             strategy,
             pool: config.pool.clone(),
@@ -85,10 +106,23 @@ impl LeaseManager {
             on_lost: config.on_lost.clone(),
             started: Some(started_tx),
             alive: Arc::downgrade(&alive),
+            opened: None,
+            cached: None,
         };
-        let task = tokio::spawn(driver.run(shutdown_rx, loss_rx));
-        match started_rx.await {
-            Ok(Ok(())) => Ok(Self {
+        let mut task = tokio::spawn(driver.run(shutdown_rx, loss_rx));
+        let started = tokio::select! {
+            biased;
+            started = &mut started_rx => started.ok(),
+            // The driver ended: it answered just before, or it panicked.
+            ended = &mut task => match ended {
+                Err(e) if e.is_panic() => {
+                    return Err(StartError::Panicked(panic_message(e.into_panic())));
+                }
+                _ => started_rx.try_recv().ok(),
+            },
+        };
+        match started {
+            Some(Ok(())) => Ok(Self {
                 losses: LossSignal {
                     tx: loss_tx,
                     gate: gate.clone(),
@@ -100,9 +134,9 @@ impl LeaseManager {
                 pool: config.pool,
                 _alive: alive,
             }),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(StartError::Timeout {
-                waited: config.timing.acquire_timeout,
+            Some(Err(e)) => Err(e),
+            None => Err(StartError::Timeout {
+                waited: config.timing.acquire_timeout(),
                 last: None,
             }),
         }
@@ -147,11 +181,13 @@ impl LeaseManager {
 }
 
 impl Drop for LeaseManager {
-    /// Dropped without `shutdown`: generation stops and the driver is aborted.
-    /// The lease is not released; it expires in the store, and a new manager
-    /// for the same store and pool in this process renews it (lease cache).
+    /// Dropped without `shutdown`: generation stops for good (the gate is
+    /// retired, so a driver that is opening a grant on another thread at this
+    /// very moment cannot reopen it) and the driver is aborted. The lease is
+    /// not released; it expires in the store, and a new manager for the same
+    /// store and pool in this process renews it (lease cache).
     fn drop(&mut self) {
-        self.gate.close();
+        self.gate.retire();
         if let Some(task) = self.task.take() {
             task.abort();
         }
@@ -172,9 +208,10 @@ impl fmt::Debug for LeaseManager {
 /// next renewal to find out.
 ///
 /// `report` closes the gate at once if `epoch` is still the gate's current
-/// epoch, then hands the loss to the driver, which runs the normal loss path:
-/// loss callback, then re-acquisition. A report for an older epoch (a lease
-/// already replaced) is ignored.
+/// epoch (atomically: a newer grant opening meanwhile stays open), then hands
+/// the loss to the driver, which runs the normal loss path: loss callback,
+/// then re-acquisition. A report for an older epoch (a lease already
+/// replaced) is ignored.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -196,10 +233,9 @@ pub struct LossSignal {
 impl LossSignal {
     /// The lease of gate epoch `epoch` is gone, for `reason`.
     pub fn report(&self, epoch: u64, reason: Reason) {
-        if self.gate.view().epoch == epoch {
-            self.gate.close();
+        if self.gate.close_if_epoch(epoch) {
+            let _ = self.tx.send((epoch, reason));
         }
-        let _ = self.tx.send((epoch, reason));
     }
 }
 
@@ -228,6 +264,18 @@ struct Driver<S> {
     /// Dead once the manager is dropped; the lease cache uses it to tell a
     /// live holder from an orphaned grant.
     alive: std::sync::Weak<()>,
+    /// The token of the grant the gate was last opened with.
+    opened: Option<Token>,
+    /// The token of the grant this driver put into the lease cache.
+    cached: Option<Token>,
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 macro_rules! event {
@@ -250,42 +298,49 @@ impl<S: Strategy> Driver<S> {
         loop {
             while let Some(action) = pending.pop_front() {
                 let input = match action {
-                    Action::Acquire => {
-                        let bound = self.call_bound();
+                    Action::Acquire { until } => {
                         tokio::select! {
                             input = self.acquire(orphan.take()) => Some(input),
-                            _ = tokio::time::sleep_until(bound.into()) => Some(Input::AcquireFailed(
+                            _ = tokio::time::sleep_until(until.to_instant().into()) => Some(Input::AcquireFailed(
                                 crate::AcquireError::Unreachable(Reason::new("acquire did not answer in time")),
                             )),
                             _ = shutdown_requested(&mut shutdown) => Some(Input::Shutdown),
                         }
                     }
-                    Action::Renew(grant) => {
-                        let bound = self.call_bound();
+                    Action::Renew { grant, until } => {
                         let sent_at = MonoTime::now();
+                        let ceiling = self.ceiling(sent_at);
                         tokio::select! {
-                            r = self.strategy.renew(&self.pool, &grant) => Some(match r {
-                                Renewal::Renewed { ttl } => Input::Renewed { ttl, sent_at },
+                            r = self.strategy.renew(&self.pool, &grant, ceiling) => Some(match r {
+                                Renewal::Renewed { ttl } => Input::Renewed { ttl, sent_at, ceiling },
                                 Renewal::Lost(r) => Input::RenewLost(r),
                                 Renewal::Retry(r) => Input::RenewRetry(r),
                             }),
-                            _ = tokio::time::sleep_until(bound.into()) => Some(Input::RenewRetry(
+                            _ = tokio::time::sleep_until(until.to_instant().into()) => Some(Input::RenewRetry(
                                 Reason::new("renewal did not answer before the local deadline"),
                             )),
                             reason = self.current_loss(&mut losses) => Some(Input::RenewLost(reason)),
                             _ = shutdown_requested(&mut shutdown) => Some(Input::Shutdown),
                         }
                     }
-                    Action::Open {
-                        slot,
-                        fence,
-                        deadline,
-                    } => {
-                        self.gate.open(slot, fence, deadline);
+                    Action::Open(opening) => {
+                        self.gate.open_with(opening);
                         if let Some((grant, _)) = self.machine.held() {
-                            cache::put(self.cache_key.clone(), grant.clone(), &self.alive);
+                            self.opened = Some(grant.token);
+                            if cache::put(
+                                self.cache_key.clone(),
+                                grant.clone(),
+                                &self.gate,
+                                &self.alive,
+                            ) {
+                                self.cached = Some(grant.token);
+                            }
                         }
-                        event!(tracing::Level::INFO, pool = %self.pool.name, slot, fence = fence.0, "lease acquired");
+                        let (slot, fence, deadline) =
+                            (opening.slot, opening.fence, opening.deadline);
+                        event!(tracing::Level::INFO, pool = %self.pool.name, slot, fence = fence.0, floor = opening.floor.0, "lease acquired");
+                        #[cfg(feature = "tracing")]
+                        warn_if_behind(&self.pool, opening.floor);
                         self.state.send_replace(LeaseState::Held {
                             slot,
                             fence,
@@ -298,8 +353,8 @@ impl<S: Strategy> Driver<S> {
                             _ => None,
                         }
                     }
-                    Action::Extend { deadline } => {
-                        self.gate.extend(deadline);
+                    Action::Extend { deadline, ceiling } => {
+                        self.gate.extend(deadline, ceiling);
                         self.state.send_modify(|s| {
                             if let LeaseState::Held { deadline: d, .. } = s {
                                 *d = deadline;
@@ -312,10 +367,18 @@ impl<S: Strategy> Driver<S> {
                         None
                     }
                     Action::NotifyLost(event) => {
-                        cache::forget(&self.cache_key, &self.alive);
+                        self.forget_cached();
                         event!(tracing::Level::WARN, pool = %self.pool.name, slot = event.slot, cause = ?event.cause, "lease lost; generation stopped");
                         if let Some(cb) = &self.on_lost {
-                            cb(&event);
+                            // A panicking callback must not kill the driver: the
+                            // state would stay `Held` and nothing would re-acquire.
+                            let outcome =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    cb(&event)
+                                }));
+                            if let Err(_payload) = outcome {
+                                event!(tracing::Level::ERROR, pool = %self.pool.name, slot = event.slot, panic = %panic_message(_payload), "the loss callback panicked; the driver goes on");
+                            }
                         }
                         let reacquiring = event.reacquiring;
                         self.state.send_replace(LeaseState::Lost(event));
@@ -324,17 +387,11 @@ impl<S: Strategy> Driver<S> {
                         }
                         None
                     }
-                    Action::Release(grant) => {
-                        cache::forget(&self.cache_key, &self.alive);
-                        let budget = self.machine.timing().ttl;
-                        let outcome =
-                            tokio::time::timeout(budget, self.strategy.release(&self.pool, &grant))
-                                .await
-                                .unwrap_or_else(|_| {
-                                    Release::Retry(Reason::new("release timed out"))
-                                });
-                        event!(tracing::Level::INFO, pool = %self.pool.name, slot = grant.slot, ?outcome, "lease released");
-                        released = Some(outcome);
+                    Action::Release { grant, until } => {
+                        if let Some(outcome) = self.release(&grant, until).await {
+                            event!(tracing::Level::INFO, pool = %self.pool.name, slot = grant.slot, ?outcome, "lease released");
+                            released = Some(outcome);
+                        }
                         None
                     }
                     Action::Fail(error) => {
@@ -385,30 +442,104 @@ impl<S: Strategy> Driver<S> {
         }
     }
 
-    /// Calls are bounded by the local deadline (or the acquire timeout); a
-    /// re-acquisition after a loss is bounded by one TTL.
-    fn call_bound(&self) -> std::time::Instant {
-        let fallback = MonoTime::now() + self.machine.timing().ttl;
-        self.machine
-            .call_deadline()
-            .unwrap_or(fallback)
-            .to_instant()
+    /// The ceiling to report with a request sent at `sent_at`: the Unix time
+    /// of the local deadline it would give (the highest timestamp generation
+    /// may use until then), with a freshly measured process-wide offset.
+    fn ceiling(&self, sent_at: MonoTime) -> Floor {
+        SystemClock::resync_unix_offset();
+        let deadline = self.machine.timing().deadline(sent_at, self.pool.ttl);
+        Floor(SystemClock::unix_millis_at(deadline))
     }
 
-    async fn acquire(&self, orphan: Option<crate::Grant>) -> Input {
-        if let Some(mut grant) = orphan {
+    /// What to leave as the floor when giving `grant` up: the highest
+    /// timestamp issued under it. The gate is closed by now, so no later value
+    /// can pass it. Without a generation state attached to the gate, anything
+    /// up to now may have been issued; a grant the gate never opened with
+    /// issued nothing.
+    fn issued(&self, grant: &Grant) -> Floor {
+        if self.opened != Some(grant.token) {
+            return grant.floor;
+        }
+        let issued = self
+            .gate
+            .issued()
+            .unwrap_or_else(|| Floor(SystemClock::unix_millis_at(MonoTime::now())));
+        issued.max(grant.floor)
+    }
+
+    /// Forgets this driver's entry in the lease cache. False when a successor
+    /// in this process took it over (this driver was dropped meanwhile).
+    fn forget_cached(&mut self) -> bool {
+        match self.cached.take() {
+            Some(_) => cache::forget(&self.cache_key, &self.alive),
+            None => true,
+        }
+    }
+
+    /// Releases `grant`, bounded by `until`. `None` when the grant is no
+    /// longer this driver's to release: a successor manager in this process
+    /// took it over from the lease cache and is renewing it.
+    async fn release(&mut self, grant: &Grant, until: MonoTime) -> Option<Release> {
+        if self.cached == Some(grant.token) && !self.forget_cached() {
+            return None;
+        }
+        let issued = self.issued(grant);
+        let outcome = tokio::time::timeout_at(
+            until.to_instant().into(),
+            self.strategy.release(&self.pool, grant, issued),
+        )
+        .await
+        .unwrap_or_else(|_| Release::Retry(Reason::new("release timed out")));
+        Some(outcome)
+    }
+
+    async fn acquire(&self, orphan: Option<(Grant, LeaseGate)>) -> Input {
+        if let Some((mut grant, old_gate)) = orphan {
             // A predecessor in this process held this grant: renew it rather
-            // than take a new slot.
+            // than take a new slot. Its generators stopped (its gate is
+            // retired); start after what they issued.
             let sent_at = MonoTime::now();
-            if let Renewal::Renewed { ttl } = self.strategy.renew(&self.pool, &grant).await {
+            let ceiling = self.ceiling(sent_at);
+            if let Renewal::Renewed { ttl } = self.strategy.renew(&self.pool, &grant, ceiling).await
+            {
+                let issued = old_gate
+                    .issued()
+                    .unwrap_or_else(|| Floor(SystemClock::unix_millis_at(MonoTime::now())));
                 grant.ttl = ttl;
-                return Input::Acquired { grant, sent_at };
+                grant.floor = grant.floor.max(issued);
+                return Input::Acquired {
+                    grant,
+                    sent_at,
+                    ceiling,
+                };
             }
         }
         let sent_at = MonoTime::now();
-        match self.strategy.acquire(&self.pool).await {
-            Ok(grant) => Input::Acquired { grant, sent_at },
+        let ceiling = self.ceiling(sent_at);
+        match self.strategy.acquire(&self.pool, ceiling).await {
+            Ok(grant) => Input::Acquired {
+                grant,
+                sent_at,
+                ceiling,
+            },
             Err(e) => Input::AcquireFailed(e),
         }
+    }
+}
+
+/// Warns when this host's clock is behind the floor of a new grant: its
+/// generators wait for the clock to pass it (up to the configured
+/// `max_clock_skew`) or refuse.
+#[cfg(feature = "tracing")]
+fn warn_if_behind(pool: &PoolSpec, floor: Floor) {
+    let now = SystemClock::unix_millis_at(MonoTime::now());
+    if floor.0 > now {
+        tracing::warn!(
+            pool = %pool.name,
+            floor = floor.0,
+            behind_ms = floor.0 - now,
+            "this host's clock is behind the slot's floor (the previous holder's last timestamp): \
+             generation waits for it to pass the floor; check the clock synchronisation (NTP)"
+        );
     }
 }

@@ -175,12 +175,24 @@ pub enum StartError {
         /// The last error seen.
         last: Option<AcquireError>,
     },
+    /// The configuration does not fit the store (a pool larger than it
+    /// supports, a safety margin below the minimum for its time resolution).
+    Config(ConfigError),
+    /// The driver panicked before a lease was held (a bug in a strategy or in
+    /// leasehold): the message is the panic's.
+    Panicked(String),
 }
 
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Acquire(e) => write!(f, "cannot acquire a lease: {e}"),
+            Self::Config(e) => write!(f, "cannot start the lease manager: {e}"),
+            Self::Panicked(msg) => write!(
+                f,
+                "the lease driver panicked before a lease was held: {msg}; this is a bug, please \
+                 report it"
+            ),
             Self::Timeout { waited, last } => {
                 write!(f, "no lease acquired within {waited:?} (acquire_timeout)")?;
                 if let Some(e) = last {

@@ -1,11 +1,11 @@
 //! Deterministic slots: fixed by configuration or by the environment.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{AcquireError, ConfigError};
 use crate::pool::PoolSpec;
-use crate::strategy::{Capabilities, Fence, Grant, Release, Renewal, Strategy};
+use crate::strategy::{Capabilities, Fence, Floor, Grant, Release, Renewal, Strategy};
 use crate::token::Token;
 
 /// A fence for slots nobody coordinates: microseconds of wall-clock time,
@@ -42,6 +42,9 @@ fn fixed_acquire(slot: u32, pool: &PoolSpec, source: &str) -> Result<Grant, Acqu
         token: Token::random(),
         fence: wall_clock_fence(),
         ttl: pool.ttl,
+        // No store keeps a floor for a fixed slot: a successor on the same
+        // slot relies on its own clock (see DESIGN.md, timing rule 8).
+        floor: Floor::NONE,
     })
 }
 
@@ -90,25 +93,17 @@ impl StaticSlot {
 }
 
 impl Strategy for StaticSlot {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+    async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
         fixed_acquire(self.slot, pool, "the static slot")
     }
-    async fn renew(&self, pool: &PoolSpec, _grant: &Grant) -> Renewal {
+    async fn renew(&self, pool: &PoolSpec, _grant: &Grant, _ceiling: Floor) -> Renewal {
         Renewal::Renewed { ttl: pool.ttl }
     }
-    async fn release(&self, _pool: &PoolSpec, _grant: &Grant) -> Release {
+    async fn release(&self, _pool: &PoolSpec, _grant: &Grant, _issued: Floor) -> Release {
         Release::Released
     }
-    fn deterministic(&self) -> bool {
-        true
-    }
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            coordinated: false,
-            networked: false,
-            min_ttl: Duration::from_millis(1),
-            max_pool_size: crate::pool::MAX_POOL_SIZE,
-        }
+        Capabilities::fixed()
     }
     fn identity(&self) -> String {
         format!("static:{}", self.slot)
@@ -179,21 +174,18 @@ impl PodOrdinal {
 }
 
 impl Strategy for PodOrdinal {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+    async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
         fixed_acquire(
             self.slot,
             pool,
             &format!("the pod ordinal from {}", self.var),
         )
     }
-    async fn renew(&self, pool: &PoolSpec, _grant: &Grant) -> Renewal {
+    async fn renew(&self, pool: &PoolSpec, _grant: &Grant, _ceiling: Floor) -> Renewal {
         Renewal::Renewed { ttl: pool.ttl }
     }
-    async fn release(&self, _pool: &PoolSpec, _grant: &Grant) -> Release {
+    async fn release(&self, _pool: &PoolSpec, _grant: &Grant, _issued: Floor) -> Release {
         Release::Released
-    }
-    fn deterministic(&self) -> bool {
-        true
     }
     fn capabilities(&self) -> Capabilities {
         StaticSlot::new(self.slot).capabilities()

@@ -1,21 +1,31 @@
 //! The lease gate: a lock-free view of the lease that generation code checks on
-//! every call.
+//! every call, and the one place a lease's generation state is attached.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use crate::clock::MonoTime;
-use crate::strategy::Fence;
+use crate::strategy::{Fence, Floor};
+
+/// How far this host's clock may be behind a slot's floor before generation
+/// refuses, unless configured otherwise (`LeaseConfig::max_clock_skew`).
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
 
 /// A shared, lock-free view of the current lease: slot, fence, local deadline,
-/// open or closed. Cloning shares the view.
+/// hand-over floor and ceiling, open or closed. Cloning shares the view.
 ///
 /// The gate **closes by itself**: [`LeaseGate::check`] compares the caller's
 /// `now` with the local deadline, so once the deadline passes every check fails,
 /// even if the driver task is starved or the process was frozen and no timer
 /// has fired (DESIGN.md, timing rule 5). The driver also closes it explicitly
 /// on loss or shutdown, before anything else happens.
+///
+/// A gate holds **at most one generation state** at a time
+/// ([`LeaseGate::attach`]): every ID generator bound to a gate shares that
+/// state (by cloning the generator), so no two generators on one lease can hand
+/// out the same value (DESIGN.md, timing rule 9).
 ///
 /// ```
 /// use leasehold_core::{Fence, LeaseGate, MonoTime};
@@ -32,17 +42,83 @@ use crate::strategy::Fence;
 pub struct LeaseGate(Arc<Inner>);
 
 #[derive(Default)]
-#[repr(align(64))]
 struct Inner {
+    hot: Hot,
+    /// Serialises the writers (driver, drop, loss reports) and holds the
+    /// attached generation state. Never taken on the generation path.
+    cold: Mutex<Cold>,
+}
+
+/// Read on every generation call; written only under `cold`.
+#[derive(Default)]
+#[repr(C, align(64))]
+struct Hot {
     /// Local deadline in `MonoTime` nanoseconds; `0` means closed.
     deadline: AtomicU64,
     /// Grows on every `open` (every new grant); lets generators notice a new slot.
     epoch: AtomicU64,
+    /// Unix ms: the highest timestamp generation may use under this grant
+    /// (what the holder reported to the store). `u64::MAX`: no bound.
+    ceiling: AtomicU64,
     /// Seqlock for the consistent `view`: odd while a writer is mid-update.
     seq: AtomicU64,
-    slot: AtomicU32,
+    /// Unix ms: the grant's floor.
+    floor: AtomicU64,
+    /// Nanoseconds: how far behind the floor this host's clock may be.
+    max_skew: AtomicU64,
     fence: AtomicU64,
+    slot: AtomicU32,
 }
+
+#[derive(Default)]
+struct Cold {
+    /// Set by [`LeaseGate::retire`]: the gate never opens again.
+    retired: bool,
+    attached: Option<Attached>,
+    /// Unix ms: the highest timestamp issued by generation states detached
+    /// before the current one.
+    retired_issued: u64,
+}
+
+struct Attached {
+    kind: &'static str,
+    state: Arc<dyn GenerationState>,
+}
+
+/// The generation state of an ID generator, attached to its gate with
+/// [`LeaseGate::attach`]. Implemented by `leasehold-nonce`; implement it for
+/// your own generator to take part in the hand-over floor.
+pub trait GenerationState: Send + Sync + 'static {
+    /// The highest timestamp (Unix ms) handed out so far, including any value
+    /// being handed out concurrently whose generator has not yet re-checked
+    /// the gate. Called by the driver after it closed the gate.
+    fn issued(&self) -> Floor;
+
+    /// False once no generator uses this state any more; the gate then
+    /// accepts a new one.
+    fn in_use(&self) -> bool;
+}
+
+/// A generation state is already attached to this gate and in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateInUse {
+    /// What the attached state belongs to (for example `"Sortable64"`).
+    pub existing: &'static str,
+}
+
+impl fmt::Display for GateInUse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "this lease gate already has a generator ({}); two generators on one lease could \
+             hand out the same value: clone that generator instead of building another one \
+             (clones share its state)",
+            self.existing
+        )
+    }
+}
+
+impl std::error::Error for GateInUse {}
 
 /// The gate was closed, or its deadline had passed, at the time checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +134,7 @@ impl std::error::Error for Closed {}
 
 /// A consistent snapshot of the gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GateView {
     /// True while a lease is held (the deadline may still have passed: see
     /// [`GateView::is_open_at`]).
@@ -70,6 +147,13 @@ pub struct GateView {
     pub deadline: MonoTime,
     /// Grows on every new grant.
     pub epoch: u64,
+    /// The grant's floor: generation starts strictly after it.
+    pub floor: Floor,
+    /// The highest timestamp generation may use under this grant: what the
+    /// holder has reported to the store. `Floor(u64::MAX)` when unbounded.
+    pub ceiling: Floor,
+    /// How far this host's clock may lag the floor before generation refuses.
+    pub max_clock_skew: Duration,
 }
 
 impl GateView {
@@ -77,6 +161,56 @@ impl GateView {
     pub fn is_open_at(&self, now: MonoTime) -> bool {
         self.open && now < self.deadline
     }
+}
+
+/// What a gate is opened with: a new grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Opening {
+    /// The slot.
+    pub slot: u32,
+    /// Its fence.
+    pub fence: Fence,
+    /// The local deadline.
+    pub deadline: MonoTime,
+    /// The grant's floor (from the store).
+    pub floor: Floor,
+    /// The highest timestamp reported to the store for this grant.
+    pub ceiling: Floor,
+    /// How far behind the floor this host's clock may be.
+    pub max_clock_skew: Duration,
+}
+
+impl Opening {
+    /// A grant of `slot` with `fence` until `deadline`: no floor, no ceiling,
+    /// the default clock skew. The driver adds floor and ceiling.
+    pub const fn new(slot: u32, fence: Fence, deadline: MonoTime) -> Self {
+        Self {
+            slot,
+            fence,
+            deadline,
+            floor: Floor::NONE,
+            ceiling: Floor(u64::MAX),
+            max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
+        }
+    }
+
+    /// Sets the floor and the ceiling.
+    pub const fn with_floor(mut self, floor: Floor, ceiling: Floor) -> Self {
+        self.floor = floor;
+        self.ceiling = ceiling;
+        self
+    }
+
+    /// Sets how far behind the floor this host's clock may be.
+    pub const fn with_max_clock_skew(mut self, skew: Duration) -> Self {
+        self.max_clock_skew = skew;
+        self
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl LeaseGate {
@@ -92,9 +226,9 @@ impl LeaseGate {
     /// grant (maybe a new slot) — read [`LeaseGate::view`] again.
     #[inline]
     pub fn check(&self, now: MonoTime) -> Result<u64, Closed> {
-        let deadline = self.0.deadline.load(Ordering::Acquire);
+        let deadline = self.0.hot.deadline.load(Ordering::SeqCst);
         if now.as_nanos() < deadline {
-            Ok(self.0.epoch.load(Ordering::Acquire))
+            Ok(self.0.hot.epoch.load(Ordering::SeqCst))
         } else {
             Err(Closed)
         }
@@ -109,74 +243,155 @@ impl LeaseGate {
     /// The local deadline, `MonoTime::ZERO` when closed. One atomic load.
     #[inline]
     pub fn deadline(&self) -> MonoTime {
-        MonoTime::from_nanos(self.0.deadline.load(Ordering::Acquire))
+        MonoTime::from_nanos(self.0.hot.deadline.load(Ordering::SeqCst))
     }
 
-    /// A consistent snapshot of slot, fence, deadline and epoch.
+    /// The ceiling (Unix ms) of the current grant: generation must not use a
+    /// later timestamp. One atomic load.
+    #[inline]
+    pub fn ceiling(&self) -> Floor {
+        Floor(self.0.hot.ceiling.load(Ordering::SeqCst))
+    }
+
+    /// A consistent snapshot of slot, fence, deadline, epoch, floor and ceiling.
     pub fn view(&self) -> GateView {
+        let h = &self.0.hot;
         loop {
-            let s1 = self.0.seq.load(Ordering::Acquire);
+            let s1 = h.seq.load(Ordering::SeqCst);
             if s1 % 2 == 1 {
                 std::hint::spin_loop();
                 continue;
             }
-            let deadline = self.0.deadline.load(Ordering::Acquire);
-            let epoch = self.0.epoch.load(Ordering::Acquire);
-            let slot = self.0.slot.load(Ordering::Acquire);
-            let fence = self.0.fence.load(Ordering::Acquire);
-            let s2 = self.0.seq.load(Ordering::Acquire);
-            if s1 == s2 {
-                return GateView {
-                    open: deadline != 0,
-                    slot,
-                    fence: Fence(fence),
-                    deadline: MonoTime::from_nanos(deadline),
-                    epoch,
-                };
+            let deadline = h.deadline.load(Ordering::SeqCst);
+            let view = GateView {
+                open: deadline != 0,
+                slot: h.slot.load(Ordering::SeqCst),
+                fence: Fence(h.fence.load(Ordering::SeqCst)),
+                deadline: MonoTime::from_nanos(deadline),
+                epoch: h.epoch.load(Ordering::SeqCst),
+                floor: Floor(h.floor.load(Ordering::SeqCst)),
+                ceiling: Floor(h.ceiling.load(Ordering::SeqCst)),
+                max_clock_skew: Duration::from_nanos(h.max_skew.load(Ordering::SeqCst)),
+            };
+            if h.seq.load(Ordering::SeqCst) == s1 {
+                return view;
             }
         }
     }
 
-    /// Opens the gate for a new grant: a new epoch, `slot`, `fence`, valid until
-    /// `deadline`. Called by the driver (single writer).
+    /// Opens the gate for a new grant of `slot` with `fence` until `deadline`,
+    /// with no floor and no ceiling: for gates driven by hand (examples,
+    /// tests). The lease driver uses [`LeaseGate::open_with`].
     pub fn open(&self, slot: u32, fence: Fence, deadline: MonoTime) {
-        self.write(|inner| {
-            inner.deadline.store(0, Ordering::SeqCst);
-            inner.epoch.fetch_add(1, Ordering::SeqCst);
-            inner.slot.store(slot, Ordering::SeqCst);
-            inner.fence.store(fence.0, Ordering::SeqCst);
-            inner
-                .deadline
+        self.open_with(Opening::new(slot, fence, deadline));
+    }
+
+    /// Opens the gate for a new grant: a new epoch, its slot, fence, floor and
+    /// ceiling, valid until its deadline. A retired gate stays closed.
+    pub fn open_with(&self, o: Opening) {
+        let cold = self.lock();
+        if cold.retired {
+            return;
+        }
+        self.write(|h| {
+            h.deadline.store(0, Ordering::SeqCst);
+            h.epoch.fetch_add(1, Ordering::SeqCst);
+            h.slot.store(o.slot, Ordering::SeqCst);
+            h.fence.store(o.fence.0, Ordering::SeqCst);
+            h.floor.store(o.floor.0, Ordering::SeqCst);
+            h.ceiling.store(o.ceiling.0, Ordering::SeqCst);
+            h.max_skew.store(nanos(o.max_clock_skew), Ordering::SeqCst);
+            h.deadline
+                .store(o.deadline.as_nanos().max(1), Ordering::SeqCst);
+        });
+        drop(cold);
+    }
+
+    /// Moves the deadline and the ceiling of the current grant (after a
+    /// renewal). A closed gate stays closed: a renewal that lands just after a
+    /// shutdown or a reported loss must not reopen it.
+    pub fn extend(&self, deadline: MonoTime, ceiling: Floor) {
+        let _cold = self.lock();
+        if self.0.hot.deadline.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        self.write(|h| {
+            // The ceiling first: a generator that sees the new deadline sees
+            // a ceiling at least as new (both were confirmed by the store).
+            h.ceiling.fetch_max(ceiling.0, Ordering::SeqCst);
+            h.deadline
                 .store(deadline.as_nanos().max(1), Ordering::SeqCst);
         });
     }
 
-    /// Moves the deadline of the current grant (after a renewal). A closed
-    /// gate stays closed: a renewal that lands just after a shutdown or a
-    /// reported loss must not reopen it.
-    pub fn extend(&self, deadline: MonoTime) {
-        self.write(|inner| {
-            let _ = inner
-                .deadline
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |d| {
-                    (d != 0).then_some(deadline.as_nanos().max(1))
-                });
-        });
-    }
-
     /// Closes the gate: every later check fails until the next `open`.
-    ///
-    /// A single store outside the seqlock, so it is safe from any thread at any
-    /// time (a loss reported by a store watch), not only from the driver:
-    /// closing changes no other field, so a concurrent `view` stays consistent.
+    /// Safe from any thread (the driver, a store watch reporting a loss).
     pub fn close(&self) {
-        self.0.deadline.store(0, Ordering::SeqCst);
+        let _cold = self.lock();
+        self.0.hot.deadline.store(0, Ordering::SeqCst);
     }
 
-    fn write(&self, f: impl FnOnce(&Inner)) {
-        self.0.seq.fetch_add(1, Ordering::SeqCst);
-        f(&self.0);
-        self.0.seq.fetch_add(1, Ordering::SeqCst);
+    /// Closes the gate if `epoch` is still its epoch (the lease a loss report
+    /// is about). A newer grant is left open. Returns whether it closed.
+    pub fn close_if_epoch(&self, epoch: u64) -> bool {
+        let _cold = self.lock();
+        let current = self.0.hot.epoch.load(Ordering::SeqCst) == epoch;
+        if current {
+            self.0.hot.deadline.store(0, Ordering::SeqCst);
+        }
+        current
+    }
+
+    /// Closes the gate for good: it never opens again (the lease manager that
+    /// drives it is gone). An `open` racing with this stays closed.
+    pub fn retire(&self) {
+        let mut cold = self.lock();
+        cold.retired = true;
+        self.0.hot.deadline.store(0, Ordering::SeqCst);
+    }
+
+    /// Attaches the gate's generation state. `kind` names the generator for
+    /// the error a second one gets.
+    ///
+    /// Returns the highest timestamp (Unix ms) issued under this gate by
+    /// states attached before (the new state starts strictly after it), or
+    /// [`GateInUse`] while an attached state is still in use.
+    pub fn attach(
+        &self,
+        kind: &'static str,
+        state: Arc<dyn GenerationState>,
+    ) -> Result<Floor, GateInUse> {
+        let mut cold = self.lock();
+        if let Some(old) = cold.attached.take() {
+            if old.state.in_use() {
+                let existing = old.kind;
+                cold.attached = Some(old);
+                return Err(GateInUse { existing });
+            }
+            cold.retired_issued = cold.retired_issued.max(old.state.issued().0);
+        }
+        cold.attached = Some(Attached { kind, state });
+        Ok(Floor(cold.retired_issued))
+    }
+
+    /// The highest timestamp (Unix ms) the generation states attached to this
+    /// gate have handed out, or `None` when none was ever attached. Close the
+    /// gate first: then no later value can exceed it.
+    pub fn issued(&self) -> Option<Floor> {
+        let cold = self.lock();
+        let attached = cold.attached.as_ref()?;
+        Some(Floor(cold.retired_issued.max(attached.state.issued().0)))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Cold> {
+        self.0.cold.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` inside the seqlock. Callers hold the writer lock.
+    fn write(&self, f: impl FnOnce(&Hot)) {
+        self.0.hot.seq.fetch_add(1, Ordering::SeqCst);
+        f(&self.0.hot);
+        self.0.hot.seq.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -189,7 +404,7 @@ impl fmt::Debug for LeaseGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::sync::atomic::AtomicBool;
 
     #[test]
     fn closes_by_itself_at_the_deadline() {
@@ -205,13 +420,16 @@ mod tests {
     fn epoch_grows_per_grant_not_per_renewal() {
         let gate = LeaseGate::new();
         let t = MonoTime::from_nanos(5_000);
-        gate.open(1, Fence(1), t + Duration::from_secs(1));
+        gate.open_with(
+            Opening::new(1, Fence(1), t + Duration::from_secs(1)).with_floor(Floor(10), Floor(20)),
+        );
         let e1 = gate.check(t).unwrap();
-        gate.extend(t + Duration::from_secs(2));
+        gate.extend(t + Duration::from_secs(2), Floor(30));
         assert_eq!(gate.check(t).unwrap(), e1);
+        assert_eq!((gate.view().floor, gate.ceiling()), (Floor(10), Floor(30)));
         gate.close();
         assert!(gate.check(t).is_err());
-        gate.extend(t + Duration::from_secs(3));
+        gate.extend(t + Duration::from_secs(3), Floor(40));
         assert!(
             gate.check(t).is_err(),
             "extend must not reopen a closed gate"
@@ -220,23 +438,87 @@ mod tests {
         assert!(gate.check(t).unwrap() > e1);
         let v = gate.view();
         assert_eq!((v.slot, v.fence, v.open), (2, Fence(5), true));
+        assert_eq!((v.floor, v.ceiling), (Floor::NONE, Floor(u64::MAX)));
+    }
+
+    #[test]
+    fn a_loss_report_for_an_older_grant_leaves_the_new_one_open() {
+        let gate = LeaseGate::new();
+        let t = MonoTime::from_nanos(5_000);
+        gate.open(1, Fence(1), t + Duration::from_secs(1));
+        let old = gate.view().epoch;
+        gate.open(1, Fence(2), t + Duration::from_secs(1));
+        assert!(!gate.close_if_epoch(old));
+        assert!(gate.check(t).is_ok());
+        assert!(gate.close_if_epoch(old + 1));
+        assert!(gate.check(t).is_err());
+    }
+
+    #[test]
+    fn a_retired_gate_never_opens_again() {
+        let gate = LeaseGate::new();
+        let t = MonoTime::from_nanos(5_000);
+        gate.retire();
+        gate.open(1, Fence(1), t + Duration::from_secs(1));
+        assert!(gate.check(t).is_err());
+    }
+
+    struct State {
+        issued: AtomicU64,
+        in_use: AtomicBool,
+    }
+
+    impl GenerationState for State {
+        fn issued(&self) -> Floor {
+            Floor(self.issued.load(Ordering::SeqCst))
+        }
+        fn in_use(&self) -> bool {
+            self.in_use.load(Ordering::SeqCst)
+        }
+    }
+
+    #[test]
+    fn one_generation_state_at_a_time_and_its_history_is_kept() {
+        let gate = LeaseGate::new();
+        assert_eq!(gate.issued(), None);
+        let first = Arc::new(State {
+            issued: AtomicU64::new(100),
+            in_use: AtomicBool::new(true),
+        });
+        assert_eq!(gate.attach("First", first.clone()), Ok(Floor(0)));
+        assert_eq!(gate.issued(), Some(Floor(100)));
+        let second = Arc::new(State {
+            issued: AtomicU64::new(0),
+            in_use: AtomicBool::new(true),
+        });
+        let err = gate.attach("Second", second.clone()).unwrap_err();
+        assert_eq!(err.existing, "First");
+        assert!(err.to_string().contains("clone"), "{err}");
+        // Once the first is gone, a new one starts after everything it issued.
+        first.issued.store(150, Ordering::SeqCst);
+        first.in_use.store(false, Ordering::SeqCst);
+        assert_eq!(gate.attach("Second", second), Ok(Floor(150)));
+        assert_eq!(gate.issued(), Some(Floor(150)));
     }
 
     #[test]
     fn view_is_consistent_under_concurrent_writes() {
         let gate = LeaseGate::new();
         let writer = gate.clone();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let t = std::thread::spawn(move || {
             let mut i = 0u32;
             while !stop2.load(Ordering::Relaxed) {
                 i = i.wrapping_add(1);
-                // slot and fence always move together: fence == slot * 3
-                writer.open(
-                    i,
-                    Fence(u64::from(i) * 3),
-                    MonoTime::from_nanos(u64::from(i) + 10),
+                // slot, fence and floor always move together.
+                writer.open_with(
+                    Opening::new(
+                        i,
+                        Fence(u64::from(i) * 3),
+                        MonoTime::from_nanos(u64::from(i) + 10),
+                    )
+                    .with_floor(Floor(u64::from(i) * 5), Floor(u64::from(i) * 7)),
                 );
             }
         });
@@ -244,6 +526,8 @@ mod tests {
             let v = gate.view();
             if v.open {
                 assert_eq!(v.fence.0, u64::from(v.slot) * 3);
+                assert_eq!(v.floor.0, u64::from(v.slot) * 5);
+                assert_eq!(v.ceiling.0, u64::from(v.slot) * 7);
             }
         }
         stop.store(true, Ordering::Relaxed);

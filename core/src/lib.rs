@@ -11,6 +11,7 @@ mod driver;
 mod error;
 mod fixed;
 mod gate;
+mod loss;
 pub mod machine;
 mod memory;
 mod pool;
@@ -19,16 +20,21 @@ mod strategy;
 mod token;
 
 pub use clock::{Clock, ManualClock, MonoTime, SystemClock};
-pub use config::{LeaseConfig, LeaseConfigBuilder, MAX_TTL, MIN_TTL, OnLost, Timing};
+pub use config::{
+    CLOCK_RATE_BOUND_PPM, COARSE_CLOCK_SLACK, LeaseConfig, LeaseConfigBuilder, OnLost, Timing,
+    min_safety_margin,
+};
 #[cfg(feature = "tokio")]
 pub use driver::{LeaseManager, LeaseState, LossSignal};
 pub use error::{AcquireError, ConfigError, Reason, StartError};
 pub use fixed::{PodOrdinal, StaticSlot};
-pub use gate::{Closed, GateView, LeaseGate};
-pub use machine::{LossCause, LossEvent};
+pub use gate::{
+    Closed, DEFAULT_MAX_CLOCK_SKEW, GateInUse, GateView, GenerationState, LeaseGate, Opening,
+};
+pub use loss::{LossCause, LossEvent};
 pub use memory::Memory;
-pub use pool::{MAX_POOL_SIZE, PoolName, PoolSpec, default_holder};
+pub use pool::{MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};
 pub use strategy::{
-    BoxFuture, Capabilities, DynStrategy, Fence, Grant, Release, Renewal, Strategy,
+    BoxFuture, Capabilities, DynStrategy, Fence, Floor, Grant, Release, Renewal, Strategy,
 };
 pub use token::Token;

@@ -9,11 +9,14 @@ use std::time::Duration;
 use crate::clock::MonoTime;
 use crate::config::Timing;
 use crate::error::{AcquireError, Reason, StartError};
+use crate::gate::Opening;
+use crate::loss::{LossCause, LossEvent};
 use crate::rand::SplitMix;
-use crate::strategy::{Fence, Grant};
+use crate::strategy::{Floor, Grant};
 
 /// An event fed to the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Input {
     /// Begin: acquire the first lease.
     Start,
@@ -24,6 +27,9 @@ pub enum Input {
         grant: Grant,
         /// When the request was sent (the deadline counts from here).
         sent_at: MonoTime,
+        /// The ceiling reported with the request: generation may not use a
+        /// later timestamp under this grant until a renewal raises it.
+        ceiling: Floor,
     },
     /// An acquisition failed.
     AcquireFailed(AcquireError),
@@ -33,6 +39,8 @@ pub enum Input {
         ttl: Duration,
         /// When the request was sent.
         sent_at: MonoTime,
+        /// The ceiling reported with the renewal.
+        ceiling: Floor,
     },
     /// The store positively rejected a renewal.
     RenewLost(Reason),
@@ -45,61 +53,49 @@ pub enum Input {
 }
 
 /// What the driver must do, in order.
+///
+/// Every call carries its bound, `until`: an answer still pending then is fed
+/// back as a failure (`AcquireFailed(Unreachable)`, `RenewRetry`), and a
+/// release still pending is abandoned (the lease expires by itself).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Action {
     /// Call `Strategy::acquire` now and feed the outcome back.
-    Acquire,
-    /// Call `Strategy::renew` for this grant now and feed the outcome back.
-    Renew(Grant),
-    /// Enable generation with a new grant until `deadline`.
-    Open {
-        /// The slot.
-        slot: u32,
-        /// Its fence.
-        fence: Fence,
-        /// The local deadline.
-        deadline: MonoTime,
+    Acquire {
+        /// The acquire timeout for the first lease, one TTL after a loss.
+        until: MonoTime,
     },
-    /// Move the local deadline of the current grant.
+    /// Call `Strategy::renew` for this grant now and feed the outcome back.
+    Renew {
+        /// The grant.
+        grant: Grant,
+        /// The local deadline.
+        until: MonoTime,
+    },
+    /// Enable generation with a new grant.
+    Open(Opening),
+    /// Move the local deadline and the ceiling of the current grant.
     Extend {
         /// The new local deadline.
         deadline: MonoTime,
+        /// The ceiling reported with the renewal.
+        ceiling: Floor,
     },
     /// Disable generation. Always comes before `NotifyLost` and `Release`.
     Close,
     /// Run the loss callback.
     NotifyLost(LossEvent),
     /// Call `Strategy::release` for this grant (best effort).
-    Release(Grant),
+    Release {
+        /// The grant.
+        grant: Grant,
+        /// One TTL from now.
+        until: MonoTime,
+    },
     /// Startup failed; stop.
     Fail(StartError),
     /// The machine has stopped.
     Stop,
-}
-
-/// Why a lease was lost.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LossCause {
-    /// The store positively rejected the renewal.
-    Rejected(Reason),
-    /// The local deadline passed without a confirmed renewal.
-    DeadlinePassed {
-        /// The last uncertain renewal's reason, if any.
-        last_retry: Option<Reason>,
-    },
-}
-
-/// Passed to the loss callback. Generation has already stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LossEvent {
-    /// The slot that was lost.
-    pub slot: u32,
-    /// Its fence.
-    pub fence: Fence,
-    /// Why.
-    pub cause: LossCause,
-    /// True when a new lease will be acquired (dynamic strategies).
-    pub reacquiring: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -183,16 +179,6 @@ impl Machine {
         }
     }
 
-    /// The latest time an in-flight call may still matter: the local deadline
-    /// while held, the acquire timeout while starting. Drivers bound calls by it.
-    pub fn call_deadline(&self) -> Option<MonoTime> {
-        match &self.phase {
-            Phase::Held { deadline, .. } => Some(*deadline),
-            Phase::Acquiring { give_up_at, .. } => *give_up_at,
-            _ => None,
-        }
-    }
-
     /// The held grant and its local deadline, if any.
     pub fn held(&self) -> Option<(&Grant, MonoTime)> {
         match &self.phase {
@@ -214,9 +200,9 @@ impl Machine {
         let exp = attempt.saturating_sub(1).min(30);
         let base = self
             .timing
-            .backoff_initial
+            .backoff_initial()
             .saturating_mul(1u32 << exp)
-            .min(self.timing.backoff_max);
+            .min(self.timing.backoff_max());
         let half = base / 2;
         let half_nanos = u64::try_from(half.as_nanos()).unwrap_or(u64::MAX);
         let jitter = if half_nanos == 0 {
@@ -228,9 +214,9 @@ impl Machine {
     }
 
     fn renew_every(&self, ttl: Duration) -> Duration {
-        let usable = ttl.saturating_sub(self.timing.safety_margin);
+        let usable = ttl.saturating_sub(self.timing.safety_margin());
         self.timing
-            .renew_interval
+            .renew_interval()
             .min(usable / 2)
             .max(Duration::from_millis(1))
     }
@@ -241,22 +227,31 @@ impl Machine {
         match input {
             Input::Start => {
                 if matches!(self.phase, Phase::Idle) {
+                    let give_up_at = now + self.timing.acquire_timeout();
                     self.phase = Phase::Acquiring {
                         next_at: now,
                         attempt: 0,
-                        give_up_at: Some(now + self.timing.acquire_timeout),
+                        give_up_at: Some(give_up_at),
                         last_error: None,
                         in_flight: true,
                     };
-                    out.push(Action::Acquire);
+                    out.push(Action::Acquire { until: give_up_at });
                 }
             }
-            Input::Acquired { grant, sent_at } => self.on_acquired(grant, sent_at, now, &mut out),
+            Input::Acquired {
+                grant,
+                sent_at,
+                ceiling,
+            } => self.on_acquired(grant, sent_at, ceiling, now, &mut out),
             Input::AcquireFailed(error) => self.on_acquire_failed(error, now, &mut out),
-            Input::Renewed { ttl, sent_at } => {
+            Input::Renewed {
+                ttl,
+                sent_at,
+                ceiling,
+            } => {
                 let every = self.renew_every(ttl);
                 // Rule 2: from the send time, never from the answer's arrival.
-                let new_deadline = sent_at + ttl - self.timing.safety_margin;
+                let new_deadline = self.timing.deadline(sent_at, ttl);
                 let Phase::Held {
                     deadline,
                     renew_at,
@@ -283,6 +278,7 @@ impl Machine {
                 *in_flight = false;
                 out.push(Action::Extend {
                     deadline: new_deadline,
+                    ceiling,
                 });
             }
             Input::RenewLost(reason) => {
@@ -321,7 +317,7 @@ impl Machine {
                     Phase::Held { grant, .. } => {
                         // Close first, then release: nothing generated after the slot is freed.
                         out.push(Action::Close);
-                        out.push(Action::Release(grant));
+                        out.push(self.release(grant, now));
                     }
                     Phase::Stopped => return out,
                     _ => {}
@@ -332,10 +328,18 @@ impl Machine {
         out
     }
 
+    fn release(&self, grant: Grant, now: MonoTime) -> Action {
+        Action::Release {
+            grant,
+            until: now + self.timing.ttl(),
+        }
+    }
+
     fn on_acquired(
         &mut self,
         grant: Grant,
         sent_at: MonoTime,
+        ceiling: Floor,
         now: MonoTime,
         out: &mut Vec<Action>,
     ) {
@@ -346,21 +350,21 @@ impl Machine {
         } = self.phase
         else {
             // Not waiting for one (stopped meanwhile): give it back.
-            out.push(Action::Release(grant));
+            out.push(self.release(grant, now));
             return;
         };
-        let deadline = sent_at + grant.ttl - self.timing.safety_margin;
+        let deadline = self.timing.deadline(sent_at, grant.ttl);
         if deadline <= now {
             // The answer came too late to use any of it: hand it back and try again.
-            out.push(Action::Release(grant));
+            out.push(self.release(grant, now));
             self.schedule_acquire(attempt + 1, None, now);
             return;
         }
-        out.push(Action::Open {
-            slot: grant.slot,
-            fence: grant.fence,
-            deadline,
-        });
+        out.push(Action::Open(
+            Opening::new(grant.slot, grant.fence, deadline)
+                .with_floor(grant.floor, ceiling)
+                .with_max_clock_skew(self.timing.max_clock_skew()),
+        ));
         let renew_at = sent_at + self.renew_every(grant.ttl);
         self.phase = Phase::Held {
             grant,
@@ -425,7 +429,10 @@ impl Machine {
                     self.lose(LossCause::DeadlinePassed { last_retry }, now, out);
                 } else if !*in_flight && now >= *renew_at {
                     *in_flight = true;
-                    out.push(Action::Renew(grant.clone()));
+                    out.push(Action::Renew {
+                        grant: grant.clone(),
+                        until: *deadline,
+                    });
                 }
             }
             Phase::Acquiring {
@@ -437,14 +444,16 @@ impl Machine {
             } => {
                 if give_up_at.is_some_and(|t| now >= t) {
                     let error = StartError::Timeout {
-                        waited: self.timing.acquire_timeout,
+                        waited: self.timing.acquire_timeout(),
                         last: last_error.take(),
                     };
                     self.phase = Phase::Stopped;
                     out.push(Action::Fail(error));
                 } else if !*in_flight && now >= *next_at {
                     *in_flight = true;
-                    out.push(Action::Acquire);
+                    out.push(Action::Acquire {
+                        until: give_up_at.unwrap_or(now + self.timing.ttl()),
+                    });
                 }
             }
             _ => {}

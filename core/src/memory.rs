@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::clock::{Clock, MonoTime, SystemClock};
 use crate::error::{AcquireError, Reason};
 use crate::pool::PoolSpec;
-use crate::strategy::{Capabilities, Fence, Grant, Release, Renewal, Strategy};
+use crate::strategy::{Capabilities, Fence, Floor, Grant, Release, Renewal, Strategy};
 use crate::token::Token;
 
 #[derive(Clone, Debug, Default)]
@@ -17,6 +17,8 @@ struct SlotState {
     token: Option<Token>,
     expires: MonoTime,
     fence: u64,
+    /// Unix ms: the highest timestamp any holder of the slot may have used.
+    floor: u64,
 }
 
 /// An in-process lease store with its own clock. Clones share the store, so
@@ -24,19 +26,23 @@ struct SlotState {
 ///
 /// It follows the same rules as the networked stores: its clock decides expiry,
 /// renew and release match on the token, the fence of a slot grows on every
-/// claim. Use it in tests, in single-process programs, and as the reference the
+/// claim, and each slot keeps its hand-over [`Floor`]. Use it in tests, in single-process programs, and as the reference the
 /// behaviour suite is checked against.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use leasehold_core::{Memory, PoolName, PoolSpec, Renewal, Strategy};
+/// use leasehold_core::{Floor, Memory, PoolName, PoolSpec, Release, Renewal, Strategy};
 /// use std::time::Duration;
 /// let store = Memory::new();
 /// let pool = PoolSpec::new(PoolName::new("ids")?, 2, Duration::from_secs(5))?;
-/// let a = store.acquire(&pool).await.unwrap();
-/// let b = store.clone().acquire(&pool).await.unwrap();
+/// let a = store.acquire(&pool, Floor(1_000)).await.unwrap();
+/// let b = store.clone().acquire(&pool, Floor(1_000)).await.unwrap();
 /// assert_ne!(a.slot, b.slot);
-/// assert!(matches!(store.renew(&pool, &a).await, Renewal::Renewed { .. }));
+/// assert!(matches!(store.renew(&pool, &a, Floor(2_000)).await, Renewal::Renewed { .. }));
+/// // The next holder of a's slot starts after what a says it issued.
+/// assert_eq!(store.release(&pool, &a, Floor(1_500)).await, Release::Released);
+/// let c = store.acquire(&pool, Floor(900)).await.unwrap();
+/// assert_eq!((c.slot, c.floor), (a.slot, Floor(1_500)));
 /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
 /// ```
 #[derive(Clone)]
@@ -63,7 +69,8 @@ impl Memory {
     }
 
     /// Forgets every lease of `pool`'s slot, as if an operator deleted it behind
-    /// the holder's back (the fence is kept). For tests of loss handling.
+    /// the holder's back (the fence and the floor are kept). For tests of loss
+    /// handling.
     pub fn revoke(&self, pool: &str, slot: u32) {
         let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(s) = pools.get_mut(pool).and_then(|p| p.get_mut(slot as usize)) {
@@ -111,7 +118,7 @@ impl fmt::Debug for Memory {
 }
 
 impl Strategy for Memory {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
         self.with_pool(pool, |slots, now| {
             let (slot, state) = slots
                 .iter_mut()
@@ -126,19 +133,23 @@ impl Strategy for Memory {
             state.token = Some(token);
             state.expires = now + pool.ttl;
             state.fence += 1;
+            let floor = Floor(state.floor);
+            state.floor = state.floor.max(ceiling.0);
             Ok(Grant {
                 slot: u32::try_from(slot).unwrap_or(u32::MAX),
                 token,
                 fence: Fence(state.fence),
                 ttl: pool.ttl,
+                floor,
             })
         })
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
         self.with_pool(pool, |slots, now| match Self::owned(slots, grant, now) {
             Some(state) => {
                 state.expires = now + pool.ttl;
+                state.floor = state.floor.max(ceiling.0);
                 Renewal::Renewed { ttl: pool.ttl }
             }
             None => Renewal::Lost(Reason::new(format!(
@@ -148,10 +159,11 @@ impl Strategy for Memory {
         })
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
         self.with_pool(pool, |slots, now| match Self::owned(slots, grant, now) {
             Some(state) => {
                 state.token = None;
+                state.floor = issued.0;
                 Release::Released
             }
             None => Release::NotHeld,
@@ -160,6 +172,8 @@ impl Strategy for Memory {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::coordinated(false, Duration::from_millis(1))
+            .with_time_resolution(Duration::ZERO)
+            .with_persisted_floor()
     }
 
     fn identity(&self) -> String {

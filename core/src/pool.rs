@@ -8,6 +8,19 @@ use crate::error::ConfigError;
 /// The largest pool a [`PoolSpec`] accepts.
 pub const MAX_POOL_SIZE: u32 = 1 << 20;
 
+/// The shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// The longest TTL accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), ConfigError> {
+    if (MIN_TTL..=MAX_TTL).contains(&ttl) {
+        Ok(())
+    } else {
+        Err(ConfigError::new("ttl", format!("{ttl:?}"), "100ms to 24h"))
+    }
+}
+
 /// A validated pool name: 1 to 64 characters of `A-Z a-z 0-9 _ - .`.
 ///
 /// Names reach SQL tables, Redis keys and etcd prefixes, so the alphabet is kept
@@ -60,16 +73,14 @@ impl fmt::Debug for PoolName {
 
 /// What a strategy needs to know to acquire a slot: which pool, how big, for how
 /// long, and who is asking.
+///
+/// Validated on construction; read it through its getters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolSpec {
-    /// The pool.
-    pub name: PoolName,
-    /// Slots are `0..size`.
-    pub size: u32,
-    /// The lease time asked of the store on acquire and on every renewal.
-    pub ttl: Duration,
-    /// Who holds the lease, for people inspecting the store (host/pid by default).
-    pub holder: String,
+    pub(crate) name: PoolName,
+    pub(crate) size: u32,
+    pub(crate) ttl: Duration,
+    pub(crate) holder: String,
 }
 
 impl PoolSpec {
@@ -77,7 +88,7 @@ impl PoolSpec {
     /// identity ([`default_holder`]).
     pub fn new(name: PoolName, size: u32, ttl: Duration) -> Result<Self, ConfigError> {
         check_size(size)?;
-        crate::config::check_ttl(ttl)?;
+        check_ttl(ttl)?;
         Ok(Self {
             name,
             size,
@@ -90,6 +101,26 @@ impl PoolSpec {
     pub fn with_holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = holder.into();
         self
+    }
+
+    /// The pool.
+    pub fn name(&self) -> &PoolName {
+        &self.name
+    }
+
+    /// Slots are `0..size`.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The lease time asked of the store on acquire and on every renewal.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Who holds the lease, for people inspecting the store (host/pid by default).
+    pub fn holder(&self) -> &str {
+        &self.holder
     }
 }
 

@@ -22,6 +22,35 @@ impl fmt::Display for Fence {
     }
 }
 
+/// A hand-over floor: a Unix time in milliseconds, the highest timestamp a
+/// holder of a slot may have put into an ID.
+///
+/// Every grant carries the floor the store held for the slot before it, and
+/// generators start strictly after it, so a new holder whose clock is behind
+/// the previous holder's never reissues its IDs (DESIGN.md, timing rule 8).
+/// Holders report their floor to the store: with `acquire` and every `renew`
+/// the highest timestamp they may issue until their new local deadline (their
+/// *ceiling*), with `release` the highest they actually issued. `Floor(0)`
+/// means "nothing issued yet".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Floor(pub u64);
+
+impl Floor {
+    /// No timestamp issued yet.
+    pub const NONE: Self = Self(0);
+
+    /// Unix milliseconds.
+    pub const fn unix_millis(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Floor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ms", self.0)
+    }
+}
+
 /// What a store grants on acquire.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -33,6 +62,10 @@ pub struct Grant {
     pub fence: Fence,
     /// The lease time the store granted (it may differ from the one asked).
     pub ttl: Duration,
+    /// The slot's floor before this grant: the highest timestamp any earlier
+    /// holder may have used. [`Floor::NONE`] from stores that do not persist
+    /// floors (see [`Capabilities::persists_floor`]).
+    pub floor: Floor,
 }
 
 /// The answer to a renewal: exactly one of three.
@@ -75,22 +108,61 @@ pub struct Capabilities {
     pub min_ttl: Duration,
     /// The largest pool the strategy supports.
     pub max_pool_size: u32,
+    /// The slot is fixed by the environment (host list, pod ordinal): it is
+    /// never re-acquired after a loss.
+    pub deterministic: bool,
+    /// The granularity of the store's clock and TTLs (SQLite and Valkey count
+    /// milliseconds, for example). Part of the minimum safety margin.
+    pub time_resolution: Duration,
+    /// The store keeps each slot's [`Floor`]: reported floors survive the
+    /// holder, and grants carry the previous holders' floor.
+    pub persists_floor: bool,
 }
 
 impl Capabilities {
-    /// A coordinated store: the defaults for a real backend.
+    /// A coordinated store: the defaults for a real backend (time resolution
+    /// 1 ms, floors not persisted).
     pub const fn coordinated(networked: bool, min_ttl: Duration) -> Self {
         Self {
             coordinated: true,
             networked,
             min_ttl,
             max_pool_size: crate::pool::MAX_POOL_SIZE,
+            deterministic: false,
+            time_resolution: Duration::from_millis(1),
+            persists_floor: false,
+        }
+    }
+
+    /// A slot fixed by the environment: nothing is coordinated, the slot is
+    /// never re-acquired after a loss.
+    pub const fn fixed() -> Self {
+        Self {
+            coordinated: false,
+            networked: false,
+            min_ttl: Duration::from_millis(1),
+            max_pool_size: crate::pool::MAX_POOL_SIZE,
+            deterministic: true,
+            time_resolution: Duration::ZERO,
+            persists_floor: false,
         }
     }
 
     /// Sets `max_pool_size`.
     pub const fn with_max_pool_size(mut self, size: u32) -> Self {
         self.max_pool_size = size;
+        self
+    }
+
+    /// Sets `time_resolution`.
+    pub const fn with_time_resolution(mut self, resolution: Duration) -> Self {
+        self.time_resolution = resolution;
+        self
+    }
+
+    /// Declares that the store persists floors.
+    pub const fn with_persisted_floor(mut self) -> Self {
+        self.persists_floor = true;
         self
     }
 }
@@ -105,22 +177,41 @@ impl Capabilities {
 /// - `renew` and `release` match on `(pool, slot, token)`, so a retried renewal
 ///   after an ambiguous failure is idempotent;
 /// - connection errors and timeouts are [`Renewal::Retry`], never a hang and never
-///   [`Renewal::Lost`]; only a positive rejection is `Lost`.
+///   [`Renewal::Lost`]; only a positive rejection is `Lost`;
+/// - a store that persists floors ([`Capabilities::persists_floor`]) keeps one
+///   per slot, writes it in the same atomic step as the claim, renewal or
+///   release it comes with, and never loses a reported ceiling: `acquire` and
+///   `renew` store `max(stored, ceiling)`, `release` stores `issued` (which the
+///   holder computes as at least its grant's floor).
 pub trait Strategy: Send + Sync + 'static {
-    /// Claims a free slot of `pool` for `pool.ttl`.
-    fn acquire(&self, pool: &PoolSpec) -> impl Future<Output = Result<Grant, AcquireError>> + Send;
+    /// Claims a free slot of `pool` for `pool.ttl`. `ceiling` is the highest
+    /// timestamp the caller may issue before its first local deadline; the
+    /// grant carries the floor the slot had before.
+    fn acquire(
+        &self,
+        pool: &PoolSpec,
+        ceiling: Floor,
+    ) -> impl Future<Output = Result<Grant, AcquireError>> + Send;
 
-    /// Extends `grant` by `pool.ttl` if its token still owns the slot.
-    fn renew(&self, pool: &PoolSpec, grant: &Grant) -> impl Future<Output = Renewal> + Send;
+    /// Extends `grant` by `pool.ttl` if its token still owns the slot, and
+    /// raises the slot's floor to `ceiling` (the highest timestamp the holder
+    /// may issue until its new local deadline).
+    fn renew(
+        &self,
+        pool: &PoolSpec,
+        grant: &Grant,
+        ceiling: Floor,
+    ) -> impl Future<Output = Renewal> + Send;
 
-    /// Frees the slot if its token is still `grant.token`.
-    fn release(&self, pool: &PoolSpec, grant: &Grant) -> impl Future<Output = Release> + Send;
-
-    /// True when the slot is fixed by the environment (host list, pod ordinal):
-    /// such a slot is never re-acquired after a loss.
-    fn deterministic(&self) -> bool {
-        false
-    }
+    /// Frees the slot if its token is still `grant.token`, leaving `issued`
+    /// (the highest timestamp the holder actually issued, at least
+    /// `grant.floor`) as the slot's floor.
+    fn release(
+        &self,
+        pool: &PoolSpec,
+        grant: &Grant,
+        issued: Floor,
+    ) -> impl Future<Output = Release> + Send;
 
     /// What the strategy supports.
     fn capabilities(&self) -> Capabilities;
@@ -142,13 +233,25 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// ```
 pub trait DynStrategy: Send + Sync + 'static {
     /// See [`Strategy::acquire`].
-    fn acquire_dyn<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<Grant, AcquireError>>;
+    fn acquire_dyn<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        ceiling: Floor,
+    ) -> BoxFuture<'a, Result<Grant, AcquireError>>;
     /// See [`Strategy::renew`].
-    fn renew_dyn<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Renewal>;
+    fn renew_dyn<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        grant: &'a Grant,
+        ceiling: Floor,
+    ) -> BoxFuture<'a, Renewal>;
     /// See [`Strategy::release`].
-    fn release_dyn<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Release>;
-    /// See [`Strategy::deterministic`].
-    fn deterministic_dyn(&self) -> bool;
+    fn release_dyn<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        grant: &'a Grant,
+        issued: Floor,
+    ) -> BoxFuture<'a, Release>;
     /// See [`Strategy::capabilities`].
     fn capabilities_dyn(&self) -> Capabilities;
     /// See [`Strategy::identity`].
@@ -156,17 +259,28 @@ pub trait DynStrategy: Send + Sync + 'static {
 }
 
 impl<S: Strategy> DynStrategy for S {
-    fn acquire_dyn<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<Grant, AcquireError>> {
-        Box::pin(self.acquire(pool))
+    fn acquire_dyn<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        ceiling: Floor,
+    ) -> BoxFuture<'a, Result<Grant, AcquireError>> {
+        Box::pin(self.acquire(pool, ceiling))
     }
-    fn renew_dyn<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Renewal> {
-        Box::pin(self.renew(pool, grant))
+    fn renew_dyn<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        grant: &'a Grant,
+        ceiling: Floor,
+    ) -> BoxFuture<'a, Renewal> {
+        Box::pin(self.renew(pool, grant, ceiling))
     }
-    fn release_dyn<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Release> {
-        Box::pin(self.release(pool, grant))
-    }
-    fn deterministic_dyn(&self) -> bool {
-        self.deterministic()
+    fn release_dyn<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        grant: &'a Grant,
+        issued: Floor,
+    ) -> BoxFuture<'a, Release> {
+        Box::pin(self.release(pool, grant, issued))
     }
     fn capabilities_dyn(&self) -> Capabilities {
         self.capabilities()
@@ -182,17 +296,14 @@ impl<S: Strategy> DynStrategy for S {
 macro_rules! forward_dyn {
     ($($ptr:ty),*) => {$(
         impl Strategy for $ptr {
-            async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
-                (**self).acquire_dyn(pool).await
+            async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
+                (**self).acquire_dyn(pool, ceiling).await
             }
-            async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
-                (**self).renew_dyn(pool, grant).await
+            async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+                (**self).renew_dyn(pool, grant, ceiling).await
             }
-            async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
-                (**self).release_dyn(pool, grant).await
-            }
-            fn deterministic(&self) -> bool {
-                (**self).deterministic_dyn()
+            async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
+                (**self).release_dyn(pool, grant, issued).await
             }
             fn capabilities(&self) -> Capabilities {
                 (**self).capabilities_dyn()
@@ -207,17 +318,28 @@ macro_rules! forward_dyn {
 forward_dyn!(Box<dyn DynStrategy>, std::sync::Arc<dyn DynStrategy>);
 
 impl<S: Strategy> Strategy for std::sync::Arc<S> {
-    fn acquire(&self, pool: &PoolSpec) -> impl Future<Output = Result<Grant, AcquireError>> + Send {
-        (**self).acquire(pool)
+    fn acquire(
+        &self,
+        pool: &PoolSpec,
+        ceiling: Floor,
+    ) -> impl Future<Output = Result<Grant, AcquireError>> + Send {
+        (**self).acquire(pool, ceiling)
     }
-    fn renew(&self, pool: &PoolSpec, grant: &Grant) -> impl Future<Output = Renewal> + Send {
-        (**self).renew(pool, grant)
+    fn renew(
+        &self,
+        pool: &PoolSpec,
+        grant: &Grant,
+        ceiling: Floor,
+    ) -> impl Future<Output = Renewal> + Send {
+        (**self).renew(pool, grant, ceiling)
     }
-    fn release(&self, pool: &PoolSpec, grant: &Grant) -> impl Future<Output = Release> + Send {
-        (**self).release(pool, grant)
-    }
-    fn deterministic(&self) -> bool {
-        (**self).deterministic()
+    fn release(
+        &self,
+        pool: &PoolSpec,
+        grant: &Grant,
+        issued: Floor,
+    ) -> impl Future<Output = Release> + Send {
+        (**self).release(pool, grant, issued)
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()

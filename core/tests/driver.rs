@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use leasehold_core::{
-    LeaseConfig, LeaseGate, LeaseManager, LeaseState, LossCause, Memory, PoolName, PoolSpec,
+    Floor, LeaseConfig, LeaseGate, LeaseManager, LeaseState, LossCause, Memory, PoolName, PoolSpec,
     Release, StaticSlot, Strategy,
 };
 
@@ -115,7 +115,10 @@ async fn shutdown_closes_then_releases() {
     assert_eq!(manager.shutdown().await, Some(Release::Released));
     assert!(gate.check_now().is_err());
     let pool = PoolSpec::new(PoolName::new("bye").unwrap(), 1, Duration::from_secs(10)).unwrap();
-    assert!(store.acquire(&pool).await.is_ok(), "slot not released");
+    assert!(
+        store.acquire(&pool, Floor::NONE).await.is_ok(),
+        "slot not released"
+    );
 }
 
 /// A restarted driver in the same process renews the cached lease instead of

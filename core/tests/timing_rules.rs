@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use leasehold_core::machine::{Action, Input, LossCause, Machine};
+use leasehold_core::machine::{Action, Input, Machine};
 use leasehold_core::{
-    AcquireError, Fence, Grant, LeaseConfig, MonoTime, Reason, StartError, Timing, Token,
+    AcquireError, Fence, Floor, Grant, LeaseConfig, LossCause, MonoTime, Opening, Reason,
+    StartError, Timing, Token,
 };
 
 const S: Duration = Duration::from_secs(1);
@@ -30,7 +31,13 @@ fn grant(slot: u32) -> Grant {
         token: Token::random(),
         fence: Fence(u64::from(slot) + 1),
         ttl: 10 * S,
+        floor: Floor(500),
     }
+}
+
+/// The ceiling a driver would report for a request sent at `sent_at`.
+fn ceiling(sent_at: MonoTime) -> Floor {
+    Floor(sent_at.as_nanos() / 1_000_000 + 9_000)
 }
 
 fn t(secs_millis: u64) -> MonoTime {
@@ -40,23 +47,27 @@ fn t(secs_millis: u64) -> MonoTime {
 /// A machine holding slot 3, acquired by a request sent at t(0) answered at t(0).
 fn held(deterministic: bool) -> (Machine, Grant) {
     let mut m = Machine::new(timing(), deterministic, 7);
-    assert_eq!(m.handle(Input::Start, t(0)), vec![Action::Acquire]);
+    assert_eq!(
+        m.handle(Input::Start, t(0)),
+        vec![Action::Acquire { until: t(20_000) }]
+    );
     let g = grant(3);
     let acts = m.handle(
         Input::Acquired {
             grant: g.clone(),
             sent_at: t(0),
+            ceiling: ceiling(t(0)),
         },
         t(0),
     );
-    assert!(matches!(acts[..], [Action::Open { slot: 3, .. }]));
+    assert!(matches!(acts[..], [Action::Open(Opening { slot: 3, .. })]));
     (m, g)
 }
 
 fn first_renew(m: &mut Machine) -> MonoTime {
     let at = m.next_wakeup().unwrap();
     let acts = m.handle(Input::Tick, at);
-    assert!(matches!(acts[..], [Action::Renew(_)]), "{acts:?}");
+    assert!(matches!(acts[..], [Action::Renew { .. }]), "{acts:?}");
     at
 }
 
@@ -69,16 +80,17 @@ fn rule2_deadline_counts_from_send_time_not_answer_time() {
         Input::Acquired {
             grant: grant(1),
             sent_at: t(0),
+            ceiling: ceiling(t(0)),
         },
         t(3000),
     );
     assert_eq!(
         acts,
-        vec![Action::Open {
-            slot: 1,
-            fence: Fence(2),
-            deadline: t(9000)
-        }]
+        vec![Action::Open(
+            Opening::new(1, Fence(2), t(9000))
+                .with_floor(Floor(500), ceiling(t(0)))
+                .with_max_clock_skew(S)
+        )]
     );
     // Renewal sent at t(4000), answered at t(6000): deadline from t(4000).
     let sent = first_renew(&mut m);
@@ -91,13 +103,15 @@ fn rule2_deadline_counts_from_send_time_not_answer_time() {
         Input::Renewed {
             ttl: 10 * S,
             sent_at: t(4000),
+            ceiling: ceiling(t(4000)),
         },
         t(6000),
     );
     assert_eq!(
         acts,
         vec![Action::Extend {
-            deadline: t(13_000)
+            deadline: t(13_000),
+            ceiling: ceiling(t(4000)),
         }]
     );
 }
@@ -111,12 +125,16 @@ fn rule2_an_answer_arriving_after_its_own_deadline_is_not_used() {
         Input::Acquired {
             grant: g.clone(),
             sent_at: t(0),
+            ceiling: ceiling(t(0)),
         },
         t(9500),
     );
     assert_eq!(
         acts,
-        vec![Action::Release(g)],
+        vec![Action::Release {
+            grant: g,
+            until: t(19_500)
+        }],
         "too-late grant must be handed back, not opened"
     );
     assert!(m.held().is_none());
@@ -154,7 +172,10 @@ fn rule3_retry_continues_until_the_deadline_then_the_lease_is_lost() {
             }
             break;
         }
-        assert!(matches!(acts[..], [Action::Renew(_)]), "{acts:?}");
+        assert!(
+            matches!(acts[..], [Action::Renew { until, .. }] if until == t(9000)),
+            "a renewal is bounded by the local deadline: {acts:?}"
+        );
         renewals += 1;
     }
     assert_eq!(now, t(9000), "loss happens exactly at the local deadline");
@@ -175,6 +196,7 @@ fn rule3_a_confirmed_renewal_resets_the_retry_backoff() {
         Input::Renewed {
             ttl: 10 * S,
             sent_at: retry_at,
+            ceiling: ceiling(retry_at),
         },
         retry_at,
     );
@@ -196,10 +218,15 @@ fn rule4_generation_closes_before_the_callback_on_rejection() {
         }
         other => panic!("expected NotifyLost, got {other:?}"),
     }
-    // Then re-acquisition starts, with backoff.
+    // Then re-acquisition starts, with backoff, each attempt bounded by one TTL.
     let wake = m.next_wakeup().unwrap();
     assert!(wake > t(3100));
-    assert_eq!(m.handle(Input::Tick, wake), vec![Action::Acquire]);
+    assert_eq!(
+        m.handle(Input::Tick, wake),
+        vec![Action::Acquire {
+            until: wake + 10 * S
+        }]
+    );
 }
 
 #[test]
@@ -232,6 +259,7 @@ fn rule5_the_deadline_tick_closes_even_with_a_renewal_in_flight() {
         Input::Renewed {
             ttl: 10 * S,
             sent_at: t(3000),
+            ceiling: ceiling(t(3000)),
         },
         t(9001),
     );
@@ -253,7 +281,10 @@ fn rule6_start_blocks_until_acquired_and_gives_up_at_the_acquire_timeout() {
         now = m.next_wakeup().unwrap();
         let acts = m.handle(Input::Tick, now);
         match &acts[..] {
-            [Action::Acquire] => attempts += 1,
+            [Action::Acquire { until }] => {
+                assert_eq!(*until, t(20_000), "bounded by the acquire timeout");
+                attempts += 1;
+            }
             [Action::Fail(StartError::Timeout { waited, last })] => {
                 assert_eq!(*waited, 20 * S);
                 assert!(matches!(last, Some(AcquireError::Contention(_))));
@@ -283,7 +314,18 @@ fn rule6_a_final_error_stops_startup_at_once() {
 fn shutdown_closes_generation_then_releases() {
     let (mut m, g) = held(false);
     let acts = m.handle(Input::Shutdown, t(1000));
-    assert_eq!(acts, vec![Action::Close, Action::Release(g), Action::Stop]);
+    assert_eq!(
+        acts,
+        vec![
+            Action::Close,
+            Action::Release {
+                grant: g,
+                until: t(11_000)
+            },
+            Action::Stop
+        ],
+        "the release is bounded by one TTL"
+    );
     assert!(m.handle(Input::Tick, t(2000)).is_empty());
 }
 
@@ -313,4 +355,28 @@ fn backoff_grows_and_jitters() {
         }
         prev_mean = mean;
     }
+}
+
+/// Rule 8: a grant opens the gate with the store's floor and the ceiling the
+/// holder reported; a renewal moves the ceiling with the deadline.
+#[test]
+fn rule8_floor_and_ceiling_reach_the_gate() {
+    let (mut m, g) = held(false);
+    assert_eq!(g.floor, Floor(500));
+    let at = first_renew(&mut m);
+    let acts = m.handle(
+        Input::Renewed {
+            ttl: 10 * S,
+            sent_at: at,
+            ceiling: Floor(77_000),
+        },
+        at,
+    );
+    assert_eq!(
+        acts,
+        vec![Action::Extend {
+            deadline: at + 9 * S,
+            ceiling: Floor(77_000)
+        }]
+    );
 }

@@ -3,6 +3,7 @@
 //!
 //! `cargo bench -p leasehold-etcd --bench acquire`
 
+use leasehold_core::Floor;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,7 +55,7 @@ async fn run(server: &Server) -> Result<Row, String> {
         tasks.spawn(async move {
             barrier.wait().await;
             let start = Instant::now();
-            let r = leases.acquire(&pool).await;
+            let r = leases.acquire(&pool, Floor::NONE).await;
             (r, start.elapsed())
         });
     }

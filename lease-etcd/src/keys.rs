@@ -21,7 +21,7 @@ pub(crate) fn slot_of(pool_prefix: &str, key: &[u8]) -> Option<u32> {
 /// The value stored under a slot key: the token in hex, then the holder, for
 /// people inspecting the store.
 pub(crate) fn value(token: &Token, pool: &PoolSpec) -> String {
-    format!("{} {}", token.to_hex(), pool.holder)
+    format!("{} {}", token.to_hex(), pool.holder())
 }
 
 /// True when a stored value carries `token`.

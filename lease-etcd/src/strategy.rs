@@ -11,7 +11,7 @@ use etcd_client::{
     TxnOpResponse, TxnResponse,
 };
 use leasehold_core::{
-    AcquireError, Capabilities, Fence, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
+    AcquireError, Capabilities, Fence, Floor, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
     Strategy, Token,
 };
 
@@ -285,10 +285,10 @@ impl EtcdLeases {
         lease_id: i64,
         sent: &mut u64,
     ) -> Result<Landed, Class> {
-        let prefix = keys::pool_prefix(&self.inner.prefix, &pool.name);
+        let prefix = keys::pool_prefix(&self.inner.prefix, &pool.name());
         let mut chain: Option<Txn> = None;
         for &slot in candidates.iter().rev() {
-            let key = keys::slot_key(&self.inner.prefix, &pool.name, slot);
+            let key = keys::slot_key(&self.inner.prefix, &pool.name(), slot);
             let otherwise = match chain.take() {
                 Some(inner) => vec![TxnOp::txn(inner)],
                 None => vec![TxnOp::get(
@@ -402,17 +402,18 @@ fn positive_fence(revision: i64) -> Fence {
 }
 
 impl Strategy for EtcdLeases {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
-        if pool.size > MAX_POOL_SIZE {
+    async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
+        if pool.size() > MAX_POOL_SIZE {
             return Err(AcquireError::Misconfigured {
                 what: format!(
                     "pool {} has {} slots; the etcd strategy supports up to {MAX_POOL_SIZE}",
-                    pool.name, pool.size
+                    pool.name(),
+                    pool.size()
                 ),
                 fix: format!("use a pool of at most {MAX_POOL_SIZE} slots"),
             });
         }
-        let secs = ttl_secs(pool.ttl)?;
+        let secs = ttl_secs(pool.ttl())?;
         let mut sent = 0;
         let (token, lease_id, granted) = self.grant_lease(secs, &mut sent).await?;
         if granted > secs {
@@ -430,13 +431,17 @@ impl Strategy for EtcdLeases {
         let mut rng = keys::Rng::new();
         let mut free: Option<Vec<u32>> = None;
         for _ in 0..MAX_ROUNDS {
-            let candidates =
-                keys::candidates(&mut rng, pool.size, free.as_deref(), self.inner.candidates);
+            let candidates = keys::candidates(
+                &mut rng,
+                pool.size(),
+                free.as_deref(),
+                self.inner.candidates,
+            );
             if candidates.is_empty() {
                 self.revoke_in_background(lease_id);
                 return Err(AcquireError::PoolExhausted {
-                    pool: pool.name.to_string(),
-                    size: pool.size,
+                    pool: pool.name().to_string(),
+                    size: pool.size(),
                 });
             }
             match self
@@ -456,10 +461,12 @@ impl Strategy for EtcdLeases {
                         token,
                         fence: positive_fence(create_revision),
                         ttl: granted_ttl,
+                        // Floors are not persisted here yet (issue 12).
+                        floor: Floor::NONE,
                     });
                 }
                 Ok(Landed::Full { held }) => {
-                    free = Some((0..pool.size).filter(|s| !held.contains(s)).collect());
+                    free = Some((0..pool.size()).filter(|s| !held.contains(s)).collect());
                 }
                 Err(class) => {
                     // The put may have been applied: revoking the lease deletes it.
@@ -474,8 +481,8 @@ impl Strategy for EtcdLeases {
         ))))
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
-        let key = self.slot_key(&pool.name, grant.slot);
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, _ceiling: Floor) -> Renewal {
+        let key = self.slot_key(&pool.name(), grant.slot);
         let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
         if self.take_flagged_lost(&key, fence) {
             return Renewal::Lost(Reason::new(
@@ -537,8 +544,8 @@ impl Strategy for EtcdLeases {
         Renewal::Renewed { ttl: grant.ttl }
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
-        let key = self.slot_key(&pool.name, grant.slot);
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {
+        let key = self.slot_key(&pool.name(), grant.slot);
         let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
         let Some(lease_id) = keys::lease_id(&grant.token) else {
             return Release::NotHeld;

@@ -195,7 +195,7 @@ impl EtcdLeases {
         let states = manager.subscribe();
         let gate = manager.gate();
         let signal = manager.loss_signal();
-        let pool = manager.pool().name.clone();
+        let pool = manager.pool().name().clone();
         LossGuard {
             task: tokio::spawn(async move { this.guard_loop(states, gate, signal, pool).await }),
         }

@@ -11,6 +11,7 @@
 //!
 //! `cargo bench -p leasehold-sql --bench acquire`
 
+use leasehold_core::Floor;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -237,13 +238,13 @@ async fn baseline_acquire(
     let pg = matches!(conn, Raw::Pg(_));
     let q = if pg { '"' } else { '`' };
     let now = "CURRENT_TIMESTAMP(6)";
-    let name = pool.name.as_str();
+    let name = pool.name().as_str();
     let read = format!(
         "SELECT slot, fence FROM {q}{table}{q} WHERE pool = '{name}' AND slot < {} \
          AND (token IS NULL OR expires_at <= {now}) ORDER BY slot LIMIT 5",
-        pool.size
+        pool.size()
     );
-    let micros = pool.ttl.as_micros();
+    let micros = pool.ttl().as_micros();
     for _ in 0..10_000 {
         let (candidates, _) = conn.run(&read).await?;
         if candidates.is_empty() {
@@ -332,7 +333,7 @@ async fn run_once(
             match node {
                 Node::Ours(s) => {
                     let r = s
-                        .acquire(&pool)
+                        .acquire(&pool, Floor::NONE)
                         .await
                         .map(|g| g.slot)
                         .map_err(|e| e.to_string());

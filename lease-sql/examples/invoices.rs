@@ -11,6 +11,7 @@
 //! ```
 //! It asserts its outcome and exits non-zero if anything went wrong.
 
+use leasehold_core::Floor;
 use std::time::{Duration, Instant};
 
 use leasehold_core::{AcquireError, Grant, PoolName, PoolSpec, Renewal, Strategy};
@@ -26,7 +27,7 @@ struct Replica {
 
 impl Replica {
     async fn try_lead(&self) -> Result<Grant, AcquireError> {
-        self.store.acquire(&self.pool).await
+        self.store.acquire(&self.pool, Floor::NONE).await
     }
 
     /// Bills `hour` in one transaction guarded by the leader's fence. Returns
@@ -119,7 +120,7 @@ async fn act(url: &str) -> Result<(), Box<dyn std::error::Error>> {
         a.name
     );
     assert!(matches!(
-        a.store.renew(&a.pool, &first).await,
+        a.store.renew(&a.pool, &first, Floor::NONE).await,
         Renewal::Renewed { .. }
     ));
     // ... the old leader checked its lease and is about to write when it is
@@ -157,7 +158,7 @@ async fn act(url: &str) -> Result<(), Box<dyn std::error::Error>> {
             other => panic!("a stale leader's write to hour {hour} must be refused: {other:?}"),
         }
     }
-    let renewal = a.store.renew(&a.pool, &first).await;
+    let renewal = a.store.renew(&a.pool, &first, Floor::NONE).await;
     assert!(matches!(renewal, Renewal::Lost(_)), "{renewal:?}");
     println!("  and its renewal says: {renewal:?}");
 

@@ -94,8 +94,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         view.slot,
         view.fence,
         left.as_secs_f64(),
-        timing.ttl,
-        timing.renew_interval
+        timing.ttl(),
+        timing.renew_interval()
     );
 
     // Nonces made with the machine ID; the generator refuses once the lease is gone.

@@ -105,7 +105,7 @@ pub(crate) fn sqlite_modifier(ttl: Duration) -> String {
 
 /// `holder` cut to [`HOLDER_MAX`] bytes on a char boundary.
 pub(crate) fn holder(spec: &PoolSpec) -> &str {
-    let h = spec.holder.as_str();
+    let h = spec.holder();
     if h.len() <= HOLDER_MAX {
         return h;
     }
@@ -186,8 +186,8 @@ impl Sql {
         let t = &self.table;
         let engine = self.engine;
         let now = now(engine);
-        let pool = spec.name.as_str();
-        let expires = later(engine, spec.ttl);
+        let pool = spec.name().as_str();
+        let expires = later(engine, spec.ttl());
         let tok = hex(token);
         let holder = hex(holder(spec).as_bytes());
         let range = if from == 0 {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    AcquireError, BoxFuture, Capabilities, Fence, Grant, PoolSpec, Reason, Release, Renewal,
+    AcquireError, BoxFuture, Capabilities, Fence, Floor, Grant, PoolSpec, Reason, Release, Renewal,
     Strategy, Token,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
@@ -349,7 +349,7 @@ impl SqlStrategy {
         }
     }
 
-    /// Creates the lease table if needed and the rows of slots `0..pool.size`
+    /// Creates the lease table if needed and the rows of slots `0..pool.size()`
     /// (idempotent: existing rows, their fences and holders are kept). Run it
     /// at deployment or startup; acquisition also adds missing rows by itself
     /// when it finds a pool short of them, but never creates the table.
@@ -360,9 +360,9 @@ impl SqlStrategy {
 
     async fn populate(&self, pool: &PoolSpec, from: u32) -> Result<(), AcquireError> {
         let mut start = from;
-        while start < pool.size {
-            let end = pool.size.min(start.saturating_add(POPULATE_CHUNK));
-            let sql = self.inner.sql.populate(pool.name.as_str(), start, end);
+        while start < pool.size() {
+            let end = pool.size().min(start.saturating_add(POPULATE_CHUNK));
+            let sql = self.inner.sql.populate(pool.name().as_str(), start, end);
             if let Err(f) = self
                 .timed_raw(self.ddl_budget(), self.exec_text(&sql))
                 .await
@@ -379,7 +379,7 @@ impl SqlStrategy {
     /// row was changed.
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, StoreError> {
         let sql = self.inner.sql.revoke.as_str();
-        let name = pool.name.as_str();
+        let name = pool.name().as_str();
         let fut = async {
             let n = match &self.inner.db {
                 Db::Postgres { conns, opts, .. } => {
@@ -598,11 +598,11 @@ impl SqlStrategy {
         // is quadratic lock traffic. There each attempt starts at a random slot
         // and wraps around (a second round trip only when the upper part is full).
         // PostgreSQL (MVCC) and SQLite (one writer) take the lowest free slot.
-        if engine == Engine::MySql && pool.size > 1 {
+        if engine == Engine::MySql && pool.size() > 1 {
             let bytes = Token::random();
             let b = bytes.as_bytes();
-            let start = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) % pool.size;
-            if let Some(g) = self.try_range(pool, token, start, pool.size).await? {
+            let start = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) % pool.size();
+            if let Some(g) = self.try_range(pool, token, start, pool.size()).await? {
                 return Ok(Some(g));
             }
             if start == 0 {
@@ -610,7 +610,7 @@ impl SqlStrategy {
             }
             return self.try_range(pool, token, 0, start).await;
         }
-        self.try_range(pool, token, 0, pool.size).await
+        self.try_range(pool, token, 0, pool.size()).await
     }
 
     /// One acquisition round trip over slots `from..to`.
@@ -679,12 +679,12 @@ impl SqlStrategy {
 
     async fn count_rows(&self, pool: &PoolSpec) -> Result<u64, Failure> {
         let sql = self.inner.sql.count.as_str();
-        let name = pool.name.as_str();
+        let name = pool.name().as_str();
         let n: i64 = self
             .timed("count pool rows", async {
                 let row = match &self.inner.db {
                     Db::Postgres { conns, opts, .. } => {
-                        let q = sqlx::query(sql).bind(name).bind(slot_i32(pool.size));
+                        let q = sqlx::query(sql).bind(name).bind(slot_i32(pool.size()));
                         let mut co = conns.checkout(|| opts.connect()).await?;
                         let r = co.conn().fetch_one(q).await?.try_get(0)?;
                         co.done();
@@ -696,14 +696,14 @@ impl SqlStrategy {
                         session,
                         ..
                     } => {
-                        let q = sqlx::query(sql).bind(name).bind(pool.size);
+                        let q = sqlx::query(sql).bind(name).bind(pool.size());
                         let mut co = conns.checkout(|| mysql_connect(opts, session)).await?;
                         let r = co.conn().fetch_one(q).await?.try_get(0)?;
                         co.done();
                         r
                     }
                     Db::Sqlite { conns, opts, .. } => {
-                        let q = sqlx::query(sql).bind(name).bind(i64::from(pool.size));
+                        let q = sqlx::query(sql).bind(name).bind(i64::from(pool.size()));
                         let mut co = conns.checkout(|| opts.connect()).await?;
                         let r = co.conn().fetch_one(q).await?.try_get(0)?;
                         co.done();
@@ -728,9 +728,9 @@ impl SqlStrategy {
         } else {
             self.inner.sql.release.as_str()
         };
-        let name = pool.name.as_str();
+        let name = pool.name().as_str();
         let token = grant.token.as_bytes().as_slice();
-        let micros = i64::try_from(pool.ttl.as_micros()).unwrap_or(i64::MAX);
+        let micros = i64::try_from(pool.ttl().as_micros()).unwrap_or(i64::MAX);
         let what = if renew { "renew" } else { "release" };
         self.timed(what, async {
             let done = match &self.inner.db {
@@ -764,7 +764,7 @@ impl SqlStrategy {
                 Db::Sqlite { conns, opts, .. } => {
                     let mut q = sqlx::query(sql);
                     if renew {
-                        q = q.bind(sqlite_modifier(pool.ttl));
+                        q = q.bind(sqlite_modifier(pool.ttl()));
                     }
                     let q = q.bind(name).bind(i64::from(grant.slot)).bind(token);
                     let mut co = conns.checkout(|| opts.connect()).await?;
@@ -903,7 +903,7 @@ impl fmt::Debug for SqlStrategy {
 }
 
 impl Strategy for SqlStrategy {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+    async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
         let mut populated = false;
         loop {
             let token = Token::random();
@@ -913,7 +913,9 @@ impl Strategy for SqlStrategy {
                         slot,
                         token,
                         fence: Fence(fence),
-                        ttl: pool.ttl,
+                        ttl: pool.ttl(),
+                        // Floors are not persisted here yet (issue 12).
+                        floor: Floor::NONE,
                     });
                 }
                 Ok(None) => {
@@ -923,10 +925,10 @@ impl Strategy for SqlStrategy {
                         Ok(n) => n,
                         Err(f) => return Err(self.to_acquire_error(f).await),
                     };
-                    if rows >= u64::from(pool.size) || populated {
+                    if rows >= u64::from(pool.size()) || populated {
                         return Err(AcquireError::PoolExhausted {
-                            pool: pool.name.to_string(),
-                            size: pool.size,
+                            pool: pool.name().to_string(),
+                            size: pool.size(),
                         });
                     }
                     self.populate(pool, 0).await?;
@@ -937,19 +939,21 @@ impl Strategy for SqlStrategy {
         }
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, _ceiling: Floor) -> Renewal {
         match self.owned_update(pool, grant, true).await {
             Ok(0) => Renewal::Lost(Reason::new(format!(
                 "slot {} of pool {} is no longer held by this token in {} (expired, taken or \
                  revoked)",
-                grant.slot, pool.name, self.inner.table
+                grant.slot,
+                pool.name(),
+                self.inner.table
             ))),
-            Ok(_) => Renewal::Renewed { ttl: pool.ttl },
+            Ok(_) => Renewal::Renewed { ttl: pool.ttl() },
             Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
         }
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {
         match self.owned_update(pool, grant, false).await {
             Ok(0) => Release::NotHeld,
             Ok(_) => Release::Released,

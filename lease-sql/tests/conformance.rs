@@ -1,6 +1,7 @@
 //! The behaviour suite on PostgreSQL 15, the newest PostgreSQL a wheel
 //! provides, MariaDB 10.11 and SQLite, plus the SQL-specific tests.
 
+use leasehold_core::Floor;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -108,7 +109,9 @@ async fn missing_table_is_final_and_names_ensure_pool(b: Sql) -> Result<(), Stri
     let s = SqlStrategy::connect_with(b.config().table(fresh_table("missing")))
         .await
         .map_err(|e| e.to_string())?;
-    let r = s.acquire(&fresh_pool(2, Duration::from_secs(5))).await;
+    let r = s
+        .acquire(&fresh_pool(2, Duration::from_secs(5)), Floor::NONE)
+        .await;
     s.close().await;
     match r {
         Err(e @ AcquireError::MissingSchema { .. }) => {
@@ -142,7 +145,9 @@ async fn foreign_table_is_reported(b: Sql) -> Result<(), String> {
             .map(drop),
     };
     made.map_err(|e| e.to_string())?;
-    let r = s.acquire(&fresh_pool(2, Duration::from_secs(5))).await;
+    let r = s
+        .acquire(&fresh_pool(2, Duration::from_secs(5)), Floor::NONE)
+        .await;
     s.close().await;
     match r {
         Err(e @ AcquireError::MissingSchema { .. }) => {
@@ -168,16 +173,22 @@ async fn fence_grows_on_claims_never_on_renewals(b: Sql) -> Result<(), String> {
     s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
     let mut last = None;
     for _ in 0..3 {
-        let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+        let g = s
+            .acquire(&pool, Floor::NONE)
+            .await
+            .map_err(|e| e.to_string())?;
         for _ in 0..3 {
-            let r = s.renew(&pool, &g).await;
+            let r = s.renew(&pool, &g, Floor::NONE).await;
             ensure!(matches!(r, Renewal::Renewed { .. }), "renewal: {r:?}");
         }
         if let Some(Fence(prev)) = last {
             ensure!(g.fence == Fence(prev + 1), "fence {} after {prev}", g.fence);
         }
         last = Some(g.fence);
-        ensure!(s.release(&pool, &g).await == Release::Released, "release");
+        ensure!(
+            s.release(&pool, &g, Floor::NONE).await == Release::Released,
+            "release"
+        );
     }
     s.close().await;
     Ok(())
@@ -191,11 +202,16 @@ async fn missing_pool_rows_are_added_on_acquisition(b: Sql) -> Result<(), String
     let pool = fresh_pool(5, Duration::from_secs(30));
     let mut slots = Vec::new();
     for _ in 0..5 {
-        slots.push(s.acquire(&pool).await.map_err(|e| e.to_string())?.slot);
+        slots.push(
+            s.acquire(&pool, Floor::NONE)
+                .await
+                .map_err(|e| e.to_string())?
+                .slot,
+        );
     }
     slots.sort_unstable();
     ensure!(slots == [0, 1, 2, 3, 4], "slots {slots:?}");
-    let r = s.acquire(&pool).await;
+    let r = s.acquire(&pool, Floor::NONE).await;
     ensure!(
         matches!(r, Err(AcquireError::PoolExhausted { .. })),
         "sixth: {r:?}"
@@ -222,9 +238,12 @@ async fn ensure_pool_is_idempotent_and_concurrent(b: Sql) -> Result<(), String> 
         r.map_err(|e| e.to_string())??;
     }
     let s = b.strategy().await?;
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(
         matches!(r, Renewal::Renewed { .. }),
         "after re-ensure: {r:?}"
@@ -314,14 +333,17 @@ async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(b: Sql) -> Resu
         .map_err(|e| e.to_string())?;
     let pool = fresh_pool(1, Duration::from_secs(30));
     s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     let locker = b.strategy().await?;
-    let name = pool.name.as_str();
+    let name = pool.name().as_str();
     let t = locker.table().as_str().to_owned();
     let e = |e: sqlx::Error| e.to_string();
     let check = async {
         let start = std::time::Instant::now();
-        let r = s.renew(&pool, &g).await;
+        let r = s.renew(&pool, &g, Floor::NONE).await;
         let took = start.elapsed();
         ensure!(
             matches!(r, Renewal::Retry(_)),
@@ -364,7 +386,7 @@ async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(b: Sql) -> Resu
             conn.execute("ROLLBACK").await.map_err(e)?;
         }
     }
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(
         matches!(r, Renewal::Renewed { .. }),
         "after the lock: {r:?}"

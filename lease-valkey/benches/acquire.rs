@@ -10,6 +10,7 @@
 //! Then the cost of the claim script's scan by pool size and occupancy, to
 //! judge a scan inside the script against keeping a free-list.
 
+use leasehold_core::Floor;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,7 +97,7 @@ async fn claim_script(url: &str, method: Method) -> Run {
         let (s, pool, barrier) = (s.clone(), pool.clone(), barrier.clone());
         tasks.spawn(async move {
             barrier.wait().await;
-            s.acquire(&pool).await.map(|g| g.slot)
+            s.acquire(&pool, Floor::NONE).await.map(|g| g.slot)
         });
     }
     barrier.wait().await;
@@ -205,7 +206,7 @@ async fn scan_cost(url: &str, size: u32, held: u32) -> ScanCost {
         .await
         .expect("connect");
     let pool = PoolSpec::new(fresh_pool_name(), size, TTL).expect("pool");
-    let keys = s.keys(&pool.name);
+    let keys = s.keys(&pool.name());
     let fill = |from: u32, to: u32| {
         let mut args: Vec<Value> = vec![
             keys.leases.as_str().into(),
@@ -232,22 +233,22 @@ async fn scan_cost(url: &str, size: u32, held: u32) -> ScanCost {
         slot = end;
     }
     let start = Instant::now();
-    let g = s.acquire(&pool).await.expect("claim");
+    let g = s.acquire(&pool, Floor::NONE).await.expect("claim");
     let cold = start.elapsed();
     assert_eq!(g.slot, held, "claimed the lowest free slot");
-    assert_eq!(s.release(&pool, &g).await, Release::Released);
+    assert_eq!(s.release(&pool, &g, Floor::NONE).await, Release::Released);
     let n = 20;
     let start = Instant::now();
     for _ in 0..n {
-        let g = s.acquire(&pool).await.expect("claim");
+        let g = s.acquire(&pool, Floor::NONE).await.expect("claim");
         assert_eq!(g.slot, held, "claimed the lowest free slot");
-        assert_eq!(s.release(&pool, &g).await, Release::Released);
+        assert_eq!(s.release(&pool, &g, Floor::NONE).await, Release::Released);
     }
     let steady = start.elapsed() / n;
     cmd(s.client(), "HSETEX", fill(held, size)).await;
     let start = Instant::now();
     for _ in 0..n {
-        let r = s.acquire(&pool).await;
+        let r = s.acquire(&pool, Floor::NONE).await;
         assert!(r.is_err(), "full pool answered {r:?}");
     }
     let exhausted = start.elapsed() / n;

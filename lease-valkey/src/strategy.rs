@@ -9,7 +9,7 @@ use fred::prelude::{ClientLike, ReconnectPolicy};
 use fred::types::config::{Config, UnresponsiveConfig};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use leasehold_core::{
-    AcquireError, Capabilities, Fence, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
+    AcquireError, Capabilities, Fence, Floor, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
     Strategy, Token,
 };
 
@@ -393,14 +393,14 @@ fn parse_claim(v: &Value) -> Option<Option<(u32, u64)>> {
 }
 
 impl Strategy for ValkeyStrategy {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
-        let Some(ttl) = ttl_ms(pool.ttl) else {
+    async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
+        let Some(ttl) = ttl_ms(pool.ttl()) else {
             return Err(AcquireError::Misconfigured {
-                what: format!("ttl {:?} is below the store's 1 ms resolution", pool.ttl),
+                what: format!("ttl {:?} is below the store's 1 ms resolution", pool.ttl()),
                 fix: "use a ttl of at least 100 ms".into(),
             });
         };
-        let keys = self.keys(&pool.name);
+        let keys = self.keys(&pool.name());
         let token = Token::random();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),
@@ -408,7 +408,7 @@ impl Strategy for ValkeyStrategy {
                 self.eval(
                     &self.inner.scripts.claim_hsetex,
                     vec![keys.leases, keys.fences],
-                    vec![pool.size.to_string(), ttl, token.to_hex()],
+                    vec![pool.size().to_string(), ttl, token.to_hex()],
                 )
                 .await
             }
@@ -416,7 +416,12 @@ impl Strategy for ValkeyStrategy {
                 self.eval(
                     &self.inner.scripts.claim_scripts,
                     vec![keys.fences],
-                    vec![pool.size.to_string(), ttl, token.to_hex(), keys.slot_prefix],
+                    vec![
+                        pool.size().to_string(),
+                        ttl,
+                        token.to_hex(),
+                        keys.slot_prefix,
+                    ],
                 )
                 .await
             }
@@ -436,7 +441,8 @@ impl Strategy for ValkeyStrategy {
                 what: format!("{} rejected the claim: {r}", self.inner.server),
                 fix: format!(
                     "make sure nothing but leasehold writes the keys {{{}:{}}}:*",
-                    self.inner.config.prefix, pool.name
+                    self.inner.config.prefix,
+                    pool.name()
                 ),
             },
         })?;
@@ -445,11 +451,13 @@ impl Strategy for ValkeyStrategy {
                 slot,
                 token,
                 fence: Fence(fence),
-                ttl: pool.ttl,
+                ttl: pool.ttl(),
+                // Floors are not persisted here yet (issue 12).
+                floor: Floor::NONE,
             }),
             Some(None) => Err(AcquireError::PoolExhausted {
-                pool: pool.name.to_string(),
-                size: pool.size,
+                pool: pool.name().to_string(),
+                size: pool.size(),
             }),
             None => Err(AcquireError::Misconfigured {
                 what: format!("unexpected answer to the claim script: {value:?}"),
@@ -458,11 +466,11 @@ impl Strategy for ValkeyStrategy {
         }
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
-        let Some(ttl) = ttl_ms(pool.ttl) else {
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, _ceiling: Floor) -> Renewal {
+        let Some(ttl) = ttl_ms(pool.ttl()) else {
             return Renewal::Lost(Reason::new("ttl below 1 ms"));
         };
-        let keys = self.keys(&pool.name);
+        let keys = self.keys(&pool.name());
         let slot = grant.slot.to_string();
         let result: Result<Value, Failure> = match self.inner.path {
             ActivePath::Unsupported => {
@@ -499,7 +507,7 @@ impl Strategy for ValkeyStrategy {
             }
         };
         match result {
-            Ok(Value::Integer(1)) => Renewal::Renewed { ttl: pool.ttl },
+            Ok(Value::Integer(1)) => Renewal::Renewed { ttl: pool.ttl() },
             Ok(Value::Integer(0)) => Renewal::Lost(Reason::new(format!(
                 "slot {} is no longer held by this token (expired, taken or revoked)",
                 grant.slot
@@ -514,8 +522,8 @@ impl Strategy for ValkeyStrategy {
         }
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
-        let keys = self.keys(&pool.name);
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {
+        let keys = self.keys(&pool.name());
         let result = match self.inner.path {
             ActivePath::Unsupported => return Release::NotHeld,
             ActivePath::Hsetex => {

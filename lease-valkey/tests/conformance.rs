@@ -1,6 +1,7 @@
 //! The whole behaviour suite on Redis 8.2 (HSETEX path), Redis 7.0 and
 //! Valkey 8.1 (script path), plus Valkey-specific behaviours.
 
+use leasehold_core::Floor;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -81,7 +82,7 @@ impl Backend for Valkey {
         Some(Box::pin(async move {
             let s = self.strategy(self.method).await?;
             let was = s
-                .revoke(&pool.name, slot)
+                .revoke(&pool.name(), slot)
                 .await
                 .map_err(|e| e.to_string())?;
             ensure!(was, "no lease on slot {slot} to revoke");
@@ -126,7 +127,10 @@ async fn probe_picks_the_path(b: Arc<Valkey>, want: ActivePath) -> Outcome {
 async fn forced_hsetex_is_final_unsupported(b: Arc<Valkey>, version: String) -> Outcome {
     let s = b.strategy(Method::Hsetex).await?;
     ensure!(s.path() == ActivePath::Unsupported, "path {}", s.path());
-    match s.acquire(&pool(4, Duration::from_secs(5))).await {
+    match s
+        .acquire(&pool(4, Duration::from_secs(5)), Floor::NONE)
+        .await
+    {
         Err(e @ AcquireError::UnsupportedServer { .. }) => {
             let msg = e.to_string();
             ensure!(!e.is_retryable(), "UnsupportedServer must be final");
@@ -147,7 +151,11 @@ async fn one_round_trip_per_operation(b: Arc<Valkey>) -> Outcome {
     let before = s.round_trips();
     let mut grants = Vec::new();
     for _ in 0..16 {
-        grants.push(s.acquire(&p).await.map_err(|e| e.to_string())?);
+        grants.push(
+            s.acquire(&p, Floor::NONE)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
     }
     ensure!(
         s.round_trips() - before == 16,
@@ -157,10 +165,13 @@ async fn one_round_trip_per_operation(b: Arc<Valkey>) -> Outcome {
     let before = s.round_trips();
     for g in &grants {
         ensure!(
-            matches!(s.renew(&p, g).await, Renewal::Renewed { .. }),
+            matches!(s.renew(&p, g, Floor::NONE).await, Renewal::Renewed { .. }),
             "renewal"
         );
-        ensure!(s.release(&p, g).await == Release::Released, "release");
+        ensure!(
+            s.release(&p, g, Floor::NONE).await == Release::Released,
+            "release"
+        );
     }
     ensure!(
         s.round_trips() - before == 32,
@@ -178,21 +189,31 @@ async fn freed_slots_are_found_around_the_hint(b: Arc<Valkey>) -> Outcome {
     let p = pool(4, Duration::from_secs(30));
     let mut grants = Vec::new();
     for _ in 0..4 {
-        grants.push(s.acquire(&p).await.map_err(|e| e.to_string())?);
+        grants.push(
+            s.acquire(&p, Floor::NONE)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
     }
     let slots: Vec<u32> = grants.iter().map(|g| g.slot).collect();
     ensure!(slots == [0, 1, 2, 3], "slots {slots:?}");
     ensure!(
-        s.revoke(&p.name, 1).await.map_err(|e| e.to_string())?,
+        s.revoke(p.name(), 1).await.map_err(|e| e.to_string())?,
         "revoke"
     );
-    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&p, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(g.slot == 1, "after revoking slot 1 got {}", g.slot);
     ensure!(
-        s.release(&p, &grants[2]).await == Release::Released,
+        s.release(&p, &grants[2], Floor::NONE).await == Release::Released,
         "release"
     );
-    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&p, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(g.slot == 2, "after releasing slot 2 got {}", g.slot);
     ensure!(g.fence > grants[2].fence, "fence did not grow");
     Ok(())
@@ -232,9 +253,15 @@ async fn lost_script_cache_is_healed(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(b.method).await?;
     let p = pool(2, Duration::from_secs(30));
     cmd(&s, "SCRIPT", vec!["FLUSH".into()]).await?;
-    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&p, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     cmd(&s, "SCRIPT", vec!["FLUSH".into()]).await?;
-    ensure!(s.release(&p, &g).await == Release::Released, "release");
+    ensure!(
+        s.release(&p, &g, Floor::NONE).await == Release::Released,
+        "release"
+    );
     Ok(())
 }
 
@@ -243,8 +270,11 @@ async fn lost_script_cache_is_healed(b: Arc<Valkey>) -> Outcome {
 async fn fields_expire_together_fence_persists(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(Method::Hsetex).await?;
     let p = pool(1, Duration::from_millis(600));
-    let keys = s.keys(&p.name);
-    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    let keys = s.keys(p.name());
+    let g = s
+        .acquire(&p, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     let ttls = cmd(
         &s,
         "HPEXPIRETIME",
@@ -291,15 +321,18 @@ async fn fields_expire_together_fence_persists(b: Arc<Valkey>) -> Outcome {
 async fn fxx_with_one_field_missing_is_lost(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(Method::Hsetex).await?;
     let p = pool(1, Duration::from_secs(30));
-    let keys = s.keys(&p.name);
-    let g = s.acquire(&p).await.map_err(|e| e.to_string())?;
+    let keys = s.keys(p.name());
+    let g = s
+        .acquire(&p, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     cmd(
         &s,
         "HDEL",
         vec![keys.leases.as_str().into(), marker(0, &g.token).into()],
     )
     .await?;
-    let r = s.renew(&p, &g).await;
+    let r = s.renew(&p, &g, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
     let m = cmd(
         &s,

@@ -1,6 +1,7 @@
 //! A three-member etcd cluster on loopback ports, started by the test, with
 //! members killed by PID.
 
+use leasehold_core::Floor;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -203,8 +204,11 @@ async fn one_member_down_keeps_leases_renewing() -> Result<(), String> {
     let leases = connect(&cluster).await?;
     let pool = leasehold_core::PoolSpec::new(fresh_pool_name(), 8, Duration::from_secs(4))
         .map_err(|e| e.to_string())?;
-    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
-    let config = LeaseConfig::builder(pool.name.as_str())
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let config = LeaseConfig::builder(pool.name().as_str())
         .pool_size(8)
         .ttl(Duration::from_secs(4))
         .renew_interval(Duration::from_secs(1))
@@ -223,7 +227,7 @@ async fn one_member_down_keeps_leases_renewing() -> Result<(), String> {
     let start = Instant::now();
     let mut renewed = 0;
     while start.elapsed() < Duration::from_secs(8) {
-        let r = leases.renew(&pool, &grant).await;
+        let r = leases.renew(&pool, &grant, Floor::NONE).await;
         ensure!(
             matches!(r, Renewal::Renewed { .. }),
             "renewal {:?} after killing one follower: {r:?}",
@@ -238,7 +242,10 @@ async fn one_member_down_keeps_leases_renewing() -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     ensure!(renewed >= 10, "only {renewed} renewals");
-    let more = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let more = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(
         more.slot != grant.slot,
         "slot {} handed out twice",
@@ -274,7 +281,10 @@ async fn two_members_down_retry_and_gate_closes_at_deadline() -> Result<(), Stri
         .await
         .map_err(|e| e.to_string())?;
     let gate = manager.gate();
-    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
 
     let leader = cluster.leader(Duration::from_secs(10)).await?;
     // Keep the leader alive: the harder case, where it still believes it
@@ -287,7 +297,7 @@ async fn two_members_down_retry_and_gate_closes_at_deadline() -> Result<(), Stri
     // Direct renewals: Retry, bounded by the 1 s op timeout.
     for _ in 0..3 {
         let start = Instant::now();
-        let r = leases.renew(&pool, &grant).await;
+        let r = leases.renew(&pool, &grant, Floor::NONE).await;
         ensure!(
             matches!(r, Renewal::Retry(_)),
             "renewal without quorum answered {r:?}"

@@ -1,5 +1,6 @@
 //! etcd-specific tests, run on every etcd target.
 
+use leasehold_core::Floor;
 use std::time::{Duration, Instant};
 
 use leasehold_conformance::ExtraTest;
@@ -83,8 +84,11 @@ async fn delete_behind_the_back(b: &EtcdBackend, key: &str) -> Result<(), String
 async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = pool(4, Duration::from_secs(30));
-    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
-    let mut watch = leases.watch_loss(&pool.name, &grant);
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut watch = leases.watch_loss(&pool.name(), &grant);
     // Give the watch time to be established, so the test measures the event
     // path and not the catch-up from the start revision.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -92,7 +96,7 @@ async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), Str
         watch.try_lost().is_none(),
         "loss reported before any change"
     );
-    let key = leases.slot_key(&pool.name, grant.slot);
+    let key = leases.slot_key(&pool.name(), grant.slot);
     let start = Instant::now();
     delete_behind_the_back(&b, &key).await?;
     let reason = tokio::time::timeout(Duration::from_secs(1), &mut watch)
@@ -108,7 +112,7 @@ async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), Str
         "unexpected reason: {reason}"
     );
     let before = leases.stats().rpcs;
-    let r = leases.renew(&pool, &grant).await;
+    let r = leases.renew(&pool, &grant, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
     ensure!(
         leases.stats().rpcs == before,
@@ -122,9 +126,12 @@ async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), Str
 async fn watch_reports_a_rewritten_key(b: EtcdBackend) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = pool(4, Duration::from_secs(30));
-    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
-    let watch = leases.watch_loss(&pool.name, &grant);
-    let key = leases.slot_key(&pool.name, grant.slot);
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let watch = leases.watch_loss(&pool.name(), &grant);
+    let key = leases.slot_key(&pool.name(), grant.slot);
     let other = b.leases().await?;
     other
         .client()
@@ -141,9 +148,9 @@ async fn watch_reports_a_rewritten_key(b: EtcdBackend) -> Result<(), String> {
     );
     // A fresh strategy (no watch) finds out from the key on renewal.
     let fresh = b.leases().await?;
-    let r = fresh.renew(&pool, &grant).await;
+    let r = fresh.renew(&pool, &grant, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
-    let r = fresh.release(&pool, &grant).await;
+    let r = fresh.release(&pool, &grant, Floor::NONE).await;
     ensure!(
         r == Release::NotHeld,
         "release of a rewritten key answered {r:?}"
@@ -164,8 +171,11 @@ async fn watch_survives_dropped_connections_then_reports_loss(
     .await
     .map_err(|e| e.to_string())?;
     let pool = pool(2, Duration::from_secs(30));
-    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
-    let mut watch = leases.watch_loss(&pool.name, &grant);
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut watch = leases.watch_loss(&pool.name(), &grant);
     tokio::time::sleep(Duration::from_millis(200)).await;
     proxy.set(Fault::Drop);
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -174,7 +184,7 @@ async fn watch_survives_dropped_connections_then_reports_loss(
         "dropped connections were reported as a loss"
     );
     proxy.set(Fault::Pass);
-    let key = leases.slot_key(&pool.name, grant.slot);
+    let key = leases.slot_key(&pool.name(), grant.slot);
     delete_behind_the_back(&b, &key).await?;
     tokio::time::timeout(Duration::from_secs(5), watch)
         .await
@@ -201,7 +211,7 @@ async fn guard_closes_the_manager_gate_within_1s_of_deletion(b: EtcdBackend) -> 
     let gate = manager.gate();
     let before = gate.view();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let key = leases.slot_key(&manager.pool().name, before.slot);
+    let key = leases.slot_key(&manager.pool().name(), before.slot);
     let start = Instant::now();
     delete_behind_the_back(&b, &key).await?;
     let closed = until(Duration::from_secs(1), || gate.check_now().is_err()).await;
@@ -255,7 +265,7 @@ async fn guard_closes_the_manager_gate_within_1s_of_deletion(b: EtcdBackend) -> 
 async fn too_short_ttl_is_a_configuration_error(b: EtcdBackend) -> Result<(), String> {
     let leases = b.leases().await?;
     for ttl in [Duration::from_millis(500), Duration::from_secs(1)] {
-        match leases.acquire(&pool(2, ttl)).await {
+        match leases.acquire(&pool(2, ttl), Floor::NONE).await {
             Err(e @ AcquireError::Misconfigured { .. }) => {
                 ensure!(!e.is_retryable(), "must be final");
                 ensure!(
@@ -281,13 +291,16 @@ async fn too_short_ttl_is_a_configuration_error(b: EtcdBackend) -> Result<(), St
 async fn fractional_ttl_is_rounded_up_and_reported(b: EtcdBackend) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = pool(2, Duration::from_millis(2500));
-    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(
         grant.ttl == Duration::from_secs(3),
         "granted ttl {:?}",
         grant.ttl
     );
-    let r = leases.renew(&pool, &grant).await;
+    let r = leases.renew(&pool, &grant, Floor::NONE).await;
     ensure!(
         r == Renewal::Renewed {
             ttl: Duration::from_secs(3)
@@ -302,10 +315,13 @@ async fn fractional_ttl_is_rounded_up_and_reported(b: EtcdBackend) -> Result<(),
 async fn fence_is_the_keys_create_revision(b: EtcdBackend) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = pool(2, Duration::from_secs(30));
-    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
-    let key = leases.slot_key(&pool.name, grant.slot);
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let key = leases.slot_key(&pool.name(), grant.slot);
     ensure!(
-        key == format!("leasehold/{}/{}", pool.name, grant.slot),
+        key == format!("leasehold/{}/{}", pool.name(), grant.slot),
         "key layout {key}"
     );
     let resp = leases
@@ -351,11 +367,17 @@ async fn acquire_is_two_round_trips_while_candidates_are_free(
     let leases = b.leases().await?;
     let pool = pool(64, Duration::from_secs(30));
     let before = leases.stats().rpcs;
-    leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+    leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     let used = leases.stats().rpcs - before;
     ensure!(used == 2, "first acquisition used {used} requests");
     for _ in 1..64 {
-        leases.acquire(&pool).await.map_err(|e| e.to_string())?;
+        leases
+            .acquire(&pool, Floor::NONE)
+            .await
+            .map_err(|e| e.to_string())?;
     }
     let stats = leases.stats();
     ensure!(stats.acquisitions == 64, "{stats:?}");
@@ -365,7 +387,7 @@ async fn acquire_is_two_round_trips_while_candidates_are_free(
         stats.max_acquire_rpcs
     );
     let before = leases.stats().rpcs;
-    match leases.acquire(&pool).await {
+    match leases.acquire(&pool, Floor::NONE).await {
         Err(AcquireError::PoolExhausted { .. }) => {}
         other => return Err(format!("full pool answered {other:?}")),
     }
@@ -430,8 +452,11 @@ async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<
         !leases.identity().contains(root_pw) && !format!("{leases:?}").contains(root_pw),
         "password in identity or Debug"
     );
-    let grant = leases.acquire(&pool).await.map_err(|e| e.to_string())?;
-    let r = leases.renew(&pool, &grant).await;
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let r = leases.renew(&pool, &grant, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Renewed { .. }), "renewal {r:?}");
 
     // A wrong password is refused at connect, without echoing it.
@@ -450,7 +475,7 @@ async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<
     let app = EtcdLeases::connect(EtcdConfig::new([url]).user("app", app_pw))
         .await
         .map_err(|e| e.to_string())?;
-    match app.acquire(&pool).await {
+    match app.acquire(&pool, Floor::NONE).await {
         Err(e @ AcquireError::Misconfigured { .. }) => {
             ensure!(!e.to_string().contains(app_pw), "password in message: {e}");
         }
