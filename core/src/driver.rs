@@ -110,15 +110,14 @@ impl LeaseManager {
             cached: None,
         };
         let mut task = tokio::spawn(driver.run(shutdown_rx, loss_rx));
-        let started = tokio::select! {
-            biased;
-            started = &mut started_rx => started.ok(),
-            // The driver ended: it answered just before, or it panicked.
-            ended = &mut task => match ended {
+        let started = match (&mut started_rx).await {
+            Ok(answer) => Some(answer),
+            // The driver ended without answering: find out whether it panicked.
+            Err(_) => match (&mut task).await {
                 Err(e) if e.is_panic() => {
                     return Err(StartError::Panicked(panic_message(e.into_panic())));
                 }
-                _ => started_rx.try_recv().ok(),
+                _ => None,
             },
         };
         match started {

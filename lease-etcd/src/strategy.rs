@@ -285,10 +285,10 @@ impl EtcdLeases {
         lease_id: i64,
         sent: &mut u64,
     ) -> Result<Landed, Class> {
-        let prefix = keys::pool_prefix(&self.inner.prefix, &pool.name());
+        let prefix = keys::pool_prefix(&self.inner.prefix, pool.name());
         let mut chain: Option<Txn> = None;
         for &slot in candidates.iter().rev() {
-            let key = keys::slot_key(&self.inner.prefix, &pool.name(), slot);
+            let key = keys::slot_key(&self.inner.prefix, pool.name(), slot);
             let otherwise = match chain.take() {
                 Some(inner) => vec![TxnOp::txn(inner)],
                 None => vec![TxnOp::get(
@@ -482,7 +482,7 @@ impl Strategy for EtcdLeases {
     }
 
     async fn renew(&self, pool: &PoolSpec, grant: &Grant, _ceiling: Floor) -> Renewal {
-        let key = self.slot_key(&pool.name(), grant.slot);
+        let key = self.slot_key(pool.name(), grant.slot);
         let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
         if self.take_flagged_lost(&key, fence) {
             return Renewal::Lost(Reason::new(
@@ -545,7 +545,7 @@ impl Strategy for EtcdLeases {
     }
 
     async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {
-        let key = self.slot_key(&pool.name(), grant.slot);
+        let key = self.slot_key(pool.name(), grant.slot);
         let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
         let Some(lease_id) = keys::lease_id(&grant.token) else {
             return Release::NotHeld;

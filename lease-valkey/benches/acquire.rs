@@ -206,7 +206,7 @@ async fn scan_cost(url: &str, size: u32, held: u32) -> ScanCost {
         .await
         .expect("connect");
     let pool = PoolSpec::new(fresh_pool_name(), size, TTL).expect("pool");
-    let keys = s.keys(&pool.name());
+    let keys = s.keys(pool.name());
     let fill = |from: u32, to: u32| {
         let mut args: Vec<Value> = vec![
             keys.leases.as_str().into(),

@@ -400,7 +400,7 @@ impl Strategy for ValkeyStrategy {
                 fix: "use a ttl of at least 100 ms".into(),
             });
         };
-        let keys = self.keys(&pool.name());
+        let keys = self.keys(pool.name());
         let token = Token::random();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),
@@ -470,7 +470,7 @@ impl Strategy for ValkeyStrategy {
         let Some(ttl) = ttl_ms(pool.ttl()) else {
             return Renewal::Lost(Reason::new("ttl below 1 ms"));
         };
-        let keys = self.keys(&pool.name());
+        let keys = self.keys(pool.name());
         let slot = grant.slot.to_string();
         let result: Result<Value, Failure> = match self.inner.path {
             ActivePath::Unsupported => {
@@ -523,7 +523,7 @@ impl Strategy for ValkeyStrategy {
     }
 
     async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {
-        let keys = self.keys(&pool.name());
+        let keys = self.keys(pool.name());
         let result = match self.inner.path {
             ActivePath::Unsupported => return Release::NotHeld,
             ActivePath::Hsetex => {

@@ -82,7 +82,7 @@ impl Backend for Valkey {
         Some(Box::pin(async move {
             let s = self.strategy(self.method).await?;
             let was = s
-                .revoke(&pool.name(), slot)
+                .revoke(pool.name(), slot)
                 .await
                 .map_err(|e| e.to_string())?;
             ensure!(was, "no lease on slot {slot} to revoke");

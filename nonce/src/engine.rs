@@ -2,11 +2,15 @@
 //!
 //! Hot path, per call: one clock reading ([`TimeSource::now`]), the gate check
 //! (two atomic loads and a compare), a few loads from a read-mostly cache line,
-//! and one `fetch_add` on the counter's own cache line. No lock, no allocation,
-//! no logging. Everything else (a new lease, the once-a-second wall-clock
-//! re-anchoring, waiting for the next millisecond) is on cold paths.
+//! one `fetch_add` on the state's own cache line, then the gate check again and
+//! the gate's ceiling (loads from the gate's read-mostly line). No lock, no
+//! allocation, no logging. Everything else (a new lease, the once-a-second
+//! re-anchoring to Unix time, waiting for the next millisecond or for the
+//! clock to pass a floor) is on cold paths.
 //!
-//! State: one `AtomicU64`.
+//! State: one `AtomicU64` in a [`Tracker`] that the gate holds too
+//! ([`LeaseGate::attach`]): one generation state per lease, and the driver can
+//! ask it what was issued when it releases the slot.
 //! - Counter: `n`, the count since the current lease's start; the nonce's
 //!   timestamp is `start + (n >> counter_bits)` and its counter `n` modulo
 //!   `2^counter_bits`, so a 64-bit burst spends saved-up milliseconds. A value
@@ -18,56 +22,112 @@
 //!   the next millisecond and the caller waits for it.
 //!
 //! A new lease (new gate epoch) restarts the state from a timestamp strictly
-//! after both the millisecond the grant was observed in and every timestamp
-//! used before. `cur` (the epoch the state belongs to, or `RESETTING`) works
-//! as a sequence lock: a value is used only if `cur` was the same before and
-//! after the `fetch_add`, so a value can never mix an old slot with a new
-//! counter. (SeqCst on `cur` and the state: on x86 the loads are plain loads
-//! and the `fetch_add` is the same `lock xadd` as with Relaxed.)
+//! after the grant's floor (what earlier holders of the slot may have used),
+//! the millisecond the grant was observed in, every timestamp this state used
+//! before, and what earlier states on this gate issued. `cur` (the epoch the
+//! state belongs to, or `RESETTING`) works as a sequence lock: a value is used
+//! only if `cur` was the same before and after the `fetch_add`, so a value can
+//! never mix an old slot with a new counter. A value is also used only if the
+//! gate is still open with the same epoch after the `fetch_add`: once the
+//! driver has closed the gate, every value handed out is already counted in
+//! the state it reads to report what was issued. And no value carries a
+//! timestamp past the gate's ceiling, the highest timestamp the holder has
+//! recorded in the store. (SeqCst on `cur`, the state and the gate: on x86 the
+//! loads are plain loads and the `fetch_add` is the same `lock xadd` as with
+//! Relaxed.)
 
+use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Duration;
 
-use leasehold_core::{LeaseGate, MonoTime};
+use leasehold_core::{Floor, GenerationState, LeaseGate, MonoTime};
 
-use crate::error::{GenerateError, LayoutError};
+use crate::error::{BuildError, GenerateError, LayoutError};
 use crate::layout::Layout;
-use crate::time::TimeSource;
+use crate::time::{Reading, TimeSource};
 
 const RESETTING: u64 = u64::MAX;
 const RESYNC_EVERY: Duration = Duration::from_secs(1);
 const NS_PER_MS: u64 = 1_000_000;
 
+/// The generation state, shared with the gate.
 #[repr(align(64))]
-struct Padded(AtomicU64);
+struct Tracker {
+    /// The state word (see the module docs).
+    word: AtomicU64,
+    /// Counter: the timestamp of `n = 0`.
+    start: AtomicU64,
+    /// Sortable: bits of the per-millisecond sequence in the state.
+    /// Counter: `min(counter_bits, 64)`, the shift from `n` to milliseconds.
+    shift: u32,
+    sortable: bool,
+    epoch_unix_ms: u64,
+    in_use: AtomicBool,
+}
+
+impl Tracker {
+    /// The timestamp (ms since the layout epoch) of the next value: at least
+    /// every timestamp handed out.
+    fn high_water(&self) -> u64 {
+        // `start` before the word: a restart stores `start` first, so a
+        // concurrent read sees an old word with a new start (too high, which
+        // is safe), never a new word with an old start.
+        let start = self.start.load(SeqCst);
+        let word = self.word.load(SeqCst);
+        if self.sortable {
+            word >> self.shift
+        } else {
+            start + word.checked_shr(self.shift).unwrap_or(0)
+        }
+    }
+}
+
+impl GenerationState for Tracker {
+    fn issued(&self) -> Floor {
+        Floor(self.high_water() + self.epoch_unix_ms)
+    }
+    fn in_use(&self) -> bool {
+        self.in_use.load(SeqCst)
+    }
+}
 
 #[repr(align(64))]
 struct ReadMostly<T> {
     gate: LeaseGate,
     time: T,
     layout: Layout,
-    /// Sortable: bits of the per-millisecond sequence in the state.
-    /// Counter: `min(counter_bits, 64)`, the shift from `n` to milliseconds.
     shift: u32,
     /// `2^shift − 1` (all ones when the shift is 64).
     mask: u64,
     /// The gate epoch the state belongs to; 0 before the first lease.
     cur: AtomicU64,
     slot: AtomicU64,
-    /// Counter: the timestamp of `n = 0`.
-    start: AtomicU64,
-    /// Timestamp (ms since the layout epoch) = (MonoTime ns + offset) / 1e6.
-    /// Only grows, so timestamps never go backwards with the wall clock.
+    /// Timestamp (ms since the layout epoch) = (MonoTime ns + offset) / 1e6
+    /// − epoch. Follows the time source's Unix offset and only grows, so
+    /// timestamps never go backwards with the wall clock.
     offset: AtomicU64,
-    /// MonoTime ns at which to re-read the wall clock.
+    /// MonoTime ns at which to re-read the Unix offset.
     next_resync: AtomicU64,
+    /// The gate epoch a clock-behind warning was last emitted for.
+    #[cfg(feature = "tracing")]
+    warned: AtomicU64,
+    /// What earlier generation states on this gate issued (Unix ms).
+    history: u64,
     lock: Mutex<()>,
 }
 
 pub(crate) struct Engine<T, const SORTABLE: bool> {
     ro: ReadMostly<T>,
-    state: Padded,
+    state: Arc<Tracker>,
+}
+
+impl<T, const SORTABLE: bool> Drop for Engine<T, SORTABLE> {
+    fn drop(&mut self) {
+        // The last clone is gone: the gate may take a new state, which starts
+        // after everything this one issued.
+        self.state.in_use.store(false, SeqCst);
+    }
 }
 
 enum Step {
@@ -76,21 +136,39 @@ enum Step {
 }
 
 impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
-    pub(crate) fn new(gate: LeaseGate, layout: Layout, time: T) -> Result<Self, LayoutError> {
+    pub(crate) fn new(
+        gate: LeaseGate,
+        layout: Layout,
+        time: T,
+        kind: &'static str,
+    ) -> Result<Self, BuildError> {
         let ctr = layout.counter_bits();
         let shift = if SORTABLE {
-            ctr.min(22).min(63 - layout.timestamp_bits())
+            // At most 2^21 values per millisecond: the sequence keeps one bit
+            // of carry below the timestamp.
+            ctr.min(21).min(63 - layout.timestamp_bits())
         } else {
             ctr.min(64)
         };
-        let wall_ms = time.wall().as_millis();
-        if wall_ms < u128::from(layout.epoch_unix_ms()) {
+        let offset = time.unix_offset(true);
+        let wall_ms = (time.precise().as_nanos().saturating_add(offset)) / NS_PER_MS;
+        if wall_ms < layout.epoch_unix_ms() {
             return Err(LayoutError::new(
                 "epoch",
                 format!("{} ms after the UNIX epoch", layout.epoch_unix_ms()),
                 format!("a time not in the future (the clock says {wall_ms} ms)"),
-            ));
+            )
+            .into());
         }
+        let state = Arc::new(Tracker {
+            word: AtomicU64::new(0),
+            start: AtomicU64::new(0),
+            shift,
+            sortable: SORTABLE,
+            epoch_unix_ms: layout.epoch_unix_ms(),
+            in_use: AtomicBool::new(true),
+        });
+        let history = gate.attach(kind, state.clone())?.0;
         let engine = Self {
             ro: ReadMostly {
                 gate,
@@ -104,14 +182,16 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                 },
                 cur: AtomicU64::new(0),
                 slot: AtomicU64::new(0),
-                start: AtomicU64::new(0),
-                offset: AtomicU64::new(0),
+                offset: AtomicU64::new(offset),
                 next_resync: AtomicU64::new(0),
+                #[cfg(feature = "tracing")]
+                warned: AtomicU64::new(0),
+                history,
                 lock: Mutex::new(()),
             },
-            state: Padded(AtomicU64::new(0)),
+            state,
         };
-        engine.resync(engine.ro.time.precise());
+        engine.resync(engine.ro.time.precise(), false);
         Ok(engine)
     }
 
@@ -125,7 +205,13 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
 
     #[inline]
     fn millis(&self, mono: MonoTime) -> u64 {
-        (mono.as_nanos() + self.ro.offset.load(Relaxed)) / NS_PER_MS
+        ((mono.as_nanos() + self.ro.offset.load(Relaxed)) / NS_PER_MS)
+            .saturating_sub(self.ro.layout.epoch_unix_ms())
+    }
+
+    /// Layout milliseconds from Unix milliseconds.
+    fn layout_ms(&self, unix_ms: u64) -> u64 {
+        unix_ms.saturating_sub(self.ro.layout.epoch_unix_ms())
     }
 
     /// The next plain nonce. With `GATED = false` the clock and the gate are
@@ -136,33 +222,55 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         Ok(self.ro.layout.compose(millis, slot, counter))
     }
 
+    /// A reading, and the gate's epoch if it is open at that reading. A
+    /// reading too near the deadline to trust is replaced by a precise one.
+    #[inline]
+    fn read(&self) -> Result<(Reading, u64), GenerateError> {
+        let ro = &self.ro;
+        let r = ro.time.now();
+        match ro.gate.check(r.latest + ro.time.guard()) {
+            Ok(e) => Ok((r, e)),
+            Err(_) => self.read_precise(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_precise(&self) -> Result<(Reading, u64), GenerateError> {
+        let r = Reading::exact(self.ro.time.precise());
+        match self.ro.gate.check(r.latest) {
+            Ok(e) => Ok((r, e)),
+            Err(_) => Err(GenerateError::Closed),
+        }
+    }
+
     /// The next plain nonce as (timestamp, slot, counter).
     #[inline]
     pub(crate) fn next_parts<const GATED: bool>(&self) -> Result<(u64, u64, u128), GenerateError> {
         let ro = &self.ro;
+        let state = &self.state.word;
         loop {
             let (reading, epoch) = if GATED {
-                let r = ro.time.now();
-                match ro.gate.check(r.latest) {
-                    Ok(e) => (r.earliest, e),
-                    Err(_) => return Err(GenerateError::Closed),
-                }
+                self.read()?
             } else {
-                (MonoTime::ZERO, ro.cur.load(Relaxed))
+                (Reading::exact(MonoTime::ZERO), ro.cur.load(Relaxed))
             };
             let c1 = ro.cur.load(SeqCst);
-            if c1 != epoch || (GATED && reading.as_nanos() >= ro.next_resync.load(Relaxed)) {
+            if c1 != epoch || (GATED && reading.earliest.as_nanos() >= ro.next_resync.load(Relaxed))
+            {
                 self.cold(epoch)?;
                 continue;
             }
             let now_ms = if GATED {
-                self.millis(reading)
+                self.millis(reading.earliest)
             } else {
                 u64::MAX
             };
             let slot = ro.slot.load(Acquire);
+            #[cfg(test)]
+            tests::hook();
             let (millis, counter) = if SORTABLE {
-                let mut p = self.state.0.fetch_add(1, SeqCst);
+                let mut p = state.fetch_add(1, SeqCst);
                 if GATED && p >> ro.shift < now_ms {
                     match self.jump(now_ms) {
                         Some(q) => p = q,
@@ -171,8 +279,8 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                 }
                 (p >> ro.shift, u128::from(p & ro.mask))
             } else {
-                let n = self.state.0.fetch_add(1, SeqCst);
-                let start = ro.start.load(Acquire);
+                let n = state.fetch_add(1, SeqCst);
+                let start = self.state.start.load(Acquire);
                 (
                     start + n.checked_shr(ro.shift).unwrap_or(0),
                     u128::from(n & ro.mask),
@@ -180,6 +288,21 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             };
             if ro.cur.load(SeqCst) != c1 {
                 continue;
+            }
+            if GATED {
+                // Still the same open lease after the state moved: a driver
+                // that closes the gate from now on counts this value in what
+                // it reports as issued.
+                if ro.gate.check(reading.latest) != Ok(epoch) {
+                    continue;
+                }
+                let ceiling = ro.gate.ceiling().0;
+                if millis + ro.layout.epoch_unix_ms() > ceiling {
+                    return Err(GenerateError::PastCeiling {
+                        timestamp_unix_ms: millis + ro.layout.epoch_unix_ms(),
+                        ceiling_unix_ms: ceiling,
+                    });
+                }
             }
             if millis > ro.layout.max_millis() {
                 return Err(GenerateError::Exhausted {
@@ -203,13 +326,10 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     fn jump(&self, now_ms: u64) -> Option<u64> {
         let shift = self.ro.shift;
         let target = now_ms << shift;
-        let mut s = self.state.0.load(SeqCst);
+        let state = &self.state.word;
+        let mut s = state.load(SeqCst);
         while s >> shift < now_ms {
-            match self
-                .state
-                .0
-                .compare_exchange_weak(s, target + 1, SeqCst, SeqCst)
-            {
+            match state.compare_exchange_weak(s, target + 1, SeqCst, SeqCst) {
                 Ok(_) => return Some(target),
                 Err(actual) => s = actual,
             }
@@ -218,10 +338,25 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     }
 
     /// Holds a value back until real time reaches its timestamp. The gate is
-    /// checked again on every reading; a new lease meanwhile discards it.
+    /// checked again on every reading; a new lease meanwhile discards it. A
+    /// timestamp further ahead than the gate's `max_clock_skew` (this host's
+    /// clock is behind the slot's floor) is refused at once.
     #[cold]
     #[inline(never)]
     fn wait_for(&self, millis: u64, epoch: u64) -> Result<Step, GenerateError> {
+        let now_ms = self.millis(self.ro.time.precise());
+        if now_ms < millis {
+            let max_skew = self.ro.gate.view().max_clock_skew;
+            let ahead = Duration::from_millis(millis - now_ms);
+            // The next millisecond is always worth waiting for.
+            if ahead > max_skew.max(Duration::from_millis(2)) {
+                self.warn_behind(epoch, ahead, max_skew);
+                return Err(GenerateError::ClockBehind {
+                    behind: ahead,
+                    max_clock_skew: max_skew,
+                });
+            }
+        }
         let mut spins = 0u32;
         loop {
             let m = self.ro.time.precise();
@@ -245,7 +380,23 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         }
     }
 
-    /// A new lease, or time to re-read the wall clock.
+    #[allow(unused_variables)]
+    fn warn_behind(&self, epoch: u64, behind: Duration, max_skew: Duration) {
+        #[cfg(feature = "tracing")]
+        if self.ro.warned.swap(epoch, Relaxed) != epoch {
+            tracing::warn!(
+                slot = self.ro.slot.load(Relaxed),
+                behind_ms = behind.as_millis() as u64,
+                max_clock_skew_ms = max_skew.as_millis() as u64,
+                "no nonce generated: this host's clock is {behind:?} behind the slot's floor \
+                 (the highest timestamp a previous holder may have used), more than \
+                 max_clock_skew ({max_skew:?}); fix the clock synchronisation (NTP) or raise \
+                 max_clock_skew"
+            );
+        }
+    }
+
+    /// A new lease, or time to re-read the Unix offset.
     #[cold]
     #[inline(never)]
     fn cold(&self, epoch: u64) -> Result<(), GenerateError> {
@@ -256,7 +407,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         }
         let m = ro.time.precise();
         if m.as_nanos() >= ro.next_resync.load(Relaxed) {
-            self.resync(m);
+            self.resync(m, true);
         }
         Ok(())
     }
@@ -278,38 +429,96 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         }
         ro.cur.store(RESETTING, SeqCst);
         let m = ro.time.precise();
-        self.resync(m);
+        self.resync(m, true);
         let observed = self.millis(m);
-        let state = self.state.0.load(SeqCst);
-        let last = if SORTABLE {
-            state >> ro.shift
-        } else {
-            ro.start.load(SeqCst) + state.checked_shr(ro.shift).unwrap_or(0)
-        };
-        let begin = observed.max(last) + 1;
+        let begin = observed
+            .max(self.state.high_water())
+            .max(self.layout_ms(view.floor.0))
+            .max(self.layout_ms(ro.history))
+            + 1;
         if begin > ro.layout.max_millis() {
             return Err(GenerateError::Exhausted {
                 timestamp_bits: ro.layout.timestamp_bits(),
             });
         }
+        // `start` before the word (see `Tracker::high_water`).
+        self.state.start.store(begin, SeqCst);
         self.state
-            .0
+            .word
             .store(if SORTABLE { begin << ro.shift } else { 0 }, SeqCst);
-        ro.start.store(begin, SeqCst);
         ro.slot.store(u64::from(view.slot), SeqCst);
         ro.cur.store(epoch, SeqCst);
         Ok(())
     }
 
-    /// Re-anchors timestamps to the wall clock; the offset only grows.
-    fn resync(&self, m: MonoTime) {
+    /// Re-reads the Unix offset (freshly measured when `fresh`); the offset
+    /// only grows.
+    fn resync(&self, m: MonoTime, fresh: bool) {
         let ro = &self.ro;
-        let wall = ro.time.wall().as_nanos();
-        let since_epoch = wall.saturating_sub(u128::from(ro.layout.epoch_unix_ms()) * 1_000_000);
-        let offset = u64::try_from(since_epoch)
-            .unwrap_or(u64::MAX)
-            .saturating_sub(m.as_nanos());
-        ro.offset.fetch_max(offset, SeqCst);
+        ro.offset.fetch_max(ro.time.unix_offset(fresh), SeqCst);
         ro.next_resync.store((m + RESYNC_EVERY).as_nanos(), Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    use leasehold_core::{Fence, LeaseGate};
+
+    use crate::{GenerateError, Layout, ManualTime, Sortable64};
+
+    thread_local! {
+        /// Runs on this thread between the gate check and the state update.
+        static HOOK: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn hook() {
+        HOOK.with(|h| {
+            if let Some(f) = h.borrow().as_ref() {
+                f();
+            }
+        });
+    }
+
+    /// A value whose caller passed the gate check just before the driver
+    /// closed the gate and read what was issued must not be handed out with
+    /// a later timestamp than that report: the re-check after the state
+    /// update refuses it.
+    #[test]
+    fn a_value_racing_the_close_is_counted_or_refused() {
+        let t = ManualTime::new();
+        t.auto_advance(Duration::from_micros(10));
+        let gate = LeaseGate::new();
+        gate.open(1, Fence(1), t.mono() + Duration::from_secs(3600));
+        let g = Sortable64::with_time(gate.clone(), Layout::default64(), t.clone()).unwrap();
+        g.next().unwrap();
+        t.auto_advance(Duration::ZERO);
+        // Five milliseconds in which nothing is generated.
+        t.advance(Duration::from_millis(5));
+        let (paused, resume) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+        let straggler = {
+            let (g, paused, resume) = (g.clone(), paused.clone(), resume.clone());
+            std::thread::spawn(move || {
+                HOOK.with(|h| {
+                    *h.borrow_mut() = Some(Box::new(move || {
+                        paused.wait();
+                        resume.wait();
+                    }))
+                });
+                g.next()
+                    .map(|v| g.decode(v).millis + crate::DEFAULT_EPOCH_UNIX_MS)
+            })
+        };
+        paused.wait(); // the straggler passed the gate check
+        gate.close();
+        let issued = gate.issued().unwrap();
+        resume.wait();
+        match straggler.join().unwrap() {
+            Err(e) => assert_eq!(e, GenerateError::Closed),
+            Ok(ms) => assert!(ms <= issued.0, "handed out {ms} after reporting {issued:?}"),
+        }
     }
 }

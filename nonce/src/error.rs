@@ -23,6 +23,26 @@ pub enum GenerateError {
         /// The layout's timestamp bits.
         timestamp_bits: u32,
     },
+    /// This host's clock is behind the slot's floor (the highest timestamp a
+    /// previous holder may have used) by more than the lease's
+    /// `max_clock_skew`: its IDs could repeat the previous holder's.
+    /// Generation resumes by itself once the clock passes the floor.
+    ClockBehind {
+        /// How far behind.
+        behind: std::time::Duration,
+        /// The configured bound.
+        max_clock_skew: std::time::Duration,
+    },
+    /// The value's timestamp is past the lease's ceiling, the highest
+    /// timestamp this holder has recorded in the store (the wall clock
+    /// stepped forward since the last renewal). Generation resumes after the
+    /// next renewal records a later ceiling.
+    PastCeiling {
+        /// The value's timestamp, Unix ms.
+        timestamp_unix_ms: u64,
+        /// The ceiling, Unix ms.
+        ceiling_unix_ms: u64,
+    },
 }
 
 impl fmt::Display for GenerateError {
@@ -44,11 +64,72 @@ impl fmt::Display for GenerateError {
                 "no nonce generated: the {timestamp_bits}-bit timestamp field has run out; \
                  choose a layout with a later epoch or more timestamp bits"
             ),
+            Self::ClockBehind {
+                behind,
+                max_clock_skew,
+            } => write!(
+                f,
+                "no nonce generated: this host's clock is {behind:?} behind the slot's floor \
+                 (the highest timestamp a previous holder of the slot may have used), more than \
+                 max_clock_skew ({max_clock_skew:?}); its IDs could repeat the previous holder's. \
+                 Fix the clock synchronisation (NTP) or raise max_clock_skew; generation resumes \
+                 once the clock passes the floor"
+            ),
+            Self::PastCeiling {
+                timestamp_unix_ms,
+                ceiling_unix_ms,
+            } => write!(
+                f,
+                "no nonce generated: its timestamp ({timestamp_unix_ms} ms) is past the highest \
+                 timestamp this lease has recorded in the store ({ceiling_unix_ms} ms), most \
+                 likely after a forward step of the wall clock; generation resumes after the \
+                 next renewal records a later one"
+            ),
         }
     }
 }
 
 impl std::error::Error for GenerateError {}
+
+/// Why a generator could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The layout is invalid (see [`LayoutError`]).
+    Layout(LayoutError),
+    /// The gate already has a generator in use: build one and clone it.
+    GateInUse(leasehold_core::GateInUse),
+}
+
+impl From<LayoutError> for BuildError {
+    fn from(e: LayoutError) -> Self {
+        Self::Layout(e)
+    }
+}
+
+impl From<leasehold_core::GateInUse> for BuildError {
+    fn from(e: leasehold_core::GateInUse) -> Self {
+        Self::GateInUse(e)
+    }
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Layout(e) => e.fmt(f),
+            Self::GateInUse(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Layout(e) => Some(e),
+            Self::GateInUse(e) => Some(e),
+        }
+    }
+}
 
 /// An invalid layout, found at construction. Names the field, the value and
 /// what it should be.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use leasehold_core::LeaseGate;
 
 use crate::engine::Engine;
-use crate::error::{GenerateError, LayoutError};
+use crate::error::{BuildError, GenerateError, LayoutError};
 use crate::layout::{Layout, Parts};
 use crate::time::{FastClock, TimeSource};
 use crate::uuid7::Uuid7;
@@ -22,6 +22,18 @@ fn check_width<W: Width>(layout: &Layout) -> Result<(), LayoutError> {
             layout.bits(),
             format!("{} for a {}-bit generator", W::BITS, W::BITS),
         ))
+    }
+}
+
+/// The name a generator gives its gate, for the error a second one gets.
+fn kind<W: Width>(sortable: bool) -> &'static str {
+    match (sortable, W::BITS) {
+        (false, 64) => "Counter64",
+        (false, 96) => "Counter96",
+        (false, _) => "Counter128",
+        (true, 64) => "Sortable64",
+        (true, 96) => "Sortable96",
+        (true, _) => "Sortable128",
     }
 }
 
@@ -43,24 +55,27 @@ macro_rules! generator {
 
         impl<W: Width> $name<W> {
             /// A generator with the default layout for the width and the
-            /// default clock, bound to `gate`. Fails only when the wall clock
-            /// is before the layout's epoch (2025-01-01).
-            pub fn new(gate: LeaseGate) -> Result<Self, LayoutError> {
+            /// default clock, bound to `gate`.
+            ///
+            /// Fails when the gate already has a generator in use (one
+            /// generation state per lease: clone that generator instead), or
+            /// when the wall clock is before the layout's epoch (2025-01-01).
+            pub fn new(gate: LeaseGate) -> Result<Self, BuildError> {
                 Self::with_layout(gate, default_layout::<W>())
             }
 
             /// A generator with a custom layout (of this width).
-            pub fn with_layout(gate: LeaseGate, layout: Layout) -> Result<Self, LayoutError> {
+            pub fn with_layout(gate: LeaseGate, layout: Layout) -> Result<Self, BuildError> {
                 Self::with_time(gate, layout, FastClock::new())
             }
         }
 
         impl<W: Width, T: TimeSource> $name<W, T> {
             /// A generator with a custom layout and time source.
-            pub fn with_time(gate: LeaseGate, layout: Layout, time: T) -> Result<Self, LayoutError> {
+            pub fn with_time(gate: LeaseGate, layout: Layout, time: T) -> Result<Self, BuildError> {
                 check_width::<W>(&layout)?;
                 Ok(Self {
-                    engine: Arc::new(Engine::new(gate, layout, time)?),
+                    engine: Arc::new(Engine::new(gate, layout, time, kind::<W>($sortable))?),
                     _width: PhantomData,
                 })
             }

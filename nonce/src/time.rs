@@ -1,12 +1,13 @@
 //! Time sources for generation: one cheap monotonic reading per call (for the
-//! gate's deadline and the timestamp), a precise reading for the rare waits,
-//! and the wall clock for anchoring timestamps to real time.
+//! gate's deadline and the timestamp), a precise reading for the rare paths,
+//! and the mapping of monotonic time to Unix time (the process-wide offset of
+//! [`SystemClock`] for the real clocks).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold_core::MonoTime;
+use leasehold_core::{MonoTime, SystemClock};
 
 /// One reading of the monotonic clock ([`MonoTime`], the gate's clock), as an
 /// interval that holds the true time: `earliest <= true now <= latest`.
@@ -17,20 +18,48 @@ use leasehold_core::MonoTime;
 pub struct Reading {
     /// No later than the true time.
     pub earliest: MonoTime,
-    /// No earlier than the true time.
+    /// No earlier than the true time (for a coarse clock: unless its ticks
+    /// stalled; see [`TimeSource::guard`]).
     pub latest: MonoTime,
 }
 
+impl Reading {
+    /// An exact reading.
+    pub const fn exact(t: MonoTime) -> Self {
+        Self {
+            earliest: t,
+            latest: t,
+        }
+    }
+}
+
 /// Where a generator gets its time. Implement it to inject time in tests
-/// ([`ManualTime`] does).
+/// ([`ManualTime`] does) or to model a skewed host.
 pub trait TimeSource: Send + Sync + 'static {
     /// The hot-path reading, once per generated nonce.
     fn now(&self) -> Reading;
-    /// A precise reading, for the rare paths (waiting for the next millisecond).
+    /// A precise reading, for the rare paths (waiting for the next
+    /// millisecond, checking a deadline that is near).
     fn precise(&self) -> MonoTime;
-    /// The wall clock, as time since the UNIX epoch. Read only when a new
-    /// lease is seen and about once a second, to anchor timestamps.
-    fn wall(&self) -> Duration;
+    /// Unix time minus monotonic time, in nanoseconds: `now + offset` is a
+    /// Unix time. `fresh` asks for a new measurement (about once a second and
+    /// on every new lease); otherwise the last one will do. The real clocks
+    /// return [`SystemClock::unix_offset`], one offset for the whole process.
+    fn unix_offset(&self, fresh: bool) -> u64;
+    /// How close to the gate's deadline a [`TimeSource::now`] reading is
+    /// trusted: nearer than this, generation checks the deadline again with
+    /// [`TimeSource::precise`]. Zero for exact clocks.
+    fn guard(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+fn system_offset(fresh: bool) -> u64 {
+    if fresh {
+        SystemClock::resync_unix_offset()
+    } else {
+        SystemClock::unix_offset()
+    }
 }
 
 /// `std::time::Instant` (via [`MonoTime::now`]) on every call: exact to the
@@ -41,39 +70,34 @@ pub struct PreciseClock;
 impl TimeSource for PreciseClock {
     #[inline]
     fn now(&self) -> Reading {
-        let t = MonoTime::now();
-        Reading {
-            earliest: t,
-            latest: t,
-        }
+        Reading::exact(MonoTime::now())
     }
     fn precise(&self) -> MonoTime {
         MonoTime::now()
     }
-    fn wall(&self) -> Duration {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
+    fn unix_offset(&self, fresh: bool) -> u64 {
+        system_offset(fresh)
     }
 }
 
 /// The default: on Linux, `CLOCK_MONOTONIC_COARSE` through the vDSO (about
-/// 6 ns a read instead of 30), which is `CLOCK_MONOTONIC` — the clock of
-/// [`MonoTime`] — as of the last kernel tick. Each reading is widened by the
-/// tick (`clock_getres`, typically 1–4 ms), so the gate closes up to one tick
-/// *before* the deadline, never after, and timestamps lag real time by at most
-/// one tick. Elsewhere, or when the coarse clock does not line up with
-/// `MonoTime` at startup, or ticks slower than 10 ms, it is [`PreciseClock`].
-#[derive(Clone, Copy, Debug)]
+/// 6 ns a read instead of 20–40), mapped onto [`MonoTime`] (the gate's clock,
+/// `CLOCK_BOOTTIME`). Each reading is widened by the tick (`clock_getres`,
+/// typically 1–4 ms), so the gate closes up to one tick *before* the deadline
+/// and timestamps lag real time by at most one tick.
+///
+/// The mapping is checked again on every new tick, with precise reads, so a
+/// suspend (after which `CLOCK_BOOTTIME` is ahead of the coarse clock by the
+/// time suspended) is noticed at the first call after it. A coarse clock can
+/// also lag more than a tick when the kernel's timekeeping is delayed, so
+/// readings within [`FastClock::GUARD`] (or eight ticks) of the gate's
+/// deadline are not trusted: generation re-checks with the precise clock.
+///
+/// Elsewhere, or when the coarse clock cannot be lined up with `MonoTime`, or
+/// ticks slower than 10 ms, it is [`PreciseClock`].
+#[derive(Clone, Debug)]
 pub struct FastClock {
-    /// `MonoTime` = raw coarse nanoseconds − `shift`; `None` means precise.
-    coarse: Option<Coarse>,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Coarse {
-    shift: u64,
-    span: u64,
+    coarse: Option<Arc<coarse::Coarse>>,
 }
 
 impl Default for FastClock {
@@ -83,10 +107,14 @@ impl Default for FastClock {
 }
 
 impl FastClock {
+    /// The least distance from a deadline at which a coarse reading is
+    /// trusted (more when eight ticks are longer).
+    pub const GUARD: Duration = Duration::from_millis(50);
+
     /// Calibrates against `MonoTime` (a few clock reads).
     pub fn new() -> Self {
         Self {
-            coarse: coarse::calibrate(),
+            coarse: coarse::Coarse::calibrate().map(Arc::new),
         }
     }
 
@@ -97,37 +125,42 @@ impl FastClock {
 
     /// The width of a reading (`latest − earliest`): zero when precise.
     pub fn resolution(&self) -> Duration {
-        Duration::from_nanos(self.coarse.map_or(0, |c| c.span))
+        Duration::from_nanos(self.coarse.as_ref().map_or(0, |c| c.span()))
     }
 }
 
 impl TimeSource for FastClock {
     #[inline]
     fn now(&self) -> Reading {
-        match self.coarse {
-            Some(c) => {
-                let earliest = coarse::raw().saturating_sub(c.shift);
-                Reading {
-                    earliest: MonoTime::from_nanos(earliest),
-                    latest: MonoTime::from_nanos(earliest + c.span),
-                }
-            }
+        match &self.coarse {
+            Some(c) => c.now(),
             None => PreciseClock.now(),
         }
     }
     fn precise(&self) -> MonoTime {
         MonoTime::now()
     }
-    fn wall(&self) -> Duration {
-        PreciseClock.wall()
+    fn unix_offset(&self, fresh: bool) -> u64 {
+        system_offset(fresh)
+    }
+    fn guard(&self) -> Duration {
+        match &self.coarse {
+            Some(c) => Self::GUARD.max(Duration::from_nanos(c.span()) * 8),
+            None => Duration::ZERO,
+        }
     }
 }
 
 #[cfg(target_os = "linux")]
 mod coarse {
-    use super::Coarse;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::Reading;
     use leasehold_core::MonoTime;
     use rustix::time::{ClockId, Timespec, clock_getres, clock_gettime};
+
+    /// The most a mapping measurement may be off; a wider bracket is retried.
+    const MAX_ERR: u64 = 20_000;
 
     fn nanos(t: Timespec) -> u64 {
         (t.tv_sec as u64)
@@ -136,58 +169,113 @@ mod coarse {
     }
 
     #[inline]
-    pub(super) fn raw() -> u64 {
+    fn raw() -> u64 {
         nanos(clock_gettime(ClockId::MonotonicCoarse))
     }
 
-    pub(super) fn calibrate() -> Option<Coarse> {
-        let res = nanos(clock_getres(ClockId::MonotonicCoarse));
-        if res == 0 || res > 10_000_000 {
-            return None;
+    /// The coarse clock's mapping onto `MonoTime`, checked once per tick.
+    #[derive(Debug)]
+    #[repr(align(64))]
+    pub(super) struct Coarse {
+        /// The tick (`clock_getres`), in ns.
+        res: u64,
+        /// The raw coarse reading the mapping was last checked at.
+        tick: AtomicU64,
+        /// `MonoTime` minus raw `CLOCK_MONOTONIC`, as two's complement.
+        shift: AtomicU64,
+    }
+
+    impl Coarse {
+        pub(super) fn calibrate() -> Option<Self> {
+            let res = nanos(clock_getres(ClockId::MonotonicCoarse));
+            if res == 0 || res > 10_000_000 {
+                return None;
+            }
+            let c = Self {
+                res,
+                tick: AtomicU64::new(0),
+                shift: AtomicU64::new(measure_shift()?),
+            };
+            // Check that the clocks really line up (they would not if
+            // MonoTime stopped being a CLOCK_MONOTONIC-rate clock).
+            for _ in 0..4 {
+                let before = MonoTime::now();
+                let r = c.now();
+                let after = MonoTime::now();
+                if r.earliest > after || r.latest + super::FastClock::GUARD < before {
+                    return None;
+                }
+            }
+            Some(c)
         }
-        // MonoTime counts CLOCK_MONOTONIC nanoseconds from a process anchor:
-        // find the anchor by bracketing a MonoTime read between raw reads.
-        let mut best: Option<(u64, u64)> = None; // (shift, error)
+
+        pub(super) fn span(&self) -> u64 {
+            self.res + 2 * MAX_ERR
+        }
+
+        #[inline]
+        pub(super) fn now(&self) -> Reading {
+            let raw = raw();
+            if raw != self.tick.load(Ordering::Acquire) && !self.recheck(raw) {
+                return Reading::exact(MonoTime::now());
+            }
+            let base = raw.wrapping_add(self.shift.load(Ordering::Acquire));
+            let earliest = base.saturating_sub(MAX_ERR);
+            Reading {
+                earliest: MonoTime::from_nanos(earliest),
+                latest: MonoTime::from_nanos(earliest + self.span()),
+            }
+        }
+
+        /// A new tick: measure the mapping again (a suspend moves it). False
+        /// when no tight measurement could be made.
+        #[cold]
+        #[inline(never)]
+        fn recheck(&self, raw: u64) -> bool {
+            match measure_shift() {
+                Some(shift) => {
+                    self.shift.store(shift, Ordering::Release);
+                    self.tick.store(raw, Ordering::Release);
+                    true
+                }
+                None => false,
+            }
+        }
+    }
+
+    /// `MonoTime − CLOCK_MONOTONIC` by bracketing a `MonoTime` read between
+    /// two precise `CLOCK_MONOTONIC` reads; `None` when no bracket of 16 was
+    /// tighter than `2 × MAX_ERR`.
+    fn measure_shift() -> Option<u64> {
         for _ in 0..16 {
             let a = nanos(clock_gettime(ClockId::Monotonic));
             let m = MonoTime::now().as_nanos();
             let b = nanos(clock_gettime(ClockId::Monotonic));
-            let err = (b - a) / 2 + 1;
-            let shift = (a + (b - a) / 2).checked_sub(m)?;
-            if best.is_none_or(|(_, e)| err < e) {
-                best = Some((shift, err));
+            if b.wrapping_sub(a) <= 2 * MAX_ERR {
+                return Some(m.wrapping_sub(a + (b - a) / 2));
             }
         }
-        let (shift, err) = best?;
-        if err > 20_000 {
-            return None;
-        }
-        let c = Coarse {
-            shift: shift + err,
-            span: res + 2 * err,
-        };
-        // Check that the clocks really line up (they would not if std's
-        // Instant stopped being CLOCK_MONOTONIC): earliest <= MonoTime <= latest.
-        for _ in 0..4 {
-            let earliest = raw().saturating_sub(c.shift);
-            let m = MonoTime::now().as_nanos();
-            if earliest > m || m > earliest + c.span + 1_000_000 {
-                return None;
-            }
-        }
-        Some(c)
+        None
     }
 }
 
 #[cfg(not(target_os = "linux"))]
 mod coarse {
-    use super::Coarse;
-    #[inline]
-    pub(super) fn raw() -> u64 {
-        0
-    }
-    pub(super) fn calibrate() -> Option<Coarse> {
-        None
+    use super::Reading;
+
+    #[derive(Debug)]
+    pub(super) struct Coarse;
+
+    impl Coarse {
+        pub(super) fn calibrate() -> Option<Self> {
+            None
+        }
+        pub(super) fn span(&self) -> u64 {
+            0
+        }
+        pub(super) fn now(&self) -> Reading {
+            unreachable!("never calibrated off Linux")
+        }
     }
 }
 
@@ -196,7 +284,7 @@ mod coarse {
 /// Cloning shares the times.
 ///
 /// ```
-/// use leasehold_nonce::{ManualTime, TimeSource};
+/// use leasehold_nonce::ManualTime;
 /// use std::time::Duration;
 /// let t = ManualTime::new();
 /// let w = t.wall();
@@ -226,7 +314,10 @@ impl Default for ManualTime {
 impl ManualTime {
     /// Monotonic time 1 s, wall clock the real current time.
     pub fn new() -> Self {
-        let wall = PreciseClock.wall().as_nanos() as u64;
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos() as u64;
         Self(Arc::new(ManualInner {
             mono: AtomicU64::new(1_000_000_000),
             wall: AtomicU64::new(wall),
@@ -258,15 +349,16 @@ impl ManualTime {
     pub fn mono(&self) -> MonoTime {
         MonoTime::from_nanos(self.0.mono.load(Ordering::SeqCst))
     }
+
+    /// The wall clock, as time since the UNIX epoch.
+    pub fn wall(&self) -> Duration {
+        Duration::from_nanos(self.0.wall.load(Ordering::SeqCst))
+    }
 }
 
 impl TimeSource for ManualTime {
     fn now(&self) -> Reading {
-        let t = self.mono();
-        Reading {
-            earliest: t,
-            latest: t,
-        }
+        Reading::exact(self.mono())
     }
     fn precise(&self) -> MonoTime {
         let step = self.0.step.load(Ordering::SeqCst);
@@ -275,8 +367,11 @@ impl TimeSource for ManualTime {
         }
         self.mono()
     }
-    fn wall(&self) -> Duration {
-        Duration::from_nanos(self.0.wall.load(Ordering::SeqCst))
+    fn unix_offset(&self, _fresh: bool) -> u64 {
+        self.0
+            .wall
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.0.mono.load(Ordering::SeqCst))
     }
 }
 
@@ -284,6 +379,9 @@ impl TimeSource for ManualTime {
 mod tests {
     use super::*;
 
+    /// A reading brackets the true time; `latest` can lag only when the
+    /// kernel's ticks stall, and never by more than the guard (past which the
+    /// gate is checked with the precise clock).
     #[test]
     fn fast_clock_brackets_the_true_time() {
         let c = FastClock::new();
@@ -292,7 +390,7 @@ mod tests {
             let r = c.now();
             let after = MonoTime::now();
             assert!(r.earliest <= after, "{r:?} {after:?}");
-            assert!(r.latest >= before, "{r:?} {before:?}");
+            assert!(r.latest + c.guard() >= before, "{r:?} {before:?}");
         }
         #[cfg(target_os = "linux")]
         assert!(c.is_coarse() || c.resolution().is_zero());

@@ -71,7 +71,7 @@ impl Backend for EtcdBackend {
     ) -> Option<BoxFuture<'a, Result<(), String>>> {
         Some(Box::pin(async move {
             let leases = self.leases().await?;
-            let key = leases.slot_key(&pool.name(), slot);
+            let key = leases.slot_key(pool.name(), slot);
             let deleted = leases
                 .client()
                 .clone()

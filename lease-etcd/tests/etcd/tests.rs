@@ -88,7 +88,7 @@ async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), Str
         .acquire(&pool, Floor::NONE)
         .await
         .map_err(|e| e.to_string())?;
-    let mut watch = leases.watch_loss(&pool.name(), &grant);
+    let mut watch = leases.watch_loss(pool.name(), &grant);
     // Give the watch time to be established, so the test measures the event
     // path and not the catch-up from the start revision.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -96,7 +96,7 @@ async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), Str
         watch.try_lost().is_none(),
         "loss reported before any change"
     );
-    let key = leases.slot_key(&pool.name(), grant.slot);
+    let key = leases.slot_key(pool.name(), grant.slot);
     let start = Instant::now();
     delete_behind_the_back(&b, &key).await?;
     let reason = tokio::time::timeout(Duration::from_secs(1), &mut watch)
@@ -130,8 +130,8 @@ async fn watch_reports_a_rewritten_key(b: EtcdBackend) -> Result<(), String> {
         .acquire(&pool, Floor::NONE)
         .await
         .map_err(|e| e.to_string())?;
-    let watch = leases.watch_loss(&pool.name(), &grant);
-    let key = leases.slot_key(&pool.name(), grant.slot);
+    let watch = leases.watch_loss(pool.name(), &grant);
+    let key = leases.slot_key(pool.name(), grant.slot);
     let other = b.leases().await?;
     other
         .client()
@@ -175,7 +175,7 @@ async fn watch_survives_dropped_connections_then_reports_loss(
         .acquire(&pool, Floor::NONE)
         .await
         .map_err(|e| e.to_string())?;
-    let mut watch = leases.watch_loss(&pool.name(), &grant);
+    let mut watch = leases.watch_loss(pool.name(), &grant);
     tokio::time::sleep(Duration::from_millis(200)).await;
     proxy.set(Fault::Drop);
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -184,7 +184,7 @@ async fn watch_survives_dropped_connections_then_reports_loss(
         "dropped connections were reported as a loss"
     );
     proxy.set(Fault::Pass);
-    let key = leases.slot_key(&pool.name(), grant.slot);
+    let key = leases.slot_key(pool.name(), grant.slot);
     delete_behind_the_back(&b, &key).await?;
     tokio::time::timeout(Duration::from_secs(5), watch)
         .await
@@ -211,7 +211,7 @@ async fn guard_closes_the_manager_gate_within_1s_of_deletion(b: EtcdBackend) -> 
     let gate = manager.gate();
     let before = gate.view();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let key = leases.slot_key(&manager.pool().name(), before.slot);
+    let key = leases.slot_key(manager.pool().name(), before.slot);
     let start = Instant::now();
     delete_behind_the_back(&b, &key).await?;
     let closed = until(Duration::from_secs(1), || gate.check_now().is_err()).await;
@@ -319,7 +319,7 @@ async fn fence_is_the_keys_create_revision(b: EtcdBackend) -> Result<(), String>
         .acquire(&pool, Floor::NONE)
         .await
         .map_err(|e| e.to_string())?;
-    let key = leases.slot_key(&pool.name(), grant.slot);
+    let key = leases.slot_key(pool.name(), grant.slot);
     ensure!(
         key == format!("leasehold/{}/{}", pool.name(), grant.slot),
         "key layout {key}"
