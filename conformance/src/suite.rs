@@ -22,6 +22,8 @@ pub enum Needs {
     Network,
     /// A backend that can delete a lease behind its holder's back.
     Revoke,
+    /// A store that persists each slot's hand-over floor.
+    Floor,
 }
 
 /// The result of one behaviour.
@@ -69,6 +71,7 @@ behaviours! {
     Network unreachable_store_acquire_is_retryable,
     Network renewal_recovers_after_the_fault_heals,
     Revoke revoked_lease_is_lost_on_next_renewal,
+    Floor floor_is_kept_across_holders,
 }
 
 /// Selects the behaviours a backend with `caps` (and `can_revoke`) runs.
@@ -79,6 +82,7 @@ pub fn select(caps: &Capabilities, can_revoke: bool) -> Vec<Behaviour> {
             Needs::Store => caps.coordinated,
             Needs::Network => caps.coordinated && caps.networked,
             Needs::Revoke => caps.coordinated && can_revoke,
+            Needs::Floor => caps.coordinated && caps.persists_floor,
         })
         .collect()
 }
@@ -639,6 +643,58 @@ pub async fn revoked_lease_is_lost_on_next_renewal(b: Arc<dyn Backend>) -> Outco
     ensure!(
         matches!(r, Renewal::Lost(_)),
         "renewal after revoke answered {r:?}"
+    );
+    Ok(())
+}
+
+/// DESIGN.md timing rule 8: the slot's floor outlives its holders. Acquire and
+/// renew raise it to the reported ceiling (never lower it), release sets it to
+/// what was issued, and the next grant, after a release or an expiry,
+/// carries it.
+pub async fn floor_is_kept_across_holders(b: Arc<dyn Backend>) -> Outcome {
+    let ctx = Ctx::new(b, 1, None).await?;
+    let rival = ctx.another().await?;
+    let first = ctx
+        .store
+        .acquire_dyn(&ctx.pool, Floor(1_000))
+        .await
+        .map_err(|e| format!("acquire: {e}"))?;
+    ensure!(
+        first.floor <= Floor(1_000),
+        "fresh slot with floor {:?}",
+        first.floor
+    );
+    for ceiling in [5_000, 2_000] {
+        let r = ctx.store.renew_dyn(&ctx.pool, &first, Floor(ceiling)).await;
+        ensure!(
+            matches!(r, Renewal::Renewed { .. }),
+            "renewal answered {r:?}"
+        );
+    }
+    let r = ctx.store.release_dyn(&ctx.pool, &first, Floor(3_000)).await;
+    ensure!(r == Release::Released, "release answered {r:?}");
+    let second = rival
+        .acquire_dyn(&ctx.pool, Floor(2_500))
+        .await
+        .map_err(|e| format!("acquire after release: {e}"))?;
+    ensure!(
+        second.floor == Floor(3_000),
+        "after a release reporting 3000 the next grant carries {:?}",
+        second.floor
+    );
+    let r = rival.renew_dyn(&ctx.pool, &second, Floor(9_000)).await;
+    ensure!(
+        matches!(r, Renewal::Renewed { .. }),
+        "renewal answered {r:?}"
+    );
+    // A stale release (the first holder's token) changes nothing.
+    let r = ctx.store.release_dyn(&ctx.pool, &first, Floor(1)).await;
+    ensure!(r == Release::NotHeld, "stale release answered {r:?}");
+    let third = ctx.acquire_after_expiry(&ctx.store).await?;
+    ensure!(
+        third.floor == Floor(9_000),
+        "after an expiry the next grant carries {:?}, not the last ceiling 9000",
+        third.floor
     );
     Ok(())
 }

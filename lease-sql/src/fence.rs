@@ -47,9 +47,13 @@ pub enum FenceError {
 /// column (the writes to one row are then fenced, not the whole resource):
 ///
 /// ```sql
-/// UPDATE invoices SET status = 'sent', fence = $1 WHERE id = $2 AND fence < $1
+/// UPDATE invoices SET status = 'sent', fence = $1 WHERE id = $2 AND fence <= $1
 /// -- 0 rows: refused, a bigger fence has written this row
 /// ```
+///
+/// (`<=`, not `<`: the same holder writes the same row many times with its
+/// one fence.) Fences are per slot: compare fences of one slot (a leader pool
+/// of one slot, or one resource per slot), never fences of different slots.
 ///
 /// ```no_run
 /// # async fn demo(strategy: leasehold_sql::SqlStrategy, fence: leasehold_core::Fence) -> Result<(), Box<dyn std::error::Error>> {

@@ -164,7 +164,7 @@ generator!(
     ///
     /// The 64-bit form gives at most 2^13 values per millisecond (default
     /// layout) and waits for the next millisecond when they are spent. The
-    /// 96- and 128-bit forms allow 2^22 per millisecond. A wall clock that
+    /// 96- and 128-bit forms allow 2^21 per millisecond. A wall clock that
     /// goes backwards never makes a timestamp repeat (see the crate docs).
     ///
     /// Cloning shares the state.
