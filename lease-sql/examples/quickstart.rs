@@ -120,6 +120,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         "a nonce carries the slot that made it"
     );
 
+    // Listen for Ctrl-C before saying so: a SIGINT that arrives before the
+    // handler is in place would kill the process without releasing.
+    #[cfg(unix)]
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     println!("holding the lease (renewing in the background); Ctrl-C releases it");
     let stop = async {
         match args.for_secs {
@@ -127,8 +131,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             None => std::future::pending().await,
         }
     };
+    #[cfg(unix)]
+    let interrupted = async {
+        interrupt.recv().await;
+        Ok::<(), std::io::Error>(())
+    };
+    #[cfg(not(unix))]
+    let interrupted = tokio::signal::ctrl_c();
     tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
+        r = interrupted => r?,
         () = stop => {}
     }
     let slot = gate.view().slot;

@@ -107,6 +107,9 @@ fn two_quickstarts_on_one_sqlite_file_get_distinct_slots_and_release_on_ctrl_c()
     // Both hold their leases now; both made nonces with their slot.
     a.wait_for("decoded nonce 0: slot", limit);
     b.wait_for("decoded nonce 0: slot", limit);
+    // Ctrl-C is handled from this line on.
+    a.wait_for("holding the lease", limit);
+    b.wait_for("holding the lease", limit);
     for r in [&mut a, &mut b] {
         assert!(
             r.child.try_wait().unwrap().is_none(),
