@@ -38,16 +38,19 @@ fn gate_closes_at_the_deadline_with_the_driver_starved() {
         .build()
         .unwrap();
     rt.block_on(async {
+        // A TTL long enough that the first check below cannot miss the
+        // lease however loaded the machine is.
         let manager =
-            LeaseManager::start(Memory::new(), config("starved", 4, 400).build().unwrap())
+            LeaseManager::start(Memory::new(), config("starved", 4, 5_000).build().unwrap())
                 .await
                 .unwrap();
         let gate = manager.gate();
-        assert!(gate.check_now().is_ok());
         let deadline = gate.deadline();
+        assert!(gate.check(deadline - Duration::from_millis(1)).is_ok());
         // Block the runtime's only thread past the deadline: no timer can fire,
         // no renewal can run.
-        std::thread::sleep(Duration::from_millis(700));
+        let now = leasehold_core::MonoTime::now();
+        std::thread::sleep(deadline.saturating_since(now) + Duration::from_millis(50));
         assert!(leasehold_core::MonoTime::now() > deadline);
         assert!(
             gate.check_now().is_err(),
@@ -72,7 +75,10 @@ async fn callback_runs_after_the_gate_closed_then_reacquires() {
     let cfg = {
         let (gate_cell, closed, calls) =
             (gate_cell.clone(), closed_in_callback.clone(), calls.clone());
-        config("lost", 2, 400)
+        // A long TTL and frequent renewals: the revocation is the only way
+        // this lease can end, however slow the machine.
+        config("lost", 2, 30_000)
+            .renew_interval(Duration::from_millis(100))
             .on_lost(move |ev| {
                 let gate = gate_cell.get().expect("gate set");
                 closed.store(gate.check_now().is_err(), Ordering::SeqCst);
@@ -164,7 +170,7 @@ async fn start_times_out_on_a_full_pool() {
     let err = LeaseManager::start(
         store.clone(),
         config("full", 1, 10_000)
-            .acquire_timeout(Duration::from_millis(300))
+            .acquire_timeout(Duration::from_secs(1))
             .build()
             .unwrap(),
     )
@@ -191,16 +197,23 @@ async fn start_times_out_on_a_full_pool() {
 async fn static_slot_is_held_and_renewed() {
     let manager = LeaseManager::start(
         StaticSlot::new(2),
-        config("static-ok", 4, 300).build().unwrap(),
+        config("static-ok", 4, 30_000)
+            .renew_interval(Duration::from_millis(100))
+            .build()
+            .unwrap(),
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(manager.gate().view().slot, 2);
-    assert!(
-        manager.gate().check_now().is_ok(),
-        "static lease not renewed"
-    );
+    // Renewals move the deadline (polled, however slow the machine).
+    let first = manager.gate().deadline();
+    let mut rx = manager.subscribe();
+    wait_for(
+        &mut rx,
+        |s| matches!(s, LeaseState::Held { deadline, .. } if *deadline > first),
+    )
+    .await;
+    assert_eq!(manager.gate().view().slot, 2);
     manager.shutdown().await;
 }
 
