@@ -278,7 +278,7 @@ pub async fn renew_keeps_the_slot_past_the_original_ttl(b: Arc<dyn Backend>) -> 
     while start.elapsed() < ctx.pool.ttl() * 2 {
         tokio::time::sleep(ctx.pool.ttl() / 4).await;
         match ctx.store.renew_dyn(&ctx.pool, &grant, Floor::NONE).await {
-            Renewal::Renewed { ttl } => ensure!(ttl > Duration::ZERO, "renewed with zero ttl"),
+            Renewal::Renewed { ttl, .. } => ensure!(ttl > Duration::ZERO, "renewed with zero ttl"),
             other => {
                 return Err(format!(
                     "renewal {:?} into the lease: {other:?}",

@@ -97,7 +97,8 @@ impl LeaseManager {
         let (started_tx, mut started_rx) = oneshot::channel();
         let seed = u64::from(std::process::id()) ^ MonoTime::now().as_nanos();
         let driver = Driver {
-            machine: Machine::new(config.timing.clone(), caps.deterministic, seed),
+            machine: Machine::new(config.timing.clone(), caps.deterministic, seed)
+                .with_store_resolution(caps.time_resolution),
             cache_key: (strategy.identity(), config.pool.name.to_string()),
             strategy,
             pool: config.pool.clone(),
@@ -311,7 +312,7 @@ impl<S: Strategy> Driver<S> {
                         let ceiling = self.ceiling(sent_at);
                         tokio::select! {
                             r = self.strategy.renew(&self.pool, &grant, ceiling) => Some(match r {
-                                Renewal::Renewed { ttl } => Input::Renewed { ttl, sent_at, ceiling },
+                                Renewal::Renewed { ttl, store_time } => Input::Renewed { ttl, sent_at, ceiling, store_time },
                                 Renewal::Lost(r) => Input::RenewLost(r),
                                 Renewal::Retry(r) => Input::RenewRetry(r),
                             }),
@@ -499,13 +500,15 @@ impl<S: Strategy> Driver<S> {
             // retired); start after what they issued.
             let sent_at = MonoTime::now();
             let ceiling = self.ceiling(sent_at);
-            if let Renewal::Renewed { ttl } = self.strategy.renew(&self.pool, &grant, ceiling).await
+            if let Renewal::Renewed { ttl, store_time } =
+                self.strategy.renew(&self.pool, &grant, ceiling).await
             {
                 let issued = old_gate
                     .issued()
                     .unwrap_or_else(|| Floor(SystemClock::unix_millis_at(MonoTime::now())));
                 grant.ttl = ttl;
                 grant.floor = grant.floor.max(issued);
+                grant.store_time = store_time;
                 return Input::Acquired {
                     grant,
                     sent_at,

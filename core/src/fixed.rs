@@ -37,15 +37,14 @@ fn fixed_acquire(slot: u32, pool: &PoolSpec, source: &str) -> Result<Grant, Acqu
             ),
         });
     }
-    Ok(Grant {
+    // No store keeps a floor for a fixed slot: a successor on the same slot
+    // relies on its own clock (see DESIGN.md, timing rule 8).
+    Ok(Grant::new(
         slot,
-        token: Token::random(),
-        fence: wall_clock_fence(),
-        ttl: pool.ttl,
-        // No store keeps a floor for a fixed slot: a successor on the same
-        // slot relies on its own clock (see DESIGN.md, timing rule 8).
-        floor: Floor::NONE,
-    })
+        Token::random(),
+        wall_clock_fence(),
+        pool.ttl,
+    ))
 }
 
 /// A fixed slot, for example a node's index in a known host list.
@@ -97,7 +96,7 @@ impl Strategy for StaticSlot {
         fixed_acquire(self.slot, pool, "the static slot")
     }
     async fn renew(&self, pool: &PoolSpec, _grant: &Grant, _ceiling: Floor) -> Renewal {
-        Renewal::Renewed { ttl: pool.ttl }
+        Renewal::renewed(pool.ttl)
     }
     async fn release(&self, _pool: &PoolSpec, _grant: &Grant, _issued: Floor) -> Release {
         Release::Released
@@ -182,7 +181,7 @@ impl Strategy for PodOrdinal {
         )
     }
     async fn renew(&self, pool: &PoolSpec, _grant: &Grant, _ceiling: Floor) -> Renewal {
-        Renewal::Renewed { ttl: pool.ttl }
+        Renewal::renewed(pool.ttl)
     }
     async fn release(&self, _pool: &PoolSpec, _grant: &Grant, _issued: Floor) -> Release {
         Release::Released

@@ -15,6 +15,13 @@ pub enum LossCause {
         /// The last uncertain renewal's reason, if any.
         last_retry: Option<Reason>,
     },
+    /// The store's clock ran ahead of the local clock between two confirmed
+    /// operations by more than the margin allows (DESIGN.md, rule 11): the
+    /// store may expire the lease before the local deadline.
+    StoreClockJumped {
+        /// How far ahead, beyond clock-rate and resolution allowances.
+        by: std::time::Duration,
+    },
 }
 
 /// Passed to the loss callback. Generation has already stopped.

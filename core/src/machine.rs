@@ -41,6 +41,8 @@ pub enum Input {
         sent_at: MonoTime,
         /// The ceiling reported with the renewal.
         ceiling: Floor,
+        /// The store's clock when it renewed, if it said.
+        store_time: Option<Duration>,
     },
     /// The store positively rejected a renewal.
     RenewLost(Reason),
@@ -116,6 +118,9 @@ enum Phase {
         attempt: u32,
         last_retry: Option<Reason>,
         in_flight: bool,
+        /// The store's clock at the last confirmed operation, and when that
+        /// request was sent (no earlier than the store applied it).
+        store_mark: Option<(Duration, MonoTime)>,
     },
     /// A deterministic slot was lost: it is never re-acquired.
     LostForGood,
@@ -127,6 +132,8 @@ enum Phase {
 pub struct Machine {
     timing: Timing,
     deterministic: bool,
+    /// The store's time resolution (see `Capabilities::time_resolution`).
+    store_resolution: Duration,
     phase: Phase,
     rng: SplitMix,
 }
@@ -138,9 +145,47 @@ impl Machine {
         Self {
             timing,
             deterministic,
+            store_resolution: Duration::ZERO,
             phase: Phase::Idle,
             rng: SplitMix::new(seed),
         }
+    }
+
+    /// Sets the store's time resolution, used to tell a jump of the store's
+    /// clock from rounding.
+    pub fn with_store_resolution(mut self, resolution: Duration) -> Self {
+        self.store_resolution = resolution;
+        self
+    }
+
+    /// How far the store's clock may run ahead of the local elapsed time
+    /// between two confirmed operations before the lease counts as lost: the
+    /// part of the safety margin the minimum does not need. A larger forward
+    /// jump would let the store expire the lease before the local deadline.
+    pub fn store_jump_tolerance(&self) -> Duration {
+        let min = crate::config::min_safety_margin(self.timing.ttl(), self.store_resolution);
+        self.timing.safety_margin().saturating_sub(min)
+    }
+
+    /// A forward jump of the store's clock since the last confirmed operation
+    /// larger than [`Machine::store_jump_tolerance`]: `store_elapsed −
+    /// local_max × (1 + rate bound) − 2 × resolution`, where `local_max` is
+    /// the most real time that can have passed between the two store events
+    /// (from the earlier request's send to this answer's arrival).
+    fn store_jumped(&self, store_now: Option<Duration>, now: MonoTime) -> Option<Duration> {
+        let Phase::Held {
+            store_mark: Some((store_then, sent_then)),
+            ..
+        } = &self.phase
+        else {
+            return None;
+        };
+        let store_elapsed = store_now?.saturating_sub(*store_then);
+        let local_max = now.saturating_since(*sent_then);
+        let ppm = u32::try_from(crate::config::CLOCK_RATE_BOUND_PPM).unwrap_or(u32::MAX);
+        let allowed = local_max + local_max / 1_000_000 * ppm + self.store_resolution * 2;
+        let jump = store_elapsed.saturating_sub(allowed);
+        (jump > self.store_jump_tolerance()).then_some(jump)
     }
 
     /// The timings.
@@ -248,21 +293,25 @@ impl Machine {
                 ttl,
                 sent_at,
                 ceiling,
+                store_time,
             } => {
-                let every = self.renew_every(ttl);
+                if !matches!(
+                    self.phase,
+                    Phase::Held {
+                        in_flight: true,
+                        ..
+                    }
+                ) {
+                    return out;
+                }
+                if let Some(by) = self.store_jumped(store_time, now) {
+                    // Rule 11: the store's clock jumped forward; its expiry may
+                    // come before the local deadline.
+                    self.lose(LossCause::StoreClockJumped { by }, now, &mut out);
+                    return out;
+                }
                 // Rule 2: from the send time, never from the answer's arrival.
                 let new_deadline = self.timing.deadline(sent_at, ttl);
-                let Phase::Held {
-                    deadline,
-                    renew_at,
-                    attempt,
-                    last_retry,
-                    in_flight: in_flight @ true,
-                    ..
-                } = &mut self.phase
-                else {
-                    return out;
-                };
                 if new_deadline <= now {
                     self.lose(
                         LossCause::DeadlinePassed { last_retry: None },
@@ -271,11 +320,26 @@ impl Machine {
                     );
                     return out;
                 }
-                *deadline = new_deadline;
-                *renew_at = sent_at + every;
-                *attempt = 0;
-                *last_retry = None;
-                *in_flight = false;
+                let every = self.renew_every(ttl);
+                if let Phase::Held {
+                    deadline,
+                    renew_at,
+                    attempt,
+                    last_retry,
+                    in_flight,
+                    store_mark,
+                    ..
+                } = &mut self.phase
+                {
+                    *deadline = new_deadline;
+                    *renew_at = sent_at + every;
+                    *attempt = 0;
+                    *last_retry = None;
+                    *in_flight = false;
+                    if let Some(t) = store_time {
+                        *store_mark = Some((t, sent_at));
+                    }
+                }
                 out.push(Action::Extend {
                     deadline: new_deadline,
                     ceiling,
@@ -366,6 +430,7 @@ impl Machine {
                 .with_max_clock_skew(self.timing.max_clock_skew()),
         ));
         let renew_at = sent_at + self.renew_every(grant.ttl);
+        let store_mark = grant.store_time.map(|t| (t, sent_at));
         self.phase = Phase::Held {
             grant,
             deadline,
@@ -373,6 +438,7 @@ impl Machine {
             attempt: 0,
             last_retry: None,
             in_flight: false,
+            store_mark,
         };
     }
 

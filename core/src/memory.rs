@@ -135,13 +135,14 @@ impl Strategy for Memory {
             state.fence += 1;
             let floor = Floor(state.floor);
             state.floor = state.floor.max(ceiling.0);
-            Ok(Grant {
-                slot: u32::try_from(slot).unwrap_or(u32::MAX),
+            Ok(Grant::new(
+                u32::try_from(slot).unwrap_or(u32::MAX),
                 token,
-                fence: Fence(state.fence),
-                ttl: pool.ttl,
-                floor,
-            })
+                Fence(state.fence),
+                pool.ttl,
+            )
+            .with_floor(floor)
+            .with_store_time(Duration::from_nanos(now.as_nanos())))
         })
     }
 
@@ -150,7 +151,7 @@ impl Strategy for Memory {
             Some(state) => {
                 state.expires = now + pool.ttl;
                 state.floor = state.floor.max(ceiling.0);
-                Renewal::Renewed { ttl: pool.ttl }
+                Renewal::renewed(pool.ttl).with_store_time(Duration::from_nanos(now.as_nanos()))
             }
             None => Renewal::Lost(Reason::new(format!(
                 "slot {} of pool {} is no longer held by this token (expired or taken)",

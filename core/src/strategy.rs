@@ -51,8 +51,9 @@ impl fmt::Display for Floor {
     }
 }
 
-/// What a store grants on acquire.
+/// What a store grants on acquire. Build one with [`Grant::new`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Grant {
     /// The slot, in `0..pool.size`.
     pub slot: u32,
@@ -66,22 +67,80 @@ pub struct Grant {
     /// holder may have used. [`Floor::NONE`] from stores that do not persist
     /// floors (see [`Capabilities::persists_floor`]).
     pub floor: Floor,
+    /// The store's clock when it granted, if the store tells it (any fixed
+    /// origin: only differences between readings matter). The driver
+    /// compares it across renewals to catch the store's clock jumping
+    /// forward, which would end the lease early on the store's side.
+    pub store_time: Option<Duration>,
+}
+
+impl Grant {
+    /// A grant of `slot` to `token` with `fence`, for `ttl` (the TTL the
+    /// store applied), with no floor and no store time.
+    pub fn new(slot: u32, token: Token, fence: Fence, ttl: Duration) -> Self {
+        Self {
+            slot,
+            token,
+            fence,
+            ttl,
+            floor: Floor::NONE,
+            store_time: None,
+        }
+    }
+
+    /// Sets the slot's floor before this grant.
+    pub fn with_floor(mut self, floor: Floor) -> Self {
+        self.floor = floor;
+        self
+    }
+
+    /// Sets the store's clock reading at the grant.
+    pub fn with_store_time(mut self, at: Duration) -> Self {
+        self.store_time = Some(at);
+        self
+    }
 }
 
 /// The answer to a renewal: exactly one of three.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Renewal {
     /// The store confirms the token still owns the slot, for `ttl` from when the
-    /// request was sent.
+    /// request was sent. Build it with [`Renewal::renewed`].
+    #[non_exhaustive]
     Renewed {
-        /// The lease time granted.
+        /// The lease time the store applied.
         ttl: Duration,
+        /// The store's clock when it renewed, if the store tells it (see
+        /// [`Grant::store_time`]).
+        store_time: Option<Duration>,
     },
     /// The store positively rejected ownership: expired and taken, token gone.
     Lost(Reason),
     /// Uncertain: timeout, dropped connection, store unavailable. The renewal
     /// may or may not have been applied; retrying it is safe.
     Retry(Reason),
+}
+
+impl Renewal {
+    /// Renewed for `ttl` (the TTL the store applied).
+    pub const fn renewed(ttl: Duration) -> Self {
+        Self::Renewed {
+            ttl,
+            store_time: None,
+        }
+    }
+
+    /// Adds the store's clock reading to a `Renewed` answer (others are
+    /// returned unchanged).
+    pub fn with_store_time(self, at: Duration) -> Self {
+        match self {
+            Self::Renewed { ttl, .. } => Self::Renewed {
+                ttl,
+                store_time: Some(at),
+            },
+            other => other,
+        }
+    }
 }
 
 /// The answer to a release. Release is best-effort and never touches a slot

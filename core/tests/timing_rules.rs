@@ -26,13 +26,7 @@ fn timing() -> Timing {
 }
 
 fn grant(slot: u32) -> Grant {
-    Grant {
-        slot,
-        token: Token::random(),
-        fence: Fence(u64::from(slot) + 1),
-        ttl: 10 * S,
-        floor: Floor(500),
-    }
+    Grant::new(slot, Token::random(), Fence(u64::from(slot) + 1), 10 * S).with_floor(Floor(500))
 }
 
 /// The ceiling a driver would report for a request sent at `sent_at`.
@@ -104,6 +98,7 @@ fn rule2_deadline_counts_from_send_time_not_answer_time() {
             ttl: 10 * S,
             sent_at: t(4000),
             ceiling: ceiling(t(4000)),
+            store_time: None,
         },
         t(6000),
     );
@@ -197,6 +192,7 @@ fn rule3_a_confirmed_renewal_resets_the_retry_backoff() {
             ttl: 10 * S,
             sent_at: retry_at,
             ceiling: ceiling(retry_at),
+            store_time: None,
         },
         retry_at,
     );
@@ -260,6 +256,7 @@ fn rule5_the_deadline_tick_closes_even_with_a_renewal_in_flight() {
             ttl: 10 * S,
             sent_at: t(3000),
             ceiling: ceiling(t(3000)),
+            store_time: None,
         },
         t(9001),
     );
@@ -369,6 +366,7 @@ fn rule8_floor_and_ceiling_reach_the_gate() {
             ttl: 10 * S,
             sent_at: at,
             ceiling: Floor(77_000),
+            store_time: None,
         },
         at,
     );
@@ -379,4 +377,78 @@ fn rule8_floor_and_ceiling_reach_the_gate() {
             ceiling: Floor(77_000)
         }]
     );
+}
+
+/// Rule 11: the store's clock decides expiry, so a forward jump of it ends the
+/// lease early on the store's side. Between two confirmed operations the
+/// store's clock may run ahead of the local one by rate and resolution
+/// allowances plus the unused part of the margin; beyond, the lease is lost
+/// (generation stops first).
+#[test]
+fn rule11_a_store_clock_jump_beyond_the_margin_is_a_loss() {
+    let store_at = |ms: u64| Some(Duration::from_millis(1_000_000 + ms));
+    let acquire = |m: &mut Machine| {
+        m.handle(Input::Start, t(0));
+        let g = grant(1).with_store_time(store_at(0).unwrap());
+        m.handle(
+            Input::Acquired {
+                grant: g,
+                sent_at: t(0),
+                ceiling: ceiling(t(0)),
+            },
+            t(10),
+        );
+    };
+    // Margin 1 s, minimum for a 10 s TTL 30 ms: 970 ms of tolerance.
+    let mut m = Machine::new(timing(), false, 1);
+    assert_eq!(m.store_jump_tolerance(), Duration::from_millis(970));
+    acquire(&mut m);
+    let at = first_renew(&mut m);
+    // 3 s passed locally (send at 0 → answer at 3 s), the store says 3.9 s:
+    // within the tolerance.
+    let acts = m.handle(
+        Input::Renewed {
+            ttl: 10 * S,
+            sent_at: at,
+            ceiling: ceiling(at),
+            store_time: store_at(3_900),
+        },
+        at,
+    );
+    assert!(matches!(acts[..], [Action::Extend { .. }]), "{acts:?}");
+    // The next renewal: 3 s locally again, the store jumped 2 s ahead.
+    let at2 = first_renew(&mut m);
+    let acts = m.handle(
+        Input::Renewed {
+            ttl: 10 * S,
+            sent_at: at2,
+            ceiling: ceiling(at2),
+            store_time: store_at(3_900 + 5_000),
+        },
+        at2,
+    );
+    assert_eq!(acts[0], Action::Close, "generation stops first: {acts:?}");
+    match &acts[1] {
+        Action::NotifyLost(ev) => {
+            assert!(
+                matches!(ev.cause, LossCause::StoreClockJumped { by } if by > Duration::from_millis(1_900)),
+                "{ev:?}"
+            );
+        }
+        other => panic!("expected NotifyLost, got {other:?}"),
+    }
+    // A store that tells no time is never judged.
+    let mut m = Machine::new(timing(), false, 1);
+    acquire(&mut m);
+    let at = first_renew(&mut m);
+    let acts = m.handle(
+        Input::Renewed {
+            ttl: 10 * S,
+            sent_at: at,
+            ceiling: ceiling(at),
+            store_time: None,
+        },
+        at,
+    );
+    assert!(matches!(acts[..], [Action::Extend { .. }]), "{acts:?}");
 }

@@ -456,14 +456,13 @@ impl Strategy for EtcdLeases {
                     s.acquisitions.fetch_add(1, Ordering::Relaxed);
                     s.acquire_rpcs.fetch_add(sent, Ordering::Relaxed);
                     s.max_acquire_rpcs.fetch_max(sent, Ordering::Relaxed);
-                    return Ok(Grant {
+                    // Floors are not persisted here yet (issue 12).
+                    return Ok(Grant::new(
                         slot,
                         token,
-                        fence: positive_fence(create_revision),
-                        ttl: granted_ttl,
-                        // Floors are not persisted here yet (issue 12).
-                        floor: Floor::NONE,
-                    });
+                        positive_fence(create_revision),
+                        granted_ttl,
+                    ));
                 }
                 Ok(Landed::Full { held }) => {
                     free = Some((0..pool.size()).filter(|s| !held.contains(s)).collect());
@@ -541,7 +540,7 @@ impl Strategy for EtcdLeases {
                 "the watch saw the slot key deleted or rewritten",
             ));
         }
-        Renewal::Renewed { ttl: grant.ttl }
+        Renewal::renewed(grant.ttl)
     }
 
     async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {

@@ -909,14 +909,8 @@ impl Strategy for SqlStrategy {
             let token = Token::random();
             match self.try_acquire(pool, &token).await {
                 Ok(Some((slot, fence))) => {
-                    return Ok(Grant {
-                        slot,
-                        token,
-                        fence: Fence(fence),
-                        ttl: pool.ttl(),
-                        // Floors are not persisted here yet (issue 12).
-                        floor: Floor::NONE,
-                    });
+                    // Floors are not persisted here yet (issue 12).
+                    return Ok(Grant::new(slot, token, Fence(fence), pool.ttl()));
                 }
                 Ok(None) => {
                     // No free slot: either the pool is full, or it lacks rows
@@ -948,7 +942,7 @@ impl Strategy for SqlStrategy {
                 pool.name(),
                 self.inner.table
             ))),
-            Ok(_) => Renewal::Renewed { ttl: pool.ttl() },
+            Ok(_) => Renewal::renewed(pool.ttl()),
             Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
         }
     }

@@ -447,14 +447,8 @@ impl Strategy for ValkeyStrategy {
             },
         })?;
         match parse_claim(&value) {
-            Some(Some((slot, fence))) => Ok(Grant {
-                slot,
-                token,
-                fence: Fence(fence),
-                ttl: pool.ttl(),
-                // Floors are not persisted here yet (issue 12).
-                floor: Floor::NONE,
-            }),
+            // Floors are not persisted here yet (issue 12).
+            Some(Some((slot, fence))) => Ok(Grant::new(slot, token, Fence(fence), pool.ttl())),
             Some(None) => Err(AcquireError::PoolExhausted {
                 pool: pool.name().to_string(),
                 size: pool.size(),
@@ -507,7 +501,7 @@ impl Strategy for ValkeyStrategy {
             }
         };
         match result {
-            Ok(Value::Integer(1)) => Renewal::Renewed { ttl: pool.ttl() },
+            Ok(Value::Integer(1)) => Renewal::renewed(pool.ttl()),
             Ok(Value::Integer(0)) => Renewal::Lost(Reason::new(format!(
                 "slot {} is no longer held by this token (expired, taken or revoked)",
                 grant.slot

@@ -302,9 +302,7 @@ async fn fractional_ttl_is_rounded_up_and_reported(b: EtcdBackend) -> Result<(),
     );
     let r = leases.renew(&pool, &grant, Floor::NONE).await;
     ensure!(
-        r == Renewal::Renewed {
-            ttl: Duration::from_secs(3)
-        },
+        r == Renewal::renewed(Duration::from_secs(3)),
         "renewal answered {r:?}"
     );
     Ok(())
