@@ -130,6 +130,13 @@ pub enum AcquireError {
         /// How to fix it.
         fix: String,
     },
+    /// The store restarted recently and may have forgotten leases it had
+    /// acknowledged: no slot is granted until every lease granted before the
+    /// restart has expired (the restart guard). Retryable.
+    StoreRestarted {
+        /// How long until grants resume.
+        resume_in: Duration,
+    },
 }
 
 impl AcquireError {
@@ -137,7 +144,10 @@ impl AcquireError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::Unreachable(_) | Self::Contention(_) | Self::PoolExhausted { .. }
+            Self::Unreachable(_)
+                | Self::Contention(_)
+                | Self::PoolExhausted { .. }
+                | Self::StoreRestarted { .. }
         )
     }
 }
@@ -151,6 +161,12 @@ impl fmt::Display for AcquireError {
                 f,
                 "pool {pool:?} is exhausted: all {size} slots are held; a slot frees when a holder \
                  releases or its lease expires (will retry); if this persists, raise the pool size"
+            ),
+            Self::StoreRestarted { resume_in } => write!(
+                f,
+                "the lease store restarted recently and may have lost leases it had \
+                 acknowledged; no slot is granted for another {resume_in:?}, until every lease \
+                 from before the restart has expired (will retry)"
             ),
             Self::BadIdentifier { what, fix }
             | Self::MissingSchema { what, fix }
@@ -205,3 +221,48 @@ impl fmt::Display for StartError {
 }
 
 impl std::error::Error for StartError {}
+
+/// What a store keeps of writes it has acknowledged, as read from its
+/// settings when a strategy connects. A store that can forget an
+/// acknowledged renewal (a crash before it reached the disk, an asynchronous
+/// replica promoted) can grant a slot that a live holder still uses; the
+/// restart guard covers restarts it can see, nothing covers a silent loss.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Durability {
+    /// Every setting that lets the store lose an acknowledged write; empty
+    /// when it keeps them all.
+    pub risks: Vec<DurabilityRisk>,
+}
+
+/// One store setting that can lose an acknowledged write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DurabilityRisk {
+    /// The setting, as the store names it (`synchronous_commit`, `appendfsync`).
+    pub setting: String,
+    /// Its value on this server.
+    pub value: String,
+    /// What it can lose.
+    pub loses: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+impl Durability {
+    /// True when no setting can lose an acknowledged write.
+    pub fn is_durable(&self) -> bool {
+        self.risks.is_empty()
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.risks.is_empty() {
+            return f.write_str("durable: acknowledged writes survive a crash");
+        }
+        f.write_str("can forget acknowledged writes:")?;
+        for r in &self.risks {
+            write!(f, " {} = {} ({}; {});", r.setting, r.value, r.loses, r.fix)?;
+        }
+        Ok(())
+    }
+}

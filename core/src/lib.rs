@@ -26,7 +26,7 @@ pub use config::{
 };
 #[cfg(feature = "tokio")]
 pub use driver::{LeaseManager, LeaseState, LossSignal};
-pub use error::{AcquireError, ConfigError, Reason, StartError};
+pub use error::{AcquireError, ConfigError, Durability, DurabilityRisk, Reason, StartError};
 pub use fixed::{PodOrdinal, StaticSlot};
 pub use gate::{
     Closed, DEFAULT_MAX_CLOCK_SKEW, GateInUse, GateView, GenerationState, LeaseGate, Opening,
