@@ -114,6 +114,9 @@ struct ReadMostly<T> {
     warned: AtomicU64,
     /// What earlier generation states on this gate issued (Unix ms).
     history: u64,
+    /// `time.guard()` in nanoseconds: a reading nearer the deadline than
+    /// this is checked again with the precise clock.
+    guard: u64,
     lock: Mutex<()>,
 }
 
@@ -169,6 +172,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             in_use: AtomicBool::new(true),
         });
         let history = gate.attach(kind, state.clone())?.0;
+        let time_guard = time.guard();
         let engine = Self {
             ro: ReadMostly {
                 gate,
@@ -187,6 +191,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                 #[cfg(feature = "tracing")]
                 warned: AtomicU64::new(0),
                 history,
+                guard: u64::try_from(time_guard.as_nanos()).unwrap_or(u64::MAX),
                 lock: Mutex::new(()),
             },
             state,
@@ -228,7 +233,8 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     fn read(&self) -> Result<(Reading, u64), GenerateError> {
         let ro = &self.ro;
         let r = ro.time.now();
-        match ro.gate.check(r.latest + ro.time.guard()) {
+        let trusted = MonoTime::from_nanos(r.latest.as_nanos().saturating_add(ro.guard));
+        match ro.gate.check(trusted) {
             Ok(e) => Ok((r, e)),
             Err(_) => self.read_precise(),
         }
