@@ -99,7 +99,13 @@ impl LeaseManager {
         let driver = Driver {
             machine: Machine::new(config.timing.clone(), caps.deterministic, seed)
                 .with_store_resolution(caps.time_resolution),
-            cache_key: (strategy.identity(), config.pool.name.to_string()),
+            // One logical holder per (store, pool, holder identity): a driver
+            // restarted with the same holder renews its predecessor's lease;
+            // replicas with different holders in one process never share it.
+            cache_key: (
+                strategy.identity(),
+                format!("{}\u{0}{}", config.pool.name, config.pool.holder),
+            ),
             strategy,
             pool: config.pool.clone(),
             gate: gate.clone(),

@@ -11,6 +11,8 @@ mod driver;
 mod error;
 mod fixed;
 mod gate;
+#[cfg(feature = "tokio")]
+mod leader;
 mod loss;
 pub mod machine;
 mod memory;
@@ -31,10 +33,13 @@ pub use fixed::{PodOrdinal, StaticSlot};
 pub use gate::{
     Closed, DEFAULT_MAX_CLOCK_SKEW, GateInUse, GateView, GenerationState, LeaseGate, Opening,
 };
+#[cfg(feature = "tokio")]
+pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};
 pub use loss::{LossCause, LossEvent};
 pub use memory::Memory;
 pub use pool::{MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};
 pub use strategy::{
-    BoxFuture, Capabilities, DynStrategy, Fence, Floor, Grant, Release, Renewal, Strategy,
+    BoxFuture, Capabilities, DynStrategy, Fence, Floor, Grant, InspectError, Release, Renewal,
+    SlotInfo, Strategy,
 };
 pub use token::Token;

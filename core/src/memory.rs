@@ -9,12 +9,17 @@ use std::time::Duration;
 use crate::clock::{Clock, MonoTime, SystemClock};
 use crate::error::{AcquireError, Reason};
 use crate::pool::PoolSpec;
-use crate::strategy::{Capabilities, Fence, Floor, Grant, Release, Renewal, Strategy};
+use crate::strategy::{
+    Capabilities, Fence, Floor, Grant, InspectError, Release, Renewal, SlotInfo, Strategy,
+};
 use crate::token::Token;
 
 #[derive(Clone, Debug, Default)]
 struct SlotState {
     token: Option<Token>,
+    holder: String,
+    acquired: MonoTime,
+    renewed: MonoTime,
     expires: MonoTime,
     fence: u64,
     /// Unix ms: the highest timestamp any holder of the slot may have used.
@@ -131,6 +136,8 @@ impl Strategy for Memory {
                 })?;
             let token = Token::random();
             state.token = Some(token);
+            state.holder = pool.holder.clone();
+            (state.acquired, state.renewed) = (now, now);
             state.expires = now + pool.ttl;
             state.fence += 1;
             let floor = Floor(state.floor);
@@ -150,6 +157,7 @@ impl Strategy for Memory {
         self.with_pool(pool, |slots, now| match Self::owned(slots, grant, now) {
             Some(state) => {
                 state.expires = now + pool.ttl;
+                state.renewed = now;
                 state.floor = state.floor.max(ceiling.0);
                 Renewal::renewed(pool.ttl).with_store_time(Duration::from_nanos(now.as_nanos()))
             }
@@ -169,6 +177,33 @@ impl Strategy for Memory {
             }
             None => Release::NotHeld,
         })
+    }
+
+    async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
+        Ok(self.with_pool(pool, |slots, now| {
+            slots
+                .iter()
+                .take(pool.size as usize)
+                .enumerate()
+                .filter(|(_, s)| s.fence > 0)
+                .map(|(i, s)| {
+                    let info = SlotInfo::free(
+                        u32::try_from(i).unwrap_or(u32::MAX),
+                        Fence(s.fence),
+                        Floor(s.floor),
+                    );
+                    match s.token {
+                        Some(t) if s.expires > now => info
+                            .held(s.holder.clone(), &t, s.expires.saturating_since(now))
+                            .with_ages(
+                                Some(now.saturating_since(s.renewed)),
+                                Some(now.saturating_since(s.acquired)),
+                            ),
+                        _ => info,
+                    }
+                })
+                .collect()
+        }))
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -278,7 +278,93 @@ pub trait Strategy: Send + Sync + 'static {
     /// Identifies the store (and namespace) for the in-process lease cache: two
     /// strategies with the same identity share slots. Never include credentials.
     fn identity(&self) -> String;
+
+    /// What the store holds for each slot of `pool` that has ever been used,
+    /// for operators (`leasehold status`) and for followers watching who
+    /// leads. Read-only. The default says the strategy cannot.
+    fn inspect(
+        &self,
+        pool: &PoolSpec,
+    ) -> impl Future<Output = Result<Vec<SlotInfo>, InspectError>> + Send {
+        let _ = pool;
+        std::future::ready(Err(InspectError::Unsupported))
+    }
 }
+
+/// One slot as the store sees it. Times are on the store's clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlotInfo {
+    /// The slot.
+    pub slot: u32,
+    /// Who holds it (the pool's holder identity), or `None` when free.
+    pub holder: Option<String>,
+    /// The first 8 hex digits of the holder's token, to tell two holders
+    /// with the same identity apart. Never the whole token.
+    pub token_prefix: Option<String>,
+    /// The slot's fence (of the current or last holder).
+    pub fence: Fence,
+    /// The slot's floor.
+    pub floor: Floor,
+    /// Time left until the store expires the lease, when held.
+    pub expires_in: Option<Duration>,
+    /// Time since the last renewal (or the acquisition), when the store knows.
+    pub renewed_ago: Option<Duration>,
+    /// Time since the current holder acquired the slot, when the store knows.
+    pub held_for: Option<Duration>,
+}
+
+impl SlotInfo {
+    /// A free slot with `fence` and `floor`.
+    pub fn free(slot: u32, fence: Fence, floor: Floor) -> Self {
+        Self {
+            slot,
+            holder: None,
+            token_prefix: None,
+            fence,
+            floor,
+            expires_in: None,
+            renewed_ago: None,
+            held_for: None,
+        }
+    }
+
+    /// The slot held by `holder` (token `token`), expiring in `expires_in`.
+    pub fn held(mut self, holder: impl Into<String>, token: &Token, expires_in: Duration) -> Self {
+        self.holder = Some(holder.into());
+        self.token_prefix = Some(token.to_hex()[..8].to_owned());
+        self.expires_in = Some(expires_in);
+        self
+    }
+
+    /// Sets the time since the last renewal and since the acquisition.
+    pub fn with_ages(mut self, renewed_ago: Option<Duration>, held_for: Option<Duration>) -> Self {
+        self.renewed_ago = renewed_ago;
+        self.held_for = held_for;
+        self
+    }
+}
+
+/// Why a store could not be inspected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InspectError {
+    /// This strategy cannot list its slots.
+    Unsupported,
+    /// The store could not be read (unreachable, timed out, denied).
+    Store(Reason),
+}
+
+impl fmt::Display for InspectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported => f.write_str("this strategy cannot list the slots of a pool"),
+            Self::Store(r) => write!(f, "cannot read the lease store: {r}"),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {}
 
 /// A boxed future, for [`DynStrategy`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -315,6 +401,11 @@ pub trait DynStrategy: Send + Sync + 'static {
     fn capabilities_dyn(&self) -> Capabilities;
     /// See [`Strategy::identity`].
     fn identity_dyn(&self) -> String;
+    /// See [`Strategy::inspect`].
+    fn inspect_dyn<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>>;
 }
 
 impl<S: Strategy> DynStrategy for S {
@@ -347,6 +438,12 @@ impl<S: Strategy> DynStrategy for S {
     fn identity_dyn(&self) -> String {
         self.identity()
     }
+    fn inspect_dyn<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
+        Box::pin(self.inspect(pool))
+    }
 }
 
 /// Boxed and shared trait objects are strategies too, so the driver accepts
@@ -369,6 +466,9 @@ macro_rules! forward_dyn {
             }
             fn identity(&self) -> String {
                 (**self).identity_dyn()
+            }
+            async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
+                (**self).inspect_dyn(pool).await
             }
         }
     )*};
@@ -405,5 +505,11 @@ impl<S: Strategy> Strategy for std::sync::Arc<S> {
     }
     fn identity(&self) -> String {
         (**self).identity()
+    }
+    fn inspect(
+        &self,
+        pool: &PoolSpec,
+    ) -> impl Future<Output = Result<Vec<SlotInfo>, InspectError>> + Send {
+        (**self).inspect(pool)
     }
 }

@@ -1,0 +1,439 @@
+//! Leader election: a pool of one slot, and a future that runs only while the
+//! slot is held.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::LeaseConfig;
+use crate::driver::{LeaseManager, LeaseState};
+use crate::error::StartError;
+use crate::gate::LeaseGate;
+use crate::strategy::{Fence, Strategy};
+
+/// One term of leadership, handed to the leader's future.
+///
+/// The lease behind it is renewed in the background. When it is lost, the
+/// gate closes first, then [`Leadership::lost`] resolves: the future should
+/// stop what it is doing and return. Every write the leader makes to storage
+/// that checks fences carries [`Leadership::fence`], so a leader that was
+/// paused past its lease is refused by the storage itself.
+#[derive(Clone)]
+pub struct Leadership {
+    fence: Fence,
+    gate: LeaseGate,
+    lost: watch::Receiver<bool>,
+}
+
+impl Leadership {
+    /// The fence of this term: send it with every write.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// The lease gate of this term (closed once it is lost).
+    pub fn gate(&self) -> &LeaseGate {
+        &self.gate
+    }
+
+    /// True while this term lasts: not lost, and the lease's local deadline
+    /// not passed (checked on the clock now, even if nothing ran).
+    pub fn is_leading(&self) -> bool {
+        !*self.lost.borrow() && self.gate.check_now().is_ok()
+    }
+
+    /// Resolves once this term is over (the lease was lost, or the elector
+    /// shut down). By then the gate is closed.
+    pub async fn lost(&self) {
+        let mut rx = self.lost.clone();
+        // An error means the elector is gone: the term is over too.
+        let _ = rx.wait_for(|lost| *lost).await;
+    }
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("fence", &self.fence)
+            .field("leading", &self.is_leading())
+            .finish()
+    }
+}
+
+/// The current leader, as a follower observes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// The leader's holder identity (`host/pid` by default).
+    pub holder: String,
+    /// The fence of its term.
+    pub fence: Fence,
+    /// How long it has held the lease, when the store knows.
+    pub held_for: Option<Duration>,
+}
+
+type Callback<T> = Arc<dyn Fn(&T) + Send + Sync>;
+
+/// Builds an [`Elector`]: see [`Leader::builder`].
+#[must_use]
+pub struct LeaderBuilder<S> {
+    strategy: Arc<S>,
+    config: LeaseConfig,
+    on_started: Option<Callback<Leadership>>,
+    on_stopped: Option<Callback<()>>,
+    on_new_leader: Option<Callback<LeaderInfo>>,
+    grace: Duration,
+    observe_every: Option<Duration>,
+}
+
+/// Leader election on any strategy: the lease of a pool of one slot.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use leasehold_core::{Leader, LeaseConfig, Memory};
+/// let config = LeaseConfig::builder("scheduler").pool_size(1).build()?;
+/// let elector = Leader::campaign(Memory::new(), config, |leadership| async move {
+///     // Lead until the term is over; send leadership.fence() with every write.
+///     leadership.lost().await;
+/// });
+/// elector.wait_leading().await;
+/// assert!(elector.is_leading());
+/// elector.shutdown().await;
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Leader;
+
+impl Leader {
+    /// Campaigns for the pool of `config` with default callbacks: runs `lead`
+    /// for every term won, until [`Elector::shutdown`].
+    pub fn campaign<S, F, Fut>(strategy: S, config: LeaseConfig, lead: F) -> Elector
+    where
+        S: Strategy,
+        F: FnMut(Leadership) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        Self::builder(strategy, config).campaign(lead)
+    }
+
+    /// A builder for callbacks client-go users know: started leading,
+    /// stopped leading, new leader.
+    pub fn builder<S: Strategy>(strategy: S, config: LeaseConfig) -> LeaderBuilder<S> {
+        LeaderBuilder {
+            strategy: Arc::new(strategy),
+            grace: config.timing().safety_margin(),
+            observe_every: None,
+            config,
+            on_started: None,
+            on_stopped: None,
+            on_new_leader: None,
+        }
+    }
+}
+
+impl<S: Strategy> LeaderBuilder<S> {
+    /// Called when this process starts leading, before the leader's future
+    /// starts.
+    pub fn on_started_leading(mut self, f: impl Fn(&Leadership) + Send + Sync + 'static) -> Self {
+        self.on_started = Some(Arc::new(f));
+        self
+    }
+
+    /// Called when this process stops leading: after the gate closed and the
+    /// leader's future returned (or was dropped after the grace period).
+    pub fn on_stopped_leading(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_stopped = Some(Arc::new(move |()| f()));
+        self
+    }
+
+    /// Called when the observed leader changes, this process included. The
+    /// store is read every `renew_interval` ([`LeaderBuilder::observe_every`]);
+    /// strategies that cannot be inspected report only this process's terms.
+    pub fn on_new_leader(mut self, f: impl Fn(&LeaderInfo) + Send + Sync + 'static) -> Self {
+        self.on_new_leader = Some(Arc::new(f));
+        self
+    }
+
+    /// How long a lost term's future may take to return once told, before it
+    /// is dropped (default: the safety margin).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// How often followers read who leads (default: the renew interval).
+    pub fn observe_every(mut self, every: Duration) -> Self {
+        self.observe_every = Some(every);
+        self
+    }
+
+    /// Starts campaigning: `lead` runs for every term won.
+    pub fn campaign<F, Fut>(self, lead: F) -> Elector
+    where
+        F: FnMut(Leadership) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (leading_tx, leading_rx) = watch::channel(None);
+        let (leader_tx, leader_rx) = watch::channel(None);
+        let (error_tx, error_rx) = watch::channel(None);
+        let observe_every = self
+            .observe_every
+            .unwrap_or(self.config.timing().renew_interval());
+        let observer = tokio::spawn(observe(
+            self.strategy.clone(),
+            self.config.pool().clone(),
+            observe_every,
+            leader_tx.clone(),
+            self.on_new_leader.clone(),
+            stop_rx.clone(),
+        ));
+        let task = tokio::spawn(run(self, lead, stop_rx, leading_tx, leader_tx, error_tx));
+        Elector {
+            stop: stop_tx,
+            task: Some(task),
+            observer,
+            leading: leading_rx,
+            leader: leader_rx,
+            error: error_rx,
+        }
+    }
+}
+
+/// A running campaign. Dropping it stops campaigning without releasing a
+/// held lease (it expires); [`Elector::shutdown`] releases it.
+pub struct Elector {
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+    observer: JoinHandle<()>,
+    /// The gate of the term in progress, if any.
+    leading: watch::Receiver<Option<LeaseGate>>,
+    leader: watch::Receiver<Option<LeaderInfo>>,
+    error: watch::Receiver<Option<StartError>>,
+}
+
+impl Elector {
+    /// True while this process leads: a term is in progress and its lease's
+    /// gate is open on the clock now (two electors can never both say so).
+    pub fn is_leading(&self) -> bool {
+        self.leading
+            .borrow()
+            .as_ref()
+            .is_some_and(|g| g.check_now().is_ok())
+    }
+
+    /// Waits until this process leads.
+    pub async fn wait_leading(&self) {
+        let mut rx = self.leading.clone();
+        let _ = rx.wait_for(Option::is_some).await;
+    }
+
+    /// The leader last observed (this process or another), if any.
+    pub fn leader(&self) -> Option<LeaderInfo> {
+        self.leader.borrow().clone()
+    }
+
+    /// A receiver that sees every change of the observed leader.
+    pub fn watch_leader(&self) -> watch::Receiver<Option<LeaderInfo>> {
+        self.leader.clone()
+    }
+
+    /// The final error that stopped the campaign (a misconfiguration), if any.
+    pub fn error(&self) -> Option<StartError> {
+        self.error.borrow().clone()
+    }
+
+    /// Stops campaigning: a term in progress ends (its future is told, then
+    /// the lease is released).
+    pub async fn shutdown(mut self) {
+        self.stop.send_replace(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+        self.observer.abort();
+    }
+}
+
+impl Drop for Elector {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.observer.abort();
+    }
+}
+
+impl fmt::Debug for Elector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Elector")
+            .field("leading", &self.is_leading())
+            .field("leader", &self.leader())
+            .finish_non_exhaustive()
+    }
+}
+
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Campaigns until stopped: a lease manager per attempt; a term per grant.
+async fn run<S, F, Fut>(
+    b: LeaderBuilder<S>,
+    mut lead: F,
+    mut stop: watch::Receiver<bool>,
+    leading: watch::Sender<Option<LeaseGate>>,
+    leader: watch::Sender<Option<LeaderInfo>>,
+    error: watch::Sender<Option<StartError>>,
+) where
+    S: Strategy,
+    F: FnMut(Leadership) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    while !*stop.borrow() {
+        let start = LeaseManager::start(b.strategy.clone(), b.config.clone());
+        let manager = tokio::select! {
+            m = start => m,
+            () = stopped(&mut stop) => return,
+        };
+        let manager = match manager {
+            Ok(m) => m,
+            // A follower: the slot is held elsewhere. Keep asking.
+            Err(StartError::Timeout { .. }) => continue,
+            Err(e) => {
+                error.send_replace(Some(e));
+                return;
+            }
+        };
+        let mut states = manager.subscribe();
+        loop {
+            let state = states.borrow_and_update().clone();
+            match state {
+                LeaseState::Held { fence, .. } => {
+                    let epoch = manager.gate().view().epoch;
+                    let (lost_tx, lost_rx) = watch::channel(false);
+                    let leadership = Leadership {
+                        fence,
+                        gate: manager.gate(),
+                        lost: lost_rx,
+                    };
+                    leading.send_replace(Some(manager.gate()));
+                    let me = LeaderInfo {
+                        holder: b.config.pool().holder().to_owned(),
+                        fence,
+                        held_for: Some(Duration::ZERO),
+                    };
+                    if leader.send_if_modified(|l| replace_if_new(l, &me)) {
+                        call(&b.on_new_leader, &me);
+                    }
+                    call(&b.on_started, &leadership);
+                    let mut term = tokio::spawn(lead(leadership));
+                    let stopping = tokio::select! {
+                        () = term_over(&mut states, epoch, &manager) => false,
+                        () = stopped(&mut stop) => true,
+                    };
+                    if stopping {
+                        // Close the gate before telling the future.
+                        manager.gate().close();
+                    }
+                    lost_tx.send_replace(true);
+                    leading.send_replace(None);
+                    if tokio::time::timeout(b.grace, &mut term).await.is_err() {
+                        term.abort();
+                    }
+                    call(&b.on_stopped, &());
+                    if stopping {
+                        manager.shutdown().await;
+                        return;
+                    }
+                }
+                LeaseState::Stopped => break,
+                LeaseState::Acquiring | LeaseState::Lost(_) => {
+                    tokio::select! {
+                        changed = states.changed() => if changed.is_err() { break },
+                        () = stopped(&mut stop) => {
+                            manager.shutdown().await;
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Resolves when the term of gate epoch `epoch` is over: the state left
+/// `Held` or a new grant replaced it.
+async fn term_over(states: &mut watch::Receiver<LeaseState>, epoch: u64, manager: &LeaseManager) {
+    loop {
+        if states.changed().await.is_err() {
+            return;
+        }
+        let held = matches!(*states.borrow_and_update(), LeaseState::Held { .. });
+        if !held || manager.gate().view().epoch != epoch {
+            return;
+        }
+    }
+}
+
+fn call<T>(cb: &Option<Callback<T>>, arg: &T) {
+    if let Some(cb) = cb {
+        // A panicking callback must not stop the campaign.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(arg)));
+    }
+}
+
+fn replace_if_new(current: &mut Option<LeaderInfo>, new: &LeaderInfo) -> bool {
+    let same = current
+        .as_ref()
+        .is_some_and(|c| c.holder == new.holder && c.fence == new.fence);
+    if !same {
+        *current = Some(new.clone());
+    }
+    !same
+}
+
+/// Reads who holds slot 0 every `every`, and reports changes.
+async fn observe<S: Strategy>(
+    strategy: Arc<S>,
+    pool: crate::PoolSpec,
+    every: Duration,
+    leader: watch::Sender<Option<LeaderInfo>>,
+    on_new_leader: Option<Callback<LeaderInfo>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        match strategy.inspect(&pool).await {
+            Ok(slots) => {
+                let now = slots
+                    .into_iter()
+                    .find(|s| s.slot == 0 && s.holder.is_some())
+                    .map(|s| LeaderInfo {
+                        holder: s.holder.unwrap_or_default(),
+                        fence: s.fence,
+                        held_for: s.held_for,
+                    });
+                match now {
+                    Some(info) => {
+                        if leader.send_if_modified(|l| replace_if_new(l, &info)) {
+                            call(&on_new_leader, &info);
+                        }
+                    }
+                    None => {
+                        leader.send_if_modified(|l| l.take().is_some());
+                    }
+                }
+            }
+            // Nothing to observe with: only this process's terms are reported.
+            Err(crate::InspectError::Unsupported) => return,
+            Err(crate::InspectError::Store(_)) => {}
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stopped(&mut stop) => return,
+        }
+    }
+}
