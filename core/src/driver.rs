@@ -16,7 +16,13 @@ use crate::loss::LossEvent;
 use crate::machine::{Action, Input, Machine};
 use crate::pool::PoolSpec;
 use crate::strategy::{Fence, Floor, Grant, Release, Renewal, Strategy};
+use crate::telemetry::Telemetry;
 use crate::token::Token;
+
+#[cfg(feature = "tracing")]
+fn driver_span(pool: &PoolSpec) -> tracing::Span {
+    Telemetry::new(pool).span()
+}
 
 /// What the manager is doing, for applications that watch it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,8 +121,17 @@ impl LeaseManager {
             alive: Arc::downgrade(&alive),
             opened: None,
             cached: None,
+            telemetry: Telemetry::new(&config.pool),
+            acquire_latency: std::time::Duration::ZERO,
         };
-        let mut task = tokio::spawn(driver.run(shutdown_rx, loss_rx));
+        #[cfg(feature = "tracing")]
+        let run = tracing::Instrument::instrument(
+            driver.run(shutdown_rx, loss_rx),
+            driver_span(&config.pool),
+        );
+        #[cfg(not(feature = "tracing"))]
+        let run = driver.run(shutdown_rx, loss_rx);
+        let mut task = tokio::spawn(run);
         let started = match (&mut started_rx).await {
             Ok(answer) => Some(answer),
             // The driver ended without answering: find out whether it panicked.
@@ -274,6 +289,9 @@ struct Driver<S> {
     opened: Option<Token>,
     /// The token of the grant this driver put into the lease cache.
     cached: Option<Token>,
+    telemetry: Telemetry,
+    /// How long the last acquisition took.
+    acquire_latency: std::time::Duration,
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -282,13 +300,6 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_owned())
-}
-
-macro_rules! event {
-    ($($arg:tt)*) => {
-        #[cfg(feature = "tracing")]
-        tracing::event!($($arg)*);
-    };
 }
 
 impl<S: Strategy> Driver<S> {
@@ -305,29 +316,59 @@ impl<S: Strategy> Driver<S> {
             while let Some(action) = pending.pop_front() {
                 let input = match action {
                     Action::Acquire { until } => {
-                        tokio::select! {
-                            input = self.acquire(orphan.take()) => Some(input),
-                            _ = tokio::time::sleep_until(until.to_instant().into()) => Some(Input::AcquireFailed(
+                        let started = MonoTime::now();
+                        let input = tokio::select! {
+                            input = self.acquire(orphan.take()) => input,
+                            _ = tokio::time::sleep_until(until.to_instant().into()) => Input::AcquireFailed(
                                 crate::AcquireError::Unreachable(Reason::new("acquire did not answer in time")),
-                            )),
-                            _ = shutdown_requested(&mut shutdown) => Some(Input::Shutdown),
+                            ),
+                            _ = shutdown_requested(&mut shutdown) => Input::Shutdown,
+                        };
+                        self.acquire_latency = MonoTime::now().saturating_since(started);
+                        if let Input::AcquireFailed(e) = &input {
+                            self.telemetry.acquire_failed(e, self.acquire_latency);
                         }
+                        Some(input)
                     }
                     Action::Renew { grant, until } => {
                         let sent_at = MonoTime::now();
                         let ceiling = self.ceiling(sent_at);
-                        tokio::select! {
-                            r = self.strategy.renew(&self.pool, &grant, ceiling) => Some(match r {
-                                Renewal::Renewed { ttl, store_time } => Input::Renewed { ttl, sent_at, ceiling, store_time },
-                                Renewal::Lost(r) => Input::RenewLost(r),
-                                Renewal::Retry(r) => Input::RenewRetry(r),
-                            }),
-                            _ = tokio::time::sleep_until(until.to_instant().into()) => Some(Input::RenewRetry(
+                        let answer = tokio::select! {
+                            r = self.strategy.renew(&self.pool, &grant, ceiling) => r,
+                            _ = tokio::time::sleep_until(until.to_instant().into()) => Renewal::Retry(
                                 Reason::new("renewal did not answer before the local deadline"),
-                            )),
-                            reason = self.current_loss(&mut losses) => Some(Input::RenewLost(reason)),
-                            _ = shutdown_requested(&mut shutdown) => Some(Input::Shutdown),
-                        }
+                            ),
+                            reason = self.current_loss(&mut losses) => Renewal::Lost(reason),
+                            _ = shutdown_requested(&mut shutdown) => {
+                                pending.clear();
+                                pending.extend(self.machine.handle(Input::Shutdown, MonoTime::now()));
+                                continue;
+                            }
+                        };
+                        let now = MonoTime::now();
+                        let deadline = match &answer {
+                            Renewal::Renewed { ttl, .. } => {
+                                self.machine.timing().deadline(sent_at, *ttl)
+                            }
+                            _ => until,
+                        };
+                        self.telemetry.renewal(
+                            grant.slot,
+                            &answer,
+                            now.saturating_since(sent_at),
+                            deadline.saturating_since(now),
+                        );
+                        self.telemetry.refused(self.gate.refused());
+                        Some(match answer {
+                            Renewal::Renewed { ttl, store_time } => Input::Renewed {
+                                ttl,
+                                sent_at,
+                                ceiling,
+                                store_time,
+                            },
+                            Renewal::Lost(r) => Input::RenewLost(r),
+                            Renewal::Retry(r) => Input::RenewRetry(r),
+                        })
                     }
                     Action::Open(opening) => {
                         self.gate.open_with(opening);
@@ -344,7 +385,13 @@ impl<S: Strategy> Driver<S> {
                         }
                         let (slot, fence, deadline) =
                             (opening.slot, opening.fence, opening.deadline);
-                        event!(tracing::Level::INFO, pool = %self.pool.name, slot, fence = fence.0, floor = opening.floor.0, "lease acquired");
+                        self.telemetry.acquired(
+                            slot,
+                            fence,
+                            opening.floor,
+                            self.acquire_latency,
+                            deadline.saturating_since(MonoTime::now()),
+                        );
                         #[cfg(feature = "tracing")]
                         warn_if_behind(&self.pool, opening.floor);
                         self.state.send_replace(LeaseState::Held {
@@ -374,7 +421,7 @@ impl<S: Strategy> Driver<S> {
                     }
                     Action::NotifyLost(event) => {
                         self.forget_cached();
-                        event!(tracing::Level::WARN, pool = %self.pool.name, slot = event.slot, cause = ?event.cause, "lease lost; generation stopped");
+                        self.telemetry.lost(&event);
                         if let Some(cb) = &self.on_lost {
                             // A panicking callback must not kill the driver: the
                             // state would stay `Held` and nothing would re-acquire.
@@ -382,8 +429,9 @@ impl<S: Strategy> Driver<S> {
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                                     cb(&event)
                                 }));
-                            if let Err(_payload) = outcome {
-                                event!(tracing::Level::ERROR, pool = %self.pool.name, slot = event.slot, panic = %panic_message(_payload), "the loss callback panicked; the driver goes on");
+                            if let Err(payload) = outcome {
+                                self.telemetry
+                                    .callback_panicked(event.slot, &panic_message(payload));
                             }
                         }
                         let reacquiring = event.reacquiring;
@@ -394,8 +442,15 @@ impl<S: Strategy> Driver<S> {
                         None
                     }
                     Action::Release { grant, until } => {
-                        if let Some(outcome) = self.release(&grant, until).await {
-                            event!(tracing::Level::INFO, pool = %self.pool.name, slot = grant.slot, ?outcome, "lease released");
+                        let started = MonoTime::now();
+                        if let Some((outcome, issued)) = self.release(&grant, until).await {
+                            self.telemetry.released(
+                                grant.slot,
+                                &outcome,
+                                issued,
+                                MonoTime::now().saturating_since(started),
+                            );
+                            self.telemetry.refused(self.gate.refused());
                             released = Some(outcome);
                         }
                         None
@@ -485,7 +540,7 @@ impl<S: Strategy> Driver<S> {
     /// Releases `grant`, bounded by `until`. `None` when the grant is no
     /// longer this driver's to release: a successor manager in this process
     /// took it over from the lease cache and is renewing it.
-    async fn release(&mut self, grant: &Grant, until: MonoTime) -> Option<Release> {
+    async fn release(&mut self, grant: &Grant, until: MonoTime) -> Option<(Release, Floor)> {
         if self.cached == Some(grant.token) && !self.forget_cached() {
             return None;
         }
@@ -496,7 +551,7 @@ impl<S: Strategy> Driver<S> {
         )
         .await
         .unwrap_or_else(|_| Release::Retry(Reason::new("release timed out")));
-        Some(outcome)
+        Some((outcome, issued))
     }
 
     async fn acquire(&self, orphan: Option<(Grant, LeaseGate)>) -> Input {

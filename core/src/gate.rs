@@ -44,6 +44,9 @@ pub struct LeaseGate(Arc<Inner>);
 #[derive(Default)]
 struct Inner {
     hot: Hot,
+    /// Generation calls refused (closed gate, clock behind the floor, past
+    /// the ceiling): a counter for telemetry, written only on refusals.
+    refused: AtomicU64,
     /// Serialises the writers (driver, drop, loss reports) and holds the
     /// attached generation state. Never taken on the generation path.
     cold: Mutex<Cold>,
@@ -251,6 +254,18 @@ impl LeaseGate {
     #[inline]
     pub fn ceiling(&self) -> Floor {
         Floor(self.0.hot.ceiling.load(Ordering::SeqCst))
+    }
+
+    /// Counts a refused generation call (called by generators on their
+    /// refusal paths, never on success).
+    #[cold]
+    pub fn note_refused(&self) {
+        self.0.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Generation calls refused so far.
+    pub fn refused(&self) -> u64 {
+        self.0.refused.load(Ordering::Relaxed)
     }
 
     /// A consistent snapshot of slot, fence, deadline, epoch, floor and ceiling.

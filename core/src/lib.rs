@@ -19,6 +19,8 @@ mod memory;
 mod pool;
 mod rand;
 mod strategy;
+#[cfg(feature = "tokio")]
+mod telemetry;
 mod token;
 
 pub use clock::{Clock, ManualClock, MonoTime, SystemClock};

@@ -246,8 +246,15 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         let r = Reading::exact(self.ro.time.precise());
         match self.ro.gate.check(r.latest) {
             Ok(e) => Ok((r, e)),
-            Err(_) => Err(GenerateError::Closed),
+            Err(_) => Err(self.refuse(GenerateError::Closed)),
         }
+    }
+
+    /// Counts a refusal on the gate (for telemetry) and returns `e`.
+    #[cold]
+    fn refuse(&self, e: GenerateError) -> GenerateError {
+        self.ro.gate.note_refused();
+        e
     }
 
     /// The next plain nonce as (timestamp, slot, counter).
@@ -304,10 +311,10 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                 }
                 let ceiling = ro.gate.ceiling().0;
                 if millis + ro.layout.epoch_unix_ms() > ceiling {
-                    return Err(GenerateError::PastCeiling {
+                    return Err(self.refuse(GenerateError::PastCeiling {
                         timestamp_unix_ms: millis + ro.layout.epoch_unix_ms(),
                         ceiling_unix_ms: ceiling,
-                    });
+                    }));
                 }
             }
             if millis > ro.layout.max_millis() {
@@ -357,17 +364,17 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             // The next millisecond is always worth waiting for.
             if ahead > max_skew.max(Duration::from_millis(2)) {
                 self.warn_behind(epoch, ahead, max_skew);
-                return Err(GenerateError::ClockBehind {
+                return Err(self.refuse(GenerateError::ClockBehind {
                     behind: ahead,
                     max_clock_skew: max_skew,
-                });
+                }));
             }
         }
         let mut spins = 0u32;
         loop {
             let m = self.ro.time.precise();
             match self.ro.gate.check(m) {
-                Err(_) => return Err(GenerateError::Closed),
+                Err(_) => return Err(self.refuse(GenerateError::Closed)),
                 Ok(e) if e != epoch => return Ok(Step::Retry),
                 Ok(_) => {}
             }
