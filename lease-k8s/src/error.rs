@@ -1,0 +1,67 @@
+//! Errors of connecting and configuring the Kubernetes strategy.
+
+use leasehold_core::ConfigError;
+
+/// Connecting to the API server or checking the setup failed. Every variant
+/// but [`KubeError::Connect`] and [`KubeError::Request`] is final: fix the
+/// setup, the message says how.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KubeError {
+    /// A setting is unusable; the message says which and what to use.
+    #[error("invalid Kubernetes lease configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The client could not be set up or the API server did not answer.
+    #[error("cannot reach the Kubernetes API server at {server}: {detail}")]
+    Connect {
+        /// The server URL (without credentials).
+        server: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The namespace that should hold the Leases does not exist.
+    #[error(
+        "namespace {namespace:?} does not exist on {server}; create it (kubectl create namespace \
+         {namespace}) or configure the namespace the Leases should live in"
+    )]
+    MissingNamespace {
+        /// The namespace.
+        namespace: String,
+        /// The server URL (without credentials).
+        server: String,
+    },
+    /// The identity the client runs as may not use a verb on Leases.
+    #[error(
+        "RBAC: this identity may not `{verb}` coordination.k8s.io/leases in namespace \
+         {namespace:?}{detail}; apply lease-k8s/deploy/rbac.yaml (a Role with get, list, create \
+         and patch on leases, bound to the pod's ServiceAccount)"
+    )]
+    Forbidden {
+        /// The missing verb.
+        verb: &'static str,
+        /// The namespace.
+        namespace: String,
+        /// The server's reason, if it gave one (starts with "; ").
+        detail: String,
+    },
+    /// The API server's resourceVersions are not integers, so they cannot
+    /// be fences.
+    #[error(
+        "the API server answered resourceVersion {rv:?}, which is not an integer; leasehold-k8s \
+         uses resourceVersions as fences and needs a kube-apiserver backed by etcd (every release \
+         so far, guaranteed from Kubernetes 1.35 by KEP-5504); use another lease store with this \
+         server"
+    )]
+    OpaqueResourceVersion {
+        /// What the server answered.
+        rv: String,
+    },
+    /// A request failed (while revoking, or checking the setup).
+    #[error("Kubernetes API request {what} failed: {detail}")]
+    Request {
+        /// Which request.
+        what: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+}

@@ -1,0 +1,26 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod api;
+mod config;
+mod error;
+mod names;
+mod ordinal;
+mod preflight;
+#[cfg(feature = "stats")]
+mod stats;
+mod strategy;
+mod time;
+
+pub use config::{DEFAULT_TAKEOVER_MARGIN, KubeConfig};
+pub use error::KubeError;
+pub use names::{FLOOR_ANNOTATION, POOL_LABEL, SLOT_LABEL, lease_name};
+pub use ordinal::OrdinalLease;
+pub use preflight::VERBS;
+#[cfg(feature = "stats")]
+pub use stats::Stats;
+pub use strategy::KubeStrategy;
+
+/// The `kube` crate this strategy is built on (for `kube::Config`).
+pub use kube;

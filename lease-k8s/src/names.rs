@@ -1,0 +1,86 @@
+//! Object names, labels, holder identities and the floor annotation.
+
+use leasehold_core::{AcquireError, PoolName, Token};
+
+/// Label carrying the pool name.
+pub const POOL_LABEL: &str = "leasehold/pool";
+/// Label carrying the slot number.
+pub const SLOT_LABEL: &str = "leasehold/slot";
+/// Annotation carrying the slot's floor (Unix milliseconds).
+pub const FLOOR_ANNOTATION: &str = "leasehold/floor";
+/// JSON pointer of the floor annotation.
+pub(crate) const FLOOR_POINTER: &str = "/metadata/annotations/leasehold~1floor";
+/// Prefix of a revoked holder's tombstone in `holderIdentity`.
+pub(crate) const TOMBSTONE: &str = "revoked/";
+
+/// `leasehold-<pool>-<slot>`.
+pub fn lease_name(pool: &PoolName, slot: u32) -> String {
+    format!("leasehold-{pool}-{slot}")
+}
+
+/// `<holder>_<token hex>`, matched as a whole string.
+pub(crate) fn holder_identity(holder: &str, token: &Token) -> String {
+    format!("{holder}_{}", token.to_hex())
+}
+
+/// Checks that `pool` makes valid Lease names and label values: lowercase
+/// letters, digits, '-' and '.', starting and ending with a letter or digit,
+/// at most 63 characters.
+pub(crate) fn check_pool(pool: &PoolName) -> Result<(), AcquireError> {
+    let name = pool.as_str();
+    let b = name.as_bytes();
+    let ok = b.len() <= 63
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+        && is_dns1123_subdomain(&lease_name(pool, 0));
+    if ok {
+        Ok(())
+    } else {
+        Err(AcquireError::BadIdentifier {
+            what: format!(
+                "pool name {name:?} cannot name Kubernetes Leases (leasehold-{name}-<slot> must be \
+                 a DNS-1123 subdomain and {name:?} a label value)"
+            ),
+            fix: "use 1 to 63 lowercase letters, digits, '-' or '.', starting and ending with a \
+                  letter or digit (no '_', no capitals, no '.-')"
+                .to_owned(),
+        })
+    }
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*`, at most
+/// 253 characters.
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            !b.is_empty()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_names() {
+        let ok = |s: &str| check_pool(&PoolName::new(s).unwrap()).is_ok();
+        assert!(ok("ids"));
+        assert!(ok("machine-ids.v2"));
+        assert!(!ok("Ids"));
+        assert!(!ok("my_ids"));
+        assert!(!ok("-ids"));
+        assert!(!ok("ids-"));
+        assert!(!ok("a.-b"));
+        assert!(!ok(&"a".repeat(64)));
+        assert!(ok(&"a".repeat(63)));
+        let e = check_pool(&PoolName::new("My_Ids").unwrap()).unwrap_err();
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("lowercase"), "{e}");
+    }
+}

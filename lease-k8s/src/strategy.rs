@@ -1,0 +1,1059 @@
+//! The Kubernetes strategy: acquire, renew, release, revoke.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use leasehold_core::{
+    AcquireError, Capabilities, Fence, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
+    Strategy, Token,
+};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::api::{Api, NoAnswer, Resp};
+use crate::config::KubeConfig;
+use crate::error::KubeError;
+use crate::names::{
+    FLOOR_ANNOTATION, FLOOR_POINTER, POOL_LABEL, SLOT_LABEL, TOMBSTONE, check_pool,
+    holder_identity, lease_name,
+};
+use crate::time::{micro_time, unique_micros};
+
+/// Writes one acquisition sends after one LIST before it lists again.
+const WRITES_PER_LIST: u32 = 4;
+/// LISTs one acquisition sends before it answers `Contention`.
+const MAX_LISTS: u32 = 3;
+/// How long an unresolved write is remembered for adoption.
+const PENDING_FOR: Duration = Duration::from_secs(600);
+
+/// A lease store on Kubernetes: one `coordination.k8s.io/v1` Lease per slot,
+/// `leasehold-<pool>-<slot>`, labelled `leasehold/pool` and `leasehold/slot`,
+/// created on demand and never deleted.
+///
+/// - **acquire**, 2 round trips: LIST the namespace's Leases, then one write
+///   to a takeable slot chosen at random: POST for an absent slot, a merge
+///   PATCH conditioned on the observed resourceVersion for a released slot or
+///   one this process saw unchanged for longer than its duration. 409 means
+///   another acquirer won: the next candidate.
+/// - **fence**: the resourceVersion of our own acquiring write.
+/// - **renew**, 1 round trip: a JSON Patch whose first op `test`s the holder
+///   identity; 422 is confirmed with one GET.
+/// - **release**, 1 round trip: the same `test`, then an empty holder.
+///
+/// Cloning shares the client.
+#[derive(Clone)]
+pub struct KubeStrategy {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) api: Api,
+    takeover_margin: Duration,
+    identity: String,
+    /// `(pool, slot)` → the resourceVersion last seen and when it was first
+    /// seen (local monotonic time, at the answer).
+    observed: Mutex<HashMap<(String, u32), Observed>>,
+    /// Grant token → the floor this process last stored on its Lease.
+    floors: Mutex<HashMap<Token, u64>>,
+    /// Acquiring writes whose answer was lost: adopted if they landed.
+    pending: Mutex<Vec<Pending>>,
+    #[cfg(feature = "stats")]
+    pub(crate) stats: crate::stats::Counters,
+}
+
+#[derive(Clone, Debug)]
+struct Observed {
+    rv: String,
+    at: Instant,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    pool: String,
+    slot: u32,
+    token: Token,
+    holder_id: String,
+    prev_floor: u64,
+    stored_floor: u64,
+    at: Instant,
+}
+
+/// What one LIST says about one slot.
+#[derive(Clone, Debug)]
+enum Slot {
+    /// No Lease: POST.
+    Absent,
+    /// A Lease nobody holds (released): merge PATCH on its resourceVersion.
+    Free {
+        rv: String,
+        floor: u64,
+        transitions: i32,
+    },
+    /// Somebody holds it (or a revoked holder's tombstone).
+    Held {
+        rv: String,
+        holder: String,
+        duration: Duration,
+        floor: u64,
+        transitions: i32,
+    },
+}
+
+/// A final error of an acquisition, or a retryable one.
+fn unreachable(what: &str, detail: &str) -> AcquireError {
+    AcquireError::Unreachable(Reason::new(format!("{what}: {detail}")))
+}
+
+impl KubeStrategy {
+    /// The smallest TTL: `leaseDurationSeconds` counts whole seconds and must
+    /// be > 0.
+    pub const MIN_TTL: Duration = Duration::from_secs(1);
+
+    /// The default bound on any single request.
+    pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(3);
+
+    /// The largest pool: one LIST reads every Lease of the pool.
+    pub const MAX_POOL_SIZE: u32 = 4096;
+
+    /// Builds the client (retries off, a read timeout) and, unless
+    /// [`KubeConfig::preflight`] is off, checks the setup: the RBAC verbs
+    /// (one access review per verb), that resourceVersions are integers,
+    /// and that the namespace exists (a dry-run create). Each mistake is a
+    /// final error that says what to do.
+    pub async fn connect(config: KubeConfig) -> Result<Self, KubeError> {
+        config.validate()?;
+        let api = Api::connect(&config).await?;
+        let identity = format!("k8s:{}/{}", api.server, api.namespace);
+        let strategy = Self {
+            inner: Arc::new(Inner {
+                api,
+                takeover_margin: config.takeover_margin,
+                identity,
+                observed: Mutex::default(),
+                floors: Mutex::default(),
+                pending: Mutex::default(),
+                #[cfg(feature = "stats")]
+                stats: crate::stats::Counters::default(),
+            }),
+        };
+        if config.preflight {
+            crate::preflight::run(&strategy.inner.api).await?;
+        }
+        Ok(strategy)
+    }
+
+    /// The namespace holding the Leases.
+    pub fn namespace(&self) -> &str {
+        &self.inner.api.namespace
+    }
+
+    /// The Lease name of `slot` in `pool`: `leasehold-<pool>-<slot>`.
+    pub fn lease_name(&self, pool: &PoolName, slot: u32) -> String {
+        lease_name(pool, slot)
+    }
+
+    /// Revokes the holder of `slot`: its `holderIdentity` becomes a
+    /// tombstone (`revoked/<old holder>`), so the holder's next renewal is
+    /// `Lost`. The tombstone is a new write, so every observer starts its
+    /// expiry clock again: nobody can claim the slot before the revoked
+    /// holder's lease would have ended. The floor annotation stays. True
+    /// when a holder was revoked; false when nobody held the slot.
+    pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, KubeError> {
+        check_pool(&pool.name).map_err(|e| KubeError::Request {
+            what: "revoke",
+            detail: e.to_string(),
+        })?;
+        let name = lease_name(&pool.name, slot);
+        let api = &self.inner.api;
+        for _ in 0..5 {
+            let deadline = Instant::now() + api.op_timeout;
+            let resp = api
+                .get(&name, deadline)
+                .await
+                .map_err(|e| KubeError::Request {
+                    what: "GET (revoke)",
+                    detail: e.text().to_owned(),
+                })?;
+            if resp.status == 404 {
+                return Ok(false);
+            }
+            let lease = expect_ok(&resp, "GET (revoke)")?
+                .lease()
+                .map_err(|detail| KubeError::Request {
+                    what: "GET (revoke)",
+                    detail,
+                })?;
+            let holder = holder_of(&lease);
+            if holder.is_empty() || holder.starts_with(TOMBSTONE) {
+                return Ok(false);
+            }
+            let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+            let patch = json!({
+                "metadata": {"resourceVersion": rv},
+                "spec": {"holderIdentity": format!("{TOMBSTONE}{holder}")},
+            });
+            let resp = api
+                .merge_patch(&name, &patch, deadline)
+                .await
+                .map_err(|e| KubeError::Request {
+                    what: "PATCH (revoke)",
+                    detail: e.text().to_owned(),
+                })?;
+            match resp.status {
+                409 => continue,
+                404 => return Ok(false),
+                _ => {
+                    expect_ok(&resp, "PATCH (revoke)")?;
+                    return Ok(true);
+                }
+            }
+        }
+        Err(KubeError::Request {
+            what: "revoke",
+            detail: format!("{name} kept changing; try again"),
+        })
+    }
+
+    fn observed(&self) -> MutexGuard<'_, HashMap<(String, u32), Observed>> {
+        self.inner
+            .observed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn floors(&self) -> MutexGuard<'_, HashMap<Token, u64>> {
+        self.inner
+            .floors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Vec<Pending>> {
+        self.inner
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that `rv` of `(pool, slot)` was seen at `at`; an unchanged
+    /// resourceVersion keeps its first sighting.
+    fn observe(&self, pool: &PoolName, slot: u32, rv: &str, at: Instant) {
+        let mut map = self.observed();
+        let entry = map
+            .entry((pool.as_str().to_owned(), slot))
+            .or_insert_with(|| Observed {
+                rv: rv.to_owned(),
+                at,
+            });
+        if entry.rv != rv {
+            *entry = Observed {
+                rv: rv.to_owned(),
+                at,
+            };
+        }
+    }
+
+    /// When a Lease held at `rv` may be taken over: its first sighting plus
+    /// the longer of its duration and ours, plus the margin.
+    fn takeover_at(
+        &self,
+        pool: &PoolSpec,
+        slot: u32,
+        rv: &str,
+        duration: Duration,
+    ) -> Option<Instant> {
+        let map = self.observed();
+        let seen = map.get(&(pool.name.as_str().to_owned(), slot))?;
+        if seen.rv != rv {
+            return None;
+        }
+        let wait = duration.max(pool.ttl);
+        Some(seen.at + wait + self.inner.takeover_margin + wait / 50)
+    }
+
+    /// Reads the pool: every Lease of the namespace named like one of its
+    /// slots. The whole namespace is listed (not by label) so that a foreign
+    /// Lease occupying one of our names is found before anything is written.
+    async fn list_pool(
+        &self,
+        pool: &PoolSpec,
+        deadline: Instant,
+    ) -> Result<(HashMap<u32, Slot>, Vec<(u32, Lease)>, Instant), AcquireError> {
+        let api = &self.inner.api;
+        let resp = api
+            .list("", deadline)
+            .await
+            .map_err(|e| unreachable("LIST leases", e.text()))?;
+        let at = Instant::now();
+        if !resp.ok() {
+            return Err(write_error(&resp, "list", api, pool));
+        }
+        let list: Value = serde_json::from_slice(&resp.body)
+            .map_err(|e| unreachable("LIST leases", &format!("unreadable answer: {e}")))?;
+        let prefix = format!("leasehold-{}-", pool.name);
+        let mut slots = HashMap::new();
+        let mut raw = Vec::new();
+        for item in list["items"].as_array().into_iter().flatten() {
+            let name = item["metadata"]["name"].as_str().unwrap_or("");
+            let Some(slot) = name
+                .strip_prefix(&prefix)
+                .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|d| d.parse::<u32>().ok())
+                .filter(|s| name == lease_name(&pool.name, *s))
+            else {
+                continue;
+            };
+            let lease: Lease = serde_json::from_value(item.clone()).map_err(|e| {
+                unreachable("LIST leases", &format!("unreadable Lease {name}: {e}"))
+            })?;
+            check_ours(&lease, pool, slot, api)?;
+            let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+            parse_rv(&rv)?;
+            if slot >= pool.size {
+                continue;
+            }
+            self.observe(&pool.name, slot, &rv, at);
+            let holder = holder_of(&lease);
+            let floor = floor_of(&lease);
+            let transitions = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.lease_transitions)
+                .unwrap_or(0);
+            let state = if holder.is_empty() {
+                Slot::Free {
+                    rv,
+                    floor,
+                    transitions,
+                }
+            } else {
+                let secs = lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.lease_duration_seconds)
+                    .unwrap_or(0);
+                Slot::Held {
+                    rv,
+                    holder: holder.to_owned(),
+                    duration: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+                    floor,
+                    transitions,
+                }
+            };
+            slots.insert(slot, state);
+            raw.push((slot, lease));
+        }
+        Ok((slots, raw, at))
+    }
+
+    /// Acquires a slot of `pool` (only `pinned` when given), raising its
+    /// floor to `ceiling`. Returns the grant and the floor stored before.
+    pub(crate) async fn acquire_slot(
+        &self,
+        pool: &PoolSpec,
+        ceiling: u64,
+        pinned: Option<u32>,
+    ) -> Result<(Grant, u64), AcquireError> {
+        check_pool(&pool.name)?;
+        if pool.size > Self::MAX_POOL_SIZE {
+            return Err(AcquireError::Misconfigured {
+                what: format!(
+                    "pool {} has {} slots; the Kubernetes strategy supports up to {}",
+                    pool.name,
+                    pool.size,
+                    Self::MAX_POOL_SIZE
+                ),
+                fix: format!("use a pool of at most {} slots", Self::MAX_POOL_SIZE),
+            });
+        }
+        if let Some(slot) = pinned
+            && slot >= pool.size
+        {
+            return Err(AcquireError::Misconfigured {
+                what: format!(
+                    "the ordinal gives slot {slot}, outside pool {} of size {}",
+                    pool.name, pool.size
+                ),
+                fix: format!("raise the pool size above {slot}"),
+            });
+        }
+        let secs = ttl_secs(pool.ttl)?;
+        let api = &self.inner.api;
+        let deadline = Instant::now() + pool.ttl.min(api.op_timeout * 2);
+        let mut sent = 0u32;
+        let mut rng = Rng::new();
+        for _ in 0..MAX_LISTS {
+            sent += 1;
+            let (slots, raw, _) = self.list_pool(pool, deadline).await?;
+            if let Some(won) = self
+                .adopt_pending(pool, &raw, ceiling, deadline, &mut sent)
+                .await
+            {
+                self.record_acquire(sent);
+                return Ok(won);
+            }
+            let now = Instant::now();
+            let mut candidates = Vec::new();
+            let mut earliest: Option<Instant> = None;
+            let range = match pinned {
+                Some(s) => s..s + 1,
+                None => 0..pool.size,
+            };
+            for slot in range {
+                match slots.get(&slot).cloned().unwrap_or(Slot::Absent) {
+                    Slot::Held {
+                        rv,
+                        duration,
+                        holder,
+                        floor,
+                        transitions,
+                    } => match self.takeover_at(pool, slot, &rv, duration) {
+                        Some(at) if at <= now => candidates.push((
+                            slot,
+                            Slot::Held {
+                                rv,
+                                duration,
+                                holder,
+                                floor,
+                                transitions,
+                            },
+                        )),
+                        Some(at) => earliest = Some(earliest.map_or(at, |e| e.min(at))),
+                        None => {}
+                    },
+                    other => candidates.push((slot, other)),
+                }
+            }
+            if candidates.is_empty() {
+                let wait = earliest.map(|e| e.saturating_duration_since(now));
+                return Err(match pinned {
+                    Some(slot) => AcquireError::Contention(Reason::new(format!(
+                        "slot {slot} of pool {} is held by {}; another pod with the same ordinal \
+                         (a force-deleted pod may still run) holds it; it can be taken over in {} \
+                         if its holder stops renewing",
+                        pool.name,
+                        match slots.get(&slot) {
+                            Some(Slot::Held { holder, .. }) => holder.as_str(),
+                            _ => "another holder",
+                        },
+                        wait.map_or("a lease duration".to_owned(), |w| format!(
+                            "{:.1}s",
+                            w.as_secs_f64()
+                        )),
+                    ))),
+                    None => AcquireError::PoolExhausted {
+                        pool: pool.name.to_string(),
+                        size: pool.size,
+                    },
+                });
+            }
+            rng.shuffle(&mut candidates);
+            for (slot, state) in candidates.into_iter().take(WRITES_PER_LIST as usize) {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                sent += 1;
+                match self
+                    .try_slot(pool, slot, &state, secs, ceiling, deadline, &mut sent)
+                    .await?
+                {
+                    Some(won) => {
+                        self.record_acquire(sent);
+                        return Ok(won);
+                    }
+                    None => continue,
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        Err(AcquireError::Contention(Reason::new(format!(
+            "other acquirers won every slot this acquisition tried ({sent} requests)"
+        ))))
+    }
+
+    fn record_acquire(&self, sent: u32) {
+        #[cfg(feature = "stats")]
+        self.inner.stats.acquired(sent);
+        #[cfg(not(feature = "stats"))]
+        let _ = sent;
+    }
+
+    /// One acquiring write. `Ok(None)`: another acquirer won, try the next.
+    #[allow(clippy::too_many_arguments)]
+    async fn try_slot(
+        &self,
+        pool: &PoolSpec,
+        slot: u32,
+        state: &Slot,
+        secs: i32,
+        ceiling: u64,
+        deadline: Instant,
+        sent: &mut u32,
+    ) -> Result<Option<(Grant, u64)>, AcquireError> {
+        let api = &self.inner.api;
+        let token = Token::random();
+        let holder_id = holder_identity(&pool.holder, &token);
+        let name = lease_name(&pool.name, slot);
+        let now = micro_time(unique_micros());
+        let (result, prev_floor, stored_floor, verb) = match state {
+            Slot::Absent => {
+                let body = json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": name,
+                        "labels": {POOL_LABEL: pool.name.as_str(), SLOT_LABEL: slot.to_string()},
+                        "annotations": {FLOOR_ANNOTATION: ceiling.to_string()},
+                    },
+                    "spec": {
+                        "holderIdentity": holder_id,
+                        "leaseDurationSeconds": secs,
+                        "acquireTime": now,
+                        "renewTime": now,
+                        "leaseTransitions": 0,
+                    },
+                });
+                (
+                    api.create(&body, false, deadline).await,
+                    0,
+                    ceiling,
+                    "create",
+                )
+            }
+            Slot::Free {
+                rv,
+                floor,
+                transitions,
+            }
+            | Slot::Held {
+                rv,
+                floor,
+                transitions,
+                ..
+            } => {
+                let stored = (*floor).max(ceiling);
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": rv,
+                        "annotations": {FLOOR_ANNOTATION: stored.to_string()},
+                    },
+                    "spec": {
+                        "holderIdentity": holder_id,
+                        "leaseDurationSeconds": secs,
+                        "acquireTime": now,
+                        "renewTime": now,
+                        "leaseTransitions": transitions.saturating_add(1),
+                    },
+                });
+                (
+                    api.merge_patch(&name, &patch, deadline).await,
+                    *floor,
+                    stored,
+                    "patch",
+                )
+            }
+        };
+        let answer = match result {
+            Ok(resp) => resp,
+            Err(NoAnswer::NotSent(m)) => return Err(unreachable(&format!("{verb} {name}"), &m)),
+            Err(NoAnswer::Unknown(m)) => {
+                *sent += 1;
+                return self
+                    .resolve_ambiguous(
+                        pool,
+                        slot,
+                        token,
+                        &holder_id,
+                        prev_floor,
+                        stored_floor,
+                        deadline,
+                        &m,
+                    )
+                    .await
+                    .map(Some);
+            }
+        };
+        match answer.status {
+            200 | 201 => {
+                let lease = answer
+                    .lease()
+                    .map_err(|e| unreachable(&format!("{verb} {name}"), &e))?;
+                let rv = lease.metadata.resource_version.unwrap_or_default();
+                let fence = parse_rv(&rv)?;
+                self.observe(&pool.name, slot, &rv, Instant::now());
+                Ok(Some(self.granted(
+                    pool,
+                    slot,
+                    token,
+                    fence,
+                    prev_floor,
+                    stored_floor,
+                )))
+            }
+            // Another acquirer won (create: the name exists; patch: the
+            // resourceVersion moved on). 404 on a patch: deleted since.
+            409 => Ok(None),
+            404 if verb == "patch" => Ok(None),
+            s if s >= 500 => {
+                *sent += 1;
+                self.resolve_ambiguous(
+                    pool,
+                    slot,
+                    token,
+                    &holder_id,
+                    prev_floor,
+                    stored_floor,
+                    deadline,
+                    &answer.message(),
+                )
+                .await
+                .map(Some)
+            }
+            _ => Err(write_error(&answer, verb, api, pool)),
+        }
+    }
+
+    fn granted(
+        &self,
+        pool: &PoolSpec,
+        slot: u32,
+        token: Token,
+        fence: u64,
+        prev: u64,
+        stored: u64,
+    ) -> (Grant, u64) {
+        self.floors().insert(token, stored);
+        (
+            Grant {
+                slot,
+                token,
+                fence: Fence(fence),
+                ttl: pool.ttl,
+            },
+            prev,
+        )
+    }
+
+    /// The ambiguity rule: a write whose answer was lost may have been
+    /// applied. One GET decides; if it cannot, the write is remembered and
+    /// the next acquisition adopts the slot if it landed.
+    #[allow(clippy::too_many_arguments)]
+    async fn resolve_ambiguous(
+        &self,
+        pool: &PoolSpec,
+        slot: u32,
+        token: Token,
+        holder_id: &str,
+        prev_floor: u64,
+        stored_floor: u64,
+        deadline: Instant,
+        why: &str,
+    ) -> Result<(Grant, u64), AcquireError> {
+        let name = lease_name(&pool.name, slot);
+        if let Ok(resp) = self.inner.api.get(&name, deadline).await
+            && resp.status == 200
+            && let Ok(lease) = resp.lease()
+            && holder_of(&lease) == holder_id
+        {
+            let rv = lease.metadata.resource_version.unwrap_or_default();
+            let fence = parse_rv(&rv)?;
+            self.observe(&pool.name, slot, &rv, Instant::now());
+            return Ok(self.granted(pool, slot, token, fence, prev_floor, stored_floor));
+        }
+        let mut pending = self.pending();
+        pending.retain(|p| p.at.elapsed() < PENDING_FOR);
+        pending.push(Pending {
+            pool: pool.name.as_str().to_owned(),
+            slot,
+            token,
+            holder_id: holder_id.to_owned(),
+            prev_floor,
+            stored_floor,
+            at: Instant::now(),
+        });
+        Err(unreachable(
+            &format!("acquiring {name}"),
+            &format!("{why} (the write may still land; the next acquisition adopts it if it did)"),
+        ))
+    }
+
+    /// Adopts a slot whose acquiring write landed after its answer was
+    /// lost: one renewal makes it ours from now on (observers restart their
+    /// clocks at that write, so the holder's deadline counts from this call).
+    async fn adopt_pending(
+        &self,
+        pool: &PoolSpec,
+        raw: &[(u32, Lease)],
+        ceiling: u64,
+        deadline: Instant,
+        sent: &mut u32,
+    ) -> Option<(Grant, u64)> {
+        let candidates: Vec<Pending> = {
+            let pending = self.pending();
+            if pending.is_empty() {
+                return None;
+            }
+            pending
+                .iter()
+                .filter(|p| p.pool == pool.name.as_str())
+                .cloned()
+                .collect()
+        };
+        for p in candidates {
+            let Some((_, lease)) = raw
+                .iter()
+                .find(|(slot, l)| *slot == p.slot && holder_of(l) == p.holder_id)
+            else {
+                continue;
+            };
+            self.pending().retain(|q| q.token != p.token);
+            let Ok(fence) = parse_rv(lease.metadata.resource_version.as_deref().unwrap_or(""))
+            else {
+                continue;
+            };
+            let grant = Grant {
+                slot: p.slot,
+                token: p.token,
+                fence: Fence(fence),
+                ttl: pool.ttl,
+            };
+            self.floors().insert(p.token, p.stored_floor);
+            *sent += 1;
+            if let Renewal::Renewed { .. } = self
+                .renew_grant(pool, &grant, Some(ceiling), deadline)
+                .await
+            {
+                return Some((grant, p.prev_floor));
+            }
+        }
+        None
+    }
+
+    /// Renews `grant`, raising the stored floor to `ceiling` when given.
+    pub(crate) async fn renew_grant(
+        &self,
+        pool: &PoolSpec,
+        grant: &Grant,
+        ceiling: Option<u64>,
+        deadline: Instant,
+    ) -> Renewal {
+        let api = &self.inner.api;
+        let name = lease_name(&pool.name, grant.slot);
+        let holder_id = holder_identity(&pool.holder, &grant.token);
+        let Ok(secs) = ttl_secs(pool.ttl) else {
+            return Renewal::Retry(Reason::new("ttl below 1s"));
+        };
+        let mut known = self.floors().get(&grant.token).copied();
+        for _ in 0..3 {
+            let mut ops =
+                vec![json!({"op": "test", "path": "/spec/holderIdentity", "value": holder_id})];
+            let raise = match (ceiling, known) {
+                (Some(c), Some(k)) if c > k => {
+                    ops.push(json!({"op": "test", "path": FLOOR_POINTER, "value": k.to_string()}));
+                    ops.push(json!({"op": "add", "path": FLOOR_POINTER, "value": c.to_string()}));
+                    Some(c)
+                }
+                (Some(_), None) => {
+                    // Not stored by this process: learn it, then renew.
+                    match self.read_holder(&name, &holder_id, deadline).await {
+                        Ok(Some(floor)) => {
+                            known = Some(floor);
+                            self.floors().insert(grant.token, floor);
+                            continue;
+                        }
+                        Ok(None) => return Renewal::Lost(lost_reason(&name)),
+                        Err(r) => return Renewal::Retry(r),
+                    }
+                }
+                _ => None,
+            };
+            ops.push(json!({"op": "add", "path": "/spec/renewTime", "value": micro_time(unique_micros())}));
+            ops.push(json!({"op": "add", "path": "/spec/leaseDurationSeconds", "value": secs}));
+            let resp = match api.json_patch(&name, &Value::Array(ops), deadline).await {
+                Ok(r) => r,
+                Err(e) => {
+                    return Renewal::Retry(Reason::new(format!("renewing {name}: {}", e.text())));
+                }
+            };
+            match resp.status {
+                200 => {
+                    if let Some(c) = raise {
+                        self.floors().insert(grant.token, c);
+                    }
+                    return Renewal::Renewed { ttl: pool.ttl };
+                }
+                404 => return Renewal::Lost(Reason::new(format!("Lease {name} was deleted"))),
+                422 => match self.read_holder(&name, &holder_id, deadline).await {
+                    Ok(None) => return Renewal::Lost(lost_reason(&name)),
+                    Ok(Some(floor)) if raise.is_some() && Some(floor) != known => {
+                        // Our floor test failed, not the holder test: a
+                        // renewal whose answer was lost had landed.
+                        known = Some(floor);
+                        self.floors().insert(grant.token, floor);
+                    }
+                    Ok(Some(_)) => {
+                        return Renewal::Retry(Reason::new(format!(
+                            "renewing {name}: {} although the Lease is still ours",
+                            resp.message()
+                        )));
+                    }
+                    Err(r) => return Renewal::Retry(r),
+                },
+                _ => {
+                    return Renewal::Retry(Reason::new(format!(
+                        "renewing {name}: {}",
+                        resp.message()
+                    )));
+                }
+            }
+        }
+        Renewal::Retry(Reason::new(format!(
+            "renewing {name}: the floor kept changing"
+        )))
+    }
+
+    /// GETs `name`: `Some(stored floor)` when `holder_id` holds it, `None`
+    /// when it is gone or held by another.
+    async fn read_holder(
+        &self,
+        name: &str,
+        holder_id: &str,
+        deadline: Instant,
+    ) -> Result<Option<u64>, Reason> {
+        match self.inner.api.get(name, deadline).await {
+            Ok(resp) if resp.status == 404 => Ok(None),
+            Ok(resp) if resp.status == 200 => {
+                let lease = resp.lease().map_err(Reason::new)?;
+                Ok((holder_of(&lease) == holder_id).then(|| floor_of(&lease)))
+            }
+            Ok(resp) => Err(Reason::new(format!("reading {name}: {}", resp.message()))),
+            Err(e) => Err(Reason::new(format!("reading {name}: {}", e.text()))),
+        }
+    }
+
+    /// Releases `grant`, storing `issued` as the floor when given.
+    pub(crate) async fn release_grant(
+        &self,
+        pool: &PoolSpec,
+        grant: &Grant,
+        issued: Option<u64>,
+    ) -> Release {
+        let api = &self.inner.api;
+        let name = lease_name(&pool.name, grant.slot);
+        let holder_id = holder_identity(&pool.holder, &grant.token);
+        let deadline = Instant::now() + api.op_timeout.min(pool.ttl);
+        let mut ops = vec![
+            json!({"op": "test", "path": "/spec/holderIdentity", "value": holder_id}),
+            json!({"op": "add", "path": "/spec/holderIdentity", "value": ""}),
+            json!({"op": "add", "path": "/spec/leaseDurationSeconds", "value": 1}),
+            json!({"op": "add", "path": "/spec/renewTime", "value": micro_time(unique_micros())}),
+        ];
+        if let Some(floor) = issued {
+            ops.push(json!({"op": "add", "path": FLOOR_POINTER, "value": floor.to_string()}));
+        }
+        let resp = match api.json_patch(&name, &Value::Array(ops), deadline).await {
+            Ok(r) => r,
+            Err(e) => {
+                return Release::Retry(Reason::new(format!("releasing {name}: {}", e.text())));
+            }
+        };
+        let outcome = match resp.status {
+            200 => Release::Released,
+            404 => Release::NotHeld,
+            422 => match self.read_holder(&name, &holder_id, deadline).await {
+                Ok(None) => Release::NotHeld,
+                Ok(Some(_)) => {
+                    Release::Retry(Reason::new(format!("releasing {name}: {}", resp.message())))
+                }
+                Err(r) => Release::Retry(r),
+            },
+            _ => Release::Retry(Reason::new(format!("releasing {name}: {}", resp.message()))),
+        };
+        if !matches!(outcome, Release::Retry(_)) {
+            self.floors().remove(&grant.token);
+        }
+        outcome
+    }
+}
+
+fn lost_reason(name: &str) -> Reason {
+    Reason::new(format!("Lease {name} is held by another holder or gone"))
+}
+
+pub(crate) fn holder_of(lease: &Lease) -> &str {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .unwrap_or("")
+}
+
+fn floor_of(lease: &Lease) -> u64 {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(FLOOR_ANNOTATION))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A resourceVersion as a fence; not an integer is final.
+pub(crate) fn parse_rv(rv: &str) -> Result<u64, AcquireError> {
+    rv.parse::<u64>().map_err(|_| AcquireError::UnsupportedServer {
+        what: format!(
+            "the API server answered resourceVersion {rv:?}, which is not an integer, so it cannot \
+             be a fence"
+        ),
+        fix: "use a kube-apiserver backed by etcd (every release so far; guaranteed from \
+              Kubernetes 1.35, KEP-5504), or another lease store"
+            .to_owned(),
+    })
+}
+
+/// A Lease named like our slot must carry our labels.
+fn check_ours(lease: &Lease, pool: &PoolSpec, slot: u32, api: &Api) -> Result<(), AcquireError> {
+    let labels = lease.metadata.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    if label(POOL_LABEL) == Some(pool.name.as_str()) && label(SLOT_LABEL) == Some(&slot.to_string())
+    {
+        return Ok(());
+    }
+    let name = lease_name(&pool.name, slot);
+    Err(AcquireError::BadIdentifier {
+        what: format!(
+            "Lease {name} in namespace {} was not made by leasehold (it lacks the labels \
+             {POOL_LABEL}={} and {SLOT_LABEL}={slot}); something else owns this name",
+            api.namespace, pool.name
+        ),
+        fix: format!(
+            "choose another pool name, or delete the foreign Lease if nothing uses it (kubectl \
+             delete lease -n {} {name})",
+            api.namespace
+        ),
+    })
+}
+
+/// A definitive error answer to an acquisition's request.
+fn write_error(resp: &Resp, verb: &str, api: &Api, pool: &PoolSpec) -> AcquireError {
+    let msg = resp.message();
+    match resp.status {
+        403 => AcquireError::Misconfigured {
+            what: format!(
+                "RBAC: this identity may not `{verb}` coordination.k8s.io/leases in namespace {} \
+                 ({msg})",
+                api.namespace
+            ),
+            fix: "apply lease-k8s/deploy/rbac.yaml: a Role with get, list, create and patch on \
+                  leases, bound to the pod's ServiceAccount"
+                .to_owned(),
+        },
+        404 if verb == "create" => AcquireError::Misconfigured {
+            what: format!("namespace {:?} does not exist ({msg})", api.namespace),
+            fix: format!(
+                "create it (kubectl create namespace {}) or configure the namespace the Leases \
+                 should live in",
+                api.namespace
+            ),
+        },
+        429 => AcquireError::Unreachable(Reason::new(format!(
+            "the API server is throttling ({msg}); will retry"
+        ))),
+        s if s >= 500 => AcquireError::Unreachable(Reason::new(format!("{verb} leases: {msg}"))),
+        _ => AcquireError::Misconfigured {
+            what: format!(
+                "the API server rejected `{verb}` on a Lease of pool {}: {msg}",
+                pool.name
+            ),
+            fix: "check the pool name and ttl; this is a bug if they are valid".to_owned(),
+        },
+    }
+}
+
+fn expect_ok<'a>(resp: &'a Resp, what: &'static str) -> Result<&'a Resp, KubeError> {
+    if resp.ok() {
+        Ok(resp)
+    } else {
+        Err(KubeError::Request {
+            what,
+            detail: resp.message(),
+        })
+    }
+}
+
+/// `leaseDurationSeconds`: whole seconds, rounded up, > 0.
+pub(crate) fn ttl_secs(ttl: Duration) -> Result<i32, AcquireError> {
+    if ttl < KubeStrategy::MIN_TTL {
+        return Err(AcquireError::Misconfigured {
+            what: format!(
+                "ttl {ttl:?} is too short for Kubernetes Leases: leaseDurationSeconds counts whole \
+                 seconds and must be at least 1"
+            ),
+            fix: "set ttl to at least 1s".to_owned(),
+        });
+    }
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    Ok(i32::try_from(secs).unwrap_or(i32::MAX))
+}
+
+/// A small xorshift generator seeded from the OS (through a token).
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Self {
+        let b = *Token::random().as_bytes();
+        let seed = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        Self(seed | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = usize::try_from(self.next() % (i as u64 + 1)).unwrap_or(0);
+            items.swap(i, j);
+        }
+    }
+}
+
+impl Strategy for KubeStrategy {
+    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+        self.acquire_slot(pool, 0, None).await.map(|(g, _)| g)
+    }
+
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
+        let deadline = Instant::now() + self.inner.api.op_timeout.min(pool.ttl);
+        self.renew_grant(pool, grant, None, deadline).await
+    }
+
+    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
+        self.release_grant(pool, grant, None).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::coordinated(true, Self::MIN_TTL).with_max_pool_size(Self::MAX_POOL_SIZE)
+    }
+
+    fn identity(&self) -> String {
+        self.inner.identity.clone()
+    }
+}
+
+impl std::fmt::Debug for KubeStrategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeStrategy")
+            .field("identity", &self.inner.identity)
+            .field("op_timeout", &self.inner.api.op_timeout)
+            .field("takeover_margin", &self.inner.takeover_margin)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,51 @@
+//! The behaviour suite against the in-process **fake** API server (the row
+//! "k8s (fake API server)"), then Kubernetes-specific tests against the fake;
+//! and the same suite against a real cluster (the row "k8s (real cluster)")
+//! when `LEASEHOLD_K8S_KUBECONFIG` names a kubeconfig, or k3s through
+//! testcontainers when a Docker daemon answers. Without either the real tier
+//! is reported as skipped, never as passed.
+
+mod k8s;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use leasehold_conformance::Target;
+use leasehold_conformance::servers::{self, ServerKind};
+
+use k8s::{FakeBackend, RealBackend};
+
+fn main() -> ExitCode {
+    let fake = FakeBackend::start();
+    let mut target = Target::new(
+        k8s::FAKE_LABEL,
+        fake.describe(),
+        Arc::new(fake.clone()),
+        k8s::capabilities(),
+    )
+    .with_revoke();
+    for (name, test) in k8s::tests::all(&fake) {
+        target = target.with_test(name, move |b| test(b));
+    }
+    let mut targets = vec![target];
+    let mut keep = Vec::new();
+    match servers::provide(ServerKind::K8s) {
+        Ok(server) => {
+            let backend = RealBackend::new(&server);
+            targets.push(
+                Target::new(
+                    k8s::REAL_LABEL,
+                    server.describe(),
+                    Arc::new(backend),
+                    k8s::capabilities(),
+                )
+                .with_revoke(),
+            );
+            keep.push(server);
+        }
+        Err(missing) => targets.push(Target::missing(k8s::REAL_LABEL, missing)),
+    }
+    let code = leasehold_conformance::run(targets);
+    drop(keep);
+    code
+}
