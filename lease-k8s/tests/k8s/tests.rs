@@ -1,5 +1,719 @@
-pub(crate) fn all(
-    _b: &super::FakeBackend,
-) -> Vec<(&'static str, leasehold_conformance::ExtraTest)> {
-    Vec::new()
+//! Kubernetes-specific tests, each on a private **fake** API server (fault
+//! switches are per server, so tests never disturb each other).
+//!
+//! Which API-server behaviour each relies on, and whether that behaviour was
+//! seen on a running kube-apiserver or only read in its source, is stated in
+//! `lease-k8s/fake/src/store.rs` and `lease-k8s/fake/tests/semantics.rs`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_conformance::suite::fresh_pool_name;
+use leasehold_conformance::{Backend, ExtraTest};
+use leasehold_core::{AcquireError, PoolName, PoolSpec, Release, Renewal, Strategy};
+use leasehold_k8s::{KubeConfig, KubeError, KubeStrategy, OrdinalLease};
+use leasehold_k8s_fake::{FakeApiServer, Fault, RvFormat, Verb};
+use serde_json::json;
+
+use super::FakeBackend;
+
+type Outcome = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+macro_rules! tests {
+    ($($name:ident),* $(,)?) => {
+        /// Every Kubernetes-specific test.
+        pub(crate) fn all(_: &FakeBackend) -> Vec<(&'static str, ExtraTest)> {
+            vec![$((
+                stringify!($name),
+                Arc::new(|_: Arc<dyn Backend>| -> leasehold_core::BoxFuture<'static, Outcome> {
+                    Box::pin($name())
+                }) as ExtraTest,
+            )),*]
+        }
+    };
+}
+
+tests! {
+    acquire_is_two_round_trips_renew_and_release_one,
+    never_puts_and_never_deletes,
+    lease_carries_labels_holder_and_floor,
+    renewals_always_move_the_resource_version,
+    bad_pool_name_is_a_final_error,
+    ttl_below_one_second_is_a_final_error,
+    foreign_lease_with_our_name_is_a_final_error,
+    missing_namespace_is_a_final_error,
+    missing_rbac_names_the_verb,
+    non_integer_resource_version_is_a_final_error,
+    unreachable_server_at_connect_is_a_connect_error,
+    ambiguous_create_is_ours_when_the_get_says_so,
+    lost_answer_is_adopted_by_the_next_acquisition,
+    throttled_acquire_is_retryable_and_says_retry_after,
+    renew_under_server_errors_is_retry_never_lost,
+    renew_whose_answer_was_lost_is_harmless,
+    deleted_lease_is_lost_and_recreated_with_a_bigger_fence,
+    revoke_leaves_a_tombstone_until_the_lease_would_have_ended,
+    a_fresh_process_waits_a_lease_duration_before_a_takeover,
+    ordinal_lease_pins_the_slot_and_refuses_a_twin,
+    debug_output_shows_no_token,
+}
+
+struct Private {
+    fake: FakeApiServer,
+}
+
+impl Private {
+    fn new() -> Result<Self, String> {
+        Ok(Self {
+            fake: FakeApiServer::start().map_err(|e| e.to_string())?,
+        })
+    }
+
+    fn config(&self) -> KubeConfig {
+        KubeConfig::url(self.fake.url())
+            .namespace("default")
+            .op_timeout(Duration::from_secs(1))
+            .takeover_margin(Duration::from_millis(200))
+    }
+
+    async fn connect(&self) -> Result<KubeStrategy, String> {
+        KubeStrategy::connect(self.config())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn lease(&self, pool: &PoolSpec, slot: u32) -> serde_json::Value {
+        self.fake
+            .lease("default", &leasehold_k8s::lease_name(&pool.name, slot))
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    fn requests(&self) -> [u64; 6] {
+        [
+            Verb::List,
+            Verb::Get,
+            Verb::Create,
+            Verb::Patch,
+            Verb::Update,
+            Verb::Delete,
+        ]
+        .map(|v| self.fake.requests(v))
+    }
+}
+
+fn pool(size: u32, ttl: Duration) -> Result<PoolSpec, String> {
+    PoolSpec::new(fresh_pool_name(), size, ttl).map_err(|e| e.to_string())
+}
+
+fn delta(before: [u64; 6], after: [u64; 6]) -> u64 {
+    after.iter().zip(before).map(|(a, b)| a - b).sum()
+}
+
+/// LIST + POST on a fresh pool, LIST + merge PATCH on a released slot, one
+/// PATCH per renewal and per release.
+async fn acquire_is_two_round_trips_renew_and_release_one() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(8, Duration::from_secs(30))?;
+    let before = p.requests();
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    ensure!(
+        delta(before, p.requests()) == 2,
+        "acquire (create) took {} requests",
+        delta(before, p.requests())
+    );
+    let before = p.requests();
+    let r = s.renew(&pool, &g).await;
+    ensure!(matches!(r, Renewal::Renewed { .. }), "renew: {r:?}");
+    ensure!(
+        delta(before, p.requests()) == 1,
+        "renew took {} requests",
+        delta(before, p.requests())
+    );
+    let before = p.requests();
+    ensure!(s.release(&pool, &g).await == Release::Released, "release");
+    ensure!(
+        delta(before, p.requests()) == 1,
+        "release took {} requests",
+        delta(before, p.requests())
+    );
+    // Fill the pool but one released slot: the next acquisition patches it.
+    let one = PoolSpec {
+        size: 1,
+        ..pool.clone()
+    };
+    let g1 = s.acquire(&one).await.map_err(|e| e.to_string())?;
+    s.release(&one, &g1).await;
+    let before = p.requests();
+    let g2 = s.acquire(&one).await.map_err(|e| e.to_string())?;
+    ensure!(
+        delta(before, p.requests()) == 2,
+        "acquire (takeover) took {} requests",
+        delta(before, p.requests())
+    );
+    ensure!(g2.fence > g1.fence, "fence {} after {}", g2.fence, g1.fence);
+    Ok(())
+}
+
+/// The Role grants no `update` and no `delete`: the strategy uses neither.
+async fn never_puts_and_never_deletes() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(2, Duration::from_secs(30))?;
+    for _ in 0..3 {
+        let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+        s.renew(&pool, &g).await;
+        s.release(&pool, &g).await;
+    }
+    ensure!(p.fake.requests(Verb::Update) == 0, "a PUT was sent");
+    ensure!(p.fake.requests(Verb::Delete) == 0, "a DELETE was sent");
+    Ok(())
+}
+
+async fn lease_carries_labels_holder_and_floor() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_millis(1500))?.with_holder("web-0");
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let lease = p.lease(&pool, g.slot);
+    let meta = &lease["metadata"];
+    ensure!(
+        meta["labels"]["leasehold/pool"] == pool.name.as_str(),
+        "labels {}",
+        meta["labels"]
+    );
+    ensure!(
+        meta["labels"]["leasehold/slot"] == "0",
+        "labels {}",
+        meta["labels"]
+    );
+    ensure!(
+        meta["annotations"]["leasehold/floor"].is_string(),
+        "annotations {}",
+        meta["annotations"]
+    );
+    let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or("");
+    ensure!(
+        holder == format!("web-0_{}", g.token.to_hex()),
+        "holder {holder}"
+    );
+    ensure!(
+        lease["spec"]["leaseDurationSeconds"] == 2,
+        "1.5 s rounds up to 2: {}",
+        lease["spec"]
+    );
+    ensure!(
+        meta["resourceVersion"] == g.fence.0.to_string(),
+        "fence {} rv {}",
+        g.fence,
+        meta["resourceVersion"]
+    );
+    Ok(())
+}
+
+/// A write that changes nothing keeps the resourceVersion (seen), which an
+/// observer would read as "not renewed": every renewal must change the Lease.
+async fn renewals_always_move_the_resource_version() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let mut last = g.fence.0;
+    for _ in 0..5 {
+        let (a, b) = tokio::join!(s.renew(&pool, &g), s.renew(&pool, &g));
+        ensure!(
+            matches!((&a, &b), (Renewal::Renewed { .. }, Renewal::Renewed { .. })),
+            "{a:?} {b:?}"
+        );
+        let rv: u64 = p.lease(&pool, 0)["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .ok_or("no rv")?;
+        ensure!(
+            rv >= last + 2,
+            "two renewals moved the rv from {last} to {rv}"
+        );
+        last = rv;
+    }
+    Ok(())
+}
+
+async fn bad_pool_name_is_a_final_error() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let creates = p.fake.requests(Verb::Create);
+    for name in ["My_Ids", "ids-", "a.-b"] {
+        let pool = PoolSpec::new(
+            PoolName::new(name).map_err(|e| e.to_string())?,
+            4,
+            Duration::from_secs(5),
+        )
+        .map_err(|e| e.to_string())?;
+        match s.acquire(&pool).await {
+            Err(e @ AcquireError::BadIdentifier { .. }) => {
+                ensure!(!e.is_retryable(), "retryable: {e}");
+                ensure!(e.to_string().contains("lowercase"), "unclear: {e}");
+            }
+            other => return Err(format!("pool {name:?}: {other:?}")),
+        }
+    }
+    ensure!(
+        p.fake.requests(Verb::Create) == creates,
+        "a bad name reached the server"
+    );
+    Ok(())
+}
+
+async fn ttl_below_one_second_is_a_final_error() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_millis(500))?;
+    match s.acquire(&pool).await {
+        Err(e @ AcquireError::Misconfigured { .. }) => {
+            ensure!(e.to_string().contains("at least 1s"), "unclear: {e}");
+            Ok(())
+        }
+        other => Err(format!("{other:?}")),
+    }
+}
+
+async fn foreign_lease_with_our_name_is_a_final_error() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(4, Duration::from_secs(5))?;
+    let creates = p.fake.requests(Verb::Create);
+    let name = leasehold_k8s::lease_name(&pool.name, 2);
+    p.fake.insert_raw(
+        "default",
+        &name,
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": "7", "uid": "u"},
+            "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 15},
+        }),
+    );
+    match s.acquire(&pool).await {
+        Err(e @ AcquireError::BadIdentifier { .. }) => {
+            ensure!(!e.is_retryable(), "retryable: {e}");
+            let text = e.to_string();
+            ensure!(
+                text.contains(&name) && text.contains("not made by leasehold"),
+                "unclear: {text}"
+            );
+        }
+        other => return Err(format!("{other:?}")),
+    }
+    ensure!(
+        p.fake.requests(Verb::Create) == creates,
+        "wrote next to a foreign Lease"
+    );
+    Ok(())
+}
+
+async fn missing_namespace_is_a_final_error() -> Outcome {
+    let p = Private::new()?;
+    match KubeStrategy::connect(p.config().namespace("nope")).await {
+        Err(e @ KubeError::MissingNamespace { .. }) => {
+            ensure!(
+                e.to_string().contains("kubectl create namespace nope"),
+                "unclear: {e}"
+            );
+        }
+        other => return Err(format!("connect: {other:?}")),
+    }
+    // Without the preflight, the first acquisition says the same, finally.
+    let s = KubeStrategy::connect(p.config().namespace("nope").preflight(false))
+        .await
+        .map_err(|e| e.to_string())?;
+    match s.acquire(&pool(2, Duration::from_secs(5))?).await {
+        Err(e) if !e.is_retryable() && e.to_string().contains("does not exist") => {}
+        other => return Err(format!("acquire: {other:?}")),
+    }
+    match KubeStrategy::connect(p.config().namespace("Bad_NS")).await {
+        Err(e @ KubeError::Config(_)) => ensure!(e.to_string().contains("namespace"), "{e}"),
+        other => return Err(format!("bad namespace name: {other:?}")),
+    }
+    Ok(())
+}
+
+async fn missing_rbac_names_the_verb() -> Outcome {
+    for verb in [Verb::Get, Verb::List, Verb::Create, Verb::Patch] {
+        let p = Private::new()?;
+        p.fake.faults().set(verb, Fault::Forbidden);
+        match KubeStrategy::connect(p.config()).await {
+            Err(e @ KubeError::Forbidden { .. }) => {
+                let text = e.to_string();
+                ensure!(
+                    text.contains(&format!("`{}`", verb.rbac())),
+                    "{verb}: {text}"
+                );
+                ensure!(text.contains("deploy/rbac.yaml"), "no fix: {text}");
+            }
+            other => return Err(format!("{verb}: {other:?}")),
+        }
+    }
+    // Without the preflight, a 403 on the write is a final acquisition error.
+    let p = Private::new()?;
+    let s = KubeStrategy::connect(p.config().preflight(false))
+        .await
+        .map_err(|e| e.to_string())?;
+    p.fake.faults().set(Verb::Create, Fault::Forbidden);
+    match s.acquire(&pool(2, Duration::from_secs(5))?).await {
+        Err(e) if !e.is_retryable() && e.to_string().contains("`create`") => Ok(()),
+        other => Err(format!("acquire: {other:?}")),
+    }
+}
+
+async fn non_integer_resource_version_is_a_final_error() -> Outcome {
+    let p = Private::new()?;
+    p.fake.set_rv_format(RvFormat::Opaque("v".into()));
+    match KubeStrategy::connect(p.config()).await {
+        Err(e @ KubeError::OpaqueResourceVersion { .. }) => {
+            ensure!(e.to_string().contains("not an integer"), "{e}");
+        }
+        other => return Err(format!("connect: {other:?}")),
+    }
+    let s = KubeStrategy::connect(p.config().preflight(false))
+        .await
+        .map_err(|e| e.to_string())?;
+    match s.acquire(&pool(2, Duration::from_secs(5))?).await {
+        Err(e @ AcquireError::UnsupportedServer { .. }) => {
+            ensure!(
+                !e.is_retryable() && e.to_string().contains("not an integer"),
+                "{e}"
+            );
+            Ok(())
+        }
+        other => Err(format!("acquire: {other:?}")),
+    }
+}
+
+async fn unreachable_server_at_connect_is_a_connect_error() -> Outcome {
+    let port = leasehold_conformance::servers::free_port();
+    let config =
+        KubeConfig::url(format!("http://127.0.0.1:{port}")).op_timeout(Duration::from_millis(500));
+    match KubeStrategy::connect(config).await {
+        Err(e @ KubeError::Connect { .. }) => {
+            ensure!(e.to_string().contains(&port.to_string()), "{e}");
+            Ok(())
+        }
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// A POST answered 504 after it was applied: one GET finds our holder, and
+/// the grant is ours with the stored resourceVersion as fence.
+async fn ambiguous_create_is_ours_when_the_get_says_so() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    p.fake
+        .faults()
+        .set_times(Verb::Create, Fault::ApplyThenStatus(504), 1);
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let lease = p.lease(&pool, 0);
+    ensure!(
+        lease["metadata"]["resourceVersion"] == g.fence.0.to_string(),
+        "fence {} for {}",
+        g.fence,
+        lease
+    );
+    let r = s.renew(&pool, &g).await;
+    ensure!(matches!(r, Renewal::Renewed { .. }), "renew: {r:?}");
+    Ok(())
+}
+
+/// A write whose answer was lost and whose confirming GET failed: the
+/// acquisition is retryable, and the next one adopts the slot the write took
+/// instead of leaving it to expire.
+async fn lost_answer_is_adopted_by_the_next_acquisition() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    p.fake
+        .faults()
+        .set_times(Verb::Create, Fault::ApplyThenDrop, 1);
+    p.fake.faults().set_times(Verb::Get, Fault::Status(503), 1);
+    match s.acquire(&pool).await {
+        Err(e) if e.is_retryable() => {}
+        other => return Err(format!("first acquire: {other:?}")),
+    }
+    let ghost = p.lease(&pool, 0);
+    ensure!(
+        ghost["spec"]["holderIdentity"].is_string(),
+        "the write did not land: {ghost}"
+    );
+    let g = s
+        .acquire(&pool)
+        .await
+        .map_err(|e| format!("adoption: {e}"))?;
+    ensure!(g.slot == 0, "slot {}", g.slot);
+    let holder = p.lease(&pool, 0)["spec"]["holderIdentity"].clone();
+    ensure!(
+        holder == ghost["spec"]["holderIdentity"],
+        "adopted {holder} but the ghost was {}",
+        ghost["spec"]["holderIdentity"]
+    );
+    ensure!(
+        ghost["metadata"]["resourceVersion"] == g.fence.0.to_string(),
+        "fence {}",
+        g.fence
+    );
+    Ok(())
+}
+
+async fn throttled_acquire_is_retryable_and_says_retry_after() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(2, Duration::from_secs(5))?;
+    p.fake.faults().set_times(
+        Verb::List,
+        Fault::TooManyRequests {
+            retry_after_secs: 3,
+        },
+        1,
+    );
+    match s.acquire(&pool).await {
+        Err(e) if e.is_retryable() => ensure!(e.to_string().contains("Retry-After: 3s"), "{e}"),
+        other => return Err(format!("{other:?}")),
+    }
+    // The client does not retry by itself: one request was sent.
+    ensure!(
+        p.fake.requests(Verb::List) == 2,
+        "LISTs: {}",
+        p.fake.requests(Verb::List)
+    );
+    s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+async fn renew_under_server_errors_is_retry_never_lost() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    for fault in [
+        Fault::Status(500),
+        Fault::Status(503),
+        Fault::Status(504),
+        Fault::ApplyThenStatus(504),
+        Fault::Drop,
+        Fault::ApplyThenDrop,
+        Fault::TooManyRequests {
+            retry_after_secs: 1,
+        },
+        Fault::Forbidden,
+    ] {
+        p.fake.faults().set_times(Verb::Patch, fault, 1);
+        let r = s.renew(&pool, &g).await;
+        ensure!(matches!(r, Renewal::Retry(_)), "{fault:?}: {r:?}");
+    }
+    p.fake.faults().set_times(Verb::Patch, Fault::Hang, 1);
+    let start = Instant::now();
+    let r = s.renew(&pool, &g).await;
+    ensure!(matches!(r, Renewal::Retry(_)), "hang: {r:?}");
+    ensure!(
+        start.elapsed() < Duration::from_secs(5),
+        "hang took {:?} with a 1 s op timeout",
+        start.elapsed()
+    );
+    p.fake
+        .faults()
+        .set_times(Verb::Patch, Fault::Delay(Duration::from_millis(100)), 1);
+    let r = s.renew(&pool, &g).await;
+    ensure!(
+        matches!(r, Renewal::Renewed { .. }),
+        "after the faults: {r:?}"
+    );
+    Ok(())
+}
+
+/// A renewal that was applied but whose answer was lost is retried; the
+/// `test` on the holder makes the repeat harmless.
+async fn renew_whose_answer_was_lost_is_harmless() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    p.fake
+        .faults()
+        .set_times(Verb::Patch, Fault::ApplyThenDrop, 1);
+    let r = s.renew(&pool, &g).await;
+    ensure!(matches!(r, Renewal::Retry(_)), "{r:?}");
+    let r = s.renew(&pool, &g).await;
+    ensure!(matches!(r, Renewal::Renewed { .. }), "{r:?}");
+    Ok(())
+}
+
+/// An operator deletes the Lease: the holder's renewal is `Lost` (PATCH never
+/// creates), and the slot's next fence is still bigger (resourceVersions come
+/// from one counter and survive the deletion).
+async fn deleted_lease_is_lost_and_recreated_with_a_bigger_fence() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    ensure!(
+        p.fake
+            .delete("default", &leasehold_k8s::lease_name(&pool.name, 0)),
+        "delete"
+    );
+    let r = s.renew(&pool, &g).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "{r:?}");
+    ensure!(
+        s.release(&pool, &g).await == Release::NotHeld,
+        "release after delete"
+    );
+    ensure!(
+        p.lease(&pool, 0).is_null(),
+        "a renewal or release re-created the Lease"
+    );
+    let next = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    ensure!(
+        next.fence > g.fence,
+        "fence {} after {}",
+        next.fence,
+        g.fence
+    );
+    Ok(())
+}
+
+async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended() -> Outcome {
+    let p = Private::new()?;
+    let holder = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(1))?;
+    let g = holder.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let floor_before = p.lease(&pool, 0)["metadata"]["annotations"]["leasehold/floor"].clone();
+    let rival = p.connect().await?;
+    let t0 = Instant::now();
+    ensure!(
+        rival.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
+        "nobody revoked"
+    );
+    ensure!(
+        !rival.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
+        "revoked a tombstone"
+    );
+    let lease = p.lease(&pool, 0);
+    ensure!(
+        lease["spec"]["holderIdentity"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("revoked/")),
+        "{lease}"
+    );
+    ensure!(
+        lease["metadata"]["annotations"]["leasehold/floor"] == floor_before,
+        "floor changed: {lease}"
+    );
+    let r = holder.renew(&pool, &g).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "renew after revoke: {r:?}");
+    // Nobody takes the slot before a lease duration has passed.
+    let taken = loop {
+        match rival.acquire(&pool).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && t0.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(format!("no takeover: {e}")),
+        }
+    };
+    ensure!(
+        t0.elapsed() >= pool.ttl,
+        "taken over {:?} after the revoke",
+        t0.elapsed()
+    );
+    ensure!(
+        taken.fence > g.fence,
+        "fence {} after {}",
+        taken.fence,
+        g.fence
+    );
+    Ok(())
+}
+
+/// A process that never saw a Lease change cannot know how old it is: it
+/// waits a full lease duration (on its own clock) from its first sighting.
+async fn a_fresh_process_waits_a_lease_duration_before_a_takeover() -> Outcome {
+    let p = Private::new()?;
+    let pool = pool(1, Duration::from_secs(1))?;
+    let old = p.connect().await?;
+    let g = old.acquire(&pool).await.map_err(|e| e.to_string())?;
+    // The old holder stops renewing; the Lease may already look stale to a
+    // wall clock, but the newcomer has not observed it yet.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let fresh = p.connect().await?;
+    let t0 = Instant::now();
+    match fresh.acquire(&pool).await {
+        Err(AcquireError::PoolExhausted { .. }) => {}
+        other => return Err(format!("first sighting: {other:?}")),
+    }
+    let taken = loop {
+        match fresh.acquire(&pool).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && t0.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(format!("no takeover: {e}")),
+        }
+    };
+    ensure!(
+        t0.elapsed() >= pool.ttl,
+        "took over {:?} after the first sighting",
+        t0.elapsed()
+    );
+    ensure!(taken.fence > g.fence, "fence");
+    ensure!(
+        matches!(old.renew(&pool, &g).await, Renewal::Lost(_)),
+        "old holder not lost"
+    );
+    Ok(())
+}
+
+async fn ordinal_lease_pins_the_slot_and_refuses_a_twin() -> Outcome {
+    let p = Private::new()?;
+    let pool = pool(8, Duration::from_secs(30))?;
+    let first = OrdinalLease::with_slot(p.connect().await?, 3);
+    let twin = OrdinalLease::with_slot(p.connect().await?, 3);
+    let g = first.acquire(&pool).await.map_err(|e| e.to_string())?;
+    ensure!(g.slot == 3, "slot {}", g.slot);
+    match twin.acquire(&pool).await {
+        Err(e @ AcquireError::Contention(_)) => {
+            ensure!(e.to_string().contains("same ordinal"), "unclear: {e}");
+        }
+        other => return Err(format!("twin: {other:?}")),
+    }
+    ensure!(
+        first.release(&pool, &g).await == Release::Released,
+        "release"
+    );
+    let g2 = twin.acquire(&pool).await.map_err(|e| e.to_string())?;
+    ensure!(g2.slot == 3 && g2.fence > g.fence, "twin got {g2:?}");
+    let far = OrdinalLease::with_slot(p.connect().await?, 8);
+    match far.acquire(&pool).await {
+        Err(e) if !e.is_retryable() => Ok(()),
+        other => Err(format!("ordinal outside the pool: {other:?}")),
+    }
+}
+
+async fn debug_output_shows_no_token() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let hex = g.token.to_hex();
+    for text in [
+        format!("{s:?}"),
+        format!("{g:?}"),
+        format!("{:?}", p.config()),
+    ] {
+        ensure!(!text.contains(&hex), "the token shows in {text}");
+    }
+    Ok(())
 }
