@@ -2,7 +2,7 @@
 //! proves it and supplies the fence.
 
 use leasehold_core::{
-    AcquireError, Capabilities, Grant, PodOrdinal, PoolSpec, Release, Renewal, Strategy,
+    AcquireError, Capabilities, Floor, Grant, PodOrdinal, PoolSpec, Release, Renewal, Strategy,
 };
 use tokio::time::Instant;
 
@@ -54,20 +54,21 @@ impl OrdinalLease {
 }
 
 impl Strategy for OrdinalLease {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
         self.leases
-            .acquire_slot(pool, 0, Some(self.slot))
+            .acquire_slot(pool, ceiling, Some(self.slot))
             .await
-            .map(|(g, _)| g)
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
-        let deadline = Instant::now() + KubeStrategy::DEFAULT_OP_TIMEOUT.min(pool.ttl);
-        self.leases.renew_grant(pool, grant, None, deadline).await
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        let deadline = Instant::now() + self.leases.op_timeout().min(pool.ttl());
+        self.leases
+            .renew_grant(pool, grant, Some(ceiling.0), deadline)
+            .await
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
-        self.leases.release_grant(pool, grant, None).await
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
+        self.leases.release_grant(pool, grant, Some(issued.0)).await
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -1,12 +1,12 @@
 //! The Kubernetes strategy: acquire, renew, release, revoke.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use leasehold_core::{
-    AcquireError, Capabilities, Fence, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
+    AcquireError, Capabilities, Fence, Floor, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
     Strategy, Token,
 };
 use serde_json::{Value, json};
@@ -59,6 +59,9 @@ pub(crate) struct Inner {
     floors: Mutex<HashMap<Token, u64>>,
     /// Acquiring writes whose answer was lost: adopted if they landed.
     pending: Mutex<Vec<Pending>>,
+    /// `(pool, slot)` whose create answered 409 although the LIST showed no
+    /// Lease: a rival's, or a foreign object with our name.
+    suspects: Mutex<HashSet<(String, u32)>>,
     #[cfg(feature = "stats")]
     pub(crate) stats: crate::stats::Counters,
 }
@@ -117,6 +120,12 @@ impl KubeStrategy {
     /// The largest pool: one LIST reads every Lease of the pool.
     pub const MAX_POOL_SIZE: u32 = 4096;
 
+    /// What the strategy supports: networked, floors persisted in the
+    /// `leasehold/floor` annotation.
+    pub const CAPABILITIES: Capabilities = Capabilities::coordinated(true, Self::MIN_TTL)
+        .with_max_pool_size(Self::MAX_POOL_SIZE)
+        .with_persisted_floor();
+
     /// Builds the client (retries off, a read timeout) and, unless
     /// [`KubeConfig::preflight`] is off, checks the setup: the RBAC verbs
     /// (one access review per verb), that resourceVersions are integers,
@@ -134,6 +143,7 @@ impl KubeStrategy {
                 observed: Mutex::default(),
                 floors: Mutex::default(),
                 pending: Mutex::default(),
+                suspects: Mutex::default(),
                 #[cfg(feature = "stats")]
                 stats: crate::stats::Counters::default(),
             }),
@@ -142,6 +152,11 @@ impl KubeStrategy {
             crate::preflight::run(&strategy.inner.api).await?;
         }
         Ok(strategy)
+    }
+
+    /// The bound on a single request.
+    pub(crate) fn op_timeout(&self) -> Duration {
+        self.inner.api.op_timeout
     }
 
     /// The namespace holding the Leases.
@@ -161,11 +176,11 @@ impl KubeStrategy {
     /// holder's lease would have ended. The floor annotation stays. True
     /// when a holder was revoked; false when nobody held the slot.
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, KubeError> {
-        check_pool(&pool.name).map_err(|e| KubeError::Request {
+        check_pool(pool.name()).map_err(|e| KubeError::Request {
             what: "revoke",
             detail: e.to_string(),
         })?;
-        let name = lease_name(&pool.name, slot);
+        let name = lease_name(pool.name(), slot);
         let api = &self.inner.api;
         for _ in 0..5 {
             let deadline = Instant::now() + api.op_timeout;
@@ -265,25 +280,28 @@ impl KubeStrategy {
         duration: Duration,
     ) -> Option<Instant> {
         let map = self.observed();
-        let seen = map.get(&(pool.name.as_str().to_owned(), slot))?;
+        let seen = map.get(&(pool.name().as_str().to_owned(), slot))?;
         if seen.rv != rv {
             return None;
         }
-        let wait = duration.max(pool.ttl);
+        let wait = duration.max(pool.ttl());
         Some(seen.at + wait + self.inner.takeover_margin + wait / 50)
     }
 
-    /// Reads the pool: every Lease of the namespace named like one of its
-    /// slots. The whole namespace is listed (not by label) so that a foreign
-    /// Lease occupying one of our names is found before anything is written.
+    /// Reads the pool: the Leases labelled with it. A foreign Lease that
+    /// occupies one of our names carries no such label, so it shows as a 409
+    /// to our create of an "absent" slot; such a slot becomes a suspect, and
+    /// a suspect still absent from a later LIST is read once: not ours is a
+    /// final error.
     async fn list_pool(
         &self,
         pool: &PoolSpec,
         deadline: Instant,
     ) -> Result<(HashMap<u32, Slot>, Vec<(u32, Lease)>, Instant), AcquireError> {
         let api = &self.inner.api;
+        let selector = format!("{POOL_LABEL}={}", pool.name());
         let resp = api
-            .list("", deadline)
+            .list(&selector, deadline)
             .await
             .map_err(|e| unreachable("LIST leases", e.text()))?;
         let at = Instant::now();
@@ -292,29 +310,27 @@ impl KubeStrategy {
         }
         let list: Value = serde_json::from_slice(&resp.body)
             .map_err(|e| unreachable("LIST leases", &format!("unreadable answer: {e}")))?;
-        let prefix = format!("leasehold-{}-", pool.name);
         let mut slots = HashMap::new();
         let mut raw = Vec::new();
         for item in list["items"].as_array().into_iter().flatten() {
             let name = item["metadata"]["name"].as_str().unwrap_or("");
-            let Some(slot) = name
-                .strip_prefix(&prefix)
-                .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            // Labels copied onto another object do not make it a slot.
+            let Some(slot) = item["metadata"]["labels"][SLOT_LABEL]
+                .as_str()
                 .and_then(|d| d.parse::<u32>().ok())
-                .filter(|s| name == lease_name(&pool.name, *s))
+                .filter(|s| name == lease_name(pool.name(), *s))
             else {
                 continue;
             };
             let lease: Lease = serde_json::from_value(item.clone()).map_err(|e| {
                 unreachable("LIST leases", &format!("unreadable Lease {name}: {e}"))
             })?;
-            check_ours(&lease, pool, slot, api)?;
             let rv = lease.metadata.resource_version.clone().unwrap_or_default();
             parse_rv(&rv)?;
-            if slot >= pool.size {
+            if slot >= pool.size() {
                 continue;
             }
-            self.observe(&pool.name, slot, &rv, at);
+            self.observe(pool.name(), slot, &rv, at);
             let holder = holder_of(&lease);
             let floor = floor_of(&lease);
             let transitions = lease
@@ -345,7 +361,52 @@ impl KubeStrategy {
             slots.insert(slot, state);
             raw.push((slot, lease));
         }
+        self.check_suspects(pool, &slots, deadline).await?;
         Ok((slots, raw, at))
+    }
+
+    /// Reads each suspect slot of `pool` still absent from `slots`.
+    async fn check_suspects(
+        &self,
+        pool: &PoolSpec,
+        slots: &HashMap<u32, Slot>,
+        deadline: Instant,
+    ) -> Result<(), AcquireError> {
+        let suspects: Vec<u32> = {
+            let mut set = self.suspects();
+            let mine: Vec<u32> = set
+                .iter()
+                .filter(|(p, _)| p == pool.name().as_str())
+                .map(|(_, s)| *s)
+                .collect();
+            for slot in &mine {
+                set.remove(&(pool.name().as_str().to_owned(), *slot));
+            }
+            mine
+        };
+        for slot in suspects.into_iter().filter(|s| !slots.contains_key(s)) {
+            let name = lease_name(pool.name(), slot);
+            let resp = self
+                .inner
+                .api
+                .get(&name, deadline)
+                .await
+                .map_err(|e| unreachable(&format!("GET {name}"), e.text()))?;
+            if resp.status == 200 {
+                let lease = resp
+                    .lease()
+                    .map_err(|e| unreachable(&format!("GET {name}"), &e))?;
+                check_ours(&lease, pool, slot, &self.inner.api)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn suspects(&self) -> MutexGuard<'_, HashSet<(String, u32)>> {
+        self.inner
+            .suspects
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Acquires a slot of `pool` (only `pinned` when given), raising its
@@ -353,35 +414,37 @@ impl KubeStrategy {
     pub(crate) async fn acquire_slot(
         &self,
         pool: &PoolSpec,
-        ceiling: u64,
+        ceiling: Floor,
         pinned: Option<u32>,
-    ) -> Result<(Grant, u64), AcquireError> {
-        check_pool(&pool.name)?;
-        if pool.size > Self::MAX_POOL_SIZE {
+    ) -> Result<Grant, AcquireError> {
+        let ceiling = ceiling.0;
+        check_pool(pool.name())?;
+        if pool.size() > Self::MAX_POOL_SIZE {
             return Err(AcquireError::Misconfigured {
                 what: format!(
                     "pool {} has {} slots; the Kubernetes strategy supports up to {}",
-                    pool.name,
-                    pool.size,
+                    pool.name(),
+                    pool.size(),
                     Self::MAX_POOL_SIZE
                 ),
                 fix: format!("use a pool of at most {} slots", Self::MAX_POOL_SIZE),
             });
         }
         if let Some(slot) = pinned
-            && slot >= pool.size
+            && slot >= pool.size()
         {
             return Err(AcquireError::Misconfigured {
                 what: format!(
                     "the ordinal gives slot {slot}, outside pool {} of size {}",
-                    pool.name, pool.size
+                    pool.name(),
+                    pool.size()
                 ),
                 fix: format!("raise the pool size above {slot}"),
             });
         }
-        let secs = ttl_secs(pool.ttl)?;
+        let secs = ttl_secs(pool.ttl())?;
         let api = &self.inner.api;
-        let deadline = Instant::now() + pool.ttl.min(api.op_timeout * 2);
+        let deadline = Instant::now() + pool.ttl().min(api.op_timeout * 2);
         let mut sent = 0u32;
         let mut rng = Rng::new();
         for _ in 0..MAX_LISTS {
@@ -399,7 +462,7 @@ impl KubeStrategy {
             let mut earliest: Option<Instant> = None;
             let range = match pinned {
                 Some(s) => s..s + 1,
-                None => 0..pool.size,
+                None => 0..pool.size(),
             };
             for slot in range {
                 match slots.get(&slot).cloned().unwrap_or(Slot::Absent) {
@@ -433,7 +496,7 @@ impl KubeStrategy {
                         "slot {slot} of pool {} is held by {}; another pod with the same ordinal \
                          (a force-deleted pod may still run) holds it; it can be taken over in {} \
                          if its holder stops renewing",
-                        pool.name,
+                        pool.name(),
                         match slots.get(&slot) {
                             Some(Slot::Held { holder, .. }) => holder.as_str(),
                             _ => "another holder",
@@ -444,8 +507,8 @@ impl KubeStrategy {
                         )),
                     ))),
                     None => AcquireError::PoolExhausted {
-                        pool: pool.name.to_string(),
-                        size: pool.size,
+                        pool: pool.name().to_string(),
+                        size: pool.size(),
                     },
                 });
             }
@@ -493,11 +556,11 @@ impl KubeStrategy {
         ceiling: u64,
         deadline: Instant,
         sent: &mut u32,
-    ) -> Result<Option<(Grant, u64)>, AcquireError> {
+    ) -> Result<Option<Grant>, AcquireError> {
         let api = &self.inner.api;
         let token = Token::random();
-        let holder_id = holder_identity(&pool.holder, &token);
-        let name = lease_name(&pool.name, slot);
+        let holder_id = holder_identity(pool.holder(), &token);
+        let name = lease_name(pool.name(), slot);
         let now = micro_time(unique_micros());
         let (result, prev_floor, stored_floor, verb) = match state {
             Slot::Absent => {
@@ -506,7 +569,7 @@ impl KubeStrategy {
                     "kind": "Lease",
                     "metadata": {
                         "name": name,
-                        "labels": {POOL_LABEL: pool.name.as_str(), SLOT_LABEL: slot.to_string()},
+                        "labels": {POOL_LABEL: pool.name().as_str(), SLOT_LABEL: slot.to_string()},
                         "annotations": {FLOOR_ANNOTATION: ceiling.to_string()},
                     },
                     "spec": {
@@ -584,7 +647,7 @@ impl KubeStrategy {
                     .map_err(|e| unreachable(&format!("{verb} {name}"), &e))?;
                 let rv = lease.metadata.resource_version.unwrap_or_default();
                 let fence = parse_rv(&rv)?;
-                self.observe(&pool.name, slot, &rv, Instant::now());
+                self.observe(pool.name(), slot, &rv, Instant::now());
                 Ok(Some(self.granted(
                     pool,
                     slot,
@@ -596,7 +659,13 @@ impl KubeStrategy {
             }
             // Another acquirer won (create: the name exists; patch: the
             // resourceVersion moved on). 404 on a patch: deleted since.
-            409 => Ok(None),
+            409 => {
+                if verb == "create" {
+                    self.suspects()
+                        .insert((pool.name().as_str().to_owned(), slot));
+                }
+                Ok(None)
+            }
             404 if verb == "patch" => Ok(None),
             s if s >= 500 => {
                 *sent += 1;
@@ -625,17 +694,15 @@ impl KubeStrategy {
         fence: u64,
         prev: u64,
         stored: u64,
-    ) -> (Grant, u64) {
+    ) -> Grant {
         self.floors().insert(token, stored);
-        (
-            Grant {
-                slot,
-                token,
-                fence: Fence(fence),
-                ttl: pool.ttl,
-            },
-            prev,
-        )
+        Grant {
+            slot,
+            token,
+            fence: Fence(fence),
+            ttl: pool.ttl(),
+            floor: Floor(prev),
+        }
     }
 
     /// The ambiguity rule: a write whose answer was lost may have been
@@ -652,8 +719,8 @@ impl KubeStrategy {
         stored_floor: u64,
         deadline: Instant,
         why: &str,
-    ) -> Result<(Grant, u64), AcquireError> {
-        let name = lease_name(&pool.name, slot);
+    ) -> Result<Grant, AcquireError> {
+        let name = lease_name(pool.name(), slot);
         if let Ok(resp) = self.inner.api.get(&name, deadline).await
             && resp.status == 200
             && let Ok(lease) = resp.lease()
@@ -661,13 +728,13 @@ impl KubeStrategy {
         {
             let rv = lease.metadata.resource_version.unwrap_or_default();
             let fence = parse_rv(&rv)?;
-            self.observe(&pool.name, slot, &rv, Instant::now());
+            self.observe(pool.name(), slot, &rv, Instant::now());
             return Ok(self.granted(pool, slot, token, fence, prev_floor, stored_floor));
         }
         let mut pending = self.pending();
         pending.retain(|p| p.at.elapsed() < PENDING_FOR);
         pending.push(Pending {
-            pool: pool.name.as_str().to_owned(),
+            pool: pool.name().as_str().to_owned(),
             slot,
             token,
             holder_id: holder_id.to_owned(),
@@ -691,7 +758,7 @@ impl KubeStrategy {
         ceiling: u64,
         deadline: Instant,
         sent: &mut u32,
-    ) -> Option<(Grant, u64)> {
+    ) -> Option<Grant> {
         let candidates: Vec<Pending> = {
             let pending = self.pending();
             if pending.is_empty() {
@@ -699,7 +766,7 @@ impl KubeStrategy {
             }
             pending
                 .iter()
-                .filter(|p| p.pool == pool.name.as_str())
+                .filter(|p| p.pool == pool.name().as_str())
                 .cloned()
                 .collect()
         };
@@ -719,7 +786,8 @@ impl KubeStrategy {
                 slot: p.slot,
                 token: p.token,
                 fence: Fence(fence),
-                ttl: pool.ttl,
+                ttl: pool.ttl(),
+                floor: Floor(p.prev_floor),
             };
             self.floors().insert(p.token, p.stored_floor);
             *sent += 1;
@@ -727,7 +795,7 @@ impl KubeStrategy {
                 .renew_grant(pool, &grant, Some(ceiling), deadline)
                 .await
             {
-                return Some((grant, p.prev_floor));
+                return Some(grant);
             }
         }
         None
@@ -742,9 +810,9 @@ impl KubeStrategy {
         deadline: Instant,
     ) -> Renewal {
         let api = &self.inner.api;
-        let name = lease_name(&pool.name, grant.slot);
-        let holder_id = holder_identity(&pool.holder, &grant.token);
-        let Ok(secs) = ttl_secs(pool.ttl) else {
+        let name = lease_name(pool.name(), grant.slot);
+        let holder_id = holder_identity(pool.holder(), &grant.token);
+        let Ok(secs) = ttl_secs(pool.ttl()) else {
             return Renewal::Retry(Reason::new("ttl below 1s"));
         };
         let mut known = self.floors().get(&grant.token).copied();
@@ -784,7 +852,7 @@ impl KubeStrategy {
                     if let Some(c) = raise {
                         self.floors().insert(grant.token, c);
                     }
-                    return Renewal::Renewed { ttl: pool.ttl };
+                    return Renewal::Renewed { ttl: pool.ttl() };
                 }
                 404 => return Renewal::Lost(Reason::new(format!("Lease {name} was deleted"))),
                 422 => match self.read_holder(&name, &holder_id, deadline).await {
@@ -843,9 +911,9 @@ impl KubeStrategy {
         issued: Option<u64>,
     ) -> Release {
         let api = &self.inner.api;
-        let name = lease_name(&pool.name, grant.slot);
-        let holder_id = holder_identity(&pool.holder, &grant.token);
-        let deadline = Instant::now() + api.op_timeout.min(pool.ttl);
+        let name = lease_name(pool.name(), grant.slot);
+        let holder_id = holder_identity(pool.holder(), &grant.token);
+        let deadline = Instant::now() + api.op_timeout.min(pool.ttl());
         let mut ops = vec![
             json!({"op": "test", "path": "/spec/holderIdentity", "value": holder_id}),
             json!({"op": "add", "path": "/spec/holderIdentity", "value": ""}),
@@ -919,16 +987,18 @@ pub(crate) fn parse_rv(rv: &str) -> Result<u64, AcquireError> {
 fn check_ours(lease: &Lease, pool: &PoolSpec, slot: u32, api: &Api) -> Result<(), AcquireError> {
     let labels = lease.metadata.labels.as_ref();
     let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-    if label(POOL_LABEL) == Some(pool.name.as_str()) && label(SLOT_LABEL) == Some(&slot.to_string())
+    if label(POOL_LABEL) == Some(pool.name().as_str())
+        && label(SLOT_LABEL) == Some(&slot.to_string())
     {
         return Ok(());
     }
-    let name = lease_name(&pool.name, slot);
+    let name = lease_name(pool.name(), slot);
     Err(AcquireError::BadIdentifier {
         what: format!(
             "Lease {name} in namespace {} was not made by leasehold (it lacks the labels \
              {POOL_LABEL}={} and {SLOT_LABEL}={slot}); something else owns this name",
-            api.namespace, pool.name
+            api.namespace,
+            pool.name()
         ),
         fix: format!(
             "choose another pool name, or delete the foreign Lease if nothing uses it (kubectl \
@@ -967,7 +1037,7 @@ fn write_error(resp: &Resp, verb: &str, api: &Api, pool: &PoolSpec) -> AcquireEr
         _ => AcquireError::Misconfigured {
             what: format!(
                 "the API server rejected `{verb}` on a Lease of pool {}: {msg}",
-                pool.name
+                pool.name()
             ),
             fix: "check the pool name and ttl; this is a bug if they are valid".to_owned(),
         },
@@ -1026,21 +1096,22 @@ impl Rng {
 }
 
 impl Strategy for KubeStrategy {
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
-        self.acquire_slot(pool, 0, None).await.map(|(g, _)| g)
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
+        self.acquire_slot(pool, ceiling, None).await
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
-        let deadline = Instant::now() + self.inner.api.op_timeout.min(pool.ttl);
-        self.renew_grant(pool, grant, None, deadline).await
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        let deadline = Instant::now() + self.inner.api.op_timeout.min(pool.ttl());
+        self.renew_grant(pool, grant, Some(ceiling.0), deadline)
+            .await
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
-        self.release_grant(pool, grant, None).await
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
+        self.release_grant(pool, grant, Some(issued.0)).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::coordinated(true, Self::MIN_TTL).with_max_pool_size(Self::MAX_POOL_SIZE)
+        Self::CAPABILITIES
     }
 
     fn identity(&self) -> String {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_conformance::suite::fresh_pool_name;
 use leasehold_conformance::{Backend, ExtraTest};
-use leasehold_core::{AcquireError, PoolName, PoolSpec, Release, Renewal, Strategy};
+use leasehold_core::{AcquireError, Floor, PoolName, PoolSpec, Release, Renewal, Strategy};
 use leasehold_k8s::{KubeConfig, KubeError, KubeStrategy, OrdinalLease};
 use leasehold_k8s_fake::{FakeApiServer, Fault, RvFormat, Verb};
 use serde_json::json;
@@ -62,6 +62,9 @@ tests! {
     revoke_leaves_a_tombstone_until_the_lease_would_have_ended,
     a_fresh_process_waits_a_lease_duration_before_a_takeover,
     ordinal_lease_pins_the_slot_and_refuses_a_twin,
+    floor_is_kept_on_the_lease_and_handed_over,
+    floor_survives_a_takeover_after_expiry,
+    lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed,
     debug_output_shows_no_token,
 }
 
@@ -91,7 +94,7 @@ impl Private {
 
     fn lease(&self, pool: &PoolSpec, slot: u32) -> serde_json::Value {
         self.fake
-            .lease("default", &leasehold_k8s::lease_name(&pool.name, slot))
+            .lease("default", &leasehold_k8s::lease_name(pool.name(), slot))
             .unwrap_or(serde_json::Value::Null)
     }
 
@@ -123,14 +126,17 @@ async fn acquire_is_two_round_trips_renew_and_release_one() -> Outcome {
     let s = p.connect().await?;
     let pool = pool(8, Duration::from_secs(30))?;
     let before = p.requests();
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(
         delta(before, p.requests()) == 2,
         "acquire (create) took {} requests",
         delta(before, p.requests())
     );
     let before = p.requests();
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Renewed { .. }), "renew: {r:?}");
     ensure!(
         delta(before, p.requests()) == 1,
@@ -138,21 +144,27 @@ async fn acquire_is_two_round_trips_renew_and_release_one() -> Outcome {
         delta(before, p.requests())
     );
     let before = p.requests();
-    ensure!(s.release(&pool, &g).await == Release::Released, "release");
+    ensure!(
+        s.release(&pool, &g, g.floor).await == Release::Released,
+        "release"
+    );
     ensure!(
         delta(before, p.requests()) == 1,
         "release took {} requests",
         delta(before, p.requests())
     );
     // Fill the pool but one released slot: the next acquisition patches it.
-    let one = PoolSpec {
-        size: 1,
-        ..pool.clone()
-    };
-    let g1 = s.acquire(&one).await.map_err(|e| e.to_string())?;
-    s.release(&one, &g1).await;
+    let one = PoolSpec::new(pool.name().clone(), 1, pool.ttl()).map_err(|e| e.to_string())?;
+    let g1 = s
+        .acquire(&one, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    s.release(&one, &g1, g1.floor).await;
     let before = p.requests();
-    let g2 = s.acquire(&one).await.map_err(|e| e.to_string())?;
+    let g2 = s
+        .acquire(&one, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(
         delta(before, p.requests()) == 2,
         "acquire (takeover) took {} requests",
@@ -168,9 +180,12 @@ async fn never_puts_and_never_deletes() -> Outcome {
     let s = p.connect().await?;
     let pool = pool(2, Duration::from_secs(30))?;
     for _ in 0..3 {
-        let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
-        s.renew(&pool, &g).await;
-        s.release(&pool, &g).await;
+        let g = s
+            .acquire(&pool, Floor::NONE)
+            .await
+            .map_err(|e| e.to_string())?;
+        s.renew(&pool, &g, Floor::NONE).await;
+        s.release(&pool, &g, g.floor).await;
     }
     ensure!(p.fake.requests(Verb::Update) == 0, "a PUT was sent");
     ensure!(p.fake.requests(Verb::Delete) == 0, "a DELETE was sent");
@@ -181,11 +196,14 @@ async fn lease_carries_labels_holder_and_floor() -> Outcome {
     let p = Private::new()?;
     let s = p.connect().await?;
     let pool = pool(1, Duration::from_millis(1500))?.with_holder("web-0");
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     let lease = p.lease(&pool, g.slot);
     let meta = &lease["metadata"];
     ensure!(
-        meta["labels"]["leasehold/pool"] == pool.name.as_str(),
+        meta["labels"]["leasehold/pool"] == pool.name().as_str(),
         "labels {}",
         meta["labels"]
     );
@@ -224,10 +242,16 @@ async fn renewals_always_move_the_resource_version() -> Outcome {
     let p = Private::new()?;
     let s = p.connect().await?;
     let pool = pool(1, Duration::from_secs(30))?;
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut last = g.fence.0;
     for _ in 0..5 {
-        let (a, b) = tokio::join!(s.renew(&pool, &g), s.renew(&pool, &g));
+        let (a, b) = tokio::join!(
+            s.renew(&pool, &g, Floor::NONE),
+            s.renew(&pool, &g, Floor::NONE)
+        );
         ensure!(
             matches!((&a, &b), (Renewal::Renewed { .. }, Renewal::Renewed { .. })),
             "{a:?} {b:?}"
@@ -256,7 +280,7 @@ async fn bad_pool_name_is_a_final_error() -> Outcome {
             Duration::from_secs(5),
         )
         .map_err(|e| e.to_string())?;
-        match s.acquire(&pool).await {
+        match s.acquire(&pool, Floor::NONE).await {
             Err(e @ AcquireError::BadIdentifier { .. }) => {
                 ensure!(!e.is_retryable(), "retryable: {e}");
                 ensure!(e.to_string().contains("lowercase"), "unclear: {e}");
@@ -275,7 +299,7 @@ async fn ttl_below_one_second_is_a_final_error() -> Outcome {
     let p = Private::new()?;
     let s = p.connect().await?;
     let pool = pool(1, Duration::from_millis(500))?;
-    match s.acquire(&pool).await {
+    match s.acquire(&pool, Floor::NONE).await {
         Err(e @ AcquireError::Misconfigured { .. }) => {
             ensure!(e.to_string().contains("at least 1s"), "unclear: {e}");
             Ok(())
@@ -287,9 +311,9 @@ async fn ttl_below_one_second_is_a_final_error() -> Outcome {
 async fn foreign_lease_with_our_name_is_a_final_error() -> Outcome {
     let p = Private::new()?;
     let s = p.connect().await?;
-    let pool = pool(4, Duration::from_secs(5))?;
+    let pool = pool(1, Duration::from_secs(5))?;
     let creates = p.fake.requests(Verb::Create);
-    let name = leasehold_k8s::lease_name(&pool.name, 2);
+    let name = leasehold_k8s::lease_name(pool.name(), 0);
     p.fake.insert_raw(
         "default",
         &name,
@@ -299,7 +323,7 @@ async fn foreign_lease_with_our_name_is_a_final_error() -> Outcome {
             "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 15},
         }),
     );
-    match s.acquire(&pool).await {
+    match s.acquire(&pool, Floor::NONE).await {
         Err(e @ AcquireError::BadIdentifier { .. }) => {
             ensure!(!e.is_retryable(), "retryable: {e}");
             let text = e.to_string();
@@ -310,9 +334,11 @@ async fn foreign_lease_with_our_name_is_a_final_error() -> Outcome {
         }
         other => return Err(format!("{other:?}")),
     }
+    // One create met the foreign object (409); nothing was written.
     ensure!(
-        p.fake.requests(Verb::Create) == creates,
-        "wrote next to a foreign Lease"
+        p.fake.requests(Verb::Create) == creates + 1,
+        "creates: {}",
+        p.fake.requests(Verb::Create) - creates
     );
     Ok(())
 }
@@ -332,7 +358,10 @@ async fn missing_namespace_is_a_final_error() -> Outcome {
     let s = KubeStrategy::connect(p.config().namespace("nope").preflight(false))
         .await
         .map_err(|e| e.to_string())?;
-    match s.acquire(&pool(2, Duration::from_secs(5))?).await {
+    match s
+        .acquire(&pool(2, Duration::from_secs(5))?, Floor::NONE)
+        .await
+    {
         Err(e) if !e.is_retryable() && e.to_string().contains("does not exist") => {}
         other => return Err(format!("acquire: {other:?}")),
     }
@@ -365,7 +394,10 @@ async fn missing_rbac_names_the_verb() -> Outcome {
         .await
         .map_err(|e| e.to_string())?;
     p.fake.faults().set(Verb::Create, Fault::Forbidden);
-    match s.acquire(&pool(2, Duration::from_secs(5))?).await {
+    match s
+        .acquire(&pool(2, Duration::from_secs(5))?, Floor::NONE)
+        .await
+    {
         Err(e) if !e.is_retryable() && e.to_string().contains("`create`") => Ok(()),
         other => Err(format!("acquire: {other:?}")),
     }
@@ -383,7 +415,10 @@ async fn non_integer_resource_version_is_a_final_error() -> Outcome {
     let s = KubeStrategy::connect(p.config().preflight(false))
         .await
         .map_err(|e| e.to_string())?;
-    match s.acquire(&pool(2, Duration::from_secs(5))?).await {
+    match s
+        .acquire(&pool(2, Duration::from_secs(5))?, Floor::NONE)
+        .await
+    {
         Err(e @ AcquireError::UnsupportedServer { .. }) => {
             ensure!(
                 !e.is_retryable() && e.to_string().contains("not an integer"),
@@ -417,7 +452,10 @@ async fn ambiguous_create_is_ours_when_the_get_says_so() -> Outcome {
     p.fake
         .faults()
         .set_times(Verb::Create, Fault::ApplyThenStatus(504), 1);
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     let lease = p.lease(&pool, 0);
     ensure!(
         lease["metadata"]["resourceVersion"] == g.fence.0.to_string(),
@@ -425,7 +463,7 @@ async fn ambiguous_create_is_ours_when_the_get_says_so() -> Outcome {
         g.fence,
         lease
     );
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Renewed { .. }), "renew: {r:?}");
     Ok(())
 }
@@ -441,7 +479,7 @@ async fn lost_answer_is_adopted_by_the_next_acquisition() -> Outcome {
         .faults()
         .set_times(Verb::Create, Fault::ApplyThenDrop, 1);
     p.fake.faults().set_times(Verb::Get, Fault::Status(503), 1);
-    match s.acquire(&pool).await {
+    match s.acquire(&pool, Floor::NONE).await {
         Err(e) if e.is_retryable() => {}
         other => return Err(format!("first acquire: {other:?}")),
     }
@@ -451,7 +489,7 @@ async fn lost_answer_is_adopted_by_the_next_acquisition() -> Outcome {
         "the write did not land: {ghost}"
     );
     let g = s
-        .acquire(&pool)
+        .acquire(&pool, Floor::NONE)
         .await
         .map_err(|e| format!("adoption: {e}"))?;
     ensure!(g.slot == 0, "slot {}", g.slot);
@@ -480,7 +518,7 @@ async fn throttled_acquire_is_retryable_and_says_retry_after() -> Outcome {
         },
         1,
     );
-    match s.acquire(&pool).await {
+    match s.acquire(&pool, Floor::NONE).await {
         Err(e) if e.is_retryable() => ensure!(e.to_string().contains("Retry-After: 3s"), "{e}"),
         other => return Err(format!("{other:?}")),
     }
@@ -490,7 +528,9 @@ async fn throttled_acquire_is_retryable_and_says_retry_after() -> Outcome {
         "LISTs: {}",
         p.fake.requests(Verb::List)
     );
-    s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    s.acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -498,7 +538,10 @@ async fn renew_under_server_errors_is_retry_never_lost() -> Outcome {
     let p = Private::new()?;
     let s = p.connect().await?;
     let pool = pool(1, Duration::from_secs(30))?;
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     for fault in [
         Fault::Status(500),
         Fault::Status(503),
@@ -512,12 +555,12 @@ async fn renew_under_server_errors_is_retry_never_lost() -> Outcome {
         Fault::Forbidden,
     ] {
         p.fake.faults().set_times(Verb::Patch, fault, 1);
-        let r = s.renew(&pool, &g).await;
+        let r = s.renew(&pool, &g, Floor::NONE).await;
         ensure!(matches!(r, Renewal::Retry(_)), "{fault:?}: {r:?}");
     }
     p.fake.faults().set_times(Verb::Patch, Fault::Hang, 1);
     let start = Instant::now();
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Retry(_)), "hang: {r:?}");
     ensure!(
         start.elapsed() < Duration::from_secs(5),
@@ -527,7 +570,7 @@ async fn renew_under_server_errors_is_retry_never_lost() -> Outcome {
     p.fake
         .faults()
         .set_times(Verb::Patch, Fault::Delay(Duration::from_millis(100)), 1);
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(
         matches!(r, Renewal::Renewed { .. }),
         "after the faults: {r:?}"
@@ -541,13 +584,16 @@ async fn renew_whose_answer_was_lost_is_harmless() -> Outcome {
     let p = Private::new()?;
     let s = p.connect().await?;
     let pool = pool(1, Duration::from_secs(30))?;
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     p.fake
         .faults()
         .set_times(Verb::Patch, Fault::ApplyThenDrop, 1);
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Retry(_)), "{r:?}");
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Renewed { .. }), "{r:?}");
     Ok(())
 }
@@ -559,23 +605,29 @@ async fn deleted_lease_is_lost_and_recreated_with_a_bigger_fence() -> Outcome {
     let p = Private::new()?;
     let s = p.connect().await?;
     let pool = pool(1, Duration::from_secs(30))?;
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(
         p.fake
-            .delete("default", &leasehold_k8s::lease_name(&pool.name, 0)),
+            .delete("default", &leasehold_k8s::lease_name(pool.name(), 0)),
         "delete"
     );
-    let r = s.renew(&pool, &g).await;
+    let r = s.renew(&pool, &g, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Lost(_)), "{r:?}");
     ensure!(
-        s.release(&pool, &g).await == Release::NotHeld,
+        s.release(&pool, &g, g.floor).await == Release::NotHeld,
         "release after delete"
     );
     ensure!(
         p.lease(&pool, 0).is_null(),
         "a renewal or release re-created the Lease"
     );
-    let next = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let next = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(
         next.fence > g.fence,
         "fence {} after {}",
@@ -589,7 +641,10 @@ async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended() -> Outcome
     let p = Private::new()?;
     let holder = p.connect().await?;
     let pool = pool(1, Duration::from_secs(1))?;
-    let g = holder.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     let floor_before = p.lease(&pool, 0)["metadata"]["annotations"]["leasehold/floor"].clone();
     let rival = p.connect().await?;
     let t0 = Instant::now();
@@ -612,11 +667,11 @@ async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended() -> Outcome
         lease["metadata"]["annotations"]["leasehold/floor"] == floor_before,
         "floor changed: {lease}"
     );
-    let r = holder.renew(&pool, &g).await;
+    let r = holder.renew(&pool, &g, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Lost(_)), "renew after revoke: {r:?}");
     // Nobody takes the slot before a lease duration has passed.
     let taken = loop {
-        match rival.acquire(&pool).await {
+        match rival.acquire(&pool, Floor::NONE).await {
             Ok(g) => break g,
             Err(e) if e.is_retryable() && t0.elapsed() < Duration::from_secs(10) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -625,7 +680,7 @@ async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended() -> Outcome
         }
     };
     ensure!(
-        t0.elapsed() >= pool.ttl,
+        t0.elapsed() >= pool.ttl(),
         "taken over {:?} after the revoke",
         t0.elapsed()
     );
@@ -644,18 +699,21 @@ async fn a_fresh_process_waits_a_lease_duration_before_a_takeover() -> Outcome {
     let p = Private::new()?;
     let pool = pool(1, Duration::from_secs(1))?;
     let old = p.connect().await?;
-    let g = old.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = old
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     // The old holder stops renewing; the Lease may already look stale to a
     // wall clock, but the newcomer has not observed it yet.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let fresh = p.connect().await?;
     let t0 = Instant::now();
-    match fresh.acquire(&pool).await {
+    match fresh.acquire(&pool, Floor::NONE).await {
         Err(AcquireError::PoolExhausted { .. }) => {}
         other => return Err(format!("first sighting: {other:?}")),
     }
     let taken = loop {
-        match fresh.acquire(&pool).await {
+        match fresh.acquire(&pool, Floor::NONE).await {
             Ok(g) => break g,
             Err(e) if e.is_retryable() && t0.elapsed() < Duration::from_secs(10) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -664,13 +722,13 @@ async fn a_fresh_process_waits_a_lease_duration_before_a_takeover() -> Outcome {
         }
     };
     ensure!(
-        t0.elapsed() >= pool.ttl,
+        t0.elapsed() >= pool.ttl(),
         "took over {:?} after the first sighting",
         t0.elapsed()
     );
     ensure!(taken.fence > g.fence, "fence");
     ensure!(
-        matches!(old.renew(&pool, &g).await, Renewal::Lost(_)),
+        matches!(old.renew(&pool, &g, Floor::NONE).await, Renewal::Lost(_)),
         "old holder not lost"
     );
     Ok(())
@@ -681,22 +739,28 @@ async fn ordinal_lease_pins_the_slot_and_refuses_a_twin() -> Outcome {
     let pool = pool(8, Duration::from_secs(30))?;
     let first = OrdinalLease::with_slot(p.connect().await?, 3);
     let twin = OrdinalLease::with_slot(p.connect().await?, 3);
-    let g = first.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = first
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(g.slot == 3, "slot {}", g.slot);
-    match twin.acquire(&pool).await {
+    match twin.acquire(&pool, Floor::NONE).await {
         Err(e @ AcquireError::Contention(_)) => {
             ensure!(e.to_string().contains("same ordinal"), "unclear: {e}");
         }
         other => return Err(format!("twin: {other:?}")),
     }
     ensure!(
-        first.release(&pool, &g).await == Release::Released,
+        first.release(&pool, &g, g.floor).await == Release::Released,
         "release"
     );
-    let g2 = twin.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g2 = twin
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     ensure!(g2.slot == 3 && g2.fence > g.fence, "twin got {g2:?}");
     let far = OrdinalLease::with_slot(p.connect().await?, 8);
-    match far.acquire(&pool).await {
+    match far.acquire(&pool, Floor::NONE).await {
         Err(e) if !e.is_retryable() => Ok(()),
         other => Err(format!("ordinal outside the pool: {other:?}")),
     }
@@ -706,7 +770,10 @@ async fn debug_output_shows_no_token() -> Outcome {
     let p = Private::new()?;
     let s = p.connect().await?;
     let pool = pool(1, Duration::from_secs(30))?;
-    let g = s.acquire(&pool).await.map_err(|e| e.to_string())?;
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
     let hex = g.token.to_hex();
     for text in [
         format!("{s:?}"),
@@ -715,5 +782,135 @@ async fn debug_output_shows_no_token() -> Outcome {
     ] {
         ensure!(!text.contains(&hex), "the token shows in {text}");
     }
+    Ok(())
+}
+
+fn stored_floor(p: &Private, pool: &PoolSpec, slot: u32) -> String {
+    p.lease(pool, slot)["metadata"]["annotations"]["leasehold/floor"]
+        .as_str()
+        .unwrap_or("missing")
+        .to_owned()
+}
+
+/// acquire stores max(stored, ceiling) and hands back what was stored
+/// before; renew raises it, never lowers it; release stores what was issued.
+async fn floor_is_kept_on_the_lease_and_handed_over() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    let g = s
+        .acquire(&pool, Floor(1_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        g.floor == Floor::NONE,
+        "a fresh slot's floor is {}",
+        g.floor
+    );
+    ensure!(
+        stored_floor(&p, &pool, 0) == "1000",
+        "after acquire: {}",
+        stored_floor(&p, &pool, 0)
+    );
+    for (ceiling, want) in [
+        (2_000, "2000"),
+        (1_500, "2000"),
+        (2_000, "2000"),
+        (2_500, "2500"),
+    ] {
+        let r = s.renew(&pool, &g, Floor(ceiling)).await;
+        ensure!(
+            matches!(r, Renewal::Renewed { .. }),
+            "renew {ceiling}: {r:?}"
+        );
+        ensure!(
+            stored_floor(&p, &pool, 0) == want,
+            "after renew {ceiling}: {}",
+            stored_floor(&p, &pool, 0)
+        );
+    }
+    ensure!(
+        s.release(&pool, &g, Floor(1_700)).await == Release::Released,
+        "release"
+    );
+    ensure!(
+        stored_floor(&p, &pool, 0) == "1700",
+        "after release: {}",
+        stored_floor(&p, &pool, 0)
+    );
+    let next = p
+        .connect()
+        .await?
+        .acquire(&pool, Floor(100))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(next.floor == Floor(1_700), "handed over {}", next.floor);
+    ensure!(
+        stored_floor(&p, &pool, 0) == "1700",
+        "max(1700, 100): {}",
+        stored_floor(&p, &pool, 0)
+    );
+    Ok(())
+}
+
+/// A holder that vanished never reported what it issued: the next holder
+/// gets the highest ceiling it reported.
+async fn floor_survives_a_takeover_after_expiry() -> Outcome {
+    let p = Private::new()?;
+    let pool = pool(1, Duration::from_secs(1))?;
+    let old = p.connect().await?;
+    let g = old
+        .acquire(&pool, Floor(5_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    let r = old.renew(&pool, &g, Floor(9_000)).await;
+    ensure!(matches!(r, Renewal::Renewed { .. }), "{r:?}");
+    let rival = p.connect().await?;
+    let start = Instant::now();
+    let taken = loop {
+        match rival.acquire(&pool, Floor(6_000)).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && start.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(format!("no takeover: {e}")),
+        }
+    };
+    ensure!(taken.floor == Floor(9_000), "handed over {}", taken.floor);
+    ensure!(
+        stored_floor(&p, &pool, 0) == "9000",
+        "stored {}",
+        stored_floor(&p, &pool, 0)
+    );
+    Ok(())
+}
+
+/// A renewal that raised the floor was applied but its answer was lost: the
+/// next renewal's floor `test` fails, one GET shows the Lease is still ours
+/// and what is stored, and the renewal goes through.
+async fn lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed() -> Outcome {
+    let p = Private::new()?;
+    let s = p.connect().await?;
+    let pool = pool(1, Duration::from_secs(30))?;
+    let g = s
+        .acquire(&pool, Floor(1_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    p.fake
+        .faults()
+        .set_times(Verb::Patch, Fault::ApplyThenDrop, 1);
+    let r = s.renew(&pool, &g, Floor(3_000)).await;
+    ensure!(matches!(r, Renewal::Retry(_)), "{r:?}");
+    ensure!(
+        stored_floor(&p, &pool, 0) == "3000",
+        "the write did not land"
+    );
+    let r = s.renew(&pool, &g, Floor(4_000)).await;
+    ensure!(matches!(r, Renewal::Renewed { .. }), "{r:?}");
+    ensure!(
+        stored_floor(&p, &pool, 0) == "4000",
+        "stored {}",
+        stored_floor(&p, &pool, 0)
+    );
     Ok(())
 }
