@@ -170,6 +170,83 @@ impl PodOrdinal {
     pub fn slot(&self) -> u32 {
         self.slot
     }
+
+    /// The label Kubernetes 1.28+ puts on every StatefulSet pod: its ordinal.
+    pub const POD_INDEX_LABEL: &'static str = "apps.kubernetes.io/pod-index";
+
+    /// A StatefulSet pod's slot: its ordinal minus `.spec.ordinals.start`.
+    ///
+    /// The ordinal comes from `POD_INDEX` (the [`Self::POD_INDEX_LABEL`]
+    /// label through the downward API, Kubernetes 1.28+) when it is set, else
+    /// from the trailing number of `POD_NAME`. `ORDINALS_START` gives
+    /// `.spec.ordinals.start` (default 0): a StatefulSet whose ordinals start
+    /// at 5 has pods `-5`, `-6`, ... on slots 0, 1, ...
+    pub fn from_statefulset_env(max: u32) -> Result<Self, ConfigError> {
+        let get = |var: &str| std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+        let start = match get("ORDINALS_START") {
+            None => 0,
+            Some(v) => v.trim().parse().map_err(|_| {
+                ConfigError::new(
+                    "pod_ordinal",
+                    format!("ORDINALS_START={v:?} is not a number"),
+                    "the StatefulSet's .spec.ordinals.start, such as 0",
+                )
+            })?,
+        };
+        match (get("POD_INDEX"), get("POD_NAME")) {
+            (Some(index), _) => Self::parse_ordinal("POD_INDEX", &index, start, max),
+            (None, Some(name)) => Self::parse_ordinal("POD_NAME", &name, start, max),
+            (None, None) => Err(ConfigError::new(
+                "pod_ordinal",
+                "neither POD_INDEX nor POD_NAME is set",
+                format!(
+                    "POD_INDEX from the {} label, or POD_NAME from metadata.name, through the \
+                     downward API",
+                    Self::POD_INDEX_LABEL
+                ),
+            )),
+        }
+    }
+
+    /// Parses `value` (a pod index such as `3`, or a pod name such as
+    /// `ids-3`) as if read from `var`, and subtracts `start`
+    /// (`.spec.ordinals.start`).
+    ///
+    /// ```
+    /// use leasehold_core::PodOrdinal;
+    /// assert_eq!(PodOrdinal::parse_ordinal("POD_INDEX", "7", 5, 16).unwrap().slot(), 2);
+    /// assert_eq!(PodOrdinal::parse_ordinal("POD_NAME", "ids-5", 5, 16).unwrap().slot(), 0);
+    /// let below = PodOrdinal::parse_ordinal("POD_INDEX", "4", 5, 16).unwrap_err();
+    /// assert!(below.to_string().contains("ordinals.start"));
+    /// ```
+    pub fn parse_ordinal(
+        var: &str,
+        value: &str,
+        start: u32,
+        max: u32,
+    ) -> Result<Self, ConfigError> {
+        let ordinal = Self::parse(var, value, u32::MAX)?.slot;
+        let slot = ordinal.checked_sub(start).ok_or_else(|| {
+            ConfigError::new(
+                "pod_ordinal",
+                format!("{var}={value:?} gives ordinal {ordinal}, below ORDINALS_START={start}"),
+                "ORDINALS_START equal to the StatefulSet's .spec.ordinals.start",
+            )
+        })?;
+        if slot >= max {
+            return Err(ConfigError::new(
+                "pod_ordinal",
+                format!("{var}={value:?} gives slot {slot} (ordinal {ordinal} - start {start})"),
+                format!(
+                    "a slot below the pool size {max}; raise the pool size or lower the replicas"
+                ),
+            ));
+        }
+        Ok(Self {
+            var: var.to_owned(),
+            slot,
+        })
+    }
 }
 
 impl Strategy for PodOrdinal {

@@ -65,7 +65,7 @@ impl KubeConfig {
     }
 
     /// The kubeconfig file at `path` (its current context).
-    pub fn kubeconfig(path: impl Into<PathBuf>) -> Self {
+    pub fn from_kubeconfig(path: impl Into<PathBuf>) -> Self {
         Self::with(Source::Kubeconfig(path.into()))
     }
 

@@ -25,7 +25,8 @@ use crate::strategy::KubeStrategy;
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use leasehold_core::PodOrdinal;
 /// use leasehold_k8s::{KubeConfig, KubeStrategy, OrdinalLease};
-/// let ordinal = PodOrdinal::from_env("POD_NAME", 512)?;
+/// // POD_INDEX (the pod-index label) or POD_NAME, minus ORDINALS_START.
+/// let ordinal = PodOrdinal::from_statefulset_env(512)?;
 /// let leases = KubeStrategy::connect(KubeConfig::infer()).await?;
 /// let strategy = OrdinalLease::new(leases, &ordinal);
 /// # let _ = strategy; Ok(()) }

@@ -95,3 +95,22 @@ pub(crate) async fn run(api: &Api) -> Result<(), KubeError> {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The shipped Role grants exactly the verbs the strategy uses.
+    #[test]
+    fn the_shipped_role_has_exactly_the_verbs_used() {
+        let yaml = include_str!("../deploy/rbac.yaml");
+        let line = yaml
+            .lines()
+            .find(|l| l.trim_start().starts_with("verbs:"))
+            .expect("a verbs line");
+        let verbs: Vec<&str> = line
+            .split(['[', ']', ',', '"'])
+            .map(str::trim)
+            .filter(|v| !v.is_empty() && !v.ends_with(':'))
+            .collect();
+        assert_eq!(verbs, super::VERBS);
+    }
+}

@@ -1,31 +1,4 @@
-//! A **fake** Kubernetes API server for tests: the `coordination.k8s.io/v1`
-//! Lease subset of the REST API over plain HTTP on loopback, in process, with
-//! fault switches.
-//!
-//! It is not a kube-apiserver and must never be reported as one: every report
-//! that uses it says "fake API server". It keeps the semantics the
-//! `leasehold-k8s` backend rests on (one resourceVersion counter, create
-//! conflicts, PATCH never creates, a failed JSON-Patch `test` is 422, a merge
-//! patch carrying `metadata.resourceVersion` is a condition, a write that
-//! changes nothing keeps the resourceVersion, PUT re-creates a deleted Lease
-//! unless the uid is sent, bad names and bad MicroTime values are rejected);
-//! `store.rs` marks each rule as seen on a running server or read in its
-//! source.
-//!
-//! Served paths:
-//! - `GET|POST /apis/coordination.k8s.io/v1/namespaces/{ns}/leases`
-//!   (`labelSelector` with `=`, `==`, `!=` and existence; `dryRun=All`);
-//! - `GET|PATCH|PUT|DELETE /apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}`;
-//! - `POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews` (allowed
-//!   unless the verb is switched to [`Fault::Forbidden`]).
-//!
-//! ```
-//! use leasehold_k8s_fake::{FakeApiServer, Fault, Verb};
-//! let fake = FakeApiServer::start().expect("fake API server");
-//! assert!(fake.url().starts_with("http://127.0.0.1:"));
-//! fake.faults().set_times(Verb::Patch, Fault::ApplyThenStatus(504), 1);
-//! ```
-
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -122,7 +122,7 @@ impl RealBackend {
     }
 
     fn config(&self) -> KubeConfig {
-        let c = KubeConfig::kubeconfig(&self.kubeconfig);
+        let c = KubeConfig::from_kubeconfig(&self.kubeconfig);
         match &self.namespace {
             Some(ns) => c.namespace(ns.clone()),
             None => c,
