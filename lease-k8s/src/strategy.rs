@@ -23,8 +23,9 @@ use crate::time::{micro_time, unique_micros};
 
 /// Writes one acquisition sends after one LIST before it lists again.
 const WRITES_PER_LIST: u32 = 4;
-/// LISTs one acquisition sends before it answers `Contention`.
-const MAX_LISTS: u32 = 3;
+/// LISTs one acquisition sends before it answers `Contention` (unless the
+/// lease duration runs out first).
+const MAX_LISTS: u32 = 16;
 /// How long an unresolved write is remembered for adoption.
 const PENDING_FOR: Duration = Duration::from_secs(600);
 
@@ -443,8 +444,10 @@ impl KubeStrategy {
             });
         }
         let secs = ttl_secs(pool.ttl())?;
-        let api = &self.inner.api;
-        let deadline = Instant::now() + pool.ttl().min(api.op_timeout * 2);
+        // The whole acquisition never outlives the lease it would grant (an
+        // answer after that is useless); each request is bounded by the
+        // operation timeout too.
+        let deadline = Instant::now() + pool.ttl();
         let mut sent = 0u32;
         let mut rng = Rng::new();
         for _ in 0..MAX_LISTS {

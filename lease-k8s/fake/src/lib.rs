@@ -76,7 +76,8 @@ impl FakeApiServer {
         let thread = std::thread::Builder::new()
             .name("fake-apiserver".into())
             .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
                     .enable_all()
                     .build()
                     .expect("fake API server runtime");

@@ -18,8 +18,7 @@ pub(crate) const FAKE_LABEL: &str = "k8s (fake API server)";
 pub(crate) const REAL_LABEL: &str = "k8s (real cluster)";
 
 pub(crate) fn capabilities() -> Capabilities {
-    Capabilities::coordinated(true, KubeStrategy::MIN_TTL)
-        .with_max_pool_size(KubeStrategy::MAX_POOL_SIZE)
+    KubeStrategy::CAPABILITIES
 }
 
 /// The suite's backend on the fake API server.
