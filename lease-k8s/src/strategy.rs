@@ -699,13 +699,7 @@ impl KubeStrategy {
         stored: u64,
     ) -> Grant {
         self.floors().insert(token, stored);
-        Grant {
-            slot,
-            token,
-            fence: Fence(fence),
-            ttl: pool.ttl(),
-            floor: Floor(prev),
-        }
+        Grant::new(slot, token, Fence(fence), pool.ttl()).with_floor(Floor(prev))
     }
 
     /// The ambiguity rule: a write whose answer was lost may have been
@@ -785,13 +779,8 @@ impl KubeStrategy {
             else {
                 continue;
             };
-            let grant = Grant {
-                slot: p.slot,
-                token: p.token,
-                fence: Fence(fence),
-                ttl: pool.ttl(),
-                floor: Floor(p.prev_floor),
-            };
+            let grant = Grant::new(p.slot, p.token, Fence(fence), pool.ttl())
+                .with_floor(Floor(p.prev_floor));
             self.floors().insert(p.token, p.stored_floor);
             *sent += 1;
             if let Renewal::Renewed { .. } = self
@@ -855,7 +844,7 @@ impl KubeStrategy {
                     if let Some(c) = raise {
                         self.floors().insert(grant.token, c);
                     }
-                    return Renewal::Renewed { ttl: pool.ttl() };
+                    return Renewal::renewed(pool.ttl());
                 }
                 404 => return Renewal::Lost(Reason::new(format!("Lease {name} was deleted"))),
                 422 => match self.read_holder(&name, &holder_id, deadline).await {
