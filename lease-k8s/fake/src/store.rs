@@ -141,9 +141,9 @@ impl Store {
         }
     }
 
-    /// `POST .../leases` (seen: 409 AlreadyExists for an existing name; 404
-    /// for a missing namespace, from the NamespaceLifecycle admission;
-    /// source: a resourceVersion in the body is a 500 from storage).
+    /// `POST .../leases` (seen: 409 AlreadyExists for an existing name;
+    /// source: 404 for a missing namespace, from the NamespaceLifecycle
+    /// admission; a resourceVersion in the body is a 500 from storage).
     pub(crate) fn create(&mut self, ns: &str, body: &[u8], dry_run: bool) -> Answer {
         let mut obj = match decode(body) {
             Ok(v) => v,

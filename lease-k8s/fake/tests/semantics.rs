@@ -260,8 +260,9 @@ fn bad_micro_time_and_duration_are_rejected() {
     assert_eq!(ans.status, 400);
 }
 
-/// seen: a create in a missing namespace is 404 (NamespaceLifecycle);
-/// source: a LIST there answers an empty list.
+/// source (plugin/pkg/admission/namespace/lifecycle): a create in a
+/// missing namespace is 404 `namespaces "x" not found`; source (the registry
+/// does not look the namespace up for a LIST): a LIST there is an empty list.
 #[test]
 fn missing_namespace() {
     let fake = FakeApiServer::start().unwrap();
@@ -279,7 +280,8 @@ fn missing_namespace() {
     assert_eq!(list.body["items"], json!([]));
 }
 
-/// Label selectors and dry runs (seen: a dry-run create stores nothing).
+/// Label selectors (seen: equality selectors on labels); dry runs (source:
+/// `dryRun=All` runs validation and admission and stores nothing).
 #[test]
 fn label_selector_and_dry_run() {
     let fake = FakeApiServer::start().unwrap();
