@@ -106,6 +106,8 @@ impl Backend for FakeBackend {
 }
 
 /// The suite's backend on a real cluster: `server.url` is a kubeconfig path.
+/// The fault proxy goes between the client and the API server; TLS still
+/// verifies the server's certificate under its own name.
 #[derive(Clone)]
 pub(crate) struct RealBackend {
     kubeconfig: String,
@@ -120,12 +122,36 @@ impl RealBackend {
         }
     }
 
-    fn config(&self) -> KubeConfig {
-        let c = KubeConfig::from_kubeconfig(&self.kubeconfig);
+    fn with_namespace(&self, c: KubeConfig) -> KubeConfig {
         match &self.namespace {
             Some(ns) => c.namespace(ns.clone()),
             None => c,
         }
+    }
+
+    fn config(&self) -> KubeConfig {
+        self.with_namespace(KubeConfig::from_kubeconfig(&self.kubeconfig))
+    }
+
+    /// The API server URL of the kubeconfig's current context.
+    fn server_url(&self) -> Option<String> {
+        let file = leasehold_k8s::kube::config::Kubeconfig::read_from(&self.kubeconfig).ok()?;
+        let context = file.current_context.as_deref()?;
+        let cluster = file
+            .contexts
+            .iter()
+            .find(|c| c.name == context)?
+            .context
+            .as_ref()?
+            .cluster
+            .clone();
+        file.clusters
+            .iter()
+            .find(|c| c.name == cluster)?
+            .cluster
+            .as_ref()?
+            .server
+            .clone()
     }
 }
 
@@ -139,6 +165,56 @@ impl Backend for RealBackend {
             );
             Ok(s)
         })
+    }
+
+    fn connect_via(
+        &self,
+        addr: SocketAddr,
+        op_timeout: Duration,
+    ) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move {
+            let file = leasehold_k8s::kube::config::Kubeconfig::read_from(&self.kubeconfig)
+                .map_err(|e| e.to_string())?;
+            let mut config =
+                leasehold_k8s::kube::Config::from_custom_kubeconfig(file, &Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            let host = config.cluster_url.host().unwrap_or("").to_owned();
+            let scheme = config
+                .cluster_url
+                .scheme_str()
+                .unwrap_or("https")
+                .to_owned();
+            config.cluster_url = format!("{scheme}://{addr}")
+                .parse()
+                .map_err(|e| format!("proxy URL: {e}"))?;
+            config.tls_server_name = Some(host);
+            let kube = self
+                .with_namespace(KubeConfig::from_kube(config))
+                .op_timeout(op_timeout);
+            let s: Store = Arc::new(
+                KubeStrategy::connect(kube)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+            Ok(s)
+        })
+    }
+
+    fn store_addr(&self) -> Option<SocketAddr> {
+        let url = self.server_url()?;
+        let authority = url.split_once("://")?.1.split('/').next()?.to_owned();
+        let with_port = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            authority
+        } else {
+            format!("{authority}:443")
+        };
+        std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+            .ok()?
+            .next()
     }
 
     fn revoke<'a>(
