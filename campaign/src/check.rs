@@ -1,0 +1,313 @@
+//! The checks of a campaign run: every ID unique, every ID in the pool, no
+//! two holding periods of a slot overlapping, the closest hand-over, and no
+//! fenced write accepted below a fence already accepted.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::record::{Kind, Record};
+
+/// The default 64-bit layout: 42 timestamp bits, 9 slot bits, 13 counter bits.
+const COUNTER_BITS: u32 = 13;
+const SLOT_MASK: u64 = (1 << 9) - 1;
+
+fn slot_of(id: u64) -> u32 {
+    ((id >> COUNTER_BITS) & SLOT_MASK) as u32
+}
+
+/// A holding period: one gate of one worker open on a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Period {
+    /// The worker.
+    pub worker: u32,
+    /// The pool.
+    pub kind: Kind,
+    /// The slot.
+    pub slot: u32,
+    /// Its fence.
+    pub fence: u64,
+    /// The grant's floor.
+    pub floor: u64,
+    /// When the gate opened (BOOTTIME ns).
+    pub open_ns: u64,
+    /// When it closed, or its last known deadline.
+    pub end_ns: u64,
+    /// True when the close was seen (not only a deadline).
+    pub closed: bool,
+}
+
+/// What a run of the campaign found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// IDs recorded, per kind.
+    pub ids: BTreeMap<&'static str, u64>,
+    /// IDs recorded more than once (counted once per extra copy).
+    pub duplicates: u64,
+    /// IDs whose slot is outside `0..pool_size`.
+    pub outside_pool: u64,
+    /// Holding periods.
+    pub periods: Vec<Period>,
+    /// Pairs of holding periods of one slot that overlap, with the overlap.
+    pub overlaps: Vec<(Period, Period, u64)>,
+    /// The closest hand-over: the least time from one holder's end to the
+    /// next holder's start on a slot (negative for an overlap).
+    pub closest_handover_ns: Option<i64>,
+    /// Fenced writes the store accepted, and refused.
+    pub fenced_accepted: u64,
+    /// Fenced writes refused as stale.
+    pub fenced_refused: u64,
+    /// Accepted writes whose fence was lower than one accepted before them
+    /// on the same resource, in the store's own order.
+    pub fence_violations: u64,
+    /// Second generators on one lease, refused.
+    pub second_generators_refused: u64,
+}
+
+impl Report {
+    /// True when nothing unsafe was found.
+    pub fn is_clean(&self) -> bool {
+        self.duplicates == 0
+            && self.outside_pool == 0
+            && self.overlaps.is_empty()
+            && self.fence_violations == 0
+    }
+
+    /// All IDs recorded.
+    pub fn total_ids(&self) -> u64 {
+        self.ids.values().sum()
+    }
+}
+
+/// Checks the logs of every worker (`(worker, records)`) for a pool of
+/// `pool_size` slots; `fence_logs` holds, per resource, the fences of the
+/// accepted writes in the store's order.
+pub fn check(
+    logs: &[(u32, Vec<Record>)],
+    pool_size: u32,
+    fence_logs: &BTreeMap<String, Vec<u64>>,
+) -> Report {
+    let mut report = Report::default();
+    let mut runs: HashMap<Kind, Vec<(u64, u64)>> = HashMap::new();
+    let mut holds: BTreeMap<(u32, Kind, u32), Period> = BTreeMap::new();
+    for (worker, records) in logs {
+        for r in records {
+            match *r {
+                Record::Run { kind, first, last } => {
+                    *report.ids.entry(kind.name()).or_default() += last - first + 1;
+                    for id in [first, last] {
+                        if slot_of(id) >= pool_size {
+                            report.outside_pool += 1;
+                        }
+                    }
+                    if slot_of(first) != slot_of(last) {
+                        report.outside_pool += 1;
+                    }
+                    runs.entry(kind).or_default().push((first, last));
+                }
+                Record::Hold {
+                    kind,
+                    epoch,
+                    slot,
+                    fence,
+                    floor,
+                    open_ns,
+                    until_ns,
+                    closed,
+                } => {
+                    holds.insert(
+                        (*worker, kind, epoch),
+                        Period {
+                            worker: *worker,
+                            kind,
+                            slot,
+                            fence,
+                            floor,
+                            open_ns,
+                            end_ns: until_ns,
+                            closed,
+                        },
+                    );
+                }
+                Record::Fenced { accepted, .. } => {
+                    if accepted {
+                        report.fenced_accepted += 1;
+                    } else {
+                        report.fenced_refused += 1;
+                    }
+                }
+                Record::SecondGeneratorRefused { .. } => report.second_generators_refused += 1,
+            }
+        }
+    }
+    for ranges in runs.values_mut() {
+        report.duplicates += overlap_count(ranges);
+    }
+    report.periods = holds.into_values().collect();
+    let (overlaps, closest) = period_overlaps(&report.periods);
+    report.overlaps = overlaps;
+    report.closest_handover_ns = closest;
+    for fences in fence_logs.values() {
+        let mut max = 0;
+        for &f in fences {
+            if f < max {
+                report.fence_violations += 1;
+            }
+            max = max.max(f);
+        }
+    }
+    report
+}
+
+/// How many values lie in more than one of the inclusive `ranges`.
+fn overlap_count(ranges: &mut [(u64, u64)]) -> u64 {
+    ranges.sort_unstable();
+    let mut dups = 0;
+    let mut covered: Option<u64> = None; // the highest value covered so far
+    for &(first, last) in ranges.iter() {
+        if let Some(top) = covered
+            && first <= top
+        {
+            dups += last.min(top) - first + 1;
+        }
+        covered = Some(covered.map_or(last, |t| t.max(last)));
+    }
+    dups
+}
+
+/// Overlapping holding periods of one slot (two live holders), and the
+/// closest hand-over.
+fn period_overlaps(periods: &[Period]) -> (Vec<(Period, Period, u64)>, Option<i64>) {
+    let mut by_slot: BTreeMap<(Kind, u32), Vec<Period>> = BTreeMap::new();
+    for p in periods {
+        by_slot.entry((p.kind, p.slot)).or_default().push(*p);
+    }
+    let mut overlaps = Vec::new();
+    let mut closest: Option<i64> = None;
+    for list in by_slot.values_mut() {
+        list.sort_by_key(|p| p.open_ns);
+        let mut latest: Option<Period> = None; // the period ending last so far
+        for p in list.iter() {
+            if let Some(prev) = latest {
+                let gap = p.open_ns as i64 - prev.end_ns as i64;
+                if p.worker != prev.worker || p.fence != prev.fence {
+                    closest = Some(closest.map_or(gap, |c| c.min(gap)));
+                    if gap < 0 {
+                        overlaps.push((prev, *p, prev.end_ns.min(p.end_ns) - p.open_ns));
+                    }
+                }
+            }
+            if latest.is_none_or(|l| p.end_ns > l.end_ns) {
+                latest = Some(*p);
+            }
+        }
+    }
+    (overlaps, closest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(ms: u64, slot: u64, counter: u64) -> u64 {
+        ms << 22 | slot << 13 | counter
+    }
+
+    fn hold(worker: u32, slot: u32, fence: u64, open: u64, end: u64) -> (u32, Record) {
+        (
+            worker,
+            Record::Hold {
+                kind: Kind::Sortable,
+                epoch: fence as u32,
+                slot,
+                fence,
+                floor: 0,
+                open_ns: open,
+                until_ns: end,
+                closed: true,
+            },
+        )
+    }
+
+    fn logs(items: Vec<(u32, Record)>) -> Vec<(u32, Vec<Record>)> {
+        let mut by: BTreeMap<u32, Vec<Record>> = BTreeMap::new();
+        for (w, r) in items {
+            by.entry(w).or_default().push(r);
+        }
+        by.into_iter().collect()
+    }
+
+    #[test]
+    fn clean_logs_are_clean() {
+        let r = check(
+            &logs(vec![
+                (
+                    1,
+                    Record::Run {
+                        kind: Kind::Sortable,
+                        first: id(10, 3, 0),
+                        last: id(10, 3, 99),
+                    },
+                ),
+                (
+                    2,
+                    Record::Run {
+                        kind: Kind::Sortable,
+                        first: id(11, 3, 0),
+                        last: id(11, 3, 5),
+                    },
+                ),
+                hold(1, 3, 1, 100, 200),
+                hold(2, 3, 2, 250, 300),
+            ]),
+            4,
+            &BTreeMap::from([("slot-3".into(), vec![1, 1, 2])]),
+        );
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!(r.total_ids(), 106);
+        assert_eq!(r.closest_handover_ns, Some(50));
+    }
+
+    /// The check can fail: duplicates, a slot outside the pool, two live
+    /// holders, a stale fence accepted are all found and counted.
+    #[test]
+    fn every_violation_is_found() {
+        let r = check(
+            &logs(vec![
+                (
+                    1,
+                    Record::Run {
+                        kind: Kind::Counter,
+                        first: id(10, 3, 0),
+                        last: id(10, 3, 99),
+                    },
+                ),
+                (
+                    2,
+                    Record::Run {
+                        kind: Kind::Counter,
+                        first: id(10, 3, 90),
+                        last: id(10, 3, 120),
+                    },
+                ),
+                (
+                    2,
+                    Record::Run {
+                        kind: Kind::Counter,
+                        first: id(10, 7, 0),
+                        last: id(10, 7, 0),
+                    },
+                ),
+                hold(1, 3, 1, 100, 200),
+                hold(2, 3, 2, 150, 300),
+            ]),
+            4,
+            &BTreeMap::from([("slot-3".into(), vec![1, 2, 1])]),
+        );
+        assert_eq!(r.duplicates, 10);
+        assert_eq!(r.outside_pool, 2);
+        assert_eq!(r.overlaps.len(), 1);
+        assert_eq!(r.overlaps[0].2, 50);
+        assert_eq!(r.closest_handover_ns, Some(-50));
+        assert_eq!(r.fence_violations, 1);
+        assert!(!r.is_clean());
+    }
+}
