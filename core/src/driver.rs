@@ -132,6 +132,14 @@ impl LeaseManager {
         #[cfg(not(feature = "tracing"))]
         let run = driver.run(shutdown_rx, loss_rx);
         let mut task = tokio::spawn(run);
+        // Until `start` returns a manager, dropping this future (a timeout, a
+        // lost `select!`) must not leave a driver nobody can stop: the guard
+        // then asks it to shut down, which closes the gate and gives back
+        // whatever lease it holds.
+        let mut starting = Starting {
+            shutdown: Some(shutdown_tx),
+            gate: gate.clone(),
+        };
         let started = match (&mut started_rx).await {
             Ok(answer) => Some(answer),
             // The driver ended without answering: find out whether it panicked.
@@ -150,7 +158,7 @@ impl LeaseManager {
                 },
                 gate,
                 state: state_rx,
-                shutdown: shutdown_tx,
+                shutdown: starting.disarm(),
                 task: Some(task),
                 pool: config.pool,
                 _alive: alive,
@@ -221,6 +229,30 @@ impl fmt::Debug for LeaseManager {
             .field("pool", &self.pool.name)
             .field("state", &*self.state.borrow())
             .finish_non_exhaustive()
+    }
+}
+
+/// Shuts the driver down if `start` is dropped before it returns a manager.
+struct Starting {
+    shutdown: Option<watch::Sender<bool>>,
+    gate: LeaseGate,
+}
+
+impl Starting {
+    /// `start` returns a manager: it owns the driver from now on.
+    fn disarm(&mut self) -> watch::Sender<bool> {
+        self.shutdown
+            .take()
+            .unwrap_or_else(|| watch::channel(true).0)
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            self.gate.close();
+            shutdown.send_replace(true);
+        }
     }
 }
 
@@ -555,27 +587,18 @@ impl<S: Strategy> Driver<S> {
     }
 
     async fn acquire(&self, orphan: Option<(Grant, LeaseGate)>) -> Input {
-        if let Some((mut grant, old_gate)) = orphan {
-            // A predecessor in this process held this grant: renew it rather
-            // than take a new slot. Its generators stopped (its gate is
-            // retired); start after what they issued.
-            let sent_at = MonoTime::now();
-            let ceiling = self.ceiling(sent_at);
-            if let Renewal::Renewed { ttl, store_time } =
-                self.strategy.renew(&self.pool, &grant, ceiling).await
-            {
-                let issued = old_gate
-                    .issued()
-                    .unwrap_or_else(|| Floor(SystemClock::unix_millis_at(MonoTime::now())));
-                grant.ttl = ttl;
-                grant.floor = grant.floor.max(issued);
-                grant.store_time = store_time;
-                return Input::Acquired {
-                    grant,
-                    sent_at,
-                    ceiling,
-                };
-            }
+        if let Some((grant, old_gate)) = orphan {
+            // A predecessor in this process (same store, pool and holder) was
+            // dropped holding this grant. Its generators stopped (its gate is
+            // retired), but code of its may still hold its fence: give the
+            // grant back, leaving what its generators issued as the floor,
+            // and acquire anew, so this holder's fence is a new one (the
+            // store hands the freed slot out first where it can).
+            let issued = old_gate
+                .issued()
+                .unwrap_or_else(|| Floor(SystemClock::unix_millis_at(MonoTime::now())))
+                .max(grant.floor);
+            let _ = self.strategy.release(&self.pool, &grant, issued).await;
         }
         let sent_at = MonoTime::now();
         let ceiling = self.ceiling(sent_at);

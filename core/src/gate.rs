@@ -78,6 +78,8 @@ struct Cold {
     /// Set by [`LeaseGate::retire`]: the gate never opens again.
     retired: bool,
     attached: Option<Attached>,
+    /// The ID format of the first state attached, and what it belonged to.
+    form: Option<(u64, &'static str)>,
     /// Unix ms: the highest timestamp issued by generation states detached
     /// before the current one.
     retired_issued: u64,
@@ -100,28 +102,49 @@ pub trait GenerationState: Send + Sync + 'static {
     /// False once no generator uses this state any more; the gate then
     /// accepts a new one.
     fn in_use(&self) -> bool;
+
+    /// A signature of the ID format (the layout): every state attached to
+    /// one gate must have the same, since values of two formats for one slot
+    /// can be equal.
+    fn form(&self) -> u64;
 }
 
-/// A generation state is already attached to this gate and in use.
+/// Why a generation state was not attached to a gate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GateInUse {
-    /// What the attached state belongs to (for example `"Sortable64"`).
-    pub existing: &'static str,
+#[non_exhaustive]
+pub enum AttachError {
+    /// A generation state is already attached and in use.
+    InUse {
+        /// What the attached state belongs to (for example `"Sortable64"`).
+        existing: &'static str,
+    },
+    /// Generators on this gate used another ID format (a different layout):
+    /// values of two formats for one slot can be equal.
+    OtherForm {
+        /// What the first state belonged to.
+        existing: &'static str,
+    },
 }
 
-impl fmt::Display for GateInUse {
+impl fmt::Display for AttachError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "this lease gate already has a generator ({}); two generators on one lease could \
-             hand out the same value: clone that generator instead of building another one \
-             (clones share its state)",
-            self.existing
-        )
+        match self {
+            Self::InUse { existing } => write!(
+                f,
+                "this lease gate already has a generator ({existing}); two generators on one \
+                 lease could hand out the same value: clone that generator instead of building \
+                 another one (clones share its state)"
+            ),
+            Self::OtherForm { existing } => write!(
+                f,
+                "this lease gate's generators used another ID layout ({existing}); values of two \
+                 layouts for one slot can be equal: keep one layout for a pool for its whole life"
+            ),
+        }
     }
 }
 
-impl std::error::Error for GateInUse {}
+impl std::error::Error for AttachError {}
 
 /// The gate was closed, or its deadline had passed, at the time checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -369,20 +392,28 @@ impl LeaseGate {
     /// the error a second one gets.
     ///
     /// Returns the highest timestamp (Unix ms) issued under this gate by
-    /// states attached before (the new state starts strictly after it), or
-    /// [`GateInUse`] while an attached state is still in use.
+    /// states attached before (the new state starts strictly after it).
+    /// Refused while an attached state is still in use, and for a state of
+    /// another ID format than the first one.
     pub fn attach(
         &self,
         kind: &'static str,
         state: Arc<dyn GenerationState>,
-    ) -> Result<Floor, GateInUse> {
+    ) -> Result<Floor, AttachError> {
         let mut cold = self.lock();
-        if let Some(old) = cold.attached.take() {
-            if old.state.in_use() {
-                let existing = old.kind;
-                cold.attached = Some(old);
-                return Err(GateInUse { existing });
+        if let Some(old) = &cold.attached
+            && old.state.in_use()
+        {
+            return Err(AttachError::InUse { existing: old.kind });
+        }
+        match cold.form {
+            Some((form, existing)) if form != state.form() => {
+                return Err(AttachError::OtherForm { existing });
             }
+            Some(_) => {}
+            None => cold.form = Some((state.form(), kind)),
+        }
+        if let Some(old) = cold.attached.take() {
             cold.retired_issued = cold.retired_issued.max(old.state.issued().0);
         }
         cold.attached = Some(Attached { kind, state });
@@ -490,6 +521,9 @@ mod tests {
         fn in_use(&self) -> bool {
             self.in_use.load(Ordering::SeqCst)
         }
+        fn form(&self) -> u64 {
+            1
+        }
     }
 
     #[test]
@@ -507,7 +541,7 @@ mod tests {
             in_use: AtomicBool::new(true),
         });
         let err = gate.attach("Second", second.clone()).unwrap_err();
-        assert_eq!(err.existing, "First");
+        assert_eq!(err, AttachError::InUse { existing: "First" });
         assert!(err.to_string().contains("clone"), "{err}");
         // Once the first is gone, a new one starts after everything it issued.
         first.issued.store(150, Ordering::SeqCst);

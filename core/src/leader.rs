@@ -3,11 +3,11 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::config::LeaseConfig;
 use crate::driver::{LeaseManager, LeaseState};
@@ -26,6 +26,8 @@ use crate::strategy::{Fence, Strategy};
 pub struct Leadership {
     fence: Fence,
     gate: LeaseGate,
+    /// The gate epoch of this term's grant.
+    epoch: u64,
     lost: watch::Receiver<bool>,
 }
 
@@ -40,10 +42,11 @@ impl Leadership {
         &self.gate
     }
 
-    /// True while this term lasts: not lost, and the lease's local deadline
-    /// not passed (checked on the clock now, even if nothing ran).
+    /// True while this term lasts: not lost, the gate still on this term's
+    /// grant (not a later one), and its local deadline not passed (checked
+    /// on the clock now, even if nothing ran).
     pub fn is_leading(&self) -> bool {
-        !*self.lost.borrow() && self.gate.check_now().is_ok()
+        !*self.lost.borrow() && self.gate.check_now() == Ok(self.epoch)
     }
 
     /// Resolves once this term is over (the lease was lost, or the elector
@@ -192,10 +195,20 @@ impl<S: Strategy> LeaderBuilder<S> {
             self.on_new_leader.clone(),
             stop_rx.clone(),
         ));
-        let task = tokio::spawn(run(self, lead, stop_rx, leading_tx, leader_tx, error_tx));
+        let term: Arc<Mutex<Option<AbortHandle>>> = Arc::default();
+        let task = tokio::spawn(run(
+            self,
+            term.clone(),
+            lead,
+            stop_rx,
+            leading_tx,
+            leader_tx,
+            error_tx,
+        ));
         Elector {
             stop: stop_tx,
             task: Some(task),
+            term,
             observer,
             leading: leading_rx,
             leader: leader_rx,
@@ -204,11 +217,16 @@ impl<S: Strategy> LeaderBuilder<S> {
     }
 }
 
-/// A running campaign. Dropping it stops campaigning without releasing a
-/// held lease (it expires); [`Elector::shutdown`] releases it.
+/// A running campaign. Dropping it stops campaigning and aborts the term in
+/// progress without releasing a held lease (a later elector of this process
+/// with the same holder gives it back; otherwise it expires);
+/// [`Elector::shutdown`] releases it.
 pub struct Elector {
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
+    /// The future of the term in progress: dropping the elector aborts it,
+    /// so no write of a replaced term outlives it.
+    term: Arc<Mutex<Option<AbortHandle>>>,
     observer: JoinHandle<()>,
     /// The gate of the term in progress, if any.
     leading: watch::Receiver<Option<LeaseGate>>,
@@ -263,6 +281,14 @@ impl Drop for Elector {
         if let Some(task) = self.task.take() {
             task.abort();
         }
+        if let Some(term) = self
+            .term
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            term.abort();
+        }
         self.observer.abort();
     }
 }
@@ -283,6 +309,7 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
 /// Campaigns until stopped: a lease manager per attempt; a term per grant.
 async fn run<S, F, Fut>(
     b: LeaderBuilder<S>,
+    current_term: Arc<Mutex<Option<AbortHandle>>>,
     mut lead: F,
     mut stop: watch::Receiver<bool>,
     leading: watch::Sender<Option<LeaseGate>>,
@@ -312,12 +339,15 @@ async fn run<S, F, Fut>(
         loop {
             let state = states.borrow_and_update().clone();
             match state {
-                LeaseState::Held { fence, .. } => {
-                    let epoch = manager.gate().view().epoch;
+                LeaseState::Held { .. } => {
+                    // Fence and epoch from one snapshot: the same grant.
+                    let view = manager.gate().view();
+                    let (fence, epoch) = (view.fence, view.epoch);
                     let (lost_tx, lost_rx) = watch::channel(false);
                     let leadership = Leadership {
                         fence,
                         gate: manager.gate(),
+                        epoch,
                         lost: lost_rx,
                     };
                     leading.send_replace(Some(manager.gate()));
@@ -331,6 +361,8 @@ async fn run<S, F, Fut>(
                     }
                     call(&b.on_started, &leadership);
                     let mut term = tokio::spawn(lead(leadership));
+                    *current_term.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Some(term.abort_handle());
                     let stopping = tokio::select! {
                         () = term_over(&mut states, epoch, &manager) => false,
                         () = stopped(&mut stop) => true,
@@ -344,6 +376,10 @@ async fn run<S, F, Fut>(
                     if tokio::time::timeout(b.grace, &mut term).await.is_err() {
                         term.abort();
                     }
+                    current_term
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .take();
                     call(&b.on_stopped, &());
                     if stopping {
                         manager.shutdown().await;

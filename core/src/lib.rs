@@ -33,7 +33,7 @@ pub use driver::{LeaseManager, LeaseState, LossSignal};
 pub use error::{AcquireError, ConfigError, Durability, DurabilityRisk, Reason, StartError};
 pub use fixed::{PodOrdinal, StaticSlot};
 pub use gate::{
-    Closed, DEFAULT_MAX_CLOCK_SKEW, GateInUse, GateView, GenerationState, LeaseGate, Opening,
+    AttachError, Closed, DEFAULT_MAX_CLOCK_SKEW, GateView, GenerationState, LeaseGate, Opening,
 };
 #[cfg(feature = "tokio")]
 pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};

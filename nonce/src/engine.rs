@@ -48,6 +48,12 @@ use crate::layout::Layout;
 use crate::time::{Reading, TimeSource};
 
 const RESETTING: u64 = u64::MAX;
+/// Set in `cur` (over the epoch) while generation refuses for a reason that
+/// only time or a renewal can clear: callers then check on the cold path,
+/// without moving the state, until it clears.
+const BLOCKED: u64 = 1 << 63;
+/// The next millisecond is always worth waiting for.
+const MIN_WAIT: Duration = Duration::from_millis(2);
 const RESYNC_EVERY: Duration = Duration::from_secs(1);
 const NS_PER_MS: u64 = 1_000_000;
 
@@ -63,6 +69,8 @@ struct Tracker {
     shift: u32,
     sortable: bool,
     epoch_unix_ms: u64,
+    /// A signature of the layout.
+    form: u64,
     in_use: AtomicBool,
 }
 
@@ -70,11 +78,15 @@ impl Tracker {
     /// The timestamp (ms since the layout epoch) of the next value: at least
     /// every timestamp handed out.
     fn high_water(&self) -> u64 {
-        // `start` before the word: a restart stores `start` first, so a
-        // concurrent read sees an old word with a new start (too high, which
-        // is safe), never a new word with an old start.
-        let start = self.start.load(SeqCst);
+        // The word before `start`: a restart stores `start` first and the
+        // word second, so a read racing it sees an old word with a new start
+        // (too high, which is safe) or both new, never a new word with an old
+        // start (below what the previous grant handed out).
         let word = self.word.load(SeqCst);
+        // A test-only pause between the two loads.
+        #[cfg(test)]
+        tests::hook_in_high_water();
+        let start = self.start.load(SeqCst);
         if self.sortable {
             word >> self.shift
         } else {
@@ -89,6 +101,9 @@ impl GenerationState for Tracker {
     }
     fn in_use(&self) -> bool {
         self.in_use.load(SeqCst)
+    }
+    fn form(&self) -> u64 {
+        self.form
     }
 }
 
@@ -169,6 +184,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             shift,
             sortable: SORTABLE,
             epoch_unix_ms: layout.epoch_unix_ms(),
+            form: layout.signature(),
             in_use: AtomicBool::new(true),
         });
         let history = gate.attach(kind, state.clone())?.0;
@@ -303,14 +319,23 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                 continue;
             }
             if GATED {
+                // The ceiling first, then the re-check: `extend` only raises
+                // the ceiling of a grant and `open_with` changes the epoch,
+                // so a ceiling read before a re-check that passes is this
+                // grant's own.
+                let ceiling = ro.gate.ceiling().0;
                 // Still the same open lease after the state moved: a driver
                 // that closes the gate from now on counts this value in what
                 // it reports as issued.
                 if ro.gate.check(reading.latest) != Ok(epoch) {
                     continue;
                 }
-                let ceiling = ro.gate.ceiling().0;
+                // A test-only pause between the re-check and the ceiling
+                // comparison.
+                #[cfg(test)]
+                tests::hook_after_recheck();
                 if millis + ro.layout.epoch_unix_ms() > ceiling {
+                    self.block(c1);
                     return Err(self.refuse(GenerateError::PastCeiling {
                         timestamp_unix_ms: millis + ro.layout.epoch_unix_ms(),
                         ceiling_unix_ms: ceiling,
@@ -362,7 +387,8 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             let max_skew = self.ro.gate.view().max_clock_skew;
             let ahead = Duration::from_millis(millis - now_ms);
             // The next millisecond is always worth waiting for.
-            if ahead > max_skew.max(Duration::from_millis(2)) {
+            if ahead > max_skew.max(MIN_WAIT) {
+                self.block(epoch);
                 self.warn_behind(epoch, ahead, max_skew);
                 return Err(self.refuse(GenerateError::ClockBehind {
                     behind: ahead,
@@ -409,13 +435,63 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         }
     }
 
-    /// A new lease, or time to re-read the Unix offset.
+    /// Marks generation for `epoch` as refusing (see [`BLOCKED`]): the
+    /// refusals after this one leave the state where it is.
+    #[cold]
+    fn block(&self, epoch: u64) {
+        let _ = self
+            .ro
+            .cur
+            .compare_exchange(epoch, epoch | BLOCKED, SeqCst, SeqCst);
+    }
+
+    /// While blocked: refuses, without moving the state, until the next
+    /// value would be neither past the ceiling nor too far ahead of the
+    /// clock; then unblocks. Holds the lock.
+    fn unblock(&self, epoch: u64) -> Result<(), GenerateError> {
+        let ro = &self.ro;
+        let m = ro.time.precise();
+        let now_ms = self.millis(m);
+        let state_ms = self.state.high_water();
+        let next_ms = if SORTABLE {
+            state_ms.max(now_ms)
+        } else {
+            state_ms
+        };
+        let unix = next_ms + ro.layout.epoch_unix_ms();
+        let ceiling = ro.gate.ceiling().0;
+        if unix > ceiling {
+            return Err(self.refuse(GenerateError::PastCeiling {
+                timestamp_unix_ms: unix,
+                ceiling_unix_ms: ceiling,
+            }));
+        }
+        let max_skew = ro.gate.view().max_clock_skew;
+        let ahead = Duration::from_millis(next_ms.saturating_sub(now_ms));
+        if ahead > max_skew.max(MIN_WAIT) {
+            return Err(self.refuse(GenerateError::ClockBehind {
+                behind: ahead,
+                max_clock_skew: max_skew,
+            }));
+        }
+        let _ = ro
+            .cur
+            .compare_exchange(epoch | BLOCKED, epoch, SeqCst, SeqCst);
+        Ok(())
+    }
+
+    /// A new lease, a refusal to re-check, or time to re-read the Unix
+    /// offset.
     #[cold]
     #[inline(never)]
     fn cold(&self, epoch: u64) -> Result<(), GenerateError> {
         let ro = &self.ro;
         let _guard = ro.lock.lock().unwrap_or_else(|e| e.into_inner());
-        if ro.cur.load(SeqCst) != epoch {
+        let cur = ro.cur.load(SeqCst);
+        if cur == epoch | BLOCKED {
+            return self.unblock(epoch);
+        }
+        if cur != epoch {
             return self.restart(epoch);
         }
         let m = ro.time.precise();
@@ -476,7 +552,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
-    use std::sync::{Arc, Barrier};
+
     use std::time::Duration;
 
     use leasehold_core::{Fence, LeaseGate};
@@ -485,7 +561,7 @@ mod tests {
 
     thread_local! {
         /// Runs on this thread between the gate check and the state update.
-        static HOOK: RefCell<Option<Box<dyn Fn()>>> = const { RefCell::new(None) };
+        static HOOK: RefCell<Option<Box<dyn Fn() + Send>>> = const { RefCell::new(None) };
     }
 
     pub(super) fn hook() {
@@ -494,6 +570,63 @@ mod tests {
                 f();
             }
         });
+    }
+
+    thread_local! {
+        /// Runs on this thread after the gate re-check, before the ceiling
+        /// comparison.
+        static HOOK_AFTER_RECHECK: RefCell<Option<Box<dyn Fn() + Send>>> = const { RefCell::new(None) };
+    }
+
+    thread_local! {
+        /// Runs on this thread inside `Tracker::high_water`, between its two
+        /// loads.
+        static HOOK_IN_HIGH_WATER: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn hook_in_high_water() {
+        if let Some(f) = HOOK_IN_HIGH_WATER.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// One-shot: the hook is taken before it runs.
+    pub(super) fn hook_after_recheck() {
+        if let Some(f) = HOOK_AFTER_RECHECK.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    const PATIENCE: Duration = Duration::from_secs(10);
+
+    /// Where a test parks a generator thread: the thread says it got there
+    /// and waits to be let go. Nobody waits forever: a generator that never
+    /// gets there fails the test.
+    struct Park {
+        reached: std::sync::mpsc::Receiver<()>,
+        resume: std::sync::mpsc::Sender<()>,
+    }
+
+    fn park() -> (Park, Box<dyn Fn() + Send>) {
+        let (reached_tx, reached) = std::sync::mpsc::channel();
+        let (resume, resume_rx) = std::sync::mpsc::channel::<()>();
+        let resume_rx = std::sync::Mutex::new(resume_rx);
+        let hook = move || {
+            let _ = reached_tx.send(());
+            let _ = resume_rx.lock().unwrap().recv_timeout(PATIENCE);
+        };
+        (Park { reached, resume }, Box::new(hook))
+    }
+
+    impl Park {
+        fn reached(&self) {
+            self.reached
+                .recv_timeout(PATIENCE)
+                .expect("the generator did not reach the pause point");
+        }
+        fn resume(&self) {
+            let _ = self.resume.send(());
+        }
     }
 
     /// A value whose caller passed the gate check just before the driver
@@ -511,27 +644,120 @@ mod tests {
         t.auto_advance(Duration::ZERO);
         // Five milliseconds in which nothing is generated.
         t.advance(Duration::from_millis(5));
-        let (paused, resume) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+        let (park, hook) = park();
         let straggler = {
-            let (g, paused, resume) = (g.clone(), paused.clone(), resume.clone());
+            let g = g.clone();
             std::thread::spawn(move || {
-                HOOK.with(|h| {
-                    *h.borrow_mut() = Some(Box::new(move || {
-                        paused.wait();
-                        resume.wait();
-                    }))
-                });
+                HOOK.with(|h| *h.borrow_mut() = Some(hook));
                 g.next()
                     .map(|v| g.decode(v).millis + crate::DEFAULT_EPOCH_UNIX_MS)
             })
         };
-        paused.wait(); // the straggler passed the gate check
+        park.reached(); // the straggler passed the gate check
         gate.close();
         let issued = gate.issued().unwrap();
-        resume.wait();
+        park.resume();
         match straggler.join().unwrap() {
             Err(e) => assert_eq!(e, GenerateError::Closed),
             Ok(ms) => assert!(ms <= issued.0, "handed out {ms} after reporting {issued:?}"),
         }
+    }
+
+    /// Found by review: the ceiling was loaded after the re-check, from
+    /// whatever grant the gate held by then. A value of grant E1 (slot 1)
+    /// whose timestamp is past E1's ceiling (what the store recorded as the
+    /// slot's floor) is handed out because, between the re-check and the
+    /// ceiling load, the gate was reopened for grant E2 (slot 2) with a later
+    /// ceiling. The next holder of slot 1 starts right after E1's ceiling and
+    /// can mint the same value.
+    #[test]
+    fn a_value_is_checked_against_the_next_grants_ceiling() {
+        use leasehold_core::{Floor, Opening};
+        let t = ManualTime::new();
+        t.auto_advance(Duration::from_micros(10));
+        let now_unix_ms = t.wall().as_millis() as u64;
+        let gate = LeaseGate::new();
+        // Grant E1 on slot 1; the holder recorded a ceiling 5 ms ahead.
+        let e1_ceiling = now_unix_ms + 5;
+        gate.open_with(
+            Opening::new(1, Fence(1), t.mono() + Duration::from_secs(3600))
+                .with_floor(Floor::NONE, Floor(e1_ceiling)),
+        );
+        let g = Sortable64::with_time(gate.clone(), Layout::default64(), t.clone()).unwrap();
+        g.next().unwrap();
+        // A forward wall-clock step (or a store that granted a longer TTL
+        // than the ceiling was computed for): real time is now past E1's
+        // ceiling.
+        t.advance(Duration::from_millis(20));
+        let (park, hook) = park();
+        let straggler = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                HOOK_AFTER_RECHECK.with(|h| *h.borrow_mut() = Some(hook));
+                g.next().map(|v| g.decode(v))
+            })
+        };
+        park.reached(); // the straggler passed the re-check for E1
+        // E1 is lost; this process gets grant E2 on another slot, with a
+        // fresh ceiling.
+        gate.open_with(
+            Opening::new(2, Fence(1), t.mono() + Duration::from_secs(3600))
+                .with_floor(Floor::NONE, Floor(now_unix_ms + 60_000)),
+        );
+        park.resume();
+        let answer = straggler.join().unwrap();
+        assert!(
+            matches!(answer, Err(GenerateError::PastCeiling { .. })) || answer.is_ok(),
+            "{answer:?}"
+        );
+        if let Ok(parts) = answer {
+            let unix = parts.millis + crate::DEFAULT_EPOCH_UNIX_MS;
+            assert!(
+                parts.slot != 1 || unix <= e1_ceiling,
+                "handed out a slot-1 value at {unix} ms, past slot 1's ceiling {e1_ceiling} ms \
+                 (the floor the next holder of slot 1 starts after)"
+            );
+        }
+    }
+
+    /// Found by review: `Tracker::high_water` loaded `start` and then the
+    /// word, while `restart` stores `start` and then the word. The comment
+    /// says a reader can only see "an old word with a new start"; it can
+    /// also see the old `start` with the new word (both stores land between
+    /// its two loads), which for a counter is `old start + 0`: below values
+    /// the previous grant handed out. `LeaseGate::issued()` then reports
+    /// less than this gate issued (the driver's release and the orphan
+    /// adoption read it). Masked today by the grant's floor (see the
+    /// report), but the documented invariant does not hold.
+    #[test]
+    fn issued_can_tear_below_what_was_handed_out() {
+        use leasehold_core::Floor;
+        let t = ManualTime::new();
+        t.auto_advance(Duration::from_micros(10));
+        let gate = LeaseGate::new();
+        gate.open(1, Fence(1), t.mono() + Duration::from_secs(3600));
+        let g = crate::Counter64::with_time(gate.clone(), Layout::default64(), t.clone()).unwrap();
+        let mut max_ms = 0;
+        for _ in 0..3 * 8192 {
+            max_ms = max_ms.max(g.decode(g.next().unwrap()).millis);
+        }
+        let handed_out = Floor(max_ms + crate::DEFAULT_EPOCH_UNIX_MS);
+        assert!(gate.issued().unwrap() >= handed_out);
+        // A new grant; a generator thread restarts the state for it while
+        // the driver (this thread) reads what was issued.
+        gate.open(1, Fence(2), t.mono() + Duration::from_secs(3600));
+        let g2 = g.clone();
+        HOOK_IN_HIGH_WATER.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                std::thread::spawn(move || g2.next().unwrap())
+                    .join()
+                    .unwrap();
+            }))
+        });
+        let issued = gate.issued().unwrap();
+        assert!(
+            issued >= handed_out,
+            "issued() reported {issued:?}, below {handed_out:?} already handed out"
+        );
     }
 }

@@ -97,8 +97,9 @@ impl std::error::Error for GenerateError {}
 pub enum BuildError {
     /// The layout is invalid (see [`LayoutError`]).
     Layout(LayoutError),
-    /// The gate already has a generator in use: build one and clone it.
-    GateInUse(leasehold_core::GateInUse),
+    /// The gate refused this generator: one is in use already (build one and
+    /// clone it), or earlier ones used another layout.
+    Gate(leasehold_core::AttachError),
 }
 
 impl From<LayoutError> for BuildError {
@@ -107,9 +108,9 @@ impl From<LayoutError> for BuildError {
     }
 }
 
-impl From<leasehold_core::GateInUse> for BuildError {
-    fn from(e: leasehold_core::GateInUse) -> Self {
-        Self::GateInUse(e)
+impl From<leasehold_core::AttachError> for BuildError {
+    fn from(e: leasehold_core::AttachError) -> Self {
+        Self::Gate(e)
     }
 }
 
@@ -117,7 +118,7 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Layout(e) => e.fmt(f),
-            Self::GateInUse(e) => e.fmt(f),
+            Self::Gate(e) => e.fmt(f),
         }
     }
 }
@@ -126,7 +127,7 @@ impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Layout(e) => Some(e),
-            Self::GateInUse(e) => Some(e),
+            Self::Gate(e) => Some(e),
         }
     }
 }

@@ -152,6 +152,24 @@ impl Layout {
     }
 
     /// The largest timestamp field value.
+    /// A signature of every field (FNV-1a), to tell layouts apart.
+    pub(crate) fn signature(&self) -> u64 {
+        let fields = [
+            u64::from(self.bits),
+            u64::from(self.reserved_bits),
+            u64::from(self.timestamp_bits),
+            u64::from(self.slot_bits),
+            u64::from(self.counter_bits),
+            self.epoch_unix_ms,
+        ];
+        fields
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            })
+    }
+
     pub(crate) const fn max_millis(&self) -> u64 {
         if self.timestamp_bits >= 64 {
             u64::MAX

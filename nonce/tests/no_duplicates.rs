@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use leasehold_core::{
-    Fence, Floor, LeaseConfig, LeaseGate, LeaseManager, Memory, MonoTime, Opening,
+    AttachError, Fence, Floor, LeaseConfig, LeaseGate, LeaseManager, Memory, MonoTime, Opening,
 };
 use leasehold_nonce::*;
 
@@ -69,7 +69,7 @@ fn generators_on_one_gate_never_share_a_value() {
         let (a, clone_of_a) = first(&gate).unwrap();
         let b = match second(&gate) {
             Ok((b, _)) => b,
-            Err(BuildError::GateInUse(e)) => {
+            Err(BuildError::Gate(e)) => {
                 assert!(e.to_string().contains("clone"), "{e}");
                 clone_of_a
             }
@@ -90,7 +90,12 @@ fn a_second_generator_is_refused_while_the_first_lives() {
     let gate = open_gate(1);
     let first = Counter64::new(gate.clone()).unwrap();
     let e = Sortable64::new(gate.clone()).unwrap_err();
-    assert!(matches!(e, BuildError::GateInUse(ref g) if g.existing == "Counter64"));
+    assert!(matches!(
+        e,
+        BuildError::Gate(AttachError::InUse {
+            existing: "Counter64"
+        })
+    ));
     let msg = e.to_string();
     assert!(msg.contains("Counter64") && msg.contains("clone"), "{msg}");
     // Clones are the way: they share the state.
