@@ -294,7 +294,6 @@ async fn a_panicking_loss_callback_does_not_stop_the_driver() {
 async fn a_driver_panic_during_start_is_reported_as_such() {
     let mut hooked = Hooked::new(Memory::new());
     hooked.panic_on_acquire = true;
-    let started = std::time::Instant::now();
     let err = LeaseManager::start(hooked, config("race-e", 1))
         .await
         .unwrap_err();
@@ -302,8 +301,9 @@ async fn a_driver_panic_during_start_is_reported_as_such() {
         matches!(&err, StartError::Panicked(m) if m.contains("a strategy bug")),
         "{err:?}"
     );
+    // A start that waited for its acquire timeout would report a timeout, not
+    // the panic: the variant is the proof, no reading of the clock needed.
     assert!(err.to_string().contains("panicked"), "{err}");
-    assert!(started.elapsed() < Duration::from_secs(10));
 }
 
 /// Issue 10, path 5: a margin below the minimum for the store's time
