@@ -110,10 +110,13 @@ fn system_nanos() -> u64 {
 /// and which `leasehold-nonce` needs) it is `CLOCK_BOOTTIME`: it keeps
 /// counting while the machine is suspended, so a holder that resumes after a
 /// suspend finds its gate closed. Without it, it is `std::time::Instant`
-/// (`CLOCK_MONOTONIC` on Linux), which **stops during suspend** and, on some
-/// hypervisors, during a VM pause: a process resumed from either would keep an
-/// open gate past its deadline. Both keep counting while the process alone is
-/// frozen (SIGSTOP, a long GC-like pause). See [`SystemClock::SOURCE`].
+/// (`CLOCK_MONOTONIC` on Linux), which **stops during suspend**: a process
+/// resumed from one would keep an open gate past its deadline. Both keep
+/// counting while the process alone is frozen (SIGSTOP, a long GC-like
+/// pause). Neither sees a pause of the whole VM by its hypervisor unless the
+/// guest's clock source follows the host's time across it (KVM's kvmclock
+/// does); where it does not, only the store-side expiry covers that case
+/// (DESIGN.md, rule 5). See [`SystemClock::SOURCE`].
 ///
 /// It also holds the process-wide mapping from its time to Unix time
 /// ([`SystemClock::unix_offset`]), shared by every lease and generator in the
