@@ -87,18 +87,16 @@ pub fn select(caps: &Capabilities, can_revoke: bool) -> Vec<Behaviour> {
         .collect()
 }
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+));
-        }
-    };
-}
-
 /// A fresh pool name: `t` and 12 random hex digits.
 pub fn fresh_pool_name() -> PoolName {
     let hex = Token::random().to_hex();
     PoolName::new(format!("t{}", &hex[..12])).expect("valid pool name")
+}
+
+/// A pool of `size` slots with `ttl` under a fresh name
+/// ([`fresh_pool_name`]): every test gets a namespace of its own.
+pub fn fresh_pool(size: u32, ttl: Duration) -> Result<PoolSpec, String> {
+    PoolSpec::new(fresh_pool_name(), size, ttl).map_err(|e| format!("pool spec: {e}"))
 }
 
 /// The shortest TTL worth testing expiry with on this backend.
@@ -121,7 +119,7 @@ impl Ctx {
         let store = backend.connect().await?;
         let caps = store.capabilities_dyn();
         let ttl = ttl.unwrap_or_else(|| short_ttl(&caps));
-        let pool = PoolSpec::new(fresh_pool_name(), size, ttl).map_err(|e| e.to_string())?;
+        let pool = fresh_pool(size, ttl)?;
         backend.prepare(&pool).await?;
         Ok(Self {
             backend,

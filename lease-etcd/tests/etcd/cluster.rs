@@ -7,31 +7,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use leasehold_conformance::ExtraTest;
 use leasehold_conformance::servers::{self, ServerKind};
-use leasehold_conformance::suite::fresh_pool_name;
+use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials};
 use leasehold_core::{LeaseConfig, LeaseManager, LossCause, LossEvent, Renewal, Strategy};
 use leasehold_etcd::{EtcdConfig, EtcdLeases};
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+));
-        }
-    };
-}
+use super::EtcdBackend;
 
-pub(crate) fn all() -> Vec<(&'static str, ExtraTest)> {
-    vec![
-        (
-            "cluster_one_member_down_keeps_leases_renewing",
-            Arc::new(|_| Box::pin(one_member_down_keeps_leases_renewing())),
-        ),
-        (
-            "cluster_two_members_down_retry_and_gate_closes_at_deadline",
-            Arc::new(|_| Box::pin(two_members_down_retry_and_gate_closes_at_deadline())),
-        ),
-    ]
+/// Registers the tests that start a three-member cluster of the target's
+/// etcd version on `target`.
+pub(crate) fn register(target: Target) -> Target {
+    trials!(target;
+        cluster_one_member_down_keeps_leases_renewing,
+        cluster_two_members_down_retry_and_gate_closes_at_deadline,
+    )
 }
 
 struct Member {
@@ -179,11 +168,12 @@ impl Drop for Cluster {
     }
 }
 
-async fn start_cluster() -> Result<Cluster, String> {
-    let bin = servers::find_binary(ServerKind::Etcd35).ok_or_else(|| {
+/// A three-member cluster of `kind`'s binary, with an agreed leader.
+async fn start_cluster(kind: ServerKind) -> Result<Cluster, String> {
+    let bin = servers::find_binary(kind).ok_or_else(|| {
         format!(
-            "no etcd 3.5 binary for the cluster test; {}",
-            ServerKind::Etcd35.install_hint()
+            "no {kind} binary for the cluster test; {}",
+            kind.install_hint()
         )
     })?;
     let cluster = Cluster::start(&bin, 3)?;
@@ -199,11 +189,10 @@ async fn connect(cluster: &Cluster) -> Result<EtcdLeases, String> {
 
 /// With one member killed the cluster keeps its quorum: every renewal answers
 /// `Renewed`, new acquisitions work, and a manager's gate never closes.
-async fn one_member_down_keeps_leases_renewing() -> Result<(), String> {
-    let mut cluster = start_cluster().await?;
+async fn cluster_one_member_down_keeps_leases_renewing(b: Arc<EtcdBackend>) -> Result<(), String> {
+    let mut cluster = start_cluster(b.kind).await?;
     let leases = connect(&cluster).await?;
-    let pool = leasehold_core::PoolSpec::new(fresh_pool_name(), 8, Duration::from_secs(4))
-        .map_err(|e| e.to_string())?;
+    let pool = fresh_pool(8, Duration::from_secs(4))?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -258,8 +247,10 @@ async fn one_member_down_keeps_leases_renewing() -> Result<(), String> {
 /// With two of three members killed there is no quorum: renewals answer
 /// `Retry` (never `Lost`, never `Renewed`) within the operation timeout, and
 /// a manager holder's gate closes at its local deadline, as a deadline loss.
-async fn two_members_down_retry_and_gate_closes_at_deadline() -> Result<(), String> {
-    let mut cluster = start_cluster().await?;
+async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
+    b: Arc<EtcdBackend>,
+) -> Result<(), String> {
+    let mut cluster = start_cluster(b.kind).await?;
     let leases = connect(&cluster).await?;
     let ttl = Duration::from_secs(4);
     let losses: Arc<Mutex<Vec<LossEvent>>> = Arc::default();
