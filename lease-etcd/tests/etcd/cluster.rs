@@ -7,9 +7,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use leasehold_conformance::proxy::{Fault, FaultProxy};
 use leasehold_conformance::servers::{self, ServerKind};
 use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials};
-use leasehold_core::{LeaseConfig, LeaseManager, LossCause, LossEvent, Renewal, Strategy};
+use leasehold_core::{LeaseConfig, LeaseManager, LossCause, LossEvent, Release, Renewal, Strategy};
 use leasehold_etcd::{EtcdConfig, EtcdLeases};
 
 use super::EtcdBackend;
@@ -19,6 +20,7 @@ use super::EtcdBackend;
 pub(crate) fn register(target: Target) -> Target {
     trials!(target;
         cluster_one_member_down_keeps_leases_renewing,
+        cluster_requests_cut_mid_flight_are_sent_again_elsewhere,
         cluster_two_members_down_retry_and_gate_closes_at_deadline,
     )
 }
@@ -212,6 +214,37 @@ async fn cluster_one_member_down_keeps_leases_renewing(b: Arc<EtcdBackend>) -> R
     let victim = (leader + 1) % 3;
     cluster.kill(victim)?;
 
+    // Right after the kill, whatever is sent on a connection to the dead
+    // member breaks under it: renewals, acquisitions and releases sent at
+    // once must still succeed, on the live members.
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let (leases, pool, grant) = (leases.clone(), pool.clone(), grant.clone());
+        burst.spawn(async move {
+            if i % 2 == 0 {
+                let r = leases.renew(&pool, &grant, Floor::NONE).await;
+                ensure!(
+                    matches!(r, Renewal::Renewed { .. }),
+                    "renewal right after killing one follower: {r:?}"
+                );
+            } else {
+                let g = leases
+                    .acquire(&pool, Floor::NONE)
+                    .await
+                    .map_err(|e| format!("acquisition right after killing one follower: {e}"))?;
+                let r = leases.release(&pool, &g, Floor::NONE).await;
+                ensure!(
+                    r == Release::Released,
+                    "release right after killing one follower: {r:?}"
+                );
+            }
+            Ok(())
+        });
+    }
+    while let Some(done) = burst.join_next().await {
+        done.map_err(|e| e.to_string())??;
+    }
+
     // Renew directly for two TTLs: every answer is Renewed.
     let start = Instant::now();
     let mut renewed = 0;
@@ -241,6 +274,97 @@ async fn cluster_one_member_down_keeps_leases_renewing(b: Arc<EtcdBackend>) -> R
         more.slot
     );
     manager.shutdown().await;
+    Ok(())
+}
+
+/// A member whose connections break while requests are on them (what a
+/// killed member does to the requests in flight), then refuses new ones:
+/// renewals, acquisitions and releases caught on it are sent again to the
+/// live members and succeed; none answers `Retry` for it.
+///
+/// The member is reached through the fault proxy: a 300 ms delay holds the
+/// requests routed to it in flight, then `Drop` cuts them and the proxy is
+/// dropped (connections refused from then on).
+async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
+    b: Arc<EtcdBackend>,
+) -> Result<(), String> {
+    let cluster = start_cluster(b.kind).await?;
+    let leader = cluster.leader(Duration::from_secs(10)).await?;
+    let victim = (leader + 1) % 3;
+    let mut endpoints = cluster.endpoints();
+    let upstream: std::net::SocketAddr = endpoints[victim]
+        .trim_start_matches("http://")
+        .parse()
+        .map_err(|e| format!("member address: {e}"))?;
+    let proxy = FaultProxy::start(upstream)
+        .await
+        .map_err(|e| e.to_string())?;
+    endpoints[victim] = format!("http://{}", proxy.addr());
+    let leases = EtcdLeases::connect(EtcdConfig::new(endpoints).op_timeout(Duration::from_secs(1)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let pool = fresh_pool(16, Duration::from_secs(10))?;
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Connections to every member, the proxied one included.
+    for _ in 0..9 {
+        let r = leases.renew(&pool, &grant, Floor::NONE).await;
+        ensure!(
+            matches!(r, Renewal::Renewed { .. }),
+            "warm-up renewal: {r:?}"
+        );
+    }
+
+    proxy.set(Fault::Delay(Duration::from_millis(300)));
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..12 {
+        let (leases, pool, grant) = (leases.clone(), pool.clone(), grant.clone());
+        burst.spawn(async move {
+            if i % 2 == 0 {
+                let r = leases.renew(&pool, &grant, Floor::NONE).await;
+                ensure!(
+                    matches!(r, Renewal::Renewed { .. }),
+                    "renewal cut mid-flight: {r:?}"
+                );
+            } else {
+                let g = leases
+                    .acquire(&pool, Floor::NONE)
+                    .await
+                    .map_err(|e| format!("acquisition cut mid-flight: {e}"))?;
+                let r = leases.release(&pool, &g, Floor::NONE).await;
+                ensure!(r == Release::Released, "release after the cut: {r:?}");
+            }
+            Ok(())
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.set(Fault::Drop);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(proxy);
+    while let Some(done) = burst.join_next().await {
+        done.map_err(|e| e.to_string())??;
+    }
+    // Nothing leaked: the grant and nothing else holds a slot.
+    let held = leases
+        .client()
+        .clone()
+        .get(
+            format!("leasehold/{}/", pool.name()),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        held.kvs().len() == 1,
+        "{} slot keys after every acquisition was released (only the first grant should hold one)",
+        held.kvs().len()
+    );
     Ok(())
 }
 
