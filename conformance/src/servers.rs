@@ -68,10 +68,13 @@ pub enum Binary {
 pub struct Launch {
     /// The URL, with `{port}` for the port.
     pub url: &'static str,
-    local: Option<fn(&mut Local<'_>) -> Result<(), String>>,
+    local: Option<StartLocal>,
     #[cfg_attr(not(feature = "testcontainers"), allow(dead_code))]
     container: Container,
 }
+
+/// Starts a family's server from a local binary.
+type StartLocal = fn(&mut Local<'_>) -> Result<(), String>;
 
 /// How a family runs in a container.
 #[derive(Clone, Copy, Debug)]
