@@ -346,10 +346,12 @@ async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
     while let Some(done) = burst.join_next().await {
         done.map_err(|e| e.to_string())??;
     }
-    // Nothing leaked: the grant and nothing else holds a slot.
-    let held = leases
-        .client()
-        .clone()
+    // Nothing leaked: the grant and nothing else holds a slot. Asked of the
+    // leader directly (this client's balancer still lists the cut member).
+    let mut direct = etcd_client::Client::connect([cluster.endpoints()[leader].clone()], None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let held = direct
         .get(
             format!("leasehold/{}/", pool.name()),
             Some(
