@@ -23,9 +23,7 @@ fn main() -> ExitCode {
     match servers::provide(ServerKind::K8s) {
         Ok(server) => {
             let backend = Arc::new(RealBackend::new(&server));
-            targets.push(
-                Target::new(k8s::REAL_LABEL, server.describe(), backend).with_revoke(),
-            );
+            targets.push(Target::new(k8s::REAL_LABEL, server.describe(), backend).with_revoke());
             keep.push(server);
         }
         Err(missing) => targets.push(Target::skipped(k8s::REAL_LABEL, missing)),

@@ -294,7 +294,9 @@ async fn fenced_write_refuses_a_stale_holder(b: Arc<Sql>) -> Result<(), String> 
 /// the file's write lock) answers `Retry` within about the operation timeout:
 /// the server-side limits and the client-side timeout both stop it; never
 /// `Lost`, never a hang. After the lock goes, renewal succeeds.
-async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(b: Arc<Sql>) -> Result<(), String> {
+async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(
+    b: Arc<Sql>,
+) -> Result<(), String> {
     let op = Duration::from_secs(1);
     // SQLite locks the whole file: use a file of its own, or every other test
     // sharing the file would stall behind this one's lock.

@@ -617,7 +617,9 @@ async fn deleted_lease_is_lost_and_recreated_with_a_bigger_fence(b: Arc<FakeBack
     Ok(())
 }
 
-async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended(b: Arc<FakeBackend>) -> Outcome {
+async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended(
+    b: Arc<FakeBackend>,
+) -> Outcome {
     let p = b.private()?;
     let holder = p.connect().await?;
     let pool = fresh_pool(1, Duration::from_secs(1))?;
@@ -868,7 +870,9 @@ async fn floor_survives_a_takeover_after_expiry(b: Arc<FakeBackend>) -> Outcome 
 /// A renewal that raised the floor was applied but its answer was lost: the
 /// next renewal's floor `test` fails, one GET shows the Lease is still ours
 /// and what is stored, and the renewal goes through.
-async fn lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed(b: Arc<FakeBackend>) -> Outcome {
+async fn lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed(
+    b: Arc<FakeBackend>,
+) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
     let pool = fresh_pool(1, Duration::from_secs(30))?;
