@@ -1,5 +1,6 @@
 //! What a backend gives the suite.
 
+use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,13 @@ pub type Store = Arc<dyn DynStrategy>;
 
 /// A backend under test: a description of a store (a URL, a server) that can
 /// make fresh connections. The suite calls [`Backend::connect`] inside each
-/// test's own runtime, and uses a fresh random pool name per test.
-pub trait Backend: Send + Sync + 'static {
+/// test's own runtime, and uses a fresh random pool name per test. What the
+/// store can do is read from the strategy it connects
+/// ([`Strategy::capabilities`](leasehold_core::Strategy::capabilities)).
+///
+/// `Any` lets a backend-specific test registered with
+/// [`Target::with_test`](crate::Target::with_test) get its concrete type back.
+pub trait Backend: Any + Send + Sync {
     /// A strategy connected to the store, with the backend's normal settings.
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>>;
 

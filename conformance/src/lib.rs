@@ -2,6 +2,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[macro_use]
+mod macros;
 mod backend;
 #[cfg(feature = "testcontainers")]
 mod k3s;
@@ -12,3 +14,4 @@ pub mod suite;
 
 pub use backend::{Backend, Store};
 pub use runner::{ExtraTest, Target, in_ci, run};
+pub use suite::{Outcome, fresh_pool, fresh_pool_name};

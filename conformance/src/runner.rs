@@ -1,12 +1,14 @@
 //! Runs the suite as individually named tests (libtest-mimic) and writes a
 //! per-backend report for `cargo xtask test`.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use leasehold_core::Capabilities;
+use leasehold_core::{BoxFuture, Capabilities};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 use crate::backend::Backend;
@@ -18,10 +20,9 @@ pub struct Target {
     pub label: String,
     /// What server it runs on, for the report: `redis8 8.2.3 (local binary …)`.
     pub server: String,
-    /// The backend, or why no server could be had.
+    /// The backend, or why no server could be had. What it can do (which
+    /// behaviours run) is read from the strategy it connects.
     pub backend: Result<Arc<dyn Backend>, Missing>,
-    /// Its declared capabilities (select the behaviours).
-    pub capabilities: Capabilities,
     /// Whether it can delete a lease behind its holder's back.
     pub can_revoke: bool,
     /// Extra backend-specific tests: `(name, test)`.
@@ -31,26 +32,23 @@ pub struct Target {
     pub optional: bool,
 }
 
-/// A backend-specific test run with the backend, inside its own runtime.
-pub type ExtraTest = Arc<
-    dyn Fn(Arc<dyn Backend>) -> leasehold_core::BoxFuture<'static, Result<(), String>>
-        + Send
-        + Sync,
->;
+/// A backend-specific test run with the target's backend, inside its own
+/// runtime. Register one with [`Target::with_test`] or [`trials!`](crate::trials).
+pub type ExtraTest =
+    Arc<dyn Fn(Arc<dyn Backend>) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 impl Target {
-    /// A target for `backend`.
-    pub fn new(
+    /// A target for `backend`. Its capabilities are read from a strategy it
+    /// connects when the run starts.
+    pub fn new<B: Backend>(
         label: impl Into<String>,
         server: impl Into<String>,
-        backend: Arc<dyn Backend>,
-        capabilities: Capabilities,
+        backend: Arc<B>,
     ) -> Self {
         Self {
             label: label.into(),
             server: server.into(),
             backend: Ok(backend),
-            capabilities,
             can_revoke: false,
             extra: Vec::new(),
             optional: false,
@@ -64,7 +62,6 @@ impl Target {
             label: label.into(),
             server: format!("{} (missing)", missing.kind),
             backend: Err(missing),
-            capabilities: Capabilities::coordinated(false, std::time::Duration::ZERO),
             can_revoke: false,
             extra: Vec::new(),
             optional: false,
@@ -87,16 +84,33 @@ impl Target {
         self
     }
 
-    /// Adds a backend-specific test.
-    pub fn with_test(
-        mut self,
-        name: &str,
-        test: impl Fn(Arc<dyn Backend>) -> leasehold_core::BoxFuture<'static, Result<(), String>>
-        + Send
-        + Sync
-        + 'static,
-    ) -> Self {
-        self.extra.push((name.to_owned(), Arc::new(test)));
+    /// Adds a backend-specific test: `test` gets the backend this target was
+    /// built with, as its concrete type `B`. A `B` that is not the target's
+    /// backend type fails the test, naming both.
+    pub fn with_test<B, F, Fut>(mut self, name: &str, test: F) -> Self
+    where
+        B: Backend,
+        F: Fn(Arc<B>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let owner = name.to_owned();
+        self.extra.push((
+            name.to_owned(),
+            Arc::new(move |backend: Arc<dyn Backend>| -> BoxFuture<'static, _> {
+                let any: Arc<dyn Any + Send + Sync> = backend;
+                match any.downcast::<B>() {
+                    Ok(backend) => Box::pin(test(backend)),
+                    Err(_) => {
+                        let msg = format!(
+                            "{owner} is written for backend {} but this target's backend \
+                             is another type",
+                            std::any::type_name::<B>()
+                        );
+                        Box::pin(async move { Err(msg) })
+                    }
+                }
+            }),
+        ));
         self
     }
 }
@@ -153,15 +167,28 @@ pub fn run(targets: Vec<Target>) -> ExitCode {
                 continue;
             }
         };
-        let mut tests: Vec<(String, ExtraTest)> =
-            crate::suite::select(&target.capabilities, target.can_revoke)
-                .into_iter()
-                .map(|b| {
-                    let run = b.run;
-                    let f: ExtraTest = Arc::new(move |backend| run(backend));
-                    (b.name.to_owned(), f)
-                })
-                .collect();
+        let caps = match capabilities(&backend) {
+            Ok(caps) => caps,
+            Err(e) => {
+                // The server was provided but no strategy connects to it: one
+                // failure that says so, instead of every behaviour failing.
+                let label = target.label.clone();
+                let t = tallies.clone();
+                trials.push(Trial::test(format!("{label}::connect"), move || {
+                    record(&t, &label, false);
+                    Err(Failed::from(format!("cannot connect a strategy: {e}")))
+                }));
+                continue;
+            }
+        };
+        let mut tests: Vec<(String, ExtraTest)> = crate::suite::select(&caps, target.can_revoke)
+            .into_iter()
+            .map(|b| {
+                let run = b.run;
+                let f: ExtraTest = Arc::new(move |backend| run(backend));
+                (b.name.to_owned(), f)
+            })
+            .collect();
         tests.extend(target.extra.iter().cloned());
         for (name, test) in tests {
             let backend = backend.clone();
@@ -211,6 +238,14 @@ fn run_judged(
     Err(format!(
         "{last} — starved on all {STARVED_ATTEMPTS} attempts: the machine never stayed responsive for one TTL, or the lease is really lost"
     ))
+}
+
+/// What the backend's store can do, read from a strategy connected to it.
+fn capabilities(backend: &Arc<dyn Backend>) -> Result<Capabilities, String> {
+    runtime().block_on(async {
+        let store = backend.connect().await?;
+        Ok(store.capabilities_dyn())
+    })
 }
 
 fn record(tallies: &Mutex<BTreeMap<String, Tally>>, label: &str, ok: bool) {

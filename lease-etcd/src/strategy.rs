@@ -16,7 +16,7 @@ use leasehold_core::{
 };
 
 use crate::config::EtcdConfig;
-use crate::error::{Class, EtcdError, classify, never_sent, timed_out};
+use crate::error::{Class, EtcdError, broken_connection, classify, never_sent, timed_out};
 use crate::keys;
 
 /// etcd's usual minimum lease TTL: 1.5 × the default 1 s election timeout,
@@ -47,6 +47,12 @@ const MAX_ROUNDS: u32 = 8;
 /// - **watch**: [`EtcdLeases::watch_loss`] reports a deleted or rewritten key
 ///   as soon as etcd sends the event; [`EtcdLeases::guard`] wires it to a
 ///   [`LeaseManager`](leasehold_core::LeaseManager).
+/// - **a member down**: a request whose connection broke or was refused is
+///   sent again (another endpoint) within the same `op_timeout` when that is
+///   safe: reads, keep-alives, revokes, and the token-guarded release. The
+///   acquisition transaction is never sent twice on one lease; after a
+///   broken connection its lease is revoked (confirmed) and it starts over
+///   on a new one.
 ///
 /// Cloning shares the connection.
 #[derive(Clone)]
@@ -59,8 +65,6 @@ pub(crate) struct Inner {
     pub(crate) prefix: String,
     pub(crate) op_timeout: Duration,
     candidates: u32,
-    /// How many endpoints the client balances over (bounds fast retries).
-    endpoints: u64,
     identity: String,
     /// `(slot key, fence)` of grants a watch saw lost: renewals answer `Lost`
     /// for them at once.
@@ -88,6 +92,29 @@ pub struct Stats {
     pub acquire_rpcs: u64,
     /// The most requests one successful acquisition needed.
     pub max_acquire_rpcs: u64,
+}
+
+/// What the calls of one operation sent.
+#[derive(Default)]
+struct Sent {
+    /// Requests sent (each is one round trip).
+    requests: u64,
+    /// A request was sent again after an attempt that may have reached etcd.
+    replayed: bool,
+    /// The last call failed on a connection that broke under it: the request
+    /// may or may not have reached etcd.
+    broken: bool,
+}
+
+/// Whether a request that may have reached etcd can be sent again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Replay {
+    /// Reads, keep-alives, revokes, grants with a chosen id and writes
+    /// guarded by the token: a second send changes nothing a first one that
+    /// landed did not.
+    Safe,
+    /// Only an attempt that provably never left is sent again.
+    NeverSent,
 }
 
 /// Where one acquisition transaction landed.
@@ -144,7 +171,6 @@ impl EtcdLeases {
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 candidates: config.candidates,
-                endpoints: config.endpoints.len() as u64,
                 lost: Mutex::default(),
                 stats: Counters::default(),
             }),
@@ -174,23 +200,25 @@ impl EtcdLeases {
 
     /// Runs one etcd request bounded by the operation timeout (the client's
     /// own timeout is the first line; this is the backstop). `request` gets a
-    /// handle on the shared client and is called again only when an attempt
-    /// provably never reached etcd (the connection to one endpoint was
-    /// refused: the balancer may pick a live endpoint next), while the
-    /// timeout allows.
+    /// handle on the shared client. It is sent again, while the timeout
+    /// allows, whenever etcd gave no final answer: the balancer may pick a
+    /// live endpoint next. Only for requests that are safe to repeat
+    /// ([`Replay::Safe`]).
     pub(crate) async fn call<T, F, Fut>(&self, what: &'static str, request: F) -> Result<T, Class>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        self.call_counted(what, &mut 0, request).await
+        self.call_counted(what, &mut Sent::default(), Replay::Safe, request)
+            .await
     }
 
-    /// [`Self::call`], adding the requests sent to `sent`.
+    /// [`Self::call`] under `replay`, recording what was sent in `sent`.
     async fn call_counted<T, F, Fut>(
         &self,
         what: &'static str,
-        sent: &mut u64,
+        sent: &mut Sent,
+        replay: Replay,
         mut request: F,
     ) -> Result<T, Class>
     where
@@ -199,26 +227,49 @@ impl EtcdLeases {
     {
         let deadline = tokio::time::Instant::now() + self.inner.op_timeout;
         let mut attempts = 0u64;
+        let mut maybe_reached = false;
+        sent.broken = false;
         loop {
             self.inner.stats.rpcs.fetch_add(1, Ordering::Relaxed);
-            *sent += 1;
+            sent.requests += 1;
+            sent.replayed |= maybe_reached;
             attempts += 1;
             let attempt = request(self.inner.client.clone());
-            match tokio::time::timeout_at(deadline, attempt).await {
+            let e = match tokio::time::timeout_at(deadline, attempt).await {
                 Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e))
-                    if never_sent(&e)
-                        && attempts < 2 * self.inner.endpoints
-                        && tokio::time::Instant::now() < deadline =>
-                {
-                    // Another endpoint may answer; a short pause keeps a
-                    // cluster that refuses everywhere from being hammered.
-                    tokio::time::sleep(Duration::from_millis(5 * attempts)).await;
-                }
-                Ok(Err(e)) => return Err(classify(&e)),
+                Ok(Err(e)) => e,
                 Err(_) => return Err(timed_out(what, self.inner.op_timeout)),
+            };
+            let not_sent = never_sent(&e);
+            let class = classify(&e);
+            sent.broken = !not_sent && broken_connection(&e);
+            let again = match replay {
+                Replay::Safe => not_sent || matches!(class, Class::Uncertain(_)),
+                Replay::NeverSent => not_sent,
+            };
+            let now = tokio::time::Instant::now();
+            // Bounded by the deadline; the growing pause bounds the count.
+            if !again || now >= deadline {
+                return Err(class);
             }
+            maybe_reached |= !not_sent;
+            // Another endpoint may answer; a short pause keeps a cluster that
+            // refuses everywhere from being hammered.
+            let pause = Duration::from_millis(5 * attempts);
+            tokio::time::sleep_until((now + pause).min(deadline)).await;
         }
+    }
+
+    /// Revokes lease `id` and waits for etcd to confirm it is gone (revoked
+    /// now or before). Once it is, no key is attached to it, and no put with
+    /// it still in flight can land: etcd refuses a put on a missing lease.
+    async fn revoke_confirmed(&self, id: i64, sent: &mut Sent) -> bool {
+        let revoked = self
+            .call_counted("LeaseRevoke", sent, Replay::Safe, |mut c| async move {
+                c.lease_revoke(id).await
+            })
+            .await;
+        matches!(revoked, Ok(_) | Err(Class::NotFound(_)))
     }
 
     /// True (once) when a watch saw this grant lost; the entry is dropped as
@@ -249,7 +300,7 @@ impl EtcdLeases {
     async fn grant_lease(
         &self,
         secs: i64,
-        sent: &mut u64,
+        sent: &mut Sent,
     ) -> Result<(Token, i64, i64), AcquireError> {
         let mut last = None;
         for _ in 0..3 {
@@ -258,22 +309,52 @@ impl EtcdLeases {
                 continue;
             };
             let options = LeaseGrantOptions::new().with_id(id);
+            sent.replayed = false;
             match self
-                .call_counted("LeaseGrant", sent, |mut c| {
+                .call_counted("LeaseGrant", sent, Replay::Safe, |mut c| {
                     let options = options.clone();
                     async move { c.lease_grant(secs, Some(options)).await }
                 })
                 .await
             {
                 Ok(resp) => return Ok((token, id, resp.ttl())),
-                // The id is taken (a 2^-63 coincidence): draw another token.
-                Err(c @ Class::Precondition(_)) => last = Some(c),
+                // The id is taken: by our own first attempt when the request
+                // was sent again after a broken connection (revoke that one),
+                // else by a 2^-63 coincidence. Either way, draw another token.
+                Err(c @ Class::Precondition(_)) => {
+                    if sent.replayed {
+                        self.revoke_in_background(id);
+                    }
+                    last = Some(c);
+                }
                 Err(c) => return Err(acquire_error(c)),
             }
         }
         Err(acquire_error(last.unwrap_or(Class::Uncertain(
             "no usable lease id drawn".to_owned(),
         ))))
+    }
+
+    /// [`Self::grant_lease`], refusing a TTL etcd raised (below the
+    /// cluster's minimum); returns the token, lease id and granted TTL.
+    async fn grant_checked(
+        &self,
+        secs: i64,
+        sent: &mut Sent,
+    ) -> Result<(Token, i64, Duration), AcquireError> {
+        let (token, lease_id, granted) = self.grant_lease(secs, sent).await?;
+        if granted > secs {
+            self.revoke_in_background(lease_id);
+            return Err(AcquireError::Misconfigured {
+                what: format!(
+                    "etcd raised the lease TTL from {secs}s to {granted}s: {secs}s is below this \
+                     cluster's minimum lease TTL (1.5 x its election timeout)"
+                ),
+                fix: format!("set ttl to at least {granted}s"),
+            });
+        }
+        let ttl = Duration::from_secs(u64::try_from(granted.max(1)).unwrap_or(1));
+        Ok((token, lease_id, ttl))
     }
 
     /// One acquisition transaction over `candidates`.
@@ -283,7 +364,7 @@ impl EtcdLeases {
         candidates: &[u32],
         value: &str,
         lease_id: i64,
-        sent: &mut u64,
+        sent: &mut Sent,
     ) -> Result<Landed, Class> {
         let prefix = keys::pool_prefix(&self.inner.prefix, pool.name());
         let mut chain: Option<Txn> = None;
@@ -312,7 +393,9 @@ impl EtcdLeases {
         }
         let txn = chain.ok_or_else(|| Class::Rejected("no candidate slot".into()))?;
         let resp = self
-            .call_counted("Txn", sent, |mut c| {
+            // A second send could win a second slot with the same lease:
+            // only an attempt that never left is repeated here.
+            .call_counted("Txn", sent, Replay::NeverSent, |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
@@ -356,6 +439,14 @@ fn walk(resp: &TxnResponse, candidates: &[u32], prefix: &str) -> Result<Landed, 
         }
     }
     Err(malformed("empty chain"))
+}
+
+/// True when the `or_else` read of a failed release transaction found no key.
+fn key_absent(resp: &TxnResponse) -> bool {
+    resp.op_responses().iter().all(|op| match op {
+        TxnOpResponse::Get(get) => get.kvs().is_empty(),
+        _ => true,
+    })
 }
 
 fn acquire_error(class: Class) -> AcquireError {
@@ -414,22 +505,15 @@ impl Strategy for EtcdLeases {
             });
         }
         let secs = ttl_secs(pool.ttl())?;
-        let mut sent = 0;
-        let (token, lease_id, granted) = self.grant_lease(secs, &mut sent).await?;
-        if granted > secs {
-            self.revoke_in_background(lease_id);
-            return Err(AcquireError::Misconfigured {
-                what: format!(
-                    "etcd raised the lease TTL from {secs}s to {granted}s: {secs}s is below this \
-                     cluster's minimum lease TTL (1.5 x its election timeout)"
-                ),
-                fix: format!("set ttl to at least {granted}s"),
-            });
-        }
-        let granted_ttl = Duration::from_secs(u64::try_from(granted.max(1)).unwrap_or(1));
-        let value = keys::value(&token, pool);
+        let mut sent = Sent::default();
+        let (mut token, mut lease_id, mut granted_ttl) =
+            self.grant_checked(secs, &mut sent).await?;
+        let mut value = keys::value(&token, pool);
         let mut rng = keys::Rng::new();
         let mut free: Option<Vec<u32>> = None;
+        // Starting over after a broken connection is allowed for one
+        // operation timeout (and within the rounds).
+        let started = tokio::time::Instant::now();
         for _ in 0..MAX_ROUNDS {
             let candidates = keys::candidates(
                 &mut rng,
@@ -454,8 +538,9 @@ impl Strategy for EtcdLeases {
                 }) => {
                     let s = &self.inner.stats;
                     s.acquisitions.fetch_add(1, Ordering::Relaxed);
-                    s.acquire_rpcs.fetch_add(sent, Ordering::Relaxed);
-                    s.max_acquire_rpcs.fetch_max(sent, Ordering::Relaxed);
+                    s.acquire_rpcs.fetch_add(sent.requests, Ordering::Relaxed);
+                    s.max_acquire_rpcs
+                        .fetch_max(sent.requests, Ordering::Relaxed);
                     // Floors are not persisted here yet (issue 12).
                     return Ok(Grant::new(
                         slot,
@@ -468,6 +553,21 @@ impl Strategy for EtcdLeases {
                     free = Some((0..pool.size()).filter(|s| !held.contains(s)).collect());
                 }
                 Err(class) => {
+                    // The connection broke under the transaction (an endpoint
+                    // went down): its put may have been applied, or may still
+                    // be. Once etcd confirms the lease revoked, any such key
+                    // is gone and a late put fails, so starting over on a new
+                    // lease (and another endpoint) cannot leave a second key
+                    // behind.
+                    if sent.broken
+                        && started.elapsed() < self.inner.op_timeout
+                        && self.revoke_confirmed(lease_id, &mut sent).await
+                    {
+                        (token, lease_id, granted_ttl) =
+                            self.grant_checked(secs, &mut sent).await?;
+                        value = keys::value(&token, pool);
+                        continue;
+                    }
                     // The put may have been applied: revoking the lease deletes it.
                     self.revoke_in_background(lease_id);
                     return Err(acquire_error(class));
@@ -554,15 +654,22 @@ impl Strategy for EtcdLeases {
                 Compare::create_revision(key.clone(), CompareOp::Equal, fence),
                 Compare::lease(key.clone(), CompareOp::Equal, lease_id),
             ])
-            .and_then([TxnOp::delete(key, None)]);
+            .and_then([TxnOp::delete(key.clone(), None)])
+            .or_else([TxnOp::get(key, Some(GetOptions::new().with_keys_only()))]);
+        let mut sent = Sent::default();
+        // Guarded by our create revision and lease: sending it again after a
+        // broken connection can only delete our own key.
         let outcome = match self
-            .call("Txn", |mut c| {
+            .call_counted("Txn", &mut sent, Replay::Safe, |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
             .await
         {
             Ok(resp) if resp.succeeded() => Release::Released,
+            // An earlier send may have deleted it already: the key being gone
+            // is then our own release.
+            Ok(resp) if sent.replayed && key_absent(&resp) => Release::Released,
             Ok(_) => Release::NotHeld,
             Err(class) => return Release::Retry(class.reason()),
         };

@@ -16,31 +16,14 @@ use leasehold_conformance::servers::{self, ServerKind};
 use k8s::{FakeBackend, RealBackend};
 
 fn main() -> ExitCode {
-    let fake = FakeBackend::start();
-    let mut target = Target::new(
-        k8s::FAKE_LABEL,
-        fake.describe(),
-        Arc::new(fake.clone()),
-        k8s::capabilities(),
-    )
-    .with_revoke();
-    for (name, test) in k8s::tests::all(&fake) {
-        target = target.with_test(name, move |b| test(b));
-    }
-    let mut targets = vec![target];
+    let fake = Arc::new(FakeBackend::start());
+    let target = Target::new(k8s::FAKE_LABEL, fake.describe(), fake).with_revoke();
+    let mut targets = vec![k8s::tests::register(target)];
     let mut keep = Vec::new();
     match servers::provide(ServerKind::K8s) {
         Ok(server) => {
-            let backend = RealBackend::new(&server);
-            targets.push(
-                Target::new(
-                    k8s::REAL_LABEL,
-                    server.describe(),
-                    Arc::new(backend),
-                    k8s::capabilities(),
-                )
-                .with_revoke(),
-            );
+            let backend = Arc::new(RealBackend::new(&server));
+            targets.push(Target::new(k8s::REAL_LABEL, server.describe(), backend).with_revoke());
             keep.push(server);
         }
         Err(missing) => targets.push(Target::skipped(k8s::REAL_LABEL, missing)),

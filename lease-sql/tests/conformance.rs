@@ -8,10 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_conformance::servers::{ServerKind, provide};
-use leasehold_conformance::{Backend, Store, Target};
-use leasehold_core::{
-    AcquireError, BoxFuture, Fence, PoolName, PoolSpec, Release, Renewal, Strategy, Token,
-};
+use leasehold_conformance::{Backend, Store, Target, ensure, fresh_pool, trials};
+use leasehold_core::{AcquireError, BoxFuture, Fence, PoolSpec, Release, Renewal, Strategy, Token};
 use leasehold_sql::{Engine, FenceError, FenceTable, SqlConfig, SqlStrategy};
 
 #[derive(Clone)]
@@ -82,35 +80,17 @@ impl Backend for Sql {
     }
 }
 
-fn fresh_pool(size: u32, ttl: Duration) -> PoolSpec {
-    let hex = Token::random().to_hex();
-    PoolSpec::new(
-        PoolName::new(format!("x{}", &hex[..12])).unwrap(),
-        size,
-        ttl,
-    )
-    .unwrap()
-}
-
 fn fresh_table(prefix: &str) -> String {
     format!("{prefix}_{}", &Token::random().to_hex()[..10])
 }
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+));
-        }
-    };
-}
-
 /// A lease table that does not exist is a final error naming the call that creates it.
-async fn missing_table_is_final_and_names_ensure_pool(b: Sql) -> Result<(), String> {
+async fn missing_table_is_final_and_names_ensure_pool(b: Arc<Sql>) -> Result<(), String> {
     let s = SqlStrategy::connect_with(b.config().table(fresh_table("missing")))
         .await
         .map_err(|e| e.to_string())?;
     let r = s
-        .acquire(&fresh_pool(2, Duration::from_secs(5)), Floor::NONE)
+        .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
         .await;
     s.close().await;
     match r {
@@ -124,7 +104,7 @@ async fn missing_table_is_final_and_names_ensure_pool(b: Sql) -> Result<(), Stri
 }
 
 /// A table of that name that is not a lease table is reported, with its missing columns.
-async fn foreign_table_is_reported(b: Sql) -> Result<(), String> {
+async fn foreign_table_is_reported(b: Arc<Sql>) -> Result<(), String> {
     let name = fresh_table("foreign");
     let s = SqlStrategy::connect_with(b.config().table(name.clone()))
         .await
@@ -146,7 +126,7 @@ async fn foreign_table_is_reported(b: Sql) -> Result<(), String> {
     };
     made.map_err(|e| e.to_string())?;
     let r = s
-        .acquire(&fresh_pool(2, Duration::from_secs(5)), Floor::NONE)
+        .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
         .await;
     s.close().await;
     match r {
@@ -159,7 +139,7 @@ async fn foreign_table_is_reported(b: Sql) -> Result<(), String> {
 }
 
 /// A table name that is not a plain identifier is refused before any SQL runs.
-async fn bad_table_name_is_refused(b: Sql) -> Result<(), String> {
+async fn bad_table_name_is_refused(b: Arc<Sql>) -> Result<(), String> {
     match SqlStrategy::connect_with(b.config().table("leases; DROP TABLE x")).await {
         Err(AcquireError::BadIdentifier { .. }) => Ok(()),
         other => Err(format!("expected BadIdentifier, got {other:?}")),
@@ -167,9 +147,9 @@ async fn bad_table_name_is_refused(b: Sql) -> Result<(), String> {
 }
 
 /// Fences grow by exactly one per claim: renewals never move them.
-async fn fence_grows_on_claims_never_on_renewals(b: Sql) -> Result<(), String> {
+async fn fence_grows_on_claims_never_on_renewals(b: Arc<Sql>) -> Result<(), String> {
     let s = b.strategy().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30));
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
     let mut last = None;
     for _ in 0..3 {
@@ -196,10 +176,10 @@ async fn fence_grows_on_claims_never_on_renewals(b: Sql) -> Result<(), String> {
 
 /// Acquisition adds a pool's missing rows by itself (the table must exist),
 /// and fills exactly `size` slots.
-async fn missing_pool_rows_are_added_on_acquisition(b: Sql) -> Result<(), String> {
+async fn missing_pool_rows_are_added_on_acquisition(b: Arc<Sql>) -> Result<(), String> {
     let s = b.strategy().await?;
     s.ensure_table().await.map_err(|e| e.to_string())?;
-    let pool = fresh_pool(5, Duration::from_secs(30));
+    let pool = fresh_pool(5, Duration::from_secs(30))?;
     let mut slots = Vec::new();
     for _ in 0..5 {
         slots.push(
@@ -221,8 +201,8 @@ async fn missing_pool_rows_are_added_on_acquisition(b: Sql) -> Result<(), String
 }
 
 /// `ensure_pool` from many nodes at once is idempotent and keeps held leases.
-async fn ensure_pool_is_idempotent_and_concurrent(b: Sql) -> Result<(), String> {
-    let pool = fresh_pool(40, Duration::from_secs(30));
+async fn ensure_pool_is_idempotent_and_concurrent(b: Arc<Sql>) -> Result<(), String> {
+    let pool = fresh_pool(40, Duration::from_secs(30))?;
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..4 {
         let b = b.clone();
@@ -253,7 +233,7 @@ async fn ensure_pool_is_idempotent_and_concurrent(b: Sql) -> Result<(), String> 
 }
 
 /// The fence table refuses a smaller fence once a bigger one has written.
-async fn fenced_write_refuses_a_stale_holder(b: Sql) -> Result<(), String> {
+async fn fenced_write_refuses_a_stale_holder(b: Arc<Sql>) -> Result<(), String> {
     let s = b.strategy().await?;
     let fences = FenceTable::new(fresh_table("fences")).map_err(|e| e.to_string())?;
     fences.ensure(&s).await.map_err(|e| e.to_string())?;
@@ -314,24 +294,26 @@ async fn fenced_write_refuses_a_stale_holder(b: Sql) -> Result<(), String> {
 /// the file's write lock) answers `Retry` within about the operation timeout:
 /// the server-side limits and the client-side timeout both stop it; never
 /// `Lost`, never a hang. After the lock goes, renewal succeeds.
-async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(b: Sql) -> Result<(), String> {
+async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(
+    b: Arc<Sql>,
+) -> Result<(), String> {
     let op = Duration::from_secs(1);
     // SQLite locks the whole file: use a file of its own, or every other test
     // sharing the file would stall behind this one's lock.
     let b = if b.addr.is_none() {
-        Sql {
+        Arc::new(Sql {
             url: b
                 .url
                 .replace(".sqlite", &format!("-{}.sqlite", fresh_table("lock"))),
             addr: None,
-        }
+        })
     } else {
         b
     };
     let s = SqlStrategy::connect_with(b.config().op_timeout(op))
         .await
         .map_err(|e| e.to_string())?;
-    let pool = fresh_pool(1, Duration::from_secs(30));
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
     let g = s
         .acquire(&pool, Floor::NONE)
@@ -396,17 +378,9 @@ async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(b: Sql) -> Resu
     Ok(())
 }
 
-fn target(label: &str, server: String, backend: Sql, caps_networked: bool) -> Target {
-    let caps =
-        leasehold_core::Capabilities::coordinated(caps_networked, leasehold_sql::SQL_MIN_TTL);
-    let mut t = Target::new(label, server, Arc::new(backend.clone()), caps).with_revoke();
-    macro_rules! extra {
-        ($($f:ident),*) => {$(
-            let b = backend.clone();
-            t = t.with_test(stringify!($f), move |_| Box::pin($f(b.clone())));
-        )*};
-    }
-    extra!(
+fn target(label: &str, server: String, backend: Sql) -> Target {
+    let t = Target::new(label, server, Arc::new(backend)).with_revoke();
+    trials!(t;
         missing_table_is_final_and_names_ensure_pool,
         foreign_table_is_reported,
         bad_table_name_is_refused,
@@ -414,9 +388,8 @@ fn target(label: &str, server: String, backend: Sql, caps_networked: bool) -> Ta
         missing_pool_rows_are_added_on_acquisition,
         ensure_pool_is_idempotent_and_concurrent,
         fenced_write_refuses_a_stale_holder,
-        renewal_blocked_by_a_lock_gives_retry_within_op_timeout
-    );
-    t
+        renewal_blocked_by_a_lock_gives_retry_within_op_timeout,
+    )
 }
 
 fn main() -> ExitCode {
@@ -433,7 +406,7 @@ fn main() -> ExitCode {
                     url: server.url.clone(),
                     addr: server.addr(),
                 };
-                targets.push(target(kind.name(), server.describe(), backend, true));
+                targets.push(target(kind.name(), server.describe(), backend));
                 servers.push(server);
             }
             Err(missing) => targets.push(Target::missing(kind.name(), missing)),
@@ -461,7 +434,6 @@ fn main() -> ExitCode {
         "sqlite",
         format!("sqlite {version} (bundled; one file shared by every connection)"),
         sqlite,
-        false,
     ));
     let code = leasehold_conformance::run(targets);
     drop(servers);

@@ -10,26 +10,19 @@ use std::time::{Duration, Instant};
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{Missing, Server, ServerKind, provide};
-use leasehold_conformance::suite::fresh_pool_name;
-use leasehold_conformance::{Backend, Store, Target};
-use leasehold_core::{AcquireError, BoxFuture, Capabilities, PoolSpec, Release, Renewal, Strategy};
+use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
+use leasehold_core::{AcquireError, BoxFuture, PoolSpec, Release, Renewal, Strategy};
 use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyStrategy, marker};
-
-type Outcome = Result<(), String>;
-
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+));
-        }
-    };
-}
 
 struct Valkey {
     url: String,
     addr: SocketAddr,
     method: Method,
     prefix: String,
+    /// The path the probe must pick on this server.
+    path: ActivePath,
+    /// The server's version, as the provider read it.
+    version: String,
 }
 
 impl Valkey {
@@ -91,10 +84,6 @@ impl Backend for Valkey {
     }
 }
 
-fn pool(size: u32, ttl: Duration) -> PoolSpec {
-    PoolSpec::new(fresh_pool_name(), size, ttl).expect("pool spec")
-}
-
 async fn cmd(s: &ValkeyStrategy, name: &'static str, args: Vec<Value>) -> Result<Value, String> {
     s.client()
         .custom::<Value, Value>(
@@ -106,7 +95,8 @@ async fn cmd(s: &ValkeyStrategy, name: &'static str, args: Vec<Value>) -> Result
 }
 
 /// The probe picks HSETEX exactly where the server has it.
-async fn probe_picks_the_path(b: Arc<Valkey>, want: ActivePath) -> Outcome {
+async fn probe_picks_the_path(b: Arc<Valkey>) -> Outcome {
+    let want = b.path;
     let s = b.strategy(Method::Auto).await?;
     ensure!(
         s.path() == want,
@@ -124,18 +114,19 @@ async fn probe_picks_the_path(b: Arc<Valkey>, want: ActivePath) -> Outcome {
 
 /// Forcing HSETEX on a server without it: a final error that names the server
 /// version and the fix.
-async fn forced_hsetex_is_final_unsupported(b: Arc<Valkey>, version: String) -> Outcome {
+async fn forced_hsetex_is_final_unsupported(b: Arc<Valkey>) -> Outcome {
+    let version = &b.version;
     let s = b.strategy(Method::Hsetex).await?;
     ensure!(s.path() == ActivePath::Unsupported, "path {}", s.path());
     match s
-        .acquire(&pool(4, Duration::from_secs(5)), Floor::NONE)
+        .acquire(&fresh_pool(4, Duration::from_secs(5))?, Floor::NONE)
         .await
     {
         Err(e @ AcquireError::UnsupportedServer { .. }) => {
             let msg = e.to_string();
             ensure!(!e.is_retryable(), "UnsupportedServer must be final");
             ensure!(
-                msg.contains(&version) && msg.contains("Method::Scripts"),
+                msg.contains(version.as_str()) && msg.contains("Method::Scripts"),
                 "message lacks the version {version} or the fix: {msg}"
             );
             Ok(())
@@ -147,7 +138,7 @@ async fn forced_hsetex_is_final_unsupported(b: Arc<Valkey>, version: String) -> 
 /// One round trip per acquisition, renewal and release, on the idle store.
 async fn one_round_trip_per_operation(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(b.method).await?;
-    let p = pool(32, Duration::from_secs(30));
+    let p = fresh_pool(32, Duration::from_secs(30))?;
     let before = s.round_trips();
     let mut grants = Vec::new();
     for _ in 0..16 {
@@ -186,7 +177,7 @@ async fn one_round_trip_per_operation(b: Arc<Valkey>) -> Outcome {
 /// wraps.
 async fn freed_slots_are_found_around_the_hint(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(b.method).await?;
-    let p = pool(4, Duration::from_secs(30));
+    let p = fresh_pool(4, Duration::from_secs(30))?;
     let mut grants = Vec::new();
     for _ in 0..4 {
         grants.push(
@@ -251,7 +242,7 @@ async fn connect_errors_are_prompt_and_typed(_b: Arc<Valkey>) -> Outcome {
 /// again and acquisition, release still work.
 async fn lost_script_cache_is_healed(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(b.method).await?;
-    let p = pool(2, Duration::from_secs(30));
+    let p = fresh_pool(2, Duration::from_secs(30))?;
     cmd(&s, "SCRIPT", vec!["FLUSH".into()]).await?;
     let g = s
         .acquire(&p, Floor::NONE)
@@ -269,7 +260,7 @@ async fn lost_script_cache_is_healed(b: Arc<Valkey>) -> Outcome {
 /// and the fence field stays.
 async fn fields_expire_together_fence_persists(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(Method::Hsetex).await?;
-    let p = pool(1, Duration::from_millis(600));
+    let p = fresh_pool(1, Duration::from_millis(600))?;
     let keys = s.keys(p.name());
     let g = s
         .acquire(&p, Floor::NONE)
@@ -320,7 +311,7 @@ async fn fields_expire_together_fence_persists(b: Arc<Valkey>) -> Outcome {
 /// nothing and the renewal is `Lost`.
 async fn fxx_with_one_field_missing_is_lost(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(Method::Hsetex).await?;
-    let p = pool(1, Duration::from_secs(30));
+    let p = fresh_pool(1, Duration::from_secs(30))?;
     let keys = s.keys(p.name());
     let g = s
         .acquire(&p, Floor::NONE)
@@ -359,53 +350,25 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         addr,
         method,
         prefix: "lhtest".into(),
+        path,
+        version: server.version.clone(),
     });
-    let caps = Capabilities::coordinated(true, Duration::from_millis(100));
-    let version = server.version.clone();
-    let b = backend.clone();
-    let mut t = Target::new(kind.name(), server.describe(), backend.clone(), caps)
-        .with_revoke()
-        .with_test("probe_picks_the_path", {
-            let b = b.clone();
-            move |_| Box::pin(probe_picks_the_path(b.clone(), path))
-        })
-        .with_test("one_round_trip_per_operation", {
-            let b = b.clone();
-            move |_| Box::pin(one_round_trip_per_operation(b.clone()))
-        })
-        .with_test("freed_slots_are_found_around_the_hint", {
-            let b = b.clone();
-            move |_| Box::pin(freed_slots_are_found_around_the_hint(b.clone()))
-        })
-        .with_test("lost_script_cache_is_healed", {
-            let b = b.clone();
-            move |_| Box::pin(lost_script_cache_is_healed(b.clone()))
-        });
-    if path == ActivePath::Hsetex {
-        t = t
-            .with_test("connect_errors_are_prompt_and_typed", {
-                let b = b.clone();
-                move |_| Box::pin(connect_errors_are_prompt_and_typed(b.clone()))
-            })
-            .with_test("fields_expire_together_fence_persists", {
-                let b = b.clone();
-                move |_| Box::pin(fields_expire_together_fence_persists(b.clone()))
-            })
-            .with_test("fxx_with_one_field_missing_is_lost", {
-                let b = b.clone();
-                move |_| Box::pin(fxx_with_one_field_missing_is_lost(b.clone()))
-            });
+    let t = Target::new(kind.name(), server.describe(), backend).with_revoke();
+    let t = trials!(t;
+        probe_picks_the_path,
+        one_round_trip_per_operation,
+        freed_slots_are_found_around_the_hint,
+        lost_script_cache_is_healed,
+    );
+    let t = if path == ActivePath::Hsetex {
+        trials!(t;
+            connect_errors_are_prompt_and_typed,
+            fields_expire_together_fence_persists,
+            fxx_with_one_field_missing_is_lost,
+        )
     } else {
-        t = t.with_test("forced_hsetex_is_final_unsupported", {
-            let b = b.clone();
-            move |_| {
-                Box::pin(forced_hsetex_is_final_unsupported(
-                    b.clone(),
-                    version.clone(),
-                ))
-            }
-        });
-    }
+        trials!(t; forced_hsetex_is_final_unsupported)
+    };
     (t, Some(server))
 }
 

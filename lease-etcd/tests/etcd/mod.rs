@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_conformance::servers::{Server, ServerKind};
-use leasehold_conformance::{Backend, ExtraTest, Store};
-use leasehold_core::{BoxFuture, Capabilities, PoolSpec};
-use leasehold_etcd::{ETCD_MIN_TTL, EtcdConfig, EtcdLeases, MAX_POOL_SIZE};
+use leasehold_conformance::{Backend, Store};
+use leasehold_core::{BoxFuture, PoolSpec};
+use leasehold_etcd::{EtcdConfig, EtcdLeases};
 
 /// What the suite knows of an etcd server: its URL.
 #[derive(Clone)]
@@ -34,10 +34,6 @@ impl EtcdBackend {
             .await
             .map_err(|e| e.to_string())
     }
-}
-
-pub(crate) fn capabilities() -> Capabilities {
-    Capabilities::coordinated(true, ETCD_MIN_TTL).with_max_pool_size(MAX_POOL_SIZE)
 }
 
 impl Backend for EtcdBackend {
@@ -85,16 +81,6 @@ impl Backend for EtcdBackend {
             }
         }))
     }
-}
-
-/// Wraps an async test over the backend into an `ExtraTest`.
-pub(crate) fn test<F, Fut>(backend: &EtcdBackend, f: F) -> ExtraTest
-where
-    F: Fn(EtcdBackend) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
-{
-    let backend = backend.clone();
-    Arc::new(move |_| Box::pin(f(backend.clone())))
 }
 
 /// Polls `check` every 10 ms until it is true or `limit` passes; returns the

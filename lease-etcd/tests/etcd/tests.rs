@@ -3,68 +3,30 @@
 use leasehold_core::Floor;
 use std::time::{Duration, Instant};
 
-use leasehold_conformance::ExtraTest;
+use std::sync::Arc;
+
 use leasehold_conformance::proxy::{Fault, FaultProxy};
-use leasehold_conformance::suite::fresh_pool_name;
+use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials};
 use leasehold_core::{
-    AcquireError, LeaseConfig, LeaseManager, LeaseState, PoolSpec, Release, Renewal, StartError,
-    Strategy,
+    AcquireError, LeaseConfig, LeaseManager, LeaseState, Release, Renewal, StartError, Strategy,
 };
 use leasehold_etcd::{EtcdConfig, EtcdError, EtcdLeases};
 
-use super::{EtcdBackend, test, until};
+use super::{EtcdBackend, until};
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+));
-        }
-    };
-}
-
-pub(crate) fn all(b: &EtcdBackend) -> Vec<(&'static str, ExtraTest)> {
-    vec![
-        (
-            "watch_reports_a_deleted_key_within_1s",
-            test(b, watch_reports_a_deleted_key_within_1s),
-        ),
-        (
-            "watch_reports_a_rewritten_key",
-            test(b, watch_reports_a_rewritten_key),
-        ),
-        (
-            "watch_survives_dropped_connections_then_reports_loss",
-            test(b, watch_survives_dropped_connections_then_reports_loss),
-        ),
-        (
-            "guard_closes_the_manager_gate_within_1s_of_deletion",
-            test(b, guard_closes_the_manager_gate_within_1s_of_deletion),
-        ),
-        (
-            "too_short_ttl_is_a_configuration_error",
-            test(b, too_short_ttl_is_a_configuration_error),
-        ),
-        (
-            "fractional_ttl_is_rounded_up_and_reported",
-            test(b, fractional_ttl_is_rounded_up_and_reported),
-        ),
-        (
-            "fence_is_the_keys_create_revision",
-            test(b, fence_is_the_keys_create_revision),
-        ),
-        (
-            "acquire_is_two_round_trips_while_candidates_are_free",
-            test(b, acquire_is_two_round_trips_while_candidates_are_free),
-        ),
-        (
-            "credentials_pass_through_and_are_never_shown",
-            test(b, credentials_pass_through_and_are_never_shown),
-        ),
-    ]
-}
-
-fn pool(size: u32, ttl: Duration) -> PoolSpec {
-    PoolSpec::new(fresh_pool_name(), size, ttl).expect("pool spec")
+/// Registers the etcd-specific tests on `target`.
+pub(crate) fn register(target: Target) -> Target {
+    trials!(target;
+        watch_reports_a_deleted_key_within_1s,
+        watch_reports_a_rewritten_key,
+        watch_survives_dropped_connections_then_reports_loss,
+        guard_closes_the_manager_gate_within_1s_of_deletion,
+        too_short_ttl_is_a_configuration_error,
+        fractional_ttl_is_rounded_up_and_reported,
+        fence_is_the_keys_create_revision,
+        acquire_is_two_round_trips_while_candidates_are_free,
+        credentials_pass_through_and_are_never_shown,
+    )
 }
 
 async fn delete_behind_the_back(b: &EtcdBackend, key: &str) -> Result<(), String> {
@@ -81,9 +43,9 @@ async fn delete_behind_the_back(b: &EtcdBackend, key: &str) -> Result<(), String
 
 /// A lease deleted behind the holder's back is reported by the watch within
 /// 1 s, and the next renewal answers `Lost` without asking etcd.
-async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), String> {
+async fn watch_reports_a_deleted_key_within_1s(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
-    let pool = pool(4, Duration::from_secs(30));
+    let pool = fresh_pool(4, Duration::from_secs(30))?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -123,9 +85,9 @@ async fn watch_reports_a_deleted_key_within_1s(b: EtcdBackend) -> Result<(), Str
 }
 
 /// Someone overwriting the slot key (a blind put) is a loss too.
-async fn watch_reports_a_rewritten_key(b: EtcdBackend) -> Result<(), String> {
+async fn watch_reports_a_rewritten_key(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
-    let pool = pool(4, Duration::from_secs(30));
+    let pool = fresh_pool(4, Duration::from_secs(30))?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -161,7 +123,7 @@ async fn watch_reports_a_rewritten_key(b: EtcdBackend) -> Result<(), String> {
 /// Dropped connections are not a loss: the watch reconnects, and still
 /// reports the deletion that follows.
 async fn watch_survives_dropped_connections_then_reports_loss(
-    b: EtcdBackend,
+    b: Arc<EtcdBackend>,
 ) -> Result<(), String> {
     let addr = b.addr.ok_or("no store address")?;
     let proxy = FaultProxy::start(addr).await.map_err(|e| e.to_string())?;
@@ -170,7 +132,7 @@ async fn watch_survives_dropped_connections_then_reports_loss(
     )
     .await
     .map_err(|e| e.to_string())?;
-    let pool = pool(2, Duration::from_secs(30));
+    let pool = fresh_pool(2, Duration::from_secs(30))?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -196,7 +158,9 @@ async fn watch_survives_dropped_connections_then_reports_loss(
 /// moves to Lost, within 1 s of the
 /// key being deleted (renewals every 3 s could not explain it), then the
 /// manager re-acquires a new lease.
-async fn guard_closes_the_manager_gate_within_1s_of_deletion(b: EtcdBackend) -> Result<(), String> {
+async fn guard_closes_the_manager_gate_within_1s_of_deletion(
+    b: Arc<EtcdBackend>,
+) -> Result<(), String> {
     let leases = b.leases().await?;
     let config = LeaseConfig::builder(fresh_pool_name().as_str())
         .pool_size(4)
@@ -262,10 +226,10 @@ async fn guard_closes_the_manager_gate_within_1s_of_deletion(b: EtcdBackend) -> 
 
 /// A TTL below etcd's minimum is a final configuration error that says what
 /// to use — at acquire and at manager start.
-async fn too_short_ttl_is_a_configuration_error(b: EtcdBackend) -> Result<(), String> {
+async fn too_short_ttl_is_a_configuration_error(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
     for ttl in [Duration::from_millis(500), Duration::from_secs(1)] {
-        match leases.acquire(&pool(2, ttl), Floor::NONE).await {
+        match leases.acquire(&fresh_pool(2, ttl)?, Floor::NONE).await {
             Err(e @ AcquireError::Misconfigured { .. }) => {
                 ensure!(!e.is_retryable(), "must be final");
                 ensure!(
@@ -288,9 +252,9 @@ async fn too_short_ttl_is_a_configuration_error(b: EtcdBackend) -> Result<(), St
 }
 
 /// etcd counts whole seconds: 2.5 s is asked as 3 s and reported as granted.
-async fn fractional_ttl_is_rounded_up_and_reported(b: EtcdBackend) -> Result<(), String> {
+async fn fractional_ttl_is_rounded_up_and_reported(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
-    let pool = pool(2, Duration::from_millis(2500));
+    let pool = fresh_pool(2, Duration::from_millis(2500))?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -310,9 +274,9 @@ async fn fractional_ttl_is_rounded_up_and_reported(b: EtcdBackend) -> Result<(),
 
 /// The fence is the key's create revision, the value carries the token, and
 /// the key is attached to a lease.
-async fn fence_is_the_keys_create_revision(b: EtcdBackend) -> Result<(), String> {
+async fn fence_is_the_keys_create_revision(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
-    let pool = pool(2, Duration::from_secs(30));
+    let pool = fresh_pool(2, Duration::from_secs(30))?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -360,10 +324,10 @@ async fn fence_is_the_keys_create_revision(b: EtcdBackend) -> Result<(), String>
 /// Round trips: 2 per acquisition while a candidate is free; a nearly full
 /// pool costs at most one more transaction per round.
 async fn acquire_is_two_round_trips_while_candidates_are_free(
-    b: EtcdBackend,
+    b: Arc<EtcdBackend>,
 ) -> Result<(), String> {
     let leases = b.leases().await?;
-    let pool = pool(64, Duration::from_secs(30));
+    let pool = fresh_pool(64, Duration::from_secs(30))?;
     let before = leases.stats().rpcs;
     leases
         .acquire(&pool, Floor::NONE)
@@ -404,7 +368,7 @@ async fn acquire_is_two_round_trips_while_candidates_are_free(
 /// User/password reach etcd: on a private server with auth enabled, the right
 /// password acquires, a wrong one is `EtcdError::Auth`, a user without
 /// permission gets a final error — and no message shows a password.
-async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<(), String> {
+async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Result<(), String> {
     // Auth changes the whole server: start a private one from the local
     // binary, never the shared (maybe external) server.
     let bin = leasehold_conformance::servers::find_binary(b.kind).ok_or_else(|| {
@@ -436,7 +400,7 @@ async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<
         .map_err(|e| e.to_string())?;
     admin.auth_enable().await.map_err(|e| e.to_string())?;
 
-    let pool = pool(2, Duration::from_secs(10));
+    let pool = fresh_pool(2, Duration::from_secs(10))?;
     // Root may do everything.
     let config = EtcdConfig::new([url.clone()]).user("root", root_pw);
     ensure!(

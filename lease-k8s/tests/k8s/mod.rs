@@ -6,20 +6,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_conformance::servers::Server;
+use leasehold_conformance::servers::{self, Server};
 use leasehold_conformance::{Backend, Store};
-use leasehold_core::{BoxFuture, Capabilities, PoolSpec};
+use leasehold_core::{BoxFuture, PoolSpec};
 use leasehold_k8s::{KubeConfig, KubeStrategy};
 use leasehold_k8s_fake::FakeApiServer;
 
 /// The row of the in-process fake: it must say "fake".
-pub(crate) const FAKE_LABEL: &str = "k8s (fake API server)";
+pub(crate) const FAKE_LABEL: &str = servers::K8S_FAKE_LABEL;
 /// The row of a real cluster.
-pub(crate) const REAL_LABEL: &str = "k8s (real cluster)";
-
-pub(crate) fn capabilities() -> Capabilities {
-    KubeStrategy::CAPABILITIES
-}
+pub(crate) const REAL_LABEL: &str = servers::K8S_REAL_LABEL;
 
 /// The suite's backend on the fake API server.
 #[derive(Clone)]

@@ -1,5 +1,6 @@
-//! Kubernetes-specific tests, each on a private **fake** API server (fault
-//! switches are per server, so tests never disturb each other).
+//! Kubernetes-specific tests, each on a private **fake** API server that the
+//! target's backend starts for it ([`FakeBackend::private`]): fault switches
+//! are per server, so tests never disturb each other.
 //!
 //! Which API-server behaviour each relies on, and whether that behaviour was
 //! seen on a running kube-apiserver or only read in its source, is stated in
@@ -8,8 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_conformance::suite::fresh_pool_name;
-use leasehold_conformance::{Backend, ExtraTest};
+use leasehold_conformance::{Target, ensure, fresh_pool, trials};
 use leasehold_core::{AcquireError, Floor, PoolName, PoolSpec, Release, Renewal, Strategy};
 use leasehold_k8s::{KubeConfig, KubeError, KubeStrategy, OrdinalLease};
 use leasehold_k8s_fake::{FakeApiServer, Fault, RvFormat, Verb};
@@ -19,66 +19,50 @@ use super::FakeBackend;
 
 type Outcome = Result<(), String>;
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+));
-        }
-    };
+/// Registers the Kubernetes-specific tests on `target`.
+pub(crate) fn register(target: Target) -> Target {
+    trials!(target;
+        acquire_is_two_round_trips_renew_and_release_one,
+        never_puts_and_never_deletes,
+        lease_carries_labels_holder_and_floor,
+        renewals_always_move_the_resource_version,
+        bad_pool_name_is_a_final_error,
+        ttl_below_one_second_is_a_final_error,
+        foreign_lease_with_our_name_is_a_final_error,
+        missing_namespace_is_a_final_error,
+        missing_rbac_names_the_verb,
+        non_integer_resource_version_is_a_final_error,
+        unreachable_server_at_connect_is_a_connect_error,
+        ambiguous_create_is_ours_when_the_get_says_so,
+        lost_answer_is_adopted_by_the_next_acquisition,
+        throttled_acquire_is_retryable_and_says_retry_after,
+        renew_under_server_errors_is_retry_never_lost,
+        renew_whose_answer_was_lost_is_harmless,
+        deleted_lease_is_lost_and_recreated_with_a_bigger_fence,
+        revoke_leaves_a_tombstone_until_the_lease_would_have_ended,
+        a_fresh_process_waits_a_lease_duration_before_a_takeover,
+        ordinal_lease_pins_the_slot_and_refuses_a_twin,
+        floor_is_kept_on_the_lease_and_handed_over,
+        floor_survives_a_takeover_after_expiry,
+        lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed,
+        debug_output_shows_no_token,
+    )
 }
 
-macro_rules! tests {
-    ($($name:ident),* $(,)?) => {
-        /// Every Kubernetes-specific test.
-        pub(crate) fn all(_: &FakeBackend) -> Vec<(&'static str, ExtraTest)> {
-            vec![$((
-                stringify!($name),
-                Arc::new(|_: Arc<dyn Backend>| -> leasehold_core::BoxFuture<'static, Outcome> {
-                    Box::pin($name())
-                }) as ExtraTest,
-            )),*]
-        }
-    };
-}
-
-tests! {
-    acquire_is_two_round_trips_renew_and_release_one,
-    never_puts_and_never_deletes,
-    lease_carries_labels_holder_and_floor,
-    renewals_always_move_the_resource_version,
-    bad_pool_name_is_a_final_error,
-    ttl_below_one_second_is_a_final_error,
-    foreign_lease_with_our_name_is_a_final_error,
-    missing_namespace_is_a_final_error,
-    missing_rbac_names_the_verb,
-    non_integer_resource_version_is_a_final_error,
-    unreachable_server_at_connect_is_a_connect_error,
-    ambiguous_create_is_ours_when_the_get_says_so,
-    lost_answer_is_adopted_by_the_next_acquisition,
-    throttled_acquire_is_retryable_and_says_retry_after,
-    renew_under_server_errors_is_retry_never_lost,
-    renew_whose_answer_was_lost_is_harmless,
-    deleted_lease_is_lost_and_recreated_with_a_bigger_fence,
-    revoke_leaves_a_tombstone_until_the_lease_would_have_ended,
-    a_fresh_process_waits_a_lease_duration_before_a_takeover,
-    ordinal_lease_pins_the_slot_and_refuses_a_twin,
-    floor_is_kept_on_the_lease_and_handed_over,
-    floor_survives_a_takeover_after_expiry,
-    lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed,
-    debug_output_shows_no_token,
-}
-
-struct Private {
+pub(crate) struct Private {
     fake: FakeApiServer,
 }
 
-impl Private {
-    fn new() -> Result<Self, String> {
-        Ok(Self {
+impl FakeBackend {
+    /// Another fake API server of this build, for one test alone.
+    pub(crate) fn private(&self) -> Result<Private, String> {
+        Ok(Private {
             fake: FakeApiServer::start().map_err(|e| e.to_string())?,
         })
     }
+}
 
+impl Private {
     fn config(&self) -> KubeConfig {
         KubeConfig::url(self.fake.url())
             .namespace("default")
@@ -111,20 +95,16 @@ impl Private {
     }
 }
 
-fn pool(size: u32, ttl: Duration) -> Result<PoolSpec, String> {
-    PoolSpec::new(fresh_pool_name(), size, ttl).map_err(|e| e.to_string())
-}
-
 fn delta(before: [u64; 6], after: [u64; 6]) -> u64 {
     after.iter().zip(before).map(|(a, b)| a - b).sum()
 }
 
 /// LIST + POST on a fresh pool, LIST + merge PATCH on a released slot, one
 /// PATCH per renewal and per release.
-async fn acquire_is_two_round_trips_renew_and_release_one() -> Outcome {
-    let p = Private::new()?;
+async fn acquire_is_two_round_trips_renew_and_release_one(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(8, Duration::from_secs(30))?;
+    let pool = fresh_pool(8, Duration::from_secs(30))?;
     let before = p.requests();
     let g = s
         .acquire(&pool, Floor::NONE)
@@ -175,10 +155,10 @@ async fn acquire_is_two_round_trips_renew_and_release_one() -> Outcome {
 }
 
 /// The Role grants no `update` and no `delete`: the strategy uses neither.
-async fn never_puts_and_never_deletes() -> Outcome {
-    let p = Private::new()?;
+async fn never_puts_and_never_deletes(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(2, Duration::from_secs(30))?;
+    let pool = fresh_pool(2, Duration::from_secs(30))?;
     for _ in 0..3 {
         let g = s
             .acquire(&pool, Floor::NONE)
@@ -192,10 +172,10 @@ async fn never_puts_and_never_deletes() -> Outcome {
     Ok(())
 }
 
-async fn lease_carries_labels_holder_and_floor() -> Outcome {
-    let p = Private::new()?;
+async fn lease_carries_labels_holder_and_floor(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_millis(1500))?.with_holder("web-0");
+    let pool = fresh_pool(1, Duration::from_millis(1500))?.with_holder("web-0");
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -238,10 +218,10 @@ async fn lease_carries_labels_holder_and_floor() -> Outcome {
 
 /// A write that changes nothing keeps the resourceVersion (seen), which an
 /// observer would read as "not renewed": every renewal must change the Lease.
-async fn renewals_always_move_the_resource_version() -> Outcome {
-    let p = Private::new()?;
+async fn renewals_always_move_the_resource_version(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -269,8 +249,8 @@ async fn renewals_always_move_the_resource_version() -> Outcome {
     Ok(())
 }
 
-async fn bad_pool_name_is_a_final_error() -> Outcome {
-    let p = Private::new()?;
+async fn bad_pool_name_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
     let creates = p.fake.requests(Verb::Create);
     for name in ["My_Ids", "ids-", "a.-b"] {
@@ -295,10 +275,10 @@ async fn bad_pool_name_is_a_final_error() -> Outcome {
     Ok(())
 }
 
-async fn ttl_below_one_second_is_a_final_error() -> Outcome {
-    let p = Private::new()?;
+async fn ttl_below_one_second_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_millis(500))?;
+    let pool = fresh_pool(1, Duration::from_millis(500))?;
     match s.acquire(&pool, Floor::NONE).await {
         Err(e @ AcquireError::Misconfigured { .. }) => {
             ensure!(e.to_string().contains("at least 1s"), "unclear: {e}");
@@ -308,10 +288,10 @@ async fn ttl_below_one_second_is_a_final_error() -> Outcome {
     }
 }
 
-async fn foreign_lease_with_our_name_is_a_final_error() -> Outcome {
-    let p = Private::new()?;
+async fn foreign_lease_with_our_name_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(5))?;
+    let pool = fresh_pool(1, Duration::from_secs(5))?;
     let creates = p.fake.requests(Verb::Create);
     let name = leasehold_k8s::lease_name(pool.name(), 0);
     p.fake.insert_raw(
@@ -343,8 +323,8 @@ async fn foreign_lease_with_our_name_is_a_final_error() -> Outcome {
     Ok(())
 }
 
-async fn missing_namespace_is_a_final_error() -> Outcome {
-    let p = Private::new()?;
+async fn missing_namespace_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     match KubeStrategy::connect(p.config().namespace("nope")).await {
         Err(e @ KubeError::MissingNamespace { .. }) => {
             ensure!(
@@ -359,7 +339,7 @@ async fn missing_namespace_is_a_final_error() -> Outcome {
         .await
         .map_err(|e| e.to_string())?;
     match s
-        .acquire(&pool(2, Duration::from_secs(5))?, Floor::NONE)
+        .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
         .await
     {
         Err(e) if !e.is_retryable() && e.to_string().contains("does not exist") => {}
@@ -372,9 +352,9 @@ async fn missing_namespace_is_a_final_error() -> Outcome {
     Ok(())
 }
 
-async fn missing_rbac_names_the_verb() -> Outcome {
+async fn missing_rbac_names_the_verb(b: Arc<FakeBackend>) -> Outcome {
     for verb in [Verb::Get, Verb::List, Verb::Create, Verb::Patch] {
-        let p = Private::new()?;
+        let p = b.private()?;
         p.fake.faults().set(verb, Fault::Forbidden);
         match KubeStrategy::connect(p.config()).await {
             Err(e @ KubeError::Forbidden { .. }) => {
@@ -389,13 +369,13 @@ async fn missing_rbac_names_the_verb() -> Outcome {
         }
     }
     // Without the preflight, a 403 on the write is a final acquisition error.
-    let p = Private::new()?;
+    let p = b.private()?;
     let s = KubeStrategy::connect(p.config().preflight(false))
         .await
         .map_err(|e| e.to_string())?;
     p.fake.faults().set(Verb::Create, Fault::Forbidden);
     match s
-        .acquire(&pool(2, Duration::from_secs(5))?, Floor::NONE)
+        .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
         .await
     {
         Err(e) if !e.is_retryable() && e.to_string().contains("`create`") => Ok(()),
@@ -403,8 +383,8 @@ async fn missing_rbac_names_the_verb() -> Outcome {
     }
 }
 
-async fn non_integer_resource_version_is_a_final_error() -> Outcome {
-    let p = Private::new()?;
+async fn non_integer_resource_version_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     p.fake.set_rv_format(RvFormat::Opaque("v".into()));
     match KubeStrategy::connect(p.config()).await {
         Err(e @ KubeError::OpaqueResourceVersion { .. }) => {
@@ -416,7 +396,7 @@ async fn non_integer_resource_version_is_a_final_error() -> Outcome {
         .await
         .map_err(|e| e.to_string())?;
     match s
-        .acquire(&pool(2, Duration::from_secs(5))?, Floor::NONE)
+        .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
         .await
     {
         Err(e @ AcquireError::UnsupportedServer { .. }) => {
@@ -430,7 +410,7 @@ async fn non_integer_resource_version_is_a_final_error() -> Outcome {
     }
 }
 
-async fn unreachable_server_at_connect_is_a_connect_error() -> Outcome {
+async fn unreachable_server_at_connect_is_a_connect_error(_b: Arc<FakeBackend>) -> Outcome {
     let port = leasehold_conformance::servers::free_port();
     let config =
         KubeConfig::url(format!("http://127.0.0.1:{port}")).op_timeout(Duration::from_millis(500));
@@ -445,10 +425,10 @@ async fn unreachable_server_at_connect_is_a_connect_error() -> Outcome {
 
 /// A POST answered 504 after it was applied: one GET finds our holder, and
 /// the grant is ours with the stored resourceVersion as fence.
-async fn ambiguous_create_is_ours_when_the_get_says_so() -> Outcome {
-    let p = Private::new()?;
+async fn ambiguous_create_is_ours_when_the_get_says_so(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     p.fake
         .faults()
         .set_times(Verb::Create, Fault::ApplyThenStatus(504), 1);
@@ -471,10 +451,10 @@ async fn ambiguous_create_is_ours_when_the_get_says_so() -> Outcome {
 /// A write whose answer was lost and whose confirming GET failed: the
 /// acquisition is retryable, and the next one adopts the slot the write took
 /// instead of leaving it to expire.
-async fn lost_answer_is_adopted_by_the_next_acquisition() -> Outcome {
-    let p = Private::new()?;
+async fn lost_answer_is_adopted_by_the_next_acquisition(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     p.fake
         .faults()
         .set_times(Verb::Create, Fault::ApplyThenDrop, 1);
@@ -507,10 +487,10 @@ async fn lost_answer_is_adopted_by_the_next_acquisition() -> Outcome {
     Ok(())
 }
 
-async fn throttled_acquire_is_retryable_and_says_retry_after() -> Outcome {
-    let p = Private::new()?;
+async fn throttled_acquire_is_retryable_and_says_retry_after(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(2, Duration::from_secs(5))?;
+    let pool = fresh_pool(2, Duration::from_secs(5))?;
     p.fake.faults().set_times(
         Verb::List,
         Fault::TooManyRequests {
@@ -534,10 +514,10 @@ async fn throttled_acquire_is_retryable_and_says_retry_after() -> Outcome {
     Ok(())
 }
 
-async fn renew_under_server_errors_is_retry_never_lost() -> Outcome {
-    let p = Private::new()?;
+async fn renew_under_server_errors_is_retry_never_lost(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -578,10 +558,10 @@ async fn renew_under_server_errors_is_retry_never_lost() -> Outcome {
 
 /// A renewal that was applied but whose answer was lost is retried; the
 /// `test` on the holder makes the repeat harmless.
-async fn renew_whose_answer_was_lost_is_harmless() -> Outcome {
-    let p = Private::new()?;
+async fn renew_whose_answer_was_lost_is_harmless(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -599,10 +579,10 @@ async fn renew_whose_answer_was_lost_is_harmless() -> Outcome {
 /// An operator deletes the Lease: the holder's renewal is `Lost` (PATCH never
 /// creates), and the slot's next fence is still bigger (resourceVersions come
 /// from one counter and survive the deletion).
-async fn deleted_lease_is_lost_and_recreated_with_a_bigger_fence() -> Outcome {
-    let p = Private::new()?;
+async fn deleted_lease_is_lost_and_recreated_with_a_bigger_fence(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -635,10 +615,12 @@ async fn deleted_lease_is_lost_and_recreated_with_a_bigger_fence() -> Outcome {
     Ok(())
 }
 
-async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended() -> Outcome {
-    let p = Private::new()?;
+async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended(
+    b: Arc<FakeBackend>,
+) -> Outcome {
+    let p = b.private()?;
     let holder = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(1))?;
+    let pool = fresh_pool(1, Duration::from_secs(1))?;
     let g = holder
         .acquire(&pool, Floor::NONE)
         .await
@@ -693,9 +675,9 @@ async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended() -> Outcome
 
 /// A process that never saw a Lease change cannot know how old it is: it
 /// waits a full lease duration (on its own clock) from its first sighting.
-async fn a_fresh_process_waits_a_lease_duration_before_a_takeover() -> Outcome {
-    let p = Private::new()?;
-    let pool = pool(1, Duration::from_secs(1))?;
+async fn a_fresh_process_waits_a_lease_duration_before_a_takeover(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
+    let pool = fresh_pool(1, Duration::from_secs(1))?;
     let old = p.connect().await?;
     let g = old
         .acquire(&pool, Floor::NONE)
@@ -732,9 +714,9 @@ async fn a_fresh_process_waits_a_lease_duration_before_a_takeover() -> Outcome {
     Ok(())
 }
 
-async fn ordinal_lease_pins_the_slot_and_refuses_a_twin() -> Outcome {
-    let p = Private::new()?;
-    let pool = pool(8, Duration::from_secs(30))?;
+async fn ordinal_lease_pins_the_slot_and_refuses_a_twin(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
+    let pool = fresh_pool(8, Duration::from_secs(30))?;
     let first = OrdinalLease::with_slot(p.connect().await?, 3);
     let twin = OrdinalLease::with_slot(p.connect().await?, 3);
     let g = first
@@ -764,10 +746,10 @@ async fn ordinal_lease_pins_the_slot_and_refuses_a_twin() -> Outcome {
     }
 }
 
-async fn debug_output_shows_no_token() -> Outcome {
-    let p = Private::new()?;
+async fn debug_output_shows_no_token(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -792,10 +774,10 @@ fn stored_floor(p: &Private, pool: &PoolSpec, slot: u32) -> String {
 
 /// acquire stores max(stored, ceiling) and hands back what was stored
 /// before; renew raises it, never lowers it; release stores what was issued.
-async fn floor_is_kept_on_the_lease_and_handed_over() -> Outcome {
-    let p = Private::new()?;
+async fn floor_is_kept_on_the_lease_and_handed_over(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     let g = s
         .acquire(&pool, Floor(1_000))
         .await
@@ -853,9 +835,9 @@ async fn floor_is_kept_on_the_lease_and_handed_over() -> Outcome {
 
 /// A holder that vanished never reported what it issued: the next holder
 /// gets the highest ceiling it reported.
-async fn floor_survives_a_takeover_after_expiry() -> Outcome {
-    let p = Private::new()?;
-    let pool = pool(1, Duration::from_secs(1))?;
+async fn floor_survives_a_takeover_after_expiry(b: Arc<FakeBackend>) -> Outcome {
+    let p = b.private()?;
+    let pool = fresh_pool(1, Duration::from_secs(1))?;
     let old = p.connect().await?;
     let g = old
         .acquire(&pool, Floor(5_000))
@@ -886,10 +868,12 @@ async fn floor_survives_a_takeover_after_expiry() -> Outcome {
 /// A renewal that raised the floor was applied but its answer was lost: the
 /// next renewal's floor `test` fails, one GET shows the Lease is still ours
 /// and what is stored, and the renewal goes through.
-async fn lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed() -> Outcome {
-    let p = Private::new()?;
+async fn lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed(
+    b: Arc<FakeBackend>,
+) -> Outcome {
+    let p = b.private()?;
     let s = p.connect().await?;
-    let pool = pool(1, Duration::from_secs(30))?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
     let g = s
         .acquire(&pool, Floor(1_000))
         .await
