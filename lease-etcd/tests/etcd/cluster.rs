@@ -424,19 +424,21 @@ async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
         cluster.kill(i)?;
     }
     let killed_at = Instant::now();
+    let killed_mono = leasehold_core::MonoTime::now();
 
     // Direct renewals: Retry, bounded by the 1 s op timeout.
+    // "Bounded" is judged on the runtime's own timer, which polls the call
+    // first: a starved runtime sees the call's own 1 s timeout first.
     for _ in 0..3 {
-        let start = Instant::now();
-        let r = leases.renew(&pool, &grant, Floor::NONE).await;
+        let r = tokio::time::timeout(
+            Duration::from_secs(3),
+            leases.renew(&pool, &grant, Floor::NONE),
+        )
+        .await
+        .map_err(|_| "renewal without quorum still pending after 3 op timeouts".to_owned())?;
         ensure!(
             matches!(r, Renewal::Retry(_)),
             "renewal without quorum answered {r:?}"
-        );
-        ensure!(
-            start.elapsed() < Duration::from_secs(3),
-            "renewal took {:?}",
-            start.elapsed()
         );
     }
 
@@ -458,15 +460,19 @@ async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let deadline = last_deadline.ok_or("gate was closed before the members were killed")?;
-    let late = closed_at.saturating_since(deadline);
+    // The gate refuses from its deadline on by construction (it compares
+    // each reading with it), so what is checked is the deadline itself: no
+    // renewal confirmed after the quorum went can have moved it past one
+    // TTL after the kill. (When this loop saw it closed says only how late
+    // a loaded machine ran the loop.)
     ensure!(
-        late < Duration::from_millis(100),
-        "gate closed {late:?} after its local deadline"
+        closed_at >= deadline,
+        "gate seen closed before its deadline"
     );
     ensure!(
-        killed_at.elapsed() <= ttl + Duration::from_millis(500),
-        "gate closed {:?} after the kill, ttl {ttl:?}",
-        killed_at.elapsed()
+        deadline <= killed_mono + ttl,
+        "the deadline is {:?} after the kill, beyond the ttl {ttl:?}: a renewal was confirmed without a quorum",
+        deadline.saturating_since(killed_mono)
     );
     // The manager reports a deadline loss, not a rejection.
     let reported = super::until(Duration::from_secs(3), || {
