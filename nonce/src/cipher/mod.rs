@@ -245,7 +245,9 @@ mod tests {
     }
 
     /// Encrypting with the AES-NI path equals the `aes` crate for keys and
-    /// blocks drawn at random (so the expanded keys agree too).
+    /// blocks drawn at random (so the expanded keys agree too). With
+    /// `RUSTFLAGS='--cfg aes_backend="soft"'` the `aes` crate runs its
+    /// software backend, and this checks the fallback against AES-NI.
     #[test]
     fn aes_ni_equals_the_aes_crate() {
         let mut r = SplitMix(1);
