@@ -35,7 +35,38 @@
 //! recorded in the store. (SeqCst on `cur`, the state and the gate: on x86 the
 //! loads are plain loads and the `fetch_add` is the same `lock xadd` as with
 //! Relaxed.)
+//!
+//! **Per-thread blocks** (layouts with at least 2^20 counter values per
+//! timestamp step: the default 96- and 128-bit forms). One `fetch_add` on
+//! the shared word per call makes every call bounce the word's cache line
+//! between cores. These layouts instead reserve a block of consecutive
+//! values of the same word with one `fetch_add` (16 at first, doubling up to
+//! 1,024 while a thread uses its blocks up) and hand them out from a
+//! thread-local cache. Every rule stays as it is on the one-value path:
+//! - One state: a block is a range of the one word, so blocks of different
+//!   threads and clones never overlap.
+//! - Counted in `issued()`: the reservation moves the word, so what the
+//!   state reports covers the whole block; it is made under the same
+//!   `cur` sequence lock and gate re-check as a single value, so once the
+//!   driver has closed the gate every block a value can still come from is
+//!   counted.
+//! - A block belongs to one engine (a process-unique id, never reused) and
+//!   one gate epoch: a new lease (new epoch), a restart or a refusal in
+//!   progress (`cur` differs) discards or bypasses it, so no value of an old
+//!   grant (old slot, old start) is handed out under a new one.
+//! - Every call still reads the clock and checks the gate; the ceiling is
+//!   loaded before that check, so a check that finds the block's epoch proves
+//!   the ceiling is that grant's. A value past the ceiling, or ahead of real
+//!   time, is refused or held back exactly as on the one-value path, and a
+//!   refusal does not consume it.
+//! - Sortable: a block is used only within the millisecond it was reserved
+//!   for; the first call in a later millisecond reserves a new one there.
+//!
+//! Smaller layouts (64-bit) keep one `fetch_add` per call: a block would
+//! spend their few values per millisecond (2^13) on threads that do not use
+//! them.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -56,6 +87,51 @@ const BLOCKED: u64 = 1 << 63;
 const MIN_WAIT: Duration = Duration::from_millis(2);
 const RESYNC_EVERY: Duration = Duration::from_secs(1);
 const NS_PER_MS: u64 = 1_000_000;
+
+/// Per-thread blocks are used when a timestamp step holds at least this many
+/// values (`2^shift`).
+const BLOCK_MIN_SHIFT: u32 = 20;
+/// A thread's first block of an engine and lease.
+const BLOCK_FIRST: u64 = 16;
+/// The largest block.
+const BLOCK_MAX: u64 = 1024;
+/// Engines a thread keeps a block for at a time (direct-mapped by id).
+const BLOCK_WAYS: usize = 8;
+
+/// Engine ids: process-unique, never reused (0: no engine).
+static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A range of state values reserved by this thread: `next..end` of the word,
+/// for engine `id` and gate epoch `epoch`.
+#[derive(Clone, Copy)]
+struct Block {
+    id: u64,
+    epoch: u64,
+    next: u64,
+    end: u64,
+    /// The slot and (counter) `start` the range was reserved with.
+    slot: u64,
+    start: u64,
+    /// The size of the last reservation.
+    size: u64,
+}
+
+impl Block {
+    const EMPTY: Self = Self {
+        id: 0,
+        epoch: 0,
+        next: 0,
+        end: 0,
+        slot: 0,
+        start: 0,
+        size: 0,
+    };
+}
+
+thread_local! {
+    static BLOCKS: [Cell<Block>; BLOCK_WAYS] =
+        const { [const { Cell::new(Block::EMPTY) }; BLOCK_WAYS] };
+}
 
 /// The generation state, shared with the gate.
 #[repr(align(64))]
@@ -132,6 +208,10 @@ struct ReadMostly<T> {
     /// `time.guard()` in nanoseconds: a reading nearer the deadline than
     /// this is checked again with the precise clock.
     guard: u64,
+    /// This engine's process-unique id (keys the per-thread blocks).
+    id: u64,
+    /// Whether values are handed out from per-thread blocks.
+    blocks: bool,
     lock: Mutex<()>,
 }
 
@@ -208,6 +288,8 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                 warned: AtomicU64::new(0),
                 history,
                 guard: u64::try_from(time_guard.as_nanos()).unwrap_or(u64::MAX),
+                id: NEXT_ENGINE_ID.fetch_add(1, Relaxed),
+                blocks: shift >= BLOCK_MIN_SHIFT,
                 lock: Mutex::new(()),
             },
             state,
@@ -276,6 +358,20 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// The next plain nonce as (timestamp, slot, counter).
     #[inline]
     pub(crate) fn next_parts<const GATED: bool>(&self) -> Result<(u64, u64, u128), GenerateError> {
+        if self.ro.blocks {
+            // `None` only while this thread's storage is being torn down.
+            if let Ok(r) = BLOCKS.try_with(|cells| {
+                self.next_from_block::<GATED>(&cells[self.ro.id as usize % BLOCK_WAYS])
+            }) {
+                return r;
+            }
+        }
+        self.next_one::<GATED>()
+    }
+
+    /// One value per call: one `fetch_add` on the shared word.
+    #[inline]
+    fn next_one<const GATED: bool>(&self) -> Result<(u64, u64, u128), GenerateError> {
         let ro = &self.ro;
         let state = &self.state.word;
         loop {
@@ -301,7 +397,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             let (millis, counter) = if SORTABLE {
                 let mut p = state.fetch_add(1, SeqCst);
                 if GATED && p >> ro.shift < now_ms {
-                    match self.jump(now_ms) {
+                    match self.jump(now_ms, 1) {
                         Some(q) => p = q,
                         None => continue,
                     }
@@ -357,17 +453,145 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         }
     }
 
-    /// Sortable, first call in a new millisecond: move the state to `now_ms`
-    /// and claim its sequence 0. `None` when another thread moved it first.
+    /// A value from this thread's block (see the module docs), reserving a
+    /// new block when it has none for this engine and lease.
+    #[inline]
+    fn next_from_block<const GATED: bool>(
+        &self,
+        cell: &Cell<Block>,
+    ) -> Result<(u64, u64, u128), GenerateError> {
+        let ro = &self.ro;
+        loop {
+            // The ceiling before the gate check: a check that finds the
+            // block's epoch then proves it is that grant's ceiling (the block
+            // was reserved under that epoch, before this call).
+            let ceiling = if GATED { ro.gate.ceiling().0 } else { 0 };
+            #[cfg(test)]
+            tests::hook_block();
+            let (reading, epoch) = if GATED {
+                self.read()?
+            } else {
+                (Reading::exact(MonoTime::ZERO), ro.cur.load(Relaxed))
+            };
+            let c1 = ro.cur.load(SeqCst);
+            if c1 != epoch || (GATED && reading.earliest.as_nanos() >= ro.next_resync.load(Relaxed))
+            {
+                self.cold(epoch)?;
+                continue;
+            }
+            let now_ms = if GATED {
+                self.millis(reading.earliest)
+            } else {
+                u64::MAX
+            };
+            let mut b = cell.get();
+            if b.id != ro.id
+                || b.epoch != epoch
+                || b.next == b.end
+                || (SORTABLE && GATED && b.next >> ro.shift < now_ms)
+            {
+                match self.reserve::<GATED>(b, epoch, now_ms, reading) {
+                    Some(fresh) => b = fresh,
+                    None => continue,
+                }
+                cell.set(b);
+            }
+            let n = b.next;
+            let (millis, counter) = if SORTABLE {
+                (n >> ro.shift, u128::from(n & ro.mask))
+            } else {
+                (
+                    b.start + n.checked_shr(ro.shift).unwrap_or(0),
+                    u128::from(n & ro.mask),
+                )
+            };
+            if GATED && millis + ro.layout.epoch_unix_ms() > ceiling {
+                self.block(epoch);
+                return Err(self.refuse(GenerateError::PastCeiling {
+                    timestamp_unix_ms: millis + ro.layout.epoch_unix_ms(),
+                    ceiling_unix_ms: ceiling,
+                }));
+            }
+            if millis > ro.layout.max_millis() {
+                return Err(GenerateError::Exhausted {
+                    timestamp_bits: ro.layout.timestamp_bits(),
+                });
+            }
+            if millis > now_ms {
+                match self.wait_for(millis, epoch)? {
+                    Step::Ready => {}
+                    Step::Retry => continue,
+                }
+            }
+            b.next = n + 1;
+            cell.set(b);
+            return Ok((millis, b.slot, counter));
+        }
+    }
+
+    /// Reserves a block of the shared word for this thread under gate epoch
+    /// `epoch` (which `cur` held when the caller looked): one `fetch_add`,
+    /// then the same sequence-lock and gate re-check as a single value, so a
+    /// driver that closes the gate from then on counts the whole block.
+    /// `None` when the state or the gate moved meanwhile (the caller starts
+    /// over).
     #[cold]
     #[inline(never)]
-    fn jump(&self, now_ms: u64) -> Option<u64> {
+    fn reserve<const GATED: bool>(
+        &self,
+        old: Block,
+        epoch: u64,
+        now_ms: u64,
+        reading: Reading,
+    ) -> Option<Block> {
+        let ro = &self.ro;
+        let size = if old.id == ro.id && old.epoch == epoch {
+            if old.next == old.end {
+                (old.size * 2).min(BLOCK_MAX)
+            } else {
+                old.size
+            }
+        } else {
+            BLOCK_FIRST
+        };
+        let slot = ro.slot.load(Acquire);
+        #[cfg(test)]
+        tests::hook();
+        let state = &self.state.word;
+        let mut first = state.fetch_add(size, SeqCst);
+        if SORTABLE && GATED && first >> ro.shift < now_ms {
+            first = self.jump(now_ms, size)?;
+        }
+        let start = self.state.start.load(Acquire);
+        if ro.cur.load(SeqCst) != epoch {
+            return None;
+        }
+        if GATED && ro.gate.check(reading.latest) != Ok(epoch) {
+            return None;
+        }
+        Some(Block {
+            id: ro.id,
+            epoch,
+            next: first,
+            end: first + size,
+            slot,
+            start,
+            size,
+        })
+    }
+
+    /// Sortable, first call in a new millisecond: move the state to `now_ms`
+    /// and claim its first `n` sequence numbers. `None` when another thread
+    /// moved it first.
+    #[cold]
+    #[inline(never)]
+    fn jump(&self, now_ms: u64, n: u64) -> Option<u64> {
         let shift = self.ro.shift;
         let target = now_ms << shift;
         let state = &self.state.word;
         let mut s = state.load(SeqCst);
         while s >> shift < now_ms {
-            match state.compare_exchange_weak(s, target + 1, SeqCst, SeqCst) {
+            match state.compare_exchange_weak(s, target + n, SeqCst, SeqCst) {
                 Ok(_) => return Some(target),
                 Err(actual) => s = actual,
             }
@@ -573,6 +797,19 @@ mod tests {
     }
 
     thread_local! {
+        /// Runs on this thread on the block path, between the ceiling load
+        /// and the gate check.
+        static HOOK_BLOCK: RefCell<Option<Box<dyn Fn() + Send>>> = const { RefCell::new(None) };
+    }
+
+    /// One-shot, like `hook_after_recheck`.
+    pub(super) fn hook_block() {
+        if let Some(f) = HOOK_BLOCK.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    thread_local! {
         /// Runs on this thread after the gate re-check, before the ceiling
         /// comparison.
         static HOOK_AFTER_RECHECK: RefCell<Option<Box<dyn Fn() + Send>>> = const { RefCell::new(None) };
@@ -660,6 +897,88 @@ mod tests {
         match straggler.join().unwrap() {
             Err(e) => assert_eq!(e, GenerateError::Closed),
             Ok(ms) => assert!(ms <= issued.0, "handed out {ms} after reporting {issued:?}"),
+        }
+    }
+
+    /// The block path: a thread that passed the gate check and is about to
+    /// reserve a block when the driver closes the gate and reads what was
+    /// issued either is refused or hands out a value counted in that report.
+    #[test]
+    fn a_block_reserved_racing_the_close_is_counted_or_refused() {
+        let t = ManualTime::new();
+        t.auto_advance(Duration::from_micros(10));
+        let gate = LeaseGate::new();
+        gate.open(1, Fence(1), t.mono() + Duration::from_secs(3600));
+        let g =
+            crate::Sortable128::with_time(gate.clone(), Layout::default128(), t.clone()).unwrap();
+        g.next().unwrap();
+        t.auto_advance(Duration::ZERO);
+        // Five milliseconds later: a new millisecond needs a new block.
+        t.advance(Duration::from_millis(5));
+        let (park, hook) = park();
+        let straggler = {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                HOOK.with(|h| *h.borrow_mut() = Some(hook));
+                let r = g
+                    .next()
+                    .map(|v| g.decode(v).millis + crate::DEFAULT_EPOCH_UNIX_MS);
+                HOOK.with(|h| *h.borrow_mut() = None);
+                r
+            })
+        };
+        park.reached(); // about to reserve, after the gate check
+        gate.close();
+        let issued = gate.issued().unwrap();
+        park.resume();
+        match straggler.join().unwrap() {
+            Err(e) => assert_eq!(e, GenerateError::Closed),
+            Ok(ms) => assert!(ms <= issued.0, "handed out {ms} after reporting {issued:?}"),
+        }
+    }
+
+    /// The block path: between the ceiling load and the gate check the gate
+    /// is reopened for another grant (another slot, a later ceiling). The
+    /// value handed out is the new grant's, never one of the old slot past
+    /// the old grant's ceiling.
+    #[test]
+    fn a_block_value_is_checked_against_its_own_grants_ceiling() {
+        use leasehold_core::{Floor, Opening};
+        let t = ManualTime::new();
+        t.auto_advance(Duration::from_micros(10));
+        let now_unix_ms = t.wall().as_millis() as u64;
+        let gate = LeaseGate::new();
+        let e1_ceiling = now_unix_ms + 5;
+        gate.open_with(
+            Opening::new(1, Fence(1), t.mono() + Duration::from_secs(3600))
+                .with_floor(Floor::NONE, Floor(e1_ceiling)),
+        );
+        let g =
+            crate::Sortable128::with_time(gate.clone(), Layout::default128(), t.clone()).unwrap();
+        g.next().unwrap(); // this thread has a block of grant E1
+        t.advance(Duration::from_millis(20));
+        let reopen = {
+            let (gate, t) = (gate.clone(), t.clone());
+            move || {
+                gate.open_with(
+                    Opening::new(2, Fence(1), t.mono() + Duration::from_secs(3600))
+                        .with_floor(Floor::NONE, Floor(now_unix_ms + 60_000)),
+                )
+            }
+        };
+        HOOK_BLOCK.with(|h| *h.borrow_mut() = Some(Box::new(reopen)));
+        let answer = g.next().map(|v| g.decode(v));
+        if let Ok(parts) = answer {
+            let unix = parts.millis + crate::DEFAULT_EPOCH_UNIX_MS;
+            assert!(
+                parts.slot != 1 || unix <= e1_ceiling,
+                "handed out a slot-1 value at {unix} ms, past slot 1's ceiling {e1_ceiling} ms"
+            );
+        } else {
+            assert!(
+                matches!(answer, Err(GenerateError::PastCeiling { .. })),
+                "{answer:?}"
+            );
         }
     }
 

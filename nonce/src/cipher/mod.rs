@@ -14,7 +14,10 @@ use std::fmt;
 
 use aes::cipher::{BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
 use sha2::{Digest, Sha256};
-use speck_cipher::{Speck64_128, Speck96_144};
+
+#[cfg(target_arch = "x86_64")]
+mod aes_ni;
+mod speck;
 
 /// The secret that encrypted nonces are derived from: at least 32 bytes,
 /// e.g. from a secret store. `Debug` does not show it.
@@ -86,11 +89,11 @@ pub trait BlockPermutation: Clone + Send + Sync + 'static {
 /// Speck64/128 on 64-bit nonces.
 #[doc(hidden)]
 #[derive(Clone)]
-pub struct Speck64(Speck64_128);
+pub struct Speck64(speck::Speck64);
 
 impl Speck64 {
     pub(crate) fn from_key(key: [u8; 16]) -> Self {
-        Self(Speck64_128::new(&key.into()))
+        Self(speck::Speck64::new(key))
     }
 }
 
@@ -100,39 +103,22 @@ impl BlockPermutation for Speck64 {
     }
     #[inline]
     fn encrypt(&self, value: u128) -> u128 {
-        let mut block = (value as u64).to_be_bytes().into();
-        self.0.encrypt_block(&mut block);
-        u128::from(u64::from_be_bytes(block.0))
+        u128::from(self.0.encrypt(value as u64))
     }
     #[inline]
     fn decrypt(&self, value: u128) -> u128 {
-        let mut block = (value as u64).to_be_bytes().into();
-        self.0.decrypt_block(&mut block);
-        u128::from(u64::from_be_bytes(block.0))
+        u128::from(self.0.decrypt(value as u64))
     }
 }
 
 /// Speck96/144 on 96-bit nonces.
 #[doc(hidden)]
 #[derive(Clone)]
-pub struct Speck96(Speck96_144);
-
-fn to12(value: u128) -> [u8; 12] {
-    let b = value.to_be_bytes();
-    let mut out = [0; 12];
-    out.copy_from_slice(&b[4..]);
-    out
-}
-
-fn from12(bytes: [u8; 12]) -> u128 {
-    let mut b = [0; 16];
-    b[4..].copy_from_slice(&bytes);
-    u128::from_be_bytes(b)
-}
+pub struct Speck96(speck::Speck96);
 
 impl Speck96 {
     pub(crate) fn from_key(key: [u8; 18]) -> Self {
-        Self(Speck96_144::new(&key.into()))
+        Self(speck::Speck96::new(key))
     }
 }
 
@@ -142,26 +128,41 @@ impl BlockPermutation for Speck96 {
     }
     #[inline]
     fn encrypt(&self, value: u128) -> u128 {
-        let mut block = to12(value).into();
-        self.0.encrypt_block(&mut block);
-        from12(block.0)
+        self.0.encrypt(value)
     }
     #[inline]
     fn decrypt(&self, value: u128) -> u128 {
-        let mut block = to12(value).into();
-        self.0.decrypt_block(&mut block);
-        from12(block.0)
+        self.0.decrypt(value)
     }
 }
 
-/// AES-128 on 128-bit nonces (AES-NI when the CPU has it, detected at run time).
+/// AES-128 on 128-bit nonces: AES-NI with pre-expanded round keys when the
+/// CPU has it (detected once, when the cipher is built), else the `aes`
+/// crate (its constant-time software backend on CPUs without AES
+/// instructions).
 #[doc(hidden)]
 #[derive(Clone)]
-pub struct Aes(aes::Aes128);
+pub struct Aes(AesImpl);
+
+#[derive(Clone)]
+enum AesImpl {
+    #[cfg(target_arch = "x86_64")]
+    Ni(aes_ni::AesNi),
+    Crate(aes::Aes128),
+}
 
 impl Aes {
     pub(crate) fn from_key(key: [u8; 16]) -> Self {
-        Self(aes::Aes128::new(&key.into()))
+        #[cfg(target_arch = "x86_64")]
+        if let Some(ni) = aes_ni::AesNi::new(key) {
+            return Self(AesImpl::Ni(ni));
+        }
+        Self::from_key_portable(key)
+    }
+
+    /// The `aes` crate's implementation, whatever the CPU has.
+    pub(crate) fn from_key_portable(key: [u8; 16]) -> Self {
+        Self(AesImpl::Crate(aes::Aes128::new(&key.into())))
     }
 }
 
@@ -171,15 +172,27 @@ impl BlockPermutation for Aes {
     }
     #[inline]
     fn encrypt(&self, value: u128) -> u128 {
-        let mut block = value.to_be_bytes().into();
-        self.0.encrypt_block(&mut block);
-        u128::from_be_bytes(block.0)
+        match &self.0 {
+            #[cfg(target_arch = "x86_64")]
+            AesImpl::Ni(ni) => ni.encrypt(value),
+            AesImpl::Crate(c) => {
+                let mut block = value.to_be_bytes().into();
+                c.encrypt_block(&mut block);
+                u128::from_be_bytes(block.0)
+            }
+        }
     }
     #[inline]
     fn decrypt(&self, value: u128) -> u128 {
-        let mut block = value.to_be_bytes().into();
-        self.0.decrypt_block(&mut block);
-        u128::from_be_bytes(block.0)
+        match &self.0 {
+            #[cfg(target_arch = "x86_64")]
+            AesImpl::Ni(ni) => ni.decrypt(value),
+            AesImpl::Crate(c) => {
+                let mut block = value.to_be_bytes().into();
+                c.decrypt_block(&mut block);
+                u128::from_be_bytes(block.0)
+            }
+        }
     }
 }
 
@@ -211,20 +224,99 @@ mod tests {
     #[test]
     fn speck96_144_paper_vector() {
         let c = Speck96::from_key(hex("151413121110 0d0c0b0a0908 050403020100"));
+        let from12 = |b: [u8; 12]| b.iter().fold(0u128, |acc, &x| (acc << 8) | u128::from(x));
         let pt = from12(hex("656d6974206e 69202c726576"));
         let ct = from12(hex("2bf31072228a 7ae440252ee6"));
         assert_eq!(c.encrypt(pt), ct);
         assert_eq!(c.decrypt(ct), pt);
     }
 
-    /// FIPS-197, Appendix C.1: AES-128.
+    /// FIPS-197, Appendix C.1: AES-128, on both paths (AES-NI when this CPU
+    /// has it, and the `aes` crate).
     #[test]
     fn aes128_fips197_vector() {
-        let c = Aes::from_key(hex("000102030405060708090a0b0c0d0e0f"));
+        let key = hex("000102030405060708090a0b0c0d0e0f");
         let pt = u128::from_be_bytes(hex("00112233445566778899aabbccddeeff"));
         let ct = u128::from_be_bytes(hex("69c4e0d86a7b0430d8cdb78070b4c55a"));
-        assert_eq!(c.encrypt(pt), ct);
-        assert_eq!(c.decrypt(ct), pt);
+        for c in [Aes::from_key(key), Aes::from_key_portable(key)] {
+            assert_eq!(c.encrypt(pt), ct);
+            assert_eq!(c.decrypt(ct), pt);
+        }
+    }
+
+    /// Encrypting with the AES-NI path equals the `aes` crate for keys and
+    /// blocks drawn at random (so the expanded keys agree too). With
+    /// `RUSTFLAGS='--cfg aes_backend="soft"'` the `aes` crate runs its
+    /// software backend, and this checks the fallback against AES-NI.
+    #[test]
+    fn aes_ni_equals_the_aes_crate() {
+        let mut r = SplitMix(1);
+        for _ in 0..2_000 {
+            let key = r.next128().to_be_bytes();
+            let (fast, portable) = (Aes::from_key(key), Aes::from_key_portable(key));
+            for _ in 0..8 {
+                let v = r.next128();
+                let e = fast.encrypt(v);
+                assert_eq!(e, portable.encrypt(v));
+                assert_eq!(fast.decrypt(e), v);
+                assert_eq!(portable.decrypt(e), v);
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("aes") {
+            assert!(matches!(Aes::from_key([0; 16]).0, AesImpl::Ni(_)));
+        }
+    }
+
+    /// The word-level Speck gives exactly what `speck-cipher` (used before)
+    /// gave: existing encrypted nonces keep their values and still decrypt.
+    #[test]
+    fn speck_equals_speck_cipher() {
+        use speck_cipher::cipher::{BlockCipherEncrypt, KeyInit};
+        let mut r = SplitMix(2);
+        for _ in 0..2_000 {
+            let k = r.next128().to_be_bytes();
+            let old = speck_cipher::Speck64_128::new(&k.into());
+            let new = Speck64::from_key(k);
+            let mut k18 = [0u8; 18];
+            k18[..16].copy_from_slice(&k);
+            k18[16..].copy_from_slice(&r.next128().to_be_bytes()[..2]);
+            let old96 = speck_cipher::Speck96_144::new(&k18.into());
+            let new96 = Speck96::from_key(k18);
+            for _ in 0..8 {
+                let v = r.next128();
+                let mut b = (v as u64).to_be_bytes().into();
+                old.encrypt_block(&mut b);
+                let e = u128::from(u64::from_be_bytes(b.0));
+                assert_eq!(new.encrypt(v), e);
+                assert_eq!(new.decrypt(e), u128::from(v as u64));
+
+                let v96 = v & ((1 << 96) - 1);
+                let mut b: [u8; 12] = v96.to_be_bytes()[4..].try_into().unwrap();
+                let mut block = b.into();
+                old96.encrypt_block(&mut block);
+                b = block.0;
+                let e = b.iter().fold(0u128, |acc, &x| (acc << 8) | u128::from(x));
+                assert_eq!(new96.encrypt(v96), e);
+                assert_eq!(new96.decrypt(e), v96);
+            }
+        }
+    }
+
+    /// A deterministic pseudo-random source for the cross-checks.
+    struct SplitMix(u64);
+
+    impl SplitMix {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        fn next128(&mut self) -> u128 {
+            (u128::from(self.next()) << 64) | u128::from(self.next())
+        }
     }
 
     #[test]
