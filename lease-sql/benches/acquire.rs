@@ -307,7 +307,7 @@ async fn run_once(
         connecting.spawn(async move {
             let _permit = gate.acquire_owned().await;
             match algorithm {
-                Algorithm::Ours => SqlStrategy::connect_with(
+                Algorithm::Ours => SqlStrategy::connect(
                     SqlConfig::new(url)
                         .max_connections(1)
                         .op_timeout(Duration::from_secs(60)),
@@ -406,7 +406,7 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|e| e.to_string())?;
             let url = server.url_via(proxy.addr);
-            let setup = SqlStrategy::connect(&server.url)
+            let setup = SqlStrategy::connect(SqlConfig::new(&server.url))
                 .await
                 .map_err(|e| e.to_string())?;
             for algorithm in [Algorithm::Ours, Algorithm::Baseline] {
