@@ -11,7 +11,7 @@ use leasehold_conformance::ExtraTest;
 use leasehold_conformance::servers::{self, ServerKind};
 use leasehold_conformance::suite::fresh_pool_name;
 use leasehold_core::{LeaseConfig, LeaseManager, LossCause, LossEvent, Renewal, Strategy};
-use leasehold_etcd::{EtcdConfig, EtcdLeases};
+use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)+) => {
@@ -191,8 +191,8 @@ async fn start_cluster() -> Result<Cluster, String> {
     Ok(cluster)
 }
 
-async fn connect(cluster: &Cluster) -> Result<EtcdLeases, String> {
-    EtcdLeases::connect(EtcdConfig::new(cluster.endpoints()).op_timeout(Duration::from_secs(1)))
+async fn connect(cluster: &Cluster) -> Result<EtcdStrategy, String> {
+    EtcdStrategy::connect(EtcdConfig::new(cluster.endpoints()).op_timeout(Duration::from_secs(1)))
         .await
         .map_err(|e| e.to_string())
 }

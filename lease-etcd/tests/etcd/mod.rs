@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use leasehold_conformance::servers::{Server, ServerKind};
 use leasehold_conformance::{Backend, ExtraTest, Store};
 use leasehold_core::{BoxFuture, Capabilities, PoolSpec};
-use leasehold_etcd::{ETCD_MIN_TTL, EtcdConfig, EtcdLeases, MAX_POOL_SIZE};
+use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
 /// What the suite knows of an etcd server: its URL.
 #[derive(Clone)]
@@ -29,15 +29,15 @@ impl EtcdBackend {
         }
     }
 
-    pub(crate) async fn leases(&self) -> Result<EtcdLeases, String> {
-        EtcdLeases::connect(EtcdConfig::new([self.url.clone()]))
+    pub(crate) async fn leases(&self) -> Result<EtcdStrategy, String> {
+        EtcdStrategy::connect(EtcdConfig::new([self.url.clone()]))
             .await
             .map_err(|e| e.to_string())
     }
 }
 
 pub(crate) fn capabilities() -> Capabilities {
-    Capabilities::coordinated(true, ETCD_MIN_TTL).with_max_pool_size(MAX_POOL_SIZE)
+    EtcdStrategy::CAPABILITIES
 }
 
 impl Backend for EtcdBackend {
@@ -51,7 +51,7 @@ impl Backend for EtcdBackend {
         op_timeout: Duration,
     ) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
-            let leases = EtcdLeases::connect(
+            let leases = EtcdStrategy::connect(
                 EtcdConfig::new([format!("http://{addr}")]).op_timeout(op_timeout),
             )
             .await
@@ -71,17 +71,10 @@ impl Backend for EtcdBackend {
     ) -> Option<BoxFuture<'a, Result<(), String>>> {
         Some(Box::pin(async move {
             let leases = self.leases().await?;
-            let key = leases.slot_key(pool.name(), slot);
-            let deleted = leases
-                .client()
-                .clone()
-                .delete(key.clone(), None)
-                .await
-                .map_err(|e| e.to_string())?;
-            if deleted.deleted() == 1 {
-                Ok(())
-            } else {
-                Err(format!("revoke: key {key} was not there"))
+            match leases.revoke(pool, slot).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(format!("revoke: slot {slot} was not held")),
+                Err(e) => Err(e.to_string()),
             }
         }))
     }

@@ -10,7 +10,7 @@ use leasehold_core::{
     AcquireError, LeaseConfig, LeaseManager, LeaseState, PoolSpec, Release, Renewal, StartError,
     Strategy,
 };
-use leasehold_etcd::{EtcdConfig, EtcdError, EtcdLeases};
+use leasehold_etcd::{EtcdConfig, EtcdError, EtcdStrategy};
 
 use super::{EtcdBackend, test, until};
 
@@ -51,6 +51,10 @@ pub(crate) fn all(b: &EtcdBackend) -> Vec<(&'static str, ExtraTest)> {
         (
             "fence_is_the_keys_create_revision",
             test(b, fence_is_the_keys_create_revision),
+        ),
+        (
+            "revoke_deletes_the_key_and_its_lease_once",
+            test(b, revoke_deletes_the_key_and_its_lease_once),
         ),
         (
             "acquire_is_two_round_trips_while_candidates_are_free",
@@ -165,7 +169,7 @@ async fn watch_survives_dropped_connections_then_reports_loss(
 ) -> Result<(), String> {
     let addr = b.addr.ok_or("no store address")?;
     let proxy = FaultProxy::start(addr).await.map_err(|e| e.to_string())?;
-    let leases = EtcdLeases::connect(
+    let leases = EtcdStrategy::connect(
         EtcdConfig::new([format!("http://{}", proxy.addr())]).op_timeout(Duration::from_secs(1)),
     )
     .await
@@ -357,6 +361,61 @@ async fn fence_is_the_keys_create_revision(b: EtcdBackend) -> Result<(), String>
     Ok(())
 }
 
+/// `revoke` deletes the slot key and revokes its etcd lease: the holder's
+/// renewal is `Lost`, a second revoke finds nothing, and the next holder of the
+/// slot gets a bigger fence.
+async fn revoke_deletes_the_key_and_its_lease_once(b: EtcdBackend) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = pool(1, Duration::from_secs(30));
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let lease_id = leases
+        .client()
+        .clone()
+        .get(leases.slot_key(pool.name(), 0), None)
+        .await
+        .map_err(|e| e.to_string())?
+        .kvs()
+        .first()
+        .ok_or("slot key missing")?
+        .lease();
+    let operator = b.leases().await?;
+    ensure!(
+        operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
+        "first revoke found nothing"
+    );
+    ensure!(
+        !operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
+        "second revoke found a lease"
+    );
+    let r = leases.renew(&pool, &grant, Floor::NONE).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
+    let ttl = leases
+        .client()
+        .clone()
+        .lease_time_to_live(lease_id, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        ttl.ttl() == -1,
+        "the etcd lease survived (ttl {})",
+        ttl.ttl()
+    );
+    let next = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        next.fence > grant.fence,
+        "fence {} after {}",
+        next.fence,
+        grant.fence
+    );
+    Ok(())
+}
+
 /// Round trips: 2 per acquisition while a candidate is free; a nearly full
 /// pool costs at most one more transaction per round.
 async fn acquire_is_two_round_trips_while_candidates_are_free(
@@ -443,7 +502,7 @@ async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<
         !format!("{config:?}").contains(root_pw),
         "password in Debug output"
     );
-    let leases = EtcdLeases::connect(config)
+    let leases = EtcdStrategy::connect(config)
         .await
         .map_err(|e| e.to_string())?;
     ensure!(
@@ -458,7 +517,7 @@ async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<
     ensure!(matches!(r, Renewal::Renewed { .. }), "renewal {r:?}");
 
     // A wrong password is refused at connect, without echoing it.
-    match EtcdLeases::connect(EtcdConfig::new([url.clone()]).user("root", "wrong-Secret")).await {
+    match EtcdStrategy::connect(EtcdConfig::new([url.clone()]).user("root", "wrong-Secret")).await {
         Err(e @ EtcdError::Auth { .. }) => {
             let text = e.to_string();
             ensure!(
@@ -470,7 +529,7 @@ async fn credentials_pass_through_and_are_never_shown(b: EtcdBackend) -> Result<
     }
 
     // A user without any role may not grant leases or write keys: final error.
-    let app = EtcdLeases::connect(EtcdConfig::new([url]).user("app", app_pw))
+    let app = EtcdStrategy::connect(EtcdConfig::new([url]).user("app", app_pw))
         .await
         .map_err(|e| e.to_string())?;
     match app.acquire(&pool, Floor::NONE).await {
