@@ -2,6 +2,11 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+compile_error!(
+    "leasehold-sql needs at least one engine: enable the feature `postgres`, `mysql` or `sqlite`"
+);
+
 mod backend;
 mod config;
 mod conns;
