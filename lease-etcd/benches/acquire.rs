@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use leasehold_conformance::servers::{self, Server, ServerKind};
 use leasehold_conformance::suite::fresh_pool_name;
 use leasehold_core::{PoolSpec, Strategy};
-use leasehold_etcd::{EtcdConfig, EtcdLeases};
+use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
 const ACQUIRERS: usize = 512;
 const POOL: u32 = 512;
@@ -32,7 +32,7 @@ struct Row {
 async fn run(server: &Server) -> Result<Row, String> {
     let mut clients = Vec::new();
     for _ in 0..CONNECTIONS {
-        let leases = EtcdLeases::connect(EtcdConfig::new([server.url.clone()]))
+        let leases = EtcdStrategy::connect(EtcdConfig::new([server.url.clone()]))
             .await
             .map_err(|e| e.to_string())?;
         // Open the connection before the clock starts.

@@ -3,13 +3,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::EtcdError;
+use leasehold_core::ConfigError;
 
 /// The default key prefix: slot keys are `leasehold/<pool>/<slot>`.
 pub const DEFAULT_PREFIX: &str = "leasehold";
 
-/// The default bound on any single etcd operation.
-pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(3);
+/// The default bound on any single etcd operation (`EtcdStrategy::DEFAULT_OP_TIMEOUT`).
+pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How many candidate slots one acquisition transaction tries, by default.
 pub const DEFAULT_CANDIDATES: u32 = 16;
@@ -125,30 +125,36 @@ impl EtcdConfig {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), EtcdError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.endpoints.is_empty() {
-            return Err(EtcdError::Config(
-                "no etcd endpoint given; pass at least one, e.g. http://127.0.0.1:2379".into(),
+            return Err(ConfigError::new(
+                "endpoints",
+                "an empty list",
+                "at least one endpoint, e.g. http://127.0.0.1:2379",
             ));
         }
         let ok_prefix = !self.prefix.is_empty()
             && self.prefix.len() <= 200
             && self.prefix.bytes().all(|b| b.is_ascii_graphic());
         if !ok_prefix {
-            return Err(EtcdError::Config(format!(
-                "key prefix {:?} is not usable; use 1 to 200 printable ASCII characters without spaces",
-                self.prefix
-            )));
+            return Err(ConfigError::new(
+                "prefix",
+                format!("{:?}", self.prefix),
+                "1 to 200 printable ASCII characters without spaces",
+            ));
         }
         if !(1..=MAX_CANDIDATES).contains(&self.candidates) {
-            return Err(EtcdError::Config(format!(
-                "candidates_per_txn {} is out of range; use 1 to {MAX_CANDIDATES}",
-                self.candidates
-            )));
+            return Err(ConfigError::new(
+                "candidates_per_txn",
+                self.candidates.to_string(),
+                format!("1 to {MAX_CANDIDATES}"),
+            ));
         }
         if self.op_timeout.is_zero() {
-            return Err(EtcdError::Config(
-                "op_timeout is zero; use a positive bound such as 3s".into(),
+            return Err(ConfigError::new(
+                "op_timeout",
+                "0s",
+                "a positive bound such as 3s",
             ));
         }
         Ok(())

@@ -1,6 +1,6 @@
 //! Errors, and the classification of etcd's answers where they are born.
 
-use leasehold_core::Reason;
+use leasehold_core::{ConfigError, Reason};
 use tonic::Code;
 
 /// Connecting or configuring the etcd strategy failed.
@@ -8,8 +8,8 @@ use tonic::Code;
 #[non_exhaustive]
 pub enum EtcdError {
     /// A setting is unusable; the message says which and what to use.
-    #[error("invalid etcd configuration: {0}")]
-    Config(String),
+    #[error("invalid etcd lease configuration: {0}")]
+    Config(#[from] ConfigError),
     /// etcd refused the credentials given with [`EtcdConfig::user`](crate::EtcdConfig::user).
     #[error(
         "etcd refused the credentials of user {user:?} ({detail}); check the user name and password, \
@@ -28,6 +28,15 @@ pub enum EtcdError {
         /// The endpoints, without credentials.
         endpoints: String,
         /// What failed.
+        detail: String,
+    },
+    /// An operator call ([`EtcdStrategy::revoke`](crate::EtcdStrategy::revoke))
+    /// failed or got no answer.
+    #[error("etcd {what} failed: {detail}")]
+    Request {
+        /// The call.
+        what: &'static str,
+        /// What went wrong.
         detail: String,
     },
 }

@@ -8,11 +8,11 @@ mod keys;
 mod strategy;
 mod watch;
 
-pub use config::{
-    DEFAULT_CANDIDATES, DEFAULT_OP_TIMEOUT, DEFAULT_PREFIX, EtcdConfig, MAX_CANDIDATES,
-};
+pub use config::{DEFAULT_CANDIDATES, DEFAULT_PREFIX, EtcdConfig, MAX_CANDIDATES};
 pub use error::EtcdError;
-pub use strategy::{ETCD_MIN_TTL, EtcdLeases, MAX_POOL_SIZE, Stats};
+pub use strategy::EtcdStrategy;
+#[cfg(feature = "stats")]
+pub use strategy::Stats;
 pub use watch::{LossGuard, LossWatch};
 
 /// The `etcd-client` crate this strategy is built on (for `TlsOptions`,

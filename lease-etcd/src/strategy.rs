@@ -15,17 +15,9 @@ use leasehold_core::{
     Strategy, Token,
 };
 
-use crate::config::EtcdConfig;
+use crate::config::{DEFAULT_OP_TIMEOUT, EtcdConfig};
 use crate::error::{Class, EtcdError, broken_connection, classify, never_sent, timed_out};
 use crate::keys;
-
-/// etcd's usual minimum lease TTL: 1.5 × the default 1 s election timeout,
-/// rounded up to whole seconds. A cluster with a longer election timeout has
-/// a larger minimum; acquisition reports it as a configuration error.
-pub const ETCD_MIN_TTL: Duration = Duration::from_secs(2);
-
-/// The largest pool: a full pool's keys are read in one range (keys only).
-pub const MAX_POOL_SIZE: u32 = 16_384;
 
 /// Transactions one acquisition sends before it answers `Contention`.
 const MAX_ROUNDS: u32 = 8;
@@ -44,8 +36,8 @@ const MAX_ROUNDS: u32 = 8;
 ///   only when the lease is alive *and* the key still carries our token and
 ///   create revision.
 /// - **release**: delete the key if it is still ours, then revoke the lease.
-/// - **watch**: [`EtcdLeases::watch_loss`] reports a deleted or rewritten key
-///   as soon as etcd sends the event; [`EtcdLeases::guard`] wires it to a
+/// - **watch**: [`EtcdStrategy::watch_loss`] reports a deleted or rewritten key
+///   as soon as etcd sends the event; [`EtcdStrategy::guard`] wires it to a
 ///   [`LeaseManager`](leasehold_core::LeaseManager).
 /// - **a member down**: a request whose connection broke or was refused is
 ///   sent again (another endpoint) within the same `op_timeout` when that is
@@ -56,7 +48,7 @@ const MAX_ROUNDS: u32 = 8;
 ///
 /// Cloning shares the connection.
 #[derive(Clone)]
-pub struct EtcdLeases {
+pub struct EtcdStrategy {
     pub(crate) inner: Arc<Inner>,
 }
 
@@ -80,7 +72,8 @@ struct Counters {
     max_acquire_rpcs: AtomicU64,
 }
 
-/// Request counts, for benchmarks and diagnostics.
+/// Request counts, for benchmarks and tests: with the `stats` feature only.
+#[cfg(feature = "stats")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -129,7 +122,23 @@ enum Landed {
     },
 }
 
-impl EtcdLeases {
+impl EtcdStrategy {
+    /// etcd's usual minimum lease TTL: 1.5 × the default 1 s election timeout,
+    /// rounded up to whole seconds. A cluster with a longer election timeout
+    /// has a larger minimum; acquisition reports it as a configuration error.
+    pub const MIN_TTL: Duration = Duration::from_secs(2);
+
+    /// The bound on any single etcd operation unless
+    /// [`EtcdConfig::op_timeout`] sets another.
+    pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_OP_TIMEOUT;
+
+    /// The largest pool: a full pool's keys are read in one range (keys only).
+    pub const MAX_POOL_SIZE: u32 = 16_384;
+
+    /// What this strategy is and can do (see [`Strategy::capabilities`]).
+    pub const CAPABILITIES: Capabilities =
+        Capabilities::coordinated(true, Self::MIN_TTL).with_max_pool_size(Self::MAX_POOL_SIZE);
+
     /// Connects to etcd. Without credentials no request is sent yet (the first
     /// acquisition finds out whether the cluster answers); with credentials
     /// the client authenticates now, and refused credentials are
@@ -187,7 +196,9 @@ impl EtcdLeases {
         keys::slot_key(&self.inner.prefix, pool, slot)
     }
 
-    /// Request counts since this strategy was connected.
+    /// Request counts since this strategy was connected (with the `stats`
+    /// feature only).
+    #[cfg(feature = "stats")]
     pub fn stats(&self) -> Stats {
         let s = &self.inner.stats;
         Stats {
@@ -196,6 +207,58 @@ impl EtcdLeases {
             acquire_rpcs: s.acquire_rpcs.load(Ordering::Relaxed),
             max_acquire_rpcs: s.max_acquire_rpcs.load(Ordering::Relaxed),
         }
+    }
+
+    /// Frees `slot` of `pool` behind its holder's back, as an operator would:
+    /// deletes the slot key, but only the holding it read (a transaction on
+    /// the key's create revision, so a holder that claimed the slot meanwhile
+    /// is untouched), and revokes the etcd lease it was attached to. The
+    /// holder's next renewal, and its watch, see `Lost`; the next claim
+    /// creates the key anew with a bigger fence. Returns whether a lease was
+    /// there.
+    pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, EtcdError> {
+        let key = self.slot_key(pool.name(), slot);
+        let failed = |class: Class| EtcdError::Request {
+            what: "revoke",
+            detail: class.reason().to_string(),
+        };
+        let read = self
+            .call("Range", |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await
+            .map_err(failed)?;
+        let Some(kv) = read.kvs().first() else {
+            return Ok(false);
+        };
+        let (held, lease_id) = (kv.create_revision(), kv.lease());
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.clone(),
+                CompareOp::Equal,
+                held,
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        let done = self
+            .call("Txn", |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await
+            .map_err(failed)?;
+        if !done.succeeded() {
+            return Ok(false);
+        }
+        if lease_id != 0 {
+            // The key is gone; the lease has nothing else to keep.
+            let _ = self
+                .call("LeaseRevoke", |mut c| async move {
+                    c.lease_revoke(lease_id).await
+                })
+                .await;
+        }
+        Ok(true)
     }
 
     /// Runs one etcd request bounded by the operation timeout (the client's
@@ -476,11 +539,11 @@ fn ttl_secs(ttl: Duration) -> Result<i64, AcquireError> {
             what: format!(
                 "ttl {ttl:?} is too short for etcd: etcd leases count whole seconds, and the \
                  cluster's minimum lease TTL is usually {}s",
-                ETCD_MIN_TTL.as_secs()
+                EtcdStrategy::MIN_TTL.as_secs()
             ),
             fix: format!(
                 "set ttl to at least {}s (etcd's minimum is 1.5 x its election timeout)",
-                ETCD_MIN_TTL.as_secs()
+                EtcdStrategy::MIN_TTL.as_secs()
             ),
         });
     }
@@ -492,16 +555,17 @@ fn positive_fence(revision: i64) -> Fence {
     Fence(u64::try_from(revision).unwrap_or(0))
 }
 
-impl Strategy for EtcdLeases {
+impl Strategy for EtcdStrategy {
     async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
-        if pool.size() > MAX_POOL_SIZE {
+        if pool.size() > Self::MAX_POOL_SIZE {
             return Err(AcquireError::Misconfigured {
                 what: format!(
-                    "pool {} has {} slots; the etcd strategy supports up to {MAX_POOL_SIZE}",
+                    "pool {} has {} slots; the etcd strategy supports up to {}",
                     pool.name(),
-                    pool.size()
+                    pool.size(),
+                    Self::MAX_POOL_SIZE
                 ),
-                fix: format!("use a pool of at most {MAX_POOL_SIZE} slots"),
+                fix: format!("use a pool of at most {} slots", Self::MAX_POOL_SIZE),
             });
         }
         let secs = ttl_secs(pool.ttl())?;
@@ -683,7 +747,7 @@ impl Strategy for EtcdLeases {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::coordinated(true, ETCD_MIN_TTL).with_max_pool_size(MAX_POOL_SIZE)
+        Self::CAPABILITIES
     }
 
     fn identity(&self) -> String {
@@ -691,9 +755,9 @@ impl Strategy for EtcdLeases {
     }
 }
 
-impl std::fmt::Debug for EtcdLeases {
+impl std::fmt::Debug for EtcdStrategy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdLeases")
+        f.debug_struct("EtcdStrategy")
             .field("identity", &self.inner.identity)
             .field("op_timeout", &self.inner.op_timeout)
             .finish_non_exhaustive()

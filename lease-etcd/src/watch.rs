@@ -12,7 +12,7 @@ use leasehold_core::{Fence, Grant, LeaseManager, LeaseState, PoolName, Reason};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::strategy::EtcdLeases;
+use crate::strategy::EtcdStrategy;
 
 /// A watch on one grant's slot key. As a future it resolves with the reason
 /// once etcd reports the key deleted (lease revoked or expired, key deleted)
@@ -69,7 +69,7 @@ enum Pass {
     Resume(i64),
 }
 
-impl EtcdLeases {
+impl EtcdStrategy {
     /// Watches `grant`'s slot key in `pool`: see [`LossWatch`].
     ///
     /// Must be called inside a tokio runtime (it spawns the watch task).
@@ -258,7 +258,7 @@ impl EtcdLeases {
     }
 }
 
-/// Keeps [`EtcdLeases::guard`] watching; stops it when dropped.
+/// Keeps [`EtcdStrategy::guard`] watching; stops it when dropped.
 #[must_use = "the guard stops watching when dropped"]
 pub struct LossGuard {
     task: JoinHandle<()>,

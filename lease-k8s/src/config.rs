@@ -156,7 +156,7 @@ impl fmt::Debug for KubeConfig {
         let source = match &self.source {
             Source::Infer => "infer".to_owned(),
             Source::Kubeconfig(p) => format!("kubeconfig {}", p.display()),
-            Source::Url(u) => format!("url {}", crate::api::public_url(u)),
+            Source::Url(u) => format!("url {}", public_url(u)),
             // kube::Config's own Debug would print its auth info.
             Source::Config(c) => format!("kube::Config for {}", c.cluster_url),
         };
@@ -170,9 +170,34 @@ impl fmt::Debug for KubeConfig {
     }
 }
 
+/// `url` without any user-info part.
+pub(crate) fn public_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            if path.is_empty() {
+                format!("{scheme}://{host}")
+            } else {
+                format!("{scheme}://{host}/{path}")
+            }
+        }
+        None => url.rsplit_once('@').map_or(url, |(_, h)| h).to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_lose_credentials() {
+        assert_eq!(
+            public_url("https://u:p@example.invalid:6443/x"),
+            "https://example.invalid:6443/x"
+        );
+        assert_eq!(public_url("http://127.0.0.1:1"), "http://127.0.0.1:1");
+    }
 
     #[test]
     fn debug_shows_no_credentials() {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use leasehold_conformance::servers::{ServerKind, provide};
 use leasehold_core::{PoolName, PoolSpec, Strategy, Token};
 use leasehold_sql::{SqlConfig, SqlStrategy};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// The acquirers and the pool size (`LEASEHOLD_BENCH_ACQUIRERS` overrides, for quick runs).
@@ -37,6 +37,35 @@ fn acquirers() -> u32 {
 struct CountingProxy {
     addr: SocketAddr,
     trips: Arc<AtomicU64>,
+}
+
+/// Copies `from` to `to` until either side closes, calling `on_read` before
+/// forwarding each read (`side` names the sender in traces).
+async fn pump(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    conn: u16,
+    side: &str,
+    mut on_read: impl FnMut(),
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        on_read();
+        if trace() {
+            eprintln!(
+                "{conn} {side} {n:5} bytes {:?}",
+                String::from_utf8_lossy(&buf[..n.min(60)])
+            );
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 impl CountingProxy {
@@ -57,51 +86,17 @@ impl CountingProxy {
                     let _ = server.set_nodelay(true);
                     // 0: nothing yet, 1: client spoke last, 2: server spoke last.
                     let last = Arc::new(AtomicU8::new(0));
-                    let (mut cr, mut cw) = client.into_split();
-                    let (mut sr, mut sw) = server.into_split();
+                    let (cr, cw) = client.into_split();
+                    let (sr, sw) = server.into_split();
                     let up_last = last.clone();
-                    let up = async move {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            let n = match cr.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => n,
-                            };
-                            if up_last.swap(1, Ordering::SeqCst) != 1 {
-                                counter.fetch_add(1, Ordering::Relaxed);
-                            }
-                            if trace() {
-                                eprintln!(
-                                    "{conn} client {n:5} bytes {:?}",
-                                    String::from_utf8_lossy(&buf[..n.min(60)])
-                                );
-                            }
-                            if sw.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
+                    let up = pump(cr, sw, conn, "client", move || {
+                        if up_last.swap(1, Ordering::SeqCst) != 1 {
+                            counter.fetch_add(1, Ordering::Relaxed);
                         }
-                        let _ = sw.shutdown().await;
-                    };
-                    let down = async move {
-                        let mut buf = vec![0u8; 16 * 1024];
-                        loop {
-                            let n = match sr.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => n,
-                            };
-                            last.store(2, Ordering::SeqCst);
-                            if trace() {
-                                eprintln!(
-                                    "{conn} server {n:5} bytes {:?}",
-                                    String::from_utf8_lossy(&buf[..n.min(60)])
-                                );
-                            }
-                            if cw.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                        let _ = cw.shutdown().await;
-                    };
+                    });
+                    let down = pump(sr, cw, conn, "server", move || {
+                        last.store(2, Ordering::SeqCst)
+                    });
                     tokio::join!(up, down);
                 });
             }
@@ -307,7 +302,7 @@ async fn run_once(
         connecting.spawn(async move {
             let _permit = gate.acquire_owned().await;
             match algorithm {
-                Algorithm::Ours => SqlStrategy::connect_with(
+                Algorithm::Ours => SqlStrategy::connect(
                     SqlConfig::new(url)
                         .max_connections(1)
                         .op_timeout(Duration::from_secs(60)),
@@ -406,7 +401,7 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|e| e.to_string())?;
             let url = server.url_via(proxy.addr);
-            let setup = SqlStrategy::connect(&server.url)
+            let setup = SqlStrategy::connect(SqlConfig::new(&server.url))
                 .await
                 .map_err(|e| e.to_string())?;
             for algorithm in [Algorithm::Ours, Algorithm::Baseline] {

@@ -35,9 +35,7 @@ impl Replica {
     async fn bill(&self, fences: &FenceTable, grant: &Grant, hour: u32) -> Result<u64, FenceError> {
         let db = self.store.sqlite().expect("sqlite");
         let mut tx = db.begin().await?;
-        fences
-            .advance_sqlite(&mut tx, "billing", grant.fence)
-            .await?;
+        fences.advance(&mut *tx, "billing", grant.fence).await?;
         let mut new = 0;
         for (customer, amount) in CUSTOMERS {
             // The idempotency key names the invoice, not the attempt.
@@ -76,7 +74,7 @@ async fn act(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let mut replicas = Vec::new();
     for name in ["replica-a", "replica-b", "replica-c"] {
         // Each replica has its own connections, as separate processes would.
-        let store = SqlStrategy::connect_with(SqlConfig::new(url)).await?;
+        let store = SqlStrategy::connect(SqlConfig::new(url)).await?;
         let pool = PoolSpec::new(PoolName::new("billing-leader")?, 1, ttl)?.with_holder(name);
         replicas.push(Replica { name, store, pool });
     }

@@ -68,8 +68,7 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
     let strategy =
-        SqlStrategy::connect_with(SqlConfig::new(&args.url).op_timeout(Duration::from_secs(2)))
-            .await?;
+        SqlStrategy::connect(SqlConfig::new(&args.url).op_timeout(Duration::from_secs(2))).await?;
     let config = LeaseConfig::builder(args.pool.as_str())
         .pool_size(args.size)
         .ttl(Duration::from_secs(15))

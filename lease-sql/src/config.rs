@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crate::ident::DEFAULT_TABLE;
 
-/// The default per-operation timeout.
-pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default per-operation timeout (`SqlStrategy::DEFAULT_OP_TIMEOUT`).
+pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How a [`SqlStrategy`](crate::SqlStrategy) connects.
 ///
@@ -44,7 +44,8 @@ impl SqlConfig {
         self
     }
 
-    /// The most any single operation may take (default 5 s): the client gives up
+    /// The most any single operation may take (default
+    /// [`SqlStrategy::DEFAULT_OP_TIMEOUT`](crate::SqlStrategy::DEFAULT_OP_TIMEOUT), 5 s): the client gives up
     /// after it, the server cancels the statement after it (`statement_timeout`,
     /// `max_statement_time`, SQLite's busy timeout), and waiting for a pooled
     /// connection is bounded by it too. Keep it well below the lease TTL so a

@@ -3,9 +3,7 @@
 
 use std::fmt;
 
-use leasehold_core::AcquireError;
-
-use crate::engine::Engine;
+use leasehold_core::ConfigError;
 
 /// The default lease table.
 pub const DEFAULT_TABLE: &str = "leasehold_leases";
@@ -26,7 +24,7 @@ pub struct TableName(String);
 
 impl TableName {
     /// Validates `name`; the error says what is accepted.
-    pub fn new(name: impl Into<String>) -> Result<Self, AcquireError> {
+    pub fn new(name: impl Into<String>) -> Result<Self, ConfigError> {
         let name = name.into();
         let mut bytes = name.bytes();
         let first_ok = bytes
@@ -36,12 +34,12 @@ impl TableName {
         if first_ok && rest_ok && name.len() <= 63 {
             Ok(Self(name))
         } else {
-            Err(AcquireError::BadIdentifier {
-                what: format!("{name:?} is not a valid lease table name"),
-                fix: "use 1 to 63 characters of a-z, 0-9 and '_', starting with a letter or '_' \
-                      (for example \"leasehold_leases\")"
-                    .to_owned(),
-            })
+            Err(ConfigError::new(
+                "table",
+                format!("{name:?}"),
+                "1 to 63 characters of a-z, 0-9 and '_', starting with a letter or '_' \
+                 (for example \"leasehold_leases\")",
+            ))
         }
     }
 
@@ -50,12 +48,9 @@ impl TableName {
         &self.0
     }
 
-    /// The name quoted for `engine` (safe: the alphabet needs no escaping).
-    pub(crate) fn quoted(&self, engine: Engine) -> String {
-        match engine {
-            Engine::MySql => format!("`{}`", self.0),
-            Engine::Postgres | Engine::Sqlite => format!("\"{}\"", self.0),
-        }
+    /// The name between `quote`s (safe: the alphabet needs no escaping).
+    pub(crate) fn quoted(&self, quote: char) -> String {
+        format!("{quote}{}{quote}", self.0)
     }
 }
 
@@ -109,13 +104,10 @@ mod tests {
             &"a".repeat(64),
         ] {
             let e = TableName::new(bad).unwrap_err();
-            assert!(!e.is_retryable());
+            assert_eq!(e.field(), "table");
             assert!(e.to_string().contains("a-z"), "{e}");
         }
-        assert_eq!(
-            TableName::default().quoted(Engine::MySql),
-            "`leasehold_leases`"
-        );
+        assert_eq!(TableName::default().quoted('`'), "`leasehold_leases`");
         assert_eq!(hex(&[0, 0xab, 0x10]), "00ab10");
     }
 }

@@ -2,19 +2,30 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-mod classify;
+#[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+compile_error!(
+    "leasehold-sql needs at least one engine: enable the feature `postgres`, `mysql` or `sqlite`"
+);
+
+mod backend;
 mod config;
 mod conns;
+mod dialect;
 mod engine;
+mod error;
+mod failure;
 mod fence;
 mod ident;
+mod statements;
 mod strategy;
 
-pub use config::{DEFAULT_OP_TIMEOUT, SqlConfig};
+pub use config::SqlConfig;
+pub use dialect::SqlDatabase;
 pub use engine::Engine;
-pub use fence::{DEFAULT_FENCE_TABLE, FenceError, FenceTable};
+pub use error::{FenceError, SqlError};
+pub use fence::{DEFAULT_FENCE_TABLE, FenceTable};
 pub use ident::{DEFAULT_TABLE, TableName};
-pub use strategy::{SQL_MIN_TTL, SqlStrategy, StoreError};
+pub use strategy::SqlStrategy;
 
 /// Re-exported so callers can name the pools and connections this crate hands out.
 pub use sqlx;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use leasehold_conformance::servers::{ServerKind, provide};
 use leasehold_conformance::{Backend, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{AcquireError, BoxFuture, Fence, PoolSpec, Release, Renewal, Strategy, Token};
-use leasehold_sql::{Engine, FenceError, FenceTable, SqlConfig, SqlStrategy};
+use leasehold_sql::{Engine, FenceError, FenceTable, SqlConfig, SqlError, SqlStrategy};
 
 #[derive(Clone)]
 struct Sql {
@@ -24,7 +24,7 @@ impl Sql {
     }
 
     async fn strategy(&self) -> Result<SqlStrategy, String> {
-        SqlStrategy::connect_with(self.config())
+        SqlStrategy::connect(self.config())
             .await
             .map_err(|e| e.to_string())
     }
@@ -43,7 +43,7 @@ impl Backend for Sql {
         Box::pin(async move {
             let orig = self.addr.ok_or("not networked")?;
             let url = self.url.replacen(&orig.to_string(), &addr.to_string(), 1);
-            let s = SqlStrategy::connect_with(SqlConfig::new(url).op_timeout(op_timeout))
+            let s = SqlStrategy::connect(SqlConfig::new(url).op_timeout(op_timeout))
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(Arc::new(s) as Store)
@@ -86,7 +86,7 @@ fn fresh_table(prefix: &str) -> String {
 
 /// A lease table that does not exist is a final error naming the call that creates it.
 async fn missing_table_is_final_and_names_ensure_pool(b: Arc<Sql>) -> Result<(), String> {
-    let s = SqlStrategy::connect_with(b.config().table(fresh_table("missing")))
+    let s = SqlStrategy::connect(b.config().table(fresh_table("missing")))
         .await
         .map_err(|e| e.to_string())?;
     let r = s
@@ -106,7 +106,7 @@ async fn missing_table_is_final_and_names_ensure_pool(b: Arc<Sql>) -> Result<(),
 /// A table of that name that is not a lease table is reported, with its missing columns.
 async fn foreign_table_is_reported(b: Arc<Sql>) -> Result<(), String> {
     let name = fresh_table("foreign");
-    let s = SqlStrategy::connect_with(b.config().table(name.clone()))
+    let s = SqlStrategy::connect(b.config().table(name.clone()))
         .await
         .map_err(|e| e.to_string())?;
     let ddl = format!("CREATE TABLE {name} (pool VARCHAR(64), slot INTEGER)");
@@ -140,9 +140,9 @@ async fn foreign_table_is_reported(b: Arc<Sql>) -> Result<(), String> {
 
 /// A table name that is not a plain identifier is refused before any SQL runs.
 async fn bad_table_name_is_refused(b: Arc<Sql>) -> Result<(), String> {
-    match SqlStrategy::connect_with(b.config().table("leases; DROP TABLE x")).await {
-        Err(AcquireError::BadIdentifier { .. }) => Ok(()),
-        other => Err(format!("expected BadIdentifier, got {other:?}")),
+    match SqlStrategy::connect(b.config().table("leases; DROP TABLE x")).await {
+        Err(SqlError::Config(_)) => Ok(()),
+        other => Err(format!("expected a configuration error, got {other:?}")),
     }
 }
 
@@ -247,7 +247,7 @@ async fn fenced_write_refuses_a_stale_holder(b: Arc<Sql>) -> Result<(), String> 
                     .begin()
                     .await
                     .map_err(|e| e.to_string())?;
-                let r = fences.advance_postgres(&mut tx, "billing", Fence(f)).await;
+                let r = fences.advance(&mut *tx, "billing", Fence(f)).await;
                 tx.commit().await.map_err(|e| e.to_string())?;
                 r
             }
@@ -258,7 +258,7 @@ async fn fenced_write_refuses_a_stale_holder(b: Arc<Sql>) -> Result<(), String> 
                     .begin()
                     .await
                     .map_err(|e| e.to_string())?;
-                let r = fences.advance_mysql(&mut tx, "billing", Fence(f)).await;
+                let r = fences.advance(&mut *tx, "billing", Fence(f)).await;
                 tx.commit().await.map_err(|e| e.to_string())?;
                 r
             }
@@ -269,7 +269,7 @@ async fn fenced_write_refuses_a_stale_holder(b: Arc<Sql>) -> Result<(), String> 
                     .begin()
                     .await
                     .map_err(|e| e.to_string())?;
-                let r = fences.advance_sqlite(&mut tx, "billing", Fence(f)).await;
+                let r = fences.advance(&mut *tx, "billing", Fence(f)).await;
                 tx.commit().await.map_err(|e| e.to_string())?;
                 r
             }
@@ -310,7 +310,7 @@ async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(
     } else {
         b
     };
-    let s = SqlStrategy::connect_with(b.config().op_timeout(op))
+    let s = SqlStrategy::connect(b.config().op_timeout(op))
         .await
         .map_err(|e| e.to_string())?;
     let pool = fresh_pool(1, Duration::from_secs(30))?;

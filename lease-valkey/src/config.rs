@@ -19,6 +19,9 @@ pub enum Method {
     Scripts,
 }
 
+/// The default per-operation timeout (`ValkeyStrategy::DEFAULT_OP_TIMEOUT`).
+pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The largest key prefix accepted.
 pub const MAX_PREFIX_LEN: usize = 64;
 
@@ -54,9 +57,6 @@ impl std::fmt::Debug for ValkeyConfig {
 }
 
 impl ValkeyConfig {
-    /// The default operation timeout.
-    pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(1);
-
     /// A server URL as `fred` reads it: `redis://[user:pass@]host:port[/db]`,
     /// `rediss://…`, `redis-cluster://…`, `redis-sentinel://…`.
     /// Key prefix `leasehold`, [`Method::Auto`], operation timeout 1 s.
@@ -65,7 +65,7 @@ impl ValkeyConfig {
             url: url.into(),
             prefix: "leasehold".into(),
             method: Method::Auto,
-            op_timeout: Self::DEFAULT_OP_TIMEOUT,
+            op_timeout: DEFAULT_OP_TIMEOUT,
         }
     }
 

@@ -3,28 +3,17 @@
 use std::time::Duration;
 
 use fred::error::{Error as FredError, ErrorKind};
+use leasehold_core::ConfigError;
 
 /// Why [`ValkeyStrategy::connect`](crate::ValkeyStrategy::connect) or an
 /// administrative call failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
-    /// The key prefix is not a valid namespace.
-    #[error(
-        "invalid key prefix {0:?}; use 1 to 64 characters of A-Z, a-z, 0-9, '_', '-', '.' or ':'"
-    )]
-    BadPrefix(String),
-    /// The operation timeout is zero.
-    #[error("invalid op_timeout 0s; use a timeout above zero, well below the renewal interval")]
-    BadTimeout,
-    /// The URL could not be parsed.
-    #[error("invalid server URL {url}: {source}; use redis://[user:pass@]host:port[/db]")]
-    BadUrl {
-        /// The URL, without credentials.
-        url: String,
-        /// What `fred` said.
-        source: FredError,
-    },
+pub enum ValkeyError {
+    /// A setting is invalid: the URL, the key prefix (1 to 64 characters of
+    /// `A-Z a-z 0-9 _ - . :`) or a zero operation timeout. Final.
+    #[error("invalid Valkey lease configuration: {0}")]
+    Config(#[from] ConfigError),
     /// The server did not answer in time, or the connection failed.
     #[error(
         "cannot reach {url} (gave up after {timeout:?}): {reason}; check that the server runs and the address is right"

@@ -9,6 +9,13 @@ mod server;
 mod strategy;
 
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
-pub use error::Error;
+pub use error::ValkeyError;
 pub use server::{Product, ServerInfo};
-pub use strategy::{ActivePath, PoolKeys, ValkeyStrategy, marker};
+pub use strategy::{ActivePath, PoolKeys, ValkeyStrategy};
+
+/// The HSETEX path's ownership marker for `slot` held by `token` (a field of
+/// [`PoolKeys::leases`]). For benchmarks and tests: with the `stats` feature only.
+#[cfg(feature = "stats")]
+pub fn marker(slot: u32, token: &leasehold_core::Token) -> String {
+    strategy::marker(slot, token)
+}

@@ -9,12 +9,14 @@ use fred::prelude::{ClientLike, ReconnectPolicy};
 use fred::types::config::{Config, UnresponsiveConfig};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use leasehold_core::{
-    AcquireError, Capabilities, Fence, Floor, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
-    Strategy, Token,
+    AcquireError, Capabilities, ConfigError, Fence, Floor, Grant, PoolName, PoolSpec, Reason,
+    Release, Renewal, Strategy, Token,
 };
 
-use crate::config::{Method, ValkeyConfig, redact, valid_prefix};
-use crate::error::{Error, Failure, classify};
+use crate::config::{
+    DEFAULT_OP_TIMEOUT, MAX_PREFIX_LEN, Method, ValkeyConfig, redact, valid_prefix,
+};
+use crate::error::{Failure, ValkeyError, classify};
 use crate::scripts::{Script, Scripts};
 use crate::server::ServerInfo;
 
@@ -76,7 +78,7 @@ impl PoolKeys {
 }
 
 /// The HSETEX path's ownership marker for `slot` held by `token`.
-pub fn marker(slot: u32, token: &Token) -> String {
+pub(crate) fn marker(slot: u32, token: &Token) -> String {
     format!("token.{slot}.{}", token.to_hex())
 }
 
@@ -122,6 +124,12 @@ impl fmt::Debug for ValkeyStrategy {
 }
 
 impl ValkeyStrategy {
+    /// The smallest TTL accepted: leases are kept in milliseconds.
+    pub const MIN_TTL: Duration = Duration::from_millis(100);
+
+    /// The per-operation timeout unless [`ValkeyConfig::op_timeout`] sets another.
+    pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_OP_TIMEOUT;
+
     /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX`),
     /// picks the path and loads its scripts.
     ///
@@ -131,19 +139,33 @@ impl ValkeyStrategy {
     /// fail at once while the connection is down instead of queueing, an
     /// unresponsive connection is closed and reopened in the background, and
     /// a `tokio` timeout wraps every call as a backstop.
-    pub async fn connect(config: ValkeyConfig) -> Result<Self, Error> {
+    pub async fn connect(config: ValkeyConfig) -> Result<Self, ValkeyError> {
         if !valid_prefix(&config.prefix) {
-            return Err(Error::BadPrefix(config.prefix.clone()));
+            return Err(ConfigError::new(
+                "key_prefix",
+                format!("{:?}", config.prefix),
+                format!("1 to {MAX_PREFIX_LEN} characters of A-Z, a-z, 0-9, '_', '-', '.' or ':'"),
+            )
+            .into());
         }
         if config.op_timeout.is_zero() {
-            return Err(Error::BadTimeout);
+            return Err(ConfigError::new(
+                "op_timeout",
+                "0s",
+                "a timeout above zero, well below the renewal interval",
+            )
+            .into());
         }
         let url = redact(&config.url);
         let timeout = config.op_timeout;
-        let mut fred_config = Config::from_url(&config.url).map_err(|source| Error::BadUrl {
-            url: url.clone(),
-            source,
-        })?;
+        let bad_url = |source: fred::error::Error| {
+            ValkeyError::from(ConfigError::new(
+                "url",
+                format!("{url} ({source})"),
+                "redis://[user:pass@]host:port[/db]",
+            ))
+        };
+        let mut fred_config = Config::from_url(&config.url).map_err(bad_url)?;
         fred_config.fail_fast = true;
         let client = Builder::from_config(fred_config)
             .with_connection_config(|c| {
@@ -159,11 +181,8 @@ impl ValkeyStrategy {
             .with_performance_config(|p| p.default_command_timeout = timeout)
             .set_policy(ReconnectPolicy::new_exponential(0, 20, 1000, 2))
             .build()
-            .map_err(|source| Error::BadUrl {
-                url: url.clone(),
-                source,
-            })?;
-        let unreachable = |reason: String| Error::Unreachable {
+            .map_err(bad_url)?;
+        let unreachable = |reason: String| ValkeyError::Unreachable {
             url: url.clone(),
             timeout,
             reason,
@@ -215,7 +234,7 @@ impl ValkeyStrategy {
         Ok(strategy)
     }
 
-    async fn probe(&self, url: &str) -> Result<ServerInfo, Error> {
+    async fn probe(&self, url: &str) -> Result<ServerInfo, ValkeyError> {
         let info: String = self
             .call("INFO", ClusterHash::Random, vec!["server".into()])
             .await
@@ -241,14 +260,14 @@ impl ValkeyStrategy {
         Ok(server)
     }
 
-    fn failure_error(&self, command: &'static str, url: &str, f: Failure) -> Error {
+    fn failure_error(&self, command: &'static str, url: &str, f: Failure) -> ValkeyError {
         match f {
-            Failure::Transient(reason) => Error::Unreachable {
+            Failure::Transient(reason) => ValkeyError::Unreachable {
                 url: url.to_owned(),
                 timeout: self.inner.config.op_timeout,
                 reason,
             },
-            other => Error::Server {
+            other => ValkeyError::Server {
                 server: self.inner.server.to_string(),
                 command,
                 reason: other.text().to_owned(),
@@ -277,7 +296,9 @@ impl ValkeyStrategy {
     }
 
     /// Commands sent since connect (one per round trip; the probe and script
-    /// loading at connect are not counted).
+    /// loading at connect are not counted). For benchmarks and tests: with the
+    /// `stats` feature only.
+    #[cfg(feature = "stats")]
     pub fn round_trips(&self) -> u64 {
         self.inner.round_trips.load(Ordering::Relaxed)
     }
@@ -285,8 +306,8 @@ impl ValkeyStrategy {
     /// Deletes `slot`'s lease behind its holder's back (both fields on the
     /// HSETEX path), as an operator would: the holder's next renewal is
     /// `Lost`. The fence is kept. Returns whether a lease was there.
-    pub async fn revoke(&self, pool: &PoolName, slot: u32) -> Result<bool, Error> {
-        let keys = self.keys(pool);
+    pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, ValkeyError> {
+        let keys = self.keys(pool.name());
         let url = redact(&self.inner.config.url);
         let n: i64 = match self.inner.path {
             ActivePath::Hsetex => self
@@ -397,7 +418,7 @@ impl Strategy for ValkeyStrategy {
         let Some(ttl) = ttl_ms(pool.ttl()) else {
             return Err(AcquireError::Misconfigured {
                 what: format!("ttl {:?} is below the store's 1 ms resolution", pool.ttl()),
-                fix: "use a ttl of at least 100 ms".into(),
+                fix: format!("use a ttl of at least {:?}", Self::MIN_TTL),
             });
         };
         let keys = self.keys(pool.name());
@@ -548,7 +569,7 @@ impl Strategy for ValkeyStrategy {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::coordinated(true, Duration::from_millis(100))
+        Capabilities::coordinated(true, Self::MIN_TTL)
     }
 
     fn identity(&self) -> String {

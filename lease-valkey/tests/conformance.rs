@@ -74,10 +74,7 @@ impl Backend for Valkey {
     ) -> Option<BoxFuture<'a, Result<(), String>>> {
         Some(Box::pin(async move {
             let s = self.strategy(self.method).await?;
-            let was = s
-                .revoke(pool.name(), slot)
-                .await
-                .map_err(|e| e.to_string())?;
+            let was = s.revoke(pool, slot).await.map_err(|e| e.to_string())?;
             ensure!(was, "no lease on slot {slot} to revoke");
             Ok(())
         }))
@@ -188,10 +185,7 @@ async fn freed_slots_are_found_around_the_hint(b: Arc<Valkey>) -> Outcome {
     }
     let slots: Vec<u32> = grants.iter().map(|g| g.slot).collect();
     ensure!(slots == [0, 1, 2, 3], "slots {slots:?}");
-    ensure!(
-        s.revoke(p.name(), 1).await.map_err(|e| e.to_string())?,
-        "revoke"
-    );
+    ensure!(s.revoke(&p, 1).await.map_err(|e| e.to_string())?, "revoke");
     let g = s
         .acquire(&p, Floor::NONE)
         .await
@@ -225,13 +219,13 @@ async fn connect_errors_are_prompt_and_typed(_b: Arc<Valkey>) -> Outcome {
     .await
     .map_err(|_| "connect to a closed port still pending after 4 op timeouts".to_owned())?;
     ensure!(
-        matches!(r, Err(leasehold_valkey::Error::Unreachable { .. })),
+        matches!(r, Err(leasehold_valkey::ValkeyError::Unreachable { .. })),
         "closed port answered {r:?}"
     );
     let r =
         ValkeyStrategy::connect(ValkeyConfig::new("redis://127.0.0.1:1").key_prefix("a{b}")).await;
     ensure!(
-        matches!(r, Err(leasehold_valkey::Error::BadPrefix(_))),
+        matches!(r, Err(leasehold_valkey::ValkeyError::Config(_))),
         "bad prefix answered {r:?}"
     );
     Ok(())

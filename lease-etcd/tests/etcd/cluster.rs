@@ -11,7 +11,7 @@ use leasehold_conformance::proxy::{Fault, FaultProxy};
 use leasehold_conformance::servers::{self, ServerKind};
 use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials};
 use leasehold_core::{LeaseConfig, LeaseManager, LossCause, LossEvent, Release, Renewal, Strategy};
-use leasehold_etcd::{DEFAULT_OP_TIMEOUT, EtcdConfig, EtcdLeases};
+use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
 use super::EtcdBackend;
 
@@ -193,8 +193,8 @@ async fn start_cluster(kind: ServerKind) -> Result<Cluster, String> {
 }
 
 /// A strategy over every member with operations bounded by `op_timeout`.
-async fn connect(cluster: &Cluster, op_timeout: Duration) -> Result<EtcdLeases, String> {
-    EtcdLeases::connect(EtcdConfig::new(cluster.endpoints()).op_timeout(op_timeout))
+async fn connect(cluster: &Cluster, op_timeout: Duration) -> Result<EtcdStrategy, String> {
+    EtcdStrategy::connect(EtcdConfig::new(cluster.endpoints()).op_timeout(op_timeout))
         .await
         .map_err(|e| e.to_string())
 }
@@ -206,7 +206,7 @@ async fn cluster_one_member_down_keeps_leases_renewing(b: Arc<EtcdBackend>) -> R
     // The product's default operation timeout: a loaded machine may hold an
     // answer of the live members past 1 s; only a Retry caused by the dead
     // member is the defect this test looks for.
-    let leases = connect(&cluster, DEFAULT_OP_TIMEOUT).await?;
+    let leases = connect(&cluster, EtcdStrategy::DEFAULT_OP_TIMEOUT).await?;
     let pool = fresh_pool(8, Duration::from_secs(4))?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
@@ -314,9 +314,11 @@ async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
         .await
         .map_err(|e| e.to_string())?;
     endpoints[victim] = format!("http://{}", proxy.addr());
-    let leases = EtcdLeases::connect(EtcdConfig::new(endpoints).op_timeout(DEFAULT_OP_TIMEOUT))
-        .await
-        .map_err(|e| e.to_string())?;
+    let leases = EtcdStrategy::connect(
+        EtcdConfig::new(endpoints).op_timeout(EtcdStrategy::DEFAULT_OP_TIMEOUT),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let pool = fresh_pool(16, Duration::from_secs(10))?;
     let grant = leases
         .acquire(&pool, Floor::NONE)

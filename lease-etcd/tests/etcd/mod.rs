@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use leasehold_conformance::servers::{Server, ServerKind};
 use leasehold_conformance::{Backend, Store};
 use leasehold_core::{BoxFuture, PoolSpec};
-use leasehold_etcd::{EtcdConfig, EtcdLeases};
+use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
 /// What the suite knows of an etcd server: its URL.
 #[derive(Clone)]
@@ -29,8 +29,8 @@ impl EtcdBackend {
         }
     }
 
-    pub(crate) async fn leases(&self) -> Result<EtcdLeases, String> {
-        EtcdLeases::connect(EtcdConfig::new([self.url.clone()]))
+    pub(crate) async fn leases(&self) -> Result<EtcdStrategy, String> {
+        EtcdStrategy::connect(EtcdConfig::new([self.url.clone()]))
             .await
             .map_err(|e| e.to_string())
     }
@@ -47,7 +47,7 @@ impl Backend for EtcdBackend {
         op_timeout: Duration,
     ) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
-            let leases = EtcdLeases::connect(
+            let leases = EtcdStrategy::connect(
                 EtcdConfig::new([format!("http://{addr}")]).op_timeout(op_timeout),
             )
             .await
@@ -67,17 +67,10 @@ impl Backend for EtcdBackend {
     ) -> Option<BoxFuture<'a, Result<(), String>>> {
         Some(Box::pin(async move {
             let leases = self.leases().await?;
-            let key = leases.slot_key(pool.name(), slot);
-            let deleted = leases
-                .client()
-                .clone()
-                .delete(key.clone(), None)
-                .await
-                .map_err(|e| e.to_string())?;
-            if deleted.deleted() == 1 {
-                Ok(())
-            } else {
-                Err(format!("revoke: key {key} was not there"))
+            match leases.revoke(pool, slot).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(format!("revoke: slot {slot} was not held")),
+                Err(e) => Err(e.to_string()),
             }
         }))
     }

@@ -10,7 +10,7 @@ use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials}
 use leasehold_core::{
     AcquireError, LeaseConfig, LeaseManager, LeaseState, Release, Renewal, StartError, Strategy,
 };
-use leasehold_etcd::{EtcdConfig, EtcdError, EtcdLeases};
+use leasehold_etcd::{EtcdConfig, EtcdError, EtcdStrategy};
 
 use super::{EtcdBackend, until};
 
@@ -24,6 +24,7 @@ pub(crate) fn register(target: Target) -> Target {
         too_short_ttl_is_a_configuration_error,
         fractional_ttl_is_rounded_up_and_reported,
         fence_is_the_keys_create_revision,
+        revoke_deletes_the_key_and_its_lease_once,
         acquire_is_two_round_trips_while_candidates_are_free,
         credentials_pass_through_and_are_never_shown,
     )
@@ -128,7 +129,7 @@ async fn watch_survives_dropped_connections_then_reports_loss(
 ) -> Result<(), String> {
     let addr = b.addr.ok_or("no store address")?;
     let proxy = FaultProxy::start(addr).await.map_err(|e| e.to_string())?;
-    let leases = EtcdLeases::connect(
+    let leases = EtcdStrategy::connect(
         EtcdConfig::new([format!("http://{}", proxy.addr())]).op_timeout(Duration::from_secs(1)),
     )
     .await
@@ -322,6 +323,61 @@ async fn fence_is_the_keys_create_revision(b: Arc<EtcdBackend>) -> Result<(), St
     Ok(())
 }
 
+/// `revoke` deletes the slot key and revokes its etcd lease: the holder's
+/// renewal is `Lost`, a second revoke finds nothing, and the next holder of the
+/// slot gets a bigger fence.
+async fn revoke_deletes_the_key_and_its_lease_once(b: Arc<EtcdBackend>) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let lease_id = leases
+        .client()
+        .clone()
+        .get(leases.slot_key(pool.name(), 0), None)
+        .await
+        .map_err(|e| e.to_string())?
+        .kvs()
+        .first()
+        .ok_or("slot key missing")?
+        .lease();
+    let operator = b.leases().await?;
+    ensure!(
+        operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
+        "first revoke found nothing"
+    );
+    ensure!(
+        !operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
+        "second revoke found a lease"
+    );
+    let r = leases.renew(&pool, &grant, Floor::NONE).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
+    let ttl = leases
+        .client()
+        .clone()
+        .lease_time_to_live(lease_id, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        ttl.ttl() == -1,
+        "the etcd lease survived (ttl {})",
+        ttl.ttl()
+    );
+    let next = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        next.fence > grant.fence,
+        "fence {} after {}",
+        next.fence,
+        grant.fence
+    );
+    Ok(())
+}
+
 /// Round trips: 2 per acquisition while a candidate is free; a nearly full
 /// pool costs at most one more transaction per round.
 async fn acquire_is_two_round_trips_while_candidates_are_free(
@@ -408,7 +464,7 @@ async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Re
         !format!("{config:?}").contains(root_pw),
         "password in Debug output"
     );
-    let leases = EtcdLeases::connect(config)
+    let leases = EtcdStrategy::connect(config)
         .await
         .map_err(|e| e.to_string())?;
     ensure!(
@@ -423,7 +479,7 @@ async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Re
     ensure!(matches!(r, Renewal::Renewed { .. }), "renewal {r:?}");
 
     // A wrong password is refused at connect, without echoing it.
-    match EtcdLeases::connect(EtcdConfig::new([url.clone()]).user("root", "wrong-Secret")).await {
+    match EtcdStrategy::connect(EtcdConfig::new([url.clone()]).user("root", "wrong-Secret")).await {
         Err(e @ EtcdError::Auth { .. }) => {
             let text = e.to_string();
             ensure!(
@@ -435,7 +491,7 @@ async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Re
     }
 
     // A user without any role may not grant leases or write keys: final error.
-    let app = EtcdLeases::connect(EtcdConfig::new([url]).user("app", app_pw))
+    let app = EtcdStrategy::connect(EtcdConfig::new([url]).user("app", app_pw))
         .await
         .map_err(|e| e.to_string())?;
     match app.acquire(&pool, Floor::NONE).await {

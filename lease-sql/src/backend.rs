@@ -1,0 +1,470 @@
+//! The SQL backend, generic over the [`Dialect`]: every lease operation is
+//! written here once. [`Ops`] is its object-safe face, where the engine is
+//! erased (see `SqlStrategy`).
+
+use std::any::Any;
+use std::future::Future;
+use std::time::Duration;
+
+use leasehold_core::{
+    AcquireError, BoxFuture, Fence, Grant, PoolSpec, Reason, Release, Renewal, Token,
+};
+use sqlx::{ColumnIndex, Connection, Execute, Executor, Row};
+
+use crate::config::SqlConfig;
+use crate::conns::Conns;
+use crate::dialect::{Dialect, with_sqlx_bounds};
+use crate::engine::Engine;
+use crate::error::SqlError;
+use crate::failure::Failure;
+use crate::ident::TableName;
+use crate::statements::{COLUMNS, Statements};
+
+/// Rows inserted per statement when a pool is populated.
+const POPULATE_CHUNK: u32 = 1000;
+
+/// What a strategy is, whatever its engine.
+#[derive(Debug)]
+pub(crate) struct Info {
+    pub(crate) engine: Engine,
+    pub(crate) networked: bool,
+    pub(crate) table: TableName,
+    pub(crate) op_timeout: Duration,
+    pub(crate) identity: String,
+    pub(crate) version: String,
+}
+
+/// The object-safe face of a [`Backend`]: the one point where the engine is
+/// erased.
+pub(crate) trait Ops: Send + Sync {
+    fn info(&self) -> &Info;
+    fn acquire<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<Grant, AcquireError>>;
+    fn renew<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Renewal>;
+    fn release<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Release>;
+    fn revoke<'a>(&'a self, pool: &'a PoolSpec, slot: u32)
+    -> BoxFuture<'a, Result<bool, SqlError>>;
+    fn ensure_table(&self) -> BoxFuture<'_, Result<(), AcquireError>>;
+    fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), AcquireError>>;
+    fn ensure_fence_table<'a>(&'a self, t: &'a TableName) -> BoxFuture<'a, Result<(), SqlError>>;
+    fn close(&self) -> BoxFuture<'_, ()>;
+    /// The caller's `sqlx::Pool<D>`.
+    fn pool(&self) -> &(dyn Any + Send + Sync);
+}
+
+/// The lease connections (own, see `conns.rs`), how to open more, and a lazy
+/// sqlx pool handed to callers for their own writes.
+pub(crate) struct Backend<D: Dialect> {
+    conns: Conns<D::Connection>,
+    opts: D::Opts,
+    pool: sqlx::Pool<D>,
+    sql: Statements,
+    info: Info,
+}
+
+with_sqlx_bounds!([impl<D> Backend<D>] {
+    /// Opens the database `config` names, keeping the first connection for
+    /// the first operation.
+    pub(crate) async fn connect(config: &SqlConfig, table: TableName) -> Result<Self, SqlError> {
+        let opened = D::open(config).await?;
+        Ok(Self {
+            conns: Conns::new(config.max_connections, Some(opened.conn)),
+            opts: opened.opts,
+            pool: opened.pool,
+            sql: Statements::new::<D>(&table),
+            info: Info {
+                engine: D::ENGINE,
+                networked: D::NETWORKED,
+                identity: format!("{}#{table}", D::identity(&config.url)),
+                table,
+                op_timeout: config.op_timeout,
+                version: opened.version,
+            },
+        })
+    }
+
+    /// Runs `q` on a lease connection; the rows it changed.
+    async fn execute<'q, E: Execute<'q, D> + 'q>(&self, q: E) -> Result<u64, sqlx::Error> {
+        let mut co = self.conns.checkout(|| D::connect(&self.opts)).await?;
+        let n = D::rows_affected(&co.conn().execute(q).await?);
+        co.done();
+        Ok(n)
+    }
+
+    /// Runs `q` on a lease connection; the rows it answered.
+    async fn fetch_all<'q, E: Execute<'q, D> + 'q>(
+        &self,
+        q: E,
+    ) -> Result<Vec<D::Row>, sqlx::Error> {
+        let mut co = self.conns.checkout(|| D::connect(&self.opts)).await?;
+        let rows = co.conn().fetch_all(q).await?;
+        co.done();
+        Ok(rows)
+    }
+
+    /// Runs `q` on a lease connection; the one row it answered.
+    async fn fetch_one<'q, E: Execute<'q, D> + 'q>(&self, q: E) -> Result<D::Row, sqlx::Error> {
+        let mut co = self.conns.checkout(|| D::connect(&self.opts)).await?;
+        let row = co.conn().fetch_one(q).await?;
+        co.done();
+        Ok(row)
+    }
+
+    /// Runs `fut` with the operation timeout; classifies its error.
+    async fn timed<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, Failure> {
+        self.bounded(what, self.info.op_timeout, fut).await
+    }
+
+    /// Runs `fut` within `budget`; classifies its error.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        budget: Duration,
+        fut: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, Failure> {
+        match tokio::time::timeout(budget, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(D::classify(what, &e)),
+            Err(_) => Err(Failure::timeout(what, budget)),
+        }
+    }
+
+    /// The budget of schema changes.
+    fn ddl_budget(&self) -> Duration {
+        self.info.op_timeout.max(Duration::from_secs(30))
+    }
+
+    async fn ensure_table(&self) -> Result<(), AcquireError> {
+        let ddl = D::create_table(&self.sql.table);
+        match self
+            .bounded(
+                "schema",
+                self.ddl_budget(),
+                self.execute(sqlx::raw_sql(&ddl)),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Concurrent CREATE TABLE IF NOT EXISTS can collide in PostgreSQL's
+            // catalog; the table then exists, which the check below confirms.
+            Err(f) => match self.schema_problem().await {
+                Ok(None) => Ok(()),
+                _ => Err(self.to_acquire_error(f).await),
+            },
+        }
+    }
+
+    async fn populate(&self, pool: &PoolSpec) -> Result<(), AcquireError> {
+        let mut start = 0;
+        while start < pool.size() {
+            let end = pool.size().min(start.saturating_add(POPULATE_CHUNK));
+            let sql = self.sql.populate::<D>(pool.name().as_str(), start, end);
+            if let Err(f) = self
+                .bounded(
+                    "schema",
+                    self.ddl_budget(),
+                    self.execute(sqlx::raw_sql(&sql)),
+                )
+                .await
+            {
+                return Err(self.to_acquire_error(f).await);
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
+    async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, SqlError> {
+        let q = sqlx::query(&self.sql.revoke)
+            .bind(pool.name().as_str())
+            .bind(D::slot(slot));
+        let n = tokio::time::timeout(self.info.op_timeout, self.execute(q))
+            .await
+            .map_err(|_| SqlError::Timeout(self.info.op_timeout))??;
+        Ok(n > 0)
+    }
+
+    async fn ensure_fence_table(&self, t: &TableName) -> Result<(), SqlError> {
+        let sql = D::create_fence_table(&t.quoted(D::QUOTE));
+        let budget = self.ddl_budget();
+        tokio::time::timeout(budget, sqlx::raw_sql(&sql).execute(&self.pool))
+            .await
+            .map_err(|_| SqlError::Timeout(budget))??;
+        Ok(())
+    }
+
+    /// The lease table's column names.
+    async fn column_names(&self) -> Result<Vec<String>, sqlx::Error> {
+        let q = sqlx::query(D::COLUMNS).bind(self.info.table.as_str());
+        let rows = self.fetch_all(q).await?;
+        rows.iter().map(|r| r.try_get(0)).collect()
+    }
+
+    /// `Ok(Some(error))` when the lease table is missing or lacks columns.
+    async fn schema_problem(&self) -> Result<Option<AcquireError>, Failure> {
+        let columns = self.timed("schema check", self.column_names()).await?;
+        let (engine, table) = (D::ENGINE, &self.info.table);
+        let fix = format!(
+            "create it with `SqlStrategy::ensure_pool(&pool)` (or `ensure_table()`), or apply \
+             lease-sql/migrations/{engine}/0001_leasehold_leases.sql (written for the default \
+             table name leasehold_leases)"
+        );
+        if columns.is_empty() {
+            return Ok(Some(AcquireError::MissingSchema {
+                what: format!("the lease table {table} does not exist ({engine})"),
+                fix,
+            }));
+        }
+        let missing: Vec<&str> = COLUMNS
+            .iter()
+            .copied()
+            .filter(|c| !columns.iter().any(|have| have.eq_ignore_ascii_case(c)))
+            .collect();
+        if missing.is_empty() {
+            Ok(None)
+        } else {
+            Ok(Some(AcquireError::MissingSchema {
+                what: format!(
+                    "table {table} is not a leasehold lease table: it lacks the columns {}",
+                    missing.join(", ")
+                ),
+                fix: format!(
+                    "choose another table with `SqlConfig::table(..)`, or drop/rename this one \
+                     and {fix}"
+                ),
+            }))
+        }
+    }
+
+    /// Turns a classified failure into the acquisition error a caller acts on.
+    async fn to_acquire_error(&self, f: Failure) -> AcquireError {
+        match f {
+            Failure::Transient(m) => AcquireError::Unreachable(Reason::new(m)),
+            Failure::Contention(m) => AcquireError::Contention(Reason::new(m)),
+            Failure::Schema(m) => match self.schema_problem().await {
+                Ok(Some(e)) => e,
+                Ok(None) => AcquireError::MissingSchema {
+                    what: format!("the lease table {} is not usable: {m}", self.info.table),
+                    fix: format!(
+                        "check its column types against \
+                         lease-sql/migrations/{}/0001_leasehold_leases.sql",
+                        D::ENGINE
+                    ),
+                },
+                Err(check) => AcquireError::Unreachable(Reason::new(format!(
+                    "{m}; and checking the schema failed: {}",
+                    check.text()
+                ))),
+            },
+            Failure::Final(m) => AcquireError::Misconfigured {
+                what: m,
+                fix: "check the database URL, the user's privileges on the lease table and the \
+                      server version"
+                    .to_owned(),
+            },
+        }
+    }
+
+    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+        let mut populated = false;
+        loop {
+            let token = Token::random();
+            match self.try_acquire(pool, &token).await {
+                Ok(Some((slot, fence))) => {
+                    // Floors are not persisted here yet (issue 12).
+                    return Ok(Grant::new(slot, token, Fence(fence), pool.ttl()));
+                }
+                Ok(None) => {
+                    // No free slot: either the pool is full, or it lacks rows
+                    // (never prepared, or it grew). Rare path: count, fill, retry once.
+                    let rows = match self.count_rows(pool).await {
+                        Ok(n) => n,
+                        Err(f) => return Err(self.to_acquire_error(f).await),
+                    };
+                    if rows >= u64::from(pool.size()) || populated {
+                        return Err(AcquireError::PoolExhausted {
+                            pool: pool.name().to_string(),
+                            size: pool.size(),
+                        });
+                    }
+                    self.populate(pool).await?;
+                    populated = true;
+                }
+                Err(f) => return Err(self.to_acquire_error(f).await),
+            }
+        }
+    }
+
+    /// One acquisition attempt: `Ok(None)` when no free slot was found.
+    async fn try_acquire(
+        &self,
+        pool: &PoolSpec,
+        token: &Token,
+    ) -> Result<Option<(u32, u64)>, Failure> {
+        // Where a scan locks the rows it skips (`Dialect::RANDOM_START`), each
+        // attempt starts at a random slot and wraps around: a second round trip
+        // only when the upper part is full.
+        if D::RANDOM_START && pool.size() > 1 {
+            let bytes = Token::random();
+            let b = bytes.as_bytes();
+            let start = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) % pool.size();
+            if let Some(g) = self.try_range(pool, token, start, pool.size()).await? {
+                return Ok(Some(g));
+            }
+            if start == 0 {
+                return Ok(None);
+            }
+            return self.try_range(pool, token, 0, start).await;
+        }
+        self.try_range(pool, token, 0, pool.size()).await
+    }
+
+    /// One acquisition round trip over slots `from..to`.
+    async fn try_range(
+        &self,
+        pool: &PoolSpec,
+        token: &Token,
+        from: u32,
+        to: u32,
+    ) -> Result<Option<(u32, u64)>, Failure> {
+        let sql = self.sql.acquire::<D>(pool, token.as_bytes(), from, to);
+        let rows = self
+            .timed("acquire", self.fetch_all(sqlx::raw_sql(&sql)))
+            .await?;
+        rows.first().map(decode_grant::<D>).transpose()
+    }
+
+    async fn count_rows(&self, pool: &PoolSpec) -> Result<u64, Failure> {
+        let q = sqlx::query(&self.sql.count)
+            .bind(pool.name().as_str())
+            .bind(D::slot(pool.size()));
+        let n: i64 = self
+            .timed("count pool rows", async {
+                self.fetch_one(q).await?.try_get(0)
+            })
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Runs the renew or release statement; the number of rows it matched.
+    async fn owned_update(
+        &self,
+        pool: &PoolSpec,
+        grant: &Grant,
+        renew: bool,
+    ) -> Result<u64, Failure> {
+        let (what, q) = if renew {
+            (
+                "renew",
+                sqlx::query(&self.sql.renew).bind(D::ttl(pool.ttl())),
+            )
+        } else {
+            ("release", sqlx::query(&self.sql.release))
+        };
+        let q = q
+            .bind(pool.name().as_str())
+            .bind(D::slot(grant.slot))
+            .bind(grant.token.as_bytes().as_slice());
+        self.timed(what, self.execute(q)).await
+    }
+
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
+        match self.owned_update(pool, grant, true).await {
+            Ok(0) => Renewal::Lost(Reason::new(format!(
+                "slot {} of pool {} is no longer held by this token in {} (expired, taken or \
+                 revoked)",
+                grant.slot,
+                pool.name(),
+                self.info.table
+            ))),
+            Ok(_) => Renewal::renewed(pool.ttl()),
+            Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
+        }
+    }
+
+    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
+        match self.owned_update(pool, grant, false).await {
+            Ok(0) => Release::NotHeld,
+            Ok(_) => Release::Released,
+            Err(f) => Release::Retry(Reason::new(f.text().to_owned())),
+        }
+    }
+
+    async fn close(&self) {
+        for c in self.conns.drain().await {
+            let _ = c.close().await;
+        }
+        self.pool.close().await;
+    }
+});
+
+with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
+    fn info(&self) -> &Info {
+        &self.info
+    }
+
+    fn acquire<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<Grant, AcquireError>> {
+        Box::pin(self.acquire(pool))
+    }
+
+    fn renew<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Renewal> {
+        Box::pin(self.renew(pool, grant))
+    }
+
+    fn release<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Release> {
+        Box::pin(self.release(pool, grant))
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> BoxFuture<'a, Result<bool, SqlError>> {
+        Box::pin(self.revoke(pool, slot))
+    }
+
+    fn ensure_table(&self) -> BoxFuture<'_, Result<(), AcquireError>> {
+        Box::pin(self.ensure_table())
+    }
+
+    fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), AcquireError>> {
+        Box::pin(async move {
+            self.ensure_table().await?;
+            self.populate(pool).await
+        })
+    }
+
+    fn ensure_fence_table<'a>(&'a self, t: &'a TableName) -> BoxFuture<'a, Result<(), SqlError>> {
+        Box::pin(self.ensure_fence_table(t))
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.close())
+    }
+
+    fn pool(&self) -> &(dyn Any + Send + Sync) {
+        &self.pool
+    }
+});
+
+fn decode_grant<D: Dialect>(row: &D::Row) -> Result<(u32, u64), Failure>
+where
+    usize: ColumnIndex<D::Row>,
+{
+    let slot: D::Slot = row
+        .try_get(0)
+        .map_err(|e| D::classify("acquire: decoding slot", &e))?;
+    let fence: D::Fence = row
+        .try_get(1)
+        .map_err(|e| D::classify("acquire: decoding fence", &e))?;
+    let slot = slot
+        .try_into()
+        .map_err(|_| Failure::Schema("acquire: slot out of range".to_owned()))?;
+    let fence = fence
+        .try_into()
+        .map_err(|_| Failure::Schema("acquire: negative fence".to_owned()))?;
+    Ok((slot, fence))
+}

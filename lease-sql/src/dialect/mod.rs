@@ -1,0 +1,370 @@
+//! What differs between the SQL engines, and nothing else.
+//!
+//! A [`Dialect`] is implemented by sqlx's database type of each engine
+//! (`sqlx::Postgres`, `sqlx::MySql`, `sqlx::Sqlite`, each behind its Cargo
+//! feature). It says how a slot, a fence and a TTL are bound and decoded,
+//! how a connection is opened, how the engine's error codes are classified,
+//! and the few statement texts that are not the same everywhere. Every
+//! operation is written once, generically, in `backend.rs`; a new engine is a
+//! new file here.
+
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use leasehold_core::{BoxFuture, Fence, Reason};
+use sqlx::error::DatabaseError;
+use sqlx::query::Query;
+use sqlx::{Decode, Encode, Row, Type};
+
+use crate::config::SqlConfig;
+use crate::engine::Engine;
+use crate::error::{FenceError, SqlError};
+use crate::failure::Failure;
+
+/// A database this build of the crate speaks: `sqlx::Postgres`,
+/// `sqlx::MySql` and `sqlx::Sqlite`, each behind the Cargo feature of its
+/// name. Sealed: an engine is added inside the crate, by implementing its
+/// dialect.
+#[allow(private_bounds)] // the bound is what seals it
+pub trait SqlDatabase: Dialect {
+    /// `FenceTable::advance` on this engine.
+    #[doc(hidden)]
+    fn advance_fence<'c>(
+        conn: &'c mut Self::Connection,
+        t: &'c str,
+        resource: &'c str,
+        fence: Fence,
+    ) -> BoxFuture<'c, Result<(), FenceError>>;
+}
+
+/// Writes an item generic over a dialect `D` with the bounds the operations
+/// need of D's sqlx types (where-clauses are not implied, so they are spelled
+/// here, once): `with_sqlx_bounds!([header] { body })`.
+macro_rules! with_sqlx_bounds {
+    ([$($head:tt)*] { $($body:tt)* }) => {
+        $($head)*
+        where
+            D: $crate::dialect::Dialect,
+            for<'c> &'c mut D::Connection: sqlx::Executor<'c, Database = D>,
+            for<'q> D::Arguments<'q>: sqlx::IntoArguments<'q, D>,
+            usize: sqlx::ColumnIndex<D::Row>,
+            for<'q> &'q str: sqlx::Encode<'q, D> + sqlx::Type<D>,
+            for<'q> &'q [u8]: sqlx::Encode<'q, D> + sqlx::Type<D>,
+            for<'r> i64: sqlx::Decode<'r, D> + sqlx::Type<D>,
+            for<'r> String: sqlx::Decode<'r, D> + sqlx::Type<D>,
+        { $($body)* }
+    };
+}
+pub(crate) use with_sqlx_bounds;
+
+with_sqlx_bounds!([impl<D> SqlDatabase for D] {
+    fn advance_fence<'c>(
+        conn: &'c mut D::Connection,
+        t: &'c str,
+        resource: &'c str,
+        fence: Fence,
+    ) -> BoxFuture<'c, Result<(), FenceError>> {
+        Box::pin(advance::<D>(conn, t, resource, fence))
+    }
+});
+
+/// A database just opened: the first lease connection, how to open more, a
+/// lazily connecting pool for the caller's own writes, and the server as it
+/// describes itself.
+pub(crate) struct Opened<D: Dialect> {
+    pub(crate) conn: D::Connection,
+    pub(crate) opts: D::Opts,
+    pub(crate) pool: sqlx::Pool<D>,
+    pub(crate) version: String,
+}
+
+impl<D: Dialect> Opened<D> {
+    /// `conn` and `opts` for the lease operations, and a pool of at most
+    /// `max` connections opened lazily with `pool_options`.
+    pub(crate) fn new(
+        conn: D::Connection,
+        opts: D::Opts,
+        pool_options: <D::Connection as sqlx::Connection>::Options,
+        max: u32,
+        version: String,
+    ) -> Self {
+        let pool = sqlx::pool::PoolOptions::<D>::new()
+            .max_connections(max)
+            .connect_lazy_with(pool_options);
+        Self {
+            conn,
+            opts,
+            pool,
+            version,
+        }
+    }
+}
+
+/// A query of dialect `D` with its binds so far.
+pub(crate) type Q<'q, D> = Query<'q, D, <D as sqlx::Database>::Arguments<'q>>;
+
+/// One SQL engine (see the module docs).
+pub(crate) trait Dialect: sqlx::Database {
+    /// Which engine this is.
+    const ENGINE: Engine;
+    /// Whether the database is reached over the network (SQLite is a file).
+    const NETWORKED: bool;
+    /// The identifier quote.
+    const QUOTE: char;
+    /// Whether an acquisition starts at a random slot and wraps around.
+    /// MySQL/MariaDB lock every row a `FOR UPDATE` scan passes over, even the
+    /// taken ones it then skips: hundreds of acquirers all scanning from slot 0
+    /// is quadratic lock traffic. PostgreSQL (MVCC) and SQLite (one writer)
+    /// take the lowest free slot.
+    const RANDOM_START: bool;
+    /// The server's current time, in the representation of the time columns.
+    const NOW: &'static str;
+    /// Lists the columns of the table named by the one parameter.
+    const COLUMNS: &'static str;
+
+    /// A slot number as bound and as decoded.
+    type Slot: for<'q> Encode<'q, Self>
+        + for<'r> Decode<'r, Self>
+        + Type<Self>
+        + TryInto<u32>
+        + Send
+        + 'static;
+    /// A fence as bound and as decoded.
+    type Fence: for<'q> Encode<'q, Self>
+        + for<'r> Decode<'r, Self>
+        + Type<Self>
+        + TryInto<u64>
+        + Copy
+        + Send
+        + 'static;
+    /// A TTL as bound (see [`Dialect::ttl_param`]).
+    type Ttl: for<'q> Encode<'q, Self> + Type<Self> + Send + 'static;
+    /// What opening another lease connection takes.
+    type Opts: Send + Sync + 'static;
+
+    /// `slot` as bound.
+    fn slot(slot: u32) -> Self::Slot;
+    /// `fence` as bound (saturating where the column is signed).
+    fn fence(fence: u64) -> Self::Fence;
+    /// `ttl` as bound.
+    fn ttl(ttl: Duration) -> Self::Ttl;
+
+    /// The `n`-th statement parameter (from 1).
+    fn param(n: usize) -> String;
+    /// The `n`-th parameter where it carries a TTL.
+    fn ttl_param(n: usize) -> String {
+        Self::param(n)
+    }
+    /// `ttl` as a literal where [`Dialect::ttl_param`] would stand
+    /// (microseconds unless the engine says otherwise).
+    fn ttl_literal(ttl: Duration) -> String {
+        ttl.as_micros().to_string()
+    }
+    /// The expiry `ttl` (a parameter or a literal) after now.
+    fn expires_after(ttl: &str) -> String;
+    /// A token (lower-case hex) as a literal.
+    fn token_literal(hex: &str) -> String;
+    /// A UTF-8 holder (lower-case hex of its bytes) as a text literal.
+    fn holder_literal(hex: &str) -> String;
+    /// The acquisition as one round trip of plain text: claims the lowest slot
+    /// of `pool` that `free` selects with the assignments `set` (see
+    /// `Statements::acquire`), and answers its slot and fence.
+    fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str) -> String;
+    /// `INSERT` of `values` into `columns` that skips rows whose `key` exists.
+    fn insert_missing(t: &str, columns: &str, values: &str, key: &str) -> String {
+        format!("INSERT INTO {t} ({columns}) VALUES {values} ON CONFLICT ({key}) DO NOTHING")
+    }
+    /// The DDL of the lease table `t` (quoted); the same text ships in
+    /// `migrations/<engine>/`.
+    fn create_table(t: &str) -> String;
+
+    /// The DDL of the fence table `t` (quoted).
+    fn create_fence_table(t: &str) -> String;
+    /// The fenced write on fence table `t`: an optional statement that makes
+    /// sure the resource's row exists (binds the resource), the write itself
+    /// (binds through [`Dialect::bind_fence_write`]; it matches no row when a
+    /// bigger fence has written), and the query of the fence seen (binds the
+    /// resource).
+    fn fence_write(t: &str) -> FenceSql;
+    /// Binds `resource` and `fence` to [`FenceSql::write`].
+    fn bind_fence_write<'q>(q: Q<'q, Self>, resource: &'q str, fence: Self::Fence) -> Q<'q, Self>;
+
+    /// Opens the database `config` names and checks the server.
+    fn open(config: &SqlConfig) -> impl Future<Output = Result<Opened<Self>, SqlError>> + Send;
+    /// Opens another lease connection.
+    fn connect(
+        opts: &Self::Opts,
+    ) -> impl Future<Output = Result<Self::Connection, sqlx::Error>> + Send + '_;
+    /// Classifies an error the server answered with; `msg` describes it.
+    fn classify_database(e: &dyn DatabaseError, msg: String) -> Failure;
+    /// The rows a statement changed (or matched, where sqlx asks for that).
+    fn rows_affected(r: &Self::QueryResult) -> u64;
+    /// The store's identity for a `url` (see `Strategy::identity`).
+    fn identity(url: &str) -> String {
+        redact(url)
+    }
+
+    /// Classifies a sqlx error, prefixing the message with `what`.
+    fn classify(what: &str, e: &sqlx::Error) -> Failure {
+        let msg = format!("{what}: {e}");
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed => Failure::Transient(msg),
+            sqlx::Error::Database(db) => Self::classify_database(db.as_ref(), msg),
+            sqlx::Error::ColumnNotFound(_)
+            | sqlx::Error::ColumnDecode { .. }
+            | sqlx::Error::ColumnIndexOutOfBounds { .. }
+            | sqlx::Error::TypeNotFound { .. }
+            | sqlx::Error::Decode(_) => Failure::Schema(msg),
+            _ => Failure::Final(msg),
+        }
+    }
+}
+
+/// The statements of a fenced write (see [`Dialect::fence_write`]).
+pub(crate) struct FenceSql {
+    pub(crate) prepare: Option<String>,
+    pub(crate) write: String,
+    pub(crate) seen: String,
+}
+
+// Records `fence` for `resource` in the fence table `t` (quoted) on `conn`,
+// or refuses (see `FenceTable::advance`).
+with_sqlx_bounds!([async fn advance<D>(
+    conn: &mut D::Connection,
+    t: &str,
+    resource: &str,
+    fence: Fence,
+) -> Result<(), FenceError>] {
+    let sql = D::fence_write(t);
+    if let Some(prepare) = &sql.prepare {
+        sqlx::query(prepare)
+            .bind(resource)
+            .execute(&mut *conn)
+            .await?;
+    }
+    let write = D::bind_fence_write(sqlx::query(&sql.write), resource, D::fence(fence.0));
+    let done = write.execute(&mut *conn).await?;
+    if D::rows_affected(&done) > 0 {
+        return Ok(());
+    }
+    let seen: D::Fence = sqlx::query(&sql.seen)
+        .bind(resource)
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get(0)?;
+    Err(FenceError::Stale {
+        resource: resource.to_owned(),
+        fence,
+        seen: Fence(seen.try_into().unwrap_or(0)),
+    })
+});
+
+/// Connect-time errors: unreachable (retryable) or misconfigured (final).
+pub(crate) async fn guard_connect<D: Dialect, T>(
+    url: &str,
+    budget: Duration,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, SqlError> {
+    let what = format!("connecting to {}", redact(url));
+    match tokio::time::timeout(budget, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(match D::classify(&what, &e) {
+            Failure::Transient(m) | Failure::Contention(m) => SqlError::Unreachable(Reason::new(m)),
+            Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
+                what: m,
+                fix: "check the database URL, user, password and database name".to_owned(),
+            },
+        }),
+        Err(_) => Err(SqlError::Unreachable(Reason::new(format!(
+            "{what}: no answer within {budget:?}"
+        )))),
+    }
+}
+
+/// The first column of the one row `fut` answers, as text: the server version.
+pub(crate) async fn version<D: Dialect>(
+    url: &str,
+    budget: Duration,
+    fut: impl Future<Output = Result<D::Row, sqlx::Error>>,
+) -> Result<String, SqlError>
+where
+    usize: sqlx::ColumnIndex<D::Row>,
+    String: for<'r> Decode<'r, D> + Type<D>,
+{
+    use sqlx::Row;
+    guard_connect::<D, _>(url, budget, fut)
+        .await?
+        .try_get(0)
+        .map_err(|e| bad_url(url, &e))
+}
+
+/// An URL sqlx cannot use.
+pub(crate) fn bad_url(url: &str, e: &dyn fmt::Display) -> SqlError {
+    SqlError::Config(leasehold_core::ConfigError::new(
+        "url",
+        format!("{} ({e})", redact(url)),
+        "a URL like postgres://user@host/db, mysql://user@host/db or \
+         sqlite://path/to/file.sqlite (or a plain file path)",
+    ))
+}
+
+/// A server without a feature the statements rely on.
+pub(crate) fn unsupported(what: String, fix: &str) -> SqlError {
+    SqlError::UnsupportedServer {
+        what,
+        fix: fix.to_owned(),
+    }
+}
+
+/// The budget of a connect: twice the operation timeout, at least 2 s.
+pub(crate) fn connect_budget(op: Duration) -> Duration {
+    op.max(Duration::from_secs(1)) * 2
+}
+
+/// The URL without credentials or query parameters.
+pub(crate) fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest.split('?').next().unwrap_or("");
+            let (auth, host) = rest.split_once('/').map_or((rest, ""), |(a, h)| (a, h));
+            let auth = auth.rsplit_once('@').map_or(auth, |(_, hp)| hp);
+            if host.is_empty() && !rest.contains('/') {
+                format!("{scheme}://{auth}")
+            } else {
+                format!("{scheme}://{auth}/{host}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5/db?sslmode=require"),
+            "postgres://h:5/db"
+        );
+        assert_eq!(
+            redact("mysql://root@127.0.0.1:3306/x"),
+            "mysql://127.0.0.1:3306/x"
+        );
+        assert_eq!(redact("postgres://h"), "postgres://h");
+    }
+}

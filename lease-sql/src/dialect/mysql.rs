@@ -1,0 +1,256 @@
+//! MySQL 8.0.1+ and MariaDB 10.6+.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::error::DatabaseError;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlQueryResult};
+use sqlx::{ConnectOptions, Executor, MySql};
+
+use super::{
+    Dialect, FenceSql, Opened, Q, bad_url, connect_budget, guard_connect, unsupported, version,
+};
+use crate::config::SqlConfig;
+use crate::engine::Engine;
+use crate::error::SqlError;
+use crate::failure::Failure;
+
+/// How a lease connection is opened: the options, then the session's
+/// server-side limits.
+pub(crate) struct MySqlOpts {
+    opts: MySqlConnectOptions,
+    session: String,
+}
+
+impl Dialect for MySql {
+    const ENGINE: Engine = Engine::MySql;
+    const NETWORKED: bool = true;
+    const QUOTE: char = '`';
+    const RANDOM_START: bool = true;
+    const NOW: &'static str = "CURRENT_TIMESTAMP(6)";
+    const COLUMNS: &'static str = "SELECT CAST(column_name AS CHAR) AS c FROM information_schema.columns \
+         WHERE table_schema = DATABASE() AND table_name = ?";
+
+    type Slot = u32;
+    type Fence = u64;
+    type Ttl = i64;
+    type Opts = MySqlOpts;
+
+    fn slot(slot: u32) -> u32 {
+        slot
+    }
+
+    fn fence(fence: u64) -> u64 {
+        fence
+    }
+
+    fn ttl(ttl: Duration) -> i64 {
+        i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    fn param(_: usize) -> String {
+        "?".to_owned()
+    }
+
+    fn expires_after(ttl: &str) -> String {
+        format!("{} + INTERVAL {ttl} MICROSECOND", Self::NOW)
+    }
+
+    fn token_literal(hex: &str) -> String {
+        format!("X'{hex}'")
+    }
+
+    fn holder_literal(hex: &str) -> String {
+        if hex.is_empty() {
+            "''".to_owned()
+        } else {
+            format!("CONVERT(X'{hex}' USING utf8mb4)")
+        }
+    }
+
+    // MariaDB has no UPDATE … RETURNING: a short transaction, sent as one
+    // multi-statement text query, so still one round trip. READ COMMITTED
+    // keeps InnoDB from holding locks on the rows it scanned and skipped. A
+    // failure or timeout inside it drops the connection (see conns.rs): the
+    // server rolls back.
+    fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str) -> String {
+        format!(
+            "SET @leasehold_slot = NULL; \
+             SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+             START TRANSACTION; \
+             SELECT slot INTO @leasehold_slot FROM {t} WHERE {free} \
+             ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED; \
+             UPDATE {t} SET {set} \
+             WHERE pool = '{pool}' AND slot = @leasehold_slot; \
+             SELECT slot, fence FROM {t} WHERE pool = '{pool}' AND slot = @leasehold_slot \
+             AND token = {token}; \
+             COMMIT"
+        )
+    }
+
+    fn insert_missing(t: &str, columns: &str, values: &str, _key: &str) -> String {
+        format!("INSERT IGNORE INTO {t} ({columns}) VALUES {values}")
+    }
+
+    fn create_table(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n\
+            \x20   pool        VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,\n\
+            \x20   slot        INT UNSIGNED    NOT NULL,\n\
+            \x20   token       BINARY(16)      NULL,\n\
+            \x20   fence       BIGINT UNSIGNED NOT NULL DEFAULT 0,\n\
+            \x20   holder      VARCHAR(255) CHARACTER SET utf8mb4 NULL,\n\
+            \x20   expires_at  DATETIME(6)     NULL,\n\
+            \x20   acquired_at DATETIME(6)     NULL,\n\
+            \x20   renewed_at  DATETIME(6)     NULL,\n\
+            \x20   PRIMARY KEY (pool, slot)\n\
+            ) ENGINE = InnoDB"
+        )
+    }
+
+    fn create_fence_table(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (resource VARCHAR(255) CHARACTER SET utf8mb4 \
+             COLLATE utf8mb4_bin PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL, \
+             updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE = InnoDB"
+        )
+    }
+
+    fn fence_write(t: &str) -> FenceSql {
+        FenceSql {
+            prepare: Some(Self::insert_missing(
+                t,
+                "resource, fence",
+                "(?, 0)",
+                "resource",
+            )),
+            // Rows *matched* (sqlx sets CLIENT_FOUND_ROWS): 1 even when the
+            // fence is unchanged.
+            write: format!(
+                "UPDATE {t} SET fence = ?, updated_at = CURRENT_TIMESTAMP(6) \
+                 WHERE resource = ? AND fence <= ?"
+            ),
+            seen: format!("SELECT fence FROM {t} WHERE resource = ?"),
+        }
+    }
+
+    fn bind_fence_write<'q>(q: Q<'q, Self>, resource: &'q str, fence: u64) -> Q<'q, Self> {
+        q.bind(fence).bind(resource).bind(fence)
+    }
+
+    async fn open(config: &SqlConfig) -> Result<Opened<Self>, SqlError> {
+        let (url, op) = (config.url.as_str(), config.op_timeout);
+        let mysql_url = url.replacen("mariadb://", "mysql://", 1);
+        let opts = MySqlConnectOptions::from_str(&mysql_url)
+            .map_err(|e| bad_url(url, &e))?
+            .timezone(Some("+00:00".to_owned()));
+        let mut conn = guard_connect::<Self, _>(url, connect_budget(op), opts.connect()).await?;
+        let version = version::<Self>(url, op, conn.fetch_one("SELECT VERSION()")).await?;
+        check_version(&version)?;
+        let mariadb = version.contains("MariaDB");
+        // Server-side limits, so a statement the client gave up on does not go
+        // on holding locks.
+        let limit = if mariadb {
+            format!("max_statement_time = {:.3}", op.as_secs_f64())
+        } else {
+            format!("max_execution_time = {}", op.as_millis().max(1))
+        };
+        let session = format!(
+            "SET SESSION {limit}, innodb_lock_wait_timeout = {}",
+            op.as_secs().clamp(1, 3600)
+        );
+        guard_connect::<Self, _>(url, op, conn.execute(session.as_str())).await?;
+        let version = format!("{} {version}", if mariadb { "MariaDB" } else { "MySQL" });
+        let lease = MySqlOpts {
+            opts: opts.clone(),
+            session,
+        };
+        Ok(Opened::new(
+            conn,
+            lease,
+            opts,
+            config.max_connections,
+            version,
+        ))
+    }
+
+    async fn connect(opts: &MySqlOpts) -> sqlx::Result<MySqlConnection> {
+        let mut conn = opts.opts.connect().await?;
+        conn.execute(opts.session.as_str()).await?;
+        Ok(conn)
+    }
+
+    fn classify_database(e: &dyn DatabaseError, msg: String) -> Failure {
+        let number = e
+            .try_downcast_ref::<MySqlDatabaseError>()
+            .map_or(0, MySqlDatabaseError::number);
+        classify(number, msg)
+    }
+
+    fn rows_affected(r: &MySqlQueryResult) -> u64 {
+        r.rows_affected()
+    }
+}
+
+/// MySQL/MariaDB error numbers.
+fn classify(number: u16, msg: String) -> Failure {
+    match number {
+        // ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
+        1146 | 1054 => Failure::Schema(msg),
+        // ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK, ER_LOCK_NOWAIT
+        1205 | 1213 | 3572 => Failure::Contention(msg),
+        // ER_STATEMENT_TIMEOUT (MariaDB max_statement_time), ER_QUERY_TIMEOUT (MySQL
+        // max_execution_time), ER_CON_COUNT_ERROR, ER_TOO_MANY_USER_CONNECTIONS,
+        // ER_SERVER_SHUTDOWN, ER_QUERY_INTERRUPTED, ER_OUT_OF_RESOURCES, ER_CONNECTION_KILLED
+        1969 | 3024 | 1040 | 1203 | 1053 | 1317 | 1041 | 1927 | 2006 | 2013 => {
+            Failure::Transient(msg)
+        }
+        _ => Failure::Final(msg),
+    }
+}
+
+fn check_version(version: &str) -> Result<(), SqlError> {
+    let nums: Vec<u32> = version
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let (ok, need) = if version.contains("MariaDB") {
+        (nums.as_slice() >= [10, 6].as_slice(), "MariaDB 10.6")
+    } else {
+        (nums.as_slice() >= [8, 0, 1].as_slice(), "MySQL 8.0.1")
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(unsupported(
+            format!("{version} has no SELECT … FOR UPDATE SKIP LOCKED"),
+            &format!("use {need} or newer"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_versions() {
+        let class = |n| std::mem::discriminant(&classify(n, String::new()));
+        let of = |f: Failure| std::mem::discriminant(&f);
+        assert_eq!(class(1969), of(Failure::Transient(String::new())));
+        assert_eq!(class(1146), of(Failure::Schema(String::new())));
+        assert_eq!(class(1205), of(Failure::Contention(String::new())));
+        assert_eq!(class(1045), of(Failure::Final(String::new())));
+        let pool = <MySql as Dialect>::classify("x", &sqlx::Error::PoolTimedOut);
+        assert!(matches!(pool, Failure::Transient(_)));
+        for (version, ok) in [
+            ("10.11.6-MariaDB-0+deb12u1", true),
+            ("10.5.2-MariaDB", false),
+            ("8.0.36", true),
+            ("5.7.44", false),
+        ] {
+            assert_eq!(check_version(version).is_ok(), ok, "{version}");
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! PostgreSQL 9.5+.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::error::DatabaseError;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgQueryResult};
+use sqlx::{ConnectOptions, Executor, Postgres};
+
+use super::{Dialect, FenceSql, Opened, Q, bad_url, connect_budget, guard_connect, unsupported};
+use crate::config::SqlConfig;
+use crate::engine::Engine;
+use crate::error::SqlError;
+use crate::failure::Failure;
+
+impl Dialect for Postgres {
+    const ENGINE: Engine = Engine::Postgres;
+    const NETWORKED: bool = true;
+    const QUOTE: char = '"';
+    const RANDOM_START: bool = false;
+    const NOW: &'static str = "CURRENT_TIMESTAMP(6)";
+    const COLUMNS: &'static str = "SELECT CAST(column_name AS TEXT) AS c FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name = $1";
+
+    type Slot = i32;
+    type Fence = i64;
+    type Ttl = i64;
+    type Opts = PgConnectOptions;
+
+    fn slot(slot: u32) -> i32 {
+        i32::try_from(slot).unwrap_or(i32::MAX)
+    }
+
+    fn fence(fence: u64) -> i64 {
+        i64::try_from(fence).unwrap_or(i64::MAX)
+    }
+
+    fn ttl(ttl: Duration) -> i64 {
+        i64::try_from(ttl.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    fn param(n: usize) -> String {
+        format!("${n}")
+    }
+
+    fn ttl_param(n: usize) -> String {
+        format!("${n}::bigint")
+    }
+
+    fn expires_after(ttl: &str) -> String {
+        format!("{} + {ttl} * INTERVAL '1 microsecond'", Self::NOW)
+    }
+
+    fn token_literal(hex: &str) -> String {
+        format!("decode('{hex}', 'hex')")
+    }
+
+    fn holder_literal(hex: &str) -> String {
+        format!("convert_from(decode('{hex}', 'hex'), 'UTF8')")
+    }
+
+    fn acquire(t: &str, _pool: &str, free: &str, set: &str, _token: &str) -> String {
+        format!(
+            "UPDATE {t} SET {set} \
+             WHERE (pool, slot) = (SELECT pool, slot FROM {t} WHERE {free} \
+             ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING slot, fence"
+        )
+    }
+
+    fn create_table(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n\
+            \x20   pool        VARCHAR(64)  NOT NULL,\n\
+            \x20   slot        INTEGER      NOT NULL,\n\
+            \x20   token       BYTEA,\n\
+            \x20   fence       BIGINT       NOT NULL DEFAULT 0,\n\
+            \x20   holder      VARCHAR(255),\n\
+            \x20   expires_at  TIMESTAMPTZ(6),\n\
+            \x20   acquired_at TIMESTAMPTZ(6),\n\
+            \x20   renewed_at  TIMESTAMPTZ(6),\n\
+            \x20   PRIMARY KEY (pool, slot)\n\
+            )"
+        )
+    }
+
+    fn create_fence_table(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (resource VARCHAR(255) PRIMARY KEY, \
+             fence BIGINT NOT NULL, updated_at TIMESTAMPTZ(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))"
+        )
+    }
+
+    fn fence_write(t: &str) -> FenceSql {
+        FenceSql {
+            prepare: None,
+            write: format!(
+                "INSERT INTO {t} AS cur (resource, fence) VALUES ($1, $2) \
+                 ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence, \
+                 updated_at = CURRENT_TIMESTAMP(6) WHERE cur.fence <= EXCLUDED.fence"
+            ),
+            seen: format!("SELECT fence FROM {t} WHERE resource = $1"),
+        }
+    }
+
+    fn bind_fence_write<'q>(q: Q<'q, Self>, resource: &'q str, fence: i64) -> Q<'q, Self> {
+        q.bind(resource).bind(fence)
+    }
+
+    async fn open(config: &SqlConfig) -> Result<Opened<Self>, SqlError> {
+        let (url, op) = (config.url.as_str(), config.op_timeout);
+        let ms = op.as_millis().max(1).to_string();
+        let base = PgConnectOptions::from_str(url)
+            .map_err(|e| bad_url(url, &e))?
+            .application_name("leasehold");
+        // Server-side limits, so a statement the client gave up on does not go
+        // on holding locks.
+        let opts = base.clone().options([
+            ("statement_timeout", ms.as_str()),
+            ("lock_timeout", ms.as_str()),
+        ]);
+        let mut conn = guard_connect::<Self, _>(url, connect_budget(op), opts.connect()).await?;
+        let version =
+            super::version::<Self>(url, op, conn.fetch_one("SHOW server_version")).await?;
+        if conn.server_version_num().unwrap_or(0) < 90_500 {
+            return Err(unsupported(
+                format!("PostgreSQL {version} has no FOR UPDATE SKIP LOCKED"),
+                "use PostgreSQL 9.5 or newer",
+            ));
+        }
+        let version = format!("PostgreSQL {version}");
+        Ok(Opened::new(
+            conn,
+            opts,
+            base,
+            config.max_connections,
+            version,
+        ))
+    }
+
+    fn connect(
+        opts: &PgConnectOptions,
+    ) -> impl Future<Output = sqlx::Result<PgConnection>> + Send + '_ {
+        opts.connect()
+    }
+
+    fn classify_database(e: &dyn DatabaseError, msg: String) -> Failure {
+        classify(e.code().as_deref().unwrap_or(""), msg)
+    }
+
+    fn rows_affected(r: &PgQueryResult) -> u64 {
+        r.rows_affected()
+    }
+}
+
+/// SQLSTATE codes.
+fn classify(code: &str, msg: String) -> Failure {
+    match code {
+        // undefined_table, undefined_column, wrong_object_type, datatype_mismatch
+        "42P01" | "42703" | "42809" | "42804" => Failure::Schema(msg),
+        // serialization_failure, deadlock_detected, lock_not_available
+        "40001" | "40P01" | "55P03" => Failure::Contention(msg),
+        // query_canceled (statement_timeout), admin/crash shutdown, cannot_connect_now,
+        // idle session timeouts
+        "57014" | "57P01" | "57P02" | "57P03" | "57P05" | "25P03" => Failure::Transient(msg),
+        // connection exceptions, insufficient resources (too many connections),
+        // operator intervention, system errors
+        c if c.starts_with("08") || c.starts_with("53") || c.starts_with("58") => {
+            Failure::Transient(msg)
+        }
+        _ => Failure::Final(msg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        for (code, transient) in [("57014", true), ("08006", true), ("53300", true)] {
+            assert_eq!(
+                matches!(classify(code, String::new()), Failure::Transient(_)),
+                transient
+            );
+        }
+        assert!(matches!(
+            classify("42P01", String::new()),
+            Failure::Schema(_)
+        ));
+        assert!(matches!(
+            classify("40P01", String::new()),
+            Failure::Contention(_)
+        ));
+        assert!(matches!(
+            classify("42501", String::new()),
+            Failure::Final(_)
+        ));
+        let io = sqlx::Error::Io(std::io::Error::other("reset"));
+        assert!(matches!(
+            <Postgres as Dialect>::classify("x", &io),
+            Failure::Transient(_)
+        ));
+    }
+}

@@ -1,0 +1,74 @@
+//! The error of connecting and of the operator calls.
+
+use std::time::Duration;
+
+use leasehold_core::{ConfigError, Fence, Reason};
+
+/// Why [`SqlStrategy::connect`](crate::SqlStrategy::connect) or an operator
+/// call ([`SqlStrategy::revoke`](crate::SqlStrategy::revoke), the fence table)
+/// failed. [`SqlError::is_retryable`] tells the cases a retry may fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqlError {
+    /// A setting is invalid (URL, table name, an engine this build leaves
+    /// out). Final.
+    #[error("invalid SQL lease configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The database did not answer, or the connection broke. Retryable.
+    #[error("cannot reach the database: {0} (will retry)")]
+    Unreachable(Reason),
+    /// The database answered the connection with an error no retry fixes
+    /// (credentials, database name, privileges). Final.
+    #[error("{what}; {fix}")]
+    Refused {
+        /// What the database answered.
+        what: String,
+        /// How to fix it.
+        fix: String,
+    },
+    /// The server is too old for the statements. Final.
+    #[error("{what}; {fix}")]
+    UnsupportedServer {
+        /// What the server is and lacks.
+        what: String,
+        /// How to fix it.
+        fix: String,
+    },
+    /// The database answered an operator call with an error.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The database did not answer an operator call within the operation
+    /// timeout. Retryable.
+    #[error("no answer from the database within {0:?} (op_timeout)")]
+    Timeout(Duration),
+}
+
+impl SqlError {
+    /// True when trying again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unreachable(_) | Self::Timeout(_))
+    }
+}
+
+/// A fenced write was refused, or the database failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FenceError {
+    /// A holder with a bigger fence has written to `resource`: this holder's
+    /// lease is stale. Roll the transaction back and stop acting as holder.
+    #[error(
+        "fenced write to {resource:?} refused: it carries fence {fence}, but fence {seen} has \
+         already written there (this holder's lease was taken over)"
+    )]
+    Stale {
+        /// The resource written to.
+        resource: String,
+        /// The fence this write carried.
+        fence: Fence,
+        /// The biggest fence seen so far.
+        seen: Fence,
+    },
+    /// The database answered with an error.
+    #[error("database error during a fenced write: {0}")]
+    Database(#[from] sqlx::Error),
+}
