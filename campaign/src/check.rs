@@ -113,9 +113,17 @@ pub fn check(
                     until_ns,
                     closed,
                 } => {
-                    holds.insert(
-                        (*worker, kind, epoch),
-                        Period {
+                    // Records of one grant merge: the earliest start, the
+                    // latest end (a worker writes what it knows at each
+                    // flush, and a flush may be cut short by a kill).
+                    holds
+                        .entry((*worker, kind, epoch))
+                        .and_modify(|p| {
+                            p.open_ns = p.open_ns.min(open_ns);
+                            p.end_ns = p.end_ns.max(until_ns);
+                            p.closed |= closed;
+                        })
+                        .or_insert(Period {
                             worker: *worker,
                             kind,
                             slot,
@@ -124,8 +132,7 @@ pub fn check(
                             open_ns,
                             end_ns: until_ns,
                             closed,
-                        },
-                    );
+                        });
                 }
                 Record::Fenced { accepted, .. } => {
                     if accepted {
@@ -256,6 +263,7 @@ mod tests {
                     },
                 ),
                 hold(1, 3, 1, 100, 200),
+                hold(1, 3, 1, 120, 150),
                 hold(2, 3, 2, 250, 300),
             ]),
             4,
