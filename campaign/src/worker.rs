@@ -88,11 +88,15 @@ struct Current {
 ///
 /// - before a batch: a gate view, then a clock reading `t0`; a new epoch
 ///   starts a period at `t0` (every ID of the batch is made after it);
-/// - during the batch the caller keeps an ID only if the gate still shows the
-///   epoch of the view after the ID was made (so the ID is that grant's);
-/// - after it: a reading `t1` and a view; the period then lasts at least until
-///   `t1`, clamped to the deadline when the view is still the same grant (the
-///   generator refuses past the deadline, so no ID of the batch is later).
+/// - during the batch the caller keeps an ID only if, after it was made, the
+///   gate still shows the epoch of the view (so the ID is that grant's), and
+///   reads the gate's deadline just before that check: the generator refuses
+///   past the deadline and a grant's deadline only moves later, so the ID was
+///   made before that deadline;
+/// - after it: a reading `t1`; the period lasts at least until the earlier of
+///   `t1` and the deadline read after the last kept ID. (A worker frozen in
+///   mid-batch reads `t1` long after it made its last ID; the deadline keeps
+///   the period to what the grant allowed.)
 #[derive(Debug)]
 pub struct Tracker {
     kind: Kind,
@@ -134,18 +138,14 @@ impl Tracker {
         Some(view.epoch)
     }
 
-    /// After a batch made with `epoch`: the reading `t1_ns` and the view
-    /// `after`.
-    pub fn after(&mut self, epoch: u64, t1_ns: u64, after: Snapshot) {
+    /// After a batch made with `epoch`: the reading `t1_ns`, and the deadline
+    /// read after the last ID kept (`None` when none was kept).
+    pub fn after(&mut self, epoch: u64, t1_ns: u64, last_deadline_ns: Option<u64>) {
         if let Some(cur) = &mut self.current
             && cur.view.epoch == epoch
+            && let Some(deadline) = last_deadline_ns
         {
-            let end = if after.open && after.epoch == epoch {
-                t1_ns.min(after.deadline_ns)
-            } else {
-                t1_ns
-            };
-            cur.end_ns = cur.end_ns.max(end);
+            cur.end_ns = cur.end_ns.max(t1_ns.min(deadline));
         }
     }
 
@@ -210,17 +210,22 @@ mod tests {
         // A grant: the period starts at the reading before the first batch.
         assert_eq!(t.before(snap(true, 1, 2, 1_000), 100, &mut out), Some(1));
         assert_eq!(out.len(), 1);
-        t.after(1, 150, snap(true, 1, 2, 1_000));
+        t.after(1, 150, Some(1_000));
         assert_eq!(span(&t.hold().unwrap()), (100, 150, false));
         // A batch whose end was read after a pause past the deadline: the
         // generator refused past it, so the period ends there.
         assert_eq!(t.before(snap(true, 1, 2, 1_000), 200, &mut out), Some(1));
-        t.after(1, 5_000, snap(true, 1, 2, 1_000));
+        t.after(1, 5_000, Some(1_000));
         assert_eq!(span(&t.hold().unwrap()), (100, 1_000, false));
+        // A renewal moved the deadline: the period follows the batches.
+        assert_eq!(t.before(snap(true, 1, 2, 2_000), 1_100, &mut out), Some(1));
+        t.after(1, 1_200, Some(2_000));
+        assert_eq!(span(&t.hold().unwrap()), (100, 1_200, false));
         // Past the deadline: no generation; the period stays.
-        assert_eq!(t.before(snap(true, 1, 2, 1_000), 1_001, &mut out), None);
-        // The gate closed during a batch: the end is the reading after it.
-        t.after(1, 1_200, snap(false, 1, 2, 0));
+        assert_eq!(t.before(snap(true, 1, 2, 2_000), 2_001, &mut out), None);
+        // A batch that kept no ID (the gate closed at once) moves nothing,
+        // however late its end was read.
+        t.after(1, 9_000, None);
         assert_eq!(span(&t.hold().unwrap()), (100, 1_200, false));
         // A new grant ends the old period (closed) and starts a new one.
         out.clear();
@@ -229,7 +234,7 @@ mod tests {
         assert_eq!(span(&out[0]), (100, 1_200, true));
         assert_eq!(span(&out[1]), (3_000, 3_000, false));
         // A batch of another epoch does not move this period.
-        t.after(1, 4_000, snap(true, 2, 0, 9_000));
+        t.after(1, 4_000, Some(9_000));
         assert_eq!(span(&t.hold().unwrap()), (3_000, 3_000, false));
         assert_eq!(span(&t.finish().unwrap()), (3_000, 3_000, true));
         assert!(t.hold().is_none());

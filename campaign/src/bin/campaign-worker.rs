@@ -142,13 +142,17 @@ fn generate(kind: Kind, gate: LeaseGate, generator: Gen, shared: Arc<Shared>, bu
         let t0 = MonoTime::now().as_nanos();
         let mut made_now = 0u32;
         if let Some(epoch) = tracker.before(view, t0, &mut pending) {
+            let mut last_deadline = None;
             for _ in 0..batch {
                 match generator.next() {
                     Ok(id) => {
-                        // Keep the ID only if it surely belongs to this grant.
+                        // Keep the ID only if it surely belongs to this grant;
+                        // it was made before the grant's deadline as read now.
+                        let deadline = gate.deadline().as_nanos();
                         if gate.check(MonoTime::ZERO) != Ok(epoch) {
                             break;
                         }
+                        last_deadline = Some(deadline);
                         pending.extend(runs.push(id));
                         made_now += 1;
                     }
@@ -158,8 +162,7 @@ fn generate(kind: Kind, gate: LeaseGate, generator: Gen, shared: Arc<Shared>, bu
                     }
                 }
             }
-            let after = Snapshot::from(&gate.view());
-            tracker.after(epoch, MonoTime::now().as_nanos(), after);
+            tracker.after(epoch, MonoTime::now().as_nanos(), last_deadline);
         }
         made += u64::from(made_now);
         if made_now == 0 || burst.is_some() {
