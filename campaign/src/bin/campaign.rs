@@ -475,11 +475,12 @@ fn run(args: Args) -> Result<ExitCode, String> {
                         .child
                         .as_mut()
                         .is_none_or(|c| !matches!(c.try_wait(), Ok(None)));
-                    if !done && now.duration_since(since) > Duration::from_secs(20) {
-                        if let Some(c) = &mut run.workers[i].child {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                        }
+                    if !done
+                        && now.duration_since(since) > Duration::from_secs(20)
+                        && let Some(c) = &mut run.workers[i].child
+                    {
+                        let _ = c.kill();
+                        let _ = c.wait();
                     }
                     done || now.duration_since(since) > Duration::from_secs(20)
                 }
