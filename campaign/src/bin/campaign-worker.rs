@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_campaign::record::{Kind, Record, Recorder, RunBuilder};
-use leasehold_campaign::store::start_manager;
+use leasehold_campaign::store::{FenceWriter, start_manager};
 use leasehold_campaign::worker::{Skewed, Snapshot, Tracker};
 use leasehold_core::{LeaseConfig, LeaseGate, MonoTime};
 use leasehold_nonce::{Counter64, GenerateError, Layout, Sortable64};
@@ -198,6 +198,37 @@ fn mirror(real: LeaseGate, shared: Arc<Shared>) -> LeaseGate {
     out
 }
 
+/// Every 100 ms while the gate shows a grant (its deadline may have passed:
+/// a holder that was paused writes as soon as it runs again, before it looks
+/// at the clock), a write through the store's fenced-write helper to the
+/// resource of the slot.
+async fn fenced_writes(
+    writer: FenceWriter,
+    gate: LeaseGate,
+    prefix: String,
+    kind: Kind,
+    shared: Arc<Shared>,
+) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        let v = gate.view();
+        if v.open {
+            let resource = format!("{prefix}-{}", v.slot);
+            if let Ok(accepted) = writer.write(&resource, v.fence.0).await {
+                let r = Record::Fenced {
+                    kind,
+                    slot: v.slot,
+                    fence: v.fence.0,
+                    accepted,
+                    at_ns: MonoTime::now().as_nanos(),
+                };
+                let mut rec = shared.recorder.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = rec.push(&r);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<(), String> {
     let config = || {
         LeaseConfig::builder(format!("{}-{}", args.pool, kind.name()))
@@ -233,6 +264,20 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
                 eprintln!("campaign-worker: {}: {e}; retrying", kind.name());
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+        }
+    };
+    let fences = match FenceWriter::connect(&args.url).await {
+        Ok(Some(w)) => Some(tokio::spawn(fenced_writes(
+            w,
+            manager.gate(),
+            format!("{}-{}", args.pool, kind.name()),
+            kind,
+            shared.clone(),
+        ))),
+        Ok(None) => None,
+        Err(e) => {
+            eprintln!("campaign-worker: no fenced writes: {e}");
+            None
         }
     };
     let gate = if args.unsafe_mode {
@@ -275,6 +320,9 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
         }
     });
     let _ = waited.await;
+    if let Some(f) = fences {
+        let _ = f.await;
+    }
     manager.shutdown().await;
     Ok(())
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use leasehold_campaign::check::{Report, check};
 use leasehold_campaign::plan::{Fault, Planned, Rng, plan};
 use leasehold_campaign::record::{self, Record};
+use leasehold_campaign::store::FenceWriter;
 use leasehold_campaign::timeline::{FaultMark, svg};
 use leasehold_conformance::servers::{self, ServerKind};
 use leasehold_core::{LeaseConfig, MonoTime};
@@ -411,6 +412,17 @@ fn run(args: Args) -> Result<ExitCode, String> {
         holding: BTreeSet::new(),
         args,
     };
+    // Fenced writes, where the store has a helper: its tables first.
+    let fence_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let fences = fence_rt.block_on(async {
+        match FenceWriter::connect(&store.url).await? {
+            Some(w) => w.prepare().await.map(|()| Some(w)),
+            None => Ok(None),
+        }
+    })?;
     let start_ns = MonoTime::now().as_nanos();
     let started = Instant::now();
     for i in 0..run.args.workers {
@@ -571,7 +583,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let wall = started.elapsed();
     let load_after = loadavg();
     let logs = read_logs(&dir);
-    let report = check(&logs, run.args.slots, &BTreeMap::new());
+    let fence_logs = match &fences {
+        Some(w) => fence_rt.block_on(w.accepted())?,
+        None => BTreeMap::new(),
+    };
+    let report = check(&logs, run.args.slots, &fence_logs);
     let refused = refused_calls(&dir);
     let title = format!(
         "{} {mode} seed {}: {} IDs, {} duplicates, {} overlaps, {} faults",
@@ -607,6 +623,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             picture: &picture,
             store: &store.describe,
         },
+        fences.is_some(),
     );
     let ok = if run.args.unsafe_mode {
         report.duplicates > 0
@@ -642,7 +659,7 @@ struct Summary<'a> {
     store: &'a str,
 }
 
-fn print_table(run: &Run, r: &Report, s: &Summary<'_>) {
+fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
     let faults: Vec<String> = run
         .counts
         .iter()
@@ -704,7 +721,17 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>) {
             r.second_generators_refused.to_string(),
         ),
         ("refused calls (graceful stops)", s.refused.to_string()),
-        ("fenced writes", "not recorded in this version".into()),
+        (
+            "fenced writes",
+            if fences {
+                format!(
+                    "{} accepted, {} refused as stale, {} accepted below an accepted fence",
+                    r.fenced_accepted, r.fenced_refused, r.fence_violations
+                )
+            } else {
+                "none (no fenced-write helper for this store yet)".into()
+            },
+        ),
         (
             "workers",
             format!(
@@ -712,6 +739,15 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>) {
                 run.next_id,
                 run.workers.len()
             ),
+        ),
+        (
+            "worker clocks (ms off)",
+            run.skews
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("w{} {s:+}", i + 1))
+                .collect::<Vec<_>>()
+                .join(", "),
         ),
         ("wall time", format!("{:.1} s", s.wall.as_secs_f64())),
         ("machine load (1/5/15 min)", s.load.clone()),
