@@ -164,6 +164,37 @@ pub fn check(
     report
 }
 
+/// Who made the duplicates: per `(kind, slot, earlier worker, later
+/// worker)` (the workers whose runs, in ID order, cover the value first and
+/// again), how many values were recorded twice.
+pub fn duplicate_sources(logs: &[(u32, Vec<Record>)]) -> BTreeMap<(Kind, u32, u32, u32), u64> {
+    let mut runs: BTreeMap<Kind, Vec<(u64, u64, u32)>> = BTreeMap::new();
+    for (worker, records) in logs {
+        for r in records {
+            if let Record::Run { kind, first, last } = *r {
+                runs.entry(kind).or_default().push((first, last, *worker));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (kind, mut ranges) in runs {
+        ranges.sort_unstable();
+        let mut covered: Option<(u64, u32)> = None; // highest value so far, and whose
+        for (first, last, worker) in ranges {
+            if let Some((top, by)) = covered
+                && first <= top
+            {
+                *out.entry((kind, slot_of(first), by, worker)).or_default() +=
+                    last.min(top) - first + 1;
+            }
+            if covered.is_none_or(|(top, _)| last > top) {
+                covered = Some((last, worker));
+            }
+        }
+    }
+    out
+}
+
 /// How many values lie in more than one of the inclusive `ranges`.
 fn overlap_count(ranges: &mut [(u64, u64)]) -> u64 {
     ranges.sort_unstable();
@@ -317,5 +348,27 @@ mod tests {
         assert_eq!(r.closest_handover_ns, Some(-50));
         assert_eq!(r.fence_violations, 1);
         assert!(!r.is_clean());
+        let items = vec![
+            (
+                1,
+                Record::Run {
+                    kind: Kind::Counter,
+                    first: id(10, 3, 0),
+                    last: id(10, 3, 99),
+                },
+            ),
+            (
+                2,
+                Record::Run {
+                    kind: Kind::Counter,
+                    first: id(10, 3, 90),
+                    last: id(10, 3, 120),
+                },
+            ),
+        ];
+        assert_eq!(
+            duplicate_sources(&logs(items)),
+            BTreeMap::from([((Kind::Counter, 3, 1, 2), 10)])
+        );
     }
 }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use leasehold_campaign::check::{Report, check};
+use leasehold_campaign::check::{Report, check, duplicate_sources};
 use leasehold_campaign::plan::{Fault, Planned, Rng, plan};
 use leasehold_campaign::record::{self, Record};
 use leasehold_campaign::store::FenceWriter;
@@ -625,6 +625,21 @@ fn run(args: Args) -> Result<ExitCode, String> {
         },
         fences.is_some(),
     );
+    // Who made the duplicates (the first ten pairs).
+    for ((kind, slot, a, b), n) in duplicate_sources(&logs).iter().take(10) {
+        println!(
+            "  {n} duplicate {} IDs on slot {slot}: worker {a} (clock {:+} ms), then worker {b} (clock {:+} ms)",
+            kind.name(),
+            run.skews
+                .get((*a as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0),
+            run.skews
+                .get((*b as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0),
+        );
+    }
     let ok = if run.args.unsafe_mode {
         report.duplicates > 0
     } else {
