@@ -34,6 +34,8 @@ struct Args {
     workers: usize,
     slots: u32,
     ttl: Duration,
+    /// The largest clock offset given to workers (default: `max_clock_skew`).
+    skew_ms: Option<u64>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -47,6 +49,7 @@ fn parse_args() -> Result<Args, String> {
         workers: 5,
         slots: 2,
         ttl: Duration::from_secs(2),
+        skew_ms: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -62,11 +65,12 @@ fn parse_args() -> Result<Args, String> {
             "--workers" => a.workers = num(value()?)? as usize,
             "--slots" => a.slots = num(value()?)? as u32,
             "--ttl-ms" => a.ttl = Duration::from_millis(num(value()?)?),
+            "--skew-ms" => a.skew_ms = Some(num(value()?)?),
             "-h" | "--help" => {
                 return Err(
                     "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
                             valkey8] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
-                            [--workers W] [--slots K] [--ttl-ms T]"
+                            [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M]"
                         .into(),
                 );
             }
@@ -351,7 +355,10 @@ fn run(args: Args) -> Result<ExitCode, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let margin = config.timing().safety_margin();
-    let max_skew_ms = config.timing().max_clock_skew().as_millis() as i64;
+    let allowed_ms = config.timing().max_clock_skew().as_millis() as i64;
+    let max_skew_ms = args
+        .skew_ms
+        .map_or(allowed_ms, |m| (m as i64).min(allowed_ms));
     let mode = if args.unsafe_mode { "unsafe" } else { "safe" };
     let label = format!(
         "{}-{}{}",
@@ -701,7 +708,7 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
         (
             "command",
             format!(
-                "cargo xtask campaign --backend {}{}{} --seed {}",
+                "cargo xtask campaign --backend {}{}{} --seed {}{}",
                 run.args.backend,
                 if run.args.short { " --short" } else { "" },
                 if run.args.unsafe_mode {
@@ -709,7 +716,11 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
                 } else {
                     ""
                 },
-                run.args.seed
+                run.args.seed,
+                run.args
+                    .skew_ms
+                    .map(|m| format!(" --skew-ms {m}"))
+                    .unwrap_or_default()
             ),
         ),
         (
