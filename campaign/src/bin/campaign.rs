@@ -349,7 +349,15 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<ExitCode, String> {
     let ttl = args.ttl;
-    let length = Duration::from_secs(args.secs.unwrap_or(if args.short { 45 } else { 600 }));
+    // Short: 45 s. Full: until `--ids` IDs are recorded (checked every 10 s,
+    // at most a day), or 10 minutes; `--secs` overrides either.
+    let length = Duration::from_secs(args.secs.unwrap_or(if args.short {
+        45
+    } else if args.ids.is_some() {
+        86_400
+    } else {
+        600
+    }));
     let config = LeaseConfig::builder("probe")
         .ttl(ttl)
         .build()
