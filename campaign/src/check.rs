@@ -113,9 +113,17 @@ pub fn check(
                     until_ns,
                     closed,
                 } => {
-                    holds.insert(
-                        (*worker, kind, epoch),
-                        Period {
+                    // Records of one grant merge: the earliest start, the
+                    // latest end (a worker writes what it knows at each
+                    // flush, and a flush may be cut short by a kill).
+                    holds
+                        .entry((*worker, kind, epoch))
+                        .and_modify(|p| {
+                            p.open_ns = p.open_ns.min(open_ns);
+                            p.end_ns = p.end_ns.max(until_ns);
+                            p.closed |= closed;
+                        })
+                        .or_insert(Period {
                             worker: *worker,
                             kind,
                             slot,
@@ -124,8 +132,7 @@ pub fn check(
                             open_ns,
                             end_ns: until_ns,
                             closed,
-                        },
-                    );
+                        });
                 }
                 Record::Fenced { accepted, .. } => {
                     if accepted {
@@ -155,6 +162,37 @@ pub fn check(
         }
     }
     report
+}
+
+/// Who made the duplicates: per `(kind, slot, earlier worker, later
+/// worker)` (the workers whose runs, in ID order, cover the value first and
+/// again), how many values were recorded twice.
+pub fn duplicate_sources(logs: &[(u32, Vec<Record>)]) -> BTreeMap<(Kind, u32, u32, u32), u64> {
+    let mut runs: BTreeMap<Kind, Vec<(u64, u64, u32)>> = BTreeMap::new();
+    for (worker, records) in logs {
+        for r in records {
+            if let Record::Run { kind, first, last } = *r {
+                runs.entry(kind).or_default().push((first, last, *worker));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (kind, mut ranges) in runs {
+        ranges.sort_unstable();
+        let mut covered: Option<(u64, u32)> = None; // highest value so far, and whose
+        for (first, last, worker) in ranges {
+            if let Some((top, by)) = covered
+                && first <= top
+            {
+                *out.entry((kind, slot_of(first), by, worker)).or_default() +=
+                    last.min(top) - first + 1;
+            }
+            if covered.is_none_or(|(top, _)| last > top) {
+                covered = Some((last, worker));
+            }
+        }
+    }
+    out
 }
 
 /// How many values lie in more than one of the inclusive `ranges`.
@@ -256,6 +294,7 @@ mod tests {
                     },
                 ),
                 hold(1, 3, 1, 100, 200),
+                hold(1, 3, 1, 120, 150),
                 hold(2, 3, 2, 250, 300),
             ]),
             4,
@@ -309,5 +348,27 @@ mod tests {
         assert_eq!(r.closest_handover_ns, Some(-50));
         assert_eq!(r.fence_violations, 1);
         assert!(!r.is_clean());
+        let items = vec![
+            (
+                1,
+                Record::Run {
+                    kind: Kind::Counter,
+                    first: id(10, 3, 0),
+                    last: id(10, 3, 99),
+                },
+            ),
+            (
+                2,
+                Record::Run {
+                    kind: Kind::Counter,
+                    first: id(10, 3, 90),
+                    last: id(10, 3, 120),
+                },
+            ),
+        ];
+        assert_eq!(
+            duplicate_sources(&logs(items)),
+            BTreeMap::from([((Kind::Counter, 3, 1, 2), 10)])
+        );
     }
 }

@@ -4,5 +4,8 @@
 #![deny(missing_docs)]
 
 pub mod check;
+pub mod plan;
 pub mod record;
+pub mod store;
 pub mod timeline;
+pub mod worker;

@@ -58,8 +58,8 @@ pub enum Record {
     /// A holding period of `slot`, as known at the time of writing: the gate
     /// opened at `open_ns` and is open until `until_ns` (its deadline) or
     /// was closed then (`closed`). Times are `CLOCK_BOOTTIME` nanoseconds, so
-    /// they compare across the processes of one machine. A later record for
-    /// the same `(kind, epoch)` replaces an earlier one.
+    /// they compare across the processes of one machine. Records for the
+    /// same `(kind, epoch)` merge: the earliest open, the latest until.
     Hold {
         /// The pool.
         kind: Kind,

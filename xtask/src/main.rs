@@ -46,6 +46,7 @@ fn main() -> ExitCode {
         "soak-round" => test(&passthrough, Scope::Tests),
         "burn" => burn(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
+        "campaign" => campaign(rest),
         "servers" => match rest.first().map(String::as_str) {
             Some("install") => install_servers(),
             Some("up") => servers_up(),
@@ -579,5 +580,55 @@ fn probe_servers() {
             (None, None) => format!("missing: {}", kind.install_hint()),
         };
         eprintln!("    {:<16} {line}", kind.name());
+    }
+}
+
+/// `cargo xtask campaign [--short] [--unsafe] [--backend B] [runner options]`:
+/// builds the campaign's worker and runner, then runs the fault campaign on
+/// backend `B`, or on every backend in turn (see `campaign/README.md`).
+fn campaign(args: &[String]) -> Result {
+    const BACKENDS: &[&str] = &[
+        "sqlite", "postgres", "mariadb", "redis8", "redis7", "valkey8",
+    ];
+    let mut build = cargo();
+    build.args(["build", "-q", "-p", "leasehold-campaign", "--bins"]);
+    let status = build.status().map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err("building the campaign failed".into());
+    }
+    let chosen = args
+        .iter()
+        .position(|a| a == "--backend")
+        .and_then(|i| args.get(i + 1));
+    let backends: Vec<&str> = match chosen {
+        Some(b) => vec![b.as_str()],
+        None => BACKENDS.to_vec(),
+    };
+    let mut failed = Vec::new();
+    for backend in backends {
+        let mut run = cargo();
+        run.args([
+            "run",
+            "-q",
+            "-p",
+            "leasehold-campaign",
+            "--bin",
+            "campaign",
+            "--",
+        ])
+        .args(args);
+        if chosen.is_none() {
+            run.args(["--backend", backend]);
+        }
+        eprintln!("\n==> campaign on {backend}");
+        let status = run.status().map_err(|e| format!("campaign: {e}"))?;
+        if !status.success() {
+            failed.push(backend);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the campaign failed on: {}", failed.join(", ")))
     }
 }

@@ -1,0 +1,174 @@
+//! The faults of a run, drawn from a seed: the same seed gives the same plan,
+//! so a run can be replayed (the timing of the processes themselves cannot be).
+
+use std::time::Duration;
+
+/// A small deterministic generator (SplitMix64).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// Uniform in `-limit..=limit`.
+    pub fn signed(&mut self, limit: i64) -> i64 {
+        let span = limit.unsigned_abs() * 2 + 1;
+        self.below(span) as i64 - limit.abs()
+    }
+}
+
+/// A fault the runner injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// SIGKILL a worker, restart it.
+    Kill,
+    /// SIGSTOP a worker for longer than the TTL, then SIGCONT.
+    Stop,
+    /// SIGTERM a worker (it releases), restart it.
+    Term,
+    /// SIGSTOP the store's server for longer than the TTL, then SIGCONT.
+    Freeze,
+}
+
+impl Fault {
+    /// Short name, for the table and the picture.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Stop => "stop",
+            Fault::Term => "term",
+            Fault::Freeze => "freeze",
+        }
+    }
+}
+
+/// One planned fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// When, after the start of the run.
+    pub at: Duration,
+    /// What.
+    pub fault: Fault,
+    /// Which worker (an index into the worker table; ignored for `Freeze`).
+    pub worker: usize,
+    /// How long a pause lasts (`Stop`, `Freeze`).
+    pub pause: Duration,
+}
+
+/// The faults of a run of `length` with `workers` workers and leases of `ttl`:
+/// one every `every` (± half of it), after a quiet first `every`, none in the
+/// last two TTLs. `freeze` says whether the store can be frozen.
+pub fn plan(
+    rng: &mut Rng,
+    length: Duration,
+    every: Duration,
+    workers: usize,
+    ttl: Duration,
+    freeze: bool,
+) -> Vec<Planned> {
+    let kinds: &[Fault] = if freeze {
+        &[Fault::Kill, Fault::Stop, Fault::Term, Fault::Freeze]
+    } else {
+        &[Fault::Kill, Fault::Stop, Fault::Term]
+    };
+    let mut out = Vec::new();
+    let every_ms = every.as_millis() as u64;
+    let mut at = every;
+    let end = length.saturating_sub(ttl * 2);
+    while at < end {
+        // The first faults go through every kind once, then at random.
+        let fault = if out.len() < kinds.len() {
+            kinds[out.len()]
+        } else {
+            kinds[rng.below(kinds.len() as u64) as usize]
+        };
+        let worker = rng.below(workers as u64) as usize;
+        // Longer than the TTL by 20 to 100 %.
+        let pause = ttl + ttl * (20 + rng.below(81) as u32) / 100;
+        out.push(Planned {
+            at,
+            fault,
+            worker,
+            pause,
+        });
+        at += Duration::from_millis(every_ms / 2 + rng.below(every_ms.max(1)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_replays_its_plan_and_every_kind_comes_first() {
+        let ttl = Duration::from_secs(2);
+        let a = plan(
+            &mut Rng::new(7),
+            Duration::from_secs(60),
+            ttl * 2,
+            5,
+            ttl,
+            true,
+        );
+        let b = plan(
+            &mut Rng::new(7),
+            Duration::from_secs(60),
+            ttl * 2,
+            5,
+            ttl,
+            true,
+        );
+        let c = plan(
+            &mut Rng::new(8),
+            Duration::from_secs(60),
+            ttl * 2,
+            5,
+            ttl,
+            true,
+        );
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        let first: Vec<_> = a.iter().take(4).map(|p| p.fault).collect();
+        assert_eq!(
+            first,
+            [Fault::Kill, Fault::Stop, Fault::Term, Fault::Freeze]
+        );
+        for p in &a {
+            assert!(p.worker < 5 && p.pause > ttl && p.pause <= ttl * 2);
+            assert!(p.at < Duration::from_secs(56));
+        }
+        let none = plan(
+            &mut Rng::new(7),
+            Duration::from_secs(60),
+            ttl * 2,
+            5,
+            ttl,
+            false,
+        );
+        assert!(none.iter().all(|p| p.fault != Fault::Freeze));
+        let mut r = Rng::new(1);
+        assert!(
+            (0..1000)
+                .map(|_| r.signed(3))
+                .all(|v| (-3..=3).contains(&v))
+        );
+    }
+}
