@@ -14,7 +14,7 @@ pub async fn start_manager(url: &str, config: LeaseConfig) -> Result<LeaseManage
     let scheme = url.split_once("://").map_or(url, |(s, _)| s);
     match scheme {
         "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
-            let strategy = leasehold_sql::SqlStrategy::connect_with(
+            let strategy = leasehold_sql::SqlStrategy::connect(
                 leasehold_sql::SqlConfig::new(url).op_timeout(op_timeout),
             )
             .await
@@ -72,7 +72,7 @@ impl FenceWriter {
         if !is_sql(url) {
             return Ok(None);
         }
-        let strategy = leasehold_sql::SqlStrategy::connect_with(
+        let strategy = leasehold_sql::SqlStrategy::connect(
             leasehold_sql::SqlConfig::new(url)
                 .op_timeout(Duration::from_secs(2))
                 .max_connections(1),
@@ -132,7 +132,7 @@ impl FenceWriter {
         let log_fence = i64::try_from(fence).unwrap_or(i64::MAX);
         let advanced = if let Some(p) = self.strategy.postgres() {
             let mut tx = p.begin().await.map_err(|e| e.to_string())?;
-            match self.table.advance_postgres(&mut tx, resource, f).await {
+            match self.table.advance(&mut *tx, resource, f).await {
                 Ok(()) => {
                     sqlx::query(&format!(
                         "INSERT INTO {FENCE_LOG} (resource, fence) VALUES ($1, $2)"
@@ -149,7 +149,7 @@ impl FenceWriter {
             }
         } else if let Some(p) = self.strategy.mysql() {
             let mut tx = p.begin().await.map_err(|e| e.to_string())?;
-            match self.table.advance_mysql(&mut tx, resource, f).await {
+            match self.table.advance(&mut *tx, resource, f).await {
                 Ok(()) => {
                     sqlx::query(&format!(
                         "INSERT INTO {FENCE_LOG} (resource, fence) VALUES (?, ?)"
@@ -166,7 +166,7 @@ impl FenceWriter {
             }
         } else if let Some(p) = self.strategy.sqlite() {
             let mut tx = p.begin().await.map_err(|e| e.to_string())?;
-            match self.table.advance_sqlite(&mut tx, resource, f).await {
+            match self.table.advance(&mut *tx, resource, f).await {
                 Ok(()) => {
                     sqlx::query(&format!(
                         "INSERT INTO {FENCE_LOG} (resource, fence) VALUES (?1, ?2)"
