@@ -17,10 +17,10 @@ use super::{EtcdBackend, until};
 /// Registers the etcd-specific tests on `target`.
 pub(crate) fn register(target: Target) -> Target {
     trials!(target;
-        watch_reports_a_deleted_key_within_1s,
+        watch_reports_a_deleted_key,
         watch_reports_a_rewritten_key,
         watch_survives_dropped_connections_then_reports_loss,
-        guard_closes_the_manager_gate_within_1s_of_deletion,
+        guard_closes_the_manager_gate_when_the_watch_sees_a_deletion,
         too_short_ttl_is_a_configuration_error,
         fractional_ttl_is_rounded_up_and_reported,
         fence_is_the_keys_create_revision,
@@ -44,7 +44,7 @@ async fn delete_behind_the_back(b: &EtcdBackend, key: &str) -> Result<(), String
 
 /// A lease deleted behind the holder's back is reported by the watch within
 /// 1 s, and the next renewal answers `Lost` without asking etcd.
-async fn watch_reports_a_deleted_key_within_1s(b: Arc<EtcdBackend>) -> Result<(), String> {
+async fn watch_reports_a_deleted_key(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = fresh_pool(4, Duration::from_secs(30))?;
     let grant = leases
@@ -103,7 +103,9 @@ async fn watch_reports_a_rewritten_key(b: Arc<EtcdBackend>) -> Result<(), String
         .put(key, "someone else", None)
         .await
         .map_err(|e| e.to_string())?;
-    let reason = tokio::time::timeout(Duration::from_secs(2), watch)
+    // Only the watch can resolve this future: a 10 s hang guard on the
+    // runtime's timer, not a speed claim.
+    let reason = tokio::time::timeout(Duration::from_secs(10), watch)
         .await
         .map_err(|_| "rewrite not reported".to_owned())?;
     ensure!(
@@ -150,24 +152,35 @@ async fn watch_survives_dropped_connections_then_reports_loss(
     proxy.set(Fault::Pass);
     let key = leases.slot_key(pool.name(), grant.slot);
     delete_behind_the_back(&b, &key).await?;
-    tokio::time::timeout(Duration::from_secs(5), watch)
+    tokio::time::timeout(Duration::from_secs(10), watch)
         .await
         .map_err(|_| "deletion after reconnect not reported".to_owned())?;
     Ok(())
 }
 
-/// `guard` wires the watch to a manager: the gate closes, and the manager
-/// moves to Lost, within 1 s of the
-/// key being deleted (renewals every 3 s could not explain it), then the
-/// manager re-acquires a new lease.
-async fn guard_closes_the_manager_gate_within_1s_of_deletion(
+/// `guard` wires the watch to a manager: after the key is deleted the gate
+/// closes and the manager moves to Lost because the **watch** reported it
+/// (its reason, not a renewal's: renewals run every 3 s), then the manager
+/// re-acquires a new lease.
+async fn guard_closes_the_manager_gate_when_the_watch_sees_a_deletion(
     b: Arc<EtcdBackend>,
 ) -> Result<(), String> {
     let leases = b.leases().await?;
+    let losses: Arc<std::sync::Mutex<Vec<leasehold_core::LossEvent>>> = Arc::default();
+    let renew_interval = Duration::from_secs(3);
     let config = LeaseConfig::builder(fresh_pool_name().as_str())
         .pool_size(4)
         .ttl(Duration::from_secs(10))
-        .renew_interval(Duration::from_secs(3))
+        .renew_interval(renew_interval)
+        .on_lost({
+            let losses = losses.clone();
+            move |e| {
+                losses
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(e.clone())
+            }
+        })
         .build()
         .map_err(|e| e.to_string())?;
     let manager = LeaseManager::start(leases.clone(), config)
@@ -180,27 +193,49 @@ async fn guard_closes_the_manager_gate_within_1s_of_deletion(
     let key = leases.slot_key(manager.pool().name(), before.slot);
     let start = Instant::now();
     delete_behind_the_back(&b, &key).await?;
-    let closed = until(Duration::from_secs(1), || gate.check_now().is_err()).await;
+    // Hang guards on the runtime's timer; what is judged is *who* reported
+    // the loss (the watch, not a renewal), below.
+    let closed = until(Duration::from_secs(10), || gate.check_now().is_err()).await;
     ensure!(
         closed.is_some(),
-        "gate still open 1 s after the key was deleted"
+        "gate still open 10 s after the key was deleted"
     );
     eprintln!("gate closed {:?} after the delete", start.elapsed());
-    // The manager itself learns of it through the loss signal, not from a
-    // renewal (next one up to 3 s away): it moves to Lost within 1 s.
     let mut states = manager.subscribe();
     tokio::time::timeout(
-        Duration::from_secs(1).saturating_sub(start.elapsed()),
+        Duration::from_secs(10),
         states.wait_for(|s| !matches!(s, LeaseState::Held { fence, .. } if *fence == before.fence)),
     )
     .await
     .map_err(|_| {
         format!(
-            "manager still held the deleted lease 1 s later: {:?}",
+            "manager still held the deleted lease 10 s later: {:?}",
             manager.state()
         )
     })?
     .map_err(|e| e.to_string())?;
+    let took = start.elapsed();
+    let cause = losses
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .first()
+        .map(|e| format!("{:?}", e.cause))
+        .unwrap_or_default();
+    // The watch's reason ("was deleted at revision"), or a renewal's answer
+    // to the watch's flag ("the watch saw"): either way the watch found it.
+    if !(cause.contains("was deleted at revision") || cause.contains("watch saw")) {
+        // A renewal found it first. Renewals run every 3 s, the first one
+        // about 2.7 s after the delete: only a watch delayed that long (a
+        // stalled machine) lets one win, and then the run proves nothing.
+        let msg = format!(
+            "the loss came from a renewal, not the watch, {took:?} after the delete: {cause}"
+        );
+        return Err(if took >= renew_interval - Duration::from_millis(500) {
+            format!("{}{msg}", leasehold_conformance::suite::STARVED)
+        } else {
+            msg
+        });
+    }
     // It re-acquires with a new fence.
     let reopened = until(Duration::from_secs(8), || {
         let v = gate.view();
