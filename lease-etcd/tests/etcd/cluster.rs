@@ -477,7 +477,7 @@ async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
         deadline.saturating_since(killed_mono)
     );
     // The manager reports a deadline loss, not a rejection.
-    let reported = super::until(Duration::from_secs(3), || {
+    let reported = super::until(Duration::from_secs(10), || {
         !losses
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
