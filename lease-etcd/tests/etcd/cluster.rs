@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use leasehold_conformance::proxy::{Fault, FaultProxy};
 use leasehold_conformance::servers::{self, ServerKind};
 use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials};
-use leasehold_core::{LeaseConfig, LeaseManager, LossCause, LossEvent, Release, Renewal, Strategy};
+use leasehold_core::{
+    Grant, LeaseConfig, LeaseManager, LossCause, LossEvent, PoolSpec, Release, Renewal, Strategy,
+};
 use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
 use super::EtcdBackend;
@@ -192,6 +194,40 @@ async fn start_cluster(kind: ServerKind) -> Result<Cluster, String> {
     Ok(cluster)
 }
 
+/// `n` operations sent at once, half renewals of `grant`, half acquisitions
+/// each followed by its release; each must succeed. `when` names the moment
+/// in the failure messages.
+fn spawn_burst(
+    n: usize,
+    leases: &EtcdStrategy,
+    pool: &PoolSpec,
+    grant: &Grant,
+    when: &'static str,
+) -> tokio::task::JoinSet<Result<(), String>> {
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let (leases, pool, grant) = (leases.clone(), pool.clone(), grant.clone());
+        burst.spawn(async move {
+            if i % 2 == 0 {
+                let r = leases.renew(&pool, &grant, Floor::NONE).await;
+                ensure!(
+                    matches!(r, Renewal::Renewed { .. }),
+                    "renewal {when}: {r:?}"
+                );
+            } else {
+                let g = leases
+                    .acquire(&pool, Floor::NONE)
+                    .await
+                    .map_err(|e| format!("acquisition {when}: {e}"))?;
+                let r = leases.release(&pool, &g, Floor::NONE).await;
+                ensure!(r == Release::Released, "release {when}: {r:?}");
+            }
+            Ok(())
+        });
+    }
+    burst
+}
+
 /// A strategy over every member with operations bounded by `op_timeout`.
 async fn connect(cluster: &Cluster, op_timeout: Duration) -> Result<EtcdStrategy, String> {
     EtcdStrategy::connect(EtcdConfig::new(cluster.endpoints()).op_timeout(op_timeout))
@@ -230,30 +266,13 @@ async fn cluster_one_member_down_keeps_leases_renewing(b: Arc<EtcdBackend>) -> R
     // Right after the kill, whatever is sent on a connection to the dead
     // member breaks under it: renewals, acquisitions and releases sent at
     // once must still succeed, on the live members.
-    let mut burst = tokio::task::JoinSet::new();
-    for i in 0..8 {
-        let (leases, pool, grant) = (leases.clone(), pool.clone(), grant.clone());
-        burst.spawn(async move {
-            if i % 2 == 0 {
-                let r = leases.renew(&pool, &grant, Floor::NONE).await;
-                ensure!(
-                    matches!(r, Renewal::Renewed { .. }),
-                    "renewal right after killing one follower: {r:?}"
-                );
-            } else {
-                let g = leases
-                    .acquire(&pool, Floor::NONE)
-                    .await
-                    .map_err(|e| format!("acquisition right after killing one follower: {e}"))?;
-                let r = leases.release(&pool, &g, Floor::NONE).await;
-                ensure!(
-                    r == Release::Released,
-                    "release right after killing one follower: {r:?}"
-                );
-            }
-            Ok(())
-        });
-    }
+    let mut burst = spawn_burst(
+        8,
+        &leases,
+        &pool,
+        &grant,
+        "right after killing one follower",
+    );
     while let Some(done) = burst.join_next().await {
         done.map_err(|e| e.to_string())??;
     }
@@ -334,27 +353,7 @@ async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
     }
 
     proxy.set(Fault::Delay(Duration::from_millis(300)));
-    let mut burst = tokio::task::JoinSet::new();
-    for i in 0..12 {
-        let (leases, pool, grant) = (leases.clone(), pool.clone(), grant.clone());
-        burst.spawn(async move {
-            if i % 2 == 0 {
-                let r = leases.renew(&pool, &grant, Floor::NONE).await;
-                ensure!(
-                    matches!(r, Renewal::Renewed { .. }),
-                    "renewal cut mid-flight: {r:?}"
-                );
-            } else {
-                let g = leases
-                    .acquire(&pool, Floor::NONE)
-                    .await
-                    .map_err(|e| format!("acquisition cut mid-flight: {e}"))?;
-                let r = leases.release(&pool, &g, Floor::NONE).await;
-                ensure!(r == Release::Released, "release after the cut: {r:?}");
-            }
-            Ok(())
-        });
-    }
+    let mut burst = spawn_burst(12, &leases, &pool, &grant, "cut mid-flight");
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.set(Fault::Drop);
     tokio::time::sleep(Duration::from_millis(20)).await;
