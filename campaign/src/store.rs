@@ -130,57 +130,35 @@ impl FenceWriter {
         use leasehold_sql::{FenceError, sqlx};
         let f = Fence(fence);
         let log_fence = i64::try_from(fence).unwrap_or(i64::MAX);
+        // Advance the fence and log it in one transaction; the engines
+        // differ only in their placeholders and in how the log binds a u64.
+        macro_rules! advance_and_log {
+            ($pool:expr, $p1:literal, $p2:literal, $logged:expr) => {{
+                let mut tx = $pool.begin().await.map_err(|e| e.to_string())?;
+                match self.table.advance(&mut *tx, resource, f).await {
+                    Ok(()) => {
+                        sqlx::query(&format!(
+                            "INSERT INTO {FENCE_LOG} (resource, fence) VALUES ({}, {})",
+                            $p1, $p2
+                        ))
+                        .bind(resource)
+                        .bind($logged)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                        tx.commit().await.map_err(|e| e.to_string())?;
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }};
+        }
         let advanced = if let Some(p) = self.strategy.postgres() {
-            let mut tx = p.begin().await.map_err(|e| e.to_string())?;
-            match self.table.advance(&mut *tx, resource, f).await {
-                Ok(()) => {
-                    sqlx::query(&format!(
-                        "INSERT INTO {FENCE_LOG} (resource, fence) VALUES ($1, $2)"
-                    ))
-                    .bind(resource)
-                    .bind(log_fence)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                    tx.commit().await.map_err(|e| e.to_string())?;
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            }
+            advance_and_log!(p, "$1", "$2", log_fence)
         } else if let Some(p) = self.strategy.mysql() {
-            let mut tx = p.begin().await.map_err(|e| e.to_string())?;
-            match self.table.advance(&mut *tx, resource, f).await {
-                Ok(()) => {
-                    sqlx::query(&format!(
-                        "INSERT INTO {FENCE_LOG} (resource, fence) VALUES (?, ?)"
-                    ))
-                    .bind(resource)
-                    .bind(fence)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                    tx.commit().await.map_err(|e| e.to_string())?;
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            }
+            advance_and_log!(p, "?", "?", fence)
         } else if let Some(p) = self.strategy.sqlite() {
-            let mut tx = p.begin().await.map_err(|e| e.to_string())?;
-            match self.table.advance(&mut *tx, resource, f).await {
-                Ok(()) => {
-                    sqlx::query(&format!(
-                        "INSERT INTO {FENCE_LOG} (resource, fence) VALUES (?1, ?2)"
-                    ))
-                    .bind(resource)
-                    .bind(log_fence)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                    tx.commit().await.map_err(|e| e.to_string())?;
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            }
+            advance_and_log!(p, "?1", "?2", log_fence)
         } else {
             return Ok(false);
         };
