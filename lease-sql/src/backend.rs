@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use leasehold_core::{
-    AcquireError, BoxFuture, Fence, Grant, PoolSpec, Reason, Release, Renewal, Token,
+    AcquireError, BoxFuture, Fence, Floor, Grant, PoolSpec, Reason, Release, Renewal, Token,
 };
 use sqlx::{ColumnIndex, Connection, Execute, Executor, Row};
 
@@ -18,7 +18,7 @@ use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::ident::TableName;
-use crate::statements::{COLUMNS, Statements};
+use crate::statements::{COLUMNS, FLOOR_COLUMNS, Statements, floor_value};
 
 /// Rows inserted per statement when a pool is populated.
 const POPULATE_CHUNK: u32 = 1000;
@@ -38,9 +38,23 @@ pub(crate) struct Info {
 /// erased.
 pub(crate) trait Ops: Send + Sync {
     fn info(&self) -> &Info;
-    fn acquire<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<Grant, AcquireError>>;
-    fn renew<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Renewal>;
-    fn release<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Release>;
+    fn acquire<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        ceiling: Floor,
+    ) -> BoxFuture<'a, Result<Grant, AcquireError>>;
+    fn renew<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        grant: &'a Grant,
+        ceiling: Floor,
+    ) -> BoxFuture<'a, Renewal>;
+    fn release<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        grant: &'a Grant,
+        issued: Floor,
+    ) -> BoxFuture<'a, Release>;
     fn revoke<'a>(&'a self, pool: &'a PoolSpec, slot: u32)
     -> BoxFuture<'a, Result<bool, SqlError>>;
     fn ensure_table(&self) -> BoxFuture<'_, Result<(), AcquireError>>;
@@ -139,7 +153,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
 
     async fn ensure_table(&self) -> Result<(), AcquireError> {
         let ddl = D::create_table(&self.sql.table);
-        match self
+        if let Err(f) = self
             .bounded(
                 "schema",
                 self.ddl_budget(),
@@ -147,14 +161,45 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             )
             .await
         {
-            Ok(_) => Ok(()),
             // Concurrent CREATE TABLE IF NOT EXISTS can collide in PostgreSQL's
             // catalog; the table then exists, which the check below confirms.
-            Err(f) => match self.schema_problem().await {
-                Ok(None) => Ok(()),
-                _ => Err(self.to_acquire_error(f).await),
-            },
+            match self.schema_problem().await {
+                Ok(None | Some(Schema::Floorless(_))) => {}
+                _ => return Err(self.to_acquire_error(f).await),
+            }
         }
+        self.add_floor_columns().await
+    }
+
+    /// Migrates a 0.1 table: adds the floor columns it lacks (the statements
+    /// of `migrations/<engine>/0002_leasehold_floor.sql`). Rows keep their
+    /// leases, fences and holders, and get floor 0. Safe to run from many
+    /// nodes at once, and beside 0.1 processes still using the table (their
+    /// statements do not name the new columns).
+    async fn add_floor_columns(&self) -> Result<(), AcquireError> {
+        let has = |columns: &[String], c: &str| columns.iter().any(|h| h.eq_ignore_ascii_case(c));
+        let columns = match self.timed("schema check", self.column_names()).await {
+            Ok(c) => c,
+            Err(f) => return Err(self.to_acquire_error(f).await),
+        };
+        for column in FLOOR_COLUMNS.iter().filter(|c| !has(&columns, c)) {
+            let ddl = D::add_floor_column(&self.sql.table, column);
+            if let Err(f) = self
+                .bounded(
+                    "adding the floor columns",
+                    self.ddl_budget(),
+                    self.execute(sqlx::raw_sql(&ddl)),
+                )
+                .await
+            {
+                // Another node may have added it in the meantime.
+                match self.timed("schema check", self.column_names()).await {
+                    Ok(now) if has(&now, column) => {}
+                    _ => return Err(self.to_acquire_error(f).await),
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn populate(&self, pool: &PoolSpec) -> Result<(), AcquireError> {
@@ -203,30 +248,32 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         rows.iter().map(|r| r.try_get(0)).collect()
     }
 
-    /// `Ok(Some(error))` when the lease table is missing or lacks columns.
-    async fn schema_problem(&self) -> Result<Option<AcquireError>, Failure> {
+    /// `Ok(Some(problem))` when the lease table is missing, lacks columns,
+    /// or is a 0.1 table without the floor columns.
+    async fn schema_problem(&self) -> Result<Option<Schema>, Failure> {
         let columns = self.timed("schema check", self.column_names()).await?;
         let (engine, table) = (D::ENGINE, &self.info.table);
         let fix = format!(
             "create it with `SqlStrategy::ensure_pool(&pool)` (or `ensure_table()`), or apply \
-             lease-sql/migrations/{engine}/0001_leasehold_leases.sql (written for the default \
-             table name leasehold_leases)"
+             lease-sql/migrations/{engine}/0001_leasehold_leases.sql and \
+             0002_leasehold_floor.sql (written for the default table name leasehold_leases)"
         );
         if columns.is_empty() {
-            return Ok(Some(AcquireError::MissingSchema {
+            return Ok(Some(Schema::Broken(AcquireError::MissingSchema {
                 what: format!("the lease table {table} does not exist ({engine})"),
                 fix,
-            }));
+            })));
         }
-        let missing: Vec<&str> = COLUMNS
-            .iter()
-            .copied()
-            .filter(|c| !columns.iter().any(|have| have.eq_ignore_ascii_case(c)))
-            .collect();
-        if missing.is_empty() {
-            Ok(None)
-        } else {
-            Ok(Some(AcquireError::MissingSchema {
+        let lacks = |wanted: &[&'static str]| -> Vec<&'static str> {
+            wanted
+                .iter()
+                .copied()
+                .filter(|c| !columns.iter().any(|have| have.eq_ignore_ascii_case(c)))
+                .collect()
+        };
+        let missing = lacks(&COLUMNS);
+        if !missing.is_empty() {
+            return Ok(Some(Schema::Broken(AcquireError::MissingSchema {
                 what: format!(
                     "table {table} is not a leasehold lease table: it lacks the columns {}",
                     missing.join(", ")
@@ -235,8 +282,25 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                     "choose another table with `SqlConfig::table(..)`, or drop/rename this one \
                      and {fix}"
                 ),
-            }))
+            })));
         }
+        let floorless = lacks(&FLOOR_COLUMNS);
+        if floorless.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Schema::Floorless(AcquireError::MissingSchema {
+            what: format!(
+                "the lease table {table} is a leasehold-sql 0.1 table: it lacks the hand-over \
+                 floor columns {} that keep a slot's next holder from reissuing IDs when its \
+                 clock is behind",
+                floorless.join(", ")
+            ),
+            fix: format!(
+                "run `SqlStrategy::ensure_table()` (or `ensure_pool(&pool)`) once, which adds \
+                 them, or apply lease-sql/migrations/{engine}/0002_leasehold_floor.sql; \
+                 existing leases are kept"
+            ),
+        })))
     }
 
     /// Turns a classified failure into the acquisition error a caller acts on.
@@ -245,7 +309,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             Failure::Transient(m) => AcquireError::Unreachable(Reason::new(m)),
             Failure::Contention(m) => AcquireError::Contention(Reason::new(m)),
             Failure::Schema(m) => match self.schema_problem().await {
-                Ok(Some(e)) => e,
+                Ok(Some(Schema::Broken(e) | Schema::Floorless(e))) => e,
                 Ok(None) => AcquireError::MissingSchema {
                     what: format!("the lease table {} is not usable: {m}", self.info.table),
                     fix: format!(
@@ -268,14 +332,16 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         }
     }
 
-    async fn acquire(&self, pool: &PoolSpec) -> Result<Grant, AcquireError> {
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
         let mut populated = false;
         loop {
             let token = Token::random();
-            match self.try_acquire(pool, &token).await {
-                Ok(Some((slot, fence))) => {
-                    // Floors are not persisted here yet (issue 12).
-                    return Ok(Grant::new(slot, token, Fence(fence), pool.ttl()));
+            match self.try_acquire(pool, &token, ceiling).await {
+                Ok(Some(claim)) => {
+                    return Ok(
+                        Grant::new(claim.slot, token, Fence(claim.fence), pool.ttl())
+                            .with_floor(claim.floor),
+                    );
                 }
                 Ok(None) => {
                     // No free slot: either the pool is full, or it lacks rows
@@ -303,7 +369,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         &self,
         pool: &PoolSpec,
         token: &Token,
-    ) -> Result<Option<(u32, u64)>, Failure> {
+        ceiling: Floor,
+    ) -> Result<Option<Claim>, Failure> {
         // Where a scan locks the rows it skips (`Dialect::RANDOM_START`), each
         // attempt starts at a random slot and wraps around: a second round trip
         // only when the upper part is full.
@@ -311,15 +378,18 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             let bytes = Token::random();
             let b = bytes.as_bytes();
             let start = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) % pool.size();
-            if let Some(g) = self.try_range(pool, token, start, pool.size()).await? {
+            if let Some(g) = self
+                .try_range(pool, token, ceiling, start, pool.size())
+                .await?
+            {
                 return Ok(Some(g));
             }
             if start == 0 {
                 return Ok(None);
             }
-            return self.try_range(pool, token, 0, start).await;
+            return self.try_range(pool, token, ceiling, 0, start).await;
         }
-        self.try_range(pool, token, 0, pool.size()).await
+        self.try_range(pool, token, ceiling, 0, pool.size()).await
     }
 
     /// One acquisition round trip over slots `from..to`.
@@ -327,10 +397,13 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         &self,
         pool: &PoolSpec,
         token: &Token,
+        ceiling: Floor,
         from: u32,
         to: u32,
-    ) -> Result<Option<(u32, u64)>, Failure> {
-        let sql = self.sql.acquire::<D>(pool, token.as_bytes(), from, to);
+    ) -> Result<Option<Claim>, Failure> {
+        let sql = self
+            .sql
+            .acquire::<D>(pool, token.as_bytes(), ceiling.0, from, to);
         let rows = self
             .timed("acquire", self.fetch_all(sqlx::raw_sql(&sql)))
             .await?;
@@ -349,20 +422,25 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    /// Runs the renew or release statement; the number of rows it matched.
+    /// Runs the renew statement (with the ceiling) or the release statement
+    /// (with what was issued); the number of rows it matched.
     async fn owned_update(
         &self,
         pool: &PoolSpec,
         grant: &Grant,
         renew: bool,
+        floor: Floor,
     ) -> Result<u64, Failure> {
+        let floor = floor_value(floor.0);
         let (what, q) = if renew {
             (
                 "renew",
-                sqlx::query(&self.sql.renew).bind(D::ttl(pool.ttl())),
+                sqlx::query(&self.sql.renew)
+                    .bind(D::ttl(pool.ttl()))
+                    .bind(floor),
             )
         } else {
-            ("release", sqlx::query(&self.sql.release))
+            ("release", sqlx::query(&self.sql.release).bind(floor))
         };
         let q = q
             .bind(pool.name().as_str())
@@ -371,8 +449,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         self.timed(what, self.execute(q)).await
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant) -> Renewal {
-        match self.owned_update(pool, grant, true).await {
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        match self.owned_update(pool, grant, true, ceiling).await {
             Ok(0) => Renewal::Lost(Reason::new(format!(
                 "slot {} of pool {} is no longer held by this token in {} (expired, taken or \
                  revoked)",
@@ -385,8 +463,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         }
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant) -> Release {
-        match self.owned_update(pool, grant, false).await {
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
+        match self.owned_update(pool, grant, false, issued).await {
             Ok(0) => Release::NotHeld,
             Ok(_) => Release::Released,
             Err(f) => Release::Retry(Reason::new(f.text().to_owned())),
@@ -406,16 +484,30 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
         &self.info
     }
 
-    fn acquire<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<Grant, AcquireError>> {
-        Box::pin(self.acquire(pool))
+    fn acquire<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        ceiling: Floor,
+    ) -> BoxFuture<'a, Result<Grant, AcquireError>> {
+        Box::pin(self.acquire(pool, ceiling))
     }
 
-    fn renew<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Renewal> {
-        Box::pin(self.renew(pool, grant))
+    fn renew<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        grant: &'a Grant,
+        ceiling: Floor,
+    ) -> BoxFuture<'a, Renewal> {
+        Box::pin(self.renew(pool, grant, ceiling))
     }
 
-    fn release<'a>(&'a self, pool: &'a PoolSpec, grant: &'a Grant) -> BoxFuture<'a, Release> {
-        Box::pin(self.release(pool, grant))
+    fn release<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        grant: &'a Grant,
+        issued: Floor,
+    ) -> BoxFuture<'a, Release> {
+        Box::pin(self.release(pool, grant, issued))
     }
 
     fn revoke<'a>(
@@ -450,9 +542,25 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
     }
 });
 
-fn decode_grant<D: Dialect>(row: &D::Row) -> Result<(u32, u64), Failure>
+/// What is wrong with a lease table.
+enum Schema {
+    /// Missing, or not a lease table.
+    Broken(AcquireError),
+    /// A 0.1 table: `ensure_table` migrates it.
+    Floorless(AcquireError),
+}
+
+/// What a claim answered: the slot, its fence, and its floor from before.
+struct Claim {
+    slot: u32,
+    fence: u64,
+    floor: Floor,
+}
+
+fn decode_grant<D: Dialect>(row: &D::Row) -> Result<Claim, Failure>
 where
     usize: ColumnIndex<D::Row>,
+    i64: for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
 {
     let slot: D::Slot = row
         .try_get(0)
@@ -466,5 +574,12 @@ where
     let fence = fence
         .try_into()
         .map_err(|_| Failure::Schema("acquire: negative fence".to_owned()))?;
-    Ok((slot, fence))
+    let floor: i64 = row
+        .try_get(2)
+        .map_err(|e| D::classify("acquire: decoding grant_floor_ms", &e))?;
+    Ok(Claim {
+        slot,
+        fence,
+        floor: Floor(u64::try_from(floor).unwrap_or(0)),
+    })
 }

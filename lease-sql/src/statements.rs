@@ -7,7 +7,8 @@ use leasehold_core::PoolSpec;
 use crate::dialect::Dialect;
 use crate::ident::{TableName, hex};
 
-/// The columns a lease table must have.
+/// The columns of a leasehold-sql 0.1 lease table
+/// (`migrations/<engine>/0001_leasehold_leases.sql`).
 pub(crate) const COLUMNS: [&str; 8] = [
     "pool",
     "slot",
@@ -19,6 +20,20 @@ pub(crate) const COLUMNS: [&str; 8] = [
     "renewed_at",
 ];
 
+/// The hand-over floor columns added in 0.2
+/// (`migrations/<engine>/0002_leasehold_floor.sql`; `ensure_table` adds them
+/// to a 0.1 table): `floor_ms`, the slot's floor (Unix ms, DESIGN.md rule 8:
+/// the highest timestamp any holder may have issued), and `grant_floor_ms`,
+/// the floor the slot had when its current holder claimed it (what the claim
+/// returns; a column because SQLite's `RETURNING` sees only new values).
+pub(crate) const FLOOR_COLUMNS: [&str; 2] = ["floor_ms", "grant_floor_ms"];
+
+/// The token a revoke leaves in place of the holder's: all zeros, which
+/// `Token::random` (128 bits from the OS) never matches in practice. The
+/// tombstone keeps the revoked lease's expiry, so the slot stays taken until
+/// then, and the holder's renewal, which matches its own token, is `Lost`.
+pub(crate) const TOMBSTONE: [u8; 16] = [0; 16];
+
 /// The longest holder identity stored (longer ones are cut on a char boundary).
 pub(crate) const HOLDER_MAX: usize = 255;
 
@@ -26,9 +41,9 @@ pub(crate) const HOLDER_MAX: usize = 255;
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) table: String,
-    /// Binds the TTL, pool, slot and token.
+    /// Binds the TTL, the ceiling, pool, slot and token.
     pub(crate) renew: String,
-    /// Binds the pool, slot and token.
+    /// Binds what was issued, pool, slot and token.
     pub(crate) release: String,
     /// Binds the pool and slot.
     pub(crate) revoke: String,
@@ -42,19 +57,29 @@ impl Statements {
         let now = D::NOW;
         let p = D::param;
         // Renew and release match (pool, slot, token) on a lease the database
-        // still considers live: a renewal whose answer was lost is safe to retry.
+        // still considers live: a renewal whose answer was lost is safe to
+        // retry. Each writes the floor in the same statement (rule 8): renew
+        // raises it to the holder's ceiling, release sets it to what was issued.
         let expires = D::expires_after(&D::ttl_param(1));
-        let (pool, slot, token) = (p(2), p(3), p(4));
+        let raised = D::greatest("floor_ms", &D::floor_param(2));
+        let (pool, slot, token) = (p(3), p(4), p(5));
         let renew = format!(
-            "UPDATE {t} SET expires_at = {expires}, renewed_at = {now} \
+            "UPDATE {t} SET expires_at = {expires}, renewed_at = {now}, floor_ms = {raised} \
              WHERE pool = {pool} AND slot = {slot} AND token = {token} AND expires_at > {now}"
         );
-        let (pool, slot, token) = (p(1), p(2), p(3));
+        let issued = D::floor_param(1);
+        let (pool, slot, token) = (p(2), p(3), p(4));
         let release = format!(
-            "UPDATE {t} SET token = NULL, expires_at = {now} \
+            "UPDATE {t} SET token = NULL, expires_at = {now}, floor_ms = {issued} \
              WHERE pool = {pool} AND slot = {slot} AND token = {token} AND expires_at > {now}"
         );
-        let revoke = format!("UPDATE {t} SET token = NULL WHERE pool = {pool} AND slot = {slot}");
+        // A tombstone in place of a live lease's token, keeping its expiry.
+        let (pool, slot) = (p(1), p(2));
+        let revoke = format!(
+            "UPDATE {t} SET token = {} WHERE pool = {pool} AND slot = {slot} \
+             AND token IS NOT NULL AND expires_at > {now}",
+            D::token_literal(&hex(&TOMBSTONE))
+        );
         let count = format!("SELECT COUNT(*) FROM {t} WHERE pool = {pool} AND slot < {slot}");
         Self {
             table: t,
@@ -69,11 +94,13 @@ impl Statements {
     /// multi-statement transaction) carrying every value as a literal: one
     /// round trip even on a fresh connection, where a prepared statement would
     /// need two. Every literal is an integer, hex, or a validated pool name. It
-    /// claims the lowest free slot in `from..to`.
+    /// claims the lowest free slot in `from..to`, raises its floor to
+    /// `ceiling` and answers slot, fence and the floor from before.
     pub(crate) fn acquire<D: Dialect>(
         &self,
         spec: &PoolSpec,
         token: &[u8; 16],
+        ceiling: u64,
         from: u32,
         to: u32,
     ) -> String {
@@ -88,9 +115,13 @@ impl Statements {
         let free =
             format!("pool = '{pool}' AND {range} AND (token IS NULL OR expires_at <= {now})");
         let token = D::token_literal(&hex(token));
+        // `grant_floor_ms` comes first: MySQL assigns left to right, reading
+        // columns already assigned; PostgreSQL and SQLite read the old row.
         let set = format!(
-            "token = {token}, fence = fence + 1, holder = {}, expires_at = {}, \
+            "grant_floor_ms = floor_ms, floor_ms = {}, \
+             token = {token}, fence = fence + 1, holder = {}, expires_at = {}, \
              acquired_at = {now}, renewed_at = {now}",
+            D::greatest("floor_ms", &floor_value(ceiling).to_string()),
             D::holder_literal(&hex(holder(spec).as_bytes())),
             D::expires_after(&D::ttl_literal(spec.ttl())),
         );
@@ -102,6 +133,11 @@ impl Statements {
         let values: Vec<String> = (from..to).map(|s| format!("('{pool}', {s})")).collect();
         D::insert_missing(&self.table, "pool, slot", &values.join(", "), "pool, slot")
     }
+}
+
+/// A floor as stored: Unix ms, capped to the signed 64-bit columns.
+pub(crate) fn floor_value(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 /// `holder` cut to [`HOLDER_MAX`] bytes on a char boundary.
@@ -126,29 +162,50 @@ mod tests {
     #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
     #[test]
     fn shipped_migrations_match_the_ddl() {
-        fn check<D: Dialect>(file: &str) {
-            let ddl = D::create_table(&TableName::default().quoted(D::QUOTE));
-            let body: String = file
-                .lines()
+        fn body(file: &str) -> String {
+            file.lines()
                 .filter(|l| !l.starts_with("--"))
                 .collect::<Vec<_>>()
-                .join("\n");
+                .join("\n")
+        }
+        fn check<D: Dialect>(first: &str, floor: &str) {
+            let t = TableName::default().quoted(D::QUOTE);
+            // 0001 is the 0.1 table: today's DDL without the floor columns.
+            let ddl = D::create_table(&t);
+            let v1: Vec<&str> = ddl.lines().filter(|l| !l.contains("floor_ms")).collect();
             assert_eq!(
-                body.trim().trim_end_matches(';'),
-                ddl,
-                "{} migration drifted",
+                body(first).trim().trim_end_matches(';'),
+                v1.join("\n"),
+                "{} 0001 migration drifted",
                 D::ENGINE
             );
+            // 0002 adds exactly the floor columns, as `ensure_table` does.
+            let adds: Vec<String> = FLOOR_COLUMNS
+                .iter()
+                .map(|c| format!("{};", D::add_floor_column(&t, c)))
+                .collect();
+            assert_eq!(
+                body(floor).trim(),
+                adds.join("\n"),
+                "{} 0002 migration drifted",
+                D::ENGINE
+            );
+            for c in FLOOR_COLUMNS {
+                assert!(ddl.contains(c), "{} DDL lacks {c}", D::ENGINE);
+            }
         }
-        check::<sqlx::Postgres>(include_str!(
-            "../migrations/postgres/0001_leasehold_leases.sql"
-        ));
-        check::<sqlx::MySql>(include_str!(
-            "../migrations/mysql/0001_leasehold_leases.sql"
-        ));
-        check::<sqlx::Sqlite>(include_str!(
-            "../migrations/sqlite/0001_leasehold_leases.sql"
-        ));
+        check::<sqlx::Postgres>(
+            include_str!("../migrations/postgres/0001_leasehold_leases.sql"),
+            include_str!("../migrations/postgres/0002_leasehold_floor.sql"),
+        );
+        check::<sqlx::MySql>(
+            include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
+            include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
+        );
+        check::<sqlx::Sqlite>(
+            include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
+            include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
+        );
     }
 
     #[test]

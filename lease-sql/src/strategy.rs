@@ -129,9 +129,15 @@ impl SqlStrategy {
         self.ops.ensure_pool(pool).await
     }
 
-    /// Frees `slot` of `pool` behind its holder's back (its fence is kept), as an
-    /// operator would: the holder's next renewal is `Lost`. Returns whether a
-    /// row was changed.
+    /// Revokes the lease on `slot` of `pool` behind its holder's back, as an
+    /// operator would, without ever granting the slot twice: a tombstone
+    /// replaces the holder's token and keeps the lease's expiry, so nobody can
+    /// claim the slot while the revoked holder may still be generating (until
+    /// its next renewal, which is `Lost`, or its local deadline if its
+    /// renewals are failing). The slot is claimed again, with a bigger fence
+    /// and the floor the holder last reported, once that expiry passes.
+    /// Returns whether a live lease was revoked (`false` for a free or
+    /// expired slot).
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, SqlError> {
         self.ops.revoke(pool, slot).await
     }
@@ -155,20 +161,27 @@ impl fmt::Debug for SqlStrategy {
 }
 
 impl Strategy for SqlStrategy {
-    async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
-        self.ops.acquire(pool).await
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
+        self.ops.acquire(pool, ceiling).await
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant, _ceiling: Floor) -> Renewal {
-        self.ops.renew(pool, grant).await
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        self.ops.renew(pool, grant, ceiling).await
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {
-        self.ops.release(pool, grant).await
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
+        self.ops.release(pool, grant, issued).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::coordinated(self.ops.info().networked, Self::MIN_TTL)
+        let caps = Capabilities::coordinated(self.ops.info().networked, Self::MIN_TTL)
+            .with_persisted_floor();
+        // SQLite stores text times with milliseconds; the servers keep
+        // microseconds.
+        match self.engine() {
+            Engine::Sqlite => caps.with_time_resolution(Duration::from_millis(1)),
+            _ => caps.with_time_resolution(Duration::from_micros(1)),
+        }
     }
 
     fn identity(&self) -> String {

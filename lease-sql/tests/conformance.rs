@@ -109,22 +109,11 @@ async fn foreign_table_is_reported(b: Arc<Sql>) -> Result<(), String> {
     let s = SqlStrategy::connect(b.config().table(name.clone()))
         .await
         .map_err(|e| e.to_string())?;
-    let ddl = format!("CREATE TABLE {name} (pool VARCHAR(64), slot INTEGER)");
-    let made = match s.engine() {
-        Engine::Postgres => sqlx::raw_sql(&ddl)
-            .execute(s.postgres().unwrap())
-            .await
-            .map(drop),
-        Engine::MySql => sqlx::raw_sql(&ddl)
-            .execute(s.mysql().unwrap())
-            .await
-            .map(drop),
-        _ => sqlx::raw_sql(&ddl)
-            .execute(s.sqlite().unwrap())
-            .await
-            .map(drop),
-    };
-    made.map_err(|e| e.to_string())?;
+    raw(
+        &s,
+        &format!("CREATE TABLE {name} (pool VARCHAR(64), slot INTEGER)"),
+    )
+    .await?;
     let r = s
         .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
         .await;
@@ -136,6 +125,178 @@ async fn foreign_table_is_reported(b: Arc<Sql>) -> Result<(), String> {
         }
         other => Err(format!("expected MissingSchema, got {other:?}")),
     }
+}
+
+/// Runs `sql` (one or more statements) on `s`'s own pool.
+async fn raw(s: &SqlStrategy, sql: &str) -> Result<(), String> {
+    let done = match s.engine() {
+        Engine::Postgres => sqlx::raw_sql(sql)
+            .execute(s.postgres().unwrap())
+            .await
+            .map(drop),
+        Engine::MySql => sqlx::raw_sql(sql)
+            .execute(s.mysql().unwrap())
+            .await
+            .map(drop),
+        _ => sqlx::raw_sql(sql)
+            .execute(s.sqlite().unwrap())
+            .await
+            .map(drop),
+    };
+    done.map_err(|e| format!("{sql}: {e}"))
+}
+
+/// A shipped migration of `s`'s engine, for table `table`.
+fn migration(s: &SqlStrategy, file: &str, table: &str) -> String {
+    let text = match (s.engine(), file) {
+        (Engine::Postgres, "0001") => {
+            include_str!("../migrations/postgres/0001_leasehold_leases.sql")
+        }
+        (Engine::Postgres, _) => include_str!("../migrations/postgres/0002_leasehold_floor.sql"),
+        (Engine::MySql, "0001") => include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
+        (Engine::MySql, _) => include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
+        (_, "0001") => include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
+        (_, _) => include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
+    };
+    text.replace("leasehold_leases", table)
+}
+
+/// A 0.1 lease table (migration 0001 only) named `table`, holding slot 0 of
+/// `pool` for `token` with fence 7 for an hour, as a 0.1 process left it.
+async fn table_0_1(
+    s: &SqlStrategy,
+    table: &str,
+    pool: &PoolSpec,
+    token: &Token,
+) -> Result<(), String> {
+    raw(s, &migration(s, "0001", table)).await?;
+    let (quoted, token, expires) = match s.engine() {
+        Engine::Postgres => (
+            format!("\"{table}\""),
+            format!("decode('{}', 'hex')", token.to_hex()),
+            "CURRENT_TIMESTAMP(6) + INTERVAL '1 hour'".to_owned(),
+        ),
+        Engine::MySql => (
+            format!("`{table}`"),
+            format!("X'{}'", token.to_hex()),
+            "CURRENT_TIMESTAMP(6) + INTERVAL 1 HOUR".to_owned(),
+        ),
+        _ => (
+            format!("\"{table}\""),
+            format!("X'{}'", token.to_hex()),
+            "strftime('%Y-%m-%d %H:%M:%f','now','+3600 seconds')".to_owned(),
+        ),
+    };
+    raw(
+        s,
+        &format!(
+            "INSERT INTO {quoted} (pool, slot, token, fence, holder, expires_at) \
+             VALUES ('{}', 0, {token}, 7, 'a 0.1 process', {expires})",
+            pool.name()
+        ),
+    )
+    .await
+}
+
+/// A 0.1 table (no floor columns) is refused with a final error naming both
+/// fixes; `ensure_pool` migrates it in place: the 0.1 holder's lease, fence
+/// and token are kept (it renews straight through), and from then on the
+/// floor is kept and handed over.
+async fn a_0_1_table_is_refused_then_migrated_by_ensure_pool(b: Arc<Sql>) -> Result<(), String> {
+    let table = fresh_table("v01");
+    let s = SqlStrategy::connect(b.config().table(table.clone()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let pool = fresh_pool(2, Duration::from_secs(30))?;
+    let old = Token::random();
+    table_0_1(&s, &table, &pool, &old).await?;
+    match s.acquire(&pool, Floor::NONE).await {
+        Err(e @ AcquireError::MissingSchema { .. }) => {
+            let msg = e.to_string();
+            ensure!(
+                !e.is_retryable(),
+                "a 0.1 table must be a final error: {msg}"
+            );
+            for needle in ["floor_ms", "ensure_table", "0002_leasehold_floor.sql"] {
+                ensure!(msg.contains(needle), "the message lacks {needle}: {msg}");
+            }
+        }
+        other => {
+            return Err(format!(
+                "acquire on a 0.1 table: expected MissingSchema, got {other:?}"
+            ));
+        }
+    }
+    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    s.ensure_pool(&pool)
+        .await
+        .map_err(|e| format!("again: {e}"))?;
+    // The 0.1 holder's lease survived: slot 0 is still taken, and its token renews.
+    let new = s
+        .acquire(&pool, Floor(1_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        new.slot == 1,
+        "the migrated table granted slot {} (0 is held)",
+        new.slot
+    );
+    let held = leasehold_core::Grant::new(0, old, Fence(7), pool.ttl());
+    let r = s.renew(&pool, &held, Floor(5_000)).await;
+    ensure!(
+        matches!(r, Renewal::Renewed { .. }),
+        "the 0.1 lease after migration: {r:?}"
+    );
+    let r = s.release(&pool, &held, Floor(4_242)).await;
+    ensure!(r == Release::Released, "release: {r:?}");
+    let next = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        (next.slot, next.fence, next.floor) == (0, Fence(8), Floor(4_242)),
+        "after the release: slot {}, fence {}, floor {}",
+        next.slot,
+        next.fence,
+        next.floor
+    );
+    s.close().await;
+    Ok(())
+}
+
+/// Migrations 0001 then 0002, as a migration tool applies them, make a table
+/// `ensure_table` accepts as it is and that keeps floors.
+async fn the_shipped_migrations_make_a_floor_table(b: Arc<Sql>) -> Result<(), String> {
+    let table = fresh_table("shipped");
+    let s = SqlStrategy::connect(b.config().table(table.clone()))
+        .await
+        .map_err(|e| e.to_string())?;
+    raw(&s, &migration(&s, "0001", &table)).await?;
+    raw(&s, &migration(&s, "0002", &table)).await?;
+    s.ensure_table().await.map_err(|e| e.to_string())?;
+    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let first = s
+        .acquire(&pool, Floor(9_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        first.floor == Floor::NONE,
+        "a fresh slot has floor {}",
+        first.floor
+    );
+    let r = s.release(&pool, &first, Floor(8_500)).await;
+    ensure!(r == Release::Released, "release: {r:?}");
+    let second = s
+        .acquire(&pool, Floor(100))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        second.floor == Floor(8_500),
+        "the next grant carries {}",
+        second.floor
+    );
+    s.close().await;
+    Ok(())
 }
 
 /// A table name that is not a plain identifier is refused before any SQL runs.
@@ -388,6 +549,8 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
         ensure_pool_is_idempotent_and_concurrent,
         fenced_write_refuses_a_stale_holder,
         renewal_blocked_by_a_lock_gives_retry_within_op_timeout,
+        a_0_1_table_is_refused_then_migrated_by_ensure_pool,
+        the_shipped_migrations_make_a_floor_table,
     )
 }
 

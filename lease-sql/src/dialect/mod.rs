@@ -59,6 +59,7 @@ macro_rules! with_sqlx_bounds {
             for<'q> &'q str: sqlx::Encode<'q, D> + sqlx::Type<D>,
             for<'q> &'q [u8]: sqlx::Encode<'q, D> + sqlx::Type<D>,
             for<'r> i64: sqlx::Decode<'r, D> + sqlx::Type<D>,
+            for<'q> i64: sqlx::Encode<'q, D>,
             for<'r> String: sqlx::Decode<'r, D> + sqlx::Type<D>,
         { $($body)* }
     };
@@ -129,6 +130,8 @@ pub(crate) trait Dialect: sqlx::Database {
     const NOW: &'static str;
     /// Lists the columns of the table named by the one parameter.
     const COLUMNS: &'static str;
+    /// The type of the floor columns (signed 64-bit: Unix milliseconds).
+    const FLOOR_TYPE: &'static str = "BIGINT";
 
     /// A slot number as bound and as decoded.
     type Slot: for<'q> Encode<'q, Self>
@@ -168,6 +171,14 @@ pub(crate) trait Dialect: sqlx::Database {
     fn ttl_literal(ttl: Duration) -> String {
         ttl.as_micros().to_string()
     }
+    /// The `n`-th parameter where it carries a floor (bound as `i64`).
+    fn floor_param(n: usize) -> String {
+        Self::param(n)
+    }
+    /// The larger of two integer expressions.
+    fn greatest(a: &str, b: &str) -> String {
+        format!("GREATEST({a}, {b})")
+    }
     /// The expiry `ttl` (a parameter or a literal) after now.
     fn expires_after(ttl: &str) -> String;
     /// A token (lower-case hex) as a literal.
@@ -176,15 +187,25 @@ pub(crate) trait Dialect: sqlx::Database {
     fn holder_literal(hex: &str) -> String;
     /// The acquisition as one round trip of plain text: claims the lowest slot
     /// of `pool` that `free` selects with the assignments `set` (see
-    /// `Statements::acquire`), and answers its slot and fence.
+    /// `Statements::acquire`), and answers its slot, fence and
+    /// `grant_floor_ms`.
     fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str) -> String;
     /// `INSERT` of `values` into `columns` that skips rows whose `key` exists.
     fn insert_missing(t: &str, columns: &str, values: &str, key: &str) -> String {
         format!("INSERT INTO {t} ({columns}) VALUES {values} ON CONFLICT ({key}) DO NOTHING")
     }
-    /// The DDL of the lease table `t` (quoted); the same text ships in
-    /// `migrations/<engine>/`.
+    /// The DDL of the lease table `t` (quoted): the 0.1 table of
+    /// `migrations/<engine>/0001_leasehold_leases.sql` with the floor columns
+    /// of `0002_leasehold_floor.sql`.
     fn create_table(t: &str) -> String;
+    /// Adds the floor column `column` to the lease table `t` (quoted): the
+    /// statements of `migrations/<engine>/0002_leasehold_floor.sql`.
+    fn add_floor_column(t: &str, column: &str) -> String {
+        format!(
+            "ALTER TABLE {t} ADD COLUMN {column} {} NOT NULL DEFAULT 0",
+            Self::FLOOR_TYPE
+        )
+    }
 
     /// The DDL of the fence table `t` (quoted).
     fn create_fence_table(t: &str) -> String;

@@ -82,7 +82,7 @@ impl Dialect for MySql {
              ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED; \
              UPDATE {t} SET {set} \
              WHERE pool = '{pool}' AND slot = @leasehold_slot; \
-             SELECT slot, fence FROM {t} WHERE pool = '{pool}' AND slot = @leasehold_slot \
+             SELECT slot, fence, grant_floor_ms FROM {t} WHERE pool = '{pool}' AND slot = @leasehold_slot \
              AND token = {token}; \
              COMMIT"
         )
@@ -103,6 +103,8 @@ impl Dialect for MySql {
             \x20   expires_at  DATETIME(6)     NULL,\n\
             \x20   acquired_at DATETIME(6)     NULL,\n\
             \x20   renewed_at  DATETIME(6)     NULL,\n\
+            \x20   floor_ms       BIGINT NOT NULL DEFAULT 0,\n\
+            \x20   grant_floor_ms BIGINT NOT NULL DEFAULT 0,\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             ) ENGINE = InnoDB"
         )

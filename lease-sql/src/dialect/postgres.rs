@@ -47,6 +47,10 @@ impl Dialect for Postgres {
         format!("${n}::bigint")
     }
 
+    fn floor_param(n: usize) -> String {
+        format!("${n}::bigint")
+    }
+
     fn expires_after(ttl: &str) -> String {
         format!("{} + {ttl} * INTERVAL '1 microsecond'", Self::NOW)
     }
@@ -64,7 +68,7 @@ impl Dialect for Postgres {
             "UPDATE {t} SET {set} \
              WHERE (pool, slot) = (SELECT pool, slot FROM {t} WHERE {free} \
              ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING slot, fence"
+             RETURNING slot, fence, grant_floor_ms"
         )
     }
 
@@ -79,6 +83,8 @@ impl Dialect for Postgres {
             \x20   expires_at  TIMESTAMPTZ(6),\n\
             \x20   acquired_at TIMESTAMPTZ(6),\n\
             \x20   renewed_at  TIMESTAMPTZ(6),\n\
+            \x20   floor_ms       BIGINT NOT NULL DEFAULT 0,\n\
+            \x20   grant_floor_ms BIGINT NOT NULL DEFAULT 0,\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             )"
         )

@@ -31,6 +31,7 @@ impl Dialect for Sqlite {
     const RANDOM_START: bool = false;
     const NOW: &'static str = "strftime('%Y-%m-%d %H:%M:%f','now')";
     const COLUMNS: &'static str = "SELECT name AS c FROM pragma_table_info(?)";
+    const FLOOR_TYPE: &'static str = "INTEGER";
 
     type Slot = i64;
     type Fence = i64;
@@ -58,6 +59,10 @@ impl Dialect for Sqlite {
         format!("'{}'", Self::ttl(ttl))
     }
 
+    fn greatest(a: &str, b: &str) -> String {
+        format!("MAX({a}, {b})")
+    }
+
     fn expires_after(ttl: &str) -> String {
         strftime(&format!(",{ttl}"))
     }
@@ -76,7 +81,7 @@ impl Dialect for Sqlite {
             "UPDATE {t} SET {set} \
              WHERE pool = '{pool}' AND slot = (SELECT slot FROM {t} WHERE {free} \
              ORDER BY slot LIMIT 1) AND (token IS NULL OR expires_at <= {now}) \
-             RETURNING slot, fence"
+             RETURNING slot, fence, grant_floor_ms"
         )
     }
 
@@ -91,6 +96,8 @@ impl Dialect for Sqlite {
             \x20   expires_at  TEXT,\n\
             \x20   acquired_at TEXT,\n\
             \x20   renewed_at  TEXT,\n\
+            \x20   floor_ms       INTEGER NOT NULL DEFAULT 0,\n\
+            \x20   grant_floor_ms INTEGER NOT NULL DEFAULT 0,\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             )"
         )
