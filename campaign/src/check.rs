@@ -60,6 +60,13 @@ pub struct Report {
     pub fence_violations: u64,
     /// Second generators on one lease, refused.
     pub second_generators_refused: u64,
+    /// Stretches of refusals because a generator's clock was further behind
+    /// the slot's floor than `max_clock_skew`.
+    pub clock_behind: u64,
+    /// The largest lag behind a floor that was refused.
+    pub clock_behind_max_ms: u64,
+    /// Grants that carried a floor from an earlier holder.
+    pub grants_with_floor: u64,
 }
 
 impl Report {
@@ -142,6 +149,10 @@ pub fn check(
                     }
                 }
                 Record::SecondGeneratorRefused { .. } => report.second_generators_refused += 1,
+                Record::ClockBehind { behind_ms, .. } => {
+                    report.clock_behind += 1;
+                    report.clock_behind_max_ms = report.clock_behind_max_ms.max(behind_ms);
+                }
             }
         }
     }
@@ -149,6 +160,7 @@ pub fn check(
         report.duplicates += overlap_count(ranges);
     }
     report.periods = holds.into_values().collect();
+    report.grants_with_floor = report.periods.iter().filter(|p| p.floor > 0).count() as u64;
     let (overlaps, closest) = period_overlaps(&report.periods);
     report.overlaps = overlaps;
     report.closest_handover_ns = closest;

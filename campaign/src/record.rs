@@ -98,6 +98,15 @@ pub enum Record {
         /// The pool.
         kind: Kind,
     },
+    /// A generator refused because this host's clock was further behind the
+    /// slot's floor (what the previous holders may have issued) than
+    /// `max_clock_skew`: the floor at work (DESIGN.md rule 8).
+    ClockBehind {
+        /// The pool.
+        kind: Kind,
+        /// How far behind, in ms.
+        behind_ms: u64,
+    },
 }
 
 const SIZE: usize = 48;
@@ -150,6 +159,11 @@ impl Record {
                 b[0] = b'G';
                 b[1] = kind.code();
             }
+            Record::ClockBehind { kind, behind_ms } => {
+                put(8, behind_ms);
+                b[0] = b'B';
+                b[1] = kind.code();
+            }
         }
         b
     }
@@ -181,6 +195,10 @@ impl Record {
                 accepted: b[2] == 1,
             },
             b'G' => Record::SecondGeneratorRefused { kind },
+            b'B' => Record::ClockBehind {
+                kind,
+                behind_ms: get(8),
+            },
             _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "unknown record")),
         })
     }
@@ -299,6 +317,10 @@ mod tests {
             },
             Record::SecondGeneratorRefused {
                 kind: Kind::Sortable,
+            },
+            Record::ClockBehind {
+                kind: Kind::Counter,
+                behind_ms: 1_234,
             },
         ];
         let mut r = Recorder::create(&path).unwrap();

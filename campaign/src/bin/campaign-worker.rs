@@ -115,6 +115,9 @@ fn generate(kind: Kind, gate: LeaseGate, generator: Gen, shared: Arc<Shared>, bu
     let mut pending: Vec<Record> = Vec::new();
     let mut last_flush = MonoTime::now();
     let (mut made, mut refused) = (0u64, 0u64);
+    // One record per stretch of clock-behind refusals (they repeat on every
+    // call until this host's clock passes the floor).
+    let mut behind = false;
     let flush = |tracker: &Tracker, runs: &mut RunBuilder, pending: &mut Vec<Record>| {
         pending.extend(runs.finish());
         let mut rec = shared.recorder.lock().unwrap_or_else(|e| e.into_inner());
@@ -146,6 +149,7 @@ fn generate(kind: Kind, gate: LeaseGate, generator: Gen, shared: Arc<Shared>, bu
             for _ in 0..batch {
                 match generator.next() {
                     Ok(id) => {
+                        behind = false;
                         // Keep the ID only if it surely belongs to this grant;
                         // it was made before the grant's deadline as read now.
                         let deadline = gate.deadline().as_nanos();
@@ -155,6 +159,18 @@ fn generate(kind: Kind, gate: LeaseGate, generator: Gen, shared: Arc<Shared>, bu
                         last_deadline = Some(deadline);
                         pending.extend(runs.push(id));
                         made_now += 1;
+                    }
+                    Err(GenerateError::ClockBehind { behind: lag, .. }) => {
+                        // The floor at work: this host's clock is behind
+                        // what the slot's previous holders may have issued.
+                        if !std::mem::replace(&mut behind, true) {
+                            pending.push(Record::ClockBehind {
+                                kind,
+                                behind_ms: u64::try_from(lag.as_millis()).unwrap_or(u64::MAX),
+                            });
+                        }
+                        refused += 1;
+                        break;
                     }
                     Err(_) => {
                         refused += 1;

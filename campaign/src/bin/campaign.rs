@@ -754,6 +754,13 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
             "second generators refused",
             r.second_generators_refused.to_string(),
         ),
+        (
+            "grants carrying a floor / refused: clock behind the floor",
+            format!(
+                "{} / {} (largest lag {} ms)",
+                r.grants_with_floor, r.clock_behind, r.clock_behind_max_ms
+            ),
+        ),
         ("refused calls (graceful stops)", s.refused.to_string()),
         (
             "fenced writes",
