@@ -9,6 +9,7 @@ mod backend;
 mod k3s;
 pub mod proxy;
 mod runner;
+pub mod secrets;
 pub mod servers;
 pub mod suite;
 

@@ -18,12 +18,33 @@ pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 ///     .max_connections(2);
 /// assert_eq!(config.url(), "postgres://app@db.internal/app");
 /// ```
-#[derive(Clone, Debug)]
+///
+/// `Debug` never shows credentials: the URL is printed without its user,
+/// password and query parameters.
+///
+/// ```
+/// use leasehold_sql::SqlConfig;
+/// let config = SqlConfig::new("postgres://app:hunter2@db.internal/app?sslmode=require");
+/// let shown = format!("{config:?}");
+/// assert!(shown.contains("postgres://db.internal/app") && !shown.contains("hunter2"));
+/// ```
+#[derive(Clone)]
 pub struct SqlConfig {
     pub(crate) url: String,
     pub(crate) table: String,
     pub(crate) op_timeout: Duration,
     pub(crate) max_connections: u32,
+}
+
+impl std::fmt::Debug for SqlConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlConfig")
+            .field("url", &crate::dialect::redact(&self.url))
+            .field("table", &self.table)
+            .field("op_timeout", &self.op_timeout)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
 }
 
 impl SqlConfig {
@@ -61,7 +82,8 @@ impl SqlConfig {
         self
     }
 
-    /// The URL.
+    /// The URL as given, credentials included: do not log it (`Debug`
+    /// prints it without them).
     pub fn url(&self) -> &str {
         &self.url
     }

@@ -299,6 +299,63 @@ async fn the_shipped_migrations_make_a_floor_table(b: Arc<Sql>) -> Result<(), St
     Ok(())
 }
 
+/// Issue 12 item 9: the password in the database URL never shows — not in
+/// `Debug` of the config or the strategy, not in `identity()`, not in any
+/// error (a wrong password, an unreachable server, a missing table), and not
+/// in any span or event the driver emits while it holds, renews and releases.
+async fn the_password_never_shows(b: Arc<Sql>) -> Result<(), String> {
+    use leasehold_conformance::secrets::{self, Secret, Shown};
+    let secret = Secret::new();
+    let mut shown = Shown::new(&secret);
+    let _ = secrets::capture();
+    // The URL with the password in it (SQLite: as a query parameter).
+    let url = match b.url.split_once("://") {
+        Some((scheme, rest)) if b.addr.is_some() => {
+            let (auth, host) = rest.rsplit_once('@').unwrap_or(("root", rest));
+            let user = auth.split(':').next().unwrap_or("root");
+            format!("{scheme}://{user}:{}@{host}", secret.as_str())
+        }
+        _ => format!("{}?password={}", b.url, secret.as_str()),
+    };
+    let config = SqlConfig::new(url.clone()).max_connections(2);
+    shown.debug("SqlConfig", &config);
+    match SqlStrategy::connect(config.clone()).await {
+        Ok(s) => {
+            shown.debug("SqlStrategy", &s);
+            let missing = SqlStrategy::connect(config.clone().table(fresh_table("missing")))
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Err(e) = missing
+                .acquire(&fresh_pool(1, Duration::from_secs(5))?, Floor::NONE)
+                .await
+            {
+                shown.both("AcquireError (missing table)", &e);
+            }
+            missing.close().await;
+            s.ensure_table().await.map_err(|e| e.to_string())?;
+            secrets::exercise(Arc::new(s.clone()), &mut shown).await?;
+            s.close().await;
+        }
+        // MariaDB's root has no password: a wrong one is refused.
+        Err(e) => {
+            shown.both("SqlError (wrong password)", &e);
+        }
+    }
+    if let Some(addr) = b.addr {
+        // Nothing listens on port 1.
+        let dead = url.replacen(&addr.to_string(), "127.0.0.1:1", 1);
+        match SqlStrategy::connect(SqlConfig::new(dead)).await {
+            Ok(_) => return Err("connected to port 1".into()),
+            Err(e) => {
+                shown.both("SqlError (unreachable)", &e);
+            }
+        }
+    }
+    shown.traces();
+    ensure!(shown.count() >= 4, "only {} texts checked", shown.count());
+    shown.verdict()
+}
+
 /// A table name that is not a plain identifier is refused before any SQL runs.
 async fn bad_table_name_is_refused(b: Arc<Sql>) -> Result<(), String> {
     match SqlStrategy::connect(b.config().table("leases; DROP TABLE x")).await {
@@ -551,6 +608,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
         renewal_blocked_by_a_lock_gives_retry_within_op_timeout,
         a_0_1_table_is_refused_then_migrated_by_ensure_pool,
         the_shipped_migrations_make_a_floor_table,
+        the_password_never_shows,
     )
 }
 
