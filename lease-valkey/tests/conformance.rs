@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{Missing, Server, ServerKind, provide};
+use leasehold_conformance::suite::STARVED;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
-use leasehold_core::{AcquireError, BoxFuture, PoolSpec, Release, Renewal, Strategy};
+use leasehold_core::{AcquireError, BoxFuture, Grant, PoolSpec, Release, Renewal, Strategy};
 use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyStrategy, marker};
 
 struct Valkey {
@@ -89,6 +90,112 @@ async fn cmd(s: &ValkeyStrategy, name: &'static str, args: Vec<Value>) -> Result
         )
         .await
         .map_err(|e| format!("{name}: {e}"))
+}
+
+/// `Ok` when `ok`. Otherwise, as the suite judges "still held": a failure if
+/// the lease was surely live when the answer came (less than its TTL after
+/// its request was `sent`), and a starved outcome (the machine stalled, the
+/// run proves nothing and is repeated) if it may have expired.
+fn judge(sent: Instant, ttl: Duration, ok: bool, msg: impl FnOnce() -> String) -> Outcome {
+    if ok {
+        return Ok(());
+    }
+    let at = Instant::now();
+    if at < sent + ttl {
+        Err(msg())
+    } else {
+        Err(format!(
+            "{STARVED}{} (judged {:?} after the lease's request was sent; TTL {ttl:?})",
+            msg(),
+            at - sent
+        ))
+    }
+}
+
+/// Acquires on `s` with `ceiling`, noting when the request was sent.
+async fn hold(s: &ValkeyStrategy, p: &PoolSpec, ceiling: u64) -> Result<(Grant, Instant), String> {
+    let sent = Instant::now();
+    let g = s
+        .acquire(p, Floor(ceiling))
+        .await
+        .map_err(|e| format!("{} acquire: {e}", s.path()))?;
+    Ok((g, sent))
+}
+
+/// Renews (raising the floor to `ceiling`) and releases (leaving `issued`),
+/// both of which must succeed while the lease is live.
+async fn renew_and_release(
+    s: &ValkeyStrategy,
+    p: &PoolSpec,
+    (g, sent): (Grant, Instant),
+    ceiling: u64,
+    issued: u64,
+) -> Outcome {
+    let renewed = Instant::now();
+    let r = s.renew(p, &g, Floor(ceiling)).await;
+    judge(sent, g.ttl, matches!(r, Renewal::Renewed { .. }), || {
+        format!("{} renewal answered {r:?}", s.path())
+    })?;
+    let r = s.release(p, &g, Floor(issued)).await;
+    judge(renewed, g.ttl, r == Release::Released, || {
+        format!("{} release answered {r:?}", s.path())
+    })
+}
+
+/// The floor lives in the fences hash both paths share, so a slot's floor
+/// survives a change of path (an in-place upgrade from Redis 7 to 8): what
+/// a holder on one path reports is carried by the next grant on the other.
+/// Floors are exact beyond 2^53, where Lua's numbers are not.
+async fn floor_is_carried_across_paths(b: Arc<Valkey>) -> Outcome {
+    let scripts = b.strategy(Method::Scripts).await?;
+    let hsetex = b.strategy(Method::Hsetex).await?;
+    ensure!(
+        scripts.path() == ActivePath::Scripts && hsetex.path() == ActivePath::Hsetex,
+        "paths {} and {}",
+        scripts.path(),
+        hsetex.path()
+    );
+    let p = fresh_pool(1, Duration::from_secs(30))?;
+    let held = hold(&scripts, &p, 4_000).await?;
+    ensure!(
+        held.0.floor == Floor::NONE,
+        "fresh slot: {:?}",
+        held.0.floor
+    );
+    renew_and_release(&scripts, &p, held, 6_000, 5_000).await?;
+
+    let held = hold(&hsetex, &p, 1_000).await?;
+    ensure!(
+        held.0.floor == Floor(5_000),
+        "HSETEX grant after a script-path release of 5000 carries {:?}",
+        held.0.floor
+    );
+    renew_and_release(&hsetex, &p, held, 8_000, 7_000).await?;
+
+    let held = hold(&scripts, &p, 2_000).await?;
+    ensure!(
+        held.0.floor == Floor(7_000),
+        "script-path grant after an HSETEX release of 7000 carries {:?}",
+        held.0.floor
+    );
+    // 2^53 + 1 and 2^53 are one double: only an exact comparison keeps the
+    // bigger.
+    let big = (1u64 << 53) + 1;
+    renew_and_release(&scripts, &p, held, big, big).await?;
+    let held = hold(&hsetex, &p, big - 1).await?;
+    ensure!(
+        held.0.floor == Floor(big),
+        "after a release of {big} the next grant carries {:?}",
+        held.0.floor
+    );
+    renew_and_release(&hsetex, &p, held, u64::MAX, u64::MAX).await?;
+    let held = hold(&scripts, &p, 0).await?;
+    ensure!(
+        held.0.floor == Floor(u64::MAX),
+        "after a release of u64::MAX the next grant carries {:?}",
+        held.0.floor
+    );
+    Ok(())
 }
 
 /// The probe picks HSETEX exactly where the server has it.
@@ -358,6 +465,7 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
             connect_errors_are_prompt_and_typed,
             fields_expire_together_fence_persists,
             fxx_with_one_field_missing_is_lost,
+            floor_is_carried_across_paths,
         )
     } else {
         trials!(t; forced_hsetex_is_final_unsupported)
