@@ -134,14 +134,31 @@ return 0
 "
 );
 
-/// HSETEX path, revoke (administrative). KEYS: leases hash. ARGV: slot.
-/// Deletes the slot field and its holder's marker together. Returns 1 when a
-/// lease was there.
-const REVOKE_HSETEX: &str = r"
+/// Revoke (administrative), either path. KEYS: leases hash, slot key. ARGV:
+/// slot. Ends the lease without freeing the slot: the slot field (or slot
+/// key) is overwritten with the tombstone `revoked`, keeping its TTL, so the
+/// slot stays taken until the revoked lease would have expired (its holder
+/// may generate until its next renewal); the HSETEX marker is deleted. The
+/// holder's renewal then finds its token gone (`Lost`) and its release
+/// frees nothing (`NotHeld`); the floor and fence are left as they are.
+/// Tokens are hex, so no holder's token is ever equal to the tombstone.
+/// Both representations are revoked, so a lease taken on the other path (a
+/// process not yet upgraded) is revoked too. Returns 1 when a live lease was
+/// there.
+const REVOKE: &str = r"
+local n = 0
 local tok = redis.call('HGET', KEYS[1], ARGV[1])
-if not tok then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1], 'token.' .. ARGV[1] .. '.' .. tok)
-return 1
+if tok and tok ~= 'revoked' then
+  redis.call('HSETEX', KEYS[1], 'FXX', 'KEEPTTL', 'FIELDS', 1, ARGV[1], 'revoked')
+  redis.call('HDEL', KEYS[1], 'token.' .. ARGV[1] .. '.' .. tok)
+  n = 1
+end
+local v = redis.call('GET', KEYS[2])
+if v and v ~= 'revoked' then
+  redis.call('SET', KEYS[2], 'revoked', 'XX', 'KEEPTTL')
+  n = 1
+end
+return n
 ";
 
 /// Script path, claim. KEYS: fences hash. ARGV: size, ttl ms, token hex, slot
@@ -207,7 +224,7 @@ pub(crate) struct Scripts {
     pub(crate) claim_hsetex: Script,
     pub(crate) renew_hsetex: Script,
     pub(crate) release_hsetex: Script,
-    pub(crate) revoke_hsetex: Script,
+    pub(crate) revoke: Script,
     pub(crate) claim_scripts: Script,
     pub(crate) renew_scripts: Script,
     pub(crate) release_scripts: Script,
@@ -219,7 +236,7 @@ impl Scripts {
             claim_hsetex: Script::new("claim (HSETEX)", CLAIM_HSETEX),
             renew_hsetex: Script::new("renew (HSETEX)", RENEW_HSETEX),
             release_hsetex: Script::new("release (HSETEX)", RELEASE_HSETEX),
-            revoke_hsetex: Script::new("revoke (HSETEX)", REVOKE_HSETEX),
+            revoke: Script::new("revoke (tombstone)", REVOKE),
             claim_scripts: Script::new("claim (SET NX)", CLAIM_SCRIPTS),
             renew_scripts: Script::new("renew (compare-and-extend)", RENEW_SCRIPTS),
             release_scripts: Script::new("release (compare-and-delete)", RELEASE_SCRIPTS),
@@ -233,13 +250,14 @@ impl Scripts {
                 &self.claim_hsetex,
                 &self.renew_hsetex,
                 &self.release_hsetex,
-                &self.revoke_hsetex,
+                &self.revoke,
             ]
         } else {
             vec![
                 &self.claim_scripts,
                 &self.renew_scripts,
                 &self.release_scripts,
+                &self.revoke,
             ]
         }
     }

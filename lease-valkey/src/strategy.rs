@@ -304,32 +304,32 @@ impl ValkeyStrategy {
         self.inner.round_trips.load(Ordering::Relaxed)
     }
 
-    /// Deletes `slot`'s lease behind its holder's back (both fields on the
-    /// HSETEX path), as an operator would: the holder's next renewal is
-    /// `Lost`. The fence is kept. Returns whether a lease was there.
+    /// Ends `slot`'s lease behind its holder's back, as an operator would:
+    /// the holder's next renewal is `Lost` and its release `NotHeld`.
+    ///
+    /// The slot is not freed at once: the holder may go on generating until
+    /// its next renewal, so its slot field (HSETEX path) or slot key (script
+    /// path) is overwritten with a tombstone that keeps the lease's expiry,
+    /// and nobody claims the slot before the revoked lease would have
+    /// expired. The next holder gets a bigger fence and the slot's floor.
+    /// A lease on the other path's representation of the slot (a process
+    /// that has not switched paths yet) is revoked too. Works on every path,
+    /// also [`ActivePath::Unsupported`]. Returns whether a live lease was
+    /// there.
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, ValkeyError> {
         let keys = self.keys(pool.name());
         let url = redact(&self.inner.config.url);
-        let n: i64 = match self.inner.path {
-            ActivePath::Hsetex => self
-                .eval(
-                    &self.inner.scripts.revoke_hsetex,
-                    vec![keys.leases],
-                    vec![slot.to_string()],
-                )
-                .await
-                .map_err(|f| self.failure_error("EVALSHA (revoke)", &url, f))?
-                .as_i64()
-                .unwrap_or(0),
-            _ => self
-                .call(
-                    "DEL",
-                    ClusterHash::FirstKey,
-                    vec![Value::from(keys.slot_key(slot))],
-                )
-                .await
-                .map_err(|f| self.failure_error("DEL", &url, f))?,
-        };
+        let slot_key = keys.slot_key(slot);
+        let n = self
+            .eval(
+                &self.inner.scripts.revoke,
+                vec![keys.leases, slot_key],
+                vec![slot.to_string()],
+            )
+            .await
+            .map_err(|f| self.failure_error("EVALSHA (revoke)", &url, f))?
+            .as_i64()
+            .unwrap_or(0);
         Ok(n == 1)
     }
 
