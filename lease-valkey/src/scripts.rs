@@ -46,7 +46,8 @@ end
 }
 
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
-/// token hex, ceiling (Unix ms). Returns `{slot, fence, floor}` (the floor
+/// token hex, ceiling (Unix ms), slot key prefix (the script path's,
+/// `{<prefix>:<pool>}:slot:`, same hash tag). Returns `{slot, fence, floor}` (the floor
 /// the slot had before, a decimal string), or -1 when every slot is held.
 ///
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
@@ -55,7 +56,9 @@ end
 ///   expiry removes them within a fraction of a second, and the answer is
 ///   retryable.)
 /// - Otherwise scan for an absent slot field (expired fields are absent: the
-///   server checks their TTL on access), starting at the hint `next` in the
+///   server checks their TTL on access) whose script-path slot key is absent
+///   too (a process still on the script path may hold the slot, after an
+///   in-place upgrade from Redis 7 to 8), starting at the hint `next` in the
 ///   fences hash, wrapping around. Claims move the hint past the slot they
 ///   take and releases move it down to the slot they free, so without
 ///   expiries the scan starts at the lowest free slot and takes one step;
@@ -72,7 +75,7 @@ if start >= size then start = 0 end
 for i = 0, size - 1 do
   local s = (start + i) % size
   local f = tostring(s)
-  if redis.call('HEXISTS', KEYS[1], f) == 0 then
+  if redis.call('HEXISTS', KEYS[1], f) == 0 and redis.call('EXISTS', ARGV[5] .. f) == 0 then
     local ok = redis.call('HSETEX', KEYS[1], 'FNX', 'PX', ARGV[2], 'FIELDS', 2,
       f, ARGV[3], 'token.' .. f .. '.' .. ARGV[3], f)
     if ok == 1 then
@@ -161,10 +164,12 @@ end
 return n
 ";
 
-/// Script path, claim. KEYS: fences hash. ARGV: size, ttl ms, token hex, slot
-/// key prefix (`{<prefix>:<pool>}:slot:`, the fences hash's hash tag),
-/// ceiling (Unix ms). `SET NX PX` on slot keys from the hint `next` on,
-/// wrapping, until one succeeds; then moves the hint, bumps the fence and
+/// Script path, claim. KEYS: fences hash, leases hash (the HSETEX path's).
+/// ARGV: size, ttl ms, token hex, slot key prefix (`{<prefix>:<pool>}:slot:`,
+/// the fences hash's hash tag), ceiling (Unix ms). `SET NX PX` on slot keys
+/// from the hint `next` on, wrapping, skipping slots whose field exists in
+/// the leases hash (held by a process on the HSETEX path, after an in-place
+/// upgrade), until one succeeds; then moves the hint, bumps the fence and
 /// raises the floor to the ceiling. Returns `{slot, fence, floor}` (the floor
 /// before, a decimal string), or -1. (No cheap count of live slot keys exists
 /// here, so a full pool costs a full scan.)
@@ -176,7 +181,8 @@ local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
 if start >= size then start = 0 end
 for i = 0, size - 1 do
   local s = (start + i) % size
-  if redis.call('SET', ARGV[4] .. s, ARGV[3], 'NX', 'PX', ARGV[2]) then
+  if redis.call('HEXISTS', KEYS[2], tostring(s)) == 0
+    and redis.call('SET', ARGV[4] .. s, ARGV[3], 'NX', 'PX', ARGV[2]) then
     redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
     local fence = redis.call('HINCRBY', KEYS[1], tostring(s), 1)
     return {s, fence, raise_floor(KEYS[1], tostring(s), ARGV[5])}

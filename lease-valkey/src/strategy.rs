@@ -439,14 +439,20 @@ impl Strategy for ValkeyStrategy {
                 self.eval(
                     &self.inner.scripts.claim_hsetex,
                     vec![keys.leases, keys.fences],
-                    vec![pool.size().to_string(), ttl, token.to_hex(), ceiling],
+                    vec![
+                        pool.size().to_string(),
+                        ttl,
+                        token.to_hex(),
+                        ceiling,
+                        keys.slot_prefix,
+                    ],
                 )
                 .await
             }
             ActivePath::Scripts => {
                 self.eval(
                     &self.inner.scripts.claim_scripts,
-                    vec![keys.fences],
+                    vec![keys.fences, keys.leases],
                     vec![
                         pool.size().to_string(),
                         ttl,

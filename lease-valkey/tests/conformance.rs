@@ -198,6 +198,82 @@ async fn floor_is_carried_across_paths(b: Arc<Valkey>) -> Outcome {
     Ok(())
 }
 
+/// After an in-place upgrade from Redis 7 to 8, processes on the script
+/// path (slot keys) and on the HSETEX path (fields of the leases hash) share
+/// a pool. Each claim checks the other representation, so they never hold
+/// one slot, whichever path claims first; a slot released on one path is
+/// claimed on the other with a bigger fence, and a revoke from either path
+/// ends a lease on the other.
+async fn paths_exclude_each_other(b: Arc<Valkey>) -> Outcome {
+    let scripts = b.strategy(Method::Scripts).await?;
+    let hsetex = b.strategy(Method::Hsetex).await?;
+    ensure!(
+        scripts.path() == ActivePath::Scripts && hsetex.path() == ActivePath::Hsetex,
+        "paths {} and {}",
+        scripts.path(),
+        hsetex.path()
+    );
+    let ttl = Duration::from_secs(30);
+    for (first, second) in [(&scripts, &hsetex), (&hsetex, &scripts)] {
+        let names = format!("{} then {}", first.path(), second.path());
+        let p = fresh_pool(4, ttl)?;
+        // Every lease below is live until `sent + ttl`.
+        let sent = Instant::now();
+        let mut grants = Vec::new();
+        for s in [first, first, second, second] {
+            grants.push(hold(s, &p, 0).await?.0);
+        }
+        let mut slots: Vec<u32> = grants.iter().map(|g| g.slot).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        ensure!(slots.len() == 4, "{names}: slots {grants:?}");
+        // The pool is full; the claim hint has wrapped to slots the other
+        // path holds.
+        for s in [first, second] {
+            let r = s.acquire(&p, Floor::NONE).await;
+            judge(
+                sent,
+                ttl,
+                matches!(r, Err(AcquireError::PoolExhausted { .. })),
+                || format!("{names}: {} claimed in a full pool: {r:?}", s.path()),
+            )?;
+        }
+        let r = first.release(&p, &grants[0], Floor::NONE).await;
+        judge(sent, ttl, r == Release::Released, || {
+            format!("{names}: release answered {r:?}")
+        })?;
+        let g = hold(second, &p, 0).await?.0;
+        ensure!(
+            g.slot == grants[0].slot && g.fence > grants[0].fence,
+            "{names}: after {} released slot {} (fence {}), {} got {g:?}",
+            first.path(),
+            grants[0].slot,
+            grants[0].fence,
+            second.path()
+        );
+        let was = second
+            .revoke(&p, grants[1].slot)
+            .await
+            .map_err(|e| e.to_string())?;
+        judge(sent, ttl, was, || {
+            format!("{names}: revoke found no lease on slot {}", grants[1].slot)
+        })?;
+        let r = first.renew(&p, &grants[1], Floor::NONE).await;
+        ensure!(
+            matches!(r, Renewal::Lost(_)),
+            "{names}: renewal after a revoke from the other path answered {r:?}"
+        );
+        let r = second.acquire(&p, Floor::NONE).await;
+        judge(
+            sent,
+            ttl,
+            matches!(r, Err(AcquireError::PoolExhausted { .. })),
+            || format!("{names}: claimed a slot revoked on the other path: {r:?}"),
+        )?;
+    }
+    Ok(())
+}
+
 /// The probe picks HSETEX exactly where the server has it.
 async fn probe_picks_the_path(b: Arc<Valkey>) -> Outcome {
     let want = b.path;
@@ -610,6 +686,7 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
             fields_expire_together_fence_persists,
             fxx_with_one_field_missing_is_lost,
             floor_is_carried_across_paths,
+            paths_exclude_each_other,
         )
     } else {
         trials!(t; forced_hsetex_is_final_unsupported)
