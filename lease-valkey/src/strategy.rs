@@ -471,8 +471,9 @@ impl Strategy for ValkeyStrategy {
             )),
             Failure::Denied(r) => AcquireError::Misconfigured {
                 what: format!("{} refused the claim: {r}", self.inner.server),
-                fix: "check the password and grant the user EVALSHA, EVAL, SCRIPT, HSETEX, \
-                      HINCRBY, SET and GET on the pool's keys"
+                fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
+                      the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
+                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL) on the pool's keys"
                     .into(),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
