@@ -2,7 +2,7 @@
 //! claim and a fence bump happen in one round trip with nothing in between.
 //!
 //! Slot numbers cross into Lua as decimal strings; fences come back as
-//! integers.
+//! integers, floors (Unix ms) as decimal strings.
 
 /// A Lua script and its SHA1, sent with `EVALSHA` (falling back to `EVAL`
 /// when the server lost its script cache).
@@ -23,8 +23,32 @@ impl Script {
     }
 }
 
+/// Lua helpers for the slot's hand-over floor, kept in the fences hash as
+/// `floor.<slot>` (Unix ms, no TTL). Floors cross into Lua as decimal strings
+/// without leading zeros and are compared as such (longer is bigger, then
+/// byte order), which is exact for every `u64`; Lua's numbers are doubles,
+/// exact only below 2^53.
+macro_rules! floor_functions {
+    () => {
+        r"
+local function above(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local function raise_floor(fences, slot, ceiling)
+  local field = 'floor.' .. slot
+  local old = redis.call('HGET', fences, field) or '0'
+  if above(ceiling, old) then redis.call('HSET', fences, field, ceiling) end
+  return old
+end
+"
+    };
+}
+
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
-/// token hex. Returns `{slot, fence}`, or -1 when every slot is held.
+/// token hex, ceiling (Unix ms), slot key prefix (the script path's,
+/// `{<prefix>:<pool>}:slot:`, same hash tag). Returns `{slot, fence, floor}` (the floor
+/// the slot had before, a decimal string), or -1 when every slot is held.
 ///
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
 ///   is held: answer at once, without a scan. (Fields whose TTL ran out but
@@ -32,14 +56,18 @@ impl Script {
 ///   expiry removes them within a fraction of a second, and the answer is
 ///   retryable.)
 /// - Otherwise scan for an absent slot field (expired fields are absent: the
-///   server checks their TTL on access), starting at the hint `next` in the
+///   server checks their TTL on access) whose script-path slot key is absent
+///   too (a process still on the script path may hold the slot, after an
+///   in-place upgrade from Redis 7 to 8), starting at the hint `next` in the
 ///   fences hash, wrapping around. Claims move the hint past the slot they
 ///   take and releases move it down to the slot they free, so without
 ///   expiries the scan starts at the lowest free slot and takes one step;
 ///   slots freed by expiry below the hint are found after the wrap.
-/// - Claim with `HSETEX FNX` (both fields absent, one TTL) and bump the
-///   slot's persistent fence.
-const CLAIM_HSETEX: &str = r"
+/// - Claim with `HSETEX FNX` (both fields absent, one TTL), bump the slot's
+///   persistent fence and raise its persistent floor to the ceiling.
+const CLAIM_HSETEX: &str = concat!(
+    floor_functions!(),
+    r"
 local size = tonumber(ARGV[1])
 if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
 local start = tonumber(redis.call('HGET', KEYS[2], 'next') or '0') or 0
@@ -47,17 +75,36 @@ if start >= size then start = 0 end
 for i = 0, size - 1 do
   local s = (start + i) % size
   local f = tostring(s)
-  if redis.call('HEXISTS', KEYS[1], f) == 0 then
+  if redis.call('HEXISTS', KEYS[1], f) == 0 and redis.call('EXISTS', ARGV[5] .. f) == 0 then
     local ok = redis.call('HSETEX', KEYS[1], 'FNX', 'PX', ARGV[2], 'FIELDS', 2,
       f, ARGV[3], 'token.' .. f .. '.' .. ARGV[3], f)
     if ok == 1 then
       redis.call('HSET', KEYS[2], 'next', tostring(s + 1))
-      return {s, redis.call('HINCRBY', KEYS[2], f, 1)}
+      local fence = redis.call('HINCRBY', KEYS[2], f, 1)
+      return {s, fence, raise_floor(KEYS[2], f, ARGV[4])}
     end
   end
 end
 return -1
-";
+"
+);
+
+/// HSETEX path, renew. KEYS: leases hash, fences hash. ARGV: slot, token hex,
+/// ttl ms, ceiling (Unix ms). Extends both fields with one
+/// `HSETEX FXX PX` (which writes only if *both* exist) when the slot field
+/// still holds our token, and then raises the slot's floor to the ceiling;
+/// otherwise changes nothing. Returns 1 when renewed, 0 when not held.
+const RENEW_HSETEX: &str = concat!(
+    floor_functions!(),
+    r"
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+local ok = redis.call('HSETEX', KEYS[1], 'FXX', 'PX', ARGV[3], 'FIELDS', 2,
+  ARGV[1], ARGV[2], 'token.' .. ARGV[1] .. '.' .. ARGV[2], ARGV[1])
+if ok ~= 1 then return 0 end
+raise_floor(KEYS[2], ARGV[1], ARGV[4])
+return 1
+"
+);
 
 /// Moves the claim hint down to a freed slot. KEYS[2]: fences hash, ARGV[1]: slot.
 macro_rules! lower_hint {
@@ -70,15 +117,17 @@ if tonumber(ARGV[1]) < hint then redis.call('HSET', KEYS[2], 'next', ARGV[1]) en
 }
 
 /// HSETEX path, release. KEYS: leases hash, fences hash. ARGV: slot, token
-/// hex. Deletes the slot field and the marker only when the slot field still
-/// holds our token (and lowers the claim hint); otherwise deletes nothing but
-/// our own marker (a name no other holder can have). Returns 1 when
-/// released, 0 when not held.
+/// hex, issued (Unix ms). Deletes the slot field and the marker only when the
+/// slot field still holds our token (and lowers the claim hint, and sets the
+/// slot's floor to what the holder issued); otherwise deletes nothing but
+/// our own marker (a name no other holder can have) and leaves the floor.
+/// Returns 1 when released, 0 when not held.
 const RELEASE_HSETEX: &str = concat!(
     r"
 local marker = 'token.' .. ARGV[1] .. '.' .. ARGV[2]
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  redis.call('HDEL', KEYS[1], ARGV[1], marker)",
+  redis.call('HDEL', KEYS[1], ARGV[1], marker)
+  redis.call('HSET', KEYS[2], 'floor.' .. ARGV[1], ARGV[3])",
     lower_hint!(),
     r"
   return 1
@@ -88,51 +137,85 @@ return 0
 "
 );
 
-/// HSETEX path, revoke (administrative). KEYS: leases hash. ARGV: slot.
-/// Deletes the slot field and its holder's marker together. Returns 1 when a
-/// lease was there.
-const REVOKE_HSETEX: &str = r"
+/// Revoke (administrative), either path. KEYS: leases hash, slot key. ARGV:
+/// slot. Ends the lease without freeing the slot: the slot field (or slot
+/// key) is overwritten with the tombstone `revoked`, keeping its TTL, so the
+/// slot stays taken until the revoked lease would have expired (its holder
+/// may generate until its next renewal); the HSETEX marker is deleted. The
+/// holder's renewal then finds its token gone (`Lost`) and its release
+/// frees nothing (`NotHeld`); the floor and fence are left as they are.
+/// Tokens are hex, so no holder's token is ever equal to the tombstone.
+/// Both representations are revoked, so a lease taken on the other path (a
+/// process not yet upgraded) is revoked too. Returns 1 when a live lease was
+/// there.
+const REVOKE: &str = r"
+local n = 0
 local tok = redis.call('HGET', KEYS[1], ARGV[1])
-if not tok then return 0 end
-redis.call('HDEL', KEYS[1], ARGV[1], 'token.' .. ARGV[1] .. '.' .. tok)
-return 1
+if tok and tok ~= 'revoked' then
+  redis.call('HSETEX', KEYS[1], 'FXX', 'KEEPTTL', 'FIELDS', 1, ARGV[1], 'revoked')
+  redis.call('HDEL', KEYS[1], 'token.' .. ARGV[1] .. '.' .. tok)
+  n = 1
+end
+local v = redis.call('GET', KEYS[2])
+if v and v ~= 'revoked' then
+  redis.call('SET', KEYS[2], 'revoked', 'XX', 'KEEPTTL')
+  n = 1
+end
+return n
 ";
 
-/// Script path, claim. KEYS: fences hash. ARGV: size, ttl ms, token hex, slot
-/// key prefix (`{<prefix>:<pool>}:slot:`, the fences hash's hash tag).
-/// `SET NX PX` on slot keys from the hint `next` on, wrapping, until one
-/// succeeds; then moves the hint and bumps the fence. Returns `{slot, fence}`,
-/// or -1. (No cheap count of live slot keys exists here, so a full pool costs
-/// a full scan.)
-const CLAIM_SCRIPTS: &str = r"
+/// Script path, claim. KEYS: fences hash, leases hash (the HSETEX path's).
+/// ARGV: size, ttl ms, token hex, slot key prefix (`{<prefix>:<pool>}:slot:`,
+/// the fences hash's hash tag), ceiling (Unix ms). `SET NX PX` on slot keys
+/// from the hint `next` on, wrapping, skipping slots whose field exists in
+/// the leases hash (held by a process on the HSETEX path, after an in-place
+/// upgrade), until one succeeds; then moves the hint, bumps the fence and
+/// raises the floor to the ceiling. Returns `{slot, fence, floor}` (the floor
+/// before, a decimal string), or -1. (No cheap count of live slot keys exists
+/// here, so a full pool costs a full scan.)
+const CLAIM_SCRIPTS: &str = concat!(
+    floor_functions!(),
+    r"
 local size = tonumber(ARGV[1])
 local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
 if start >= size then start = 0 end
 for i = 0, size - 1 do
   local s = (start + i) % size
-  if redis.call('SET', ARGV[4] .. s, ARGV[3], 'NX', 'PX', ARGV[2]) then
+  if redis.call('HEXISTS', KEYS[2], tostring(s)) == 0
+    and redis.call('SET', ARGV[4] .. s, ARGV[3], 'NX', 'PX', ARGV[2]) then
     redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
-    return {s, redis.call('HINCRBY', KEYS[1], tostring(s), 1)}
+    local fence = redis.call('HINCRBY', KEYS[1], tostring(s), 1)
+    return {s, fence, raise_floor(KEYS[1], tostring(s), ARGV[5])}
   end
 end
 return -1
-";
+"
+);
 
-/// Script path, compare-and-extend. KEYS: slot key. ARGV: token hex, ttl ms.
-const RENEW_SCRIPTS: &str = r"
+/// Script path, compare-and-extend. KEYS: slot key, fences hash. ARGV: token
+/// hex, ttl ms, slot, ceiling (Unix ms). Raises the slot's floor to the
+/// ceiling when it extends; changes nothing otherwise.
+const RENEW_SCRIPTS: &str = concat!(
+    floor_functions!(),
+    r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  raise_floor(KEYS[2], ARGV[3], ARGV[4])
   return 1
 end
 return 0
-";
+"
+);
 
 /// Script path, compare-and-delete. KEYS: slot key, fences hash. ARGV:
-/// slot, token hex. Lowers the claim hint when it frees the slot.
+/// slot, token hex, issued (Unix ms). When it frees the slot it lowers the
+/// claim hint and sets the slot's floor to what the holder issued; otherwise
+/// it changes nothing.
 const RELEASE_SCRIPTS: &str = concat!(
     r"
 if redis.call('GET', KEYS[1]) == ARGV[2] then
-  redis.call('DEL', KEYS[1])",
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'floor.' .. ARGV[1], ARGV[3])",
     lower_hint!(),
     r"
   return 1
@@ -145,8 +228,9 @@ return 0
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) claim_hsetex: Script,
+    pub(crate) renew_hsetex: Script,
     pub(crate) release_hsetex: Script,
-    pub(crate) revoke_hsetex: Script,
+    pub(crate) revoke: Script,
     pub(crate) claim_scripts: Script,
     pub(crate) renew_scripts: Script,
     pub(crate) release_scripts: Script,
@@ -156,8 +240,9 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Self {
             claim_hsetex: Script::new("claim (HSETEX)", CLAIM_HSETEX),
+            renew_hsetex: Script::new("renew (HSETEX)", RENEW_HSETEX),
             release_hsetex: Script::new("release (HSETEX)", RELEASE_HSETEX),
-            revoke_hsetex: Script::new("revoke (HSETEX)", REVOKE_HSETEX),
+            revoke: Script::new("revoke (tombstone)", REVOKE),
             claim_scripts: Script::new("claim (SET NX)", CLAIM_SCRIPTS),
             renew_scripts: Script::new("renew (compare-and-extend)", RENEW_SCRIPTS),
             release_scripts: Script::new("release (compare-and-delete)", RELEASE_SCRIPTS),
@@ -169,14 +254,16 @@ impl Scripts {
         if hsetex {
             vec![
                 &self.claim_hsetex,
+                &self.renew_hsetex,
                 &self.release_hsetex,
-                &self.revoke_hsetex,
+                &self.revoke,
             ]
         } else {
             vec![
                 &self.claim_scripts,
                 &self.renew_scripts,
                 &self.release_scripts,
+                &self.revoke,
             ]
         }
     }

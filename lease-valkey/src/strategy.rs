@@ -53,7 +53,8 @@ pub struct PoolKeys {
     /// HSETEX path: the hash of slot fields (`"17" → token`) and ownership
     /// markers (`"token.17.<token>" → "17"`), all with per-field TTLs.
     pub leases: String,
-    /// Both paths: the persistent hash of per-slot fences (`"17" → n`), and
+    /// Both paths: the persistent hash (no TTLs) of per-slot fences
+    /// (`"17" → n`), per-slot hand-over floors (`"floor.17" → Unix ms`), and
     /// the claim scan's starting hint (`"next" → n`).
     pub fences: String,
     /// Script path: slot `n`'s key is this prefix followed by `n`.
@@ -303,32 +304,32 @@ impl ValkeyStrategy {
         self.inner.round_trips.load(Ordering::Relaxed)
     }
 
-    /// Deletes `slot`'s lease behind its holder's back (both fields on the
-    /// HSETEX path), as an operator would: the holder's next renewal is
-    /// `Lost`. The fence is kept. Returns whether a lease was there.
+    /// Ends `slot`'s lease behind its holder's back, as an operator would:
+    /// the holder's next renewal is `Lost` and its release `NotHeld`.
+    ///
+    /// The slot is not freed at once: the holder may go on generating until
+    /// its next renewal, so its slot field (HSETEX path) or slot key (script
+    /// path) is overwritten with a tombstone that keeps the lease's expiry,
+    /// and nobody claims the slot before the revoked lease would have
+    /// expired. The next holder gets a bigger fence and the slot's floor.
+    /// A lease on the other path's representation of the slot (a process
+    /// that has not switched paths yet) is revoked too. Works on every path,
+    /// also [`ActivePath::Unsupported`]. Returns whether a live lease was
+    /// there.
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, ValkeyError> {
         let keys = self.keys(pool.name());
         let url = redact(&self.inner.config.url);
-        let n: i64 = match self.inner.path {
-            ActivePath::Hsetex => self
-                .eval(
-                    &self.inner.scripts.revoke_hsetex,
-                    vec![keys.leases],
-                    vec![slot.to_string()],
-                )
-                .await
-                .map_err(|f| self.failure_error("EVALSHA (revoke)", &url, f))?
-                .as_i64()
-                .unwrap_or(0),
-            _ => self
-                .call(
-                    "DEL",
-                    ClusterHash::FirstKey,
-                    vec![Value::from(keys.slot_key(slot))],
-                )
-                .await
-                .map_err(|f| self.failure_error("DEL", &url, f))?,
-        };
+        let slot_key = keys.slot_key(slot);
+        let n = self
+            .eval(
+                &self.inner.scripts.revoke,
+                vec![keys.leases, slot_key],
+                vec![slot.to_string()],
+            )
+            .await
+            .map_err(|f| self.failure_error("EVALSHA (revoke)", &url, f))?
+            .as_i64()
+            .unwrap_or(0);
         Ok(n == 1)
     }
 
@@ -401,20 +402,28 @@ fn ttl_ms(ttl: Duration) -> Option<String> {
     (ms >= 1).then(|| ms.min(i64::MAX as u128).to_string())
 }
 
-fn parse_claim(v: &Value) -> Option<Option<(u32, u64)>> {
+/// A claim script's answer: `{slot, fence, floor}` (the floor as a decimal
+/// string, exact for every `u64`), or -1 when the pool is full.
+fn parse_claim(v: &Value) -> Option<Option<(u32, u64, Floor)>> {
     match v {
         Value::Integer(-1) => Some(None),
-        Value::Array(items) if items.len() == 2 => {
+        Value::Array(items) if items.len() == 3 => {
             let slot = u32::try_from(items[0].as_i64()?).ok()?;
             let fence = u64::try_from(items[1].as_i64()?).ok()?;
-            Some(Some((slot, fence)))
+            let floor = match &items[2] {
+                Value::String(s) => s.parse().ok()?,
+                Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok()?,
+                Value::Integer(n) => u64::try_from(*n).ok()?,
+                _ => return None,
+            };
+            Some(Some((slot, fence, Floor(floor))))
         }
         _ => None,
     }
 }
 
 impl Strategy for ValkeyStrategy {
-    async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
         let Some(ttl) = ttl_ms(pool.ttl()) else {
             return Err(AcquireError::Misconfigured {
                 what: format!("ttl {:?} is below the store's 1 ms resolution", pool.ttl()),
@@ -423,25 +432,33 @@ impl Strategy for ValkeyStrategy {
         };
         let keys = self.keys(pool.name());
         let token = Token::random();
+        let ceiling = ceiling.unix_millis().to_string();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),
             ActivePath::Hsetex => {
                 self.eval(
                     &self.inner.scripts.claim_hsetex,
                     vec![keys.leases, keys.fences],
-                    vec![pool.size().to_string(), ttl, token.to_hex()],
+                    vec![
+                        pool.size().to_string(),
+                        ttl,
+                        token.to_hex(),
+                        ceiling,
+                        keys.slot_prefix,
+                    ],
                 )
                 .await
             }
             ActivePath::Scripts => {
                 self.eval(
                     &self.inner.scripts.claim_scripts,
-                    vec![keys.fences],
+                    vec![keys.fences, keys.leases],
                     vec![
                         pool.size().to_string(),
                         ttl,
                         token.to_hex(),
                         keys.slot_prefix,
+                        ceiling,
                     ],
                 )
                 .await
@@ -454,8 +471,9 @@ impl Strategy for ValkeyStrategy {
             )),
             Failure::Denied(r) => AcquireError::Misconfigured {
                 what: format!("{} refused the claim: {r}", self.inner.server),
-                fix: "check the password and grant the user EVALSHA, EVAL, SCRIPT, HSETEX, \
-                      HINCRBY, SET and GET on the pool's keys"
+                fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
+                      the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
+                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL) on the pool's keys"
                     .into(),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
@@ -468,8 +486,9 @@ impl Strategy for ValkeyStrategy {
             },
         })?;
         match parse_claim(&value) {
-            // Floors are not persisted here yet (issue 12).
-            Some(Some((slot, fence))) => Ok(Grant::new(slot, token, Fence(fence), pool.ttl())),
+            Some(Some((slot, fence, floor))) => {
+                Ok(Grant::new(slot, token, Fence(fence), pool.ttl()).with_floor(floor))
+            }
             Some(None) => Err(AcquireError::PoolExhausted {
                 pool: pool.name().to_string(),
                 size: pool.size(),
@@ -481,42 +500,33 @@ impl Strategy for ValkeyStrategy {
         }
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant, _ceiling: Floor) -> Renewal {
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
         let Some(ttl) = ttl_ms(pool.ttl()) else {
             return Renewal::Lost(Reason::new("ttl below 1 ms"));
         };
         let keys = self.keys(pool.name());
         let slot = grant.slot.to_string();
+        let ceiling = ceiling.unix_millis().to_string();
         let result: Result<Value, Failure> = match self.inner.path {
             ActivePath::Unsupported => {
                 return Renewal::Lost(Reason::new(self.unsupported().to_string()));
             }
             // Both fields exist only while this token holds the slot: they were
-            // written together with one TTL and vanish together.
+            // written together with one TTL and vanish together. A script, so
+            // that the floor is raised in the same atomic step.
             ActivePath::Hsetex => {
-                self.call(
-                    "HSETEX",
-                    ClusterHash::FirstKey,
-                    vec![
-                        keys.leases.into(),
-                        "FXX".into(),
-                        "PX".into(),
-                        ttl.into(),
-                        "FIELDS".into(),
-                        2.into(),
-                        slot.as_str().into(),
-                        grant.token.to_hex().into(),
-                        marker(grant.slot, &grant.token).into(),
-                        slot.as_str().into(),
-                    ],
+                self.eval(
+                    &self.inner.scripts.renew_hsetex,
+                    vec![keys.leases, keys.fences],
+                    vec![slot, grant.token.to_hex(), ttl, ceiling],
                 )
                 .await
             }
             ActivePath::Scripts => {
                 self.eval(
                     &self.inner.scripts.renew_scripts,
-                    vec![keys.slot_key(grant.slot)],
-                    vec![grant.token.to_hex(), ttl],
+                    vec![keys.slot_key(grant.slot), keys.fences],
+                    vec![grant.token.to_hex(), ttl, slot, ceiling],
                 )
                 .await
             }
@@ -537,15 +547,16 @@ impl Strategy for ValkeyStrategy {
         }
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
         let keys = self.keys(pool.name());
+        let issued = issued.unix_millis().to_string();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Release::NotHeld,
             ActivePath::Hsetex => {
                 self.eval(
                     &self.inner.scripts.release_hsetex,
                     vec![keys.leases, keys.fences],
-                    vec![grant.slot.to_string(), grant.token.to_hex()],
+                    vec![grant.slot.to_string(), grant.token.to_hex(), issued],
                 )
                 .await
             }
@@ -553,7 +564,7 @@ impl Strategy for ValkeyStrategy {
                 self.eval(
                     &self.inner.scripts.release_scripts,
                     vec![keys.slot_key(grant.slot), keys.fences],
-                    vec![grant.slot.to_string(), grant.token.to_hex()],
+                    vec![grant.slot.to_string(), grant.token.to_hex(), issued],
                 )
                 .await
             }
@@ -568,8 +579,13 @@ impl Strategy for ValkeyStrategy {
         }
     }
 
+    /// Field and key TTLs are kept in milliseconds; every slot's floor is
+    /// kept in the fences hash (`floor.<slot>`, no TTL) and written by the
+    /// same script as the claim, renewal or release it comes with.
     fn capabilities(&self) -> Capabilities {
         Capabilities::coordinated(true, Self::MIN_TTL)
+            .with_time_resolution(Duration::from_millis(1))
+            .with_persisted_floor()
     }
 
     fn identity(&self) -> String {

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{Missing, Server, ServerKind, provide};
+use leasehold_conformance::suite::STARVED;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
-use leasehold_core::{AcquireError, BoxFuture, PoolSpec, Release, Renewal, Strategy};
+use leasehold_core::{AcquireError, BoxFuture, Grant, PoolSpec, Release, Renewal, Strategy};
 use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyStrategy, marker};
 
 struct Valkey {
@@ -89,6 +90,188 @@ async fn cmd(s: &ValkeyStrategy, name: &'static str, args: Vec<Value>) -> Result
         )
         .await
         .map_err(|e| format!("{name}: {e}"))
+}
+
+/// `Ok` when `ok`. Otherwise, as the suite judges "still held": a failure if
+/// the lease was surely live when the answer came (less than its TTL after
+/// its request was `sent`), and a starved outcome (the machine stalled, the
+/// run proves nothing and is repeated) if it may have expired.
+fn judge(sent: Instant, ttl: Duration, ok: bool, msg: impl FnOnce() -> String) -> Outcome {
+    if ok {
+        return Ok(());
+    }
+    let at = Instant::now();
+    if at < sent + ttl {
+        Err(msg())
+    } else {
+        Err(format!(
+            "{STARVED}{} (judged {:?} after the lease's request was sent; TTL {ttl:?})",
+            msg(),
+            at - sent
+        ))
+    }
+}
+
+/// Acquires on `s` with `ceiling`, noting when the request was sent.
+async fn hold(s: &ValkeyStrategy, p: &PoolSpec, ceiling: u64) -> Result<(Grant, Instant), String> {
+    let sent = Instant::now();
+    let g = s
+        .acquire(p, Floor(ceiling))
+        .await
+        .map_err(|e| format!("{} acquire: {e}", s.path()))?;
+    Ok((g, sent))
+}
+
+/// Renews (raising the floor to `ceiling`) and releases (leaving `issued`),
+/// both of which must succeed while the lease is live.
+async fn renew_and_release(
+    s: &ValkeyStrategy,
+    p: &PoolSpec,
+    (g, sent): (Grant, Instant),
+    ceiling: u64,
+    issued: u64,
+) -> Outcome {
+    let renewed = Instant::now();
+    let r = s.renew(p, &g, Floor(ceiling)).await;
+    judge(sent, g.ttl, matches!(r, Renewal::Renewed { .. }), || {
+        format!("{} renewal answered {r:?}", s.path())
+    })?;
+    let r = s.release(p, &g, Floor(issued)).await;
+    judge(renewed, g.ttl, r == Release::Released, || {
+        format!("{} release answered {r:?}", s.path())
+    })
+}
+
+/// The floor lives in the fences hash both paths share, so a slot's floor
+/// survives a change of path (an in-place upgrade from Redis 7 to 8): what
+/// a holder on one path reports is carried by the next grant on the other.
+/// Floors are exact beyond 2^53, where Lua's numbers are not.
+async fn floor_is_carried_across_paths(b: Arc<Valkey>) -> Outcome {
+    let scripts = b.strategy(Method::Scripts).await?;
+    let hsetex = b.strategy(Method::Hsetex).await?;
+    ensure!(
+        scripts.path() == ActivePath::Scripts && hsetex.path() == ActivePath::Hsetex,
+        "paths {} and {}",
+        scripts.path(),
+        hsetex.path()
+    );
+    let p = fresh_pool(1, Duration::from_secs(30))?;
+    let held = hold(&scripts, &p, 4_000).await?;
+    ensure!(
+        held.0.floor == Floor::NONE,
+        "fresh slot: {:?}",
+        held.0.floor
+    );
+    renew_and_release(&scripts, &p, held, 6_000, 5_000).await?;
+
+    let held = hold(&hsetex, &p, 1_000).await?;
+    ensure!(
+        held.0.floor == Floor(5_000),
+        "HSETEX grant after a script-path release of 5000 carries {:?}",
+        held.0.floor
+    );
+    renew_and_release(&hsetex, &p, held, 8_000, 7_000).await?;
+
+    let held = hold(&scripts, &p, 2_000).await?;
+    ensure!(
+        held.0.floor == Floor(7_000),
+        "script-path grant after an HSETEX release of 7000 carries {:?}",
+        held.0.floor
+    );
+    // 2^53 + 1 and 2^53 are one double: only an exact comparison keeps the
+    // bigger.
+    let big = (1u64 << 53) + 1;
+    renew_and_release(&scripts, &p, held, big, big).await?;
+    let held = hold(&hsetex, &p, big - 1).await?;
+    ensure!(
+        held.0.floor == Floor(big),
+        "after a release of {big} the next grant carries {:?}",
+        held.0.floor
+    );
+    renew_and_release(&hsetex, &p, held, u64::MAX, u64::MAX).await?;
+    let held = hold(&scripts, &p, 0).await?;
+    ensure!(
+        held.0.floor == Floor(u64::MAX),
+        "after a release of u64::MAX the next grant carries {:?}",
+        held.0.floor
+    );
+    Ok(())
+}
+
+/// After an in-place upgrade from Redis 7 to 8, processes on the script
+/// path (slot keys) and on the HSETEX path (fields of the leases hash) share
+/// a pool. Each claim checks the other representation, so they never hold
+/// one slot, whichever path claims first; a slot released on one path is
+/// claimed on the other with a bigger fence, and a revoke from either path
+/// ends a lease on the other.
+async fn paths_exclude_each_other(b: Arc<Valkey>) -> Outcome {
+    let scripts = b.strategy(Method::Scripts).await?;
+    let hsetex = b.strategy(Method::Hsetex).await?;
+    ensure!(
+        scripts.path() == ActivePath::Scripts && hsetex.path() == ActivePath::Hsetex,
+        "paths {} and {}",
+        scripts.path(),
+        hsetex.path()
+    );
+    let ttl = Duration::from_secs(30);
+    for (first, second) in [(&scripts, &hsetex), (&hsetex, &scripts)] {
+        let names = format!("{} then {}", first.path(), second.path());
+        let p = fresh_pool(4, ttl)?;
+        // Every lease below is live until `sent + ttl`.
+        let sent = Instant::now();
+        let mut grants = Vec::new();
+        for s in [first, first, second, second] {
+            grants.push(hold(s, &p, 0).await?.0);
+        }
+        let mut slots: Vec<u32> = grants.iter().map(|g| g.slot).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        ensure!(slots.len() == 4, "{names}: slots {grants:?}");
+        // The pool is full; the claim hint has wrapped to slots the other
+        // path holds.
+        for s in [first, second] {
+            let r = s.acquire(&p, Floor::NONE).await;
+            judge(
+                sent,
+                ttl,
+                matches!(r, Err(AcquireError::PoolExhausted { .. })),
+                || format!("{names}: {} claimed in a full pool: {r:?}", s.path()),
+            )?;
+        }
+        let r = first.release(&p, &grants[0], Floor::NONE).await;
+        judge(sent, ttl, r == Release::Released, || {
+            format!("{names}: release answered {r:?}")
+        })?;
+        let g = hold(second, &p, 0).await?.0;
+        ensure!(
+            g.slot == grants[0].slot && g.fence > grants[0].fence,
+            "{names}: after {} released slot {} (fence {}), {} got {g:?}",
+            first.path(),
+            grants[0].slot,
+            grants[0].fence,
+            second.path()
+        );
+        let was = second
+            .revoke(&p, grants[1].slot)
+            .await
+            .map_err(|e| e.to_string())?;
+        judge(sent, ttl, was, || {
+            format!("{names}: revoke found no lease on slot {}", grants[1].slot)
+        })?;
+        let r = first.renew(&p, &grants[1], Floor::NONE).await;
+        ensure!(
+            matches!(r, Renewal::Lost(_)),
+            "{names}: renewal after a revoke from the other path answered {r:?}"
+        );
+        let r = second.acquire(&p, Floor::NONE).await;
+        judge(
+            sent,
+            ttl,
+            matches!(r, Err(AcquireError::PoolExhausted { .. })),
+            || format!("{names}: claimed a slot revoked on the other path: {r:?}"),
+        )?;
+    }
+    Ok(())
 }
 
 /// The probe picks HSETEX exactly where the server has it.
@@ -170,37 +353,179 @@ async fn one_round_trip_per_operation(b: Arc<Valkey>) -> Outcome {
 }
 
 /// The claim scan starts at a hint: a slot freed by release is found at
-/// once, a slot freed behind the hint's back (revoke, expiry) after the scan
-/// wraps.
+/// once (the release moves the hint down to it), a slot freed behind the
+/// hint's back (expiry) after the scan wraps, and a revoked slot not at all
+/// (its tombstone keeps it taken until the revoked lease's expiry).
 async fn freed_slots_are_found_around_the_hint(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(b.method).await?;
-    let p = fresh_pool(4, Duration::from_secs(30))?;
-    let mut grants = Vec::new();
-    for _ in 0..4 {
-        grants.push(
-            s.acquire(&p, Floor::NONE)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+    let ttl = Duration::from_secs(30);
+    let p = fresh_pool(4, ttl)?;
+    // Slot 0's lease is short: it expires behind the hint's back.
+    let short = PoolSpec::new(p.name().clone(), 4, Duration::from_millis(300))
+        .map_err(|e| e.to_string())?;
+    let mut grants = vec![hold(&s, &short, 0).await?.0];
+    // The long leases are live until `sent + ttl`.
+    let sent = Instant::now();
+    for _ in 1..4 {
+        grants.push(hold(&s, &p, 0).await?.0);
     }
     let slots: Vec<u32> = grants.iter().map(|g| g.slot).collect();
     ensure!(slots == [0, 1, 2, 3], "slots {slots:?}");
-    ensure!(s.revoke(&p, 1).await.map_err(|e| e.to_string())?, "revoke");
-    let g = s
-        .acquire(&p, Floor::NONE)
-        .await
-        .map_err(|e| e.to_string())?;
-    ensure!(g.slot == 1, "after revoking slot 1 got {}", g.slot);
+    let r = s.release(&p, &grants[1], Floor::NONE).await;
+    judge(sent, ttl, r == Release::Released, || {
+        format!("release answered {r:?}")
+    })?;
+    let g = hold(&s, &p, 0).await?.0;
+    ensure!(g.slot == 1, "after releasing slot 1 got {}", g.slot);
+    ensure!(g.fence > grants[1].fence, "fence did not grow");
+    // The hint is at 2: slot 0 is found once it expired, after the wrap.
+    loop {
+        match s.acquire(&p, Floor::NONE).await {
+            Ok(g) => {
+                judge(sent, ttl, g.slot == 0, || {
+                    format!("after slot 0 expired got slot {}", g.slot)
+                })?;
+                break;
+            }
+            Err(AcquireError::PoolExhausted { .. }) if Instant::now() < sent + ttl => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(AcquireError::PoolExhausted { .. }) => {
+                return Err(format!(
+                    "{STARVED}slot 0 (TTL 300 ms) not found expired within {ttl:?}"
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    ensure!(s.revoke(&p, 3).await.map_err(|e| e.to_string())?, "revoke");
+    let r = s.acquire(&p, Floor::NONE).await;
+    judge(
+        sent,
+        ttl,
+        matches!(r, Err(AcquireError::PoolExhausted { .. })),
+        || format!("with slot 3 revoked and the rest held, acquire answered {r:?}"),
+    )
+}
+
+/// The slot's absolute expiry (Unix ms) and value on the strategy's path.
+async fn slot_state(
+    s: &ValkeyStrategy,
+    p: &PoolSpec,
+    slot: u32,
+) -> Result<(Option<i64>, Value), String> {
+    let keys = s.keys(p.name());
+    if s.path() == ActivePath::Hsetex {
+        let at = cmd(
+            s,
+            "HPEXPIRETIME",
+            vec![
+                keys.leases.as_str().into(),
+                "FIELDS".into(),
+                1.into(),
+                slot.to_string().into(),
+            ],
+        )
+        .await?;
+        let v = cmd(
+            s,
+            "HGET",
+            vec![keys.leases.as_str().into(), slot.to_string().into()],
+        )
+        .await?;
+        // One field: a one-element array, which `as_i64` reads.
+        Ok((at.as_i64(), v))
+    } else {
+        let key = keys.slot_key(slot);
+        let at = cmd(s, "PEXPIRETIME", vec![key.as_str().into()]).await?;
+        let v = cmd(s, "GET", vec![key.as_str().into()]).await?;
+        Ok((at.as_i64(), v))
+    }
+}
+
+/// Revoke leaves a tombstone with the revoked lease's own expiry, to the
+/// millisecond (HSETEX path: `HSETEX FXX KEEPTTL` and the marker deleted;
+/// script path: `SET XX KEEPTTL`); revoking it again finds no lease.
+async fn revoke_leaves_a_tombstone_with_the_old_expiry(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(b.method).await?;
+    let p = fresh_pool(2, Duration::from_secs(30))?;
+    let (g, sent) = hold(&s, &p, 0).await?;
+    let (at, v) = slot_state(&s, &p, g.slot).await?;
     ensure!(
-        s.release(&p, &grants[2], Floor::NONE).await == Release::Released,
-        "release"
+        v.as_str().as_deref() == Some(g.token.to_hex().as_str()),
+        "slot holds {v:?}"
     );
-    let g = s
-        .acquire(&p, Floor::NONE)
-        .await
-        .map_err(|e| e.to_string())?;
-    ensure!(g.slot == 2, "after releasing slot 2 got {}", g.slot);
-    ensure!(g.fence > grants[2].fence, "fence did not grow");
+    let was = s.revoke(&p, g.slot).await.map_err(|e| e.to_string())?;
+    judge(sent, g.ttl, was, || "revoke found no lease".into())?;
+    let (after, v) = slot_state(&s, &p, g.slot).await?;
+    ensure!(v.as_str().as_deref() == Some("revoked"), "tombstone {v:?}");
+    ensure!(
+        at.is_some_and(|t| t > 0) && after == at,
+        "expiry {at:?} before the revoke, {after:?} after"
+    );
+    if s.path() == ActivePath::Hsetex {
+        let m = cmd(
+            &s,
+            "HEXISTS",
+            vec![
+                s.keys(p.name()).leases.as_str().into(),
+                marker(g.slot, &g.token).into(),
+            ],
+        )
+        .await?;
+        ensure!(
+            m.as_i64() == Some(0),
+            "the holder's marker survived the revoke"
+        );
+    }
+    let again = s.revoke(&p, g.slot).await.map_err(|e| e.to_string())?;
+    ensure!(!again, "a tombstone was revoked as if it were a lease");
+    Ok(())
+}
+
+/// A revoked holder can neither raise nor set the floor: its renewal is
+/// `Lost` and its release `NotHeld`, both without writing, and the next
+/// holder, once the tombstone expired, gets the floor from before the
+/// revoke and a bigger fence.
+async fn revoked_holder_cannot_move_the_floor(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(b.method).await?;
+    let p = fresh_pool(1, Duration::from_secs(2))?;
+    let (g, sent) = hold(&s, &p, 1_000).await?;
+    let renewed = Instant::now();
+    let r = s.renew(&p, &g, Floor(2_000)).await;
+    judge(sent, g.ttl, matches!(r, Renewal::Renewed { .. }), || {
+        format!("renewal answered {r:?}")
+    })?;
+    let was = s.revoke(&p, g.slot).await.map_err(|e| e.to_string())?;
+    judge(renewed, g.ttl, was, || "revoke found no lease".into())?;
+    let r = s.renew(&p, &g, Floor(9_000)).await;
+    ensure!(
+        matches!(r, Renewal::Lost(_)),
+        "revoked renewal answered {r:?}"
+    );
+    let r = s.release(&p, &g, Floor(1)).await;
+    ensure!(r == Release::NotHeld, "revoked release answered {r:?}");
+    let limit = Instant::now() + g.ttl * 4 + Duration::from_secs(5);
+    let next = loop {
+        match s.acquire(&p, Floor(1_500)).await {
+            Ok(next) => break next,
+            Err(AcquireError::PoolExhausted { .. }) if Instant::now() < limit => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(format!("the tombstone did not expire: {e}")),
+        }
+    };
+    ensure!(
+        next.floor == Floor(2_000),
+        "after the revoke the next grant carries {:?}, not the last ceiling 2000",
+        next.floor
+    );
+    ensure!(
+        next.fence > g.fence,
+        "fence {} after {}",
+        next.fence,
+        g.fence
+    );
     Ok(())
 }
 
@@ -352,12 +677,16 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         one_round_trip_per_operation,
         freed_slots_are_found_around_the_hint,
         lost_script_cache_is_healed,
+        revoke_leaves_a_tombstone_with_the_old_expiry,
+        revoked_holder_cannot_move_the_floor,
     );
     let t = if path == ActivePath::Hsetex {
         trials!(t;
             connect_errors_are_prompt_and_typed,
             fields_expire_together_fence_persists,
             fxx_with_one_field_missing_is_lost,
+            floor_is_carried_across_paths,
+            paths_exclude_each_other,
         )
     } else {
         trials!(t; forced_hsetex_is_final_unsupported)
