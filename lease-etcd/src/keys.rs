@@ -2,7 +2,7 @@
 //!
 //! A pool's keys, under `<prefix>/<pool>/`:
 //! - `<slot>` (decimal): the slot key, attached to the holder's etcd lease,
-//!   value `<token hex> <holder>`;
+//!   value `<token hex> <holder>` (or [`TOMBSTONE`] after a revoke);
 //! - `~floor/<slot>`: the slot's hand-over floor, on no lease (it outlives
 //!   every holder), value the Unix milliseconds as 20 zero-padded decimal
 //!   digits so that etcd's byte-wise value comparison orders floors
@@ -12,6 +12,11 @@
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use leasehold_core::{Floor, PoolName, PoolSpec, Token};
+
+/// The value a revoke leaves in a slot key: on the revoked holder's etcd
+/// lease, so the slot stays taken until that lease expires. It carries no
+/// token, so no holder's ownership compare matches it.
+pub(crate) const TOMBSTONE: &str = "revoked";
 
 /// `<prefix>/<pool>/` — the range holding a pool's slot keys.
 pub(crate) fn pool_prefix(prefix: &str, pool: &PoolName) -> String {
@@ -64,8 +69,8 @@ pub(crate) fn raise_floor(floor_key: &str, floor: Floor) -> TxnOp {
 
 /// Compares that hold only while `key` is still the grant's: the create
 /// revision (the fence), the etcd lease, and a value that starts with the
-/// token (`<token hex>` < value < `<token hex>` 0xFF, which no other
-/// token's value falls between).
+/// token (`<token hex>` < value < `<token hex>` 0xFF, which no tombstone and
+/// no other token's value falls between).
 pub(crate) fn owned(key: &str, fence: i64, lease_id: i64, token: &Token) -> [Compare; 4] {
     let low = token.to_hex().into_bytes();
     let mut high = low.clone();
@@ -206,6 +211,7 @@ mod tests {
         }
         assert_eq!(decode_floor(b"123"), None);
         assert_eq!(decode_floor(b"0000000000000000012x"), None);
+        assert_eq!(decode_floor(TOMBSTONE.as_bytes()), None);
     }
 
     #[test]
@@ -225,6 +231,7 @@ mod tests {
         assert!(inside(
             value(&token, &pool.clone().with_holder("")).as_bytes()
         ));
+        assert!(!inside(TOMBSTONE.as_bytes()));
         assert!(!inside(value(&Token::random(), &pool).as_bytes()));
         assert!(!inside(b""));
     }

@@ -43,6 +43,8 @@ const MAX_ROUNDS: u32 = 8;
 ///   otherwise. `Renewed` only when the lease is alive *and* the key is ours.
 /// - **release**: one transaction deletes the key and sets the floor to what
 ///   was issued if the key is still ours, then the lease is revoked.
+/// - **revoke** ([`EtcdStrategy::revoke`]): a tombstone on the holder's own
+///   etcd lease, so the slot stays taken until that lease expires.
 /// - **watch**: [`EtcdStrategy::watch_loss`] reports a deleted or rewritten key
 ///   as soon as etcd sends the event; [`EtcdStrategy::guard`] wires it to a
 ///   [`LeaseManager`](leasehold_core::LeaseManager).
@@ -139,6 +141,9 @@ impl EtcdStrategy {
     /// [`EtcdConfig::op_timeout`] sets another.
     pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_OP_TIMEOUT;
 
+    /// The value a revoke leaves in the slot key (see [`Self::revoke`]).
+    pub const TOMBSTONE: &'static str = keys::TOMBSTONE;
+
     /// The largest pool: a full pool's keys are read in one range (keys only).
     pub const MAX_POOL_SIZE: u32 = 16_384;
 
@@ -217,13 +222,26 @@ impl EtcdStrategy {
         }
     }
 
-    /// Frees `slot` of `pool` behind its holder's back, as an operator would:
-    /// deletes the slot key, but only the holding it read (a transaction on
-    /// the key's create revision, so a holder that claimed the slot meanwhile
-    /// is untouched), and revokes the etcd lease it was attached to. The
-    /// holder's next renewal, and its watch, see `Lost`; the next claim
-    /// creates the key anew with a bigger fence. Returns whether a lease was
-    /// there.
+    /// Takes `slot` of `pool` from its holder, as an operator would, without
+    /// ever letting two holders generate at once: the slot key's value is
+    /// overwritten with a tombstone ([`Self::TOMBSTONE`]) that stays attached
+    /// to the holder's etcd lease, but only the holding it read (a
+    /// transaction on the key's create and mod revisions, so a holder that
+    /// claimed the slot meanwhile is untouched). The tombstone carries no
+    /// token, so the holder's next renewal is `Lost` (and its watch reports
+    /// the rewrite at once) and its release is `NotHeld`; claims see the key
+    /// and pass the slot by until the lease expires, which is no earlier than
+    /// the holder's own local deadline. The next claim after that creates the
+    /// key anew with a bigger fence, and the floor key keeps the holder's last
+    /// ceiling. Returns whether a holder was there (`false` for a free slot
+    /// or one already revoked).
+    ///
+    /// Deleting the key (or revoking the lease) instead would free the slot
+    /// at once while the holder keeps generating until its next renewal: two
+    /// holders of one slot. A slot key on no etcd lease (written by hand) is
+    /// deleted, since a tombstone on it would never expire.
+    ///
+    /// Two round trips: a read and a transaction.
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, EtcdError> {
         let key = self.slot_key(pool.name(), slot);
         let failed = |class: Class| EtcdError::Request {
@@ -240,33 +258,52 @@ impl EtcdStrategy {
         let Some(kv) = read.kvs().first() else {
             return Ok(false);
         };
-        let (held, lease_id) = (kv.create_revision(), kv.lease());
-        let txn = Txn::new()
-            .when([Compare::create_revision(
+        if kv.value() == keys::TOMBSTONE.as_bytes() {
+            return Ok(false);
+        }
+        let lease_id = kv.lease();
+        let take = if lease_id == 0 {
+            TxnOp::delete(key.clone(), None)
+        } else {
+            // If the lease expires meanwhile, the compare fails (the key is
+            // gone) or the put does (etcd refuses a put on a missing lease):
+            // the tombstone never outlives the revoked lease.
+            TxnOp::put(
                 key.clone(),
-                CompareOp::Equal,
-                held,
-            )])
-            .and_then([TxnOp::delete(key, None)]);
+                keys::TOMBSTONE,
+                Some(PutOptions::new().with_lease(lease_id)),
+            )
+        };
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, kv.create_revision()),
+                Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+            ])
+            .and_then([take])
+            .or_else([TxnOp::get(key.clone(), None)]);
         let done = self
             .call("Txn", |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
-            .await
-            .map_err(failed)?;
-        if !done.succeeded() {
-            return Ok(false);
+            .await;
+        match done {
+            Ok(resp) if resp.succeeded() => Ok(true),
+            // Sent again after a broken connection, the first send may have
+            // put the tombstone (or another operator did): the holding read
+            // is revoked either way.
+            Ok(resp) => Ok(resp.op_responses().iter().any(|op| match op {
+                TxnOpResponse::Get(get) => get.kvs().first().is_some_and(|found| {
+                    found.value() == keys::TOMBSTONE.as_bytes()
+                        && found.create_revision() == kv.create_revision()
+                }),
+                _ => false,
+            })),
+            // The lease expired between the read and the put: nobody holds
+            // the slot any more.
+            Err(Class::NotFound(_)) => Ok(false),
+            Err(class) => Err(failed(class)),
         }
-        if lease_id != 0 {
-            // The key is gone; the lease has nothing else to keep.
-            let _ = self
-                .call("LeaseRevoke", |mut c| async move {
-                    c.lease_revoke(lease_id).await
-                })
-                .await;
-        }
-        Ok(true)
     }
 
     /// Runs one etcd request bounded by the operation timeout (the client's
@@ -697,7 +734,10 @@ impl Strategy for EtcdStrategy {
         // token; a revoke's tombstone keeps the first two but not the token),
         // and otherwise the key is read back to say why. It replaces the
         // read the renewal sent before floors were kept: still two requests
-        // in parallel, one round trip.
+        // in parallel, one round trip. The keep-alive sent beside it may
+        // extend a revoke's tombstone (same lease) by up to one TTL once: the
+        // slot stays taken longer, never shorter, and after this `Lost` the
+        // holder renews no more.
         let floor_key = keys::floor_key(&self.inner.prefix, pool.name(), grant.slot);
         let txn = Txn::new()
             .when(keys::owned(&key, fence, lease_id, &grant.token))
@@ -725,6 +765,9 @@ impl Strategy for EtcdStrategy {
                     None => format!(
                         "slot key {key} no longer exists (lease expired or revoked, or deleted)"
                     ),
+                    Some(kv) if kv.value() == keys::TOMBSTONE.as_bytes() => {
+                        format!("slot key {key} was revoked by an operator")
+                    }
                     Some(kv) => format!(
                         "slot key {key} now belongs to another holder (create revision {}, ours {fence})",
                         kv.create_revision()

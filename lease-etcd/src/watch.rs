@@ -12,6 +12,7 @@ use leasehold_core::{Fence, Grant, LeaseManager, LeaseState, PoolName, Reason};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::keys;
 use crate::strategy::EtcdStrategy;
 
 /// A watch on one grant's slot key. As a future it resolves with the reason
@@ -142,6 +143,11 @@ impl EtcdStrategy {
                          deleted by hand)",
                         kv.mod_revision()
                     ),
+                    EventType::Put if kv.value() == keys::TOMBSTONE.as_bytes() => format!(
+                        "slot key {key} was revoked by an operator at revision {} (it stays \
+                         taken until the revoked lease expires)",
+                        kv.mod_revision()
+                    ),
                     EventType::Put if kv.create_revision() != fence => format!(
                         "slot key {key} was re-created by another holder at revision {}",
                         kv.create_revision()
@@ -168,6 +174,9 @@ impl EtcdStrategy {
             .await;
         match read {
             Ok(resp) => match (resp.kvs().first(), resp.header()) {
+                (Some(found), _) if found.value() == keys::TOMBSTONE.as_bytes() => Pass::Lost(
+                    Reason::new(format!("slot key {key} was revoked by an operator")),
+                ),
                 (Some(found), Some(header)) if found.create_revision() == fence => {
                     Pass::Resume(header.revision() + 1)
                 }

@@ -25,7 +25,8 @@ pub(crate) fn register(target: Target) -> Target {
         too_short_ttl_is_a_configuration_error,
         fractional_ttl_is_rounded_up_and_reported,
         fence_is_the_keys_create_revision,
-        revoke_deletes_the_key_and_its_lease_once,
+        revoke_leaves_a_tombstone_on_the_same_lease_once,
+        watch_reports_a_revoke,
         floor_key_outlives_the_slot_key_and_ignores_non_owners,
         acquire_is_two_round_trips_while_candidates_are_free,
         credentials_pass_through_and_are_never_shown,
@@ -409,6 +410,143 @@ async fn read_floor(
     Ok(Some(Floor(text.parse().map_err(|e| format!("{e}"))?)))
 }
 
+/// `revoke` leaves a tombstone in the slot key on the holder's own etcd lease
+/// (same create revision, lease still alive), once: the holder's renewal is
+/// `Lost` and its release `NotHeld`, a rival cannot claim the slot meanwhile,
+/// the floor is untouched, and the next holder (here after the revoked
+/// holder's release, which is allowed to free it: it has stopped
+/// generating) gets a bigger fence and the floor.
+async fn revoke_leaves_a_tombstone_on_the_same_lease_once(
+    b: Arc<EtcdBackend>,
+) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let ttl = Duration::from_secs(30);
+    let pool = fresh_pool(1, ttl)?;
+    let sent = Instant::now();
+    let grant = leases
+        .acquire(&pool, Floor(1_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    let key = leases.slot_key(pool.name(), 0);
+    let (_, created, lease_id) = read_key(&leases, &key).await?.ok_or("slot key missing")?;
+    let operator = b.leases().await?;
+    let first = operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?;
+    if !first {
+        return Err(judged(sent, ttl, "first revoke found nothing".into()));
+    }
+    ensure!(
+        !operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
+        "second revoke found a holder"
+    );
+    let Some((value, created_after, lease_after)) = read_key(&leases, &key).await? else {
+        return Err(judged(sent, ttl, "the tombstone is gone".into()));
+    };
+    ensure!(
+        value == EtcdStrategy::TOMBSTONE.as_bytes(),
+        "slot key holds {:?} after the revoke",
+        String::from_utf8_lossy(&value)
+    );
+    ensure!(
+        created_after == created && lease_after == lease_id,
+        "the tombstone is on create revision {created_after} / lease {lease_after:x}, the \
+         holding was {created} / {lease_id:x}"
+    );
+    let alive = leases
+        .client()
+        .clone()
+        .lease_time_to_live(lease_id, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    if alive.ttl() <= 0 {
+        return Err(judged(
+            sent,
+            ttl,
+            format!("the revoked etcd lease is gone (ttl {})", alive.ttl()),
+        ));
+    }
+    let rival = b.leases().await?;
+    match rival.acquire(&pool, Floor(5_000)).await {
+        Err(AcquireError::PoolExhausted { .. }) => {}
+        other => {
+            return Err(judged(
+                sent,
+                ttl,
+                format!("a rival claimed the revoked slot before its expiry: {other:?}"),
+            ));
+        }
+    }
+    let r = leases.renew(&pool, &grant, Floor(9_000)).await;
+    ensure!(
+        matches!(&r, Renewal::Lost(reason) if reason.as_str().contains("revoked")),
+        "renewal after revoke answered {r:?}"
+    );
+    let floor = read_floor(&leases, &pool, 0).await?;
+    ensure!(
+        floor == Some(Floor(1_000)),
+        "the revoke or the lost renewal changed the floor to {floor:?}"
+    );
+    let r = leases.release(&pool, &grant, Floor(3)).await;
+    ensure!(r == Release::NotHeld, "release after revoke answered {r:?}");
+    let floor = read_floor(&leases, &pool, 0).await?;
+    ensure!(
+        floor == Some(Floor(1_000)),
+        "the release of a revoked grant changed the floor to {floor:?}"
+    );
+    // The revoked holder's release revoked its own lease, tombstone and all.
+    let next = rival
+        .acquire(&pool, Floor(2_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        next.fence > grant.fence,
+        "fence {} after {}",
+        next.fence,
+        grant.fence
+    );
+    ensure!(
+        next.floor == Floor(1_000),
+        "the next holder got floor {:?}",
+        next.floor
+    );
+    Ok(())
+}
+
+/// The watch reports a revoke (the tombstone is a rewrite of the key) at
+/// once, and the renewal that follows is `Lost` without asking etcd.
+async fn watch_reports_a_revoke(b: Arc<EtcdBackend>) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = fresh_pool(2, Duration::from_secs(30))?;
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let watch = leases.watch_loss(pool.name(), &grant);
+    let operator = b.leases().await?;
+    ensure!(
+        operator
+            .revoke(&pool, grant.slot)
+            .await
+            .map_err(|e| e.to_string())?,
+        "revoke found nothing"
+    );
+    // Only the watch can resolve this future: a hang guard, not a speed claim.
+    let reason = tokio::time::timeout(Duration::from_secs(10), watch)
+        .await
+        .map_err(|_| "revoke not reported".to_owned())?;
+    ensure!(
+        reason.as_str().contains("revoked"),
+        "unexpected reason: {reason}"
+    );
+    let before = leases.stats().rpcs;
+    let r = leases.renew(&pool, &grant, Floor::NONE).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
+    ensure!(
+        leases.stats().rpcs == before,
+        "renewal of a watched-lost grant asked etcd"
+    );
+    Ok(())
+}
+
 /// The floor lives in `<prefix>/<pool>/~floor/<slot>`, on no lease: it
 /// survives the slot key's expiry and the next holder's grant carries it.
 /// Renewals and releases of grants that do not own the slot (another token,
@@ -532,61 +670,6 @@ async fn floor_key_outlives_the_slot_key_and_ignores_non_owners(
     ensure!(
         read_key(&leases, &key).await?.is_none(),
         "the slot key survived the release"
-    );
-    Ok(())
-}
-
-/// `revoke` deletes the slot key and revokes its etcd lease: the holder's
-/// renewal is `Lost`, a second revoke finds nothing, and the next holder of the
-/// slot gets a bigger fence.
-async fn revoke_deletes_the_key_and_its_lease_once(b: Arc<EtcdBackend>) -> Result<(), String> {
-    let leases = b.leases().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
-    let grant = leases
-        .acquire(&pool, Floor::NONE)
-        .await
-        .map_err(|e| e.to_string())?;
-    let lease_id = leases
-        .client()
-        .clone()
-        .get(leases.slot_key(pool.name(), 0), None)
-        .await
-        .map_err(|e| e.to_string())?
-        .kvs()
-        .first()
-        .ok_or("slot key missing")?
-        .lease();
-    let operator = b.leases().await?;
-    ensure!(
-        operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
-        "first revoke found nothing"
-    );
-    ensure!(
-        !operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
-        "second revoke found a lease"
-    );
-    let r = leases.renew(&pool, &grant, Floor::NONE).await;
-    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
-    let ttl = leases
-        .client()
-        .clone()
-        .lease_time_to_live(lease_id, None)
-        .await
-        .map_err(|e| e.to_string())?;
-    ensure!(
-        ttl.ttl() == -1,
-        "the etcd lease survived (ttl {})",
-        ttl.ttl()
-    );
-    let next = leases
-        .acquire(&pool, Floor::NONE)
-        .await
-        .map_err(|e| e.to_string())?;
-    ensure!(
-        next.fence > grant.fence,
-        "fence {} after {}",
-        next.fence,
-        grant.fence
     );
     Ok(())
 }
