@@ -2,8 +2,8 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use etcd_client::{
@@ -18,6 +18,7 @@ use leasehold_core::{
 use crate::config::{DEFAULT_OP_TIMEOUT, EtcdConfig};
 use crate::error::{Class, EtcdError, broken_connection, classify, never_sent, timed_out};
 use crate::keys;
+use crate::watch::LostFlags;
 
 /// Transactions one acquisition sends before it answers `Contention`.
 const MAX_ROUNDS: u32 = 8;
@@ -67,9 +68,8 @@ pub(crate) struct Inner {
     pub(crate) op_timeout: Duration,
     candidates: u32,
     identity: String,
-    /// `(slot key, fence)` of grants a watch saw lost: renewals answer `Lost`
-    /// for them at once.
-    pub(crate) lost: Mutex<HashSet<(String, i64)>>,
+    /// Grants a watch saw lost: renewals answer `Lost` for them at once.
+    pub(crate) lost: LostFlags,
     stats: Counters,
 }
 
@@ -193,7 +193,7 @@ impl EtcdStrategy {
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 candidates: config.candidates,
-                lost: Mutex::default(),
+                lost: LostFlags::default(),
                 stats: Counters::default(),
             }),
         })
@@ -380,14 +380,10 @@ impl EtcdStrategy {
         matches!(revoked, Ok(_) | Err(Class::NotFound(_)))
     }
 
-    /// True (once) when a watch saw this grant lost; the entry is dropped as
+    /// True (once) when a watch saw this grant lost; the flag is dropped as
     /// the renewal reports it.
     pub(crate) fn take_flagged_lost(&self, key: &str, fence: i64) -> bool {
-        self.inner
-            .lost
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&(key.to_owned(), fence))
+        self.inner.lost.take(key, fence)
     }
 
     /// Revokes a lease in the background (an acquisition that did not use it).
@@ -679,6 +675,13 @@ impl Strategy for EtcdStrategy {
                     s.acquire_rpcs.fetch_add(sent.requests, Ordering::Relaxed);
                     s.max_acquire_rpcs
                         .fetch_max(sent.requests, Ordering::Relaxed);
+                    // Earlier holdings of this key are over: their loss flags
+                    // have nothing left to answer.
+                    self.inner.lost.forget_key(&keys::slot_key(
+                        &self.inner.prefix,
+                        pool.name(),
+                        slot,
+                    ));
                     return Ok(Grant::new(
                         slot,
                         token,
@@ -800,6 +803,9 @@ impl Strategy for EtcdStrategy {
     async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
         let key = self.slot_key(pool.name(), grant.slot);
         let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
+        // This holding is over whatever the answer: a loss flag for it has
+        // nothing left to answer.
+        self.inner.lost.forget(&key, fence);
         let Some(lease_id) = keys::lease_id(&grant.token) else {
             return Release::NotHeld;
         };
