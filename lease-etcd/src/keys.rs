@@ -1,15 +1,86 @@
-//! Key layout, stored value, lease ids, candidate choice.
+//! Key layout, stored values, lease ids, candidate choice.
+//!
+//! A pool's keys, under `<prefix>/<pool>/`:
+//! - `<slot>` (decimal): the slot key, attached to the holder's etcd lease,
+//!   value `<token hex> <holder>` (or [`TOMBSTONE`] after a revoke);
+//! - `~floor/<slot>`: the slot's hand-over floor, on no lease (it outlives
+//!   every holder), value the Unix milliseconds as 20 zero-padded decimal
+//!   digits so that etcd's byte-wise value comparison orders floors
+//!   numerically. Pool names cannot contain `~` or `/`, so no slot key of any
+//!   prefix and pool is ever a floor key; and `~` sorts after every digit, so
+//!   the slot range [`slot_range_end`] never includes floor keys.
 
-use leasehold_core::{PoolName, PoolSpec, Token};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use leasehold_core::{Floor, PoolName, PoolSpec, Token};
+
+/// The value a revoke leaves in a slot key: on the revoked holder's etcd
+/// lease, so the slot stays taken until that lease expires. It carries no
+/// token, so no holder's ownership compare matches it.
+pub(crate) const TOMBSTONE: &str = "revoked";
 
 /// `<prefix>/<pool>/` — the range holding a pool's slot keys.
 pub(crate) fn pool_prefix(prefix: &str, pool: &PoolName) -> String {
     format!("{prefix}/{pool}/")
 }
 
+/// The end (exclusive) of the range of slot keys under `pool_prefix`: slot
+/// keys are decimal, and `:` is the byte after `9`. Floor keys (`~floor/…`)
+/// sort after it.
+pub(crate) fn slot_range_end(pool_prefix: &str) -> String {
+    format!("{pool_prefix}:")
+}
+
 /// `<prefix>/<pool>/<slot>`.
 pub(crate) fn slot_key(prefix: &str, pool: &PoolName, slot: u32) -> String {
     format!("{prefix}/{pool}/{slot}")
+}
+
+/// `<prefix>/<pool>/~floor/<slot>`: the slot's floor, on no lease.
+pub(crate) fn floor_key(prefix: &str, pool: &PoolName, slot: u32) -> String {
+    format!("{prefix}/{pool}/~floor/{slot}")
+}
+
+/// A floor as stored: 20 zero-padded decimal digits (`u64::MAX` has 20), so
+/// byte-wise order is numeric order.
+pub(crate) fn encode_floor(floor: Floor) -> String {
+    format!("{:020}", floor.0)
+}
+
+/// A stored floor; `None` unless it is 20 decimal digits.
+pub(crate) fn decode_floor(value: &[u8]) -> Option<Floor> {
+    if value.len() != 20 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok().map(Floor)
+}
+
+/// A transaction op that raises the floor key to `floor` unless it already
+/// holds more: `if value(key) > floor then nothing else put(key, floor)`. A
+/// missing key fails every value compare, so it is written too. The put has
+/// no lease: the floor outlives the holder.
+pub(crate) fn raise_floor(floor_key: &str, floor: Floor) -> TxnOp {
+    let value = encode_floor(floor);
+    TxnOp::txn(
+        Txn::new()
+            .when([Compare::value(floor_key, CompareOp::Greater, value.clone())])
+            .or_else([TxnOp::put(floor_key, value, None)]),
+    )
+}
+
+/// Compares that hold only while `key` is still the grant's: the create
+/// revision (the fence), the etcd lease, and a value that starts with the
+/// token (`<token hex>` < value < `<token hex>` 0xFF, which no tombstone and
+/// no other token's value falls between).
+pub(crate) fn owned(key: &str, fence: i64, lease_id: i64, token: &Token) -> [Compare; 4] {
+    let low = token.to_hex().into_bytes();
+    let mut high = low.clone();
+    high.push(0xFF);
+    [
+        Compare::create_revision(key, CompareOp::Equal, fence),
+        Compare::lease(key, CompareOp::Equal, lease_id),
+        Compare::value(key, CompareOp::Greater, low),
+        Compare::value(key, CompareOp::Less, high),
+    ]
 }
 
 /// The slot of a key under `pool_prefix`, if it is one.
@@ -22,11 +93,6 @@ pub(crate) fn slot_of(pool_prefix: &str, key: &[u8]) -> Option<u32> {
 /// people inspecting the store.
 pub(crate) fn value(token: &Token, pool: &PoolSpec) -> String {
     format!("{} {}", token.to_hex(), pool.holder())
-}
-
-/// True when a stored value carries `token`.
-pub(crate) fn value_has_token(value: &[u8], token: &Token) -> bool {
-    value.starts_with(token.to_hex().as_bytes())
 }
 
 /// The etcd lease id of a grant: the token's first 8 bytes as a positive
@@ -117,6 +183,57 @@ mod tests {
         assert_eq!(slot_of(&prefix, b"lh/ids/42"), Some(42));
         assert_eq!(slot_of(&prefix, b"lh/idsx/42"), None);
         assert_eq!(slot_of(&prefix, b"lh/ids/x"), None);
+        let floor = floor_key("lh", &pool, 42);
+        assert_eq!(floor, "lh/ids/~floor/42");
+        assert_eq!(slot_of(&prefix, floor.as_bytes()), None);
+        // Slot keys fall in the slot range, floor keys after it.
+        let end = slot_range_end(&prefix);
+        for slot in [0, 9, 42, 16_383] {
+            let key = slot_key("lh", &pool, slot);
+            assert!(key.as_str() >= prefix.as_str() && key < end, "{key}");
+        }
+        assert!(floor >= end);
+    }
+
+    #[test]
+    fn stored_floors_order_like_numbers() {
+        let values = [0, 1, 9, 10, 999, 1_000, 1_764_000_000_000, u64::MAX];
+        for pair in values.windows(2) {
+            let (a, b) = (encode_floor(Floor(pair[0])), encode_floor(Floor(pair[1])));
+            assert_eq!(a.len(), 20);
+            assert!(a.as_bytes() < b.as_bytes(), "{a} vs {b}");
+        }
+        for v in values {
+            assert_eq!(
+                decode_floor(encode_floor(Floor(v)).as_bytes()),
+                Some(Floor(v))
+            );
+        }
+        assert_eq!(decode_floor(b"123"), None);
+        assert_eq!(decode_floor(b"0000000000000000012x"), None);
+        assert_eq!(decode_floor(TOMBSTONE.as_bytes()), None);
+    }
+
+    #[test]
+    fn the_token_range_holds_our_values_only() {
+        let pool = PoolSpec::new(
+            PoolName::new("ids").unwrap(),
+            4,
+            std::time::Duration::from_secs(10),
+        )
+        .unwrap();
+        let token = Token::random();
+        let low = token.to_hex().into_bytes();
+        let mut high = low.clone();
+        high.push(0xFF);
+        let inside = |v: &[u8]| v > low.as_slice() && v < high.as_slice();
+        assert!(inside(value(&token, &pool).as_bytes()));
+        assert!(inside(
+            value(&token, &pool.clone().with_holder("")).as_bytes()
+        ));
+        assert!(!inside(TOMBSTONE.as_bytes()));
+        assert!(!inside(value(&Token::random(), &pool).as_bytes()));
+        assert!(!inside(b""));
     }
 
     #[test]

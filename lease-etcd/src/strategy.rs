@@ -2,8 +2,8 @@
 
 use std::collections::HashSet;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use etcd_client::{
@@ -18,6 +18,7 @@ use leasehold_core::{
 use crate::config::{DEFAULT_OP_TIMEOUT, EtcdConfig};
 use crate::error::{Class, EtcdError, broken_connection, classify, never_sent, timed_out};
 use crate::keys;
+use crate::watch::LostFlags;
 
 /// Transactions one acquisition sends before it answers `Contention`.
 const MAX_ROUNDS: u32 = 8;
@@ -32,10 +33,19 @@ const MAX_ROUNDS: u32 = 8;
 ///   pool's keys so the next one tries slots known to be free. Two round trips
 ///   when a candidate is free; never a blind overwrite.
 /// - **fence**: the key's `create_revision`, cluster-wide and ever-growing.
-/// - **renew**: `LeaseKeepAlive` and a read of the key, in parallel; `Renewed`
-///   only when the lease is alive *and* the key still carries our token and
-///   create revision.
-/// - **release**: delete the key if it is still ours, then revoke the lease.
+/// - **floor**: `<prefix>/<pool>/~floor/<slot>`, on no lease (it outlives
+///   the holders), Unix milliseconds as 20 zero-padded digits so that etcd's
+///   byte-wise compares order it numerically. The claim transaction reads it
+///   (the grant's floor) and raises it to the acquirer's ceiling; no extra
+///   round trip.
+/// - **renew**: `LeaseKeepAlive` and a transaction, in parallel; the
+///   transaction raises the floor to the ceiling only if the key still
+///   carries our create revision, lease and token, and reads the key
+///   otherwise. `Renewed` only when the lease is alive *and* the key is ours.
+/// - **release**: one transaction deletes the key and sets the floor to what
+///   was issued if the key is still ours, then the lease is revoked.
+/// - **revoke** ([`EtcdStrategy::revoke`]): a tombstone on the holder's own
+///   etcd lease, so the slot stays taken until that lease expires.
 /// - **watch**: [`EtcdStrategy::watch_loss`] reports a deleted or rewritten key
 ///   as soon as etcd sends the event; [`EtcdStrategy::guard`] wires it to a
 ///   [`LeaseManager`](leasehold_core::LeaseManager).
@@ -58,9 +68,8 @@ pub(crate) struct Inner {
     pub(crate) op_timeout: Duration,
     candidates: u32,
     identity: String,
-    /// `(slot key, fence)` of grants a watch saw lost: renewals answer `Lost`
-    /// for them at once.
-    pub(crate) lost: Mutex<HashSet<(String, i64)>>,
+    /// Grants a watch saw lost: renewals answer `Lost` for them at once.
+    pub(crate) lost: LostFlags,
     stats: Counters,
 }
 
@@ -115,11 +124,11 @@ enum Landed {
     Won {
         slot: u32,
         create_revision: i64,
+        /// The slot's floor before this claim.
+        floor: Floor,
     },
     /// No candidate was free; the slots held at that revision.
-    Full {
-        held: HashSet<u32>,
-    },
+    Full { held: HashSet<u32> },
 }
 
 impl EtcdStrategy {
@@ -132,12 +141,16 @@ impl EtcdStrategy {
     /// [`EtcdConfig::op_timeout`] sets another.
     pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_OP_TIMEOUT;
 
+    /// The value a revoke leaves in the slot key (see [`Self::revoke`]).
+    pub const TOMBSTONE: &'static str = keys::TOMBSTONE;
+
     /// The largest pool: a full pool's keys are read in one range (keys only).
     pub const MAX_POOL_SIZE: u32 = 16_384;
 
     /// What this strategy is and can do (see [`Strategy::capabilities`]).
-    pub const CAPABILITIES: Capabilities =
-        Capabilities::coordinated(true, Self::MIN_TTL).with_max_pool_size(Self::MAX_POOL_SIZE);
+    pub const CAPABILITIES: Capabilities = Capabilities::coordinated(true, Self::MIN_TTL)
+        .with_max_pool_size(Self::MAX_POOL_SIZE)
+        .with_persisted_floor();
 
     /// Connects to etcd. Without credentials no request is sent yet (the first
     /// acquisition finds out whether the cluster answers); with credentials
@@ -180,7 +193,7 @@ impl EtcdStrategy {
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 candidates: config.candidates,
-                lost: Mutex::default(),
+                lost: LostFlags::default(),
                 stats: Counters::default(),
             }),
         })
@@ -209,13 +222,26 @@ impl EtcdStrategy {
         }
     }
 
-    /// Frees `slot` of `pool` behind its holder's back, as an operator would:
-    /// deletes the slot key, but only the holding it read (a transaction on
-    /// the key's create revision, so a holder that claimed the slot meanwhile
-    /// is untouched), and revokes the etcd lease it was attached to. The
-    /// holder's next renewal, and its watch, see `Lost`; the next claim
-    /// creates the key anew with a bigger fence. Returns whether a lease was
-    /// there.
+    /// Takes `slot` of `pool` from its holder, as an operator would, without
+    /// ever letting two holders generate at once: the slot key's value is
+    /// overwritten with a tombstone ([`Self::TOMBSTONE`]) that stays attached
+    /// to the holder's etcd lease, but only the holding it read (a
+    /// transaction on the key's create and mod revisions, so a holder that
+    /// claimed the slot meanwhile is untouched). The tombstone carries no
+    /// token, so the holder's next renewal is `Lost` (and its watch reports
+    /// the rewrite at once) and its release is `NotHeld`; claims see the key
+    /// and pass the slot by until the lease expires, which is no earlier than
+    /// the holder's own local deadline. The next claim after that creates the
+    /// key anew with a bigger fence, and the floor key keeps the holder's last
+    /// ceiling. Returns whether a holder was there (`false` for a free slot
+    /// or one already revoked).
+    ///
+    /// Deleting the key (or revoking the lease) instead would free the slot
+    /// at once while the holder keeps generating until its next renewal: two
+    /// holders of one slot. A slot key on no etcd lease (written by hand) is
+    /// deleted, since a tombstone on it would never expire.
+    ///
+    /// Two round trips: a read and a transaction.
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, EtcdError> {
         let key = self.slot_key(pool.name(), slot);
         let failed = |class: Class| EtcdError::Request {
@@ -232,33 +258,52 @@ impl EtcdStrategy {
         let Some(kv) = read.kvs().first() else {
             return Ok(false);
         };
-        let (held, lease_id) = (kv.create_revision(), kv.lease());
-        let txn = Txn::new()
-            .when([Compare::create_revision(
+        if kv.value() == keys::TOMBSTONE.as_bytes() {
+            return Ok(false);
+        }
+        let lease_id = kv.lease();
+        let take = if lease_id == 0 {
+            TxnOp::delete(key.clone(), None)
+        } else {
+            // If the lease expires meanwhile, the compare fails (the key is
+            // gone) or the put does (etcd refuses a put on a missing lease):
+            // the tombstone never outlives the revoked lease.
+            TxnOp::put(
                 key.clone(),
-                CompareOp::Equal,
-                held,
-            )])
-            .and_then([TxnOp::delete(key, None)]);
+                keys::TOMBSTONE,
+                Some(PutOptions::new().with_lease(lease_id)),
+            )
+        };
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key.clone(), CompareOp::Equal, kv.create_revision()),
+                Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+            ])
+            .and_then([take])
+            .or_else([TxnOp::get(key.clone(), None)]);
         let done = self
             .call("Txn", |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
-            .await
-            .map_err(failed)?;
-        if !done.succeeded() {
-            return Ok(false);
+            .await;
+        match done {
+            Ok(resp) if resp.succeeded() => Ok(true),
+            // Sent again after a broken connection, the first send may have
+            // put the tombstone (or another operator did): the holding read
+            // is revoked either way.
+            Ok(resp) => Ok(resp.op_responses().iter().any(|op| match op {
+                TxnOpResponse::Get(get) => get.kvs().first().is_some_and(|found| {
+                    found.value() == keys::TOMBSTONE.as_bytes()
+                        && found.create_revision() == kv.create_revision()
+                }),
+                _ => false,
+            })),
+            // The lease expired between the read and the put: nobody holds
+            // the slot any more.
+            Err(Class::NotFound(_)) => Ok(false),
+            Err(class) => Err(failed(class)),
         }
-        if lease_id != 0 {
-            // The key is gone; the lease has nothing else to keep.
-            let _ = self
-                .call("LeaseRevoke", |mut c| async move {
-                    c.lease_revoke(lease_id).await
-                })
-                .await;
-        }
-        Ok(true)
     }
 
     /// Runs one etcd request bounded by the operation timeout (the client's
@@ -335,14 +380,10 @@ impl EtcdStrategy {
         matches!(revoked, Ok(_) | Err(Class::NotFound(_)))
     }
 
-    /// True (once) when a watch saw this grant lost; the entry is dropped as
+    /// True (once) when a watch saw this grant lost; the flag is dropped as
     /// the renewal reports it.
     pub(crate) fn take_flagged_lost(&self, key: &str, fence: i64) -> bool {
-        self.inner
-            .lost
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&(key.to_owned(), fence))
+        self.inner.lost.take(key, fence)
     }
 
     /// Revokes a lease in the background (an acquisition that did not use it).
@@ -427,19 +468,29 @@ impl EtcdStrategy {
         candidates: &[u32],
         value: &str,
         lease_id: i64,
+        ceiling: Floor,
         sent: &mut Sent,
     ) -> Result<Landed, Class> {
         let prefix = keys::pool_prefix(&self.inner.prefix, pool.name());
         let mut chain: Option<Txn> = None;
         for &slot in candidates.iter().rev() {
             let key = keys::slot_key(&self.inner.prefix, pool.name(), slot);
+            let floor_key = keys::floor_key(&self.inner.prefix, pool.name(), slot);
             let otherwise = match chain.take() {
                 Some(inner) => vec![TxnOp::txn(inner)],
+                // Slot keys only: the floor keys sort after the range.
                 None => vec![TxnOp::get(
                     prefix.clone(),
-                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                    Some(
+                        GetOptions::new()
+                            .with_range(keys::slot_range_end(&prefix))
+                            .with_keys_only(),
+                    ),
                 )],
             };
+            // Claim, read the new key (its create revision is the fence),
+            // read the floor as it was, then raise it to our ceiling: all in
+            // the claim, so no holder of the slot can come between.
             chain = Some(
                 Txn::new()
                     .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
@@ -450,6 +501,8 @@ impl EtcdStrategy {
                             Some(PutOptions::new().with_lease(lease_id)),
                         ),
                         TxnOp::get(key, None),
+                        TxnOp::get(floor_key.clone(), None),
+                        keys::raise_floor(&floor_key, ceiling),
                     ])
                     .or_else(otherwise),
             );
@@ -475,16 +528,32 @@ fn walk(resp: &TxnResponse, candidates: &[u32], prefix: &str) -> Result<Landed, 
     for (depth, &slot) in candidates.iter().enumerate() {
         let ops = level.op_responses();
         if level.succeeded() {
-            let kv = ops
-                .iter()
-                .find_map(|op| match op {
-                    TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-                    _ => None,
-                })
+            // [put slot, get slot, get floor, raise floor]
+            let (Some(TxnOpResponse::Get(claimed)), Some(TxnOpResponse::Get(floor))) =
+                (ops.get(1), ops.get(2))
+            else {
+                return Err(malformed("claim shape"));
+            };
+            let kv = claimed
+                .kvs()
+                .first()
                 .ok_or_else(|| malformed("no key after put"))?;
+            let floor = match floor.kvs().first() {
+                None => Floor::NONE,
+                Some(f) => keys::decode_floor(f.value()).ok_or_else(|| {
+                    Class::Rejected(format!(
+                        "floor key {} holds {:?}, not a floor (20 decimal digits of Unix \
+                         milliseconds); it is not written by leasehold: delete it or set it to \
+                         the highest timestamp issued from slot {slot}",
+                        String::from_utf8_lossy(f.key()),
+                        String::from_utf8_lossy(f.value())
+                    ))
+                })?,
+            };
             return Ok(Landed::Won {
                 slot,
                 create_revision: kv.create_revision(),
+                floor,
             });
         }
         let last = depth + 1 == candidates.len();
@@ -556,7 +625,7 @@ fn positive_fence(revision: i64) -> Fence {
 }
 
 impl Strategy for EtcdStrategy {
-    async fn acquire(&self, pool: &PoolSpec, _ceiling: Floor) -> Result<Grant, AcquireError> {
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
         if pool.size() > Self::MAX_POOL_SIZE {
             return Err(AcquireError::Misconfigured {
                 what: format!(
@@ -593,25 +662,33 @@ impl Strategy for EtcdStrategy {
                 });
             }
             match self
-                .try_candidates(pool, &candidates, &value, lease_id, &mut sent)
+                .try_candidates(pool, &candidates, &value, lease_id, ceiling, &mut sent)
                 .await
             {
                 Ok(Landed::Won {
                     slot,
                     create_revision,
+                    floor,
                 }) => {
                     let s = &self.inner.stats;
                     s.acquisitions.fetch_add(1, Ordering::Relaxed);
                     s.acquire_rpcs.fetch_add(sent.requests, Ordering::Relaxed);
                     s.max_acquire_rpcs
                         .fetch_max(sent.requests, Ordering::Relaxed);
-                    // Floors are not persisted here yet (issue 12).
+                    // Earlier holdings of this key are over: their loss flags
+                    // have nothing left to answer.
+                    self.inner.lost.forget_key(&keys::slot_key(
+                        &self.inner.prefix,
+                        pool.name(),
+                        slot,
+                    ));
                     return Ok(Grant::new(
                         slot,
                         token,
                         positive_fence(create_revision),
                         granted_ttl,
-                    ));
+                    )
+                    .with_floor(floor));
                 }
                 Ok(Landed::Full { held }) => {
                     free = Some((0..pool.size()).filter(|s| !held.contains(s)).collect());
@@ -644,7 +721,7 @@ impl Strategy for EtcdStrategy {
         ))))
     }
 
-    async fn renew(&self, pool: &PoolSpec, grant: &Grant, _ceiling: Floor) -> Renewal {
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
         let key = self.slot_key(pool.name(), grant.slot);
         let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
         if self.take_flagged_lost(&key, fence) {
@@ -655,36 +732,52 @@ impl Strategy for EtcdStrategy {
         let Some(lease_id) = keys::lease_id(&grant.token) else {
             return Renewal::Lost(Reason::new("the grant's token maps to no etcd lease"));
         };
-        let (alive, read) = tokio::join!(
+        // The ownership check and the floor in one transaction: the floor is
+        // raised only while the key is still ours (create revision, lease and
+        // token; a revoke's tombstone keeps the first two but not the token),
+        // and otherwise the key is read back to say why. It replaces the
+        // read the renewal sent before floors were kept: still two requests
+        // in parallel, one round trip. The keep-alive sent beside it may
+        // extend a revoke's tombstone (same lease) by up to one TTL once: the
+        // slot stays taken longer, never shorter, and after this `Lost` the
+        // holder renews no more.
+        let floor_key = keys::floor_key(&self.inner.prefix, pool.name(), grant.slot);
+        let txn = Txn::new()
+            .when(keys::owned(&key, fence, lease_id, &grant.token))
+            .and_then([keys::raise_floor(&floor_key, ceiling)])
+            .or_else([TxnOp::get(key.clone(), None)]);
+        let (alive, checked) = tokio::join!(
             self.call("LeaseKeepAlive", |mut c| async move {
                 c.lease_keep_alive(lease_id).await
             }),
-            self.call("Range", |mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
+            // Guarded by the token, and `max` is idempotent: safe to repeat.
+            self.call("Txn", |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
             }),
         );
-        // A positive answer from either request decides: the key is gone or
-        // someone else's, or the lease no longer exists.
-        match &read {
-            Ok(resp) => match resp.kvs().first() {
-                None => {
-                    return Renewal::Lost(Reason::new(format!(
+        // A positive answer from either request decides: the key is gone,
+        // someone else's or revoked, or the lease no longer exists.
+        match &checked {
+            Ok(resp) if !resp.succeeded() => {
+                let found = resp.op_responses().into_iter().find_map(|op| match op {
+                    TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+                    _ => None,
+                });
+                return Renewal::Lost(Reason::new(match found.flatten() {
+                    None => format!(
                         "slot key {key} no longer exists (lease expired or revoked, or deleted)"
-                    )));
-                }
-                Some(kv)
-                    if kv.create_revision() != fence
-                        || kv.lease() != lease_id
-                        || !keys::value_has_token(kv.value(), &grant.token) =>
-                {
-                    return Renewal::Lost(Reason::new(format!(
+                    ),
+                    Some(kv) if kv.value() == keys::TOMBSTONE.as_bytes() => {
+                        format!("slot key {key} was revoked by an operator")
+                    }
+                    Some(kv) => format!(
                         "slot key {key} now belongs to another holder (create revision {}, ours {fence})",
                         kv.create_revision()
-                    )));
-                }
-                Some(_) => {}
-            },
+                    ),
+                }));
+            }
+            Ok(_) => {}
             Err(Class::NotFound(m)) => return Renewal::Lost(Reason::new(m.clone())),
             Err(_) => {}
         }
@@ -696,7 +789,7 @@ impl Strategy for EtcdStrategy {
             }
             Err(class) => return Renewal::Retry(class.reason()),
         }
-        if let Err(class) = read {
+        if let Err(class) = checked {
             return Renewal::Retry(class.reason());
         }
         if self.take_flagged_lost(&key, fence) {
@@ -707,22 +800,31 @@ impl Strategy for EtcdStrategy {
         Renewal::renewed(grant.ttl)
     }
 
-    async fn release(&self, pool: &PoolSpec, grant: &Grant, _issued: Floor) -> Release {
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
         let key = self.slot_key(pool.name(), grant.slot);
         let fence = i64::try_from(grant.fence.0).unwrap_or(-1);
+        // This holding is over whatever the answer: a loss flag for it has
+        // nothing left to answer.
+        self.inner.lost.forget(&key, fence);
         let Some(lease_id) = keys::lease_id(&grant.token) else {
             return Release::NotHeld;
         };
+        // Free the slot and leave what was issued as its floor, in one step
+        // and only while the key is still ours (not another holder's, not a
+        // revoke's tombstone).
+        let floor_key = keys::floor_key(&self.inner.prefix, pool.name(), grant.slot);
         let txn = Txn::new()
-            .when([
-                Compare::create_revision(key.clone(), CompareOp::Equal, fence),
-                Compare::lease(key.clone(), CompareOp::Equal, lease_id),
+            .when(keys::owned(&key, fence, lease_id, &grant.token))
+            .and_then([
+                TxnOp::delete(key.clone(), None),
+                TxnOp::put(floor_key, keys::encode_floor(issued), None),
             ])
-            .and_then([TxnOp::delete(key.clone(), None)])
             .or_else([TxnOp::get(key, Some(GetOptions::new().with_keys_only()))]);
         let mut sent = Sent::default();
-        // Guarded by our create revision and lease: sending it again after a
-        // broken connection can only delete our own key.
+        // Guarded by our create revision, lease and token: sending it again
+        // after a broken connection can only free our own key, and once it
+        // is gone the guard fails, so the floor of a later holder is never
+        // overwritten.
         let outcome = match self
             .call_counted("Txn", &mut sent, Replay::Safe, |mut c| {
                 let txn = txn.clone();
@@ -737,7 +839,13 @@ impl Strategy for EtcdStrategy {
             Ok(_) => Release::NotHeld,
             Err(class) => return Release::Retry(class.reason()),
         };
-        // The key is gone (or was not ours); the lease has nothing else to keep.
+        // The key is gone, not ours, or a revoke's tombstone on our lease.
+        // Revoking our lease drops that tombstone before its expiry, which
+        // is safe: the driver releases only after it closed the gate (rule
+        // 4), so nothing is generated under this grant any more, and every
+        // timestamp it could issue is at most a ceiling the floor key already
+        // holds (acquire and renewals raised it; a revoke leaves it alone),
+        // so the next holder starts after them, with a bigger fence.
         let _ = self
             .call("LeaseRevoke", |mut c| async move {
                 c.lease_revoke(lease_id).await

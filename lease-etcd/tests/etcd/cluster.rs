@@ -363,6 +363,7 @@ async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
     }
     // Nothing leaked: the grant and nothing else holds a slot. Asked of the
     // leader directly (this client's balancer still lists the cut member).
+    // Slot keys only (decimal, so before `:`): the floor keys stay, by design.
     let mut direct = etcd_client::Client::connect([cluster.endpoints()[leader].clone()], None)
         .await
         .map_err(|e| e.to_string())?;
@@ -371,7 +372,7 @@ async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
             format!("leasehold/{}/", pool.name()),
             Some(
                 etcd_client::GetOptions::new()
-                    .with_prefix()
+                    .with_range(format!("leasehold/{}/:", pool.name()))
                     .with_keys_only(),
             ),
         )

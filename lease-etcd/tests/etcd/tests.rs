@@ -8,7 +8,8 @@ use std::sync::Arc;
 use leasehold_conformance::proxy::{Fault, FaultProxy};
 use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials};
 use leasehold_core::{
-    AcquireError, LeaseConfig, LeaseManager, LeaseState, Release, Renewal, StartError, Strategy,
+    AcquireError, Grant, LeaseConfig, LeaseManager, LeaseState, PoolSpec, Release, Renewal,
+    StartError, Strategy, Token,
 };
 use leasehold_etcd::{EtcdConfig, EtcdError, EtcdStrategy};
 
@@ -24,7 +25,9 @@ pub(crate) fn register(target: Target) -> Target {
         too_short_ttl_is_a_configuration_error,
         fractional_ttl_is_rounded_up_and_reported,
         fence_is_the_keys_create_revision,
-        revoke_deletes_the_key_and_its_lease_once,
+        revoke_leaves_a_tombstone_on_the_same_lease_once,
+        watch_reports_a_revoke,
+        floor_key_outlives_the_slot_key_and_ignores_non_owners,
         acquire_is_two_round_trips_while_candidates_are_free,
         credentials_pass_through_and_are_never_shown,
     )
@@ -358,50 +361,140 @@ async fn fence_is_the_keys_create_revision(b: Arc<EtcdBackend>) -> Result<(), St
     Ok(())
 }
 
-/// `revoke` deletes the slot key and revokes its etcd lease: the holder's
-/// renewal is `Lost`, a second revoke finds nothing, and the next holder of the
-/// slot gets a bigger fence.
-async fn revoke_deletes_the_key_and_its_lease_once(b: Arc<EtcdBackend>) -> Result<(), String> {
-    let leases = b.leases().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
-    let grant = leases
-        .acquire(&pool, Floor::NONE)
-        .await
-        .map_err(|e| e.to_string())?;
-    let lease_id = leases
+/// A failure, or a starved outcome when the lease acquired at `sent` with
+/// `ttl` may have expired by now (the machine stalled for longer than the
+/// TTL, so the store rightly let it go and the run proves nothing).
+fn judged(sent: Instant, ttl: Duration, msg: String) -> String {
+    if sent.elapsed() < ttl {
+        msg
+    } else {
+        format!(
+            "{}{msg} (judged {:?} after the lease's request was sent; TTL {ttl:?})",
+            leasehold_conformance::suite::STARVED,
+            sent.elapsed()
+        )
+    }
+}
+
+/// The slot key's `(value, create revision, lease)`, if it exists.
+async fn read_key(leases: &EtcdStrategy, key: &str) -> Result<Option<(Vec<u8>, i64, i64)>, String> {
+    let resp = leases
         .client()
         .clone()
-        .get(leases.slot_key(pool.name(), 0), None)
+        .get(key, None)
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(resp
         .kvs()
         .first()
-        .ok_or("slot key missing")?
-        .lease();
-    let operator = b.leases().await?;
+        .map(|kv| (kv.value().to_vec(), kv.create_revision(), kv.lease())))
+}
+
+/// The stored floor of `slot` (its key `<prefix>/<pool>/~floor/<slot>` must
+/// be on no lease), or `None` when the key does not exist.
+async fn read_floor(
+    leases: &EtcdStrategy,
+    pool: &PoolSpec,
+    slot: u32,
+) -> Result<Option<Floor>, String> {
+    let key = format!("leasehold/{}/~floor/{slot}", pool.name());
+    let Some((value, _, lease)) = read_key(leases, &key).await? else {
+        return Ok(None);
+    };
+    ensure!(lease == 0, "floor key {key} is on etcd lease {lease:x}");
+    let text = String::from_utf8(value).map_err(|e| e.to_string())?;
     ensure!(
-        operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
-        "first revoke found nothing"
+        text.len() == 20 && text.bytes().all(|b| b.is_ascii_digit()),
+        "floor key {key} holds {text:?}, not 20 decimal digits"
     );
+    Ok(Some(Floor(text.parse().map_err(|e| format!("{e}"))?)))
+}
+
+/// `revoke` leaves a tombstone in the slot key on the holder's own etcd lease
+/// (same create revision, lease still alive), once: the holder's renewal is
+/// `Lost` and its release `NotHeld`, a rival cannot claim the slot meanwhile,
+/// the floor is untouched, and the next holder (here after the revoked
+/// holder's release, which is allowed to free it: it has stopped
+/// generating) gets a bigger fence and the floor.
+async fn revoke_leaves_a_tombstone_on_the_same_lease_once(
+    b: Arc<EtcdBackend>,
+) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let ttl = Duration::from_secs(30);
+    let pool = fresh_pool(1, ttl)?;
+    let sent = Instant::now();
+    let grant = leases
+        .acquire(&pool, Floor(1_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    let key = leases.slot_key(pool.name(), 0);
+    let (_, created, lease_id) = read_key(&leases, &key).await?.ok_or("slot key missing")?;
+    let operator = b.leases().await?;
+    let first = operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?;
+    if !first {
+        return Err(judged(sent, ttl, "first revoke found nothing".into()));
+    }
     ensure!(
         !operator.revoke(&pool, 0).await.map_err(|e| e.to_string())?,
-        "second revoke found a lease"
+        "second revoke found a holder"
     );
-    let r = leases.renew(&pool, &grant, Floor::NONE).await;
-    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
-    let ttl = leases
+    let Some((value, created_after, lease_after)) = read_key(&leases, &key).await? else {
+        return Err(judged(sent, ttl, "the tombstone is gone".into()));
+    };
+    ensure!(
+        value == EtcdStrategy::TOMBSTONE.as_bytes(),
+        "slot key holds {:?} after the revoke",
+        String::from_utf8_lossy(&value)
+    );
+    ensure!(
+        created_after == created && lease_after == lease_id,
+        "the tombstone is on create revision {created_after} / lease {lease_after:x}, the \
+         holding was {created} / {lease_id:x}"
+    );
+    let alive = leases
         .client()
         .clone()
         .lease_time_to_live(lease_id, None)
         .await
         .map_err(|e| e.to_string())?;
+    if alive.ttl() <= 0 {
+        return Err(judged(
+            sent,
+            ttl,
+            format!("the revoked etcd lease is gone (ttl {})", alive.ttl()),
+        ));
+    }
+    let rival = b.leases().await?;
+    match rival.acquire(&pool, Floor(5_000)).await {
+        Err(AcquireError::PoolExhausted { .. }) => {}
+        other => {
+            return Err(judged(
+                sent,
+                ttl,
+                format!("a rival claimed the revoked slot before its expiry: {other:?}"),
+            ));
+        }
+    }
+    let r = leases.renew(&pool, &grant, Floor(9_000)).await;
     ensure!(
-        ttl.ttl() == -1,
-        "the etcd lease survived (ttl {})",
-        ttl.ttl()
+        matches!(&r, Renewal::Lost(reason) if reason.as_str().contains("revoked")),
+        "renewal after revoke answered {r:?}"
     );
-    let next = leases
-        .acquire(&pool, Floor::NONE)
+    let floor = read_floor(&leases, &pool, 0).await?;
+    ensure!(
+        floor == Some(Floor(1_000)),
+        "the revoke or the lost renewal changed the floor to {floor:?}"
+    );
+    let r = leases.release(&pool, &grant, Floor(3)).await;
+    ensure!(r == Release::NotHeld, "release after revoke answered {r:?}");
+    let floor = read_floor(&leases, &pool, 0).await?;
+    ensure!(
+        floor == Some(Floor(1_000)),
+        "the release of a revoked grant changed the floor to {floor:?}"
+    );
+    // The revoked holder's release revoked its own lease, tombstone and all.
+    let next = rival
+        .acquire(&pool, Floor(2_000))
         .await
         .map_err(|e| e.to_string())?;
     ensure!(
@@ -409,6 +502,174 @@ async fn revoke_deletes_the_key_and_its_lease_once(b: Arc<EtcdBackend>) -> Resul
         "fence {} after {}",
         next.fence,
         grant.fence
+    );
+    ensure!(
+        next.floor == Floor(1_000),
+        "the next holder got floor {:?}",
+        next.floor
+    );
+    Ok(())
+}
+
+/// The watch reports a revoke (the tombstone is a rewrite of the key) at
+/// once, and the renewal that follows is `Lost` without asking etcd.
+async fn watch_reports_a_revoke(b: Arc<EtcdBackend>) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let pool = fresh_pool(2, Duration::from_secs(30))?;
+    let grant = leases
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let watch = leases.watch_loss(pool.name(), &grant);
+    let operator = b.leases().await?;
+    ensure!(
+        operator
+            .revoke(&pool, grant.slot)
+            .await
+            .map_err(|e| e.to_string())?,
+        "revoke found nothing"
+    );
+    // Only the watch can resolve this future: a hang guard, not a speed claim.
+    let reason = tokio::time::timeout(Duration::from_secs(10), watch)
+        .await
+        .map_err(|_| "revoke not reported".to_owned())?;
+    ensure!(
+        reason.as_str().contains("revoked"),
+        "unexpected reason: {reason}"
+    );
+    let before = leases.stats().rpcs;
+    let r = leases.renew(&pool, &grant, Floor::NONE).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "renewal answered {r:?}");
+    ensure!(
+        leases.stats().rpcs == before,
+        "renewal of a watched-lost grant asked etcd"
+    );
+    Ok(())
+}
+
+/// The floor lives in `<prefix>/<pool>/~floor/<slot>`, on no lease: it
+/// survives the slot key's expiry and the next holder's grant carries it.
+/// Renewals and releases of grants that do not own the slot (another token,
+/// or the holder whose lease expired) never change it; the owner's renewal
+/// only raises it (one round trip of two requests), its release sets it.
+async fn floor_key_outlives_the_slot_key_and_ignores_non_owners(
+    b: Arc<EtcdBackend>,
+) -> Result<(), String> {
+    let leases = b.leases().await?;
+    let rival = b.leases().await?;
+    // The first holder's lease is short (it is left to expire); the second
+    // holder's is long, so its renewals do not depend on a quiet machine.
+    let short = fresh_pool(1, Duration::from_secs(2))?;
+    let long_ttl = Duration::from_secs(30);
+    let long = PoolSpec::new(short.name().clone(), 1, long_ttl).map_err(|e| e.to_string())?;
+    let floor_of = || read_floor(&leases, &short, 0);
+
+    let first = leases
+        .acquire(&short, Floor(7_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        first.floor == Floor::NONE,
+        "fresh slot with floor {:?}",
+        first.floor
+    );
+    ensure!(
+        floor_of().await? == Some(Floor(7_000)),
+        "after acquire with ceiling 7000 the floor key holds {:?}",
+        floor_of().await?
+    );
+
+    // Someone with another token and the same slot and fence owns nothing.
+    let stranger = Grant::new(0, Token::random(), first.fence, first.ttl);
+    let r = rival.renew(&short, &stranger, Floor(50_000)).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "stranger's renewal: {r:?}");
+    let r = rival.release(&short, &stranger, Floor(1)).await;
+    ensure!(r == Release::NotHeld, "stranger's release: {r:?}");
+    ensure!(
+        floor_of().await? == Some(Floor(7_000)),
+        "a stranger's renew/release changed the floor to {:?}",
+        floor_of().await?
+    );
+
+    // The slot key expires with its lease; the floor key stays.
+    let key = leases.slot_key(short.name(), 0);
+    let limit = Duration::from_secs(20);
+    let start = Instant::now();
+    while read_key(&leases, &key).await?.is_some() {
+        ensure!(
+            start.elapsed() < limit,
+            "slot key still there {limit:?} after a 2 s lease was left to expire"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    ensure!(
+        floor_of().await? == Some(Floor(7_000)),
+        "after the slot key expired the floor key holds {:?}",
+        floor_of().await?
+    );
+    // The expired holder owns nothing any more either.
+    let r = leases.renew(&short, &first, Floor(99_000)).await;
+    ensure!(matches!(r, Renewal::Lost(_)), "expired renewal: {r:?}");
+    let r = leases.release(&short, &first, Floor(1)).await;
+    ensure!(r == Release::NotHeld, "expired release: {r:?}");
+    ensure!(
+        floor_of().await? == Some(Floor(7_000)),
+        "the expired holder's renew/release changed the floor to {:?}",
+        floor_of().await?
+    );
+
+    // The next holder gets it, and its ceiling is kept.
+    let sent = Instant::now();
+    let second = rival
+        .acquire(&long, Floor(8_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        second.floor == Floor(7_000),
+        "the next holder's grant carries {:?}, not 7000",
+        second.floor
+    );
+    ensure!(
+        floor_of().await? == Some(Floor(8_000)),
+        "after the second acquire the floor key holds {:?}",
+        floor_of().await?
+    );
+    for (ceiling, expect) in [(3_000, 8_000), (12_000, 12_000)] {
+        let before = rival.stats().rpcs;
+        let r = rival.renew(&long, &second, Floor(ceiling)).await;
+        if !matches!(r, Renewal::Renewed { .. }) {
+            return Err(judged(sent, long_ttl, format!("renewal answered {r:?}")));
+        }
+        let used = rival.stats().rpcs - before;
+        ensure!(used == 2, "a renewal sent {used} requests");
+        let floor = floor_of().await?;
+        ensure!(
+            floor == Some(Floor(expect)),
+            "after a renewal with ceiling {ceiling} the floor key holds {floor:?}, not {expect}"
+        );
+    }
+    // Stale and foreign grants still change nothing while someone holds it.
+    let _ = leases.renew(&short, &first, Floor(99_000)).await;
+    let _ = leases.release(&short, &first, Floor(1)).await;
+    let _ = leases.renew(&short, &stranger, Floor(99_000)).await;
+    let _ = leases.release(&short, &stranger, Floor(1)).await;
+    ensure!(
+        floor_of().await? == Some(Floor(12_000)),
+        "a non-owner changed the holder's floor to {:?}",
+        floor_of().await?
+    );
+    let r = rival.release(&long, &second, Floor(11_000)).await;
+    if r != Release::Released {
+        return Err(judged(sent, long_ttl, format!("release answered {r:?}")));
+    }
+    ensure!(
+        floor_of().await? == Some(Floor(11_000)),
+        "after a release reporting 11000 the floor key holds {:?}",
+        floor_of().await?
+    );
+    ensure!(
+        read_key(&leases, &key).await?.is_none(),
+        "the slot key survived the release"
     );
     Ok(())
 }
