@@ -34,6 +34,11 @@ impl Secret {
         Self(format!("pw{}", &Token::random().to_hex()[..16]))
     }
 
+    /// A given password (for a server set up with it).
+    pub fn given(password: impl Into<String>) -> Self {
+        Self(password.into())
+    }
+
     /// The password.
     pub fn as_str(&self) -> &str {
         &self.0

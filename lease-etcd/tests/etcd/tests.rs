@@ -773,6 +773,14 @@ async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Re
         .map_err(|e| e.to_string())?;
     let r = leases.renew(&pool, &grant, Floor::NONE).await;
     ensure!(matches!(r, Renewal::Renewed { .. }), "renewal {r:?}");
+    // Nor in any span or event of a manager holding, renewing and releasing.
+    {
+        use leasehold_conformance::secrets::{self, Secret, Shown};
+        let _ = secrets::capture();
+        let mut shown = Shown::new(&Secret::given(root_pw));
+        secrets::exercise(Arc::new(leases.clone()), &mut shown).await?;
+        shown.traces().verdict()?;
+    }
 
     // A wrong password is refused at connect, without echoing it.
     match EtcdStrategy::connect(EtcdConfig::new([url.clone()]).user("root", "wrong-Secret")).await {
