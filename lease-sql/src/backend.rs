@@ -32,6 +32,8 @@ pub(crate) struct Info {
     pub(crate) op_timeout: Duration,
     pub(crate) identity: String,
     pub(crate) version: String,
+    /// The granularity of the expiry the engine stores.
+    pub(crate) resolution: Duration,
 }
 
 /// The object-safe face of a [`Backend`]: the one point where the engine is
@@ -92,6 +94,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 table,
                 op_timeout: config.op_timeout,
                 version: opened.version,
+                resolution: D::RESOLUTION,
             },
         })
     }
@@ -338,10 +341,10 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             let token = Token::random();
             match self.try_acquire(pool, &token, ceiling).await {
                 Ok(Some(claim)) => {
-                    return Ok(
-                        Grant::new(claim.slot, token, Fence(claim.fence), pool.ttl())
-                            .with_floor(claim.floor),
-                    );
+                    let ttl = applied_ttl::<D>(pool.ttl());
+                    return Ok(Grant::new(claim.slot, token, Fence(claim.fence), ttl)
+                        .with_floor(claim.floor)
+                        .with_store_time(store_time(claim.now)));
                 }
                 Ok(None) => {
                     // No free slot: either the pool is full, or it lacks rows
@@ -422,49 +425,62 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    /// Runs the renew statement (with the ceiling) or the release statement
-    /// (with what was issued); the number of rows it matched.
-    async fn owned_update(
+    /// One renewal: the server's time when it renewed (µs since the Unix
+    /// epoch), or `None` when the token no longer owns a live lease.
+    async fn renew_once(
         &self,
         pool: &PoolSpec,
         grant: &Grant,
-        renew: bool,
-        floor: Floor,
-    ) -> Result<u64, Failure> {
-        let floor = floor_value(floor.0);
-        let (what, q) = if renew {
-            (
-                "renew",
-                sqlx::query(&self.sql.renew)
-                    .bind(D::ttl(pool.ttl()))
-                    .bind(floor),
-            )
-        } else {
-            ("release", sqlx::query(&self.sql.release).bind(floor))
+        ceiling: Floor,
+    ) -> Result<Option<i64>, Failure> {
+        let decode = |row: &D::Row, at: usize| -> Result<i64, Failure> {
+            row.try_get(at)
+                .map_err(|e| D::classify("renew: decoding the answer", &e))
         };
-        let q = q
+        if D::RENEW_AS_TEXT {
+            let sql =
+                self.sql
+                    .renew_text::<D>(pool, grant.slot, grant.token.as_bytes(), ceiling.0);
+            let rows = self
+                .timed("renew", self.fetch_all(sqlx::raw_sql(&sql)))
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| Failure::Final("renew: no answer to the row count".to_owned()))?;
+            return Ok((decode(row, 0)? > 0).then(|| decode(row, 1)).transpose()?);
+        }
+        let q = sqlx::query(&self.sql.renew)
+            .bind(D::ttl(pool.ttl()))
+            .bind(floor_value(ceiling.0))
             .bind(pool.name().as_str())
             .bind(D::slot(grant.slot))
             .bind(grant.token.as_bytes().as_slice());
-        self.timed(what, self.execute(q)).await
+        let rows = self.timed("renew", self.fetch_all(q)).await?;
+        rows.first().map(|row| decode(row, 0)).transpose()
     }
 
     async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
-        match self.owned_update(pool, grant, true, ceiling).await {
-            Ok(0) => Renewal::Lost(Reason::new(format!(
+        match self.renew_once(pool, grant, ceiling).await {
+            Ok(None) => Renewal::Lost(Reason::new(format!(
                 "slot {} of pool {} is no longer held by this token in {} (expired, taken or \
                  revoked)",
                 grant.slot,
                 pool.name(),
                 self.info.table
             ))),
-            Ok(_) => Renewal::renewed(pool.ttl()),
+            Ok(Some(now)) => Renewal::renewed(applied_ttl::<D>(pool.ttl()))
+                .with_store_time(store_time(now)),
             Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
         }
     }
 
     async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
-        match self.owned_update(pool, grant, false, issued).await {
+        let q = sqlx::query(&self.sql.release)
+            .bind(floor_value(issued.0))
+            .bind(pool.name().as_str())
+            .bind(D::slot(grant.slot))
+            .bind(grant.token.as_bytes().as_slice());
+        match self.timed("release", self.execute(q)).await {
             Ok(0) => Release::NotHeld,
             Ok(_) => Release::Released,
             Err(f) => Release::Retry(Reason::new(f.text().to_owned())),
@@ -550,11 +566,26 @@ enum Schema {
     Floorless(AcquireError),
 }
 
-/// What a claim answered: the slot, its fence, and its floor from before.
+/// What a claim answered: the slot, its fence, its floor from before, and
+/// the server's time (µs since the Unix epoch).
 struct Claim {
     slot: u32,
     fence: u64,
     floor: Floor,
+    now: i64,
+}
+
+/// The TTL the engine applies: `ttl` cut to its resolution (SQLite keeps
+/// milliseconds), never more than asked.
+fn applied_ttl<D: Dialect>(ttl: Duration) -> Duration {
+    let step = D::RESOLUTION.as_nanos().max(1);
+    let nanos = ttl.as_nanos() / step * step;
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// A server time in µs since the Unix epoch, as the driver compares it.
+fn store_time(micros: i64) -> Duration {
+    Duration::from_micros(u64::try_from(micros).unwrap_or(0))
 }
 
 fn decode_grant<D: Dialect>(row: &D::Row) -> Result<Claim, Failure>
@@ -577,9 +608,13 @@ where
     let floor: i64 = row
         .try_get(2)
         .map_err(|e| D::classify("acquire: decoding grant_floor_ms", &e))?;
+    let now: i64 = row
+        .try_get(3)
+        .map_err(|e| D::classify("acquire: decoding the server's time", &e))?;
     Ok(Claim {
         slot,
         fence,
         floor: Floor(u64::try_from(floor).unwrap_or(0)),
+        now,
     })
 }

@@ -41,7 +41,9 @@ pub(crate) const HOLDER_MAX: usize = 255;
 #[derive(Debug)]
 pub(crate) struct Statements {
     pub(crate) table: String,
-    /// Binds the TTL, the ceiling, pool, slot and token.
+    /// Binds the TTL, the ceiling, pool, slot and token; answers the
+    /// server's time when it renewed (unused where
+    /// [`Dialect::RENEW_AS_TEXT`]).
     pub(crate) renew: String,
     /// Binds what was issued, pool, slot and token.
     pub(crate) release: String,
@@ -65,7 +67,9 @@ impl Statements {
         let (pool, slot, token) = (p(3), p(4), p(5));
         let renew = format!(
             "UPDATE {t} SET expires_at = {expires}, renewed_at = {now}, floor_ms = {raised} \
-             WHERE pool = {pool} AND slot = {slot} AND token = {token} AND expires_at > {now}"
+             WHERE pool = {pool} AND slot = {slot} AND token = {token} AND expires_at > {now} \
+             RETURNING {}",
+            D::NOW_MICROS
         );
         let issued = D::floor_param(1);
         let (pool, slot, token) = (p(2), p(3), p(4));
@@ -125,7 +129,31 @@ impl Statements {
             D::holder_literal(&hex(holder(spec).as_bytes())),
             D::expires_after(&D::ttl_literal(spec.ttl())),
         );
-        D::acquire(t, pool, &free, &set, &token)
+        D::acquire(t, pool, &free, &set, &token, D::NOW_MICROS)
+    }
+
+    /// The renewal as text with every value a literal, then the rows it
+    /// matched and the server's time: one round trip where the engine has no
+    /// `UPDATE … RETURNING` ([`Dialect::RENEW_AS_TEXT`]). Every literal is an
+    /// integer, hex, or a validated pool name.
+    pub(crate) fn renew_text<D: Dialect>(
+        &self,
+        spec: &PoolSpec,
+        slot: u32,
+        token: &[u8; 16],
+        ceiling: u64,
+    ) -> String {
+        let (t, now) = (&self.table, D::NOW);
+        format!(
+            "UPDATE {t} SET expires_at = {}, renewed_at = {now}, floor_ms = {} \
+             WHERE pool = '{}' AND slot = {slot} AND token = {} AND expires_at > {now}; \
+             SELECT ROW_COUNT(), {}",
+            D::expires_after(&D::ttl_literal(spec.ttl())),
+            D::greatest("floor_ms", &floor_value(ceiling).to_string()),
+            spec.name().as_str(),
+            D::token_literal(&hex(token)),
+            D::NOW_MICROS,
+        )
     }
 
     /// Inserts the missing rows `from..to` of `pool` (idempotent).

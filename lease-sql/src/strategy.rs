@@ -174,14 +174,11 @@ impl Strategy for SqlStrategy {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let caps = Capabilities::coordinated(self.ops.info().networked, Self::MIN_TTL)
-            .with_persisted_floor();
         // SQLite stores text times with milliseconds; the servers keep
         // microseconds.
-        match self.engine() {
-            Engine::Sqlite => caps.with_time_resolution(Duration::from_millis(1)),
-            _ => caps.with_time_resolution(Duration::from_micros(1)),
-        }
+        Capabilities::coordinated(self.ops.info().networked, Self::MIN_TTL)
+            .with_persisted_floor()
+            .with_time_resolution(self.ops.info().resolution)
     }
 
     fn identity(&self) -> String {

@@ -356,6 +356,67 @@ async fn the_password_never_shows(b: Arc<Sql>) -> Result<(), String> {
     shown.verdict()
 }
 
+/// Issue 12 items 5 and 6: claims and renewals report the server's clock
+/// (the driver compares its progress with the local clock's to catch a
+/// store clock jump) and the TTL the engine applied. The server's readings
+/// fall inside the local readings taken around the calls, whatever the load.
+async fn claims_and_renewals_report_the_servers_time(b: Arc<Sql>) -> Result<(), String> {
+    use std::time::{Instant, SystemTime, UNIX_EPOCH};
+    let s = b.strategy().await?;
+    let pool = fresh_pool(
+        1,
+        Duration::from_millis(30_000) + Duration::from_micros(1_234),
+    )?;
+    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    let resolution = s.capabilities().time_resolution;
+    let before = Instant::now();
+    let g = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let answered = Instant::now();
+    let t0 = g.store_time.ok_or("the grant carries no store time")?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sent = Instant::now();
+    let r = s.renew(&pool, &g, Floor::NONE).await;
+    let after = Instant::now();
+    let Renewal::Renewed {
+        ttl,
+        store_time: Some(t1),
+        ..
+    } = r
+    else {
+        return Err(format!("renewal answered {r:?}"));
+    };
+    let store = t1
+        .checked_sub(t0)
+        .ok_or("the server's time went backwards between claim and renewal")?;
+    let (outer, inner) = (after - before, sent - answered);
+    // Two server readings, plus clock rates (1000 ppm) and the resolution.
+    let slack = resolution * 2 + outer / 1000 + Duration::from_millis(1);
+    ensure!(
+        store <= outer + slack && store + slack >= inner,
+        "the server's clock moved {store:?} between claim and renewal; this host's moved \
+         between {inner:?} and {outer:?}"
+    );
+    for (what, applied) in [("grant", g.ttl), ("renewal", ttl)] {
+        ensure!(
+            applied <= pool.ttl() && pool.ttl() - applied < resolution.max(Duration::from_nanos(1)),
+            "the {what} reports ttl {applied:?} for {:?} at resolution {resolution:?}",
+            pool.ttl()
+        );
+    }
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        wall.abs_diff(t1) < Duration::from_secs(60),
+        "the server's time {t1:?} is not Unix time (this host says {wall:?})"
+    );
+    s.close().await;
+    Ok(())
+}
+
 /// A table name that is not a plain identifier is refused before any SQL runs.
 async fn bad_table_name_is_refused(b: Arc<Sql>) -> Result<(), String> {
     match SqlStrategy::connect(b.config().table("leases; DROP TABLE x")).await {
@@ -609,6 +670,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
         a_0_1_table_is_refused_then_migrated_by_ensure_pool,
         the_shipped_migrations_make_a_floor_table,
         the_password_never_shows,
+        claims_and_renewals_report_the_servers_time,
     )
 }
 

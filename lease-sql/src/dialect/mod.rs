@@ -130,6 +130,17 @@ pub(crate) trait Dialect: sqlx::Database {
     const NOW: &'static str;
     /// Lists the columns of the table named by the one parameter.
     const COLUMNS: &'static str;
+    /// The server's clock now, as a `BIGINT` of microseconds since the Unix
+    /// epoch: what claims and renewals report as the store's time, so the
+    /// driver can catch the store's clock jumping (DESIGN.md rule 11).
+    const NOW_MICROS: &'static str;
+    /// Whether the renewal is sent as text with literals, followed by a
+    /// `SELECT` of the rows it matched and the time (MySQL/MariaDB: no
+    /// `UPDATE … RETURNING`); otherwise it binds parameters and `RETURNING`
+    /// the time.
+    const RENEW_AS_TEXT: bool = false;
+    /// The granularity of the expiry the engine stores.
+    const RESOLUTION: Duration = Duration::from_micros(1);
     /// The type of the floor columns (signed 64-bit: Unix milliseconds).
     const FLOOR_TYPE: &'static str = "BIGINT";
 
@@ -187,9 +198,9 @@ pub(crate) trait Dialect: sqlx::Database {
     fn holder_literal(hex: &str) -> String;
     /// The acquisition as one round trip of plain text: claims the lowest slot
     /// of `pool` that `free` selects with the assignments `set` (see
-    /// `Statements::acquire`), and answers its slot, fence and
-    /// `grant_floor_ms`.
-    fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str) -> String;
+    /// `Statements::acquire`), and answers its slot, fence,
+    /// `grant_floor_ms` and `now` (the server's time, [`Dialect::NOW_MICROS`]).
+    fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str, now: &str) -> String;
     /// `INSERT` of `values` into `columns` that skips rows whose `key` exists.
     fn insert_missing(t: &str, columns: &str, values: &str, key: &str) -> String {
         format!("INSERT INTO {t} ({columns}) VALUES {values} ON CONFLICT ({key}) DO NOTHING")

@@ -28,6 +28,9 @@ impl Dialect for MySql {
     const QUOTE: char = '`';
     const RANDOM_START: bool = true;
     const NOW: &'static str = "CURRENT_TIMESTAMP(6)";
+    const NOW_MICROS: &'static str =
+        "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(6)) * 1000000 AS SIGNED)";
+    const RENEW_AS_TEXT: bool = true;
     const COLUMNS: &'static str = "SELECT CAST(column_name AS CHAR) AS c FROM information_schema.columns \
          WHERE table_schema = DATABASE() AND table_name = ?";
 
@@ -73,7 +76,7 @@ impl Dialect for MySql {
     // keeps InnoDB from holding locks on the rows it scanned and skipped. A
     // failure or timeout inside it drops the connection (see conns.rs): the
     // server rolls back.
-    fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str) -> String {
+    fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str, now: &str) -> String {
         format!(
             "SET @leasehold_slot = NULL; \
              SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
@@ -82,7 +85,7 @@ impl Dialect for MySql {
              ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED; \
              UPDATE {t} SET {set} \
              WHERE pool = '{pool}' AND slot = @leasehold_slot; \
-             SELECT slot, fence, grant_floor_ms FROM {t} WHERE pool = '{pool}' AND slot = @leasehold_slot \
+             SELECT slot, fence, grant_floor_ms, {now} FROM {t} WHERE pool = '{pool}' AND slot = @leasehold_slot \
              AND token = {token}; \
              COMMIT"
         )

@@ -19,6 +19,8 @@ impl Dialect for Postgres {
     const QUOTE: char = '"';
     const RANDOM_START: bool = false;
     const NOW: &'static str = "CURRENT_TIMESTAMP(6)";
+    const NOW_MICROS: &'static str =
+        "CAST(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP(6)) * 1000000 AS BIGINT)";
     const COLUMNS: &'static str = "SELECT CAST(column_name AS TEXT) AS c FROM information_schema.columns \
          WHERE table_schema = current_schema() AND table_name = $1";
 
@@ -63,12 +65,12 @@ impl Dialect for Postgres {
         format!("convert_from(decode('{hex}', 'hex'), 'UTF8')")
     }
 
-    fn acquire(t: &str, _pool: &str, free: &str, set: &str, _token: &str) -> String {
+    fn acquire(t: &str, _pool: &str, free: &str, set: &str, _token: &str, now: &str) -> String {
         format!(
             "UPDATE {t} SET {set} \
              WHERE (pool, slot) = (SELECT pool, slot FROM {t} WHERE {free} \
              ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING slot, fence, grant_floor_ms"
+             RETURNING slot, fence, grant_floor_ms, {now}"
         )
     }
 

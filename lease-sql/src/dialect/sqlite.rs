@@ -32,6 +32,11 @@ impl Dialect for Sqlite {
     const NOW: &'static str = "strftime('%Y-%m-%d %H:%M:%f','now')";
     const COLUMNS: &'static str = "SELECT name AS c FROM pragma_table_info(?)";
     const FLOOR_TYPE: &'static str = "INTEGER";
+    // The wall clock of whichever process runs the statement: SQLite has no
+    // server, so a step of this host's clock moves every expiry in the file.
+    const NOW_MICROS: &'static str =
+        "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+    const RESOLUTION: Duration = Duration::from_millis(1);
 
     type Slot = i64;
     type Fence = i64;
@@ -75,13 +80,13 @@ impl Dialect for Sqlite {
         format!("CAST(X'{hex}' AS TEXT)")
     }
 
-    fn acquire(t: &str, pool: &str, free: &str, set: &str, _token: &str) -> String {
+    fn acquire(t: &str, pool: &str, free: &str, set: &str, _token: &str, micros: &str) -> String {
         let now = Self::NOW;
         format!(
             "UPDATE {t} SET {set} \
              WHERE pool = '{pool}' AND slot = (SELECT slot FROM {t} WHERE {free} \
              ORDER BY slot LIMIT 1) AND (token IS NULL OR expires_at <= {now}) \
-             RETURNING slot, fence, grant_floor_ms"
+             RETURNING slot, fence, grant_floor_ms, {micros}"
         )
     }
 
