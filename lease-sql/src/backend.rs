@@ -447,7 +447,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             let row = rows
                 .first()
                 .ok_or_else(|| Failure::Final("renew: no answer to the row count".to_owned()))?;
-            return Ok((decode(row, 0)? > 0).then(|| decode(row, 1)).transpose()?);
+            return (decode(row, 0)? > 0).then(|| decode(row, 1)).transpose();
         }
         let q = sqlx::query(&self.sql.renew)
             .bind(D::ttl(pool.ttl()))
