@@ -303,9 +303,13 @@ async fn run_once(
             let _permit = gate.acquire_owned().await;
             match algorithm {
                 Algorithm::Ours => SqlStrategy::connect(
+                    // A server started a moment ago for the bench, never
+                    // restarted: the restart guard would hold every claim
+                    // for a TTL.
                     SqlConfig::new(url)
                         .max_connections(1)
-                        .op_timeout(Duration::from_secs(60)),
+                        .op_timeout(Duration::from_secs(60))
+                        .restart_guard(false),
                 )
                 .await
                 .map(Node::Ours)

@@ -7,7 +7,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use leasehold_core::{
-    AcquireError, BoxFuture, Fence, Floor, Grant, PoolSpec, Reason, Release, Renewal, Token,
+    AcquireError, BoxFuture, Durability, Fence, Floor, Grant, PoolSpec, Reason, Release, Renewal,
+    Token,
 };
 use sqlx::{ColumnIndex, Connection, Execute, Executor, Row};
 
@@ -34,6 +35,9 @@ pub(crate) struct Info {
     pub(crate) version: String,
     /// The granularity of the expiry the engine stores.
     pub(crate) resolution: Duration,
+    /// Whether the server keeps acknowledged writes across a crash, as read
+    /// at connect.
+    pub(crate) durability: Durability,
 }
 
 /// The object-safe face of a [`Backend`]: the one point where the engine is
@@ -82,11 +86,11 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     /// the first operation.
     pub(crate) async fn connect(config: &SqlConfig, table: TableName) -> Result<Self, SqlError> {
         let opened = D::open(config).await?;
-        Ok(Self {
+        let mut backend = Self {
             conns: Conns::new(config.max_connections, Some(opened.conn)),
             opts: opened.opts,
             pool: opened.pool,
-            sql: Statements::new::<D>(&table),
+            sql: Statements::new::<D>(&table, &opened.version),
             info: Info {
                 engine: D::ENGINE,
                 networked: D::NETWORKED,
@@ -95,8 +99,82 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 op_timeout: config.op_timeout,
                 version: opened.version,
                 resolution: D::RESOLUTION,
+                durability: Durability::default(),
             },
-        })
+        };
+        backend.check_server(config).await?;
+        Ok(backend)
+    }
+
+    /// Reads the durability settings and checks that the restart guard can
+    /// read the server's start, in one round trip; refuses a server that
+    /// can forget acknowledged writes when `config` requires durability.
+    async fn check_server(&mut self, config: &SqlConfig) -> Result<(), SqlError> {
+        let version = self.info.version.clone();
+        let settings = D::durability_sql(&version);
+        let guard = D::resume_in_micros(Duration::from_secs(1), &version);
+        let columns: Vec<String> = settings
+            .map(|s| s.trim_start_matches("SELECT ").to_owned())
+            .into_iter()
+            .chain(guard.as_ref().map(|g| format!("CAST({g} AS {})", D::TEXT_TYPE)))
+            .collect();
+        if columns.is_empty() {
+            return Ok(());
+        }
+        let sql = format!("SELECT {}", columns.join(", "));
+        let row = tokio::time::timeout(self.info.op_timeout, self.fetch_one(sqlx::raw_sql(&sql)))
+            .await
+            .map_err(|_| SqlError::Timeout(self.info.op_timeout))?
+            .map_err(|e| match D::classify("reading the server's settings", &e) {
+                Failure::Transient(m) | Failure::Contention(m) => {
+                    SqlError::Unreachable(Reason::new(m))
+                }
+                Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
+                    what: m,
+                    fix: "let the lease user read the server's durability settings and its \
+                          uptime (MySQL 8: SELECT on performance_schema.global_status)"
+                        .to_owned(),
+                },
+            })?;
+        let values: Vec<Option<String>> = (0..columns.len())
+            .map(|i| row.try_get::<Option<String>, _>(i).unwrap_or(None))
+            .collect();
+        let settings_read: Vec<String> = values
+            .iter()
+            .take(columns.len() - usize::from(guard.is_some()))
+            .map(|v| v.clone().unwrap_or_default())
+            .collect();
+        self.info.durability = Durability {
+            risks: D::durability_risks(&settings_read),
+        };
+        // A server that keeps what it acknowledged forgets no lease on a
+        // restart: only one that can forget needs the guard.
+        self.sql.guarded =
+            guard.is_some() && config.restart_guard && !self.info.durability.is_durable();
+        if self.sql.guarded && values.last().is_none_or(Option::is_none) {
+            return Err(SqlError::UnsupportedServer {
+                what: format!(
+                    "{version} does not tell when it started, which the restart guard needs"
+                ),
+                fix: "on MySQL 8 enable performance_schema (the default) and let the lease user \
+                      read performance_schema.global_status"
+                    .to_owned(),
+            });
+        }
+        #[cfg(feature = "tracing")]
+        if !self.info.durability.is_durable() {
+            tracing::warn!(
+                store = %self.info.identity,
+                server = %version,
+                durability = %self.info.durability,
+                "the lease store can forget leases it acknowledged after a crash; the restart \
+                 guard holds grants back after a restart, but a failover is not covered"
+            );
+        }
+        if config.require_durable && !self.info.durability.is_durable() {
+            return Err(SqlError::NotDurable(self.info.durability.clone()));
+        }
+        Ok(())
     }
 
     /// Runs `q` on a lease connection; the rows it changed.
@@ -347,8 +425,16 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                         .with_store_time(store_time(claim.now)));
                 }
                 Ok(None) => {
-                    // No free slot: either the pool is full, or it lacks rows
-                    // (never prepared, or it grew). Rare path: count, fill, retry once.
+                    // No free slot: the restart guard holds, or the pool is
+                    // full, or it lacks rows (never prepared, or it grew).
+                    // Rare path: check, count, fill, retry once.
+                    match self.resume_in(pool).await {
+                        Ok(Some(resume_in)) => {
+                            return Err(AcquireError::StoreRestarted { resume_in });
+                        }
+                        Ok(None) => {}
+                        Err(f) => return Err(self.to_acquire_error(f).await),
+                    }
                     let rows = match self.count_rows(pool).await {
                         Ok(n) => n,
                         Err(f) => return Err(self.to_acquire_error(f).await),
@@ -411,6 +497,30 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             .timed("acquire", self.fetch_all(sqlx::raw_sql(&sql)))
             .await?;
         rows.first().map(decode_grant::<D>).transpose()
+    }
+
+    /// How long the restart guard still holds for leases of `pool`, if it
+    /// does.
+    async fn resume_in(&self, pool: &PoolSpec) -> Result<Option<Duration>, Failure> {
+        let Some(expr) = self.sql.resume_in::<D>(pool.ttl()) else {
+            return Ok(None);
+        };
+        let sql = format!("SELECT {expr}");
+        let micros: Option<i64> = self
+            .timed("restart guard", async {
+                self.fetch_one(sqlx::raw_sql(&sql)).await?.try_get(0)
+            })
+            .await?;
+        let micros = micros.ok_or_else(|| {
+            Failure::Final(format!(
+                "the restart guard cannot read when {} started ({sql} answered NULL)",
+                self.info.version
+            ))
+        })?;
+        Ok(u64::try_from(micros)
+            .ok()
+            .filter(|&m| m > 0)
+            .map(Duration::from_micros))
     }
 
     async fn count_rows(&self, pool: &PoolSpec) -> Result<u64, Failure> {

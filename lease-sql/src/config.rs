@@ -34,6 +34,8 @@ pub struct SqlConfig {
     pub(crate) table: String,
     pub(crate) op_timeout: Duration,
     pub(crate) max_connections: u32,
+    pub(crate) require_durable: bool,
+    pub(crate) restart_guard: bool,
 }
 
 impl std::fmt::Debug for SqlConfig {
@@ -43,6 +45,8 @@ impl std::fmt::Debug for SqlConfig {
             .field("table", &self.table)
             .field("op_timeout", &self.op_timeout)
             .field("max_connections", &self.max_connections)
+            .field("require_durable", &self.require_durable)
+            .field("restart_guard", &self.restart_guard)
             .finish()
     }
 }
@@ -56,6 +60,8 @@ impl SqlConfig {
             table: DEFAULT_TABLE.to_owned(),
             op_timeout: DEFAULT_OP_TIMEOUT,
             max_connections: 2,
+            require_durable: false,
+            restart_guard: true,
         }
     }
 
@@ -79,6 +85,37 @@ impl SqlConfig {
     /// The size of the connection pool (default 2; at least 1).
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
+        self
+    }
+
+    /// Refuse to connect to a server that can forget writes it acknowledged
+    /// (PostgreSQL `fsync`, `synchronous_commit` or `full_page_writes` off;
+    /// MySQL/MariaDB `innodb_flush_log_at_trx_commit` other than 1, or
+    /// `sync_binlog` other than 1 with the binary log on): `connect` answers
+    /// [`SqlError::NotDurable`](crate::SqlError::NotDurable) naming each
+    /// setting and its fix. Default false: such a server is accepted, its
+    /// risks are in [`SqlStrategy::durability`](crate::SqlStrategy::durability)
+    /// (and a `tracing` warning with the `tracing` feature), and the restart
+    /// guard keeps a restart from handing out a slot twice.
+    pub fn require_durable(mut self, yes: bool) -> Self {
+        self.require_durable = yes;
+        self
+    }
+
+    /// The restart guard (default on). A server that can forget writes it
+    /// acknowledged (see [`SqlConfig::require_durable`]) may come back from a
+    /// crash without a renewal, or a whole claim, that a holder still relies
+    /// on, and would hand that slot out again. With the guard, claims on such
+    /// a server grant nothing until the server has been up for the pool's TTL
+    /// (PostgreSQL `pg_postmaster_start_time()`, MySQL/MariaDB `Uptime`,
+    /// checked inside the claim statement), when every lease of its previous
+    /// run has expired; meanwhile acquisition answers the retryable
+    /// `AcquireError::StoreRestarted` with the time left, and renewals go on.
+    /// A durable server needs no guard and gets none. Turn it off only for a
+    /// server that is never restarted while leases are held (a throwaway test
+    /// database): every first start of a server waits out one TTL too.
+    pub fn restart_guard(mut self, on: bool) -> Self {
+        self.restart_guard = on;
         self
     }
 

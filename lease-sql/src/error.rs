@@ -34,6 +34,11 @@ pub enum SqlError {
         /// How to fix it.
         fix: String,
     },
+    /// The server can forget writes it acknowledged, and
+    /// [`SqlConfig::require_durable`](crate::SqlConfig::require_durable) is
+    /// set. Final: the message names each setting and its fix.
+    #[error("the database can lose leases it acknowledged, and durability is required: {0}")]
+    NotDurable(leasehold_core::Durability),
     /// The database answered an operator call with an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

@@ -51,10 +51,15 @@ pub(crate) struct Statements {
     pub(crate) revoke: String,
     /// Binds the pool and the pool's size.
     pub(crate) count: String,
+    /// The server as it described itself (picks the restart guard's source).
+    version: String,
+    /// Whether claims wait out the restart guard (set at connect: the server
+    /// can forget acknowledged writes and the guard is not turned off).
+    pub(crate) guarded: bool,
 }
 
 impl Statements {
-    pub(crate) fn new<D: Dialect>(table: &TableName) -> Self {
+    pub(crate) fn new<D: Dialect>(table: &TableName, version: &str) -> Self {
         let t = table.quoted(D::QUOTE);
         let now = D::NOW;
         let p = D::param;
@@ -91,6 +96,18 @@ impl Statements {
             release,
             revoke,
             count,
+            version: version.to_owned(),
+            guarded: false,
+        }
+    }
+
+    /// The restart guard's microseconds until grants resume, for leases of
+    /// `ttl` (see [`Dialect::resume_in_micros`]), when the guard is on.
+    pub(crate) fn resume_in<D: Dialect>(&self, ttl: std::time::Duration) -> Option<String> {
+        if self.guarded {
+            D::resume_in_micros(ttl, &self.version)
+        } else {
+            None
         }
     }
 
@@ -116,8 +133,12 @@ impl Statements {
         } else {
             format!("slot >= {from} AND slot < {to}")
         };
-        let free =
+        let mut free =
             format!("pool = '{pool}' AND {range} AND (token IS NULL OR expires_at <= {now})");
+        // No grant until every lease of the server's previous run has expired.
+        if let Some(resume_in) = self.resume_in::<D>(spec.ttl()) {
+            free.push_str(&format!(" AND {resume_in} <= 0"));
+        }
         let token = D::token_literal(&hex(token));
         // `grant_floor_ms` comes first: MySQL assigns left to right, reading
         // columns already assigned; PostgreSQL and SQLite read the old row.

@@ -77,6 +77,13 @@ impl SqlStrategy {
         &self.ops.info().version
     }
 
+    /// Whether the server keeps acknowledged writes across a crash, as read at
+    /// connect (see [`SqlConfig::require_durable`]). SQLite is durable for
+    /// every holder it can have: all run on the machine that has the file.
+    pub fn durability(&self) -> &leasehold_core::Durability {
+        &self.ops.info().durability
+    }
+
     /// The per-operation timeout.
     pub fn op_timeout(&self) -> Duration {
         self.ops.info().op_timeout
@@ -156,6 +163,7 @@ impl fmt::Debug for SqlStrategy {
         f.debug_struct("SqlStrategy")
             .field("store", &info.identity)
             .field("server", &info.version)
+            .field("durability", &format_args!("{}", info.durability))
             .finish_non_exhaustive()
     }
 }

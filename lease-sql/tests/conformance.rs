@@ -19,8 +19,16 @@ struct Sql {
 }
 
 impl Sql {
+    /// The test servers are speed-tuned (`Fast`: PostgreSQL `fsync = off`,
+    /// MariaDB `innodb_flush_log_at_trx_commit = 0`), so they can forget
+    /// acknowledged writes, and they start seconds before the tests: the
+    /// restart guard would refuse every claim for a TTL. They are never
+    /// restarted while these tests hold leases, so the guard is off here;
+    /// `the_restart_guard_*` below and `tests/restarts.rs` test it.
     fn config(&self) -> SqlConfig {
-        SqlConfig::new(&self.url).max_connections(4)
+        SqlConfig::new(&self.url)
+            .max_connections(4)
+            .restart_guard(false)
     }
 
     async fn strategy(&self) -> Result<SqlStrategy, String> {
@@ -43,9 +51,13 @@ impl Backend for Sql {
         Box::pin(async move {
             let orig = self.addr.ok_or("not networked")?;
             let url = self.url.replacen(&orig.to_string(), &addr.to_string(), 1);
-            let s = SqlStrategy::connect(SqlConfig::new(url).op_timeout(op_timeout))
-                .await
-                .map_err(|e| e.to_string())?;
+            let s = SqlStrategy::connect(
+                SqlConfig::new(url)
+                    .op_timeout(op_timeout)
+                    .restart_guard(false),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             Ok(Arc::new(s) as Store)
         })
     }
@@ -317,7 +329,9 @@ async fn the_password_never_shows(b: Arc<Sql>) -> Result<(), String> {
         }
         _ => format!("{}?password={}", b.url, secret.as_str()),
     };
-    let config = SqlConfig::new(url.clone()).max_connections(2);
+    let config = SqlConfig::new(url.clone())
+        .max_connections(2)
+        .restart_guard(false);
     shown.debug("SqlConfig", &config);
     match SqlStrategy::connect(config.clone()).await {
         Ok(s) => {
@@ -415,6 +429,113 @@ async fn claims_and_renewals_report_the_servers_time(b: Arc<Sql>) -> Result<(), 
     );
     s.close().await;
     Ok(())
+}
+
+/// Issue 17: on a server that can forget acknowledged writes, the restart
+/// guard grants nothing until the server has been up for the pool's TTL,
+/// answering the retryable `StoreRestarted` with the time left; then grants
+/// resume. These servers started seconds ago, so a pool with a TTL of an
+/// hour is held back and one of 100 ms is not (once the server has been up
+/// for a second: MariaDB counts its uptime in whole seconds). SQLite needs
+/// no guard.
+async fn the_restart_guard_holds_grants_for_a_ttl_after_the_server_started(
+    b: Arc<Sql>,
+) -> Result<(), String> {
+    let s = SqlStrategy::connect(SqlConfig::new(&b.url))
+        .await
+        .map_err(|e| e.to_string())?;
+    s.ensure_table().await.map_err(|e| e.to_string())?;
+    let hour = Duration::from_secs(3600);
+    let long = fresh_pool(2, hour)?;
+    // With the rows in place, so the claim statement itself is held back.
+    s.ensure_pool(&long).await.map_err(|e| e.to_string())?;
+    let r = s.acquire(&long, Floor::NONE).await;
+    match (s.engine(), r) {
+        (Engine::Sqlite, Ok(_)) => {}
+        (Engine::Sqlite, other) => return Err(format!("SQLite needs no guard: {other:?}")),
+        (_, Err(e @ AcquireError::StoreRestarted { resume_in })) => {
+            ensure!(e.is_retryable(), "StoreRestarted must be retryable");
+            ensure!(
+                resume_in > Duration::ZERO && resume_in <= hour,
+                "grants resume in {resume_in:?}, for a TTL of {hour:?}"
+            );
+            ensure!(
+                e.to_string().contains("restarted"),
+                "the message does not say why: {e}"
+            );
+        }
+        (_, other) => {
+            return Err(format!(
+                "a server up for less than the TTL granted a slot: {other:?}"
+            ));
+        }
+    }
+    let short = fresh_pool(2, Duration::from_millis(100))?;
+    let start = std::time::Instant::now();
+    let grant = loop {
+        match s.acquire(&short, Floor::NONE).await {
+            Ok(g) => break g,
+            Err(AcquireError::StoreRestarted { .. })
+                if start.elapsed() < Duration::from_secs(10) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("a 100 ms pool after the guard: {e}")),
+        }
+    };
+    // Renewals are never held back.
+    let r = s.renew(&short, &grant, Floor::NONE).await;
+    ensure!(
+        !matches!(r, Renewal::Lost(_)),
+        "renewal under the guard answered {r:?}"
+    );
+    s.close().await;
+    Ok(())
+}
+
+/// Issue 17: the durability settings are read at connect and reported; a
+/// server that can forget acknowledged writes is refused when durability is
+/// required, with a message naming the setting and its fix. The test
+/// servers are speed-tuned on purpose (PostgreSQL `fsync = off`, MariaDB
+/// `innodb_flush_log_at_trx_commit = 0`); SQLite is durable for every holder
+/// it can have.
+async fn a_server_that_can_forget_is_reported_and_refused_when_durability_is_required(
+    b: Arc<Sql>,
+) -> Result<(), String> {
+    let s = b.strategy().await?;
+    let durability = s.durability().clone();
+    let debug = format!("{s:?}");
+    let engine = s.engine();
+    s.close().await;
+    let setting = match engine {
+        Engine::Postgres => "fsync",
+        Engine::MySql => "innodb_flush_log_at_trx_commit",
+        _ => {
+            ensure!(durability.is_durable(), "SQLite reported {durability}");
+            let strict = SqlStrategy::connect(b.config().require_durable(true)).await;
+            ensure!(strict.is_ok(), "SQLite refused as not durable: {strict:?}");
+            return Ok(());
+        }
+    };
+    ensure!(
+        durability.risks.iter().any(|r| r.setting == setting),
+        "{setting} not reported: {durability}"
+    );
+    ensure!(debug.contains(setting), "Debug does not show it: {debug}");
+    match SqlStrategy::connect(b.config().require_durable(true)).await {
+        Err(e @ SqlError::NotDurable(_)) => {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains(setting) && msg.contains(&format!("set {setting}")),
+                "the refusal does not name the setting and its fix: {msg}"
+            );
+            ensure!(!e.is_retryable(), "NotDurable must be final");
+            Ok(())
+        }
+        other => Err(format!(
+            "require_durable accepted a server with {setting} off: {other:?}"
+        )),
+    }
 }
 
 /// A table name that is not a plain identifier is refused before any SQL runs.
@@ -671,6 +792,8 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
         the_shipped_migrations_make_a_floor_table,
         the_password_never_shows,
         claims_and_renewals_report_the_servers_time,
+        the_restart_guard_holds_grants_for_a_ttl_after_the_server_started,
+        a_server_that_can_forget_is_reported_and_refused_when_durability_is_required,
     )
 }
 

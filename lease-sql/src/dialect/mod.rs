@@ -141,6 +141,8 @@ pub(crate) trait Dialect: sqlx::Database {
     const RENEW_AS_TEXT: bool = false;
     /// The granularity of the expiry the engine stores.
     const RESOLUTION: Duration = Duration::from_micros(1);
+    /// The type a `CAST` to text names.
+    const TEXT_TYPE: &'static str = "TEXT";
     /// The type of the floor columns (signed 64-bit: Unix milliseconds).
     const FLOOR_TYPE: &'static str = "BIGINT";
 
@@ -186,6 +188,20 @@ pub(crate) trait Dialect: sqlx::Database {
     fn floor_param(n: usize) -> String {
         Self::param(n)
     }
+    /// The restart guard (issue 17): an SQL expression of the microseconds
+    /// until this server may grant again after its last start, so that every
+    /// lease granted by the previous run — whose acknowledged renewals a
+    /// server with lossy settings may have forgotten — has expired first:
+    /// `start + ttl − now`, at most 0 once grants may resume. `None` where no
+    /// guard is needed (SQLite: see its dialect). `version` is the server as
+    /// it described itself at connect.
+    fn resume_in_micros(ttl: Duration, version: &str) -> Option<String>;
+    /// One row of text columns: the settings that decide whether the server
+    /// keeps acknowledged writes across a crash (see
+    /// [`Dialect::durability_risks`]). `None`: nothing to read (SQLite).
+    fn durability_sql(version: &str) -> Option<&'static str>;
+    /// What the values of [`Dialect::durability_sql`] risk.
+    fn durability_risks(values: &[String]) -> Vec<leasehold_core::DurabilityRisk>;
     /// The larger of two integer expressions.
     fn greatest(a: &str, b: &str) -> String {
         format!("GREATEST({a}, {b})")
@@ -262,6 +278,21 @@ pub(crate) trait Dialect: sqlx::Database {
             | sqlx::Error::Decode(_) => Failure::Schema(msg),
             _ => Failure::Final(msg),
         }
+    }
+}
+
+/// A risk: `setting` is `value`, which `loses`; `fix`.
+pub(crate) fn risk(
+    setting: &str,
+    value: &str,
+    loses: &str,
+    fix: &str,
+) -> leasehold_core::DurabilityRisk {
+    leasehold_core::DurabilityRisk {
+        setting: setting.to_owned(),
+        value: value.to_owned(),
+        loses: loses.to_owned(),
+        fix: fix.to_owned(),
     }
 }
 

@@ -31,6 +31,7 @@ impl Dialect for MySql {
     const NOW_MICROS: &'static str =
         "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(6)) * 1000000 AS SIGNED)";
     const RENEW_AS_TEXT: bool = true;
+    const TEXT_TYPE: &'static str = "CHAR";
     const COLUMNS: &'static str = "SELECT CAST(column_name AS CHAR) AS c FROM information_schema.columns \
          WHERE table_schema = DATABASE() AND table_name = ?";
 
@@ -53,6 +54,61 @@ impl Dialect for MySql {
 
     fn param(_: usize) -> String {
         "?".to_owned()
+    }
+
+    /// The `Uptime` status (whole seconds, so the TTL is rounded up), from
+    /// `information_schema.GLOBAL_STATUS` on MariaDB and from
+    /// `performance_schema.global_status` on MySQL 8, which dropped the
+    /// former. NULL when the server does not show it: `connect` checks that
+    /// (grants would never resume).
+    fn resume_in_micros(ttl: Duration, version: &str) -> Option<String> {
+        let secs = ttl.as_micros().div_ceil(1_000_000);
+        let table = if version.contains("MariaDB") {
+            "information_schema.GLOBAL_STATUS"
+        } else {
+            "performance_schema.global_status"
+        };
+        Some(format!(
+            "(({secs} - (SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM {table} \
+             WHERE VARIABLE_NAME = 'UPTIME')) * 1000000)"
+        ))
+    }
+
+    fn durability_sql(_version: &str) -> Option<&'static str> {
+        Some(
+            "SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR), \
+             CAST(@@sync_binlog AS CHAR), CAST(@@log_bin AS CHAR)",
+        )
+    }
+
+    fn durability_risks(values: &[String]) -> Vec<leasehold_core::DurabilityRisk> {
+        let get = |i: usize| values.get(i).map_or("", String::as_str);
+        let mut risks = Vec::new();
+        match get(0) {
+            "1" => {}
+            "2" => risks.push(super::risk(
+                "innodb_flush_log_at_trx_commit",
+                "2",
+                "an OS crash or power loss loses about the last second of commits",
+                "set innodb_flush_log_at_trx_commit = 1",
+            )),
+            other => risks.push(super::risk(
+                "innodb_flush_log_at_trx_commit",
+                other,
+                "a server crash loses about the last second of commits",
+                "set innodb_flush_log_at_trx_commit = 1",
+            )),
+        }
+        if get(2) == "1" && get(1) != "1" {
+            risks.push(super::risk(
+                "sync_binlog",
+                get(1),
+                "an OS crash can leave the binary log behind the data, so a replica promoted \
+                 after it lacks leases the primary acknowledged",
+                "set sync_binlog = 1",
+            ));
+        }
+        risks
     }
 
     fn expires_after(ttl: &str) -> String {

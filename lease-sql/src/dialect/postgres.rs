@@ -49,6 +49,52 @@ impl Dialect for Postgres {
         format!("${n}::bigint")
     }
 
+    /// `pg_postmaster_start_time()`: when the server (re)started.
+    fn resume_in_micros(ttl: Duration, _version: &str) -> Option<String> {
+        Some(format!(
+            "CAST(EXTRACT(EPOCH FROM (pg_postmaster_start_time() + {} * INTERVAL '1 microsecond' \
+             - CURRENT_TIMESTAMP(6))) * 1000000 AS BIGINT)",
+            Self::ttl_literal(ttl)
+        ))
+    }
+
+    fn durability_sql(_version: &str) -> Option<&'static str> {
+        Some(
+            "SELECT current_setting('fsync'), current_setting('synchronous_commit'), \
+             current_setting('full_page_writes')",
+        )
+    }
+
+    fn durability_risks(values: &[String]) -> Vec<leasehold_core::DurabilityRisk> {
+        let get = |i: usize| values.get(i).map_or("", String::as_str);
+        let mut risks = Vec::new();
+        if get(0) == "off" {
+            risks.push(super::risk(
+                "fsync",
+                "off",
+                "an OS crash or power loss can lose or corrupt committed leases",
+                "set fsync = on",
+            ));
+        }
+        if get(1) == "off" {
+            risks.push(super::risk(
+                "synchronous_commit",
+                "off",
+                "a server crash loses the last commits (up to 3 × wal_writer_delay)",
+                "set synchronous_commit = on (or local) for the lease user or database",
+            ));
+        }
+        if get(2) == "off" {
+            risks.push(super::risk(
+                "full_page_writes",
+                "off",
+                "an OS crash can leave torn pages",
+                "set full_page_writes = on",
+            ));
+        }
+        risks
+    }
+
     fn floor_param(n: usize) -> String {
         format!("${n}::bigint")
     }

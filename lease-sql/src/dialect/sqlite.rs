@@ -64,6 +64,27 @@ impl Dialect for Sqlite {
         format!("'{}'", Self::ttl(ttl))
     }
 
+    /// None: the file is the durable state, and every process that could
+    /// hold a lease in it runs on the machine that has the file, so a crash
+    /// that loses its last writes (WAL with `synchronous = NORMAL` keeps
+    /// every commit across a process crash; only an OS crash or power loss
+    /// can drop the last ones) ends those holders too.
+    fn resume_in_micros(_: Duration, _: &str) -> Option<String> {
+        None
+    }
+
+    /// Nothing to read: the file is opened in WAL mode with
+    /// `synchronous = NORMAL`, which keeps every commit across a process
+    /// crash; an OS crash or power loss can drop the last ones, but it also
+    /// ends every holder, all of which run on this machine.
+    fn durability_sql(_version: &str) -> Option<&'static str> {
+        None
+    }
+
+    fn durability_risks(_: &[String]) -> Vec<leasehold_core::DurabilityRisk> {
+        Vec::new()
+    }
+
     fn greatest(a: &str, b: &str) -> String {
         format!("MAX({a}, {b})")
     }
