@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_conformance::{Target, ensure, fresh_pool, trials};
-use leasehold_core::{AcquireError, Floor, PoolName, PoolSpec, Release, Renewal, Strategy};
+use leasehold_core::{AcquireError, Floor, PoolName, PoolSpec, Release, Renewal, Strategy, Token};
 use leasehold_k8s::{KubeConfig, KubeError, KubeStrategy, OrdinalLease};
 use leasehold_k8s_fake::{FakeApiServer, Fault, RvFormat, Verb};
 use serde_json::json;
@@ -46,6 +46,7 @@ pub(crate) fn register(target: Target) -> Target {
         floor_survives_a_takeover_after_expiry,
         lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed,
         debug_output_shows_no_token,
+        kubeconfig_credentials_never_show,
     )
 }
 
@@ -763,6 +764,59 @@ async fn debug_output_shows_no_token(b: Arc<FakeBackend>) -> Outcome {
         ensure!(!text.contains(&hex), "the token shows in {text}");
     }
     Ok(())
+}
+
+/// Issue 12 item 9: a kubeconfig's bearer token never shows — not in `Debug`
+/// of the config or the strategy, not in `identity()`, not in an error (an
+/// unreachable API server), not in any span or event of a manager holding,
+/// renewing and releasing through it (kube's own included).
+async fn kubeconfig_credentials_never_show(b: Arc<FakeBackend>) -> Outcome {
+    use leasehold_conformance::secrets::{self, Secret, Shown};
+    let p = b.private()?;
+    let secret = Secret::new();
+    let mut shown = Shown::new(&secret);
+    let _ = secrets::capture();
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-kubeconfig-{}-{}",
+        std::process::id(),
+        Token::random().to_hex()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let write = |name: &str, server: &str| -> Result<std::path::PathBuf, String> {
+        let path = dir.join(name);
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    \
+             server: {server}\nusers:\n- name: app\n  user:\n    token: {}\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: app\n    \
+             namespace: default\ncurrent-context: fake\n",
+            secret.as_str()
+        );
+        std::fs::write(&path, yaml).map_err(|e| e.to_string())?;
+        Ok(path)
+    };
+    let good = write("good.yaml", &p.fake.url())?;
+    let dead = write("dead.yaml", "http://127.0.0.1:1")?;
+    let config = KubeConfig::from_kubeconfig(&good)
+        .op_timeout(Duration::from_secs(1))
+        .takeover_margin(Duration::from_millis(200));
+    shown.debug("KubeConfig", &config);
+    let s = KubeStrategy::connect(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    shown.debug("KubeStrategy", &s);
+    secrets::exercise(Arc::new(s), &mut shown).await?;
+    match KubeStrategy::connect(
+        KubeConfig::from_kubeconfig(&dead).op_timeout(Duration::from_secs(1)),
+    )
+    .await
+    {
+        Ok(_) => return Err("connected to port 1".into()),
+        Err(e) => {
+            shown.both("KubeError (unreachable)", &e);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    shown.traces().verdict()
 }
 
 fn stored_floor(p: &Private, pool: &PoolSpec, slot: u32) -> String {
