@@ -12,7 +12,14 @@ use crate::token::Token;
 /// A fencing token: grows every time a slot changes hands and never goes back.
 ///
 /// Send it with every write to storage that checks it; storage that has seen a
-/// bigger fence refuses the write (see DESIGN.md, timing rule 7).
+/// bigger fence refuses the write, and accepts the holder's own repeated
+/// writes (see DESIGN.md, timing rule 7).
+///
+/// Fences are **per slot**: each slot of a pool counts on its own (on SQL and
+/// Valkey/Redis; etcd's revisions happen to be global, Kubernetes'
+/// resourceVersions are opaque), so fences of different slots are not
+/// comparable. Fence writes to a resource from one slot's holders only: a
+/// leader pool of one slot, or one resource per slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Fence(pub u64);
 
