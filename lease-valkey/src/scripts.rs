@@ -45,10 +45,26 @@ end
     };
 }
 
+/// Lua helper for the server's clock: `now()` answers its `TIME` (seconds,
+/// microseconds), returned with grants and renewals for the driver's
+/// store-clock check (DESIGN.md, rule 11). Called after the writes, which
+/// every server from Redis 5 (effects replication) on accepts.
+macro_rules! clock_function {
+    () => {
+        r"
+local function now()
+  local t = redis.call('TIME')
+  return t[1], t[2]
+end
+"
+    };
+}
+
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
 /// token hex, ceiling (Unix ms), slot key prefix (the script path's,
-/// `{<prefix>:<pool>}:slot:`, same hash tag). Returns `{slot, fence, floor}` (the floor
-/// the slot had before, a decimal string), or -1 when every slot is held.
+/// `{<prefix>:<pool>}:slot:`, same hash tag). Returns `{slot, fence, floor,
+/// secs, micros}` (the floor the slot had before, a decimal string; the
+/// server's `TIME`), or -1 when every slot is held.
 ///
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
 ///   is held: answer at once, without a scan. (Fields whose TTL ran out but
@@ -67,6 +83,7 @@ end
 ///   persistent fence and raise its persistent floor to the ceiling.
 const CLAIM_HSETEX: &str = concat!(
     floor_functions!(),
+    clock_function!(),
     r"
 local size = tonumber(ARGV[1])
 if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
@@ -81,7 +98,9 @@ for i = 0, size - 1 do
     if ok == 1 then
       redis.call('HSET', KEYS[2], 'next', tostring(s + 1))
       local fence = redis.call('HINCRBY', KEYS[2], f, 1)
-      return {s, fence, raise_floor(KEYS[2], f, ARGV[4])}
+      local floor = raise_floor(KEYS[2], f, ARGV[4])
+      local secs, micros = now()
+      return {s, fence, floor, secs, micros}
     end
   end
 end
@@ -93,16 +112,19 @@ return -1
 /// ttl ms, ceiling (Unix ms). Extends both fields with one
 /// `HSETEX FXX PX` (which writes only if *both* exist) when the slot field
 /// still holds our token, and then raises the slot's floor to the ceiling;
-/// otherwise changes nothing. Returns 1 when renewed, 0 when not held.
+/// otherwise changes nothing. Returns `{1, secs, micros}` (the server's
+/// `TIME`) when renewed, 0 when not held.
 const RENEW_HSETEX: &str = concat!(
     floor_functions!(),
+    clock_function!(),
     r"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 local ok = redis.call('HSETEX', KEYS[1], 'FXX', 'PX', ARGV[3], 'FIELDS', 2,
   ARGV[1], ARGV[2], 'token.' .. ARGV[1] .. '.' .. ARGV[2], ARGV[1])
 if ok ~= 1 then return 0 end
 raise_floor(KEYS[2], ARGV[1], ARGV[4])
-return 1
+local secs, micros = now()
+return {1, secs, micros}
 "
 );
 
@@ -170,11 +192,13 @@ return n
 /// from the hint `next` on, wrapping, skipping slots whose field exists in
 /// the leases hash (held by a process on the HSETEX path, after an in-place
 /// upgrade), until one succeeds; then moves the hint, bumps the fence and
-/// raises the floor to the ceiling. Returns `{slot, fence, floor}` (the floor
-/// before, a decimal string), or -1. (No cheap count of live slot keys exists
+/// raises the floor to the ceiling. Returns `{slot, fence, floor, secs,
+/// micros}` (the floor before, a decimal string; the server's `TIME`), or
+/// -1. (No cheap count of live slot keys exists
 /// here, so a full pool costs a full scan.)
 const CLAIM_SCRIPTS: &str = concat!(
     floor_functions!(),
+    clock_function!(),
     r"
 local size = tonumber(ARGV[1])
 local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
@@ -185,7 +209,9 @@ for i = 0, size - 1 do
     and redis.call('SET', ARGV[4] .. s, ARGV[3], 'NX', 'PX', ARGV[2]) then
     redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
     local fence = redis.call('HINCRBY', KEYS[1], tostring(s), 1)
-    return {s, fence, raise_floor(KEYS[1], tostring(s), ARGV[5])}
+    local floor = raise_floor(KEYS[1], tostring(s), ARGV[5])
+    local secs, micros = now()
+    return {s, fence, floor, secs, micros}
   end
 end
 return -1
@@ -194,14 +220,17 @@ return -1
 
 /// Script path, compare-and-extend. KEYS: slot key, fences hash. ARGV: token
 /// hex, ttl ms, slot, ceiling (Unix ms). Raises the slot's floor to the
-/// ceiling when it extends; changes nothing otherwise.
+/// ceiling and returns `{1, secs, micros}` (the server's `TIME`) when it
+/// extends; changes nothing and returns 0 otherwise.
 const RENEW_SCRIPTS: &str = concat!(
     floor_functions!(),
+    clock_function!(),
     r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   raise_floor(KEYS[2], ARGV[3], ARGV[4])
-  return 1
+  local secs, micros = now()
+  return {1, secs, micros}
 end
 return 0
 "

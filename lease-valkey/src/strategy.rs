@@ -397,26 +397,66 @@ impl ValkeyStrategy {
     }
 }
 
-fn ttl_ms(ttl: Duration) -> Option<String> {
-    let ms = ttl.as_millis();
-    (ms >= 1).then(|| ms.min(i64::MAX as u128).to_string())
+/// The TTL in whole milliseconds, as sent to the server (`PX`), and the
+/// TTL that applies: the requested one floored to the millisecond (the
+/// server keeps expiries in milliseconds).
+fn ttl_ms(ttl: Duration) -> Option<(String, Duration)> {
+    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    (ms >= 1).then(|| (ms.to_string(), Duration::from_millis(ms)))
 }
 
-/// A claim script's answer: `{slot, fence, floor}` (the floor as a decimal
-/// string, exact for every `u64`), or -1 when the pool is full.
-fn parse_claim(v: &Value) -> Option<Option<(u32, u64, Floor)>> {
+/// A `u64` from an integer or a decimal string reply.
+fn as_u64(v: &Value) -> Option<u64> {
     match v {
-        Value::Integer(-1) => Some(None),
-        Value::Array(items) if items.len() == 3 => {
-            let slot = u32::try_from(items[0].as_i64()?).ok()?;
-            let fence = u64::try_from(items[1].as_i64()?).ok()?;
-            let floor = match &items[2] {
-                Value::String(s) => s.parse().ok()?,
-                Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok()?,
-                Value::Integer(n) => u64::try_from(*n).ok()?,
-                _ => return None,
-            };
-            Some(Some((slot, fence, Floor(floor))))
+        Value::String(s) => s.parse().ok(),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::Integer(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+/// The server's `TIME` (seconds, microseconds) as a time since the Unix
+/// epoch.
+fn store_time(secs: &Value, micros: &Value) -> Option<Duration> {
+    let micros = as_u64(micros).filter(|m| *m < 1_000_000)?;
+    Some(Duration::from_secs(as_u64(secs)?) + Duration::from_micros(micros))
+}
+
+/// What a claim script answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Claim {
+    Granted {
+        slot: u32,
+        fence: u64,
+        floor: Floor,
+        at: Duration,
+    },
+    Full,
+}
+
+/// A claim script's answer: `{slot, fence, floor, secs, micros}` (the floor
+/// as a decimal string, exact for every `u64`; the server's `TIME`), or -1
+/// when the pool is full.
+fn parse_claim(v: &Value) -> Option<Claim> {
+    match v {
+        Value::Integer(-1) => Some(Claim::Full),
+        Value::Array(items) if items.len() == 5 => Some(Claim::Granted {
+            slot: u32::try_from(items[0].as_i64()?).ok()?,
+            fence: u64::try_from(items[1].as_i64()?).ok()?,
+            floor: Floor(as_u64(&items[2])?),
+            at: store_time(&items[3], &items[4])?,
+        }),
+        _ => None,
+    }
+}
+
+/// A renewal script's answer: `{1, secs, micros}` when renewed (the server's
+/// `TIME`), 0 when not held.
+fn parse_renewal(v: &Value) -> Option<Option<Duration>> {
+    match v {
+        Value::Integer(0) => Some(None),
+        Value::Array(items) if items.len() == 3 && items[0].as_i64() == Some(1) => {
+            Some(Some(store_time(&items[1], &items[2])?))
         }
         _ => None,
     }
@@ -424,7 +464,7 @@ fn parse_claim(v: &Value) -> Option<Option<(u32, u64, Floor)>> {
 
 impl Strategy for ValkeyStrategy {
     async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
-        let Some(ttl) = ttl_ms(pool.ttl()) else {
+        let Some((ttl, applied)) = ttl_ms(pool.ttl()) else {
             return Err(AcquireError::Misconfigured {
                 what: format!("ttl {:?} is below the store's 1 ms resolution", pool.ttl()),
                 fix: format!("use a ttl of at least {:?}", Self::MIN_TTL),
@@ -473,7 +513,7 @@ impl Strategy for ValkeyStrategy {
                 what: format!("{} refused the claim: {r}", self.inner.server),
                 fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
                       the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
-                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL) on the pool's keys"
+                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL, TIME) on the pool's keys"
                     .into(),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
@@ -486,10 +526,15 @@ impl Strategy for ValkeyStrategy {
             },
         })?;
         match parse_claim(&value) {
-            Some(Some((slot, fence, floor))) => {
-                Ok(Grant::new(slot, token, Fence(fence), pool.ttl()).with_floor(floor))
-            }
-            Some(None) => Err(AcquireError::PoolExhausted {
+            Some(Claim::Granted {
+                slot,
+                fence,
+                floor,
+                at,
+            }) => Ok(Grant::new(slot, token, Fence(fence), applied)
+                .with_floor(floor)
+                .with_store_time(at)),
+            Some(Claim::Full) => Err(AcquireError::PoolExhausted {
                 pool: pool.name().to_string(),
                 size: pool.size(),
             }),
@@ -501,7 +546,7 @@ impl Strategy for ValkeyStrategy {
     }
 
     async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
-        let Some(ttl) = ttl_ms(pool.ttl()) else {
+        let Some((ttl, applied)) = ttl_ms(pool.ttl()) else {
             return Renewal::Lost(Reason::new("ttl below 1 ms"));
         };
         let keys = self.keys(pool.name());
@@ -531,14 +576,14 @@ impl Strategy for ValkeyStrategy {
                 .await
             }
         };
-        match result {
-            Ok(Value::Integer(1)) => Renewal::renewed(pool.ttl()),
-            Ok(Value::Integer(0)) => Renewal::Lost(Reason::new(format!(
+        match result.as_ref().map(parse_renewal) {
+            Ok(Some(Some(at))) => Renewal::renewed(applied).with_store_time(at),
+            Ok(Some(None)) => Renewal::Lost(Reason::new(format!(
                 "slot {} is no longer held by this token (expired, taken or revoked)",
                 grant.slot
             ))),
-            Ok(other) => Renewal::Retry(Reason::new(format!(
-                "unexpected answer to the renewal: {other:?}"
+            Ok(None) => Renewal::Retry(Reason::new(format!(
+                "unexpected answer to the renewal: {result:?}"
             ))),
             Err(Failure::Rejected(r)) => {
                 Renewal::Lost(Reason::new(format!("the server rejected the renewal: {r}")))
@@ -590,5 +635,51 @@ impl Strategy for ValkeyStrategy {
 
     fn identity(&self) -> String {
         self.inner.identity.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applied_ttl_is_floored_to_the_millisecond() {
+        let (px, applied) = ttl_ms(Duration::from_micros(1_500_999)).expect("above 1 ms");
+        assert_eq!(px, "1500");
+        assert_eq!(applied, Duration::from_millis(1500));
+        assert!(ttl_ms(Duration::from_micros(999)).is_none());
+    }
+
+    #[test]
+    fn answers_carry_the_server_time() {
+        let s = |v: &str| Value::from(v);
+        let claim = Value::Array(vec![
+            Value::Integer(3),
+            Value::Integer(7),
+            s("18446744073709551615"),
+            s("1700000000"),
+            s("250000"),
+        ]);
+        assert_eq!(
+            parse_claim(&claim),
+            Some(Claim::Granted {
+                slot: 3,
+                fence: 7,
+                floor: Floor(u64::MAX),
+                at: Duration::from_millis(1_700_000_000_250),
+            })
+        );
+        assert_eq!(parse_claim(&Value::Integer(-1)), Some(Claim::Full));
+        let renewed = Value::Array(vec![Value::Integer(1), s("1700000001"), s("5")]);
+        assert_eq!(
+            parse_renewal(&renewed),
+            Some(Some(Duration::new(1_700_000_001, 5_000)))
+        );
+        assert_eq!(parse_renewal(&Value::Integer(0)), Some(None));
+        // An old script's bare 1 (or microseconds out of range) is not a
+        // renewal this version understands.
+        assert_eq!(parse_renewal(&Value::Integer(1)), None);
+        let bad = Value::Array(vec![Value::Integer(1), s("1"), s("1000000")]);
+        assert_eq!(parse_renewal(&bad), None);
     }
 }
