@@ -432,14 +432,16 @@ enum Claim {
         at: Duration,
     },
     Full,
+    FencesLost,
 }
 
 /// A claim script's answer: `{slot, fence, floor, secs, micros}` (the floor
-/// as a decimal string, exact for every `u64`; the server's `TIME`), or -1
-/// when the pool is full.
+/// as a decimal string, exact for every `u64`; the server's `TIME`), -1 when
+/// the pool is full, -2 when its fences hash was lost.
 fn parse_claim(v: &Value) -> Option<Claim> {
     match v {
         Value::Integer(-1) => Some(Claim::Full),
+        Value::Integer(-2) => Some(Claim::FencesLost),
         Value::Array(items) if items.len() == 5 => Some(Claim::Granted {
             slot: u32::try_from(items[0].as_i64()?).ok()?,
             fence: u64::try_from(items[1].as_i64()?).ok()?,
@@ -471,6 +473,7 @@ impl Strategy for ValkeyStrategy {
             });
         };
         let keys = self.keys(pool.name());
+        let fences_key = keys.fences.clone();
         let token = Token::random();
         let ceiling = ceiling.unix_millis().to_string();
         let result = match self.inner.path {
@@ -537,6 +540,23 @@ impl Strategy for ValkeyStrategy {
             Some(Claim::Full) => Err(AcquireError::PoolExhausted {
                 pool: pool.name().to_string(),
                 size: pool.size(),
+            }),
+            Some(Claim::FencesLost) => Err(AcquireError::Misconfigured {
+                what: format!(
+                    "the fences hash {fences_key} of pool {} was lost (evicted, deleted, or not \
+                     replicated before a failover) while leases of the pool remained: fences \
+                     would restart at 1 and floors at 0, below what earlier holders used, so \
+                     {} grants no slot of this pool",
+                    pool.name(),
+                    self.inner.server
+                ),
+                fix: format!(
+                    "keep the server from losing data (maxmemory-policy noeviction; AOF or RDB), \
+                     then restore {fences_key} from a backup, or set every \
+                     slot's fence above any fence used before (HSET {fences_key} <slot> <n>) and \
+                     its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>), and \
+                     delete the marker (HDEL {fences_key} lost)"
+                ),
             }),
             None => Err(AcquireError::Misconfigured {
                 what: format!("unexpected answer to the claim script: {value:?}"),
@@ -670,6 +690,7 @@ mod tests {
             })
         );
         assert_eq!(parse_claim(&Value::Integer(-1)), Some(Claim::Full));
+        assert_eq!(parse_claim(&Value::Integer(-2)), Some(Claim::FencesLost));
         let renewed = Value::Array(vec![Value::Integer(1), s("1700000001"), s("5")]);
         assert_eq!(
             parse_renewal(&renewed),

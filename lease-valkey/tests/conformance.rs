@@ -736,6 +736,91 @@ async fn grants_and_renewals_carry_store_time(b: Arc<Valkey>) -> Outcome {
     Ok(())
 }
 
+/// Expects a claim on `p` to be refused because its fences hash was lost.
+async fn expect_fences_lost(s: &ValkeyStrategy, p: &PoolSpec, when: &str) -> Outcome {
+    match s.acquire(p, Floor::NONE).await {
+        Err(e @ AcquireError::Misconfigured { .. }) => {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains("fences hash") && msg.contains("lost") && msg.contains("HDEL"),
+                "{when}: the refusal does not say what was lost and what to do: {msg}"
+            );
+            Ok(())
+        }
+        other => Err(format!(
+            "{when}: a claim with the fences hash gone answered {other:?} (fences would restart at 1)"
+        )),
+    }
+}
+
+/// A fences hash lost (evicted, deleted, failed over) while a lease of the
+/// pool lives makes claims refuse instead of restarting fences at 1, and
+/// the refusal outlives the evidence: after the lease is released claims
+/// still refuse, until an operator repairs the hash and deletes the marker.
+/// A renewal or release that finds the hash gone leaves the marker too.
+async fn lost_fences_hash_refuses_claims(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(b.method).await?;
+    let ttl = Duration::from_secs(30);
+    // Found by the claim.
+    let p = fresh_pool(2, ttl)?;
+    let fences = s.keys(p.name()).fences;
+    let (g, sent) = hold(&s, &p, 0).await?;
+    cmd(&s, "DEL", vec![fences.as_str().into()]).await?;
+    // Slot 1 is free: without the check it would be granted with fence 1.
+    expect_fences_lost(&s, &p, "with a live lease").await?;
+    let r = s.release(&p, &g, Floor::NONE).await;
+    judge(sent, ttl, r == Release::Released, || {
+        format!("release answered {r:?}")
+    })?;
+    expect_fences_lost(&s, &p, "after the lease was released").await?;
+    // The operator's repair: fences above any used before, the marker gone.
+    cmd(
+        &s,
+        "HSET",
+        vec![
+            fences.as_str().into(),
+            "0".into(),
+            "100".into(),
+            "1".into(),
+            "100".into(),
+        ],
+    )
+    .await?;
+    cmd(&s, "HDEL", vec![fences.as_str().into(), "lost".into()]).await?;
+    let (g, _) = hold(&s, &p, 0).await?;
+    ensure!(
+        g.fence.0 == 101,
+        "after the repair the fence is {}",
+        g.fence
+    );
+
+    // Found by a renewal: no claim runs before the lease is released.
+    let p = fresh_pool(2, ttl)?;
+    let fences = s.keys(p.name()).fences;
+    let (g, sent) = hold(&s, &p, 0).await?;
+    cmd(&s, "DEL", vec![fences.as_str().into()]).await?;
+    let r = s.renew(&p, &g, Floor::NONE).await;
+    judge(sent, ttl, matches!(r, Renewal::Renewed { .. }), || {
+        format!("renewal answered {r:?}")
+    })?;
+    let r = s.release(&p, &g, Floor::NONE).await;
+    judge(sent, ttl, r == Release::Released, || {
+        format!("release answered {r:?}")
+    })?;
+    expect_fences_lost(&s, &p, "after a renewal found the hash gone").await?;
+
+    // Found by a release alone.
+    let p = fresh_pool(2, ttl)?;
+    let fences = s.keys(p.name()).fences;
+    let (g, sent) = hold(&s, &p, 0).await?;
+    cmd(&s, "DEL", vec![fences.as_str().into()]).await?;
+    let r = s.release(&p, &g, Floor::NONE).await;
+    judge(sent, ttl, r == Release::Released, || {
+        format!("release answered {r:?}")
+    })?;
+    expect_fences_lost(&s, &p, "after a release found the hash gone").await
+}
+
 /// A server this test started with its own settings, stopped (and its
 /// directory removed) on drop.
 struct OwnServer {
@@ -935,6 +1020,7 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         revoked_holder_cannot_move_the_floor,
         applied_ttl_is_whole_milliseconds,
         grants_and_renewals_carry_store_time,
+        lost_fences_hash_refuses_claims,
     );
     // Debian's redis-server 7.0 aborts under libfaketime (its jemalloc calls
     // clock_gettime while libfaketime initialises); the PyPI builds run.
