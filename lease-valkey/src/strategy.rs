@@ -16,6 +16,7 @@ use leasehold_core::{
 use crate::config::{
     DEFAULT_OP_TIMEOUT, MAX_PREFIX_LEN, Method, ValkeyConfig, redact, valid_prefix,
 };
+use crate::durability::Durability;
 use crate::error::{Failure, ValkeyError, classify};
 use crate::scripts::{Script, Scripts};
 use crate::server::ServerInfo;
@@ -87,6 +88,7 @@ struct Inner {
     client: fred::clients::Client,
     config: ValkeyConfig,
     server: ServerInfo,
+    durability: Durability,
     path: ActivePath,
     scripts: Scripts,
     round_trips: AtomicU64,
@@ -120,6 +122,7 @@ impl fmt::Debug for ValkeyStrategy {
             .field("identity", &self.inner.identity)
             .field("server", &self.inner.server.to_string())
             .field("path", &self.inner.path)
+            .field("durability", &self.inner.durability.to_string())
             .finish()
     }
 }
@@ -154,6 +157,19 @@ impl ValkeyStrategy {
                 "op_timeout",
                 "0s",
                 "a timeout above zero, well below the renewal interval",
+            )
+            .into());
+        }
+        if let Some((replicas, wait)) = config.wait
+            && (replicas == 0 || wait < Duration::from_millis(1) || wait >= config.op_timeout)
+        {
+            return Err(ConfigError::new(
+                "wait_for_replicas",
+                format!("{replicas} replicas within {wait:?}"),
+                format!(
+                    "at least 1 replica, within 1 ms to less than the operation timeout ({:?})",
+                    config.op_timeout
+                ),
             )
             .into());
         }
@@ -196,11 +212,13 @@ impl ValkeyStrategy {
                 return Err(unreachable("no answer".into()));
             }
         }
+        let wait = config.wait;
         let mut strategy = Self {
             inner: Arc::new(Inner {
                 client,
                 config,
                 server: ServerInfo::from_info(""),
+                durability: Durability::unknown(wait),
                 path: ActivePath::Scripts,
                 scripts: Scripts::new(),
                 round_trips: AtomicU64::new(0),
@@ -208,6 +226,17 @@ impl ValkeyStrategy {
             }),
         };
         let server = strategy.probe(&url).await?;
+        let mut durability = strategy.read_durability(&url).await?;
+        if durability.evicts() == Some(true) {
+            if !strategy.inner.config.allow_eviction {
+                let _ = strategy.inner.client.quit().await;
+                return Err(ValkeyError::Eviction {
+                    server: server.to_string(),
+                    policy: durability.maxmemory_policy.unwrap_or_default(),
+                });
+            }
+            durability.eviction_allowed = true;
+        }
         let path = match (strategy.inner.config.method, server.hsetex) {
             (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
             (Method::Auto, false) | (Method::Scripts, _) => ActivePath::Scripts,
@@ -217,6 +246,7 @@ impl ValkeyStrategy {
             let inner = Arc::get_mut(&mut strategy.inner).expect("not shared yet");
             inner.identity = format!("{url}#{}/{path}", inner.config.prefix);
             inner.server = server;
+            inner.durability = durability;
             inner.path = path;
         }
         if path != ActivePath::Unsupported {
@@ -261,6 +291,35 @@ impl ValkeyStrategy {
         Ok(server)
     }
 
+    /// Reads `maxmemory-policy`, `appendonly`, `appendfsync` and `save`, one
+    /// `CONFIG GET` each (Redis 6 takes one pattern per call). A server that
+    /// refuses `CONFIG` (disabled, renamed, denied by an ACL) leaves them
+    /// unknown.
+    async fn read_durability(&self, url: &str) -> Result<Durability, ValkeyError> {
+        let mut d = Durability::unknown(self.inner.config.wait);
+        for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
+            let value = match self
+                .call::<Value>(
+                    "CONFIG",
+                    ClusterHash::Random,
+                    vec!["GET".into(), name.into()],
+                )
+                .await
+            {
+                Ok(v) => config_value(&v),
+                Err(Failure::Denied(_) | Failure::Rejected(_)) => return Ok(d),
+                Err(f) => return Err(self.failure_error("CONFIG GET", url, f)),
+            };
+            match name {
+                "maxmemory-policy" => d.maxmemory_policy = value,
+                "appendonly" => d.appendonly = value.map(|v| v.eq_ignore_ascii_case("yes")),
+                "appendfsync" => d.appendfsync = value,
+                _ => d.save = value,
+            }
+        }
+        Ok(d)
+    }
+
     fn failure_error(&self, command: &'static str, url: &str, f: Failure) -> ValkeyError {
         match f {
             Failure::Transient(reason) => ValkeyError::Unreachable {
@@ -279,6 +338,13 @@ impl ValkeyStrategy {
     /// What the probe found.
     pub fn server(&self) -> &ServerInfo {
         &self.inner.server
+    }
+
+    /// What the server's configuration says about keeping leases, fences
+    /// and floors (read at connect), with the warning when
+    /// [`ValkeyConfig::allow_eviction`] let an evicting server through.
+    pub fn durability(&self) -> &Durability {
+        &self.inner.durability
     }
 
     /// The path in use.
@@ -384,6 +450,34 @@ impl ValkeyStrategy {
         })
     }
 
+    /// With [`ValkeyConfig::wait_for_replicas`]: `WAIT replicas timeout` on
+    /// the connection (and Cluster node: `key`'s) that ran the last script,
+    /// which answers how many replicas acknowledged this client's writes so
+    /// far. `Err` says why fewer than asked did (or that the answer was lost).
+    async fn wait_for_replicas(&self, key: &str) -> Result<(), String> {
+        let Some((replicas, timeout)) = self.inner.config.wait else {
+            return Ok(());
+        };
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let hash = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+        match self
+            .call::<i64>(
+                "WAIT",
+                hash,
+                vec![i64::from(replicas).into(), ms.to_string().into()],
+            )
+            .await
+        {
+            Ok(n) if n >= i64::from(replicas) => Ok(()),
+            Ok(n) => Err(format!(
+                "only {n} of {replicas} replicas acknowledged it within {timeout:?}"
+            )),
+            Err(f) => Err(format!("WAIT for {replicas} replicas failed: {}", f.text())),
+        }
+    }
+
     fn unsupported(&self) -> AcquireError {
         AcquireError::UnsupportedServer {
             what: format!(
@@ -464,6 +558,17 @@ fn parse_renewal(v: &Value) -> Option<Option<Duration>> {
     }
 }
 
+/// One `CONFIG GET name` answer's value: `[name, value]` (RESP2) or
+/// `{name: value}` (RESP3); `None` when the server does not know the name.
+fn config_value(v: &Value) -> Option<String> {
+    let value = match v {
+        Value::Array(items) => items.get(1)?,
+        Value::Map(map) => map.values().next()?,
+        _ => return None,
+    };
+    value.as_string()
+}
+
 impl Strategy for ValkeyStrategy {
     async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
         let Some((ttl, applied)) = ttl_ms(pool.ttl()) else {
@@ -516,7 +621,8 @@ impl Strategy for ValkeyStrategy {
                 what: format!("{} refused the claim: {r}", self.inner.server),
                 fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
                       the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
-                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL, TIME) on the pool's keys"
+                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL, TIME) on the pool's keys (and \
+                      WAIT with ValkeyConfig::wait_for_replicas, CONFIG GET at connect)"
                     .into(),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
@@ -534,9 +640,20 @@ impl Strategy for ValkeyStrategy {
                 fence,
                 floor,
                 at,
-            }) => Ok(Grant::new(slot, token, Fence(fence), applied)
-                .with_floor(floor)
-                .with_store_time(at)),
+            }) => {
+                let grant = Grant::new(slot, token, Fence(fence), applied)
+                    .with_floor(floor)
+                    .with_store_time(at);
+                if let Err(why) = self.wait_for_replicas(&fences_key).await {
+                    // Not on enough replicas: a failover could forget it.
+                    // Nothing was issued under it, so the floor goes back.
+                    let _ = self.release(pool, &grant, grant.floor).await;
+                    return Err(AcquireError::Unreachable(Reason::new(format!(
+                        "claimed slot {slot} but {why}; released it"
+                    ))));
+                }
+                Ok(grant)
+            }
             Some(Claim::Full) => Err(AcquireError::PoolExhausted {
                 pool: pool.name().to_string(),
                 size: pool.size(),
@@ -551,8 +668,8 @@ impl Strategy for ValkeyStrategy {
                     self.inner.server
                 ),
                 fix: format!(
-                    "keep the server from losing data (maxmemory-policy noeviction; AOF or RDB), \
-                     then restore {fences_key} from a backup, or set every \
+                    "keep the server from losing data (maxmemory-policy noeviction; AOF or RDB; \
+                     WAIT for replicas), then restore {fences_key} from a backup, or set every \
                      slot's fence above any fence used before (HSET {fences_key} <slot> <n>) and \
                      its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>), and \
                      delete the marker (HDEL {fences_key} lost)"
@@ -570,6 +687,7 @@ impl Strategy for ValkeyStrategy {
             return Renewal::Lost(Reason::new("ttl below 1 ms"));
         };
         let keys = self.keys(pool.name());
+        let fences_key = keys.fences.clone();
         let slot = grant.slot.to_string();
         let ceiling = ceiling.unix_millis().to_string();
         let result: Result<Value, Failure> = match self.inner.path {
@@ -597,7 +715,10 @@ impl Strategy for ValkeyStrategy {
             }
         };
         match result.as_ref().map(parse_renewal) {
-            Ok(Some(Some(at))) => Renewal::renewed(applied).with_store_time(at),
+            Ok(Some(Some(at))) => match self.wait_for_replicas(&fences_key).await {
+                Ok(()) => Renewal::renewed(applied).with_store_time(at),
+                Err(why) => Renewal::Retry(Reason::new(format!("renewed, but {why}"))),
+            },
             Ok(Some(None)) => Renewal::Lost(Reason::new(format!(
                 "slot {} is no longer held by this token (expired, taken or revoked)",
                 grant.slot

