@@ -760,7 +760,8 @@ async fn expect_fences_lost(s: &ValkeyStrategy, p: &PoolSpec, when: &str) -> Out
 /// A renewal or release that finds the hash gone leaves the marker too.
 async fn lost_fences_hash_refuses_claims(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(b.method).await?;
-    let ttl = Duration::from_secs(30);
+    // The live lease is the evidence: long enough that no stall outlives it.
+    let ttl = Duration::from_secs(300);
     // Found by the claim.
     let p = fresh_pool(2, ttl)?;
     let fences = s.keys(p.name()).fences;
@@ -979,9 +980,15 @@ async fn wait_without_replicas_refuses(b: Arc<Valkey>) -> Outcome {
         matches!(r, Err(ValkeyError::Config(_))),
         "a WAIT timeout equal to the operation timeout answered {r:?}"
     );
-    let waiting = ValkeyStrategy::connect(config().wait_for_replicas(1, Duration::from_millis(50)))
-        .await
-        .map_err(|e| e.to_string())?;
+    // WAIT answers after 50 ms; the operation timeout leaves room for a
+    // loaded machine.
+    let waiting = ValkeyStrategy::connect(
+        config()
+            .op_timeout(Duration::from_secs(10))
+            .wait_for_replicas(1, Duration::from_millis(50)),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     let plain = b.strategy(b.method).await?;
     let p = fresh_pool(1, Duration::from_secs(30))?;
     match waiting.acquire(&p, Floor::NONE).await {
