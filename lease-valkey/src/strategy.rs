@@ -135,7 +135,11 @@ impl ValkeyStrategy {
     pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_OP_TIMEOUT;
 
     /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX`),
-    /// picks the path and loads its scripts.
+    /// reads what it keeps ([`ValkeyStrategy::durability`]: `CONFIG GET`),
+    /// picks the path and loads its scripts. A server whose
+    /// `maxmemory-policy` may evict keys is refused with
+    /// [`ValkeyError::Eviction`] unless [`ValkeyConfig::allow_eviction`] says
+    /// otherwise.
     ///
     /// Every command is bounded by the configured operation timeout: `fred`'s
     /// command and connection timeouts are set to it, a command is sent at
