@@ -42,6 +42,8 @@ pub struct ValkeyConfig {
     pub(crate) prefix: String,
     pub(crate) method: Method,
     pub(crate) op_timeout: Duration,
+    pub(crate) allow_eviction: bool,
+    pub(crate) wait: Option<(u32, Duration)>,
 }
 
 impl std::fmt::Debug for ValkeyConfig {
@@ -52,6 +54,8 @@ impl std::fmt::Debug for ValkeyConfig {
             .field("prefix", &self.prefix)
             .field("method", &self.method)
             .field("op_timeout", &self.op_timeout)
+            .field("allow_eviction", &self.allow_eviction)
+            .field("wait", &self.wait)
             .finish()
     }
 }
@@ -66,6 +70,8 @@ impl ValkeyConfig {
             prefix: "leasehold".into(),
             method: Method::Auto,
             op_timeout: DEFAULT_OP_TIMEOUT,
+            allow_eviction: false,
+            wait: None,
         }
     }
 
@@ -86,6 +92,30 @@ impl ValkeyConfig {
     /// fraction of the TTL).
     pub fn op_timeout(mut self, timeout: Duration) -> Self {
         self.op_timeout = timeout;
+        self
+    }
+
+    /// Connects even when the server's `maxmemory-policy` may evict keys
+    /// (anything but `noeviction`), which by default is refused: an evicted
+    /// lease lets a second holder claim its slot while the first still
+    /// generates, and an evicted fences hash makes every claim of the pool
+    /// refuse until an operator repairs it. When allowed, the risk is
+    /// recorded as a warning in [`ValkeyStrategy::durability`](crate::ValkeyStrategy::durability)
+    /// (and so in the strategy's `Debug`).
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
+        self
+    }
+
+    /// After every claim and renewal, waits (`WAIT replicas timeout`) until
+    /// at least `replicas` replicas acknowledged it, so that a failover to
+    /// one of them keeps the lease, the fence and the floor. A claim that
+    /// fewer replicas acknowledged within `timeout` is released and answered
+    /// as retryable `Unreachable`; such a renewal answers `Retry`. Costs a
+    /// second round trip per claim and renewal; `timeout` must be below the
+    /// operation timeout. Off by default (see the README on failover).
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait = Some((replicas, timeout));
         self
     }
 

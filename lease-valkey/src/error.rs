@@ -26,6 +26,23 @@ pub enum ValkeyError {
         /// What went wrong.
         reason: String,
     },
+    /// The server may evict keys (`maxmemory-policy` is not `noeviction`),
+    /// and [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
+    /// was not set. Final.
+    #[error(
+        "{server} may evict keys (maxmemory-policy is {policy}): an evicted lease lets a second \
+         holder claim its slot while the first still generates IDs, and an evicted fences hash \
+         loses the pool's fences and floors; set `CONFIG SET maxmemory-policy noeviction` and \
+         `maxmemory-policy noeviction` in valkey.conf / redis.conf (so that it survives a \
+         restart), or use a server of its own for leases; to accept the risk, \
+         ValkeyConfig::allow_eviction(true)"
+    )]
+    Eviction {
+        /// The server, e.g. `Redis 7.0.15`.
+        server: String,
+        /// The policy it reported.
+        policy: String,
+    },
     /// The server answered with an error.
     #[error("{server} answered {command} with an error: {reason}")]
     Server {

@@ -3,12 +3,14 @@
 #![deny(missing_docs)]
 
 mod config;
+mod durability;
 mod error;
 mod scripts;
 mod server;
 mod strategy;
 
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
+pub use durability::Durability;
 pub use error::ValkeyError;
 pub use server::{Product, ServerInfo};
 pub use strategy::{ActivePath, PoolKeys, ValkeyStrategy};

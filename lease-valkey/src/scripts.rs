@@ -45,10 +45,63 @@ end
     };
 }
 
+/// Lua helper for the server's clock: `now()` answers its `TIME` (seconds,
+/// microseconds), returned with grants and renewals for the driver's
+/// store-clock check (DESIGN.md, rule 11). Called after the writes, which
+/// every server from Redis 5 (effects replication) on accepts.
+macro_rules! clock_function {
+    () => {
+        r"
+local function now()
+  local t = redis.call('TIME')
+  return t[1], t[2]
+end
+"
+    };
+}
+
+/// Lua helpers for a lost fences hash.
+///
+/// - `fences_lost(fences, leases, prefix, size)` (claims): true when the
+///   fences hash carries the sticky field `lost`, or when it is gone while
+///   the pool's leases hash or any of its slot keys exists (a claim creates
+///   the fences hash in the same script as the lease, so a lease without it
+///   means the hash was evicted, deleted or not replicated before a
+///   failover). Then it writes `lost`, so that the refusal outlives the
+///   evidence: without it, once those leases expired, fences would restart
+///   at 1 and floors at 0 below what earlier holders used. The slot-key scan
+///   runs only while the fences hash is absent (a pool's first claim).
+/// - `mark_if_lost(fences)` (renewals and releases whose token matched, so a
+///   lease exists): writes `lost` when the fences hash is gone, before the
+///   floor is written (which would create the hash).
+macro_rules! fences_functions {
+    () => {
+        r"
+local function fences_lost(fences, leases, prefix, size)
+  if redis.call('HEXISTS', fences, 'lost') == 1 then return true end
+  if redis.call('EXISTS', fences) == 1 then return false end
+  local gone = redis.call('EXISTS', leases) == 1
+  local s = 0
+  while not gone and s < size do
+    gone = redis.call('EXISTS', prefix .. s) == 1
+    s = s + 1
+  end
+  if gone then redis.call('HSET', fences, 'lost', '1') end
+  return gone
+end
+local function mark_if_lost(fences)
+  if redis.call('EXISTS', fences) == 0 then redis.call('HSET', fences, 'lost', '1') end
+end
+"
+    };
+}
+
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
 /// token hex, ceiling (Unix ms), slot key prefix (the script path's,
-/// `{<prefix>:<pool>}:slot:`, same hash tag). Returns `{slot, fence, floor}` (the floor
-/// the slot had before, a decimal string), or -1 when every slot is held.
+/// `{<prefix>:<pool>}:slot:`, same hash tag). Returns `{slot, fence, floor,
+/// secs, micros}` (the floor the slot had before, a decimal string; the
+/// server's `TIME`), -1 when every slot is held, or -2 when the fences hash
+/// was lost (see `fences_functions`).
 ///
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
 ///   is held: answer at once, without a scan. (Fields whose TTL ran out but
@@ -67,8 +120,11 @@ end
 ///   persistent fence and raise its persistent floor to the ceiling.
 const CLAIM_HSETEX: &str = concat!(
     floor_functions!(),
+    clock_function!(),
+    fences_functions!(),
     r"
 local size = tonumber(ARGV[1])
+if fences_lost(KEYS[2], KEYS[1], ARGV[5], size) then return -2 end
 if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
 local start = tonumber(redis.call('HGET', KEYS[2], 'next') or '0') or 0
 if start >= size then start = 0 end
@@ -81,7 +137,9 @@ for i = 0, size - 1 do
     if ok == 1 then
       redis.call('HSET', KEYS[2], 'next', tostring(s + 1))
       local fence = redis.call('HINCRBY', KEYS[2], f, 1)
-      return {s, fence, raise_floor(KEYS[2], f, ARGV[4])}
+      local floor = raise_floor(KEYS[2], f, ARGV[4])
+      local secs, micros = now()
+      return {s, fence, floor, secs, micros}
     end
   end
 end
@@ -92,17 +150,23 @@ return -1
 /// HSETEX path, renew. KEYS: leases hash, fences hash. ARGV: slot, token hex,
 /// ttl ms, ceiling (Unix ms). Extends both fields with one
 /// `HSETEX FXX PX` (which writes only if *both* exist) when the slot field
-/// still holds our token, and then raises the slot's floor to the ceiling;
-/// otherwise changes nothing. Returns 1 when renewed, 0 when not held.
+/// still holds our token, and then raises the slot's floor to the ceiling
+/// (marking the fences hash lost first if it is gone); otherwise changes
+/// nothing. Returns `{1, secs, micros}` (the server's `TIME`) when renewed,
+/// 0 when not held.
 const RENEW_HSETEX: &str = concat!(
     floor_functions!(),
+    clock_function!(),
+    fences_functions!(),
     r"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
 local ok = redis.call('HSETEX', KEYS[1], 'FXX', 'PX', ARGV[3], 'FIELDS', 2,
   ARGV[1], ARGV[2], 'token.' .. ARGV[1] .. '.' .. ARGV[2], ARGV[1])
 if ok ~= 1 then return 0 end
+mark_if_lost(KEYS[2])
 raise_floor(KEYS[2], ARGV[1], ARGV[4])
-return 1
+local secs, micros = now()
+return {1, secs, micros}
 "
 );
 
@@ -119,13 +183,16 @@ if tonumber(ARGV[1]) < hint then redis.call('HSET', KEYS[2], 'next', ARGV[1]) en
 /// HSETEX path, release. KEYS: leases hash, fences hash. ARGV: slot, token
 /// hex, issued (Unix ms). Deletes the slot field and the marker only when the
 /// slot field still holds our token (and lowers the claim hint, and sets the
-/// slot's floor to what the holder issued); otherwise deletes nothing but
-/// our own marker (a name no other holder can have) and leaves the floor.
+/// slot's floor to what the holder issued, marking the fences hash lost
+/// first if it is gone); otherwise deletes nothing but our own marker (a
+/// name no other holder can have) and leaves the floor.
 /// Returns 1 when released, 0 when not held.
 const RELEASE_HSETEX: &str = concat!(
+    fences_functions!(),
     r"
 local marker = 'token.' .. ARGV[1] .. '.' .. ARGV[2]
 if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  mark_if_lost(KEYS[2])
   redis.call('HDEL', KEYS[1], ARGV[1], marker)
   redis.call('HSET', KEYS[2], 'floor.' .. ARGV[1], ARGV[3])",
     lower_hint!(),
@@ -170,13 +237,18 @@ return n
 /// from the hint `next` on, wrapping, skipping slots whose field exists in
 /// the leases hash (held by a process on the HSETEX path, after an in-place
 /// upgrade), until one succeeds; then moves the hint, bumps the fence and
-/// raises the floor to the ceiling. Returns `{slot, fence, floor}` (the floor
-/// before, a decimal string), or -1. (No cheap count of live slot keys exists
-/// here, so a full pool costs a full scan.)
+/// raises the floor to the ceiling. Returns `{slot, fence, floor, secs,
+/// micros}` (the floor before, a decimal string; the server's `TIME`), -1
+/// when every slot is held, or -2 when the fences hash was lost (see
+/// `fences_functions`). (No cheap count of live slot keys exists here, so a
+/// full pool costs a full scan.)
 const CLAIM_SCRIPTS: &str = concat!(
     floor_functions!(),
+    clock_function!(),
+    fences_functions!(),
     r"
 local size = tonumber(ARGV[1])
+if fences_lost(KEYS[1], KEYS[2], ARGV[4], size) then return -2 end
 local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
 if start >= size then start = 0 end
 for i = 0, size - 1 do
@@ -185,7 +257,9 @@ for i = 0, size - 1 do
     and redis.call('SET', ARGV[4] .. s, ARGV[3], 'NX', 'PX', ARGV[2]) then
     redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
     local fence = redis.call('HINCRBY', KEYS[1], tostring(s), 1)
-    return {s, fence, raise_floor(KEYS[1], tostring(s), ARGV[5])}
+    local floor = raise_floor(KEYS[1], tostring(s), ARGV[5])
+    local secs, micros = now()
+    return {s, fence, floor, secs, micros}
   end
 end
 return -1
@@ -194,14 +268,20 @@ return -1
 
 /// Script path, compare-and-extend. KEYS: slot key, fences hash. ARGV: token
 /// hex, ttl ms, slot, ceiling (Unix ms). Raises the slot's floor to the
-/// ceiling when it extends; changes nothing otherwise.
+/// ceiling when it extends (marking the fences hash lost first if it is
+/// gone) and returns `{1, secs, micros}` (the server's `TIME`); changes
+/// nothing and returns 0 otherwise.
 const RENEW_SCRIPTS: &str = concat!(
     floor_functions!(),
+    clock_function!(),
+    fences_functions!(),
     r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  mark_if_lost(KEYS[2])
   raise_floor(KEYS[2], ARGV[3], ARGV[4])
-  return 1
+  local secs, micros = now()
+  return {1, secs, micros}
 end
 return 0
 "
@@ -209,11 +289,13 @@ return 0
 
 /// Script path, compare-and-delete. KEYS: slot key, fences hash. ARGV:
 /// slot, token hex, issued (Unix ms). When it frees the slot it lowers the
-/// claim hint and sets the slot's floor to what the holder issued; otherwise
-/// it changes nothing.
+/// claim hint and sets the slot's floor to what the holder issued (marking
+/// the fences hash lost first if it is gone); otherwise it changes nothing.
 const RELEASE_SCRIPTS: &str = concat!(
+    fences_functions!(),
     r"
 if redis.call('GET', KEYS[1]) == ARGV[2] then
+  mark_if_lost(KEYS[2])
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'floor.' .. ARGV[1], ARGV[3])",
     lower_hint!(),

@@ -16,6 +16,7 @@ use leasehold_core::{
 use crate::config::{
     DEFAULT_OP_TIMEOUT, MAX_PREFIX_LEN, Method, ValkeyConfig, redact, valid_prefix,
 };
+use crate::durability::Durability;
 use crate::error::{Failure, ValkeyError, classify};
 use crate::scripts::{Script, Scripts};
 use crate::server::ServerInfo;
@@ -87,6 +88,7 @@ struct Inner {
     client: fred::clients::Client,
     config: ValkeyConfig,
     server: ServerInfo,
+    durability: Durability,
     path: ActivePath,
     scripts: Scripts,
     round_trips: AtomicU64,
@@ -120,6 +122,7 @@ impl fmt::Debug for ValkeyStrategy {
             .field("identity", &self.inner.identity)
             .field("server", &self.inner.server.to_string())
             .field("path", &self.inner.path)
+            .field("durability", &self.inner.durability.to_string())
             .finish()
     }
 }
@@ -132,7 +135,11 @@ impl ValkeyStrategy {
     pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_OP_TIMEOUT;
 
     /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX`),
-    /// picks the path and loads its scripts.
+    /// reads what it keeps ([`ValkeyStrategy::durability`]: `CONFIG GET`),
+    /// picks the path and loads its scripts. A server whose
+    /// `maxmemory-policy` may evict keys is refused with
+    /// [`ValkeyError::Eviction`] unless [`ValkeyConfig::allow_eviction`] says
+    /// otherwise.
     ///
     /// Every command is bounded by the configured operation timeout: `fred`'s
     /// command and connection timeouts are set to it, a command is sent at
@@ -154,6 +161,19 @@ impl ValkeyStrategy {
                 "op_timeout",
                 "0s",
                 "a timeout above zero, well below the renewal interval",
+            )
+            .into());
+        }
+        if let Some((replicas, wait)) = config.wait
+            && (replicas == 0 || wait < Duration::from_millis(1) || wait >= config.op_timeout)
+        {
+            return Err(ConfigError::new(
+                "wait_for_replicas",
+                format!("{replicas} replicas within {wait:?}"),
+                format!(
+                    "at least 1 replica, within 1 ms to less than the operation timeout ({:?})",
+                    config.op_timeout
+                ),
             )
             .into());
         }
@@ -196,11 +216,13 @@ impl ValkeyStrategy {
                 return Err(unreachable("no answer".into()));
             }
         }
+        let wait = config.wait;
         let mut strategy = Self {
             inner: Arc::new(Inner {
                 client,
                 config,
                 server: ServerInfo::from_info(""),
+                durability: Durability::unknown(wait),
                 path: ActivePath::Scripts,
                 scripts: Scripts::new(),
                 round_trips: AtomicU64::new(0),
@@ -208,6 +230,17 @@ impl ValkeyStrategy {
             }),
         };
         let server = strategy.probe(&url).await?;
+        let mut durability = strategy.read_durability(&url).await?;
+        if durability.evicts() == Some(true) {
+            if !strategy.inner.config.allow_eviction {
+                let _ = strategy.inner.client.quit().await;
+                return Err(ValkeyError::Eviction {
+                    server: server.to_string(),
+                    policy: durability.maxmemory_policy.unwrap_or_default(),
+                });
+            }
+            durability.eviction_allowed = true;
+        }
         let path = match (strategy.inner.config.method, server.hsetex) {
             (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
             (Method::Auto, false) | (Method::Scripts, _) => ActivePath::Scripts,
@@ -217,6 +250,7 @@ impl ValkeyStrategy {
             let inner = Arc::get_mut(&mut strategy.inner).expect("not shared yet");
             inner.identity = format!("{url}#{}/{path}", inner.config.prefix);
             inner.server = server;
+            inner.durability = durability;
             inner.path = path;
         }
         if path != ActivePath::Unsupported {
@@ -261,6 +295,35 @@ impl ValkeyStrategy {
         Ok(server)
     }
 
+    /// Reads `maxmemory-policy`, `appendonly`, `appendfsync` and `save`, one
+    /// `CONFIG GET` each (Redis 6 takes one pattern per call). A server that
+    /// refuses `CONFIG` (disabled, renamed, denied by an ACL) leaves them
+    /// unknown.
+    async fn read_durability(&self, url: &str) -> Result<Durability, ValkeyError> {
+        let mut d = Durability::unknown(self.inner.config.wait);
+        for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
+            let value = match self
+                .call::<Value>(
+                    "CONFIG",
+                    ClusterHash::Random,
+                    vec!["GET".into(), name.into()],
+                )
+                .await
+            {
+                Ok(v) => config_value(&v),
+                Err(Failure::Denied(_) | Failure::Rejected(_)) => return Ok(d),
+                Err(f) => return Err(self.failure_error("CONFIG GET", url, f)),
+            };
+            match name {
+                "maxmemory-policy" => d.maxmemory_policy = value,
+                "appendonly" => d.appendonly = value.map(|v| v.eq_ignore_ascii_case("yes")),
+                "appendfsync" => d.appendfsync = value,
+                _ => d.save = value,
+            }
+        }
+        Ok(d)
+    }
+
     fn failure_error(&self, command: &'static str, url: &str, f: Failure) -> ValkeyError {
         match f {
             Failure::Transient(reason) => ValkeyError::Unreachable {
@@ -279,6 +342,13 @@ impl ValkeyStrategy {
     /// What the probe found.
     pub fn server(&self) -> &ServerInfo {
         &self.inner.server
+    }
+
+    /// What the server's configuration says about keeping leases, fences
+    /// and floors (read at connect), with the warning when
+    /// [`ValkeyConfig::allow_eviction`] let an evicting server through.
+    pub fn durability(&self) -> &Durability {
+        &self.inner.durability
     }
 
     /// The path in use.
@@ -384,6 +454,34 @@ impl ValkeyStrategy {
         })
     }
 
+    /// With [`ValkeyConfig::wait_for_replicas`]: `WAIT replicas timeout` on
+    /// the connection (and Cluster node: `key`'s) that ran the last script,
+    /// which answers how many replicas acknowledged this client's writes so
+    /// far. `Err` says why fewer than asked did (or that the answer was lost).
+    async fn wait_for_replicas(&self, key: &str) -> Result<(), String> {
+        let Some((replicas, timeout)) = self.inner.config.wait else {
+            return Ok(());
+        };
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let hash = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+        match self
+            .call::<i64>(
+                "WAIT",
+                hash,
+                vec![i64::from(replicas).into(), ms.to_string().into()],
+            )
+            .await
+        {
+            Ok(n) if n >= i64::from(replicas) => Ok(()),
+            Ok(n) => Err(format!(
+                "only {n} of {replicas} replicas acknowledged it within {timeout:?}"
+            )),
+            Err(f) => Err(format!("WAIT for {replicas} replicas failed: {}", f.text())),
+        }
+    }
+
     fn unsupported(&self) -> AcquireError {
         AcquireError::UnsupportedServer {
             what: format!(
@@ -397,40 +495,94 @@ impl ValkeyStrategy {
     }
 }
 
-fn ttl_ms(ttl: Duration) -> Option<String> {
-    let ms = ttl.as_millis();
-    (ms >= 1).then(|| ms.min(i64::MAX as u128).to_string())
+/// The TTL in whole milliseconds, as sent to the server (`PX`), and the
+/// TTL that applies: the requested one floored to the millisecond (the
+/// server keeps expiries in milliseconds).
+fn ttl_ms(ttl: Duration) -> Option<(String, Duration)> {
+    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    (ms >= 1).then(|| (ms.to_string(), Duration::from_millis(ms)))
 }
 
-/// A claim script's answer: `{slot, fence, floor}` (the floor as a decimal
-/// string, exact for every `u64`), or -1 when the pool is full.
-fn parse_claim(v: &Value) -> Option<Option<(u32, u64, Floor)>> {
+/// A `u64` from an integer or a decimal string reply.
+fn as_u64(v: &Value) -> Option<u64> {
     match v {
-        Value::Integer(-1) => Some(None),
-        Value::Array(items) if items.len() == 3 => {
-            let slot = u32::try_from(items[0].as_i64()?).ok()?;
-            let fence = u64::try_from(items[1].as_i64()?).ok()?;
-            let floor = match &items[2] {
-                Value::String(s) => s.parse().ok()?,
-                Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok()?,
-                Value::Integer(n) => u64::try_from(*n).ok()?,
-                _ => return None,
-            };
-            Some(Some((slot, fence, Floor(floor))))
+        Value::String(s) => s.parse().ok(),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::Integer(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+/// The server's `TIME` (seconds, microseconds) as a time since the Unix
+/// epoch.
+fn store_time(secs: &Value, micros: &Value) -> Option<Duration> {
+    let micros = as_u64(micros).filter(|m| *m < 1_000_000)?;
+    Some(Duration::from_secs(as_u64(secs)?) + Duration::from_micros(micros))
+}
+
+/// What a claim script answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Claim {
+    Granted {
+        slot: u32,
+        fence: u64,
+        floor: Floor,
+        at: Duration,
+    },
+    Full,
+    FencesLost,
+}
+
+/// A claim script's answer: `{slot, fence, floor, secs, micros}` (the floor
+/// as a decimal string, exact for every `u64`; the server's `TIME`), -1 when
+/// the pool is full, -2 when its fences hash was lost.
+fn parse_claim(v: &Value) -> Option<Claim> {
+    match v {
+        Value::Integer(-1) => Some(Claim::Full),
+        Value::Integer(-2) => Some(Claim::FencesLost),
+        Value::Array(items) if items.len() == 5 => Some(Claim::Granted {
+            slot: u32::try_from(items[0].as_i64()?).ok()?,
+            fence: u64::try_from(items[1].as_i64()?).ok()?,
+            floor: Floor(as_u64(&items[2])?),
+            at: store_time(&items[3], &items[4])?,
+        }),
+        _ => None,
+    }
+}
+
+/// A renewal script's answer: `{1, secs, micros}` when renewed (the server's
+/// `TIME`), 0 when not held.
+fn parse_renewal(v: &Value) -> Option<Option<Duration>> {
+    match v {
+        Value::Integer(0) => Some(None),
+        Value::Array(items) if items.len() == 3 && items[0].as_i64() == Some(1) => {
+            Some(Some(store_time(&items[1], &items[2])?))
         }
         _ => None,
     }
 }
 
+/// One `CONFIG GET name` answer's value: `[name, value]` (RESP2) or
+/// `{name: value}` (RESP3); `None` when the server does not know the name.
+fn config_value(v: &Value) -> Option<String> {
+    let value = match v {
+        Value::Array(items) => items.get(1)?,
+        Value::Map(map) => map.values().next()?,
+        _ => return None,
+    };
+    value.as_string()
+}
+
 impl Strategy for ValkeyStrategy {
     async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
-        let Some(ttl) = ttl_ms(pool.ttl()) else {
+        let Some((ttl, applied)) = ttl_ms(pool.ttl()) else {
             return Err(AcquireError::Misconfigured {
                 what: format!("ttl {:?} is below the store's 1 ms resolution", pool.ttl()),
                 fix: format!("use a ttl of at least {:?}", Self::MIN_TTL),
             });
         };
         let keys = self.keys(pool.name());
+        let fences_key = keys.fences.clone();
         let token = Token::random();
         let ceiling = ceiling.unix_millis().to_string();
         let result = match self.inner.path {
@@ -473,7 +625,8 @@ impl Strategy for ValkeyStrategy {
                 what: format!("{} refused the claim: {r}", self.inner.server),
                 fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
                       the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
-                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL) on the pool's keys"
+                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL, TIME) on the pool's keys (and \
+                      WAIT with ValkeyConfig::wait_for_replicas, CONFIG GET at connect)"
                     .into(),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
@@ -486,12 +639,45 @@ impl Strategy for ValkeyStrategy {
             },
         })?;
         match parse_claim(&value) {
-            Some(Some((slot, fence, floor))) => {
-                Ok(Grant::new(slot, token, Fence(fence), pool.ttl()).with_floor(floor))
+            Some(Claim::Granted {
+                slot,
+                fence,
+                floor,
+                at,
+            }) => {
+                let grant = Grant::new(slot, token, Fence(fence), applied)
+                    .with_floor(floor)
+                    .with_store_time(at);
+                if let Err(why) = self.wait_for_replicas(&fences_key).await {
+                    // Not on enough replicas: a failover could forget it.
+                    // Nothing was issued under it, so the floor goes back.
+                    let _ = self.release(pool, &grant, grant.floor).await;
+                    return Err(AcquireError::Unreachable(Reason::new(format!(
+                        "claimed slot {slot} but {why}; released it"
+                    ))));
+                }
+                Ok(grant)
             }
-            Some(None) => Err(AcquireError::PoolExhausted {
+            Some(Claim::Full) => Err(AcquireError::PoolExhausted {
                 pool: pool.name().to_string(),
                 size: pool.size(),
+            }),
+            Some(Claim::FencesLost) => Err(AcquireError::Misconfigured {
+                what: format!(
+                    "the fences hash {fences_key} of pool {} was lost (evicted, deleted, or not \
+                     replicated before a failover) while leases of the pool remained: fences \
+                     would restart at 1 and floors at 0, below what earlier holders used, so \
+                     {} grants no slot of this pool",
+                    pool.name(),
+                    self.inner.server
+                ),
+                fix: format!(
+                    "keep the server from losing data (maxmemory-policy noeviction; AOF or RDB; \
+                     WAIT for replicas), then restore {fences_key} from a backup, or set every \
+                     slot's fence above any fence used before (HSET {fences_key} <slot> <n>) and \
+                     its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>), and \
+                     delete the marker (HDEL {fences_key} lost)"
+                ),
             }),
             None => Err(AcquireError::Misconfigured {
                 what: format!("unexpected answer to the claim script: {value:?}"),
@@ -501,10 +687,11 @@ impl Strategy for ValkeyStrategy {
     }
 
     async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
-        let Some(ttl) = ttl_ms(pool.ttl()) else {
+        let Some((ttl, applied)) = ttl_ms(pool.ttl()) else {
             return Renewal::Lost(Reason::new("ttl below 1 ms"));
         };
         let keys = self.keys(pool.name());
+        let fences_key = keys.fences.clone();
         let slot = grant.slot.to_string();
         let ceiling = ceiling.unix_millis().to_string();
         let result: Result<Value, Failure> = match self.inner.path {
@@ -531,14 +718,17 @@ impl Strategy for ValkeyStrategy {
                 .await
             }
         };
-        match result {
-            Ok(Value::Integer(1)) => Renewal::renewed(pool.ttl()),
-            Ok(Value::Integer(0)) => Renewal::Lost(Reason::new(format!(
+        match result.as_ref().map(parse_renewal) {
+            Ok(Some(Some(at))) => match self.wait_for_replicas(&fences_key).await {
+                Ok(()) => Renewal::renewed(applied).with_store_time(at),
+                Err(why) => Renewal::Retry(Reason::new(format!("renewed, but {why}"))),
+            },
+            Ok(Some(None)) => Renewal::Lost(Reason::new(format!(
                 "slot {} is no longer held by this token (expired, taken or revoked)",
                 grant.slot
             ))),
-            Ok(other) => Renewal::Retry(Reason::new(format!(
-                "unexpected answer to the renewal: {other:?}"
+            Ok(None) => Renewal::Retry(Reason::new(format!(
+                "unexpected answer to the renewal: {result:?}"
             ))),
             Err(Failure::Rejected(r)) => {
                 Renewal::Lost(Reason::new(format!("the server rejected the renewal: {r}")))
@@ -590,5 +780,52 @@ impl Strategy for ValkeyStrategy {
 
     fn identity(&self) -> String {
         self.inner.identity.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applied_ttl_is_floored_to_the_millisecond() {
+        let (px, applied) = ttl_ms(Duration::from_micros(1_500_999)).expect("above 1 ms");
+        assert_eq!(px, "1500");
+        assert_eq!(applied, Duration::from_millis(1500));
+        assert!(ttl_ms(Duration::from_micros(999)).is_none());
+    }
+
+    #[test]
+    fn answers_carry_the_server_time() {
+        let s = |v: &str| Value::from(v);
+        let claim = Value::Array(vec![
+            Value::Integer(3),
+            Value::Integer(7),
+            s("18446744073709551615"),
+            s("1700000000"),
+            s("250000"),
+        ]);
+        assert_eq!(
+            parse_claim(&claim),
+            Some(Claim::Granted {
+                slot: 3,
+                fence: 7,
+                floor: Floor(u64::MAX),
+                at: Duration::from_millis(1_700_000_000_250),
+            })
+        );
+        assert_eq!(parse_claim(&Value::Integer(-1)), Some(Claim::Full));
+        assert_eq!(parse_claim(&Value::Integer(-2)), Some(Claim::FencesLost));
+        let renewed = Value::Array(vec![Value::Integer(1), s("1700000001"), s("5")]);
+        assert_eq!(
+            parse_renewal(&renewed),
+            Some(Some(Duration::new(1_700_000_001, 5_000)))
+        );
+        assert_eq!(parse_renewal(&Value::Integer(0)), Some(None));
+        // An old script's bare 1 (or microseconds out of range) is not a
+        // renewal this version understands.
+        assert_eq!(parse_renewal(&Value::Integer(1)), None);
+        let bad = Value::Array(vec![Value::Integer(1), s("1"), s("1000000")]);
+        assert_eq!(parse_renewal(&bad), None);
     }
 }

@@ -1,0 +1,145 @@
+//! What the server keeps of the leases: eviction, persistence, replication.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What the server's configuration, read at connect (`CONFIG GET`), says
+/// about keeping the pool's keys. `None` fields are unknown: `CONFIG` is
+/// disabled, renamed or denied (managed services often do that).
+///
+/// See the crate README's durability table for what each setting guarantees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Durability {
+    /// `maxmemory-policy`: anything but `noeviction` may evict leases and the
+    /// fences hash.
+    pub maxmemory_policy: Option<String>,
+    /// The policy may evict and [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
+    /// accepted it.
+    pub eviction_allowed: bool,
+    /// `appendonly`: the append-only file (AOF) is on.
+    pub appendonly: Option<bool>,
+    /// `appendfsync`: `always`, `everysec` or `no`.
+    pub appendfsync: Option<String>,
+    /// `save`: the RDB snapshot schedule (empty: no snapshots).
+    pub save: Option<String>,
+    /// The `WAIT` after claims and renewals: replicas and timeout.
+    pub wait: Option<(u32, Duration)>,
+}
+
+impl Durability {
+    /// Nothing known (before the probe, or with `CONFIG` unavailable).
+    pub(crate) fn unknown(wait: Option<(u32, Duration)>) -> Self {
+        Self {
+            maxmemory_policy: None,
+            eviction_allowed: false,
+            appendonly: None,
+            appendfsync: None,
+            save: None,
+            wait,
+        }
+    }
+
+    /// Whether the policy may evict keys (`None`: unknown).
+    pub fn evicts(&self) -> Option<bool> {
+        self.maxmemory_policy
+            .as_deref()
+            .map(|p| !p.eq_ignore_ascii_case("noeviction"))
+    }
+
+    /// Whether the server persists what it acknowledged (AOF or RDB
+    /// snapshots; `None`: unknown).
+    pub fn persists(&self) -> Option<bool> {
+        match (self.appendonly, self.save.as_deref()) {
+            (Some(true), _) => Some(true),
+            (_, Some(save)) if !save.trim().is_empty() => Some(true),
+            (Some(false), Some(_)) => Some(false),
+            _ => None,
+        }
+    }
+
+    /// The warning to show when the server may lose leases by eviction
+    /// (set only when [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
+    /// let the connection through).
+    pub fn warning(&self) -> Option<String> {
+        let policy = self.maxmemory_policy.as_deref()?;
+        self.eviction_allowed.then(|| {
+            format!(
+                "WARNING: maxmemory-policy is {policy}: the server may evict a lease (two \
+                 holders of one slot) or the fences hash (the pool's fences and floors; claims \
+                 then refuse); set maxmemory-policy noeviction"
+            )
+        })
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let unknown = "unknown";
+        write!(
+            f,
+            "maxmemory-policy {}",
+            self.maxmemory_policy.as_deref().unwrap_or(unknown)
+        )?;
+        match self.appendonly {
+            Some(true) => write!(
+                f,
+                ", AOF on (appendfsync {})",
+                self.appendfsync.as_deref().unwrap_or(unknown)
+            )?,
+            Some(false) => f.write_str(", AOF off")?,
+            None => f.write_str(", AOF unknown")?,
+        }
+        match self.save.as_deref() {
+            Some(s) if s.trim().is_empty() => f.write_str(", RDB snapshots off")?,
+            Some(s) => write!(f, ", RDB snapshots (save {s:?})")?,
+            None => f.write_str(", RDB snapshots unknown")?,
+        }
+        if self.persists() == Some(false) {
+            f.write_str(" (a restart loses leases, fences and floors)")?;
+        }
+        match self.wait {
+            Some((n, t)) => write!(f, ", WAIT {n} replicas within {t:?}")?,
+            None => f.write_str(", no WAIT")?,
+        }
+        if let Some(w) = self.warning() {
+            write!(f, "; {w}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_settings() {
+        let mut d = Durability::unknown(None);
+        assert_eq!(d.evicts(), None);
+        assert_eq!(d.persists(), None);
+        assert!(d.to_string().starts_with("maxmemory-policy unknown"));
+        d.maxmemory_policy = Some("allkeys-lru".into());
+        d.appendonly = Some(false);
+        d.save = Some(String::new());
+        assert_eq!(d.evicts(), Some(true));
+        assert_eq!(d.persists(), Some(false));
+        assert_eq!(d.warning(), None);
+        d.eviction_allowed = true;
+        let text = d.to_string();
+        assert!(
+            text.contains("WARNING") && text.contains("allkeys-lru"),
+            "{text}"
+        );
+        assert!(text.contains("a restart loses"), "{text}");
+        d.appendonly = Some(true);
+        d.appendfsync = Some("always".into());
+        d.wait = Some((1, Duration::from_millis(100)));
+        let text = d.to_string();
+        assert!(text.contains("AOF on (appendfsync always)"), "{text}");
+        assert!(text.contains("WAIT 1 replicas"), "{text}");
+        assert_eq!(d.persists(), Some(true));
+        d.maxmemory_policy = Some("noeviction".into());
+        assert_eq!(d.evicts(), Some(false));
+    }
+}
