@@ -107,6 +107,9 @@ impl SqlConfig {
     /// crash without a renewal, or a whole claim, that a holder still relies
     /// on, and would hand that slot out again. With the guard, claims on such
     /// a server grant nothing until the server has been up for the pool's TTL
+    /// plus twice the default `max_clock_skew` (2 s: the floor a lost renewal
+    /// raised is lost too, so the next holder must start later than anything
+    /// the previous run's holders could stamp on a clock within the skew bound)
     /// (PostgreSQL `pg_postmaster_start_time()`, MySQL/MariaDB `Uptime`,
     /// checked inside the claim statement), when every lease of its previous
     /// run has expired; meanwhile acquisition answers the retryable

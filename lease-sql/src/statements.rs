@@ -103,9 +103,15 @@ impl Statements {
 
     /// The restart guard's microseconds until grants resume, for leases of
     /// `ttl` (see [`Dialect::resume_in_micros`]), when the guard is on.
+    ///
+    /// The guard spans the TTL plus twice the default `max_clock_skew`: the
+    /// floor a lost renewal would have raised may be lost too, so a new
+    /// holder must start later, on any clock within the skew bound, than the
+    /// last timestamp the previous run's holders could issue.
     pub(crate) fn resume_in<D: Dialect>(&self, ttl: std::time::Duration) -> Option<String> {
         if self.guarded {
-            D::resume_in_micros(ttl, &self.version)
+            let span = ttl + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
+            D::resume_in_micros(span, &self.version)
         } else {
             None
         }

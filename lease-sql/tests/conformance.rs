@@ -437,7 +437,8 @@ async fn claims_and_renewals_report_the_servers_time(b: Arc<Sql>) -> Result<(), 
 /// resume. These servers started seconds ago, so a pool with a TTL of an
 /// hour is held back and one of 100 ms is not (once the server has been up
 /// for a second: MariaDB counts its uptime in whole seconds). SQLite needs
-/// no guard.
+/// no guard. (The guard spans the TTL plus twice the default
+/// `max_clock_skew`, 2 s.)
 async fn the_restart_guard_holds_grants_for_a_ttl_after_the_server_started(
     b: Arc<Sql>,
 ) -> Result<(), String> {
@@ -455,9 +456,10 @@ async fn the_restart_guard_holds_grants_for_a_ttl_after_the_server_started(
         (Engine::Sqlite, other) => return Err(format!("SQLite needs no guard: {other:?}")),
         (_, Err(e @ AcquireError::StoreRestarted { resume_in })) => {
             ensure!(e.is_retryable(), "StoreRestarted must be retryable");
+            let span = hour + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
             ensure!(
-                resume_in > Duration::ZERO && resume_in <= hour,
-                "grants resume in {resume_in:?}, for a TTL of {hour:?}"
+                resume_in > Duration::ZERO && resume_in <= span,
+                "grants resume in {resume_in:?}, for a TTL of {hour:?} (span {span:?})"
             );
             ensure!(
                 e.to_string().contains("restarted"),
