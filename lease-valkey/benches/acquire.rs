@@ -83,6 +83,7 @@ async fn claim_script(url: &str, method: Method) -> Run {
         strategies.push(
             ValkeyStrategy::connect(
                 ValkeyConfig::new(url)
+                    .restart_guard(false)
                     .method(method)
                     .op_timeout(Duration::from_secs(10)),
             )
@@ -202,9 +203,13 @@ struct ScanCost {
 }
 
 async fn scan_cost(url: &str, size: u32, held: u32) -> ScanCost {
-    let s = ValkeyStrategy::connect(ValkeyConfig::new(url).method(Method::Hsetex))
-        .await
-        .expect("connect");
+    let s = ValkeyStrategy::connect(
+        ValkeyConfig::new(url)
+            .restart_guard(false)
+            .method(Method::Hsetex),
+    )
+    .await
+    .expect("connect");
     let pool = PoolSpec::new(fresh_pool_name(), size, TTL).expect("pool");
     let keys = s.keys(pool.name());
     let fill = |from: u32, to: u32| {

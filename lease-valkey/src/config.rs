@@ -44,6 +44,7 @@ pub struct ValkeyConfig {
     pub(crate) op_timeout: Duration,
     pub(crate) allow_eviction: bool,
     pub(crate) wait: Option<(u32, Duration)>,
+    pub(crate) restart_guard: bool,
 }
 
 impl std::fmt::Debug for ValkeyConfig {
@@ -56,6 +57,7 @@ impl std::fmt::Debug for ValkeyConfig {
             .field("op_timeout", &self.op_timeout)
             .field("allow_eviction", &self.allow_eviction)
             .field("wait", &self.wait)
+            .field("restart_guard", &self.restart_guard)
             .finish()
     }
 }
@@ -72,7 +74,26 @@ impl ValkeyConfig {
             op_timeout: DEFAULT_OP_TIMEOUT,
             allow_eviction: false,
             wait: None,
+            restart_guard: true,
         }
+    }
+
+    /// The restart guard (default on). A server that does not write every
+    /// acknowledged write to disk before answering (anything but `appendonly
+    /// yes` with `appendfsync always`, or settings `CONFIG GET` cannot read)
+    /// comes back from a restart without leases, fences and floors it had
+    /// acknowledged, and would hand a slot to a second holder while the first
+    /// still generates. With the guard, the claim script grants nothing until
+    /// the server has been up (`INFO server` `uptime_in_seconds`, read inside
+    /// the script) for the pool's TTL plus twice the default
+    /// `max_clock_skew`, answering the retryable `AcquireError::StoreRestarted`
+    /// meanwhile; renewals go on. A server with `appendfsync always` gets no
+    /// guard. Turn it off only for a server that is never restarted while
+    /// leases are held (a throwaway test server): every first start waits
+    /// out one guard span too.
+    pub fn restart_guard(mut self, on: bool) -> Self {
+        self.restart_guard = on;
+        self
     }
 
     /// The namespace of every key: 1 to 64 characters of `A-Z a-z 0-9 _ - . :`.

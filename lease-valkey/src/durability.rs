@@ -58,6 +58,17 @@ impl Durability {
         }
     }
 
+    /// Whether every acknowledged write is on disk before the answer: AOF on
+    /// with `appendfsync always` (false when unknown). Anything less lets a
+    /// restart forget leases, so the restart guard applies.
+    pub fn keeps_every_write(&self) -> bool {
+        self.appendonly == Some(true)
+            && self
+                .appendfsync
+                .as_deref()
+                .is_some_and(|f| f.eq_ignore_ascii_case("always"))
+    }
+
     /// The warning to show when the server may lose leases by eviction
     /// (set only when [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
     /// let the connection through).

@@ -96,12 +96,33 @@ end
     };
 }
 
+/// The restart guard (issue 17): `restarted(guard_ms)` answers the ms
+/// until grants may resume — the server's `uptime_in_seconds` (from `INFO
+/// server`, which scripts may call) below `guard_ms` — or 0. A server that
+/// can forget what it acknowledged may come back without a lease a holder
+/// still relies on; no claim succeeds until every lease of its previous run
+/// has expired. `guard_ms` 0: no guard (a durable server, or turned off).
+macro_rules! guard_function {
+    () => {
+        r"
+local function restarted(guard_ms)
+  if guard_ms <= 0 then return 0 end
+  local info = redis.call('INFO', 'server')
+  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') or 0
+  if up * 1000 >= guard_ms then return 0 end
+  return guard_ms - up * 1000
+end
+"
+    };
+}
+
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
 /// token hex, ceiling (Unix ms), slot key prefix (the script path's,
-/// `{<prefix>:<pool>}:slot:`, same hash tag). Returns `{slot, fence, floor,
-/// secs, micros}` (the floor the slot had before, a decimal string; the
-/// server's `TIME`), -1 when every slot is held, or -2 when the fences hash
-/// was lost (see `fences_functions`).
+/// `{<prefix>:<pool>}:slot:`, same hash tag), restart guard ms. Returns
+/// `{slot, fence, floor, secs, micros}` (the floor the slot had before, a
+/// decimal string; the server's `TIME`), -1 when every slot is held, -2 when
+/// the fences hash was lost (see `fences_functions`), or `{-3, ms}` while the
+/// restart guard holds (see `guard_function`).
 ///
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
 ///   is held: answer at once, without a scan. (Fields whose TTL ran out but
@@ -122,8 +143,11 @@ const CLAIM_HSETEX: &str = concat!(
     floor_functions!(),
     clock_function!(),
     fences_functions!(),
+    guard_function!(),
     r"
 local size = tonumber(ARGV[1])
+local wait = restarted(tonumber(ARGV[6]) or 0)
+if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[2], KEYS[1], ARGV[5], size) then return -2 end
 if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
 local start = tonumber(redis.call('HGET', KEYS[2], 'next') or '0') or 0
@@ -233,21 +257,25 @@ return n
 
 /// Script path, claim. KEYS: fences hash, leases hash (the HSETEX path's).
 /// ARGV: size, ttl ms, token hex, slot key prefix (`{<prefix>:<pool>}:slot:`,
-/// the fences hash's hash tag), ceiling (Unix ms). `SET NX PX` on slot keys
+/// the fences hash's hash tag), ceiling (Unix ms), restart guard ms. `SET NX PX` on slot keys
 /// from the hint `next` on, wrapping, skipping slots whose field exists in
 /// the leases hash (held by a process on the HSETEX path, after an in-place
 /// upgrade), until one succeeds; then moves the hint, bumps the fence and
 /// raises the floor to the ceiling. Returns `{slot, fence, floor, secs,
 /// micros}` (the floor before, a decimal string; the server's `TIME`), -1
-/// when every slot is held, or -2 when the fences hash was lost (see
+/// when every slot is held, `{-3, ms}` while the restart guard holds, or -2
+/// when the fences hash was lost (see
 /// `fences_functions`). (No cheap count of live slot keys exists here, so a
 /// full pool costs a full scan.)
 const CLAIM_SCRIPTS: &str = concat!(
     floor_functions!(),
     clock_function!(),
     fences_functions!(),
+    guard_function!(),
     r"
 local size = tonumber(ARGV[1])
+local wait = restarted(tonumber(ARGV[6]) or 0)
+if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[1], KEYS[2], ARGV[4], size) then return -2 end
 local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
 if start >= size then start = 0 end

@@ -351,6 +351,19 @@ impl ValkeyStrategy {
         &self.inner.durability
     }
 
+    /// The restart guard's span for leases of `ttl`, in ms (0: no guard):
+    /// the TTL plus twice the default `max_clock_skew`, since the floors a
+    /// restart forgets are gone too. Only a server that keeps every
+    /// acknowledged write (`appendonly yes`, `appendfsync always`) goes
+    /// without it.
+    fn guard_ms(&self, ttl: Duration) -> u64 {
+        if !self.inner.config.restart_guard || self.inner.durability.keeps_every_write() {
+            return 0;
+        }
+        let span = ttl + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
+        u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// The path in use.
     pub fn path(&self) -> ActivePath {
         self.inner.path
@@ -531,6 +544,8 @@ enum Claim {
     },
     Full,
     FencesLost,
+    /// The restart guard holds for this many ms.
+    Restarted(u64),
 }
 
 /// A claim script's answer: `{slot, fence, floor, secs, micros}` (the floor
@@ -540,6 +555,9 @@ fn parse_claim(v: &Value) -> Option<Claim> {
     match v {
         Value::Integer(-1) => Some(Claim::Full),
         Value::Integer(-2) => Some(Claim::FencesLost),
+        Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-3) => {
+            Some(Claim::Restarted(u64::try_from(items[1].as_i64()?).ok()?))
+        }
         Value::Array(items) if items.len() == 5 => Some(Claim::Granted {
             slot: u32::try_from(items[0].as_i64()?).ok()?,
             fence: u64::try_from(items[1].as_i64()?).ok()?,
@@ -585,6 +603,7 @@ impl Strategy for ValkeyStrategy {
         let fences_key = keys.fences.clone();
         let token = Token::random();
         let ceiling = ceiling.unix_millis().to_string();
+        let guard = self.guard_ms(pool.ttl()).to_string();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),
             ActivePath::Hsetex => {
@@ -597,6 +616,7 @@ impl Strategy for ValkeyStrategy {
                         token.to_hex(),
                         ceiling,
                         keys.slot_prefix,
+                        guard,
                     ],
                 )
                 .await
@@ -611,6 +631,7 @@ impl Strategy for ValkeyStrategy {
                         token.to_hex(),
                         keys.slot_prefix,
                         ceiling,
+                        guard,
                     ],
                 )
                 .await
@@ -658,6 +679,9 @@ impl Strategy for ValkeyStrategy {
                 }
                 Ok(grant)
             }
+            Some(Claim::Restarted(ms)) => Err(AcquireError::StoreRestarted {
+                resume_in: Duration::from_millis(ms),
+            }),
             Some(Claim::Full) => Err(AcquireError::PoolExhausted {
                 pool: pool.name().to_string(),
                 size: pool.size(),

@@ -33,9 +33,14 @@ struct Valkey {
 }
 
 impl Valkey {
+    /// The test servers keep nothing on disk and start seconds before the
+    /// tests, so the restart guard would hold every claim for a TTL; they are
+    /// never restarted while these tests hold leases, so the guard is off
+    /// here (and in every config below but the guard's own test).
     async fn strategy(&self, method: Method) -> Result<ValkeyStrategy, String> {
         ValkeyStrategy::connect(
             ValkeyConfig::new(&self.url)
+                .restart_guard(false)
                 .key_prefix(&self.prefix)
                 .method(method),
         )
@@ -60,6 +65,7 @@ impl Backend for Valkey {
         Box::pin(async move {
             let s = ValkeyStrategy::connect(
                 ValkeyConfig::new(url)
+                    .restart_guard(false)
                     .key_prefix(&self.prefix)
                     .method(self.method)
                     .op_timeout(op_timeout),
@@ -544,6 +550,7 @@ async fn connect_errors_are_prompt_and_typed(_b: Arc<Valkey>) -> Outcome {
         Duration::from_secs(2),
         ValkeyStrategy::connect(
             ValkeyConfig::new(format!("redis://127.0.0.1:{port}"))
+                .restart_guard(false)
                 .op_timeout(Duration::from_millis(500)),
         ),
     )
@@ -553,8 +560,12 @@ async fn connect_errors_are_prompt_and_typed(_b: Arc<Valkey>) -> Outcome {
         matches!(r, Err(leasehold_valkey::ValkeyError::Unreachable { .. })),
         "closed port answered {r:?}"
     );
-    let r =
-        ValkeyStrategy::connect(ValkeyConfig::new("redis://127.0.0.1:1").key_prefix("a{b}")).await;
+    let r = ValkeyStrategy::connect(
+        ValkeyConfig::new("redis://127.0.0.1:1")
+            .restart_guard(false)
+            .key_prefix("a{b}"),
+    )
+    .await;
     ensure!(
         matches!(r, Err(leasehold_valkey::ValkeyError::Config(_))),
         "bad prefix answered {r:?}"
@@ -896,6 +907,126 @@ impl Drop for OwnServer {
     }
 }
 
+/// Issue 17: on a server that keeps nothing on disk, the restart guard
+/// grants nothing until the server has been up for the pool's TTL plus twice
+/// the default `max_clock_skew`, answering the retryable `StoreRestarted`
+/// with the time left, read inside the claim script; a pool with a short TTL
+/// is granted once the server has been up long enough, and renewals are never
+/// held back. A server with `appendfsync always` gets no guard.
+async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome {
+    let s = ValkeyStrategy::connect(
+        ValkeyConfig::new(&b.url)
+            .key_prefix(&b.prefix)
+            .method(b.method),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let hour = Duration::from_secs(3600);
+    let span = hour + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
+    match s.acquire(&fresh_pool(2, hour)?, Floor::NONE).await {
+        Err(e @ AcquireError::StoreRestarted { resume_in }) => {
+            ensure!(e.is_retryable(), "StoreRestarted must be retryable");
+            ensure!(
+                resume_in > Duration::ZERO && resume_in <= span,
+                "grants resume in {resume_in:?} for a span of {span:?}"
+            );
+        }
+        other => {
+            return Err(format!(
+                "a server without persistence, up for less than the TTL, granted: {other:?}"
+            ));
+        }
+    }
+    let short = fresh_pool(2, Duration::from_millis(100))?;
+    let start = std::time::Instant::now();
+    let grant = loop {
+        match s.acquire(&short, Floor::NONE).await {
+            Ok(g) => break g,
+            Err(AcquireError::StoreRestarted { .. })
+                if start.elapsed() < Duration::from_secs(15) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("a 100 ms pool after the guard: {e}")),
+        }
+    };
+    let r = s.renew(&short, &grant, Floor::NONE).await;
+    ensure!(
+        !matches!(r, Renewal::Lost(_)),
+        "a renewal under the guard answered {r:?}"
+    );
+    drop(s);
+    // A server that writes every acknowledged write to disk needs no guard.
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let own = OwnServer::start(
+        bin,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+        &[],
+    )?;
+    let durable = ValkeyStrategy::connect(ValkeyConfig::new(&own.url).method(b.method))
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        durable.durability().keeps_every_write(),
+        "appendfsync always not seen: {}",
+        durable.durability()
+    );
+    durable
+        .acquire(&fresh_pool(2, hour)?, Floor::NONE)
+        .await
+        .map_err(|e| format!("a durable server held a claim back: {e}"))?;
+    Ok(())
+}
+
+/// Issue 12 item 9: the password in the URL never shows — not in `Debug` of
+/// the config or the strategy, not in `identity()`, not in an error (a wrong
+/// password, an unreachable server), not in any span or event of a manager
+/// holding, renewing and releasing.
+async fn the_password_never_shows(b: Arc<Valkey>) -> Outcome {
+    use leasehold_conformance::secrets::{self, Secret, Shown};
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let secret = Secret::new();
+    let mut shown = Shown::new(&secret);
+    let _ = secrets::capture();
+    let own = OwnServer::start(bin, &["--requirepass", secret.as_str()], &[])?;
+    let authed = own.url.replacen(
+        "redis://",
+        &format!("redis://default:{}@", secret.as_str()),
+        1,
+    );
+    let config = ValkeyConfig::new(&authed)
+        .method(b.method)
+        .restart_guard(false);
+    shown.debug("ValkeyConfig", &config);
+    let s = ValkeyStrategy::connect(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    shown.debug("ValkeyStrategy", &s);
+    secrets::exercise(Arc::new(s), &mut shown).await?;
+    let wrong = own.url.replacen(
+        "redis://",
+        &format!("redis://default:{}x@", secret.as_str()),
+        1,
+    );
+    match ValkeyStrategy::connect(ValkeyConfig::new(&wrong).op_timeout(Duration::from_secs(2)))
+        .await
+    {
+        Ok(_) => return Err("a wrong password was accepted".into()),
+        Err(e) => {
+            shown.both("ValkeyError (wrong password)", &e);
+        }
+    }
+    let dead = format!("redis://default:{}@127.0.0.1:1", secret.as_str());
+    match ValkeyStrategy::connect(ValkeyConfig::new(&dead).op_timeout(Duration::from_secs(2))).await
+    {
+        Ok(_) => return Err("connected to port 1".into()),
+        Err(e) => {
+            shown.both("ValkeyError (unreachable)", &e);
+        }
+    }
+    shown.traces().verdict()
+}
+
 /// A server whose `maxmemory-policy` may evict keys is refused at connect
 /// with an error that names the setting and the fix, and accepted with
 /// `allow_eviction(true)`, which records the warning; a server with
@@ -904,7 +1035,7 @@ impl Drop for OwnServer {
 async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
     let bin = b.binary.as_deref().ok_or("no local server binary")?;
     let own = OwnServer::start(bin, &["--maxmemory-policy", "allkeys-lru"], &[])?;
-    let r = ValkeyStrategy::connect(ValkeyConfig::new(&own.url)).await;
+    let r = ValkeyStrategy::connect(ValkeyConfig::new(&own.url).restart_guard(false)).await;
     match &r {
         Err(e @ ValkeyError::Eviction { policy, .. }) => {
             let msg = e.to_string();
@@ -918,9 +1049,13 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
         }
         other => return Err(format!("an allkeys-lru server answered {other:?}")),
     }
-    let s = ValkeyStrategy::connect(ValkeyConfig::new(&own.url).allow_eviction(true))
-        .await
-        .map_err(|e| format!("with allow_eviction(true): {e}"))?;
+    let s = ValkeyStrategy::connect(
+        ValkeyConfig::new(&own.url)
+            .restart_guard(false)
+            .allow_eviction(true),
+    )
+    .await
+    .map_err(|e| format!("with allow_eviction(true): {e}"))?;
     let d = s.durability();
     ensure!(
         d.evicts() == Some(true) && d.eviction_allowed && d.warning().is_some(),
@@ -934,7 +1069,7 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
     drop(s);
 
     let own = OwnServer::start(bin, &["--rename-command", "CONFIG", ""], &[])?;
-    let s = ValkeyStrategy::connect(ValkeyConfig::new(&own.url))
+    let s = ValkeyStrategy::connect(ValkeyConfig::new(&own.url).restart_guard(false))
         .await
         .map_err(|e| format!("without CONFIG: {e}"))?;
     let d = s.durability();
@@ -970,6 +1105,7 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
 async fn wait_without_replicas_refuses(b: Arc<Valkey>) -> Outcome {
     let config = || {
         ValkeyConfig::new(&b.url)
+            .restart_guard(false)
             .key_prefix(&b.prefix)
             .method(b.method)
     };
@@ -1054,9 +1190,13 @@ async fn store_clock_jump_loses_the_lease(b: Arc<Valkey>) -> Outcome {
         ],
     )?;
     let outcome = async {
-        let s = ValkeyStrategy::connect(ValkeyConfig::new(&server.url).method(b.method))
-            .await
-            .map_err(|e| e.to_string())?;
+        let s = ValkeyStrategy::connect(
+            ValkeyConfig::new(&server.url)
+                .restart_guard(false)
+                .method(b.method),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         let gate: Arc<OnceLock<LeaseGate>> = Arc::new(OnceLock::new());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(LossEvent, Option<bool>)>();
         let seen = gate.clone();
@@ -1143,7 +1283,11 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         wait_without_replicas_refuses,
     );
     let t = if find_binary(kind).is_some() {
-        trials!(t; evicting_server_is_refused_unless_allowed)
+        trials!(t;
+            evicting_server_is_refused_unless_allowed,
+            the_restart_guard_holds_grants_after_a_start,
+            the_password_never_shows,
+        )
     } else {
         t
     };
