@@ -621,9 +621,11 @@ struct Guard {
     child: Option<Child>,
     /// A command that stops the server (for daemons such as `pg_ctl start`).
     stop: Option<Vec<std::ffi::OsString>>,
-    /// The daemon's PID file (PostgreSQL's `postmaster.pid`): its first line
-    /// is the PID to make sure of after `stop`.
-    pid_file: Option<PathBuf>,
+    /// The daemon's lock files: first its PID file (PostgreSQL's
+    /// `postmaster.pid`), whose first line is the PID to make sure of after
+    /// `stop`, then any other (the socket's). A daemon killed with SIGKILL
+    /// leaves them behind, and they would stop it from starting again.
+    lock_files: Vec<PathBuf>,
     dir: PathBuf,
     /// How to start the server again: for one started from a local binary.
     relaunch: Option<Relaunch>,
@@ -670,7 +672,7 @@ impl Guard {
         let Some(stop) = self.stop.take() else {
             return Ok(());
         };
-        let pid = self.pid_file.as_deref().and_then(read_pid);
+        let pid = self.lock_files.first().and_then(|f| read_pid(f));
         let stopped = stop.split_first().map(|(program, args)| {
             Command::new(program)
                 .args(args)
@@ -682,28 +684,68 @@ impl Guard {
             // No PID file: the daemon was not running.
             return Ok(());
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while alive(pid) {
-            if Instant::now() >= deadline {
-                // The immediate stop did not do it (or did not run): SIGKILL.
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-                let deadline = Instant::now() + READY_WAIT;
-                while alive(pid) {
-                    if Instant::now() >= deadline {
-                        return Err(format!(
-                            "server process {pid} survived SIGKILL (stop: {stopped:?})"
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if gone_within(&[pid], Duration::from_secs(10)) {
+            return Ok(());
         }
-        Ok(())
+        // The immediate stop did not do it (or could not run): SIGKILL the
+        // daemon and its children, which would otherwise keep its shared
+        // memory and stop it from starting again.
+        let mut pids = children(pid);
+        pids.push(pid);
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .args(pids.iter().map(u32::to_string))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if gone_within(&pids, READY_WAIT) {
+            // It could not remove its lock files, and a killed daemon may
+            // stay a zombie (when nothing reaps it) that the next start would
+            // take for a running server.
+            for file in &self.lock_files {
+                let _ = std::fs::remove_file(file);
+            }
+            Ok(())
+        } else {
+            self.stop = Some(stop);
+            Err(format!(
+                "server processes {pids:?} survived SIGKILL (the stop command: {stopped:?})"
+            ))
+        }
     }
+}
+
+/// Whether every process of `pids` is gone within `wait`.
+fn gone_within(pids: &[u32], wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        if !pids.iter().any(|&p| alive(p)) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| {
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
 }
 
 /// The PID on the first line of a PID file.
@@ -1035,7 +1077,7 @@ fn start_local(kind: ServerKind, bin: &Path, settings: Settings) -> Result<Serve
     let mut guard = Guard {
         child: None,
         stop: None,
-        pid_file: None,
+        lock_files: Vec::new(),
         dir,
         relaunch: Some(Relaunch {
             start,
@@ -1102,7 +1144,10 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
     stop_cmd.extend(["-D".into(), data.clone().into_os_string()]);
     stop_cmd.extend(["-m", "immediate", "-w", "stop"].map(Into::into));
     l.guard.stop = Some(stop_cmd);
-    l.guard.pid_file = Some(data.join("postmaster.pid"));
+    l.guard.lock_files = vec![
+        data.join("postmaster.pid"),
+        l.dir.join(format!(".s.PGSQL.{}.lock", l.port)),
+    ];
     let wait = READY_WAIT.as_secs().to_string();
     run(as_user(bindir.join("pg_ctl"))
         .arg("-D")
@@ -1302,7 +1347,7 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
                 guard: Some(Guard {
                     child: None,
                     stop: None,
-                    pid_file: None,
+                    lock_files: Vec::new(),
                     dir,
                     relaunch: None,
                     _container: Some(std::sync::Mutex::new(container)),
@@ -1335,7 +1380,7 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
         guard: Some(Guard {
             child: None,
             stop: None,
-            pid_file: None,
+            lock_files: Vec::new(),
             dir: std::env::temp_dir().join("leasehold-none"),
             relaunch: None,
             _container: Some(std::sync::Mutex::new(Box::new(container))),
@@ -1367,6 +1412,21 @@ mod tests {
             "{}",
             server.describe()
         );
+    }
+
+    /// What `Server::kill` falls back on for a daemon that survives its stop.
+    #[test]
+    fn children_and_liveness_are_read_from_proc() {
+        if !Path::new("/proc/self/stat").exists() {
+            return;
+        }
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pid = child.id();
+        assert!(alive(pid));
+        assert!(children(std::process::id()).contains(&pid));
+        let _ = child.kill();
+        child.wait().expect("wait");
+        assert!(gone_within(&[pid], Duration::from_secs(5)));
     }
 
     /// One command over RESP; the reply's first line.
