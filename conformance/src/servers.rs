@@ -4,6 +4,12 @@
 //! directory → testcontainers when a Docker daemon answers (feature
 //! `testcontainers`). What was used is reported loudly; when nothing works the
 //! error names every piece that was tried and how to supply one.
+//!
+//! A server started from a local binary is started with the [`Settings`]
+//! asked for at provisioning ([`provide_with`]; [`provide`] is
+//! [`Settings::Fast`]), and can be crashed ([`Server::kill`]) and started
+//! again on the same data ([`Server::restart`]): what survives is what the
+//! settings promise.
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -36,6 +42,89 @@ pub fn labels() -> Vec<&'static str> {
 /// install` puts them in `target/servers/venv`), one per row that has one.
 pub fn wheels() -> Vec<&'static str> {
     KINDS.iter().filter_map(|k| k.wheel).collect()
+}
+
+/// How a server this process starts treats the writes it acknowledged, chosen
+/// at provisioning ([`provide_with`]). What matters for the tests is a crash of
+/// the server *process* ([`Server::kill`]): the kernel keeps what the server
+/// handed it, so a write survives a kill once the server has written it out,
+/// fsynced or not; it is lost if it was still in the server's own buffers.
+/// (A power cut of the machine also loses what was written but not fsynced;
+/// these settings are not tested against that.)
+///
+/// Only servers started from a local binary get these settings. A URL from
+/// the environment runs as its operator configured it, a container with its
+/// image's defaults: [`Server::settings`] is `None` for both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Settings {
+    /// Tuned for speed; for tests that never restart a store (the behaviour
+    /// suite, benchmarks). What a kill loses, per family:
+    /// - PostgreSQL: `fsync=off`. Commits are written to the kernel before
+    ///   they are acknowledged, so a process crash loses none (an OS crash
+    ///   could).
+    /// - MariaDB: `--innodb-flush-log-at-trx-commit=0`: the redo log is
+    ///   written out about once a second, so a crash loses up to the last
+    ///   second of acknowledged transactions.
+    /// - Redis and Valkey: no persistence (`--save '' --appendonly no`): a
+    ///   restart starts empty.
+    /// - etcd: etcd's own defaults (every commit fsynced), as [`Durable`](Self::Durable).
+    #[default]
+    Fast,
+    /// Every acknowledged write survives a crash of the server process (and
+    /// is fsynced, so it would survive a power cut too). For tests that
+    /// restart a store and rely on what it acknowledged.
+    /// - PostgreSQL: `fsync=on`, `synchronous_commit=on`, `full_page_writes=on`.
+    /// - MariaDB: `--innodb-flush-log-at-trx-commit=1` (`--sync-binlog=1`
+    ///   would be needed too if the binary log were on; it is skipped,
+    ///   `--skip-log-bin`).
+    /// - Redis and Valkey: the append-only file, fsynced before every reply:
+    ///   `--appendonly yes --appendfsync always`, no RDB snapshots
+    ///   (`--save ''`).
+    /// - etcd: etcd's own defaults (every commit fsynced before it is
+    ///   acknowledged).
+    Durable,
+    /// Loses acknowledged writes when the process crashes: for tests of what
+    /// guards against a store that restarts with amnesia (a fence or floor
+    /// going back, a lease forgotten). Measured with `pg_ctl stop -m
+    /// immediate` and SIGKILL (see the crate's CHANGELOG):
+    /// - PostgreSQL: `synchronous_commit=off` with `wal_writer_delay=10000ms`
+    ///   (the largest allowed) and `fsync=on`: commits are acknowledged
+    ///   before their WAL leaves the server's shared buffers, which the WAL
+    ///   writer writes out only every 10 s (up to three times that in the
+    ///   worst case), so an immediate shutdown loses the commits of the last
+    ///   seconds (rows inserted 0.5, 1, 3 and 6 s before the kill were all
+    ///   gone after the restart).
+    /// - MariaDB: `--innodb-flush-log-at-trx-commit=0` with
+    ///   `--innodb-flush-log-at-timeout=2700` (the largest allowed): the redo
+    ///   log is written out when its buffer fills, a DDL statement or a page
+    ///   flush forces it, or after 45 minutes; rows inserted 0, 1, 3, 6 and
+    ///   12 s before a SIGKILL were all gone after the restart.
+    /// - Redis and Valkey: no persistence (`--save '' --appendonly no`): a
+    ///   restart starts empty.
+    /// - etcd: refused — no setting makes etcd lose acknowledged writes on a
+    ///   process crash (`--unsafe-no-fsync` loses them only on an OS crash).
+    ///
+    /// Something else may write the log out first (a checkpoint, a DDL
+    /// statement, a page flush): a test may count on the last writes before a
+    /// kill being *at risk*, not on exactly which of them are lost.
+    Lossy,
+}
+
+impl Settings {
+    /// `fast`, `durable` or `lossy`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Fast => "fast",
+            Self::Durable => "durable",
+            Self::Lossy => "lossy",
+        }
+    }
+}
+
+impl fmt::Display for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Where the server binary of a kind is found on this machine.
@@ -389,6 +478,9 @@ pub struct Server {
     pub version: String,
     /// Where it came from.
     pub origin: Origin,
+    /// The settings it was started with; `None` when they were not ours to
+    /// choose (a URL from the environment, a container).
+    settings: Option<Settings>,
     guard: Option<Guard>,
 }
 
@@ -443,9 +535,73 @@ impl Server {
         detached
     }
 
-    /// One line for reports: `redis8 8.2.3 (local binary /path)`.
+    /// One line for reports: `redis8 8.2.3 (local binary /path; durable)`.
     pub fn describe(&self) -> String {
-        format!("{} {} ({})", self.kind, self.version, self.origin)
+        let settings = match (self.settings, &self.origin) {
+            (Some(s), _) => s.name(),
+            (None, Origin::Container(_)) => "image defaults",
+            (None, _) => "settings unknown",
+        };
+        format!(
+            "{} {} ({}; {settings})",
+            self.kind, self.version, self.origin
+        )
+    }
+
+    /// The settings this server was started with ([`provide_with`]); `None`
+    /// for a URL from the environment or a container, which run as they were
+    /// configured.
+    pub fn settings(&self) -> Option<Settings> {
+        self.settings
+    }
+
+    /// Whether [`Server::kill`] and [`Server::restart`] work on this server:
+    /// only on one this process started from a local binary.
+    pub fn can_restart(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.relaunch.is_some())
+    }
+
+    /// Crashes the server as a power cut would crash its process: nothing is
+    /// flushed or shut down cleanly, so what survives is what its
+    /// [`Settings`] had made the server write out. PostgreSQL is stopped with
+    /// `pg_ctl stop -m immediate` (every process quits at once; the postmaster
+    /// named in `postmaster.pid` is then SIGKILLed if it is still there),
+    /// MariaDB, Redis, Valkey and etcd get SIGKILL. Returns once the server
+    /// process is gone. Killing a server that is down does nothing.
+    ///
+    /// Only for a server this process started from a local binary: for a URL
+    /// from the environment or a container it is an error that says so.
+    pub fn kill(&mut self) -> Result<(), String> {
+        self.local_guard()?.kill()
+    }
+
+    /// Starts the server again, on the same data directory, port and
+    /// settings, and waits (60 s at most) until it accepts connections (a
+    /// Redis or Valkey answers `PING`, having loaded its data). A server still
+    /// running is killed first, as by [`Server::kill`]. The server is still
+    /// stopped, and its data directory removed, when this value is dropped.
+    ///
+    /// Only for a server this process started from a local binary: for a URL
+    /// from the environment or a container it is an error that says so.
+    pub fn restart(&mut self) -> Result<(), String> {
+        let guard = self.local_guard()?;
+        guard.kill()?;
+        guard.start()
+    }
+
+    fn local_guard(&mut self) -> Result<&mut Guard, String> {
+        let (kind, origin) = (self.kind, self.origin.clone());
+        self.guard
+            .as_mut()
+            .filter(|g| g.relaunch.is_some())
+            .ok_or_else(|| {
+                format!(
+                    "{kind} from {origin}: restarts need a server this process started from a \
+                     local binary ({}); unset {} to have one started",
+                    kind.install_hint(),
+                    kind.env_var()
+                )
+            })
     }
 }
 
@@ -456,6 +612,7 @@ impl fmt::Debug for Server {
             .field("url", &self.url)
             .field("version", &self.version)
             .field("origin", &self.origin)
+            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
@@ -464,9 +621,151 @@ struct Guard {
     child: Option<Child>,
     /// A command that stops the server (for daemons such as `pg_ctl start`).
     stop: Option<Vec<std::ffi::OsString>>,
+    /// The daemon's lock files: first its PID file (PostgreSQL's
+    /// `postmaster.pid`), whose first line is the PID to make sure of after
+    /// `stop`, then any other (the socket's). A daemon killed with SIGKILL
+    /// leaves them behind, and they would stop it from starting again.
+    lock_files: Vec<PathBuf>,
     dir: PathBuf,
+    /// How to start the server again: for one started from a local binary.
+    relaunch: Option<Relaunch>,
     #[cfg(feature = "testcontainers")]
     _container: Option<std::sync::Mutex<Box<dyn std::any::Any + Send>>>,
+}
+
+/// What starting a local server again takes.
+#[derive(Clone)]
+struct Relaunch {
+    start: StartLocal,
+    bin: PathBuf,
+    port: u16,
+    settings: Settings,
+}
+
+impl Guard {
+    /// Starts (or starts again) the server of `self.relaunch`.
+    fn start(&mut self) -> Result<(), String> {
+        let r = self
+            .relaunch
+            .clone()
+            .ok_or("not a server started from a local binary")?;
+        (r.start)(&mut Local {
+            bin: &r.bin,
+            log: self.dir.join("server.log"),
+            dir: self.dir.clone(),
+            port: r.port,
+            settings: r.settings,
+            guard: self,
+        })
+    }
+
+    /// Kills the server without letting it flush or shut down; returns once
+    /// its process is gone.
+    fn kill(&mut self) -> Result<(), String> {
+        if let Some(mut child) = self.child.take() {
+            // SIGKILL; an error means it has already exited.
+            let _ = child.kill();
+            child
+                .wait()
+                .map_err(|e| format!("waiting for the killed server: {e}"))?;
+        }
+        let Some(stop) = self.stop.take() else {
+            return Ok(());
+        };
+        let pid = self.lock_files.first().and_then(|f| read_pid(f));
+        let stopped = stop.split_first().map(|(program, args)| {
+            Command::new(program)
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+        });
+        let Some(pid) = pid else {
+            // No PID file: the daemon was not running.
+            return Ok(());
+        };
+        if gone_within(&[pid], Duration::from_secs(10)) {
+            return Ok(());
+        }
+        // The immediate stop did not do it (or could not run): SIGKILL the
+        // daemon and its children, which would otherwise keep its shared
+        // memory and stop it from starting again.
+        let mut pids = children(pid);
+        pids.push(pid);
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .args(pids.iter().map(u32::to_string))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if gone_within(&pids, READY_WAIT) {
+            // It could not remove its lock files, and a killed daemon may
+            // stay a zombie (when nothing reaps it) that the next start would
+            // take for a running server.
+            for file in &self.lock_files {
+                let _ = std::fs::remove_file(file);
+            }
+            Ok(())
+        } else {
+            self.stop = Some(stop);
+            Err(format!(
+                "server processes {pids:?} survived SIGKILL (the stop command: {stopped:?})"
+            ))
+        }
+    }
+}
+
+/// Whether every process of `pids` is gone within `wait`.
+fn gone_within(pids: &[u32], wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        if !pids.iter().any(|&p| alive(p)) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| {
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// The PID on the first line of a PID file.
+fn read_pid(file: &Path) -> Option<u32> {
+    std::fs::read_to_string(file)
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether process `pid` exists (and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
 }
 
 impl Drop for Guard {
@@ -523,8 +822,19 @@ impl fmt::Display for Missing {
 
 impl std::error::Error for Missing {}
 
-/// Runs the provider chain for `kind`. Prints one loud line saying what was used.
+/// Runs the provider chain for `kind`, starting a local binary with
+/// [`Settings::Fast`]: for tests that never restart the store. Prints one loud
+/// line saying what was used.
 pub fn provide(kind: ServerKind) -> Result<Server, Missing> {
+    provide_with(kind, Settings::Fast)
+}
+
+/// Runs the provider chain for `kind`, starting a local binary with
+/// `settings` (see [`Settings`] for what each means per family and which tests
+/// may use it). A URL from the environment is used as it is, and a container
+/// runs with its image's defaults: [`Server::settings`] is `None` then, and the
+/// server cannot be restarted. Prints one loud line saying what was used.
+pub fn provide_with(kind: ServerKind, settings: Settings) -> Result<Server, Missing> {
     let mut tried = Vec::new();
     let var = kind.env_var();
     match std::env::var(var) {
@@ -534,6 +844,7 @@ pub fn provide(kind: ServerKind) -> Result<Server, Missing> {
                 version: "(external)".into(),
                 url,
                 origin: Origin::Env(var),
+                settings: None,
                 guard: None,
             };
             eprintln!("leasehold: {kind}: using {} from ${var}", server.url);
@@ -542,7 +853,7 @@ pub fn provide(kind: ServerKind) -> Result<Server, Missing> {
         _ => tried.push(format!("${var}: unset")),
     }
     match find_binary(kind) {
-        Some(bin) => match start_local(kind, &bin) {
+        Some(bin) => match start_local(kind, &bin, settings) {
             Ok(server) => {
                 eprintln!("leasehold: {kind}: started {}", server.describe());
                 return Ok(server);
@@ -728,12 +1039,19 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// What a family's start function works with.
+/// How long a local server may take to accept connections, after a start or
+/// a restart (crash recovery included). Generous: the machine may be loaded.
+const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// What a family's start function works with. The same function starts the
+/// server again after [`Server::kill`]: it then finds its data directory
+/// initialised and reuses it.
 struct Local<'a> {
     bin: &'a Path,
     dir: PathBuf,
     port: u16,
     log: PathBuf,
+    settings: Settings,
     guard: &'a mut Guard,
 }
 
@@ -749,33 +1067,35 @@ impl Local<'_> {
     }
 }
 
-fn start_local(kind: ServerKind, bin: &Path) -> Result<Server, String> {
+fn start_local(kind: ServerKind, bin: &Path, settings: Settings) -> Result<Server, String> {
     let launch = kind.row().launch;
     let start = launch
         .local
         .ok_or_else(|| format!("no local {kind} binary is supported"))?;
     let dir = temp_dir(kind).map_err(|e| e.to_string())?;
+    let port = free_port();
     let mut guard = Guard {
         child: None,
         stop: None,
-        dir: dir.clone(),
+        lock_files: Vec::new(),
+        dir,
+        relaunch: Some(Relaunch {
+            start,
+            bin: bin.to_path_buf(),
+            port,
+            settings,
+        }),
         #[cfg(feature = "testcontainers")]
         _container: None,
     };
-    let port = free_port();
     let version = version_of(bin, "--version");
-    start(&mut Local {
-        bin,
-        log: dir.join("server.log"),
-        dir,
-        port,
-        guard: &mut guard,
-    })?;
+    guard.start()?;
     Ok(Server {
         kind,
         url: launch.url_at(port),
         version,
         origin: Origin::Binary(bin.to_path_buf()),
+        settings: Some(settings),
         guard: Some(guard),
     })
 }
@@ -793,48 +1113,73 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
             Command::new(program)
         }
     };
-    if is_root() {
-        run(Command::new("chown").args(["-R", "postgres"]).arg(&l.dir))?;
+    // A restart finds the cluster initialised.
+    if !data.join("PG_VERSION").is_file() {
+        if is_root() {
+            run(Command::new("chown").args(["-R", "postgres"]).arg(&l.dir))?;
+        }
+        run(as_user(bindir.join("initdb")).arg("-D").arg(&data).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+        ]))?;
     }
-    run(as_user(bindir.join("initdb")).arg("-D").arg(&data).args([
-        "-U",
-        "postgres",
-        "--auth=trust",
-        "-E",
-        "UTF8",
-        "--locale=C.UTF-8",
-    ]))?;
+    let settings = match l.settings {
+        Settings::Fast => "-c fsync=off",
+        Settings::Durable => "-c fsync=on -c synchronous_commit=on -c full_page_writes=on",
+        Settings::Lossy => "-c fsync=on -c synchronous_commit=off -c wal_writer_delay=10000ms",
+    };
     let opts = format!(
-        "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=600",
+        "-p {} -k {} -c listen_addresses=127.0.0.1 {settings} -c max_connections=600",
         l.port,
         l.dir.display()
     );
+    // Set before starting, so that a start that times out is stopped too.
+    let stop = as_user(bindir.join("pg_ctl"));
+    let mut stop_cmd = vec![stop.get_program().to_owned()];
+    stop_cmd.extend(stop.get_args().map(ToOwned::to_owned));
+    stop_cmd.extend(["-D".into(), data.clone().into_os_string()]);
+    stop_cmd.extend(["-m", "immediate", "-w", "stop"].map(Into::into));
+    l.guard.stop = Some(stop_cmd);
+    l.guard.lock_files = vec![
+        data.join("postmaster.pid"),
+        l.dir.join(format!(".s.PGSQL.{}.lock", l.port)),
+    ];
+    let wait = READY_WAIT.as_secs().to_string();
     run(as_user(bindir.join("pg_ctl"))
         .arg("-D")
         .arg(&data)
         .arg("-l")
         .arg(&l.log)
-        .args(["-w", "-o", &opts, "start"]))?;
-    let stop = as_user(bindir.join("pg_ctl"));
-    let mut stop_cmd = vec![stop.get_program().to_owned()];
-    stop_cmd.extend(stop.get_args().map(ToOwned::to_owned));
-    stop_cmd.extend(["-D".into(), data.into_os_string()]);
-    stop_cmd.extend(["-m", "immediate", "-w", "stop"].map(Into::into));
-    l.guard.stop = Some(stop_cmd);
-    Ok(())
+        .args(["-w", "-t", &wait, "-o", &opts, "start"]))
 }
 
 fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
     let data = l.dir.join("data");
-    let install = on_path("mariadb-install-db").ok_or("mariadb-install-db not found")?;
-    run(Command::new(install)
-        .arg("--no-defaults")
-        .arg(format!("--datadir={}", data.display()))
-        .args([
-            "--user=root",
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-        ]))?;
+    // A restart finds the data directory installed.
+    if !data.join("mysql").is_dir() {
+        let install = on_path("mariadb-install-db").ok_or("mariadb-install-db not found")?;
+        run(Command::new(install)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args([
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ]))?;
+    }
+    let settings: &[&str] = match l.settings {
+        Settings::Fast => &["--innodb-flush-log-at-trx-commit=0"],
+        // With the binary log on, durability would also take --sync-binlog=1.
+        Settings::Durable => &["--innodb-flush-log-at-trx-commit=1"],
+        Settings::Lossy => &[
+            "--innodb-flush-log-at-trx-commit=0",
+            "--innodb-flush-log-at-timeout=2700",
+        ],
+    };
     let child = Command::new(l.bin)
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
@@ -843,18 +1188,14 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
         .arg(format!("--socket={}", l.dir.join("sock").display()))
         .arg(format!("--pid-file={}", l.dir.join("pid").display()))
         .arg(format!("--log-error={}", l.log.display()))
-        .args([
-            "--user=root",
-            "--skip-log-bin",
-            "--max-connections=1000",
-            "--innodb-flush-log-at-trx-commit=0",
-        ])
+        .args(["--user=root", "--skip-log-bin", "--max-connections=1000"])
+        .args(settings)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| e.to_string())?;
     l.guard.child = Some(child);
-    wait_for_port(l.port, &mut l.guard.child, Duration::from_secs(30), &l.log)?;
+    wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
     let client = on_path("mariadb")
         .or_else(|| on_path("mysql"))
         .ok_or("mariadb client not found")?;
@@ -865,17 +1206,14 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
 }
 
 fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
+    let persistence: &[&str] = match l.settings {
+        Settings::Fast | Settings::Lossy => &["--appendonly", "no"],
+        Settings::Durable => &["--appendonly", "yes", "--appendfsync", "always"],
+    };
     let child = Command::new(l.bin)
-        .args([
-            "--port",
-            &l.port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
+        .args(["--port", &l.port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(persistence)
         .arg("--dir")
         .arg(&l.dir)
         .stdout(l.log_file())
@@ -883,10 +1221,44 @@ fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
         .spawn()
         .map_err(|e| e.to_string())?;
     l.guard.child = Some(child);
-    wait_for_port(l.port, &mut l.guard.child, Duration::from_secs(15), &l.log)
+    let start = Instant::now();
+    wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
+    // The port opens before the data is loaded (`-LOADING` until then).
+    while !redis_pongs(l.port) {
+        if start.elapsed() > READY_WAIT {
+            return Err(format!(
+                "no PONG on port {} after {READY_WAIT:?}: {}",
+                l.port,
+                tail(&l.log)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Whether a Redis or Valkey on `port` answers `PING` with `+PONG`.
+fn redis_pongs(port: u16) -> bool {
+    use std::io::{BufRead, BufReader, Write};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    stream.write_all(b"PING\r\n").is_ok()
+        && BufReader::new(stream).read_line(&mut line).is_ok()
+        && line.trim_end() == "+PONG"
 }
 
 fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
+    if l.settings == Settings::Lossy {
+        return Err(
+            "etcd has no setting that loses acknowledged writes on a process crash \
+                    (it fsyncs every commit; --unsafe-no-fsync loses writes only on an OS crash)"
+                .into(),
+        );
+    }
     let (port, peer) = (l.port, free_port());
     let child = Command::new(l.bin)
         .args(["--name", "n0", "--data-dir"])
@@ -903,7 +1275,7 @@ fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
         .spawn()
         .map_err(|e| e.to_string())?;
     l.guard.child = Some(child);
-    wait_for_port(port, &mut l.guard.child, Duration::from_secs(30), &l.log)
+    wait_for_port(port, &mut l.guard.child, READY_WAIT, &l.log)
 }
 
 /// Probes for a Docker daemon without waiting on it.
@@ -971,10 +1343,13 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
                 url,
                 version: tag.to_owned(),
                 origin: Origin::Container(format!("{image}:{tag}")),
+                settings: None,
                 guard: Some(Guard {
                     child: None,
                     stop: None,
+                    lock_files: Vec::new(),
                     dir,
+                    relaunch: None,
                     _container: Some(std::sync::Mutex::new(container)),
                 }),
             });
@@ -1001,10 +1376,13 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
         url: launch.url_at(host_port),
         version: tag.to_owned(),
         origin: Origin::Container(format!("{image}:{tag}")),
+        settings: None,
         guard: Some(Guard {
             child: None,
             stop: None,
+            lock_files: Vec::new(),
             dir: std::env::temp_dir().join("leasehold-none"),
+            relaunch: None,
             _container: Some(std::sync::Mutex::new(Box::new(container))),
         }),
     })
@@ -1013,6 +1391,110 @@ fn start_container(kind: ServerKind) -> Result<Server, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn restarts_need_a_local_binary() {
+        let mut server = Server {
+            kind: ServerKind::Redis7,
+            url: "redis://127.0.0.1:1".into(),
+            version: "(external)".into(),
+            origin: Origin::Env(ServerKind::Redis7.env_var()),
+            settings: None,
+            guard: None,
+        };
+        assert!(!server.can_restart());
+        for e in [server.kill().unwrap_err(), server.restart().unwrap_err()] {
+            assert!(e.contains("local binary"), "{e}");
+            assert!(e.contains("LEASEHOLD_REDIS7_URL"), "{e}");
+        }
+        assert!(
+            server.describe().ends_with("settings unknown)"),
+            "{}",
+            server.describe()
+        );
+    }
+
+    /// What `Server::kill` falls back on for a daemon that survives its stop.
+    #[test]
+    fn children_and_liveness_are_read_from_proc() {
+        if !Path::new("/proc/self/stat").exists() {
+            return;
+        }
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pid = child.id();
+        assert!(alive(pid));
+        assert!(children(std::process::id()).contains(&pid));
+        let _ = child.kill();
+        child.wait().expect("wait");
+        assert!(gone_within(&[pid], Duration::from_secs(5)));
+    }
+
+    /// One command over RESP; the reply's first line.
+    fn redis(port: u16, args: &[&str]) -> String {
+        use std::io::{BufRead, BufReader, Write};
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let mut cmd = format!("*{}\r\n", args.len());
+        for a in args {
+            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        stream.write_all(cmd.as_bytes()).expect("send");
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("reply");
+        if line.starts_with('$') && line.trim_end() != "$-1" {
+            line.clear();
+            reader.read_line(&mut line).expect("bulk");
+        }
+        line.trim_end().to_owned()
+    }
+
+    /// A write a durable Redis acknowledged survives a kill and a restart on
+    /// the same port; a lossy one restarts empty. The server is stopped and its
+    /// directory removed on drop, after a restart too.
+    #[test]
+    fn a_killed_redis_restarts_with_what_its_settings_keep() {
+        let kind = ServerKind::Redis7;
+        if std::env::var_os(kind.env_var()).is_some() {
+            eprintln!(
+                "${} names a server: no local one to restart; skipped",
+                kind.env_var()
+            );
+            return;
+        }
+        if find_binary(kind).is_none() {
+            // Under CI a missing server is a failure, as everywhere.
+            assert!(
+                !crate::in_ci(),
+                "no local {kind} binary: {}",
+                kind.install_hint()
+            );
+            eprintln!("no local {kind} binary: skipped");
+            return;
+        }
+        for (settings, after) in [(Settings::Durable, "v"), (Settings::Lossy, "$-1")] {
+            let mut server = provide_with(kind, settings).expect("redis7");
+            assert!(
+                server.describe().ends_with(&format!("; {settings})")),
+                "{}",
+                server.describe()
+            );
+            assert_eq!(server.settings(), Some(settings));
+            let port = server.addr().expect("address").port();
+            let dir = server.guard.as_ref().expect("guard").dir.clone();
+            assert_eq!(redis(port, &["SET", "k", "v"]), "+OK");
+            let before = server.pid().expect("pid");
+            server.kill().expect("kill");
+            assert!(!alive(before), "{settings}: the killed server still runs");
+            server.kill().expect("killing a server that is down");
+            server.restart().expect("restart");
+            let pid = server.pid().expect("pid");
+            assert_ne!(pid, before);
+            assert_eq!(redis(port, &["GET", "k"]), after, "{settings}");
+            drop(server);
+            assert!(!alive(pid), "{settings}: still running after drop");
+            assert!(!dir.exists(), "{settings}: {} left behind", dir.display());
+        }
+    }
 
     #[test]
     fn every_kind_is_its_own_row() {
