@@ -21,8 +21,11 @@ impl Backend for InMemory {
         slot: u32,
     ) -> Option<BoxFuture<'a, Result<(), String>>> {
         Some(Box::pin(async move {
-            self.0.revoke(pool.name().as_str(), slot);
-            Ok(())
+            if self.0.revoke(pool.name().as_str(), slot) {
+                Ok(())
+            } else {
+                Err(format!("no live lease on slot {slot} to revoke"))
+            }
         }))
     }
 }

@@ -73,10 +73,29 @@ impl Memory {
         }
     }
 
-    /// Forgets every lease of `pool`'s slot, as if an operator deleted it behind
-    /// the holder's back (the fence and the floor are kept). For tests of loss
-    /// handling.
-    pub fn revoke(&self, pool: &str, slot: u32) {
+    /// Revokes the lease on `pool`'s `slot` as an operator would, without
+    /// ever granting the slot twice: a tombstone replaces the holder's token
+    /// and keeps the lease's expiry, so the holder's next renewal is `Lost`
+    /// and the slot is granted again (with a bigger fence, the floor kept)
+    /// only once the revoked lease would have ended. Returns whether a live
+    /// lease was revoked.
+    pub fn revoke(&self, pool: &str, slot: u32) -> bool {
+        let now = self.clock.now();
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        match pools.get_mut(pool).and_then(|p| p.get_mut(slot as usize)) {
+            Some(s) if s.token.is_some() && s.expires > now => {
+                s.token = Some(Token::from_bytes([0; 16]));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets the lease on `pool`'s `slot`, as if the store lost it (the
+    /// fence and the floor are kept): the slot is free at once while its
+    /// holder learns of the loss only at its next renewal. For tests of loss
+    /// handling; an operator revokes with [`Memory::revoke`].
+    pub fn forget(&self, pool: &str, slot: u32) {
         let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(s) = pools.get_mut(pool).and_then(|p| p.get_mut(slot as usize)) {
             s.token = None;

@@ -92,7 +92,7 @@ async fn callback_runs_after_the_gate_closed_then_reacquires() {
     let gate = manager.gate();
     gate_cell.set(gate.clone()).unwrap();
     let before = gate.view();
-    store.revoke("lost", before.slot);
+    store.forget("lost", before.slot);
     let mut rx = manager.subscribe();
     wait_for(&mut rx, |s| {
         matches!(s, LeaseState::Lost(_) | LeaseState::Acquiring)

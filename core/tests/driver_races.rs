@@ -146,7 +146,7 @@ async fn drop_racing_a_new_grant_never_reopens_the_gate() {
     let slot = gate.view().slot;
     // Take the lease away; the driver re-acquires and parks with the new grant.
     let (reached, resume) = hooked.after_acquire.arm();
-    memory.revoke("race-a", slot);
+    memory.forget("race-a", slot);
     meet(reached).await;
     drop(manager);
     meet(resume).await;
@@ -277,7 +277,7 @@ async fn a_panicking_loss_callback_does_not_stop_the_driver() {
     };
     let manager = LeaseManager::start(memory.clone(), cfg).await.unwrap();
     let before = manager.gate().view();
-    memory.revoke("race-d", before.slot);
+    memory.forget("race-d", before.slot);
     let gate = manager.gate();
     wait_until("a new lease after the panicking callback", || {
         gate.view().epoch > before.epoch && gate.check_now().is_ok()

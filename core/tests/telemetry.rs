@@ -95,7 +95,7 @@ fn spans_events_and_metrics_have_the_fields_and_no_secret() {
             .unwrap();
         manager.gate().note_refused();
         let epoch = manager.gate().view().epoch;
-        store.revoke("telemetry", slot);
+        store.forget("telemetry", slot);
         rx.wait_for(|s| {
             matches!(s, LeaseState::Held { .. }) && manager.gate().view().epoch > epoch
         })
