@@ -136,12 +136,18 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                         .to_owned(),
                 },
             })?;
-        let values: Vec<Option<String>> = (0..columns.len())
-            .map(|i| row.try_get::<Option<String>, _>(i).unwrap_or(None))
-            .collect();
+        // Every column of the row: the settings (as many as the dialect's
+        // query selects), then the guard's answer when there is a guard.
+        let values = (0..row.len())
+            .map(|i| row.try_get::<Option<String>, _>(i))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SqlError::Refused {
+                what: format!("reading the server's durability settings ({sql}): {e}"),
+                fix: "report this as a leasehold bug, with the server version".to_owned(),
+            })?;
         let settings_read: Vec<String> = values
             .iter()
-            .take(columns.len() - usize::from(guard.is_some()))
+            .take(values.len() - usize::from(guard.is_some()))
             .map(|v| v.clone().unwrap_or_default())
             .collect();
         self.info.durability = Durability {
