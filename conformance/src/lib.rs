@@ -8,6 +8,7 @@ mod backend;
 #[cfg(feature = "testcontainers")]
 mod k3s;
 pub mod proxy;
+pub mod restarts;
 mod runner;
 pub mod secrets;
 pub mod servers;

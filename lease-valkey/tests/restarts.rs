@@ -1,281 +1,49 @@
 //! Store restarts on Redis 8.2 (HSETEX path), Redis 7.0 and Valkey 8.1
-//! (script path): what a store acknowledged before it crashed (a fence, a
-//! floor, a lease) is there after it restarts. Each target has a private
-//! server provisioned [`Settings::Durable`] (the append-only file, fsynced
-//! before every reply), which only this binary uses, and its tests take turns
-//! with it, so that a restart disturbs no other test.
-//!
-//! Both tests fail on a store that forgets acknowledged writes: run against
-//! [`Settings::Lossy`] (no persistence), the fence comes back and a rival is
-//! granted the live lease.
+//! (script path) (`leasehold_conformance::restarts`): on a private
+//! [`Settings::Durable`] server (the append-only file, fsynced before every
+//! reply) a fence never repeats and a lease survives a crash; on a private
+//! [`Settings::Lossy`] one (no persistence) the restart guard keeps a second
+//! holder off the slot.
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use leasehold_conformance::servers::{Missing, Server, ServerKind, Settings, provide_with};
-use leasehold_conformance::suite::STARVED;
-use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
-use leasehold_core::{
-    AcquireError, BoxFuture, Floor, Grant, PoolSpec, Release, Renewal, StaticSlot,
-};
+use leasehold_conformance::Store;
+use leasehold_conformance::restarts::{Stores, target};
+use leasehold_conformance::servers::{ServerKind, Settings};
+use leasehold_core::BoxFuture;
 use leasehold_valkey::{ValkeyConfig, ValkeyStrategy};
 
-/// A Redis or Valkey on a server the tests may crash and restart.
-struct Restartable {
-    url: String,
-    /// The server. A test holds it for its whole run: the tests of one
-    /// target take turns, so that a restart disturbs no other test.
-    server: tokio::sync::Mutex<Server>,
-}
+struct Valkey;
 
-impl Restartable {
-    /// A strategy connected to the store (the path is probed, as in
-    /// production: HSETEX on Redis 8, scripts on the others).
-    async fn store(&self) -> Result<Store, String> {
-        let s = ValkeyStrategy::connect(ValkeyConfig::new(&self.url).key_prefix("lhrestart"))
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        Ok(Arc::new(s) as Store)
-    }
-}
-
-/// For the runner only, which picks the behaviours of the suite to run from
-/// the capabilities of the store `connect` gives: a fixed slot's, so that it
-/// picks none. The suite runs in the `conformance` binary, on servers of its
-/// own; here it would only repeat it, and be disturbed by the restarts.
-impl Backend for Restartable {
-    fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
-        Box::pin(async { Ok(Arc::new(StaticSlot::new(0)) as Store) })
-    }
-}
-
-/// A lease surely live until `sent + ttl`: the store counted its TTL from no
-/// earlier than when the request that granted or renewed it was sent.
-#[derive(Clone, Copy)]
-struct Live {
-    sent: Instant,
-    ttl: Duration,
-}
-
-impl Live {
-    fn until(self) -> Instant {
-        self.sent + self.ttl
-    }
-
-    /// `Ok` when `ok`; otherwise a failure if the lease was surely live when
-    /// the answer came, and a starved outcome (the machine stalled past the
-    /// TTL: the run proves nothing and is repeated) if it may have expired.
-    fn judge(self, ok: bool, msg: impl FnOnce() -> String) -> Outcome {
-        if ok {
-            return Ok(());
-        }
-        // Read after the answer: later than it, which can only turn a
-        // failure into a starved run, never the reverse.
-        let at = Instant::now();
-        if at < self.until() {
-            Err(msg())
-        } else {
-            Err(format!(
-                "{STARVED}{} (judged {:?} after the lease's request was sent; TTL {:?})",
-                msg(),
-                at - self.sent,
-                self.ttl
-            ))
-        }
-    }
-}
-
-/// Crashes the server as a power cut would its process, and starts it again
-/// on the same data.
-fn crash_and_restart(server: &mut Server) -> Outcome {
-    let what = server.describe();
-    tokio::task::block_in_place(|| {
-        server.kill().map_err(|e| format!("kill {what}: {e}"))?;
-        server.restart().map_err(|e| format!("restart {what}: {e}"))
-    })
-}
-
-/// Acquires on `s` until granted; a store that is unreachable for a moment,
-/// a pool still exhausted, or a store's restart guard only delay it.
-async fn acquire_after_expiry(s: &Store, pool: &PoolSpec, floor: Floor) -> Result<Grant, String> {
-    let mut deadline = Instant::now() + pool.ttl() * 4 + Duration::from_secs(30);
-    loop {
-        match s.acquire_dyn(pool, floor).await {
-            Ok(grant) => return Ok(grant),
-            Err(e) if e.is_retryable() && Instant::now() < deadline => {
-                if let AcquireError::StoreRestarted { resume_in } = e {
-                    deadline = deadline.max(Instant::now() + resume_in + Duration::from_secs(30));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => return Err(format!("no grant after the restart: {e}")),
-        }
-    }
-}
-
-/// A rival's acquisition while `live`: tried again while the store cannot be
-/// reached (it was just restarted), then returned as it answered.
-async fn rival_acquire(s: &Store, pool: &PoolSpec, live: Live) -> Result<Grant, AcquireError> {
-    loop {
-        let r = s.acquire_dyn(pool, Floor::NONE).await;
-        match r {
-            Err(AcquireError::Unreachable(_)) if Instant::now() < live.until() => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            r => return r,
-        }
-    }
-}
-
-/// The holder's renewal, tried again while it is uncertain (`Retry`) and the
-/// lease is surely live.
-async fn renew(s: &Store, pool: &PoolSpec, grant: &Grant, ceiling: Floor, live: Live) -> Renewal {
-    loop {
-        let r = s.renew_dyn(pool, grant, ceiling).await;
-        match r {
-            Renewal::Retry(_) if Instant::now() < live.until() => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            r => return r,
-        }
-    }
-}
-
-/// The fence a store hands out after a restart is bigger than every fence it
-/// acknowledged before, and the floor the holder reported before the crash
-/// is carried to the next holder: a restarted store never lets a new holder
-/// reissue what the old one may have issued.
-async fn a_fence_never_repeats_after_a_store_restart(b: Arc<Restartable>) -> Outcome {
-    let mut server = b.server.lock().await;
-    let pool = fresh_pool(1, Duration::from_secs(3))?;
-    let s = b.store().await?;
-    let sent = Instant::now();
-    let first = s
-        .acquire_dyn(&pool, Floor(1_000))
+async fn connect(url: &str) -> Result<ValkeyStrategy, String> {
+    // The path is probed, as in production: HSETEX on Redis 8, scripts on
+    // the others.
+    ValkeyStrategy::connect(ValkeyConfig::new(url).key_prefix("lhrestart"))
         .await
-        .map_err(|e| format!("acquire: {e}"))?;
-    let live = Live {
-        sent,
-        ttl: first.ttl,
-    };
-    let r = s.renew_dyn(&pool, &first, Floor(5_000)).await;
-    live.judge(matches!(r, Renewal::Renewed { .. }), || {
-        format!("the renewal before the crash answered {r:?}")
-    })?;
-    drop(s);
-    crash_and_restart(&mut server)?;
-    let s = b.store().await?;
-    let next = acquire_after_expiry(&s, &pool, Floor(6_000)).await?;
-    let r = s.release_dyn(&pool, &next, Floor(6_000)).await;
-    ensure!(
-        next.fence > first.fence,
-        "after the restart slot {} was granted with fence {}, not above the {} acknowledged \
-         before the crash",
-        next.slot,
-        next.fence,
-        first.fence
-    );
-    ensure!(
-        next.floor == Floor(5_000),
-        "after the restart the next grant carries floor {}, not the 5000 ms the renewal before \
-         the crash reported",
-        next.floor
-    );
-    ensure!(r == Release::Released, "the release answered {r:?}");
-    Ok(())
+        .map_err(|e| format!("connect: {e}"))
 }
 
-/// A holder's acknowledged renewal survives a crash of the store: after the
-/// restart its next renewal is `Renewed`, and no rival is granted its slot
-/// (a pool of one) while the lease is live.
-async fn a_durable_store_keeps_the_lease_across_a_restart(b: Arc<Restartable>) -> Outcome {
-    let mut server = b.server.lock().await;
-    // Long enough for a crash and a restart (the lease is released at the
-    // end, never waited out).
-    let pool = fresh_pool(1, Duration::from_secs(60))?;
-    let s = b.store().await?;
-    let sent = Instant::now();
-    let grant = s
-        .acquire_dyn(&pool, Floor(1_000))
-        .await
-        .map_err(|e| format!("acquire: {e}"))?;
-    let mut live = Live {
-        sent,
-        ttl: grant.ttl,
-    };
-    let sent = Instant::now();
-    let r = s.renew_dyn(&pool, &grant, Floor(2_000)).await;
-    live.judge(matches!(r, Renewal::Renewed { .. }), || {
-        format!("the renewal before the crash answered {r:?}")
-    })?;
-    if let Renewal::Renewed { ttl, .. } = r {
-        live = Live { sent, ttl };
+impl Stores for Valkey {
+    fn connect<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
+        Box::pin(async move { Ok(Arc::new(connect(url).await?) as Store) })
     }
-    drop(s);
-    crash_and_restart(&mut server)?;
-    let (holder, rival) = (b.store().await?, b.store().await?);
-    let no_grant = |r: &Result<Grant, AcquireError>| {
-        // A store's restart guard may refuse every grant for a while.
-        matches!(
-            r,
-            Err(AcquireError::PoolExhausted { .. } | AcquireError::StoreRestarted { .. })
-        )
-    };
-    let r = rival_acquire(&rival, &pool, live).await;
-    live.judge(no_grant(&r), || {
-        format!("a rival's acquisition after the restart, while the lease was live: {r:?}")
-    })?;
-    let sent = Instant::now();
-    let r = renew(&holder, &pool, &grant, Floor(3_000), live).await;
-    live.judge(matches!(r, Renewal::Renewed { .. }), || {
-        format!("the holder's renewal after the restart answered {r:?}")
-    })?;
-    if let Renewal::Renewed { ttl, .. } = r {
-        live = Live { sent, ttl };
-    }
-    let r = rival_acquire(&rival, &pool, live).await;
-    live.judge(no_grant(&r), || {
-        format!("a rival's acquisition after the renewal, while the lease was live: {r:?}")
-    })?;
-    let r = holder.release_dyn(&pool, &grant, Floor(3_000)).await;
-    live.judge(r == Release::Released, || {
-        format!("the release answered {r:?}")
-    })
-}
 
-/// A target on `kind`'s own durable server.
-fn target(kind: ServerKind) -> Target {
-    let label = format!("{}-restarts", kind.name());
-    let server = match provide_with(kind, Settings::Durable) {
-        Ok(server) => server,
-        Err(missing) => return Target::missing(label, missing),
-    };
-    if !server.can_restart() {
-        let tried = vec![format!(
-            "{}: restart tests need a server this process starts from a local binary",
-            server.describe()
-        )];
-        return Target::missing(label, Missing { kind, tried });
+    fn reports_lossy<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Option<bool>, String>> {
+        Box::pin(async move {
+            let s = connect(url).await?;
+            Ok(Some(!s.durability().keeps_every_write()))
+        })
     }
-    let describe = server.describe();
-    let backend = Restartable {
-        url: server.url.clone(),
-        server: tokio::sync::Mutex::new(server),
-    };
-    let t = Target::new(label, describe, Arc::new(backend));
-    trials!(t;
-        a_fence_never_repeats_after_a_store_restart,
-        a_durable_store_keeps_the_lease_across_a_restart,
-    )
 }
 
 fn main() -> ExitCode {
     // The servers live in the targets' backends and stop when the run ends.
-    leasehold_conformance::run(
-        [ServerKind::Redis8, ServerKind::Redis7, ServerKind::Valkey8]
-            .into_iter()
-            .map(target)
-            .collect(),
-    )
+    let mut targets = Vec::new();
+    for kind in [ServerKind::Redis8, ServerKind::Redis7, ServerKind::Valkey8] {
+        for settings in [Settings::Durable, Settings::Lossy] {
+            targets.push(target(kind, settings, Valkey));
+        }
+    }
+    leasehold_conformance::run(targets)
 }

@@ -1,0 +1,367 @@
+//! Store restarts, for every backend whose server this process can crash
+//! and start again (`Server::kill`, `Server::restart`): what a store
+//! acknowledged before it crashed (a fence, a floor, a lease) is there after
+//! it restarts on a [`Settings::Durable`] server, and on a
+//! [`Settings::Lossy`] one — which forgets — the restart guard keeps a second
+//! holder off the slot while the first may still generate (DESIGN.md rule
+//! 12). Each target has a private server only its binary uses; its tests take
+//! turns with it, so that a restart disturbs no other test.
+//!
+//! A backend's test binary implements [`Stores`] and calls [`target`] per
+//! server kind and setting.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold_core::{
+    AcquireError, BoxFuture, Floor, Grant, PoolSpec, Release, Renewal, StaticSlot,
+};
+
+use crate::servers::{Missing, Server, ServerKind, Settings, provide_with};
+use crate::suite::{Outcome, STARVED, fresh_pool};
+use crate::{Backend, Store, Target};
+
+/// How a backend reaches the store on a restartable server.
+pub trait Stores: Send + Sync + 'static {
+    /// A strategy connected to the store at `url`, with its defaults (the
+    /// restart guard on).
+    fn connect<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>>;
+
+    /// Makes `pool` ready on the store at `url` (tables, rows), with what it
+    /// created on disk, so that a crash cannot lose the schema itself.
+    fn prepare<'a>(
+        &'a self,
+        url: &'a str,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        let _ = (url, pool);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Whether the store reports that it can forget acknowledged writes
+    /// (`None`: it cannot tell).
+    fn reports_lossy<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Option<bool>, String>> {
+        let _ = url;
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A store on a server the tests may crash and restart.
+pub struct Restartable<S> {
+    stores: S,
+    url: String,
+    /// The server. A test holds it for its whole run: the tests of one
+    /// target take turns, so that a restart disturbs no other test.
+    server: tokio::sync::Mutex<Server>,
+}
+
+impl<S: Stores> Restartable<S> {
+    async fn store(&self) -> Result<Store, String> {
+        self.stores.connect(&self.url).await
+    }
+
+    async fn prepare(&self, pool: &PoolSpec) -> Result<(), String> {
+        self.stores.prepare(&self.url, pool).await
+    }
+}
+
+/// For the runner only, which picks the behaviours of the suite to run from
+/// the capabilities of the store `connect` gives: a fixed slot's, so that it
+/// picks none. The suite runs in the `conformance` binaries, on servers of
+/// their own; here it would only repeat it, and be disturbed by the restarts.
+impl<S: Stores> Backend for Restartable<S> {
+    fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async { Ok(Arc::new(StaticSlot::new(0)) as Store) })
+    }
+}
+
+/// A lease surely live until `sent + ttl`: the store counted its TTL from no
+/// earlier than when the request that granted or renewed it was sent.
+#[derive(Clone, Copy)]
+struct Live {
+    sent: Instant,
+    ttl: Duration,
+}
+
+impl Live {
+    fn until(self) -> Instant {
+        self.sent + self.ttl
+    }
+
+    /// `Ok` when `ok`; otherwise a failure if the lease was surely live when
+    /// the answer came, and a starved outcome (the machine stalled past the
+    /// TTL: the run proves nothing and is repeated) if it may have expired.
+    fn judge(self, ok: bool, msg: impl FnOnce() -> String) -> Outcome {
+        if ok {
+            return Ok(());
+        }
+        // Read after the answer: later than it, which can only turn a
+        // failure into a starved run, never the reverse.
+        let at = Instant::now();
+        if at < self.until() {
+            Err(msg())
+        } else {
+            Err(format!(
+                "{STARVED}{} (judged {:?} after the lease's request was sent; TTL {:?})",
+                msg(),
+                at - self.sent,
+                self.ttl
+            ))
+        }
+    }
+}
+
+/// Crashes the server as a power cut would its process, and starts it again
+/// on the same data.
+fn crash_and_restart(server: &mut Server) -> Outcome {
+    let what = server.describe();
+    tokio::task::block_in_place(|| {
+        server.kill().map_err(|e| format!("kill {what}: {e}"))?;
+        server.restart().map_err(|e| format!("restart {what}: {e}"))
+    })
+}
+
+/// Acquires on `s` until granted; a store that is unreachable for a moment,
+/// a pool still exhausted, or a store's restart guard only delay it.
+async fn acquire_after_expiry(s: &Store, pool: &PoolSpec, floor: Floor) -> Result<Grant, String> {
+    let mut deadline = Instant::now() + pool.ttl() * 4 + Duration::from_secs(30);
+    loop {
+        match s.acquire_dyn(pool, floor).await {
+            Ok(grant) => return Ok(grant),
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                if let AcquireError::StoreRestarted { resume_in } = e {
+                    deadline = deadline.max(Instant::now() + resume_in + Duration::from_secs(30));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(format!("no grant after the restart: {e}")),
+        }
+    }
+}
+
+/// A rival's acquisition while `live`: tried again while the store cannot be
+/// reached (it was just restarted), then returned as it answered.
+async fn rival_acquire(s: &Store, pool: &PoolSpec, live: Live) -> Result<Grant, AcquireError> {
+    loop {
+        let r = s.acquire_dyn(pool, Floor::NONE).await;
+        match r {
+            Err(AcquireError::Unreachable(_)) if Instant::now() < live.until() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// The holder's renewal, tried again while it is uncertain (`Retry`) and the
+/// lease is surely live.
+async fn renew(s: &Store, pool: &PoolSpec, grant: &Grant, ceiling: Floor, live: Live) -> Renewal {
+    loop {
+        let r = s.renew_dyn(pool, grant, ceiling).await;
+        match r {
+            Renewal::Retry(_) if Instant::now() < live.until() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// The fence a store hands out after a restart is bigger than every fence it
+/// acknowledged before, and the floor the holder reported before the crash
+/// is carried to the next holder: a restarted store never lets a new holder
+/// reissue what the old one may have issued.
+pub async fn a_fence_never_repeats_after_a_store_restart<S: Stores>(
+    b: Arc<Restartable<S>>,
+) -> Outcome {
+    let mut server = b.server.lock().await;
+    let pool = fresh_pool(1, Duration::from_secs(3))?;
+    b.prepare(&pool).await?;
+    let s = b.store().await?;
+    let sent = Instant::now();
+    let first = s
+        .acquire_dyn(&pool, Floor(1_000))
+        .await
+        .map_err(|e| format!("acquire: {e}"))?;
+    let live = Live {
+        sent,
+        ttl: first.ttl,
+    };
+    let r = s.renew_dyn(&pool, &first, Floor(5_000)).await;
+    live.judge(matches!(r, Renewal::Renewed { .. }), || {
+        format!("the renewal before the crash answered {r:?}")
+    })?;
+    drop(s);
+    crash_and_restart(&mut server)?;
+    let s = b.store().await?;
+    let next = acquire_after_expiry(&s, &pool, Floor(6_000)).await?;
+    let r = s.release_dyn(&pool, &next, Floor(6_000)).await;
+    crate::ensure!(
+        next.fence > first.fence,
+        "after the restart slot {} was granted with fence {}, not above the {} acknowledged \
+         before the crash",
+        next.slot,
+        next.fence,
+        first.fence
+    );
+    crate::ensure!(
+        next.floor == Floor(5_000),
+        "after the restart the next grant carries floor {}, not the 5000 ms the renewal before \
+         the crash reported",
+        next.floor
+    );
+    crate::ensure!(r == Release::Released, "the release answered {r:?}");
+    Ok(())
+}
+
+/// A holder's acknowledged renewal survives a crash of the store: after the
+/// restart its next renewal is `Renewed`, and no rival is granted its slot
+/// (a pool of one) while the lease is live.
+pub async fn a_durable_store_keeps_the_lease_across_a_restart<S: Stores>(
+    b: Arc<Restartable<S>>,
+) -> Outcome {
+    let mut server = b.server.lock().await;
+    // Long enough for a crash and a restart (the lease is released at the
+    // end, never waited out).
+    let pool = fresh_pool(1, Duration::from_secs(60))?;
+    b.prepare(&pool).await?;
+    let s = b.store().await?;
+    let sent = Instant::now();
+    let grant = s
+        .acquire_dyn(&pool, Floor(1_000))
+        .await
+        .map_err(|e| format!("acquire: {e}"))?;
+    let mut live = Live {
+        sent,
+        ttl: grant.ttl,
+    };
+    let sent = Instant::now();
+    let r = s.renew_dyn(&pool, &grant, Floor(2_000)).await;
+    live.judge(matches!(r, Renewal::Renewed { .. }), || {
+        format!("the renewal before the crash answered {r:?}")
+    })?;
+    if let Renewal::Renewed { ttl, .. } = r {
+        live = Live { sent, ttl };
+    }
+    drop(s);
+    crash_and_restart(&mut server)?;
+    let (holder, rival) = (b.store().await?, b.store().await?);
+    let no_grant = |r: &Result<Grant, AcquireError>| {
+        // A store's restart guard may refuse every grant for a while.
+        matches!(
+            r,
+            Err(AcquireError::PoolExhausted { .. } | AcquireError::StoreRestarted { .. })
+        )
+    };
+    let r = rival_acquire(&rival, &pool, live).await;
+    live.judge(no_grant(&r), || {
+        format!("a rival's acquisition after the restart, while the lease was live: {r:?}")
+    })?;
+    let sent = Instant::now();
+    let r = renew(&holder, &pool, &grant, Floor(3_000), live).await;
+    live.judge(matches!(r, Renewal::Renewed { .. }), || {
+        format!("the holder's renewal after the restart answered {r:?}")
+    })?;
+    if let Renewal::Renewed { ttl, .. } = r {
+        live = Live { sent, ttl };
+    }
+    let r = rival_acquire(&rival, &pool, live).await;
+    live.judge(no_grant(&r), || {
+        format!("a rival's acquisition after the renewal, while the lease was live: {r:?}")
+    })?;
+    let r = holder.release_dyn(&pool, &grant, Floor(3_000)).await;
+    live.judge(r == Release::Released, || {
+        format!("the release answered {r:?}")
+    })
+}
+
+/// Issue 17: on a store that forgets acknowledged writes ([`Settings::Lossy`]:
+/// PostgreSQL `synchronous_commit = off`, MariaDB
+/// `innodb_flush_log_at_trx_commit = 0`, Valkey/Redis without persistence), a crash can lose the holder's claim
+/// and renewal; the restart guard then keeps every rival from the slot while
+/// the holder may still generate, and grants it again once that cannot
+/// matter. Without the guard (`restart_guard(false)`) a rival is granted the
+/// live lease at once.
+pub async fn a_store_that_forgets_grants_no_second_holder_after_a_restart<S: Stores>(
+    b: Arc<Restartable<S>>,
+) -> Outcome {
+    let mut server = b.server.lock().await;
+    let pool = fresh_pool(1, Duration::from_secs(3))?;
+    b.prepare(&pool).await?;
+    crate::ensure!(
+        b.stores.reports_lossy(&b.url).await? != Some(false),
+        "a Lossy server reported that it keeps every acknowledged write"
+    );
+    let s = b.store().await?;
+    // The guard holds for the TTL and 2 s after the server started.
+    let sent = Instant::now();
+    let grant = acquire_after_expiry(&s, &pool, Floor(1_000)).await?;
+    let mut live = Live {
+        sent,
+        ttl: grant.ttl,
+    };
+    let sent = Instant::now();
+    let r = s.renew_dyn(&pool, &grant, Floor(2_000)).await;
+    live.judge(matches!(r, Renewal::Renewed { .. }), || {
+        format!("the renewal before the crash answered {r:?}")
+    })?;
+    if let Renewal::Renewed { ttl, .. } = r {
+        live = Live { sent, ttl };
+    }
+    drop(s);
+    crash_and_restart(&mut server)?;
+    let rival = b.store().await?;
+    let r = rival_acquire(&rival, &pool, live).await;
+    live.judge(
+        matches!(
+            r,
+            Err(AcquireError::StoreRestarted { .. } | AcquireError::PoolExhausted { .. })
+        ),
+        || format!("a rival's acquisition after the restart, while the lease was live: {r:?}"),
+    )?;
+    // Once the guard's span has passed, the slot is granted again.
+    acquire_after_expiry(&rival, &pool, Floor::NONE).await?;
+    Ok(())
+}
+
+/// A target on `kind`'s own server with `settings`: on a durable server the
+/// fence and lease tests, on a lossy one the restart guard's. Labelled
+/// `<kind>-restarts` or `<kind>-lossy-restarts`.
+pub fn target<S: Stores>(kind: ServerKind, settings: Settings, stores: S) -> Target {
+    let label = match settings {
+        Settings::Lossy => format!("{}-lossy-restarts", kind.name()),
+        _ => format!("{}-restarts", kind.name()),
+    };
+    let server = match provide_with(kind, settings) {
+        Ok(server) => server,
+        Err(missing) => return Target::missing(label, missing),
+    };
+    if !server.can_restart() {
+        let tried = vec![format!(
+            "{}: restart tests need a server this process starts from a local binary",
+            server.describe()
+        )];
+        return Target::missing(label, Missing { kind, tried });
+    }
+    let describe = server.describe();
+    let backend = Restartable {
+        stores,
+        url: server.url.clone(),
+        server: tokio::sync::Mutex::new(server),
+    };
+    let t = Target::new(label, describe, Arc::new(backend));
+    if settings == Settings::Lossy {
+        return t.with_test(
+            "a_store_that_forgets_grants_no_second_holder_after_a_restart",
+            a_store_that_forgets_grants_no_second_holder_after_a_restart::<S>,
+        );
+    }
+    t.with_test(
+        "a_fence_never_repeats_after_a_store_restart",
+        a_fence_never_repeats_after_a_store_restart::<S>,
+    )
+    .with_test(
+        "a_durable_store_keeps_the_lease_across_a_restart",
+        a_durable_store_keeps_the_lease_across_a_restart::<S>,
+    )
+}
