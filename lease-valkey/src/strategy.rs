@@ -79,7 +79,9 @@ impl PoolKeys {
     }
 }
 
-/// The HSETEX path's ownership marker for `slot` held by `token`.
+/// The HSETEX path's ownership marker for `slot` held by `token` (the
+/// scripts build it themselves; this is for benchmarks and tests).
+#[cfg(feature = "stats")]
 pub(crate) fn marker(slot: u32, token: &Token) -> String {
     format!("token.{slot}.{}", token.to_hex())
 }
