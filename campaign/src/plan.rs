@@ -45,6 +45,9 @@ pub enum Fault {
     Term,
     /// SIGSTOP the store's server for longer than the TTL, then SIGCONT.
     Freeze,
+    /// Crash the store's server (SIGKILL, PostgreSQL `pg_ctl stop -m
+    /// immediate`) and start it again on the same data.
+    Restart,
 }
 
 impl Fault {
@@ -55,6 +58,7 @@ impl Fault {
             Fault::Stop => "stop",
             Fault::Term => "term",
             Fault::Freeze => "freeze",
+            Fault::Restart => "restart",
         }
     }
 }
@@ -72,30 +76,48 @@ pub struct Planned {
     pub pause: Duration,
 }
 
+/// What the store's server can take, for [`plan`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreFaults {
+    /// The server can be frozen (SIGSTOP).
+    pub freeze: bool,
+    /// The server can be crashed and restarted.
+    pub restart: bool,
+    /// Restart-heavy: every other fault is a store restart.
+    pub restart_heavy: bool,
+}
+
 /// The faults of a run of `length` with `workers` workers and leases of `ttl`:
 /// one every `every` (± half of it), after a quiet first `every`, none in the
-/// last two TTLs. `freeze` says whether the store can be frozen.
+/// last two TTLs. `store` says what the store's server can take.
 pub fn plan(
     rng: &mut Rng,
     length: Duration,
     every: Duration,
     workers: usize,
     ttl: Duration,
-    freeze: bool,
+    store: StoreFaults,
 ) -> Vec<Planned> {
-    let kinds: &[Fault] = if freeze {
-        &[Fault::Kill, Fault::Stop, Fault::Term, Fault::Freeze]
-    } else {
-        &[Fault::Kill, Fault::Stop, Fault::Term]
-    };
+    let mut kinds = vec![Fault::Kill, Fault::Stop, Fault::Term];
+    if store.freeze {
+        kinds.push(Fault::Freeze);
+    }
+    if store.restart {
+        kinds.push(Fault::Restart);
+    }
+    let heavy = store.restart && store.restart_heavy;
     let mut out = Vec::new();
     let every_ms = every.as_millis() as u64;
     let mut at = every;
     let end = length.saturating_sub(ttl * 2);
     while at < end {
         // The first faults go through every kind once, then at random.
-        let fault = if out.len() < kinds.len() {
-            kinds[out.len()]
+        // Restart-heavy: every other fault is a restart, the others as usual.
+        let nth = if heavy { out.len() / 2 } else { out.len() };
+        let fault = if heavy && out.len() % 2 == 1 {
+            Fault::Restart
+        } else if nth < kinds.len() {
+            kinds[nth]
         } else {
             kinds[rng.below(kinds.len() as u64) as usize]
         };
@@ -126,7 +148,10 @@ mod tests {
             ttl * 2,
             5,
             ttl,
-            true,
+            StoreFaults {
+                freeze: true,
+                ..StoreFaults::default()
+            },
         );
         let b = plan(
             &mut Rng::new(7),
@@ -134,7 +159,10 @@ mod tests {
             ttl * 2,
             5,
             ttl,
-            true,
+            StoreFaults {
+                freeze: true,
+                ..StoreFaults::default()
+            },
         );
         let c = plan(
             &mut Rng::new(8),
@@ -142,7 +170,10 @@ mod tests {
             ttl * 2,
             5,
             ttl,
-            true,
+            StoreFaults {
+                freeze: true,
+                ..StoreFaults::default()
+            },
         );
         assert_eq!(a, b);
         assert_ne!(a, c);
@@ -161,9 +192,30 @@ mod tests {
             ttl * 2,
             5,
             ttl,
-            false,
+            StoreFaults::default(),
         );
-        assert!(none.iter().all(|p| p.fault != Fault::Freeze));
+        assert!(
+            none.iter()
+                .all(|p| !matches!(p.fault, Fault::Freeze | Fault::Restart))
+        );
+        let heavy = plan(
+            &mut Rng::new(7),
+            Duration::from_secs(60),
+            ttl * 2,
+            5,
+            ttl,
+            StoreFaults {
+                freeze: false,
+                restart: true,
+                restart_heavy: true,
+            },
+        );
+        let restarts = heavy.iter().filter(|p| p.fault == Fault::Restart).count();
+        assert!(
+            restarts * 2 + 1 >= heavy.len(),
+            "{restarts} restarts of {}",
+            heavy.len()
+        );
         let mut r = Rng::new(1);
         assert!(
             (0..1000)

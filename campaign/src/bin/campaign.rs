@@ -17,11 +17,11 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold_campaign::check::{Report, check, duplicate_sources};
-use leasehold_campaign::plan::{Fault, Planned, Rng, plan};
+use leasehold_campaign::plan::{Fault, Planned, Rng, StoreFaults, plan};
 use leasehold_campaign::record::{self, Record};
 use leasehold_campaign::store::FenceWriter;
 use leasehold_campaign::timeline::{FaultMark, svg};
-use leasehold_conformance::servers::{self, ServerKind};
+use leasehold_conformance::servers::{self, ServerKind, Settings};
 use leasehold_core::{LeaseConfig, MonoTime};
 
 struct Args {
@@ -36,6 +36,10 @@ struct Args {
     ttl: Duration,
     /// The largest clock offset given to workers (default: `max_clock_skew`).
     skew_ms: Option<u64>,
+    /// How the store's server keeps what it acknowledged.
+    store: Settings,
+    /// Every other fault a store restart.
+    restart_heavy: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -50,6 +54,8 @@ fn parse_args() -> Result<Args, String> {
         slots: 2,
         ttl: Duration::from_secs(2),
         skew_ms: None,
+        store: Settings::Fast,
+        restart_heavy: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -66,11 +72,25 @@ fn parse_args() -> Result<Args, String> {
             "--slots" => a.slots = num(value()?)? as u32,
             "--ttl-ms" => a.ttl = Duration::from_millis(num(value()?)?),
             "--skew-ms" => a.skew_ms = Some(num(value()?)?),
+            "--store" => {
+                a.store = match value()?.as_str() {
+                    "fast" => Settings::Fast,
+                    "durable" => Settings::Durable,
+                    "lossy" => Settings::Lossy,
+                    other => {
+                        return Err(format!(
+                            "--store {other:?}: fast (speed-tuned), durable or lossy"
+                        ));
+                    }
+                }
+            }
+            "--restart-heavy" => a.restart_heavy = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
                             valkey8] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
-                            [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M]"
+                            [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
+                            [--store fast|durable|lossy] [--restart-heavy]"
                         .into(),
                 );
             }
@@ -83,22 +103,39 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-/// The store of a run: a URL, and the server process when it is local.
+/// The store of a run: a URL, and the server when this process started it.
 struct Store {
     url: String,
     describe: String,
-    pid: Option<u32>,
-    _server: Option<servers::Server>,
+    server: Option<servers::Server>,
 }
 
-fn provide(backend: &str, dir: &Path) -> Result<Store, String> {
+impl Store {
+    /// The server's process, to freeze it.
+    fn pid(&self) -> Option<u32> {
+        self.server.as_ref().and_then(servers::Server::pid)
+    }
+
+    /// Whether the server can be crashed and restarted.
+    fn can_restart(&self) -> bool {
+        self.server.as_ref().is_some_and(servers::Server::can_restart)
+    }
+
+    /// Crashes the server and starts it again on the same data.
+    fn restart(&mut self) -> Result<(), String> {
+        let server = self.server.as_mut().ok_or("no server to restart")?;
+        server.kill()?;
+        server.restart()
+    }
+}
+
+fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, String> {
     let kind = match backend {
         "sqlite" => {
             return Ok(Store {
                 url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
                 describe: "sqlite (file)".into(),
-                pid: None,
-                _server: None,
+                server: None,
             });
         }
         "postgres" | "postgres15" => ServerKind::Postgres15,
@@ -109,12 +146,11 @@ fn provide(backend: &str, dir: &Path) -> Result<Store, String> {
         "valkey8" | "valkey" => ServerKind::Valkey8,
         other => return Err(format!("unknown backend {other:?}")),
     };
-    let server = servers::provide(kind).map_err(|e| e.to_string())?;
+    let server = servers::provide_with(kind, settings).map_err(|e| e.to_string())?;
     Ok(Store {
         url: server.url.clone(),
         describe: server.describe(),
-        pid: server.pid(),
-        _server: Some(server),
+        server: Some(server),
     })
 }
 
@@ -264,7 +300,7 @@ impl Run {
                     since: Instant::now(),
                 };
             }
-            Fault::Freeze => {}
+            Fault::Freeze | Fault::Restart => {}
         }
     }
 }
@@ -387,7 +423,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             exe.display()
         ));
     }
-    let store = provide(&args.backend, &dir)?;
+    let mut store = provide(&args.backend, &dir, args.store)?;
     let load_before = loadavg();
     println!(
         "campaign: backend {} ({}), {mode} mode, seed {} (replay: --seed {}), {} workers for {} slots \
@@ -408,8 +444,18 @@ fn run(args: Args) -> Result<ExitCode, String> {
         ttl * 2,
         args.workers,
         ttl,
-        store.pid.is_some(),
+        StoreFaults {
+            freeze: store.pid().is_some(),
+            restart: store.can_restart(),
+            restart_heavy: args.restart_heavy,
+        },
     );
+    if args.restart_heavy && !store.can_restart() {
+        return Err(format!(
+            "--restart-heavy: the {} store cannot be restarted by this process",
+            args.backend
+        ));
+    }
     let mut run = Run {
         url: store.url.clone(),
         dir: dir.clone(),
@@ -458,13 +504,26 @@ fn run(args: Args) -> Result<ExitCode, String> {
             && elapsed >= p.at
         {
             let p = *p;
-            run.inject(&p, store.pid);
+            if p.fault == Fault::Restart {
+                *run.counts.entry(p.fault.name()).or_default() += 1;
+                let at = Instant::now();
+                run.mark("restart", None, None);
+                if let Err(e) = store.restart() {
+                    eprintln!("\ncampaign: restarting the store failed: {e}");
+                    return Err(format!("restarting the store failed: {e}"));
+                }
+                if let Some(m) = run.marks.last_mut() {
+                    m.until_ns = Some(m.at_ns + at.elapsed().as_nanos() as u64);
+                }
+            } else {
+                run.inject(&p, store.pid());
+            }
             next_fault += 1;
         }
         if let Some(t) = run.freeze_until
             && Instant::now() >= t
         {
-            if let Some(pid) = store.pid {
+            if let Some(pid) = store.pid() {
                 signal(pid, "CONT");
             }
             run.freeze_until = None;
@@ -566,7 +625,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
     }
     eprintln!();
     // Wind down: thaw everything, stop every worker gracefully.
-    if let Some(pid) = store.pid {
+    if let Some(pid) = store.pid() {
         signal(pid, "CONT");
     }
     for w in &mut run.workers {
@@ -729,7 +788,15 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
                     .skew_ms
                     .map(|m| format!(" --skew-ms {m}"))
                     .unwrap_or_default()
-            ),
+            ) + match run.args.store {
+                Settings::Fast => "",
+                Settings::Durable => " --store durable",
+                Settings::Lossy => " --store lossy",
+            } + if run.args.restart_heavy {
+                " --restart-heavy"
+            } else {
+                ""
+            },
         ),
         (
             "IDs",
