@@ -9,13 +9,21 @@ use leasehold_core::{LeaseConfig, LeaseManager};
 
 /// Connects to the store at `url`, prepares `config`'s pool where the store
 /// needs it, and starts a manager (which waits for the first lease).
-pub async fn start_manager(url: &str, config: LeaseConfig) -> Result<LeaseManager, String> {
+/// `restart_guard` false turns the stores' restart guard off (a control run
+/// that shows what the guard prevents).
+pub async fn start_manager(
+    url: &str,
+    config: LeaseConfig,
+    restart_guard: bool,
+) -> Result<LeaseManager, String> {
     let op_timeout = (config.timing().ttl() / 4).max(Duration::from_millis(100));
     let scheme = url.split_once("://").map_or(url, |(s, _)| s);
     match scheme {
         "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
             let strategy = leasehold_sql::SqlStrategy::connect(
-                leasehold_sql::SqlConfig::new(url).op_timeout(op_timeout),
+                leasehold_sql::SqlConfig::new(url)
+                    .op_timeout(op_timeout)
+                    .restart_guard(restart_guard),
             )
             .await
             .map_err(|e| format!("connect {scheme}: {e}"))?;
@@ -32,7 +40,8 @@ pub async fn start_manager(url: &str, config: LeaseConfig) -> Result<LeaseManage
             let strategy = leasehold_valkey::ValkeyStrategy::connect(
                 leasehold_valkey::ValkeyConfig::new(url)
                     .key_prefix("campaign")
-                    .op_timeout(op_timeout),
+                    .op_timeout(op_timeout)
+                    .restart_guard(restart_guard),
             )
             .await
             .map_err(|e| format!("connect {scheme}: {e}"))?;

@@ -30,6 +30,8 @@ struct Args {
     skew_ms: i64,
     generators: u32,
     unsafe_mode: bool,
+    /// The stores' restart guard is on (off only for a control run).
+    restart_guard: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -42,6 +44,7 @@ fn parse_args() -> Result<Args, String> {
         skew_ms: 0,
         generators: 1,
         unsafe_mode: false,
+        restart_guard: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -56,6 +59,7 @@ fn parse_args() -> Result<Args, String> {
             "--skew-ms" => a.skew_ms = num(value()?)?,
             "--generators" => a.generators = num(value()?)?.max(1) as u32,
             "--unsafe" => a.unsafe_mode = true,
+            "--no-restart-guard" => a.restart_guard = false,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -261,7 +265,7 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
         }
         // Waiting for a slot ends when the worker is told to stop (a
         // cancelled start gives back what it acquired).
-        let start = start_manager(&args.url, config()?);
+        let start = start_manager(&args.url, config()?, args.restart_guard);
         tokio::pin!(start);
         let started = loop {
             tokio::select! {

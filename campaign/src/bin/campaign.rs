@@ -40,6 +40,8 @@ struct Args {
     store: Settings,
     /// Every other fault a store restart.
     restart_heavy: bool,
+    /// The workers' stores run without the restart guard (a control run).
+    no_restart_guard: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -56,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
         skew_ms: None,
         store: Settings::Fast,
         restart_heavy: false,
+        no_restart_guard: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -85,12 +88,13 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--restart-heavy" => a.restart_heavy = true,
+            "--no-restart-guard" => a.no_restart_guard = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
                             valkey8] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
-                            [--store fast|durable|lossy] [--restart-heavy]"
+                            [--store fast|durable|lossy] [--restart-heavy] [--no-restart-guard]"
                         .into(),
                 );
             }
@@ -223,6 +227,9 @@ impl Run {
             .stderr(err);
         if self.args.unsafe_mode {
             cmd.arg("--unsafe");
+        }
+        if self.args.no_restart_guard {
+            cmd.arg("--no-restart-guard");
         }
         let child = cmd
             .spawn()
@@ -794,6 +801,10 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
                 Settings::Lossy => " --store lossy",
             } + if run.args.restart_heavy {
                 " --restart-heavy"
+            } else {
+                ""
+            } + if run.args.no_restart_guard {
+                " --no-restart-guard"
             } else {
                 ""
             },
