@@ -45,6 +45,7 @@ pub struct ValkeyConfig {
     pub(crate) allow_eviction: bool,
     pub(crate) wait: Option<(u32, Duration)>,
     pub(crate) restart_guard: bool,
+    pub(crate) require_durable: bool,
 }
 
 impl std::fmt::Debug for ValkeyConfig {
@@ -58,6 +59,7 @@ impl std::fmt::Debug for ValkeyConfig {
             .field("allow_eviction", &self.allow_eviction)
             .field("wait", &self.wait)
             .field("restart_guard", &self.restart_guard)
+            .field("require_durable", &self.require_durable)
             .finish()
     }
 }
@@ -75,6 +77,7 @@ impl ValkeyConfig {
             allow_eviction: false,
             wait: None,
             restart_guard: true,
+            require_durable: false,
         }
     }
 
@@ -93,6 +96,19 @@ impl ValkeyConfig {
     /// out one guard span too.
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.restart_guard = on;
+        self
+    }
+
+    /// Refuse to connect unless the server writes every acknowledged write
+    /// to disk before answering (`appendonly yes`, `appendfsync always`, read
+    /// with `CONFIG GET`; unreadable settings are refused too):
+    /// `connect` answers [`ValkeyError::NotDurable`](crate::ValkeyError::NotDurable)
+    /// naming the settings and the fix. Default false: such a server is
+    /// accepted, what it keeps is in
+    /// [`ValkeyStrategy::durability`](crate::ValkeyStrategy::durability), and
+    /// the restart guard keeps a restart from handing a slot out twice.
+    pub fn require_durable(mut self, yes: bool) -> Self {
+        self.require_durable = yes;
         self
     }
 

@@ -43,6 +43,20 @@ pub enum ValkeyError {
         /// The policy it reported.
         policy: String,
     },
+    /// The server may forget writes it acknowledged, and
+    /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable)
+    /// is set. Final.
+    #[error(
+        "{server} can lose leases it acknowledged ({durability}), and durability is required: \
+         set appendonly yes and appendfsync always (CONFIG SET, and in valkey.conf / \
+         redis.conf), or let CONFIG GET read them"
+    )]
+    NotDurable {
+        /// The server, e.g. `Redis 7.0.15`.
+        server: String,
+        /// What `connect` read.
+        durability: String,
+    },
     /// The server answered with an error.
     #[error("{server} answered {command} with an error: {reason}")]
     Server {

@@ -243,6 +243,13 @@ impl ValkeyStrategy {
             }
             durability.eviction_allowed = true;
         }
+        if strategy.inner.config.require_durable && !durability.keeps_every_write() {
+            let _ = strategy.inner.client.quit().await;
+            return Err(ValkeyError::NotDurable {
+                server: server.to_string(),
+                durability: durability.to_string(),
+            });
+        }
         let path = match (strategy.inner.config.method, server.hsetex) {
             (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
             (Method::Auto, false) | (Method::Scripts, _) => ActivePath::Scripts,

@@ -912,7 +912,8 @@ impl Drop for OwnServer {
 /// the default `max_clock_skew`, answering the retryable `StoreRestarted`
 /// with the time left, read inside the claim script; a pool with a short TTL
 /// is granted once the server has been up long enough, and renewals are never
-/// held back. A server with `appendfsync always` gets no guard.
+/// held back. A server with `appendfsync always` gets no guard, and is the
+/// only kind `require_durable(true)` accepts.
 async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome {
     let s = ValkeyStrategy::connect(
         ValkeyConfig::new(&b.url)
@@ -975,7 +976,31 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
         .acquire(&fresh_pool(2, hour)?, Floor::NONE)
         .await
         .map_err(|e| format!("a durable server held a claim back: {e}"))?;
-    Ok(())
+    // The strict option accepts it, and refuses the test server (no
+    // persistence) naming the settings and the fix.
+    ValkeyStrategy::connect(ValkeyConfig::new(&own.url).require_durable(true))
+        .await
+        .map_err(|e| format!("require_durable refused appendfsync always: {e}"))?;
+    match ValkeyStrategy::connect(
+        ValkeyConfig::new(&b.url)
+            .key_prefix(&b.prefix)
+            .require_durable(true),
+    )
+    .await
+    {
+        Err(e @ ValkeyError::NotDurable { .. }) => {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains("appendfsync always") && msg.contains("AOF off"),
+                "the refusal lacks the setting or the fix: {msg}"
+            );
+            Ok(())
+        }
+        other => Err(format!(
+            "require_durable accepted a server without persistence: {:?}",
+            other.map(|_| ())
+        )),
+    }
 }
 
 /// Issue 12 item 9: the password in the URL never shows — not in `Debug` of

@@ -122,7 +122,9 @@ impl Store {
 
     /// Whether the server can be crashed and restarted.
     fn can_restart(&self) -> bool {
-        self.server.as_ref().is_some_and(servers::Server::can_restart)
+        self.server
+            .as_ref()
+            .is_some_and(servers::Server::can_restart)
     }
 
     /// Crashes the server and starts it again on the same data.
