@@ -231,6 +231,14 @@ async fn scan_cost(url: &str, size: u32, held: u32) -> ScanCost {
         }
         args
     };
+    // The pool's fences hash first: leases without it read as a lost fences
+    // hash, which claims refuse.
+    cmd(
+        s.client(),
+        "HSET",
+        vec![keys.fences.as_str().into(), "next".into(), "0".into()],
+    )
+    .await;
     let mut slot = 0;
     while slot < held {
         let end = (slot + 1000).min(held);
