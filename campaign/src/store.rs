@@ -1,7 +1,8 @@
 //! The one place that turns a store URL into a running [`LeaseManager`]: the
 //! glue to each backend crate's public API (adapt it here when those APIs
 //! change). Schemes: `sqlite://`, `postgres://`, `mysql://`, `redis://`
-//! (also `rediss://`, `valkey://`).
+//! (also `rediss://`, `valkey://`), `etcd://` (or `http://`: an etcd
+//! endpoint).
 
 use std::time::Duration;
 
@@ -49,8 +50,25 @@ pub async fn start_manager(
                 .await
                 .map_err(|e| format!("start: {e}"))
         }
+        "etcd" | "http" => {
+            let endpoint = url.replacen("etcd://", "http://", 1);
+            let strategy = leasehold_etcd::EtcdStrategy::connect(
+                leasehold_etcd::EtcdConfig::new([endpoint])
+                    .prefix("campaign")
+                    .op_timeout(op_timeout),
+            )
+            .await
+            .map_err(|e| format!("connect {scheme}: {e}"))?;
+            // etcd keeps every acknowledged write (Raft, fsync): no restart
+            // guard to turn off.
+            let _ = restart_guard;
+            LeaseManager::start(strategy, config)
+                .await
+                .map_err(|e| format!("start: {e}"))
+        }
         other => Err(format!(
-            "unsupported store scheme {other:?}: use sqlite://, postgres://, mysql:// or redis://"
+            "unsupported store scheme {other:?}: use sqlite://, postgres://, mysql://, \
+             redis:// or etcd://"
         )),
     }
 }

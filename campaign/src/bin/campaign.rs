@@ -92,7 +92,7 @@ fn parse_args() -> Result<Args, String> {
             "-h" | "--help" => {
                 return Err(
                     "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
-                            valkey8] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
+                            valkey8|etcd35|etcd34] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
                             [--store fast|durable|lossy] [--restart-heavy] [--no-restart-guard]"
                         .into(),
@@ -150,6 +150,8 @@ fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, Strin
         "redis8" | "redis" => ServerKind::Redis8,
         "redis7" => ServerKind::Redis7,
         "valkey8" | "valkey" => ServerKind::Valkey8,
+        "etcd35" | "etcd" => ServerKind::Etcd35,
+        "etcd34" => ServerKind::Etcd34,
         other => return Err(format!("unknown backend {other:?}")),
     };
     let server = servers::provide_with(kind, settings).map_err(|e| e.to_string())?;
