@@ -313,7 +313,8 @@ pub struct SlotInfo {
     pub fence: Fence,
     /// The slot's floor.
     pub floor: Floor,
-    /// Time left until the store expires the lease, when held.
+    /// Time left until the store expires the lease, when held (or, with no
+    /// holder, until a revoked lease's tombstone expires).
     pub expires_in: Option<Duration>,
     /// Time since the last renewal (or the acquisition), when the store knows.
     pub renewed_ago: Option<Duration>,
@@ -341,6 +342,15 @@ impl SlotInfo {
         self.holder = Some(holder.into());
         self.token_prefix = Some(token.to_hex()[..8].to_owned());
         self.expires_in = Some(expires_in);
+        self
+    }
+
+    /// A slot whose lease was revoked: no holder, but taken (a tombstone)
+    /// for `left` more, until the revoked lease would have ended.
+    pub fn revoked_until(mut self, left: Duration) -> Self {
+        self.holder = None;
+        self.token_prefix = None;
+        self.expires_in = Some(left);
         self
     }
 

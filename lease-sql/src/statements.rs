@@ -51,6 +51,10 @@ pub(crate) struct Statements {
     pub(crate) revoke: String,
     /// Binds the pool and the pool's size.
     pub(crate) count: String,
+    /// Binds the pool: every slot ever claimed, with its token, fence,
+    /// holder, floor, and the µs until expiry, since renewal and since the
+    /// claim, on the server's clock.
+    pub(crate) inspect: String,
     /// The server as it described itself (picks the restart guard's source).
     version: String,
     /// Whether claims wait out the restart guard (set at connect: the server
@@ -90,12 +94,21 @@ impl Statements {
             D::token_literal(&hex(&TOMBSTONE))
         );
         let count = format!("SELECT COUNT(*) FROM {t} WHERE pool = {pool} AND slot < {slot}");
+        let inspect = format!(
+            "SELECT slot, token, fence, holder, floor_ms, {}, {}, {} FROM {t} \
+             WHERE pool = {} AND fence > 0 ORDER BY slot",
+            D::micros_between(now, "expires_at"),
+            D::micros_between("renewed_at", now),
+            D::micros_between("acquired_at", now),
+            p(1)
+        );
         Self {
             table: t,
             renew,
             release,
             revoke,
             count,
+            inspect,
             version: version.to_owned(),
             guarded: false,
         }

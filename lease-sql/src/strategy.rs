@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::{
-    AcquireError, Capabilities, ConfigError, Floor, Grant, PoolSpec, Release, Renewal, Strategy,
+    AcquireError, Capabilities, ConfigError, Floor, Grant, InspectError, PoolSpec, Release,
+    Renewal, SlotInfo, Strategy,
 };
 
 use crate::backend::{Backend, Ops};
@@ -179,6 +180,10 @@ impl Strategy for SqlStrategy {
 
     async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
         self.ops.release(pool, grant, issued).await
+    }
+
+    async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
+        self.ops.inspect(pool).await
     }
 
     fn capabilities(&self) -> Capabilities {

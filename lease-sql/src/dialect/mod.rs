@@ -61,6 +61,7 @@ macro_rules! with_sqlx_bounds {
             for<'r> i64: sqlx::Decode<'r, D> + sqlx::Type<D>,
             for<'q> i64: sqlx::Encode<'q, D>,
             for<'r> String: sqlx::Decode<'r, D> + sqlx::Type<D>,
+            for<'r> Vec<u8>: sqlx::Decode<'r, D> + sqlx::Type<D>,
         { $($body)* }
     };
 }
@@ -202,6 +203,9 @@ pub(crate) trait Dialect: sqlx::Database {
     fn durability_sql(version: &str) -> Option<&'static str>;
     /// What the values of [`Dialect::durability_sql`] risk.
     fn durability_risks(values: &[String]) -> Vec<leasehold_core::DurabilityRisk>;
+    /// The microseconds from the time expression `from` to `to` (a `BIGINT`;
+    /// NULL when either is NULL).
+    fn micros_between(from: &str, to: &str) -> String;
     /// The larger of two integer expressions.
     fn greatest(a: &str, b: &str) -> String {
         format!("GREATEST({a}, {b})")

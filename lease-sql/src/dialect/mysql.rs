@@ -111,6 +111,10 @@ impl Dialect for MySql {
         risks
     }
 
+    fn micros_between(from: &str, to: &str) -> String {
+        format!("TIMESTAMPDIFF(MICROSECOND, {from}, {to})")
+    }
+
     fn expires_after(ttl: &str) -> String {
         format!("{} + INTERVAL {ttl} MICROSECOND", Self::NOW)
     }

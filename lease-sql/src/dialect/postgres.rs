@@ -95,6 +95,10 @@ impl Dialect for Postgres {
         risks
     }
 
+    fn micros_between(from: &str, to: &str) -> String {
+        format!("CAST(EXTRACT(EPOCH FROM ({to} - {from})) * 1000000 AS BIGINT)")
+    }
+
     fn floor_param(n: usize) -> String {
         format!("${n}::bigint")
     }

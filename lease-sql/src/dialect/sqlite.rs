@@ -85,6 +85,10 @@ impl Dialect for Sqlite {
         Vec::new()
     }
 
+    fn micros_between(from: &str, to: &str) -> String {
+        format!("CAST((julianday({to}) - julianday({from})) * 86400000000.0 AS INTEGER)")
+    }
+
     fn greatest(a: &str, b: &str) -> String {
         format!("MAX({a}, {b})")
     }
