@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_campaign::check::{Report, check, duplicate_sources};
 use leasehold_campaign::plan::{Fault, Planned, Rng, StoreFaults, plan};
-use leasehold_campaign::record::{self, Record};
+use leasehold_campaign::record::{self, Kind, Record};
 use leasehold_campaign::store::FenceWriter;
 use leasehold_campaign::timeline::{FaultMark, svg};
 use leasehold_conformance::proxy::{Fault as Net, FaultProxy};
@@ -531,13 +531,20 @@ fn run(args: Args) -> Result<ExitCode, String> {
         args,
     };
     // Fenced writes, where the store has a helper: its tables first.
+    let fence_pools: Vec<String> = Kind::ALL
+        .iter()
+        .map(|k| format!("{}-{}", run.pool, k.name()))
+        .collect();
     let fence_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let fences = fence_rt.block_on(async {
         match FenceWriter::connect(&store.url).await? {
-            Some(w) => w.prepare().await.map(|()| Some(w)),
+            Some(w) => w
+                .prepare(&fence_pools, run.args.slots)
+                .await
+                .map(|()| Some(w)),
             None => Ok(None),
         }
     })?;
@@ -723,8 +730,27 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let wall = started.elapsed();
     let load_after = loadavg();
     let logs = read_logs(&dir);
+    // The fence logs, through a fresh connection: the one that prepared
+    // them sat idle through the run (and through any store restart).
     let fence_logs = match &fences {
-        Some(w) => fence_rt.block_on(w.accepted())?,
+        Some(_) => fence_rt.block_on(async {
+            let mut tries = 0;
+            loop {
+                let read = match FenceWriter::connect(&store.url).await {
+                    Ok(Some(w)) => w.accepted(&fence_pools, run.args.slots).await,
+                    Ok(None) => Ok(BTreeMap::new()),
+                    Err(e) => Err(e),
+                };
+                tries += 1;
+                match read {
+                    Err(e) if tries < 5 => {
+                        eprintln!("campaign: reading the fence logs: {e}; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    r => break r,
+                }
+            }
+        })?,
         None => BTreeMap::new(),
     };
     let report = check(&logs, run.args.slots, &fence_logs);
@@ -903,8 +929,8 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
             "fenced writes",
             if fences {
                 format!(
-                    "{} accepted, {} refused as stale, {} accepted below an accepted fence",
-                    r.fenced_accepted, r.fenced_refused, r.fence_violations
+                    "{} accepted, {} refused as stale, {} in the store's logs, {} accepted below an accepted fence",
+                    r.fenced_accepted, r.fenced_refused, r.fenced_logged, r.fence_violations
                 )
             } else {
                 "none (no fenced-write helper for this store yet)".into()
