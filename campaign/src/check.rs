@@ -55,10 +55,11 @@ pub struct Report {
     pub fenced_accepted: u64,
     /// Fenced writes refused as stale.
     pub fenced_refused: u64,
-    /// Accepted writes in the stores' logs (more than the workers saw
-    /// accepted when a write timed out at the worker but reached the store,
-    /// e.g. held by a network cut and delivered when it healed; fewer when
-    /// a restarted store lost some).
+    /// Accepted writes in the stores' logs (more than the workers recorded
+    /// as accepted when a write timed out at the worker but reached the
+    /// store, e.g. held by a network cut and delivered when it healed, or
+    /// when a kill cut off the record; fewer when a restarted store lost
+    /// some).
     pub fenced_logged: u64,
     /// Accepted writes whose fence was lower than one accepted before them
     /// on the same resource, in the store's own order.
