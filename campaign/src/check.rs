@@ -55,6 +55,12 @@ pub struct Report {
     pub fenced_accepted: u64,
     /// Fenced writes refused as stale.
     pub fenced_refused: u64,
+    /// Accepted writes in the stores' logs (more than the workers recorded
+    /// as accepted when a write timed out at the worker but reached the
+    /// store, e.g. held by a network cut and delivered when it healed, or
+    /// when a kill cut off the record; fewer when a restarted store lost
+    /// some).
+    pub fenced_logged: u64,
     /// Accepted writes whose fence was lower than one accepted before them
     /// on the same resource, in the store's own order.
     pub fence_violations: u64,
@@ -165,6 +171,7 @@ pub fn check(
     report.overlaps = overlaps;
     report.closest_handover_ns = closest;
     for fences in fence_logs.values() {
+        report.fenced_logged += fences.len() as u64;
         let mut max = 0;
         for &f in fences {
             if f < max {
@@ -314,6 +321,7 @@ mod tests {
         );
         assert!(r.is_clean(), "{r:?}");
         assert_eq!(r.total_ids(), 106);
+        assert_eq!(r.fenced_logged, 3);
         assert_eq!(r.closest_handover_ns, Some(50));
     }
 

@@ -43,6 +43,10 @@ pub enum Fault {
     Stop,
     /// SIGTERM a worker (it releases), restart it.
     Term,
+    /// Cut a worker off the store for longer than the TTL (its fault proxy
+    /// blackholes: what it sends is held, nothing comes back, new
+    /// connections hang), then let traffic pass again.
+    Cut,
     /// SIGSTOP the store's server for longer than the TTL, then SIGCONT.
     Freeze,
     /// Crash the store's server (SIGKILL, PostgreSQL `pg_ctl stop -m
@@ -57,6 +61,7 @@ impl Fault {
             Fault::Kill => "kill",
             Fault::Stop => "stop",
             Fault::Term => "term",
+            Fault::Cut => "cut",
             Fault::Freeze => "freeze",
             Fault::Restart => "restart",
         }
@@ -70,15 +75,19 @@ pub struct Planned {
     pub at: Duration,
     /// What.
     pub fault: Fault,
-    /// Which worker (an index into the worker table; ignored for `Freeze`).
+    /// Which worker (an index into the worker table; ignored for `Freeze`
+    /// and `Restart`).
     pub worker: usize,
-    /// How long a pause lasts (`Stop`, `Freeze`).
+    /// How long a pause lasts (`Stop`, `Cut`, `Freeze`).
     pub pause: Duration,
 }
 
 /// What the store's server can take, for [`plan`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreFaults {
+    /// The store is reached over the network (through a fault proxy per
+    /// worker), so a worker can be cut off it.
+    pub cut: bool,
     /// The server can be frozen (SIGSTOP).
     pub freeze: bool,
     /// The server can be crashed and restarted.
@@ -99,6 +108,9 @@ pub fn plan(
     store: StoreFaults,
 ) -> Vec<Planned> {
     let mut kinds = vec![Fault::Kill, Fault::Stop, Fault::Term];
+    if store.cut {
+        kinds.push(Fault::Cut);
+    }
     if store.freeze {
         kinds.push(Fault::Freeze);
     }
@@ -142,69 +154,64 @@ mod tests {
     #[test]
     fn a_seed_replays_its_plan_and_every_kind_comes_first() {
         let ttl = Duration::from_secs(2);
-        let a = plan(
-            &mut Rng::new(7),
-            Duration::from_secs(60),
-            ttl * 2,
-            5,
-            ttl,
-            StoreFaults {
-                freeze: true,
-                ..StoreFaults::default()
-            },
-        );
-        let b = plan(
-            &mut Rng::new(7),
-            Duration::from_secs(60),
-            ttl * 2,
-            5,
-            ttl,
-            StoreFaults {
-                freeze: true,
-                ..StoreFaults::default()
-            },
-        );
-        let c = plan(
-            &mut Rng::new(8),
-            Duration::from_secs(60),
-            ttl * 2,
-            5,
-            ttl,
-            StoreFaults {
-                freeze: true,
-                ..StoreFaults::default()
-            },
-        );
+        let networked = StoreFaults {
+            cut: true,
+            freeze: true,
+            ..StoreFaults::default()
+        };
+        let plan_of = |seed, store| {
+            plan(
+                &mut Rng::new(seed),
+                Duration::from_secs(60),
+                ttl * 2,
+                5,
+                ttl,
+                store,
+            )
+        };
+        let a = plan_of(7, networked);
+        let b = plan_of(7, networked);
+        let c = plan_of(8, networked);
         assert_eq!(a, b);
         assert_ne!(a, c);
-        let first: Vec<_> = a.iter().take(4).map(|p| p.fault).collect();
+        let first: Vec<_> = a.iter().take(5).map(|p| p.fault).collect();
         assert_eq!(
             first,
-            [Fault::Kill, Fault::Stop, Fault::Term, Fault::Freeze]
+            [
+                Fault::Kill,
+                Fault::Stop,
+                Fault::Term,
+                Fault::Cut,
+                Fault::Freeze
+            ]
         );
         for p in &a {
             assert!(p.worker < 5 && p.pause > ttl && p.pause <= ttl * 2);
             assert!(p.at < Duration::from_secs(56));
         }
-        let none = plan(
-            &mut Rng::new(7),
-            Duration::from_secs(60),
-            ttl * 2,
-            5,
-            ttl,
-            StoreFaults::default(),
+        // A file store (SQLite): no cut, and a frozen-less store no freeze.
+        let file = plan_of(
+            7,
+            StoreFaults {
+                freeze: true,
+                ..StoreFaults::default()
+            },
         );
+        let first: Vec<_> = file.iter().take(4).map(|p| p.fault).collect();
+        assert_eq!(
+            first,
+            [Fault::Kill, Fault::Stop, Fault::Term, Fault::Freeze]
+        );
+        assert!(file.iter().all(|p| p.fault != Fault::Cut));
+        let none = plan_of(7, StoreFaults::default());
         assert!(
             none.iter()
-                .all(|p| !matches!(p.fault, Fault::Freeze | Fault::Restart))
+                .all(|p| !matches!(p.fault, Fault::Freeze | Fault::Restart | Fault::Cut))
         );
-        let heavy = plan(
-            &mut Rng::new(7),
-            Duration::from_secs(60),
-            ttl * 2,
-            5,
-            ttl,
+        let heavy = plan_of(
+            7,
             StoreFaults {
+                cut: true,
                 freeze: false,
                 restart: true,
                 restart_heavy: true,
@@ -216,6 +223,7 @@ mod tests {
             "{restarts} restarts of {}",
             heavy.len()
         );
+        assert!(heavy.iter().any(|p| p.fault == Fault::Cut));
         let mut r = Rng::new(1);
         assert!(
             (0..1000)

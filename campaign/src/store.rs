@@ -4,9 +4,10 @@
 //! (also `rediss://`, `valkey://`), `etcd://` (or `http://`: an etcd
 //! endpoint).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_core::{LeaseConfig, LeaseManager};
+use leasehold_core::{LeaseConfig, LeaseManager, MonoTime};
 
 /// Connects to the store at `url`, prepares `config`'s pool where the store
 /// needs it, and starts a manager (which waits for the first lease).
@@ -37,10 +38,9 @@ pub async fn start_manager(
                 .map_err(|e| format!("start: {e}"))
         }
         "redis" | "rediss" | "valkey" => {
-            let url = url.replacen("valkey://", "redis://", 1);
             let strategy = leasehold_valkey::ValkeyStrategy::connect(
-                leasehold_valkey::ValkeyConfig::new(url)
-                    .key_prefix("campaign")
+                leasehold_valkey::ValkeyConfig::new(valkey_url(url))
+                    .key_prefix(VALKEY_PREFIX)
                     .op_timeout(op_timeout)
                     .restart_guard(restart_guard),
             )
@@ -78,27 +78,14 @@ pub async fn start_manager(
 /// is locked before the log row is inserted).
 const FENCE_LOG: &str = "campaign_fence_log";
 
-/// Fenced writes through the store's fenced-write helper: the SQL
-/// [`FenceTable`](leasehold_sql::FenceTable). Other stores have none yet.
-pub struct FenceWriter {
+/// Fenced writes through the SQL [`FenceTable`](leasehold_sql::FenceTable).
+struct SqlFences {
     strategy: leasehold_sql::SqlStrategy,
     table: leasehold_sql::FenceTable,
 }
 
-fn is_sql(url: &str) -> bool {
-    let scheme = url.split_once("://").map_or(url, |(s, _)| s);
-    matches!(
-        scheme,
-        "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb"
-    )
-}
-
-impl FenceWriter {
-    /// Connects for fenced writes, or `None` when the store has no helper.
-    pub async fn connect(url: &str) -> Result<Option<Self>, String> {
-        if !is_sql(url) {
-            return Ok(None);
-        }
+impl SqlFences {
+    async fn connect(url: &str) -> Result<Self, String> {
         let strategy = leasehold_sql::SqlStrategy::connect(
             leasehold_sql::SqlConfig::new(url)
                 .op_timeout(Duration::from_secs(2))
@@ -106,14 +93,14 @@ impl FenceWriter {
         )
         .await
         .map_err(|e| format!("fence connect: {e}"))?;
-        Ok(Some(Self {
+        Ok(Self {
             strategy,
             table: leasehold_sql::FenceTable::default(),
-        }))
+        })
     }
 
     /// Creates the fence table and the log (once, before the workers start).
-    pub async fn prepare(&self) -> Result<(), String> {
+    async fn prepare(&self) -> Result<(), String> {
         use leasehold_sql::Engine;
         self.table
             .ensure(&self.strategy)
@@ -152,7 +139,7 @@ impl FenceWriter {
 
     /// One fenced write to `resource` with `fence`: `Ok(true)` when the store
     /// accepted it (and logged it), `Ok(false)` when it refused it as stale.
-    pub async fn write(&self, resource: &str, fence: u64) -> Result<bool, String> {
+    async fn write(&self, resource: &str, fence: u64) -> Result<bool, String> {
         use leasehold_core::Fence;
         use leasehold_sql::{FenceError, sqlx};
         let f = Fence(fence);
@@ -197,7 +184,7 @@ impl FenceWriter {
     }
 
     /// Per resource, the fences of the accepted writes in the store's order.
-    pub async fn accepted(&self) -> Result<std::collections::BTreeMap<String, Vec<u64>>, String> {
+    async fn accepted(&self) -> Result<BTreeMap<String, Vec<u64>>, String> {
         use leasehold_sql::sqlx;
         let sql = format!("SELECT resource, fence FROM {FENCE_LOG} ORDER BY id");
         let rows: Vec<(String, i64)> = if let Some(p) = self.strategy.postgres() {
@@ -217,12 +204,216 @@ impl FenceWriter {
             Ok(Vec::new())
         }
         .map_err(|e| e.to_string())?;
-        let mut out: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+        let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for (resource, fence) in rows {
             out.entry(resource)
                 .or_default()
                 .push(u64::try_from(fence).unwrap_or(0));
         }
         Ok(out)
+    }
+}
+
+/// Valkey/Redis: the resource of a slot is a hash (`fence`, `value`), and
+/// the fences of the writes it accepted are appended to a list in the same
+/// script, so the list's order is the store's order. Both keys of a pool
+/// carry the pool's hash tag under the campaign's prefix (`{campaign:<pool>}`,
+/// the tag of the pool's lease keys too), so a script touches one cluster
+/// slot.
+struct ValkeyFences {
+    strategy: leasehold_valkey::ValkeyStrategy,
+}
+
+/// Accepts iff the stored fence is at most the write's (the holder's own
+/// repeated writes are accepted), then logs the fence. Fences are compared
+/// as decimal strings (length, then text): exact over all of `u64`, where
+/// Lua's numbers are doubles.
+const VALKEY_FENCED_WRITE: &str = r"
+local stored = redis.call('HGET', KEYS[1], 'fence')
+local f = ARGV[1]
+if stored and (#stored > #f or (#stored == #f and stored > f)) then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'fence', f, 'value', ARGV[2])
+redis.call('RPUSH', KEYS[2], f)
+return 1
+";
+
+fn valkey_keys(pool: &str, slot: u32) -> (String, String) {
+    let resource = format!("{{{VALKEY_PREFIX}:{pool}}}:resource:{slot}");
+    let log = format!("{resource}:log");
+    (resource, log)
+}
+
+/// The key prefix of the campaign's Valkey/Redis keys (the lease strategy's
+/// too).
+const VALKEY_PREFIX: &str = "campaign";
+
+fn valkey_url(url: &str) -> String {
+    url.replacen("valkey://", "redis://", 1)
+}
+
+impl ValkeyFences {
+    async fn connect(url: &str) -> Result<Self, String> {
+        let strategy = leasehold_valkey::ValkeyStrategy::connect(
+            leasehold_valkey::ValkeyConfig::new(valkey_url(url))
+                .key_prefix(VALKEY_PREFIX)
+                .op_timeout(Duration::from_secs(2)),
+        )
+        .await
+        .map_err(|e| format!("fence connect: {e}"))?;
+        Ok(Self { strategy })
+    }
+
+    async fn eval<R: fred::types::FromValue>(
+        &self,
+        script: &str,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<R, String> {
+        use fred::interfaces::LuaInterface;
+        self.strategy
+            .client()
+            .eval(script, keys, args)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Removes what an earlier run of the same pools left.
+    async fn prepare(&self, pools: &[String], slots: u32) -> Result<(), String> {
+        for pool in pools {
+            let keys: Vec<String> = (0..slots)
+                .flat_map(|slot| {
+                    let (resource, log) = valkey_keys(pool, slot);
+                    [resource, log]
+                })
+                .collect();
+            self.eval::<i64>("return redis.call('DEL', unpack(KEYS))", keys, Vec::new())
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn write(&self, pool: &str, slot: u32, fence: u64) -> Result<bool, String> {
+        let (resource, log) = valkey_keys(pool, slot);
+        let value = format!("{}@{}", std::process::id(), MonoTime::now().as_nanos());
+        let accepted: i64 = self
+            .eval(
+                VALKEY_FENCED_WRITE,
+                vec![resource, log],
+                vec![fence.to_string(), value],
+            )
+            .await?;
+        Ok(accepted == 1)
+    }
+
+    async fn accepted(
+        &self,
+        pools: &[String],
+        slots: u32,
+    ) -> Result<BTreeMap<String, Vec<u64>>, String> {
+        let mut out = BTreeMap::new();
+        for pool in pools {
+            for slot in 0..slots {
+                let (_, log) = valkey_keys(pool, slot);
+                let fences: Vec<String> = self
+                    .eval(
+                        "return redis.call('LRANGE', KEYS[1], 0, -1)",
+                        vec![log],
+                        Vec::new(),
+                    )
+                    .await?;
+                if !fences.is_empty() {
+                    let fences = fences
+                        .iter()
+                        .map(|f| f.parse().map_err(|e| format!("fence log {f:?}: {e}")))
+                        .collect::<Result<_, String>>()?;
+                    out.insert(resource(pool, slot), fences);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The resource of `slot` of `pool`, as the fence logs name it.
+pub fn resource(pool: &str, slot: u32) -> String {
+    format!("{pool}-{slot}")
+}
+
+/// The store of `url`, by its scheme.
+fn scheme(url: &str) -> &str {
+    url.split_once("://").map_or(url, |(s, _)| s)
+}
+
+/// Fenced writes through the store's fenced-write helper: the SQL
+/// [`FenceTable`](leasehold_sql::FenceTable), or a fenced key on
+/// Valkey/Redis (a script). etcd has none yet.
+pub struct FenceWriter(Fences);
+
+enum Fences {
+    Sql(SqlFences),
+    Valkey(ValkeyFences),
+}
+
+impl FenceWriter {
+    /// Whether the store at `url` has a fenced-write helper here.
+    pub fn supported(url: &str) -> bool {
+        matches!(
+            scheme(url),
+            "sqlite"
+                | "postgres"
+                | "postgresql"
+                | "mysql"
+                | "mariadb"
+                | "redis"
+                | "rediss"
+                | "valkey"
+        )
+    }
+
+    /// Connects for fenced writes, or `None` when the store has no helper.
+    pub async fn connect(url: &str) -> Result<Option<Self>, String> {
+        Ok(Some(Self(match scheme(url) {
+            "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
+                Fences::Sql(SqlFences::connect(url).await?)
+            }
+            "redis" | "rediss" | "valkey" => Fences::Valkey(ValkeyFences::connect(url).await?),
+            _ => return Ok(None),
+        })))
+    }
+
+    /// Prepares the store for the fenced writes to the `slots` slots of
+    /// `pools` (once, before the workers start): the SQL fence table and
+    /// log; on Valkey/Redis, what an earlier run of these pools left is
+    /// removed.
+    pub async fn prepare(&self, pools: &[String], slots: u32) -> Result<(), String> {
+        match &self.0 {
+            Fences::Sql(f) => f.prepare().await,
+            Fences::Valkey(f) => f.prepare(pools, slots).await,
+        }
+    }
+
+    /// One fenced write with `fence` to the resource of `slot` of `pool`:
+    /// `Ok(true)` when the store accepted it (and logged it), `Ok(false)`
+    /// when it refused it as stale.
+    pub async fn write(&self, pool: &str, slot: u32, fence: u64) -> Result<bool, String> {
+        match &self.0 {
+            Fences::Sql(f) => f.write(&resource(pool, slot), fence).await,
+            Fences::Valkey(f) => f.write(pool, slot, fence).await,
+        }
+    }
+
+    /// Per resource (see [`resource`]), the fences of the accepted writes in
+    /// the store's order, for the `slots` slots of `pools`.
+    pub async fn accepted(
+        &self,
+        pools: &[String],
+        slots: u32,
+    ) -> Result<BTreeMap<String, Vec<u64>>, String> {
+        match &self.0 {
+            Fences::Sql(f) => f.accepted().await,
+            Fences::Valkey(f) => f.accepted(pools, slots).await,
+        }
     }
 }

@@ -221,29 +221,45 @@ fn mirror(real: LeaseGate, shared: Arc<Shared>) -> LeaseGate {
 /// Every 100 ms while the gate shows a grant (its deadline may have passed:
 /// a holder that was paused writes as soon as it runs again, before it looks
 /// at the clock), a write through the store's fenced-write helper to the
-/// resource of the slot.
+/// resource of the slot. The helper connects when it can (the store may be
+/// cut off or frozen) and again after a failure.
 async fn fenced_writes(
-    writer: FenceWriter,
+    url: String,
     gate: LeaseGate,
-    prefix: String,
+    pool: String,
     kind: Kind,
     shared: Arc<Shared>,
 ) {
+    let mut writer: Option<FenceWriter> = None;
     while !shared.stop.load(Ordering::Relaxed) {
-        let v = gate.view();
-        if v.open {
-            let resource = format!("{prefix}-{}", v.slot);
-            if let Ok(accepted) = writer.write(&resource, v.fence.0).await {
-                let r = Record::Fenced {
-                    kind,
-                    slot: v.slot,
-                    fence: v.fence.0,
-                    accepted,
-                    at_ns: MonoTime::now().as_nanos(),
-                };
-                let mut rec = shared.recorder.lock().unwrap_or_else(|e| e.into_inner());
-                let _ = rec.push(&r);
+        if writer.is_none() {
+            match FenceWriter::connect(&url).await {
+                Ok(Some(w)) => writer = Some(w),
+                Ok(None) => return,
+                Err(e) => {
+                    eprintln!(
+                        "campaign-worker: {}: fenced writes: {e}; retrying",
+                        kind.name()
+                    );
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
             }
+        }
+        let v = gate.view();
+        if v.open
+            && let Some(w) = &writer
+            && let Ok(accepted) = w.write(&pool, v.slot, v.fence.0).await
+        {
+            let r = Record::Fenced {
+                kind,
+                slot: v.slot,
+                fence: v.fence.0,
+                accepted,
+                at_ns: MonoTime::now().as_nanos(),
+            };
+            let mut rec = shared.recorder.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = rec.push(&r);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -286,20 +302,15 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
             }
         }
     };
-    let fences = match FenceWriter::connect(&args.url).await {
-        Ok(Some(w)) => Some(tokio::spawn(fenced_writes(
-            w,
+    let fences = FenceWriter::supported(&args.url).then(|| {
+        tokio::spawn(fenced_writes(
+            args.url.clone(),
             manager.gate(),
             format!("{}-{}", args.pool, kind.name()),
             kind,
             shared.clone(),
-        ))),
-        Ok(None) => None,
-        Err(e) => {
-            eprintln!("campaign-worker: no fenced writes: {e}");
-            None
-        }
-    };
+        ))
+    });
     let gate = if args.unsafe_mode {
         mirror(manager.gate(), shared.clone())
     } else {

@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use leasehold_campaign::check::{Report, check, duplicate_sources};
 use leasehold_campaign::plan::{Fault, Planned, Rng, StoreFaults, plan};
-use leasehold_campaign::record::{self, Record};
+use leasehold_campaign::record::{self, Kind, Record};
 use leasehold_campaign::store::FenceWriter;
 use leasehold_campaign::timeline::{FaultMark, svg};
+use leasehold_conformance::proxy::{Fault as Net, FaultProxy};
 use leasehold_conformance::servers::{self, ServerKind, Settings};
 use leasehold_core::{LeaseConfig, MonoTime};
 
@@ -187,6 +188,12 @@ struct Worker {
 struct Run {
     args: Args,
     url: String,
+    /// One fault proxy per worker index (networked stores only): the worker
+    /// at that index, and each of its restarts, reaches the store through
+    /// it, so a cut hits that worker's host alone.
+    proxies: Vec<(FaultProxy, String)>,
+    /// Per worker index, when its cut ends.
+    cut_until: Vec<Option<Instant>>,
     dir: PathBuf,
     exe: PathBuf,
     pool: String,
@@ -220,7 +227,8 @@ impl Run {
         let err = std::fs::File::create(self.dir.join(format!("w{id}.err")))
             .map_err(|e| e.to_string())?;
         let mut cmd = Command::new(&self.exe);
-        cmd.args(["--url", &self.url, "--pool", &self.pool])
+        let url = self.proxies.get(idx).map_or(&self.url, |(_, url)| url);
+        cmd.args(["--url", url, "--pool", &self.pool])
             .args(["--slots", &self.args.slots.to_string()])
             .args(["--ttl-ms", &self.args.ttl.as_millis().to_string()])
             .args(["--skew-ms", &skew_ms.to_string()])
@@ -310,6 +318,18 @@ impl Run {
                 self.workers[idx].state = State::Terminating {
                     since: Instant::now(),
                 };
+            }
+            Fault::Cut => {
+                let Some((proxy, _)) = self.proxies.get(idx) else {
+                    return;
+                };
+                // A partition: what the worker sends is held, nothing comes
+                // back, new connections hang; the main loop heals it.
+                proxy.set(Net::Blackhole);
+                self.mark("cut", Some(id), Some(p.pause));
+                let until = Instant::now() + p.pause;
+                let cut = &mut self.cut_until[idx];
+                *cut = Some(cut.map_or(until, |t| t.max(until)));
             }
             Fault::Freeze | Fault::Restart => {}
         }
@@ -448,6 +468,29 @@ fn run(args: Args) -> Result<ExitCode, String> {
         length.as_secs(),
         args.ids.map(|n| format!(" or {n} IDs")).unwrap_or_default(),
     );
+    // Networked stores: one fault proxy per worker, run on a small runtime
+    // of their own that lives as long as the run.
+    let net_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("campaign-proxy")
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut proxies = Vec::new();
+    if let Some(server) = &store.server
+        && let Some(upstream) = server.addr()
+    {
+        for _ in 0..args.workers {
+            let proxy = net_rt
+                .block_on(FaultProxy::start(upstream))
+                .map_err(|e| format!("fault proxy: {e}"))?;
+            let url = server.url_via(proxy.addr());
+            proxies.push((proxy, url));
+        }
+        println!(
+            "campaign: each worker reaches the store at {upstream} through a fault proxy of its own"
+        );
+    }
     let mut rng = Rng::new(args.seed);
     let faults = plan(
         &mut rng,
@@ -456,6 +499,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
         args.workers,
         ttl,
         StoreFaults {
+            cut: !proxies.is_empty(),
             freeze: store.pid().is_some(),
             restart: store.can_restart(),
             restart_heavy: args.restart_heavy,
@@ -469,6 +513,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
     }
     let mut run = Run {
         url: store.url.clone(),
+        cut_until: vec![None; proxies.len()],
+        proxies,
         dir: dir.clone(),
         exe,
         pool: format!("c{}", args.seed % 1_000_000_007),
@@ -485,13 +531,20 @@ fn run(args: Args) -> Result<ExitCode, String> {
         args,
     };
     // Fenced writes, where the store has a helper: its tables first.
+    let fence_pools: Vec<String> = Kind::ALL
+        .iter()
+        .map(|k| format!("{}-{}", run.pool, k.name()))
+        .collect();
     let fence_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     let fences = fence_rt.block_on(async {
         match FenceWriter::connect(&store.url).await? {
-            Some(w) => w.prepare().await.map(|()| Some(w)),
+            Some(w) => w
+                .prepare(&fence_pools, run.args.slots)
+                .await
+                .map(|()| Some(w)),
             None => Ok(None),
         }
     })?;
@@ -538,6 +591,12 @@ fn run(args: Args) -> Result<ExitCode, String> {
                 signal(pid, "CONT");
             }
             run.freeze_until = None;
+        }
+        for (i, until) in run.cut_until.iter_mut().enumerate() {
+            if until.is_some_and(|t| Instant::now() >= t) {
+                run.proxies[i].0.set(Net::Pass);
+                *until = None;
+            }
         }
         for i in 0..run.workers.len() {
             let now = Instant::now();
@@ -635,9 +694,12 @@ fn run(args: Args) -> Result<ExitCode, String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     eprintln!();
-    // Wind down: thaw everything, stop every worker gracefully.
+    // Wind down: thaw and heal everything, stop every worker gracefully.
     if let Some(pid) = store.pid() {
         signal(pid, "CONT");
+    }
+    for (proxy, _) in &run.proxies {
+        proxy.set(Net::Pass);
     }
     for w in &mut run.workers {
         if let Some(c) = &w.child {
@@ -668,8 +730,27 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let wall = started.elapsed();
     let load_after = loadavg();
     let logs = read_logs(&dir);
+    // The fence logs, through a fresh connection: the one that prepared
+    // them sat idle through the run (and through any store restart).
     let fence_logs = match &fences {
-        Some(w) => fence_rt.block_on(w.accepted())?,
+        Some(_) => fence_rt.block_on(async {
+            let mut tries = 0;
+            loop {
+                let read = match FenceWriter::connect(&store.url).await {
+                    Ok(Some(w)) => w.accepted(&fence_pools, run.args.slots).await,
+                    Ok(None) => Ok(BTreeMap::new()),
+                    Err(e) => Err(e),
+                };
+                tries += 1;
+                match read {
+                    Err(e) if tries < 5 => {
+                        eprintln!("campaign: reading the fence logs: {e}; retrying");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    r => break r,
+                }
+            }
+        })?,
         None => BTreeMap::new(),
     };
     let report = check(&logs, run.args.slots, &fence_logs);
@@ -848,8 +929,8 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
             "fenced writes",
             if fences {
                 format!(
-                    "{} accepted, {} refused as stale, {} accepted below an accepted fence",
-                    r.fenced_accepted, r.fenced_refused, r.fence_violations
+                    "{} accepted, {} refused as stale, {} in the store's logs, {} accepted below an accepted fence",
+                    r.fenced_accepted, r.fenced_refused, r.fenced_logged, r.fence_violations
                 )
             } else {
                 "none (no fenced-write helper for this store yet)".into()
