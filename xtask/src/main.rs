@@ -7,7 +7,7 @@
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
-//! - `cargo xtask bench <nonce|sql|valkey|etcd|k8s|all>`: the benchmarks.
+//! - `cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>`: the benchmarks.
 //! - `cargo xtask servers install|up|down|status`: test servers by hand.
 
 use std::path::{Path, PathBuf};
@@ -22,6 +22,7 @@ const BENCHES: &[(&str, &str, &str)] = &[
     ("valkey", "leasehold-valkey", "acquire"),
     ("etcd", "leasehold-etcd", "acquire"),
     ("k8s", "leasehold-k8s", "acquire"),
+    ("capacity", "leasehold-conformance", "capacity"),
 ];
 
 type Result<T = ()> = std::result::Result<T, String>;
@@ -61,7 +62,7 @@ fn main() -> ExitCode {
             eprintln!(
                 "usage: cargo xtask test [-- <cargo test args>]\n       cargo xtask matrix [-- <args>]\n       \
                  cargo xtask soak <rounds> [-- <cargo test args>]\n       \
-                 cargo xtask bench <nonce|sql|valkey|etcd|k8s|all>\n       cargo xtask servers <install|up|down|status>"
+                 cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS
@@ -478,7 +479,7 @@ fn bench(which: &str, args: &[String]) -> Result {
         .collect();
     if selected.is_empty() {
         return Err(format!(
-            "unknown bench `{which}`; use nonce, sql, valkey, etcd, k8s or all"
+            "unknown bench `{which}`; use nonce, sql, valkey, etcd, k8s, capacity or all"
         ));
     }
     for (name, package, target) in selected {
