@@ -121,15 +121,18 @@ fn a_new_lease_discards_the_blocks_and_issued_covers_them() {
         next: fn(&G) -> Result<u128, GenerateError>,
         decode: fn(&G, u128) -> Parts,
     ) {
+        const PER_LEASE: usize = 50;
         let stop = Arc::new(AtomicBool::new(false));
+        let made = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let handles: Vec<_> = (0..4)
             .map(|_| {
-                let (g, stop) = (g.clone(), stop.clone());
+                let (g, stop, made) = (g.clone(), stop.clone(), made.clone());
                 std::thread::spawn(move || {
                     let mut got = Vec::new();
                     while !stop.load(Ordering::Relaxed) {
                         if let Ok(v) = next(&g) {
                             got.push(v);
+                            made.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                     got
@@ -139,12 +142,22 @@ fn a_new_lease_discards_the_blocks_and_issued_covers_them() {
         let mut reported = Vec::new();
         for round in 0..30u32 {
             let slot = 1 + round % 3;
+            let before = made.load(Ordering::Relaxed);
             gate.open(
                 slot,
                 Fence(u64::from(round)),
                 MonoTime::now() + Duration::from_secs(600),
             );
+            // Open for a varying while, and until the threads have made
+            // values under this lease: on a loaded machine they may not run
+            // at all in a few hundred microseconds.
             std::thread::sleep(Duration::from_micros(300 + u64::from(round) * 50));
+            let waiting = std::time::Instant::now();
+            while made.load(Ordering::Relaxed) < before + PER_LEASE
+                && waiting.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_micros(100));
+            }
             gate.close();
             let issued = gate.issued().unwrap().0;
             reported.push((gate.view().epoch, slot, issued));
@@ -155,7 +168,12 @@ fn a_new_lease_discards_the_blocks_and_issued_covers_them() {
             .into_iter()
             .flat_map(|h| h.join().unwrap())
             .collect();
-        assert!(values.len() > 1000, "only {} values", values.len());
+        assert!(
+            values.len() >= 30 * PER_LEASE,
+            "only {} values: the threads made fewer than {PER_LEASE} under some lease in a \
+             minute",
+            values.len()
+        );
         assert_unique(&values, "across 30 leases");
         // Every value belongs to one of the leases; the lease is the one
         // whose report is the first at or above its timestamp (each lease
