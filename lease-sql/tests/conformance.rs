@@ -549,6 +549,9 @@ async fn inspect_shows_holders_fences_floors_and_tombstones(b: Arc<Sql>) -> Resu
     use leasehold_conformance::suite::STARVED;
     let s = b.strategy().await?;
     let ttl = Duration::from_secs(30);
+    // Expiries are stored at the engine's resolution (SQLite: text with
+    // milliseconds, differences through julianday's floating point).
+    let slack = s.capabilities().time_resolution * 2 + Duration::from_millis(1);
     let pool = fresh_pool(3, ttl)?;
     s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
     let sent = std::time::Instant::now();
@@ -593,7 +596,7 @@ async fn inspect_shows_holders_fences_floors_and_tombstones(b: Arc<Sql>) -> Resu
             && held.floor == Floor(7_000)
             && held
                 .expires_in
-                .is_some_and(|d| d > Duration::ZERO && d <= ttl)
+                .is_some_and(|d| d > Duration::ZERO && d <= ttl + slack)
             && held.renewed_ago.is_some()
             && held.held_for.is_some(),
         "the held slot reads {held:?}"
@@ -603,7 +606,7 @@ async fn inspect_shows_holders_fences_floors_and_tombstones(b: Arc<Sql>) -> Resu
         revoked.holder.is_none()
             && revoked.token_prefix.is_none()
             && revoked.fence == bb.fence
-            && revoked.expires_in.is_some_and(|d| d <= ttl),
+            && revoked.expires_in.is_some_and(|d| d <= ttl + slack),
         "the revoked slot reads {revoked:?}"
     );
     let r = s.release(&pool, &a, Floor(6_000)).await;
