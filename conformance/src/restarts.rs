@@ -111,6 +111,26 @@ impl Live {
     }
 }
 
+/// Renews `grant` with `ceiling` before a crash: it must answer `Renewed`
+/// while `live` is live, and `live` then moves to the renewal.
+async fn renew_before_crash(
+    s: &Store,
+    pool: &PoolSpec,
+    grant: &Grant,
+    ceiling: Floor,
+    live: &mut Live,
+) -> Outcome {
+    let sent = Instant::now();
+    let r = s.renew_dyn(pool, grant, ceiling).await;
+    live.judge(matches!(r, Renewal::Renewed { .. }), || {
+        format!("the renewal before the crash answered {r:?}")
+    })?;
+    if let Renewal::Renewed { ttl, .. } = r {
+        *live = Live { sent, ttl };
+    }
+    Ok(())
+}
+
 /// Crashes the server as a power cut would its process, and starts it again
 /// on the same data.
 fn crash_and_restart(server: &mut Server) -> Outcome {
@@ -183,14 +203,11 @@ pub async fn a_fence_never_repeats_after_a_store_restart<S: Stores>(
         .acquire_dyn(&pool, Floor(1_000))
         .await
         .map_err(|e| format!("acquire: {e}"))?;
-    let live = Live {
+    let mut live = Live {
         sent,
         ttl: first.ttl,
     };
-    let r = s.renew_dyn(&pool, &first, Floor(5_000)).await;
-    live.judge(matches!(r, Renewal::Renewed { .. }), || {
-        format!("the renewal before the crash answered {r:?}")
-    })?;
+    renew_before_crash(&s, &pool, &first, Floor(5_000), &mut live).await?;
     drop(s);
     crash_and_restart(&mut server)?;
     let s = b.store().await?;
@@ -235,14 +252,7 @@ pub async fn a_durable_store_keeps_the_lease_across_a_restart<S: Stores>(
         sent,
         ttl: grant.ttl,
     };
-    let sent = Instant::now();
-    let r = s.renew_dyn(&pool, &grant, Floor(2_000)).await;
-    live.judge(matches!(r, Renewal::Renewed { .. }), || {
-        format!("the renewal before the crash answered {r:?}")
-    })?;
-    if let Renewal::Renewed { ttl, .. } = r {
-        live = Live { sent, ttl };
-    }
+    renew_before_crash(&s, &pool, &grant, Floor(2_000), &mut live).await?;
     drop(s);
     crash_and_restart(&mut server)?;
     let (holder, rival) = (b.store().await?, b.store().await?);
@@ -300,14 +310,7 @@ pub async fn a_store_that_forgets_grants_no_second_holder_after_a_restart<S: Sto
         sent,
         ttl: grant.ttl,
     };
-    let sent = Instant::now();
-    let r = s.renew_dyn(&pool, &grant, Floor(2_000)).await;
-    live.judge(matches!(r, Renewal::Renewed { .. }), || {
-        format!("the renewal before the crash answered {r:?}")
-    })?;
-    if let Renewal::Renewed { ttl, .. } = r {
-        live = Live { sent, ttl };
-    }
+    renew_before_crash(&s, &pool, &grant, Floor(2_000), &mut live).await?;
     drop(s);
     crash_and_restart(&mut server)?;
     let rival = b.store().await?;
@@ -364,4 +367,32 @@ pub fn target<S: Stores>(kind: ServerKind, settings: Settings, stores: S) -> Tar
         "a_durable_store_keeps_the_lease_across_a_restart",
         a_durable_store_keeps_the_lease_across_a_restart::<S>,
     )
+}
+
+/// After the restart guard held a pool back, grants resume: a pool of
+/// 100 ms is granted on `s` once the server has been up for its span
+/// (retrying only `StoreRestarted`, within `limit`), and its renewal is never
+/// held back (`Lost` fails). For the guard tests of each backend, whose
+/// servers started a moment ago.
+pub async fn grants_resume_after_the_guard<S: leasehold_core::Strategy>(
+    s: &S,
+    limit: Duration,
+) -> Outcome {
+    let short = fresh_pool(2, Duration::from_millis(100))?;
+    let start = Instant::now();
+    let grant = loop {
+        match s.acquire(&short, Floor::NONE).await {
+            Ok(g) => break g,
+            Err(AcquireError::StoreRestarted { .. }) if start.elapsed() < limit => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("a 100 ms pool after the guard: {e}")),
+        }
+    };
+    let r = s.renew(&short, &grant, Floor::NONE).await;
+    crate::ensure!(
+        !matches!(r, Renewal::Lost(_)),
+        "a renewal under the guard answered {r:?}"
+    );
+    Ok(())
 }

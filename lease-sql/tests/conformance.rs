@@ -472,27 +472,11 @@ async fn the_restart_guard_holds_grants_for_a_ttl_after_the_server_started(
             ));
         }
     }
-    let short = fresh_pool(2, Duration::from_millis(100))?;
-    let start = std::time::Instant::now();
-    let grant = loop {
-        match s.acquire(&short, Floor::NONE).await {
-            Ok(g) => break g,
-            Err(AcquireError::StoreRestarted { .. })
-                if start.elapsed() < Duration::from_secs(10) =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(format!("a 100 ms pool after the guard: {e}")),
-        }
-    };
-    // Renewals are never held back.
-    let r = s.renew(&short, &grant, Floor::NONE).await;
-    ensure!(
-        !matches!(r, Renewal::Lost(_)),
-        "renewal under the guard answered {r:?}"
-    );
+    let r =
+        leasehold_conformance::restarts::grants_resume_after_the_guard(&s, Duration::from_secs(10))
+            .await;
     s.close().await;
-    Ok(())
+    r
 }
 
 /// Issue 17: the durability settings are read at connect and reported; a

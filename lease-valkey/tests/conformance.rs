@@ -938,24 +938,8 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
             ));
         }
     }
-    let short = fresh_pool(2, Duration::from_millis(100))?;
-    let start = std::time::Instant::now();
-    let grant = loop {
-        match s.acquire(&short, Floor::NONE).await {
-            Ok(g) => break g,
-            Err(AcquireError::StoreRestarted { .. })
-                if start.elapsed() < Duration::from_secs(15) =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => return Err(format!("a 100 ms pool after the guard: {e}")),
-        }
-    };
-    let r = s.renew(&short, &grant, Floor::NONE).await;
-    ensure!(
-        !matches!(r, Renewal::Lost(_)),
-        "a renewal under the guard answered {r:?}"
-    );
+    leasehold_conformance::restarts::grants_resume_after_the_guard(&s, Duration::from_secs(15))
+        .await?;
     drop(s);
     // A server that writes every acknowledged write to disk needs no guard.
     let bin = b.binary.as_deref().ok_or("no local server binary")?;
