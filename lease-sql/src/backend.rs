@@ -115,10 +115,10 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     /// can forget acknowledged writes when `config` requires durability.
     async fn check_server(&mut self, config: &SqlConfig) -> Result<(), SqlError> {
         let version = self.info.version.clone();
-        let settings = D::durability_sql(&version);
+        let settings = D::durability_columns(&version);
         let guard = D::resume_in_micros(Duration::from_secs(1), &version);
         let columns: Vec<String> = settings
-            .map(|s| s.trim_start_matches("SELECT ").to_owned())
+            .map(str::to_owned)
             .into_iter()
             .chain(guard.as_ref().map(|g| format!("CAST({g} AS {})", D::TEXT_TYPE)))
             .collect();

@@ -197,11 +197,11 @@ pub(crate) trait Dialect: sqlx::Database {
     /// guard is needed (SQLite: see its dialect). `version` is the server as
     /// it described itself at connect.
     fn resume_in_micros(ttl: Duration, version: &str) -> Option<String>;
-    /// One row of text columns: the settings that decide whether the server
-    /// keeps acknowledged writes across a crash (see
+    /// The select list (text columns) of the settings that decide whether
+    /// the server keeps acknowledged writes across a crash (see
     /// [`Dialect::durability_risks`]). `None`: nothing to read (SQLite).
-    fn durability_sql(version: &str) -> Option<&'static str>;
-    /// What the values of [`Dialect::durability_sql`] risk.
+    fn durability_columns(version: &str) -> Option<&'static str>;
+    /// What the values of [`Dialect::durability_columns`] risk.
     fn durability_risks(values: &[String]) -> Vec<leasehold_core::DurabilityRisk>;
     /// The microseconds from the time expression `from` to `to` (a `BIGINT`;
     /// NULL when either is NULL).

@@ -74,9 +74,9 @@ impl Dialect for MySql {
         ))
     }
 
-    fn durability_sql(_version: &str) -> Option<&'static str> {
+    fn durability_columns(_version: &str) -> Option<&'static str> {
         Some(
-            "SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR), \
+            "CAST(@@innodb_flush_log_at_trx_commit AS CHAR), \
              CAST(@@sync_binlog AS CHAR), CAST(@@log_bin AS CHAR)",
         )
     }

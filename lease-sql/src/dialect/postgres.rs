@@ -58,41 +58,38 @@ impl Dialect for Postgres {
         ))
     }
 
-    fn durability_sql(_version: &str) -> Option<&'static str> {
+    fn durability_columns(_version: &str) -> Option<&'static str> {
         Some(
-            "SELECT current_setting('fsync'), current_setting('synchronous_commit'), \
+            "current_setting('fsync'), current_setting('synchronous_commit'), \
              current_setting('full_page_writes')",
         )
     }
 
     fn durability_risks(values: &[String]) -> Vec<leasehold_core::DurabilityRisk> {
-        let get = |i: usize| values.get(i).map_or("", String::as_str);
-        let mut risks = Vec::new();
-        if get(0) == "off" {
-            risks.push(super::risk(
+        // In the order of `durability_columns`; each is a risk when `off`.
+        const SETTINGS: [(&str, &str, &str); 3] = [
+            (
                 "fsync",
-                "off",
                 "an OS crash or power loss can lose or corrupt committed leases",
                 "set fsync = on",
-            ));
-        }
-        if get(1) == "off" {
-            risks.push(super::risk(
+            ),
+            (
                 "synchronous_commit",
-                "off",
                 "a server crash loses the last commits (up to 3 × wal_writer_delay)",
                 "set synchronous_commit = on (or local) for the lease user or database",
-            ));
-        }
-        if get(2) == "off" {
-            risks.push(super::risk(
+            ),
+            (
                 "full_page_writes",
-                "off",
                 "an OS crash can leave torn pages",
                 "set full_page_writes = on",
-            ));
-        }
-        risks
+            ),
+        ];
+        SETTINGS
+            .iter()
+            .zip(values)
+            .filter(|(_, value)| value.as_str() == "off")
+            .map(|((setting, loses, fix), _)| super::risk(setting, "off", loses, fix))
+            .collect()
     }
 
     fn micros_between(from: &str, to: &str) -> String {

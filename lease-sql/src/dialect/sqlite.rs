@@ -77,7 +77,7 @@ impl Dialect for Sqlite {
     /// `synchronous = NORMAL`, which keeps every commit across a process
     /// crash; an OS crash or power loss can drop the last ones, but it also
     /// ends every holder, all of which run on this machine.
-    fn durability_sql(_version: &str) -> Option<&'static str> {
+    fn durability_columns(_version: &str) -> Option<&'static str> {
         None
     }
 
