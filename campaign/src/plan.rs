@@ -50,8 +50,12 @@ pub enum Fault {
     /// SIGSTOP the store's server for longer than the TTL, then SIGCONT.
     Freeze,
     /// Crash the store's server (SIGKILL, PostgreSQL `pg_ctl stop -m
-    /// immediate`) and start it again on the same data.
+    /// immediate`) and start it again on the same data (every member of
+    /// a cluster).
     Restart,
+    /// SIGKILL one member of a cluster, start it again on its data after
+    /// longer than the TTL (one member down at a time).
+    Member,
 }
 
 impl Fault {
@@ -64,6 +68,7 @@ impl Fault {
             Fault::Cut => "cut",
             Fault::Freeze => "freeze",
             Fault::Restart => "restart",
+            Fault::Member => "member",
         }
     }
 }
@@ -94,6 +99,8 @@ pub struct StoreFaults {
     pub restart: bool,
     /// Restart-heavy: every other fault is a store restart.
     pub restart_heavy: bool,
+    /// The store is a cluster whose members can be killed one at a time.
+    pub member: bool,
 }
 
 /// The faults of a run of `length` with `workers` workers and leases of `ttl`:
@@ -116,6 +123,11 @@ pub fn plan(
     }
     if store.restart {
         kinds.push(Fault::Restart);
+    }
+    if store.member {
+        // Member kills are what a cluster adds: twice as likely.
+        kinds.push(Fault::Member);
+        kinds.push(Fault::Member);
     }
     let heavy = store.restart && store.restart_heavy;
     let mut out = Vec::new();
@@ -215,6 +227,7 @@ mod tests {
                 freeze: false,
                 restart: true,
                 restart_heavy: true,
+                member: false,
             },
         );
         let restarts = heavy.iter().filter(|p| p.fault == Fault::Restart).count();
@@ -224,6 +237,31 @@ mod tests {
             heavy.len()
         );
         assert!(heavy.iter().any(|p| p.fault == Fault::Cut));
+        // A cluster: member kills join after the other kinds, and come
+        // up at random later on.
+        let cluster = plan_of(
+            7,
+            StoreFaults {
+                cut: true,
+                restart: true,
+                member: true,
+                ..StoreFaults::default()
+            },
+        );
+        let first: Vec<_> = cluster.iter().take(6).map(|p| p.fault).collect();
+        assert_eq!(
+            first,
+            [
+                Fault::Kill,
+                Fault::Stop,
+                Fault::Term,
+                Fault::Cut,
+                Fault::Restart,
+                Fault::Member
+            ]
+        );
+        assert!(cluster.iter().skip(6).any(|p| p.fault == Fault::Member));
+        assert!(none.iter().all(|p| p.fault != Fault::Member));
         let mut r = Rng::new(1);
         assert!(
             (0..1000)

@@ -1,8 +1,9 @@
 //! The one place that turns a store URL into a running [`LeaseManager`]: the
 //! glue to each backend crate's public API (adapt it here when those APIs
 //! change). Schemes: `sqlite://`, `postgres://`, `mysql://`, `redis://`
-//! (also `rediss://`, `valkey://`), `etcd://` (or `http://`: an etcd
-//! endpoint).
+//! (also `rediss://`, `valkey://`), `etcd://host:port[,host:port…]` (or
+//! `http://`: etcd endpoints, one per member), `k8s://host:port` (a
+//! Kubernetes API server without TLS or credentials: the fake API server).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,9 +52,8 @@ pub async fn start_manager(
                 .map_err(|e| format!("start: {e}"))
         }
         "etcd" | "http" => {
-            let endpoint = url.replacen("etcd://", "http://", 1);
             let strategy = leasehold_etcd::EtcdStrategy::connect(
-                leasehold_etcd::EtcdConfig::new([endpoint])
+                leasehold_etcd::EtcdConfig::new(etcd_endpoints(url))
                     .prefix("campaign")
                     .op_timeout(op_timeout),
             )
@@ -66,11 +66,35 @@ pub async fn start_manager(
                 .await
                 .map_err(|e| format!("start: {e}"))
         }
+        "k8s" => {
+            let strategy = leasehold_k8s::KubeStrategy::connect(
+                leasehold_k8s::KubeConfig::url(url.replacen("k8s://", "http://", 1))
+                    .namespace("default")
+                    .op_timeout(op_timeout),
+            )
+            .await
+            .map_err(|e| format!("connect {scheme}: {e}"))?;
+            // Behind the API server is etcd: nothing acknowledged is lost.
+            let _ = restart_guard;
+            LeaseManager::start(strategy, config)
+                .await
+                .map_err(|e| format!("start: {e}"))
+        }
         other => Err(format!(
             "unsupported store scheme {other:?}: use sqlite://, postgres://, mysql://, \
-             redis:// or etcd://"
+             redis://, etcd://host:port[,host:port…] or k8s://host:port"
         )),
     }
+}
+
+/// The endpoints of an `etcd://a:1,b:2` (or `http://a:1`) URL: one member
+/// each.
+fn etcd_endpoints(url: &str) -> Vec<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split(',')
+        .filter(|e| !e.is_empty())
+        .map(|e| format!("http://{e}"))
+        .collect()
 }
 
 /// The table where workers log the fenced writes the store accepted, in the
@@ -336,6 +360,114 @@ impl ValkeyFences {
     }
 }
 
+/// etcd: the resource of a slot is a key holding the last accepted fence
+/// (zero-padded to 20 digits, so etcd's byte-wise value compare is numeric),
+/// and each accepted write puts a log key in the same transaction; the log
+/// keys' create revisions are the store's order.
+struct EtcdFences {
+    client: etcd_client::Client,
+}
+
+/// The prefix of the campaign's fenced keys in etcd.
+const ETCD_FENCES: &str = "campaign-fences";
+
+impl EtcdFences {
+    async fn connect(url: &str) -> Result<Self, String> {
+        let strategy = leasehold_etcd::EtcdStrategy::connect(
+            leasehold_etcd::EtcdConfig::new(etcd_endpoints(url))
+                .prefix("campaign")
+                .op_timeout(Duration::from_secs(2)),
+        )
+        .await
+        .map_err(|e| format!("fence connect: {e}"))?;
+        Ok(Self {
+            client: strategy.client().clone(),
+        })
+    }
+
+    async fn prepare(&self, pools: &[String]) -> Result<(), String> {
+        for pool in pools {
+            self.client
+                .clone()
+                .delete(
+                    format!("{ETCD_FENCES}/{pool}/"),
+                    Some(etcd_client::DeleteOptions::new().with_prefix()),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    async fn write(&self, pool: &str, slot: u32, fence: u64) -> Result<bool, String> {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+        let key = format!("{ETCD_FENCES}/{pool}/{slot}");
+        let padded = format!("{fence:020}");
+        let log = format!(
+            "{key}/log/{}-{}",
+            std::process::id(),
+            MonoTime::now().as_nanos()
+        );
+        // A value compare on a missing key fails, so the first write is
+        // accepted too.
+        let txn = Txn::new()
+            .when([Compare::value(
+                key.clone(),
+                CompareOp::Greater,
+                padded.clone(),
+            )])
+            .or_else([
+                TxnOp::put(key, padded.clone(), None),
+                TxnOp::put(log, padded, None),
+            ]);
+        let r = self
+            .client
+            .clone()
+            .txn(txn)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(!r.succeeded())
+    }
+
+    async fn accepted(
+        &self,
+        pools: &[String],
+        slots: u32,
+    ) -> Result<BTreeMap<String, Vec<u64>>, String> {
+        use etcd_client::{GetOptions, SortOrder, SortTarget};
+        let mut out = BTreeMap::new();
+        for pool in pools {
+            for slot in 0..slots {
+                let r = self
+                    .client
+                    .clone()
+                    .get(
+                        format!("{ETCD_FENCES}/{pool}/{slot}/log/"),
+                        Some(
+                            GetOptions::new()
+                                .with_prefix()
+                                .with_sort(SortTarget::Create, SortOrder::Ascend),
+                        ),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let fences = r
+                    .kvs()
+                    .iter()
+                    .map(|kv| {
+                        let v = String::from_utf8_lossy(kv.value()).into_owned();
+                        v.parse().map_err(|e| format!("fence log {v:?}: {e}"))
+                    })
+                    .collect::<Result<Vec<u64>, String>>()?;
+                if !fences.is_empty() {
+                    out.insert(resource(pool, slot), fences);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The resource of `slot` of `pool`, as the fence logs name it.
 pub fn resource(pool: &str, slot: u32) -> String {
     format!("{pool}-{slot}")
@@ -348,12 +480,13 @@ fn scheme(url: &str) -> &str {
 
 /// Fenced writes through the store's fenced-write helper: the SQL
 /// [`FenceTable`](leasehold_sql::FenceTable), or a fenced key on
-/// Valkey/Redis (a script). etcd has none yet.
+/// Valkey/Redis (a script) or etcd (a transaction). Kubernetes has none.
 pub struct FenceWriter(Fences);
 
 enum Fences {
     Sql(SqlFences),
     Valkey(ValkeyFences),
+    Etcd(Box<EtcdFences>),
 }
 
 impl FenceWriter {
@@ -369,6 +502,8 @@ impl FenceWriter {
                 | "redis"
                 | "rediss"
                 | "valkey"
+                | "etcd"
+                | "http"
         )
     }
 
@@ -379,6 +514,7 @@ impl FenceWriter {
                 Fences::Sql(SqlFences::connect(url).await?)
             }
             "redis" | "rediss" | "valkey" => Fences::Valkey(ValkeyFences::connect(url).await?),
+            "etcd" | "http" => Fences::Etcd(Box::new(EtcdFences::connect(url).await?)),
             _ => return Ok(None),
         })))
     }
@@ -391,6 +527,7 @@ impl FenceWriter {
         match &self.0 {
             Fences::Sql(f) => f.prepare().await,
             Fences::Valkey(f) => f.prepare(pools, slots).await,
+            Fences::Etcd(f) => f.prepare(pools).await,
         }
     }
 
@@ -401,6 +538,7 @@ impl FenceWriter {
         match &self.0 {
             Fences::Sql(f) => f.write(&resource(pool, slot), fence).await,
             Fences::Valkey(f) => f.write(pool, slot, fence).await,
+            Fences::Etcd(f) => f.write(pool, slot, fence).await,
         }
     }
 
@@ -414,6 +552,7 @@ impl FenceWriter {
         match &self.0 {
             Fences::Sql(f) => f.accepted().await,
             Fences::Valkey(f) => f.accepted(pools, slots).await,
+            Fences::Etcd(f) => f.accepted(pools, slots).await,
         }
     }
 }

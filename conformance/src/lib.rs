@@ -5,6 +5,7 @@
 #[macro_use]
 mod macros;
 mod backend;
+pub mod etcd_cluster;
 #[cfg(feature = "testcontainers")]
 mod k3s;
 pub mod proxy;

@@ -598,7 +598,15 @@ fn probe_servers() {
 /// backend `B`, or on every backend in turn (see `campaign/README.md`).
 fn campaign(args: &[String]) -> Result {
     const BACKENDS: &[&str] = &[
-        "sqlite", "postgres", "mariadb", "redis8", "redis7", "valkey8", "etcd35",
+        "sqlite",
+        "postgres",
+        "mariadb",
+        "redis8",
+        "redis7",
+        "valkey8",
+        "etcd35",
+        "etcd-cluster",
+        "k8s-fake",
     ];
     let mut build = cargo();
     build.args(["build", "-q", "-p", "leasehold-campaign", "--bins"]);

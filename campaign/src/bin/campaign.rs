@@ -4,7 +4,8 @@
 //! timeline into `target/campaign/<backend>-<seed>.svg`.
 //!
 //! ```text
-//! campaign [--backend sqlite|postgres|mariadb|redis8|redis7|valkey8] [--short]
+//! campaign [--backend sqlite|postgres|mariadb|redis8|redis7|valkey8|etcd35|etcd34|
+//!                     etcd-cluster|k8s-fake] [--short]
 //!          [--unsafe] [--seed S] [--secs N] [--ids N] [--workers W] [--slots K]
 //! ```
 //!
@@ -21,9 +22,12 @@ use leasehold_campaign::plan::{Fault, Planned, Rng, StoreFaults, plan};
 use leasehold_campaign::record::{self, Kind, Record};
 use leasehold_campaign::store::FenceWriter;
 use leasehold_campaign::timeline::{FaultMark, svg};
+use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::proxy::{Fault as Net, FaultProxy};
 use leasehold_conformance::servers::{self, ServerKind, Settings};
 use leasehold_core::{LeaseConfig, MonoTime};
+use leasehold_k8s_fake::{FakeApiServer, Fault as FakeFault, Verb as FakeVerb};
+use std::net::SocketAddr;
 
 struct Args {
     backend: String,
@@ -93,7 +97,7 @@ fn parse_args() -> Result<Args, String> {
             "-h" | "--help" => {
                 return Err(
                     "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
-                            valkey8|etcd35|etcd34] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
+                            valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
                             [--store fast|durable|lossy] [--restart-heavy] [--no-restart-guard]"
                         .into(),
@@ -108,32 +112,136 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-/// The store of a run: a URL, and the server when this process started it.
+/// The store of a run: a URL, and what this process started to serve it.
 struct Store {
     url: String,
     describe: String,
-    server: Option<servers::Server>,
+    serving: Serving,
+}
+
+/// What serves a run's store.
+enum Serving {
+    /// A file (SQLite): nothing to freeze, cut or restart.
+    File,
+    /// One server, started by this process or named by a variable.
+    Server(servers::Server),
+    /// A three-member etcd cluster started by this process: members are
+    /// killed and started again (`member` faults).
+    Cluster(EtcdCluster),
+    /// The FAKE Kubernetes API server, in this process: a freeze delays
+    /// every request instead of stopping a process.
+    Fake(FakeApiServer),
 }
 
 impl Store {
     /// The server's process, to freeze it.
     fn pid(&self) -> Option<u32> {
-        self.server.as_ref().and_then(servers::Server::pid)
+        match &self.serving {
+            Serving::Server(s) => s.pid(),
+            _ => None,
+        }
+    }
+
+    /// Whether the store can be frozen.
+    fn can_freeze(&self) -> bool {
+        matches!(self.serving, Serving::Fake(_)) || self.pid().is_some()
+    }
+
+    /// Freezes the store for `pause` (the main loop thaws it).
+    fn freeze(&self, pause: Duration) {
+        match &self.serving {
+            Serving::Fake(fake) => {
+                for verb in FAKE_VERBS {
+                    fake.faults().set(verb, FakeFault::Delay(pause));
+                }
+            }
+            _ => {
+                if let Some(pid) = self.pid() {
+                    signal(pid, "STOP");
+                }
+            }
+        }
+    }
+
+    fn thaw(&self) {
+        match &self.serving {
+            Serving::Fake(fake) => fake.faults().clear(),
+            _ => {
+                if let Some(pid) = self.pid() {
+                    signal(pid, "CONT");
+                }
+            }
+        }
     }
 
     /// Whether the server can be crashed and restarted.
     fn can_restart(&self) -> bool {
-        self.server
-            .as_ref()
-            .is_some_and(servers::Server::can_restart)
+        match &self.serving {
+            Serving::Server(s) => s.can_restart(),
+            Serving::Cluster(_) => true,
+            _ => false,
+        }
     }
 
-    /// Crashes the server and starts it again on the same data.
+    /// Crashes the server (every member of a cluster) and starts it again on
+    /// the same data.
     fn restart(&mut self) -> Result<(), String> {
-        let server = self.server.as_mut().ok_or("no server to restart")?;
-        server.kill()?;
-        server.restart()
+        match &mut self.serving {
+            Serving::Server(server) => {
+                server.kill()?;
+                server.restart()
+            }
+            Serving::Cluster(c) => {
+                for i in 0..c.len() {
+                    if c.is_running(i) {
+                        c.kill(i)?;
+                    }
+                }
+                for i in 0..c.len() {
+                    c.restart(i)?;
+                }
+                c.wait_healthy(Duration::from_secs(30))
+            }
+            _ => Err("no server to restart".into()),
+        }
     }
+
+    /// The addresses a worker's fault proxies stand in front of (one per
+    /// cluster member), or none for a file.
+    fn upstreams(&self) -> Vec<SocketAddr> {
+        match &self.serving {
+            Serving::File => Vec::new(),
+            Serving::Server(s) => s.addr().into_iter().collect(),
+            Serving::Cluster(c) => c.addrs(),
+            Serving::Fake(f) => vec![f.addr()],
+        }
+    }
+
+    /// The store's URL through the proxies at `addrs` (as [`Store::upstreams`]).
+    fn url_via(&self, addrs: &[SocketAddr]) -> String {
+        match &self.serving {
+            Serving::Server(s) => s.url_via(addrs[0]),
+            Serving::Cluster(_) => etcd_url(addrs),
+            Serving::Fake(_) => format!("k8s://{}", addrs[0]),
+            Serving::File => self.url.clone(),
+        }
+    }
+}
+
+/// Every verb of the fake API server, to delay them all in a freeze.
+const FAKE_VERBS: [FakeVerb; 7] = [
+    FakeVerb::List,
+    FakeVerb::Get,
+    FakeVerb::Create,
+    FakeVerb::Patch,
+    FakeVerb::Update,
+    FakeVerb::Delete,
+    FakeVerb::AccessReview,
+];
+
+fn etcd_url(addrs: &[SocketAddr]) -> String {
+    let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    format!("etcd://{}", list.join(","))
 }
 
 fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, String> {
@@ -142,7 +250,27 @@ fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, Strin
             return Ok(Store {
                 url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
                 describe: "sqlite (file)".into(),
-                server: None,
+                serving: Serving::File,
+            });
+        }
+        "etcd-cluster" | "etcd35x3" => {
+            let cluster = EtcdCluster::start_kind(ServerKind::Etcd35, 3)?;
+            cluster.wait_healthy(Duration::from_secs(60))?;
+            return Ok(Store {
+                url: etcd_url(&cluster.addrs()),
+                describe: format!(
+                    "etcd 3.5, a three-member cluster started by this run ({})",
+                    cluster.endpoints().join(", ")
+                ),
+                serving: Serving::Cluster(cluster),
+            });
+        }
+        "k8s-fake" | "k8s" => {
+            let fake = FakeApiServer::start().map_err(|e| format!("fake API server: {e}"))?;
+            return Ok(Store {
+                url: format!("k8s://{}", fake.addr()),
+                describe: fake.describe(),
+                serving: Serving::Fake(fake),
             });
         }
         "postgres" | "postgres15" => ServerKind::Postgres15,
@@ -159,7 +287,7 @@ fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, Strin
     Ok(Store {
         url: server.url.clone(),
         describe: server.describe(),
-        server: Some(server),
+        serving: Serving::Server(server),
     })
 }
 
@@ -191,7 +319,7 @@ struct Run {
     /// One fault proxy per worker index (networked stores only): the worker
     /// at that index, and each of its restarts, reaches the store through
     /// it, so a cut hits that worker's host alone.
-    proxies: Vec<(FaultProxy, String)>,
+    proxies: Vec<(Vec<FaultProxy>, String)>,
     /// Per worker index, when its cut ends.
     cut_until: Vec<Option<Instant>>,
     dir: PathBuf,
@@ -265,11 +393,11 @@ impl Run {
     }
 
     /// Applies `p`; the worker it names, or the next one running.
-    fn inject(&mut self, p: &Planned, store_pid: Option<u32>) {
+    fn inject(&mut self, p: &Planned, store: &Store) {
         *self.counts.entry(p.fault.name()).or_default() += 1;
         if p.fault == Fault::Freeze {
-            if let Some(pid) = store_pid {
-                signal(pid, "STOP");
+            if store.can_freeze() {
+                store.freeze(p.pause);
                 self.mark("freeze", None, Some(p.pause));
                 let thaw = Instant::now() + p.pause;
                 // The store is thawed by the main loop.
@@ -320,18 +448,20 @@ impl Run {
                 };
             }
             Fault::Cut => {
-                let Some((proxy, _)) = self.proxies.get(idx) else {
+                let Some((proxies, _)) = self.proxies.get(idx) else {
                     return;
                 };
                 // A partition: what the worker sends is held, nothing comes
                 // back, new connections hang; the main loop heals it.
-                proxy.set(Net::Blackhole);
+                for proxy in proxies {
+                    proxy.set(Net::Blackhole);
+                }
                 self.mark("cut", Some(id), Some(p.pause));
                 let until = Instant::now() + p.pause;
                 let cut = &mut self.cut_until[idx];
                 *cut = Some(cut.map_or(until, |t| t.max(until)));
             }
-            Fault::Freeze | Fault::Restart => {}
+            Fault::Freeze | Fault::Restart | Fault::Member => {}
         }
     }
 }
@@ -477,18 +607,25 @@ fn run(args: Args) -> Result<ExitCode, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let mut proxies = Vec::new();
-    if let Some(server) = &store.server
-        && let Some(upstream) = server.addr()
-    {
+    let upstreams = store.upstreams();
+    if !upstreams.is_empty() {
         for _ in 0..args.workers {
-            let proxy = net_rt
-                .block_on(FaultProxy::start(upstream))
-                .map_err(|e| format!("fault proxy: {e}"))?;
-            let url = server.url_via(proxy.addr());
-            proxies.push((proxy, url));
+            let mut own = Vec::new();
+            for upstream in &upstreams {
+                own.push(
+                    net_rt
+                        .block_on(FaultProxy::start(*upstream))
+                        .map_err(|e| format!("fault proxy: {e}"))?,
+                );
+            }
+            let addrs: Vec<SocketAddr> = own.iter().map(FaultProxy::addr).collect();
+            let url = store.url_via(&addrs);
+            proxies.push((own, url));
         }
+        let list: Vec<String> = upstreams.iter().map(ToString::to_string).collect();
         println!(
-            "campaign: each worker reaches the store at {upstream} through a fault proxy of its own"
+            "campaign: each worker reaches the store at {} through fault proxies of its own",
+            list.join(", ")
         );
     }
     let mut rng = Rng::new(args.seed);
@@ -500,8 +637,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
         ttl,
         StoreFaults {
             cut: !proxies.is_empty(),
-            freeze: store.pid().is_some(),
+            freeze: store.can_freeze(),
             restart: store.can_restart(),
+            member: matches!(store.serving, Serving::Cluster(_)),
             restart_heavy: args.restart_heavy,
         },
     );
@@ -555,6 +693,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
         run.workers.push(w);
     }
     let mut next_fault = 0;
+    // A killed cluster member, and when it starts again.
+    let mut member_down: Option<(usize, Instant)> = None;
     let mut last_progress = Instant::now();
     let mut last_count = Instant::now();
     let mut ids_so_far = 0u64;
@@ -576,25 +716,47 @@ fn run(args: Args) -> Result<ExitCode, String> {
                     eprintln!("\ncampaign: restarting the store failed: {e}");
                     return Err(format!("restarting the store failed: {e}"));
                 }
+                // Every member runs again.
+                member_down = None;
                 if let Some(m) = run.marks.last_mut() {
                     m.until_ns = Some(m.at_ns + at.elapsed().as_nanos() as u64);
                 }
+            } else if p.fault == Fault::Member {
+                // One member at a time, so the cluster keeps its quorum.
+                if let Serving::Cluster(c) = &mut store.serving
+                    && member_down.is_none()
+                {
+                    let victim = p.worker % c.len();
+                    c.kill(victim)
+                        .map_err(|e| format!("killing member {victim}: {e}"))?;
+                    *run.counts.entry(p.fault.name()).or_default() += 1;
+                    run.mark(&format!("member m{victim}"), None, Some(p.pause));
+                    member_down = Some((victim, Instant::now() + p.pause));
+                }
             } else {
-                run.inject(&p, store.pid());
+                run.inject(&p, &store);
             }
             next_fault += 1;
+        }
+        if let Some((victim, at)) = member_down
+            && Instant::now() >= at
+            && let Serving::Cluster(c) = &mut store.serving
+        {
+            c.restart(victim)
+                .map_err(|e| format!("restarting member {victim}: {e}"))?;
+            member_down = None;
         }
         if let Some(t) = run.freeze_until
             && Instant::now() >= t
         {
-            if let Some(pid) = store.pid() {
-                signal(pid, "CONT");
-            }
+            store.thaw();
             run.freeze_until = None;
         }
         for (i, until) in run.cut_until.iter_mut().enumerate() {
             if until.is_some_and(|t| Instant::now() >= t) {
-                run.proxies[i].0.set(Net::Pass);
+                for proxy in &run.proxies[i].0 {
+                    proxy.set(Net::Pass);
+                }
                 *until = None;
             }
         }
@@ -695,11 +857,17 @@ fn run(args: Args) -> Result<ExitCode, String> {
     }
     eprintln!();
     // Wind down: thaw and heal everything, stop every worker gracefully.
-    if let Some(pid) = store.pid() {
-        signal(pid, "CONT");
+    store.thaw();
+    if let Some((victim, _)) = member_down
+        && let Serving::Cluster(c) = &mut store.serving
+    {
+        c.restart(victim)
+            .map_err(|e| format!("restarting member {victim}: {e}"))?;
     }
-    for (proxy, _) in &run.proxies {
-        proxy.set(Net::Pass);
+    for (proxies, _) in &run.proxies {
+        for proxy in proxies {
+            proxy.set(Net::Pass);
+        }
     }
     for w in &mut run.workers {
         if let Some(c) = &w.child {

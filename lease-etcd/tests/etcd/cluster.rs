@@ -1,14 +1,13 @@
-//! A three-member etcd cluster on loopback ports, started by the test, with
-//! members killed by PID.
+//! A three-member etcd cluster on loopback ports (`leasehold-conformance`'s
+//! `EtcdCluster`), started by the test, with members killed by PID.
 
 use leasehold_core::Floor;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::proxy::{Fault, FaultProxy};
-use leasehold_conformance::servers::{self, ServerKind};
+use leasehold_conformance::servers::ServerKind;
 use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials};
 use leasehold_core::{
     Grant, LeaseConfig, LeaseManager, LossCause, LossEvent, PoolSpec, Release, Renewal, Strategy,
@@ -27,170 +26,55 @@ pub(crate) fn register(target: Target) -> Target {
     )
 }
 
-struct Member {
-    client_port: u16,
-    child: Option<Child>,
-}
-
-/// etcd members on loopback, started by the test; killed and cleaned up on
-/// drop.
-pub(crate) struct Cluster {
-    members: Vec<Member>,
-    dir: PathBuf,
-}
-
-impl Cluster {
-    pub(crate) fn start(bin: &Path, members: usize) -> Result<Self, String> {
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-etcd-cluster-{}-{}",
-            std::process::id(),
-            servers::free_port()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        // Every port is drawn while the others are still bound, so no two
-        // are the same (a port drawn and released at once can come back).
-        let held: Vec<std::net::TcpListener> = (0..2 * members)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("no free port: {e}"))?;
-        let port = |l: &std::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
-        let ports: Vec<(u16, u16)> = held
-            .chunks(2)
-            .map(|pair| (port(&pair[0]), port(&pair[1])))
-            .collect();
-        drop(held);
-        let initial = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let token = format!("lh-{}-{}", std::process::id(), servers::free_port());
-        let mut cluster = Self {
-            members: Vec::new(),
-            dir: dir.clone(),
-        };
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let log =
-                std::fs::File::create(dir.join(format!("m{i}.log"))).map_err(|e| e.to_string())?;
-            let child = Command::new(bin)
-                .arg(format!("--name=m{i}"))
-                .arg(format!(
-                    "--data-dir={}",
-                    dir.join(format!("m{i}")).display()
-                ))
-                .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
-                .arg(format!("--advertise-client-urls=http://127.0.0.1:{client}"))
-                .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
-                .arg(format!(
-                    "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
-                ))
-                .arg(format!("--initial-cluster={initial}"))
-                .arg("--initial-cluster-state=new")
-                .arg(format!("--initial-cluster-token={token}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::from(log))
-                .spawn()
-                .map_err(|e| format!("spawn {}: {e}", bin.display()))?;
-            cluster.members.push(Member {
-                client_port: *client,
-                child: Some(child),
-            });
-        }
-        Ok(cluster)
-    }
-
-    pub(crate) fn endpoints(&self) -> Vec<String> {
-        self.members
-            .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client_port))
-            .collect()
-    }
-
-    /// Waits until every live member reports the same leader; returns the
-    /// leader's index.
-    pub(crate) async fn leader(&self, limit: Duration) -> Result<usize, String> {
-        let start = Instant::now();
-        let mut last = String::new();
-        while start.elapsed() < limit {
-            let mut ids = Vec::new();
-            let mut leaders = Vec::new();
-            for (i, m) in self.members.iter().enumerate() {
-                if m.child.is_none() {
-                    continue;
+/// Waits until every running member of `cluster` reports the same leader;
+/// returns the leader's index.
+pub(crate) async fn leader(cluster: &EtcdCluster, limit: Duration) -> Result<usize, String> {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < limit {
+        let mut ids = Vec::new();
+        let mut leaders = Vec::new();
+        let mut live = 0;
+        for (i, url) in cluster.endpoints().into_iter().enumerate() {
+            if !cluster.is_running(i) {
+                continue;
+            }
+            live += 1;
+            let probe = async {
+                let mut c = etcd_client::Client::connect([url], None).await?;
+                c.status().await
+            };
+            match tokio::time::timeout(Duration::from_secs(1), probe).await {
+                Ok(Ok(status)) => {
+                    let member = status.header().map(|h| h.member_id()).unwrap_or(0);
+                    ids.push((i, member));
+                    leaders.push(status.leader());
                 }
-                let url = format!("http://127.0.0.1:{}", m.client_port);
-                let probe = async {
-                    let mut c = etcd_client::Client::connect([url], None).await?;
-                    c.status().await
-                };
-                match tokio::time::timeout(Duration::from_secs(1), probe).await {
-                    Ok(Ok(status)) => {
-                        let member = status.header().map(|h| h.member_id()).unwrap_or(0);
-                        ids.push((i, member));
-                        leaders.push(status.leader());
-                    }
-                    Ok(Err(e)) => last = format!("member {i}: {e}"),
-                    Err(_) => last = format!("member {i}: status timed out"),
-                }
-            }
-            let live = self.members.iter().filter(|m| m.child.is_some()).count();
-            if ids.len() == live
-                && leaders.iter().all(|l| *l != 0 && *l == leaders[0])
-                && let Some((i, _)) = ids.iter().find(|(_, id)| *id == leaders[0])
-            {
-                return Ok(*i);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let logs: Vec<String> = (0..self.members.len())
-            .map(|i| {
-                let text =
-                    std::fs::read_to_string(self.dir.join(format!("m{i}.log"))).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                format!(
-                    "m{i}: {}",
-                    lines[lines.len().saturating_sub(3)..].join(" | ")
-                )
-            })
-            .collect();
-        Err(format!(
-            "no agreed leader within {limit:?} ({last}); logs:\n{}",
-            logs.join("\n")
-        ))
-    }
-
-    fn kill(&mut self, i: usize) -> Result<(), String> {
-        let mut child = self.members[i].child.take().ok_or("already killed")?;
-        // Child::kill sends SIGKILL to this member's PID.
-        child.kill().map_err(|e| e.to_string())?;
-        child.wait().map_err(|e| e.to_string())?;
-        Ok(())
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for m in &mut self.members {
-            if let Some(mut c) = m.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
+                Ok(Err(e)) => last = format!("member {i}: {e}"),
+                Err(_) => last = format!("member {i}: status timed out"),
             }
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if ids.len() == live
+            && leaders.iter().all(|l| *l != 0 && *l == leaders[0])
+            && let Some((i, _)) = ids.iter().find(|(_, id)| *id == leaders[0])
+        {
+            return Ok(*i);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let logs: Vec<String> = (0..cluster.len())
+        .map(|i| format!("m{i}: {}", cluster.log_tail(i, 3)))
+        .collect();
+    Err(format!(
+        "no agreed leader within {limit:?} ({last}); logs:\n{}",
+        logs.join("\n")
+    ))
 }
 
 /// A three-member cluster of `kind`'s binary, with an agreed leader.
-async fn start_cluster(kind: ServerKind) -> Result<Cluster, String> {
-    let bin = servers::find_binary(kind).ok_or_else(|| {
-        format!(
-            "no {kind} binary for the cluster test; {}",
-            kind.install_hint()
-        )
-    })?;
-    let cluster = Cluster::start(&bin, 3)?;
-    cluster.leader(Duration::from_secs(30)).await?;
+async fn start_cluster(kind: ServerKind) -> Result<EtcdCluster, String> {
+    let cluster = EtcdCluster::start_kind(kind, 3)?;
+    leader(&cluster, Duration::from_secs(30)).await?;
     Ok(cluster)
 }
 
@@ -229,7 +113,7 @@ fn spawn_burst(
 }
 
 /// A strategy over every member with operations bounded by `op_timeout`.
-async fn connect(cluster: &Cluster, op_timeout: Duration) -> Result<EtcdStrategy, String> {
+async fn connect(cluster: &EtcdCluster, op_timeout: Duration) -> Result<EtcdStrategy, String> {
     EtcdStrategy::connect(EtcdConfig::new(cluster.endpoints()).op_timeout(op_timeout))
         .await
         .map_err(|e| e.to_string())
@@ -259,7 +143,7 @@ async fn cluster_one_member_down_keeps_leases_renewing(b: Arc<EtcdBackend>) -> R
         .map_err(|e| e.to_string())?;
     let gate = manager.gate();
 
-    let leader = cluster.leader(Duration::from_secs(10)).await?;
+    let leader = leader(&cluster, Duration::from_secs(10)).await?;
     let victim = (leader + 1) % 3;
     cluster.kill(victim)?;
 
@@ -322,7 +206,7 @@ async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
     b: Arc<EtcdBackend>,
 ) -> Result<(), String> {
     let cluster = start_cluster(b.kind).await?;
-    let leader = cluster.leader(Duration::from_secs(10)).await?;
+    let leader = leader(&cluster, Duration::from_secs(10)).await?;
     let victim = (leader + 1) % 3;
     let mut endpoints = cluster.endpoints();
     let upstream: std::net::SocketAddr = endpoints[victim]
@@ -419,7 +303,7 @@ async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
         .await
         .map_err(|e| e.to_string())?;
 
-    let leader = cluster.leader(Duration::from_secs(10)).await?;
+    let leader = leader(&cluster, Duration::from_secs(10)).await?;
     // Keep the leader alive: the harder case, where it still believes it
     // leads for a moment and could answer a renewal without a quorum.
     for i in (0..3).filter(|i| *i != leader) {

@@ -724,15 +724,8 @@ async fn acquire_is_two_round_trips_while_candidates_are_free(
 async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Result<(), String> {
     // Auth changes the whole server: start a private one from the local
     // binary, never the shared (maybe external) server.
-    let bin = leasehold_conformance::servers::find_binary(b.kind).ok_or_else(|| {
-        format!(
-            "the auth test starts a private {} server and needs its binary: {}",
-            b.kind,
-            b.kind.install_hint()
-        )
-    })?;
-    let server = super::cluster::Cluster::start(&bin, 1)?;
-    server.leader(Duration::from_secs(30)).await?;
+    let server = leasehold_conformance::etcd_cluster::EtcdCluster::start_kind(b.kind, 1)?;
+    super::cluster::leader(&server, Duration::from_secs(30)).await?;
     let url = server.endpoints()[0].clone();
     let mut admin = etcd_client::Client::connect([url.clone()], None)
         .await
