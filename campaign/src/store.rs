@@ -468,6 +468,155 @@ impl EtcdFences {
     }
 }
 
+/// Kubernetes: the resource of a slot is a Lease object of its own
+/// (`campaign-fence-<pool>-<slot>`, never a lease of the pool) whose
+/// annotations hold the last accepted fence and the log of accepted fences;
+/// a write is a compare-and-swap on the object's `resourceVersion` (a
+/// conflict reads again), so the log's order is the store's order.
+struct KubeFences {
+    api: leasehold_k8s::kube::Api<leasehold_k8s::kube::core::DynamicObject>,
+}
+
+const FENCE_ANNOTATION: &str = "campaign.leasehold.dev/fence";
+const LOG_ANNOTATION: &str = "campaign.leasehold.dev/log";
+
+impl KubeFences {
+    async fn connect(url: &str) -> Result<Self, String> {
+        use leasehold_k8s::kube::core::{ApiResource, GroupVersionKind};
+        let uri = url
+            .replacen("k8s://", "http://", 1)
+            .parse()
+            .map_err(|e| format!("fence connect: {url}: {e}"))?;
+        let mut config = leasehold_k8s::kube::Config::new(uri);
+        config.default_namespace = "default".into();
+        config.read_timeout = Some(Duration::from_secs(2));
+        config.write_timeout = Some(Duration::from_secs(2));
+        let client = leasehold_k8s::kube::Client::try_from(config)
+            .map_err(|e| format!("fence connect: {e}"))?;
+        let kind =
+            ApiResource::from_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"));
+        Ok(Self {
+            api: leasehold_k8s::kube::Api::namespaced_with(client, "default", &kind),
+        })
+    }
+
+    fn name(pool: &str, slot: u32) -> String {
+        format!("campaign-fence-{pool}-{slot}")
+    }
+
+    async fn prepare(&self, pools: &[String], slots: u32) -> Result<(), String> {
+        use leasehold_k8s::kube::api::DeleteParams;
+        for pool in pools {
+            for slot in 0..slots {
+                match self
+                    .api
+                    .delete(&Self::name(pool, slot), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(leasehold_k8s::kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn write(&self, pool: &str, slot: u32, fence: u64) -> Result<bool, String> {
+        use leasehold_k8s::kube::Error;
+        use leasehold_k8s::kube::api::PostParams;
+        use leasehold_k8s::kube::core::{DynamicObject, ObjectMeta};
+        let name = Self::name(pool, slot);
+        loop {
+            let current = match self.api.get(&name).await {
+                Ok(o) => Some(o),
+                Err(Error::Api(s)) if s.code == 404 => None,
+                Err(e) => return Err(e.to_string()),
+            };
+            let Some(mut obj) = current else {
+                let mut obj = DynamicObject {
+                    types: Some(leasehold_k8s::kube::core::TypeMeta {
+                        api_version: "coordination.k8s.io/v1".into(),
+                        kind: "Lease".into(),
+                    }),
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    data: serde_json::json!({ "spec": {} }),
+                };
+                let notes = obj
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
+                notes.insert(FENCE_ANNOTATION.into(), fence.to_string());
+                notes.insert(LOG_ANNOTATION.into(), fence.to_string());
+                match self.api.create(&PostParams::default(), &obj).await {
+                    Ok(_) => return Ok(true),
+                    // Created by another writer meanwhile: compare with it.
+                    Err(Error::Api(s)) if s.code == 409 => continue,
+                    Err(e) => return Err(e.to_string()),
+                }
+            };
+            let notes = obj
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default);
+            let stored: u64 = notes
+                .get(FENCE_ANNOTATION)
+                .map_or(Ok(0), |v| v.parse())
+                .map_err(|e| format!("{name}: stored fence: {e}"))?;
+            if stored > fence {
+                return Ok(false);
+            }
+            notes.insert(FENCE_ANNOTATION.into(), fence.to_string());
+            let log = notes.entry(LOG_ANNOTATION.into()).or_default();
+            if !log.is_empty() {
+                log.push(',');
+            }
+            log.push_str(&fence.to_string());
+            // resourceVersion stays as read: the update is refused with a
+            // conflict if anyone wrote in between.
+            match self.api.replace(&name, &PostParams::default(), &obj).await {
+                Ok(_) => return Ok(true),
+                Err(Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    async fn accepted(
+        &self,
+        pools: &[String],
+        slots: u32,
+    ) -> Result<BTreeMap<String, Vec<u64>>, String> {
+        let mut out = BTreeMap::new();
+        for pool in pools {
+            for slot in 0..slots {
+                let obj = match self.api.get(&Self::name(pool, slot)).await {
+                    Ok(o) => o,
+                    Err(leasehold_k8s::kube::Error::Api(s)) if s.code == 404 => continue,
+                    Err(e) => return Err(e.to_string()),
+                };
+                let log = obj
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(LOG_ANNOTATION))
+                    .cloned()
+                    .unwrap_or_default();
+                let fences = log
+                    .split(',')
+                    .filter(|f| !f.is_empty())
+                    .map(|f| f.parse().map_err(|e| format!("fence log {f:?}: {e}")))
+                    .collect::<Result<Vec<u64>, String>>()?;
+                out.insert(resource(pool, slot), fences);
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The resource of `slot` of `pool`, as the fence logs name it.
 pub fn resource(pool: &str, slot: u32) -> String {
     format!("{pool}-{slot}")
@@ -480,13 +629,15 @@ fn scheme(url: &str) -> &str {
 
 /// Fenced writes through the store's fenced-write helper: the SQL
 /// [`FenceTable`](leasehold_sql::FenceTable), or a fenced key on
-/// Valkey/Redis (a script) or etcd (a transaction). Kubernetes has none.
+/// Valkey/Redis (a script), etcd (a transaction) or Kubernetes (a
+/// compare-and-swap on an object's `resourceVersion`).
 pub struct FenceWriter(Fences);
 
 enum Fences {
     Sql(SqlFences),
     Valkey(ValkeyFences),
     Etcd(Box<EtcdFences>),
+    Kube(KubeFences),
 }
 
 impl FenceWriter {
@@ -504,6 +655,7 @@ impl FenceWriter {
                 | "valkey"
                 | "etcd"
                 | "http"
+                | "k8s"
         )
     }
 
@@ -515,6 +667,7 @@ impl FenceWriter {
             }
             "redis" | "rediss" | "valkey" => Fences::Valkey(ValkeyFences::connect(url).await?),
             "etcd" | "http" => Fences::Etcd(Box::new(EtcdFences::connect(url).await?)),
+            "k8s" => Fences::Kube(KubeFences::connect(url).await?),
             _ => return Ok(None),
         })))
     }
@@ -528,6 +681,7 @@ impl FenceWriter {
             Fences::Sql(f) => f.prepare().await,
             Fences::Valkey(f) => f.prepare(pools, slots).await,
             Fences::Etcd(f) => f.prepare(pools).await,
+            Fences::Kube(f) => f.prepare(pools, slots).await,
         }
     }
 
@@ -539,6 +693,7 @@ impl FenceWriter {
             Fences::Sql(f) => f.write(&resource(pool, slot), fence).await,
             Fences::Valkey(f) => f.write(pool, slot, fence).await,
             Fences::Etcd(f) => f.write(pool, slot, fence).await,
+            Fences::Kube(f) => f.write(pool, slot, fence).await,
         }
     }
 
@@ -553,6 +708,7 @@ impl FenceWriter {
             Fences::Sql(f) => f.accepted().await,
             Fences::Valkey(f) => f.accepted(pools, slots).await,
             Fences::Etcd(f) => f.accepted(pools, slots).await,
+            Fences::Kube(f) => f.accepted(pools, slots).await,
         }
     }
 }

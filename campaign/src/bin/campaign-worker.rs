@@ -372,7 +372,21 @@ async fn run(args: Args) -> Result<(), String> {
         .into_iter()
         .map(|k| tokio::spawn(run_kind(args.clone(), k, shared.clone())))
         .collect();
-    term.recv().await;
+    // Stop on SIGTERM, or once the runner is gone (killed without the
+    // chance to stop its workers): an orphan must not go on generating.
+    let runner = std::os::unix::process::parent_id();
+    let mut orphaned = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = orphaned.tick() => {
+                if std::os::unix::process::parent_id() != runner {
+                    eprintln!("campaign-worker {}: the runner is gone; stopping", std::process::id());
+                    break;
+                }
+            }
+        }
+    }
     shared.stop.store(true, Ordering::Relaxed);
     let mut result = Ok(());
     for t in tasks {
