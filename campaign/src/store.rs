@@ -637,7 +637,7 @@ enum Fences {
     Sql(SqlFences),
     Valkey(ValkeyFences),
     Etcd(Box<EtcdFences>),
-    Kube(KubeFences),
+    Kube(Box<KubeFences>),
 }
 
 impl FenceWriter {
@@ -667,7 +667,7 @@ impl FenceWriter {
             }
             "redis" | "rediss" | "valkey" => Fences::Valkey(ValkeyFences::connect(url).await?),
             "etcd" | "http" => Fences::Etcd(Box::new(EtcdFences::connect(url).await?)),
-            "k8s" => Fences::Kube(KubeFences::connect(url).await?),
+            "k8s" => Fences::Kube(Box::new(KubeFences::connect(url).await?)),
             _ => return Ok(None),
         })))
     }
