@@ -49,6 +49,13 @@ pub enum Fault {
     Cut,
     /// SIGSTOP the store's server for longer than the TTL, then SIGCONT.
     Freeze,
+    /// The network fails loudly for longer than the TTL: the worker's
+    /// connections to the store are reset and new ones refused, then pass
+    /// again.
+    Reset,
+    /// A slow network for longer than the TTL: everything between the
+    /// worker and the store is delayed by a third of the TTL each way.
+    Slow,
     /// Crash the store's server (SIGKILL, PostgreSQL `pg_ctl stop -m
     /// immediate`) and start it again on the same data (every member of
     /// a cluster).
@@ -66,6 +73,8 @@ impl Fault {
             Fault::Stop => "stop",
             Fault::Term => "term",
             Fault::Cut => "cut",
+            Fault::Reset => "reset",
+            Fault::Slow => "slow",
             Fault::Freeze => "freeze",
             Fault::Restart => "restart",
             Fault::Member => "member",
@@ -123,6 +132,12 @@ pub fn plan(
     }
     if store.restart {
         kinds.push(Fault::Restart);
+    }
+    if store.cut {
+        // The other network faults, after every kind of the earlier plans
+        // (so the first faults of a seed stay what they were).
+        kinds.push(Fault::Reset);
+        kinds.push(Fault::Slow);
     }
     if store.member {
         // Member kills are what a cluster adds: twice as likely.
@@ -214,7 +229,10 @@ mod tests {
             first,
             [Fault::Kill, Fault::Stop, Fault::Term, Fault::Freeze]
         );
-        assert!(file.iter().all(|p| p.fault != Fault::Cut));
+        assert!(
+            file.iter()
+                .all(|p| !matches!(p.fault, Fault::Cut | Fault::Reset | Fault::Slow))
+        );
         let none = plan_of(7, StoreFaults::default());
         assert!(
             none.iter()
@@ -248,7 +266,7 @@ mod tests {
                 ..StoreFaults::default()
             },
         );
-        let first: Vec<_> = cluster.iter().take(6).map(|p| p.fault).collect();
+        let first: Vec<_> = cluster.iter().take(8).map(|p| p.fault).collect();
         assert_eq!(
             first,
             [
@@ -257,10 +275,12 @@ mod tests {
                 Fault::Term,
                 Fault::Cut,
                 Fault::Restart,
+                Fault::Reset,
+                Fault::Slow,
                 Fault::Member
             ]
         );
-        assert!(cluster.iter().skip(6).any(|p| p.fault == Fault::Member));
+        assert!(cluster.iter().skip(8).any(|p| p.fault == Fault::Member));
         assert!(none.iter().all(|p| p.fault != Fault::Member));
         let mut r = Rng::new(1);
         assert!(

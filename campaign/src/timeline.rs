@@ -13,7 +13,8 @@ pub struct FaultMark {
     pub at_ns: u64,
     /// When it ended (BOOTTIME ns), for faults with a duration.
     pub until_ns: Option<u64>,
-    /// Its kind, short: `kill`, `stop`, `term`, `cut`, `freeze`, `restart`.
+    /// Its kind, short: `kill`, `stop`, `term`, `cut`, `reset`, `slow`,
+    /// `freeze`, `restart`, `member m<i>`.
     pub what: String,
     /// The worker it hit, if any.
     pub worker: Option<u32>,

@@ -47,6 +47,8 @@ struct Args {
     restart_heavy: bool,
     /// The workers' stores run without the restart guard (a control run).
     no_restart_guard: bool,
+    /// Keep the logs of a clean run too.
+    keep: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -64,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
         store: Settings::Fast,
         restart_heavy: false,
         no_restart_guard: false,
+        keep: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -94,12 +97,14 @@ fn parse_args() -> Result<Args, String> {
             }
             "--restart-heavy" => a.restart_heavy = true,
             "--no-restart-guard" => a.no_restart_guard = true,
+            "--keep" => a.keep = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
                             valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
-                            [--store fast|durable|lossy] [--restart-heavy] [--no-restart-guard]"
+                            [--store fast|durable|lossy] [--restart-heavy] [--no-restart-guard] [--keep]\n\
+                            \x20      campaign --dump FILE.rec   (a worker's log as text)"
                         .into(),
                 );
             }
@@ -447,16 +452,24 @@ impl Run {
                     since: Instant::now(),
                 };
             }
-            Fault::Cut => {
+            Fault::Cut | Fault::Reset | Fault::Slow => {
                 let Some((proxies, _)) = self.proxies.get(idx) else {
                     return;
                 };
-                // A partition: what the worker sends is held, nothing comes
-                // back, new connections hang; the main loop heals it.
+                let net = match p.fault {
+                    // A partition: what the worker sends is held, nothing
+                    // comes back, new connections hang.
+                    Fault::Cut => Net::Blackhole,
+                    // Connections reset, new ones closed at once.
+                    Fault::Reset => Net::Drop,
+                    // Every chunk a third of the TTL late, each way.
+                    _ => Net::Delay(self.args.ttl / 3),
+                };
+                // The main loop heals it.
                 for proxy in proxies {
-                    proxy.set(Net::Blackhole);
+                    proxy.set(net);
                 }
-                self.mark("cut", Some(id), Some(p.pause));
+                self.mark(p.fault.name(), Some(id), Some(p.pause));
                 let until = Instant::now() + p.pause;
                 let cut = &mut self.cut_until[idx];
                 *cut = Some(cut.map_or(until, |t| t.max(until)));
@@ -528,6 +541,25 @@ fn ms(ns: i64) -> String {
 }
 
 fn main() -> ExitCode {
+    // `campaign --dump FILE.rec`: a worker's log as text, one record a line,
+    // to read the evidence a failed run kept.
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, file] = argv.as_slice()
+        && flag == "--dump"
+    {
+        return match record::read(Path::new(file)) {
+            Ok(records) => {
+                for r in records {
+                    println!("{r:?}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("campaign: {file}: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -992,7 +1024,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
         }
         return Ok(ExitCode::FAILURE);
     }
-    if !run.args.unsafe_mode {
+    if run.args.unsafe_mode || run.args.keep {
+        println!("the logs are kept in {}", dir.display());
+    } else {
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(ExitCode::SUCCESS)
