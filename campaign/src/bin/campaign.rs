@@ -977,6 +977,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
         ),
     )
     .map_err(|e| format!("{}: {e}", picture.display()))?;
+    let png = png_of(&picture);
     print_table(
         &run,
         &report,
@@ -987,6 +988,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             refused,
             load: format!("{load_before} → {load_after}"),
             picture: &picture,
+            png: &png,
             store: &store.describe,
         },
         fences.is_some(),
@@ -1032,6 +1034,26 @@ fn run(args: Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Renders `svg` as a PNG beside it with `rsvg-convert`, where the machine
+/// has it; says what it made, or why it made none.
+fn png_of(svg: &Path) -> String {
+    let png = svg.with_extension("png");
+    match Command::new("rsvg-convert")
+        .args(["-w", "1400", "-b", "white", "-o"])
+        .arg(&png)
+        .arg(svg)
+        .stderr(Stdio::piped())
+        .output()
+    {
+        Ok(o) if o.status.success() => format!("PNG: {}", png.display()),
+        Ok(o) => format!(
+            "no PNG: rsvg-convert failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(_) => "no PNG: rsvg-convert is not installed (apt-get install librsvg2-bin)".into(),
+    }
+}
+
 struct Summary<'a> {
     mode: &'a str,
     margin: Duration,
@@ -1039,6 +1061,8 @@ struct Summary<'a> {
     refused: u64,
     load: String,
     picture: &'a Path,
+    /// The PNG beside the picture, or why there is none.
+    png: &'a str,
     store: &'a str,
 }
 
@@ -1157,7 +1181,7 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
         ),
         ("wall time", format!("{:.1} s", s.wall.as_secs_f64())),
         ("machine load (1/5/15 min)", s.load.clone()),
-        ("timeline", s.picture.display().to_string()),
+        ("timeline", format!("{} ({})", s.picture.display(), s.png)),
     ];
     println!("\n| {} | |\n|---|---|", run.args.backend);
     for (k, v) in rows {
