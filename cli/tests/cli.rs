@@ -1,0 +1,2 @@
+//! The `leasehold` binary against real private servers (placeholder).
+fn main() {}
