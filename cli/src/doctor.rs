@@ -178,6 +178,19 @@ async fn sql_strings(s: &SqlStrategy, sql: &str, bind: &str) -> Result<Vec<Strin
     }
 }
 
+async fn sql_ping(s: &SqlStrategy) -> Result<(), sqlx::Error> {
+    let q = "SELECT 1";
+    if let Some(p) = s.postgres() {
+        sqlx::raw_sql(q).execute(p).await.map(drop)
+    } else if let Some(p) = s.mysql() {
+        sqlx::raw_sql(q).execute(p).await.map(drop)
+    } else if let Some(p) = s.sqlite() {
+        sqlx::raw_sql(q).execute(p).await.map(drop)
+    } else {
+        Ok(())
+    }
+}
+
 async fn sql_i64(s: &SqlStrategy, sql: &str) -> Result<i64, sqlx::Error> {
     if let Some(p) = s.postgres() {
         sqlx::query_scalar(sql).fetch_one(p).await
@@ -326,7 +339,7 @@ async fn sql(s: &SqlStrategy) -> Vec<Check> {
     let mut samples = Vec::new();
     for _ in 0..SAMPLES {
         let t = Instant::now();
-        if sql_i64(s, "SELECT 1").await.is_ok() {
+        if sql_ping(s).await.is_ok() {
             samples.push(t.elapsed());
         }
     }
@@ -554,6 +567,8 @@ async fn kube(args: &StoreArgs, s: &KubeStrategy) -> Vec<Check> {
                 duration(t.elapsed())
             ),
         ),
+        // The strategy's errors say what to do already.
+        Err(e) if e.message.contains("rbac.yaml") => check(Verdict::Fail, "rbac", e.message),
         Err(e) => check(Verdict::Fail, "rbac", e.message).fix(
             "apply lease-k8s/deploy/rbac.yaml (a Role with get, list, create, patch on \
              coordination.k8s.io leases) bound to this identity",

@@ -305,7 +305,15 @@ impl Store {
         let rows: Result<Vec<(String,)>, sqlx::Error> = if let Some(p) = s.postgres() {
             sqlx::query_as(&sql).fetch_all(p).await
         } else if let Some(p) = s.mysql() {
-            sqlx::query_as(&sql).fetch_all(p).await
+            // The pool column is VARBINARY on MySQL/MariaDB.
+            sqlx::query_as::<_, (Vec<u8>,)>(&sql)
+                .fetch_all(p)
+                .await
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(b,)| (String::from_utf8_lossy(&b).into_owned(),))
+                        .collect()
+                })
         } else if let Some(p) = s.sqlite() {
             sqlx::query_as(&sql).fetch_all(p).await
         } else {
