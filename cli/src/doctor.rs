@@ -400,6 +400,17 @@ async fn valkey(s: &ValkeyStrategy) -> Vec<Check> {
         )
         .fix("make sure the server runs with maxmemory-policy noeviction"),
     });
+    let aof = match (d.appendonly, d.appendfsync.as_deref()) {
+        (Some(true), Some(f)) => format!("AOF on (appendfsync {f})"),
+        (Some(true), None) => "AOF on".to_owned(),
+        (Some(false), _) => "AOF off".to_owned(),
+        (None, _) => "AOF unknown".to_owned(),
+    };
+    let rdb = match d.save.as_deref() {
+        Some(s) if s.trim().is_empty() => "RDB snapshots off".to_owned(),
+        Some(s) => format!("RDB snapshots (save {s:?})"),
+        None => "RDB snapshots unknown".to_owned(),
+    };
     let fix_persist = "appendonly yes and appendfsync always (CONFIG SET and the config file)";
     checks.push(if d.keeps_every_write() {
         check(
@@ -413,8 +424,8 @@ async fn valkey(s: &ValkeyStrategy) -> Vec<Check> {
                 Verdict::Warn,
                 "persistence",
                 format!(
-                    "{d}: a crash can lose the last acknowledged writes; the restart guard holds \
-                     claims back for a TTL after a restart"
+                    "{aof}, {rdb}: a crash can lose the last acknowledged writes; the restart \
+                     guard holds claims back for a TTL after a restart"
                 ),
             )
             .fix(fix_persist),
@@ -422,15 +433,15 @@ async fn valkey(s: &ValkeyStrategy) -> Vec<Check> {
                 Verdict::Warn,
                 "persistence",
                 format!(
-                    "{d}: a restart loses every lease, fence and floor; the restart guard holds \
-                     claims back for a TTL after a restart"
+                    "{aof}, {rdb}: a restart loses every lease, fence and floor; the restart \
+                     guard holds claims back for a TTL after a restart"
                 ),
             )
             .fix(fix_persist),
             None => check(
                 Verdict::Warn,
                 "persistence",
-                format!("{d}: unknown (CONFIG GET is disabled or denied)"),
+                format!("{aof}, {rdb} (CONFIG GET is disabled or denied)"),
             )
             .fix(fix_persist),
         }
