@@ -513,6 +513,100 @@ fn watch_prints_changes(env: &Env) -> TestResult {
     )
 }
 
+/// Runs the binary on a pseudo-terminal (util-linux `script`), with
+/// `input` on its stdin; `None` when `script` is not installed.
+fn run_on_tty(args: &[&str], input: &str) -> Option<Output> {
+    let which = Command::new("script").arg("--version").output().ok()?;
+    if !which.status.success() {
+        return None;
+    }
+    let line = std::iter::once(BIN)
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .env("TZ", "UTC")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child.stdin.take()?.write_all(input.as_bytes()).ok()?;
+    child.wait_with_output().ok()
+}
+
+/// On a terminal, revoke asks: `n` changes nothing (exit 6), `y` revokes.
+fn revoke_asks_on_a_terminal(env: &Env) -> TestResult {
+    let (pool, [_a, b, _c]) = three_slots(env)?;
+    let slot = b.slot.to_string();
+    let args = [
+        "revoke", "--url", &env.url, "--pool", &pool, "--slot", &slot,
+    ];
+    let o = run_on_tty(&args, "n\n").ok_or("util-linux `script` is not installed")?;
+    expect_code(&o, 6)?;
+    let out = text(&o).0;
+    if !(out.contains(&format!("revoke slot {slot} of pool {pool} on "))
+        && out.contains("[y/N] ")
+        && out.contains(&format!(
+            "not revoked: slot {slot} of pool {pool} is unchanged"
+        )))
+    {
+        return Err(format!("after `n`:\n{out}"));
+    }
+    let spec_b = spec(&pool, 3, "worker-b");
+    let renewal = rt().block_on(env.strategy.renew_dyn(&spec_b, &b, CEILING));
+    if !matches!(renewal, Renewal::Renewed { .. }) {
+        return Err(format!(
+            "after `n` the holder's renewal answered {renewal:?}"
+        ));
+    }
+    let o = run_on_tty(&args, "y\n").ok_or("util-linux `script` is not installed")?;
+    expect_code(&o, 0)?;
+    if !text(&o).0.contains(&format!(
+        "slot {slot} of pool {pool} revoked; it stays taken until"
+    )) {
+        return Err(format!("after `y`:\n{}", text(&o).0));
+    }
+    let renewal = rt().block_on(env.strategy.renew_dyn(&spec_b, &b, CEILING));
+    if matches!(renewal, Renewal::Lost(_)) {
+        Ok(())
+    } else {
+        Err(format!(
+            "after `y` the holder's renewal answered {renewal:?}"
+        ))
+    }
+}
+
+/// On a terminal, watch clears and redraws the screen on every read.
+fn watch_redraws_on_a_terminal(env: &Env) -> TestResult {
+    let (pool, _) = three_slots(env)?;
+    let o = run_on_tty(
+        &[
+            "watch",
+            "--url",
+            &env.url,
+            "--pool",
+            &pool,
+            "--interval",
+            "50",
+            "--count",
+            "3",
+        ],
+        "",
+    )
+    .ok_or("util-linux `script` is not installed")?;
+    expect_code(&o, 0)?;
+    let out = text(&o).0;
+    let frames = out.matches("\x1b[H\x1b[2J").count();
+    if frames == 3 && out.contains("every 50 ms (Ctrl-C to stop)") {
+        Ok(())
+    } else {
+        Err(format!("{frames} frames:\n{out:?}"))
+    }
+}
+
 /// `watch --count N` stops by itself after N reads.
 fn watch_count_stops(env: &Env) -> TestResult {
     let (pool, _) = three_slots(env)?;
@@ -1182,6 +1276,8 @@ fn groups() -> Vec<Group> {
             extra: vec![
                 ("doctor", sqlite_doctor as StoreTest),
                 ("doctor_missing_table_fails", sqlite_missing_table),
+                ("revoke_asks_on_a_terminal", revoke_asks_on_a_terminal),
+                ("watch_redraws_on_a_terminal", watch_redraws_on_a_terminal),
             ],
             server: false,
         },
