@@ -40,11 +40,16 @@ pub(crate) fn secrets(url: &str) -> Vec<String> {
     out
 }
 
-/// `text` with every secret replaced by `***`.
+/// `text` with every secret replaced by `***`: always where it stands in a
+/// URL (`:secret@`), and anywhere when it is long enough (4 characters or
+/// more) not to garble the text by matching ordinary letters.
 pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
     let mut text = text.to_owned();
     for s in secrets {
-        text = text.replace(s.as_str(), "***");
+        text = text.replace(&format!(":{s}@"), ":***@");
+        if s.chars().count() >= 4 {
+            text = text.replace(s.as_str(), "***");
+        }
     }
     text
 }
