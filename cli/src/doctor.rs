@@ -149,9 +149,13 @@ fn clock_check(readings: &[(i128, i128, i128)]) -> Check {
         duration_ms(abs),
         duration_ms(Duration::from_micros(u64::try_from(bound_us).unwrap_or(0)))
     );
-    if abs <= Duration::from_millis(100) {
+    // Judge what the offset is at least: the reading cannot tell apart
+    // offsets within half its round trip.
+    let bound = Duration::from_micros(u64::try_from(bound_us).unwrap_or(0));
+    let least = abs.saturating_sub(bound);
+    if least <= Duration::from_millis(100) {
         check(Verdict::Ok, "clock", detail)
-    } else if abs <= Duration::from_secs(1) {
+    } else if least <= Duration::from_secs(1) {
         check(Verdict::Warn, "clock", detail).fix(
             "sync this host's clock (chrony/NTP); expiry is the store's, but after a hand-over \
              a holder whose clock is behind the slot's floor waits up to max_clock_skew (1 s)",

@@ -220,11 +220,13 @@ fn norm_words(text: &str) -> String {
 // ---- set-up with the backend crates ----
 
 fn unique_pool() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
-    format!("cli{:x}", n % 0xffff_ffff)
+    let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("cli{:x}x{i}", n % 0xffff_ffff)
 }
 
 fn spec(pool: &str, size: u32, holder: &str) -> PoolSpec {
@@ -661,11 +663,14 @@ fn doctor_lines(env: &Env) -> Result<Doctor, String> {
 
 fn doctor_expect(env: &Env, want: &[(&str, &str)], code: i32) -> TestResult {
     let (pairs, last, got) = doctor_lines(env)?;
-    let want: Vec<(String, String)> = want
-        .iter()
-        .map(|(v, n)| ((*v).to_owned(), (*n).to_owned()))
-        .collect();
-    if pairs != want || got != code {
+    // `ok|warn`: either (latency and a measured clock offset depend on how
+    // busy the machine is; neither may FAIL).
+    let fits = pairs.len() == want.len()
+        && pairs
+            .iter()
+            .zip(want)
+            .all(|((v, n), (wv, wn))| n == wn && wv.split('|').any(|w| w == v));
+    if !fits || got != code {
         return Err(format!(
             "doctor on {}: got {pairs:?} (exit {got}), expected {want:?} (exit {code}); \
              output:\n{last}",
@@ -798,7 +803,7 @@ fn sqlite_doctor(env: &Env) -> TestResult {
             ("ok", "schema"),
             ("ok", "durability"),
             ("n/a", "clock"),
-            ("ok", "latency"),
+            ("ok|warn", "latency"),
         ],
         0,
     )
@@ -839,8 +844,8 @@ fn sql_server_doctor(env: &Env) -> TestResult {
             ("ok", "path"),
             ("ok", "schema"),
             ("warn", "durability"),
-            ("ok", "clock"),
-            ("ok", "latency"),
+            ("ok|warn", "clock"),
+            ("ok|warn", "latency"),
         ],
         0,
     )
@@ -928,7 +933,7 @@ fn etcd_doctor(env: &Env) -> TestResult {
             ("ok", "path"),
             ("n/a", "durability"),
             ("n/a", "clock"),
-            ("ok", "latency"),
+            ("ok|warn", "latency"),
         ],
         0,
     )
