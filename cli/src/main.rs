@@ -1,0 +1,230 @@
+//! `leasehold`: look at and operate the leases of a store (see README.md).
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod decode;
+mod doctor;
+mod error;
+mod redact;
+mod revoke;
+mod status;
+mod store;
+mod table;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::error::{CliError, Exit};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  doctor: at least one check FAILed
+  2  usage: a bad option or argument (also: status without --pool on a store that cannot list pools)
+  3  bad store URL or unknown scheme
+  4  the store cannot be reached (refused, timed out, bad credentials, no such file)
+  5  this store cannot list its slots yet (inspect unsupported)
+  6  revoke not confirmed (answered no, or stdin is not a terminal and --yes is missing)
+  7  the store answered with an error (missing lease table, query failed)
+  8  decode: an ID or key file that cannot be read";
+
+/// Look at and operate the leases of a leasehold store.
+#[derive(Parser, Debug)]
+#[command(name = "leasehold", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// A table of a pool's slots (or the pools, when --pool is left out).
+    #[command(after_help = EXIT_CODES)]
+    Status {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The pool; without it, the pools the store has (SQL stores only).
+        #[arg(long)]
+        pool: Option<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The status table, refreshed in place; changed cells are highlighted.
+    #[command(after_help = EXIT_CODES)]
+    Watch {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The pool.
+        #[arg(long)]
+        pool: String,
+        /// Milliseconds between refreshes.
+        #[arg(long, default_value_t = 1000)]
+        interval: u64,
+        /// Stop after this many reads of the store (default: never).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Ends a slot's lease behind its holder's back; the slot stays taken
+    /// until the revoked lease would have expired.
+    #[command(after_help = EXIT_CODES)]
+    Revoke {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The pool.
+        #[arg(long)]
+        pool: String,
+        /// The slot.
+        #[arg(long)]
+        slot: u32,
+        /// Do not ask (needed when stdin is not a terminal).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Takes IDs apart: time, slot, counter. Reads IDs from stdin, one per
+    /// line, when none is given.
+    #[command(after_help = EXIT_CODES)]
+    Decode {
+        /// A u64, 0x-hex, hex or Crockford base32 nonce, or a UUIDv7.
+        ids: Vec<String>,
+        /// The layout: default64, default96, default128 or snowflake
+        /// (default: from the ID's form).
+        #[arg(long)]
+        layout: Option<decode::LayoutName>,
+        /// A file holding the base key (its raw bytes, at least 32) of
+        /// encrypted nonces.
+        #[arg(long)]
+        key_file: Option<PathBuf>,
+    },
+    /// Checks a store's setup, one line per check with a fix.
+    #[command(after_help = EXIT_CODES)]
+    Doctor {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// Where the store is.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct StoreArgs {
+    /// postgres://, mysql:// (MariaDB too), sqlite://FILE, redis:// or
+    /// valkey://, etcd://HOST:PORT[,HOST:PORT], k8s://HOST:PORT[/NAMESPACE]
+    /// (plain HTTP, e.g. kubectl proxy), k8s+https://…, or k8s:// alone for
+    /// $KUBECONFIG / ~/.kube/config / in-cluster.
+    #[arg(long)]
+    pub(crate) url: String,
+    /// Seconds to wait for the store (connect and each request).
+    #[arg(long, default_value_t = 5.0)]
+    pub(crate) timeout: f64,
+    /// SQL: the lease table.
+    #[arg(long)]
+    pub(crate) table: Option<String>,
+    /// Valkey/Redis and etcd: the key prefix.
+    #[arg(long)]
+    pub(crate) prefix: Option<String>,
+    /// Kubernetes: the namespace of the Leases.
+    #[arg(long)]
+    pub(crate) namespace: Option<String>,
+    /// Kubernetes: a kubeconfig file (with --url k8s://).
+    #[arg(long)]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The pool's size, for stores that look slots up one by one.
+    #[arg(long, default_value_t = 512)]
+    pub(crate) size: u32,
+}
+
+impl StoreArgs {
+    pub(crate) fn timeout(&self) -> Result<Duration, CliError> {
+        if self.timeout.is_finite() && self.timeout > 0.0 && self.timeout <= 3600.0 {
+            Ok(Duration::from_secs_f64(self.timeout))
+        } else {
+            Err(CliError::new(
+                Exit::Usage,
+                format!(
+                    "--timeout {}: give seconds between 0 and 3600",
+                    self.timeout
+                ),
+            ))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    // A bug must still end in one line, never a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into());
+        eprintln!("leasehold: internal error: {what} (please report it)");
+    }));
+    let cli = Cli::parse();
+    let secrets = match &cli.command {
+        Command::Status { store, .. }
+        | Command::Watch { store, .. }
+        | Command::Revoke { store, .. }
+        | Command::Doctor { store } => redact::secrets(&store.url),
+        Command::Decode { .. } => Vec::new(),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("leasehold: cannot start: {e}");
+            return ExitCode::from(Exit::Store as u8);
+        }
+    };
+    let result = runtime.block_on(run(cli.command));
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            let line = redact::scrub(&e.message, &secrets);
+            // One line: backends' multi-line messages are joined.
+            let line = line.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+            eprintln!("leasehold: {line}");
+            ExitCode::from(e.code as u8)
+        }
+    }
+}
+
+async fn run(command: Command) -> Result<Exit, CliError> {
+    match command {
+        Command::Status { store, pool, json } => {
+            status::status(&store, pool.as_deref(), json).await
+        }
+        Command::Watch {
+            store,
+            pool,
+            interval,
+            count,
+        } => {
+            status::watch(
+                &store,
+                &pool,
+                Duration::from_millis(interval.max(50)),
+                count,
+            )
+            .await
+        }
+        Command::Revoke {
+            store,
+            pool,
+            slot,
+            yes,
+        } => revoke::revoke(&store, &pool, slot, yes).await,
+        Command::Decode {
+            ids,
+            layout,
+            key_file,
+        } => decode::decode(ids, layout, key_file.as_deref()),
+        Command::Doctor { store } => doctor::doctor(&store).await,
+    }
+}

@@ -1,0 +1,95 @@
+//! Keeping passwords in URLs out of every line the tool prints.
+
+/// The URL with its password replaced by `***` (user and host kept).
+pub(crate) fn url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => format!("{scheme}://{userinfo}@{host}{tail}"),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// The password of `url` as written and percent-decoded: the strings no
+/// output may contain.
+pub(crate) fn secrets(url: &str) -> Vec<String> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Vec::new();
+    };
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    let Some((userinfo, _)) = authority.rsplit_once('@') else {
+        return Vec::new();
+    };
+    let Some((_, password)) = userinfo.split_once(':') else {
+        return Vec::new();
+    };
+    if password.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![password.to_owned()];
+    let decoded = percent_decode(password);
+    if decoded != password {
+        out.push(decoded);
+    }
+    out
+}
+
+/// `text` with every secret replaced by `***`: always where it stands in a
+/// URL (`:secret@`), and anywhere when it is long enough (4 characters or
+/// more) not to garble the text by matching ordinary letters.
+pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_owned();
+    for s in secrets {
+        text = text.replace(&format!(":{s}@"), ":***@");
+        if s.chars().count() >= 4 {
+            text = text.replace(s.as_str(), "***");
+        }
+    }
+    text
+}
+
+pub(crate) fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(s.get(i + 1..i + 3).unwrap_or("x"), 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_replaced() {
+        assert_eq!(
+            url("postgres://u:s3cret@h:5/db?sslmode=require"),
+            "postgres://u:***@h:5/db?sslmode=require"
+        );
+        assert_eq!(url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(url("mysql://root@h/x"), "mysql://root@h/x");
+        assert_eq!(secrets("postgres://u:p%40ss@h/db"), vec!["p%40ss", "p@ss"]);
+        assert!(secrets("sqlite://./x.db").is_empty());
+        assert_eq!(
+            scrub("bad p@ss here", &secrets("x://u:p%40ss@h")),
+            "bad *** here"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! The status table: cells, widths, highlights, JSON.
+
+use std::time::Duration;
+
+use leasehold_core::SlotInfo;
+
+/// The columns of the status table.
+pub(crate) const HEADER: [&str; 8] = [
+    "SLOT",
+    "HOLDER",
+    "TOKEN",
+    "FENCE",
+    "FLOOR",
+    "EXPIRES IN",
+    "RENEWED AGO",
+    "HELD FOR",
+];
+
+/// How many leading columns identify a slot's state (the rest are times,
+/// which change on every read).
+pub(crate) const STABLE_COLUMNS: usize = 5;
+
+/// What a slot is: held, revoked (tombstoned until the old expiry) or free.
+pub(crate) fn state(s: &SlotInfo) -> &'static str {
+    match (&s.holder, s.expires_in) {
+        (Some(_), _) => "held",
+        (None, Some(_)) => "revoked",
+        (None, None) => "free",
+    }
+}
+
+/// `850 ms`, `12.3 s`, `4 min 3 s`, `2 h 5 min`.
+pub(crate) fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", d.as_secs_f64())
+    } else if ms < 3_600_000 {
+        format!("{} min {} s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{} h {} min", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+fn opt_duration(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".into(), duration)
+}
+
+/// A Unix-millisecond time as `2026-11-30T17:16:21.123Z` (`-` for 0).
+pub(crate) fn unix_ms(ms: u64) -> String {
+    if ms == 0 {
+        return "-".into();
+    }
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(|| format!("{ms} ms"), |t| format!("{t:.3}"))
+}
+
+/// The cells of one slot's row.
+pub(crate) fn row(s: &SlotInfo) -> Vec<String> {
+    let holder = match (state(s), &s.holder) {
+        ("held", Some(h)) if h.is_empty() => "(no identity)".to_owned(),
+        ("held", Some(h)) => h.clone(),
+        ("revoked", _) => format!("revoked (taken for {})", opt_duration(s.expires_in)),
+        _ => "free".to_owned(),
+    };
+    let revoked = state(s) == "revoked";
+    vec![
+        s.slot.to_string(),
+        holder,
+        s.token_prefix.clone().unwrap_or_else(|| "-".into()),
+        s.fence.0.to_string(),
+        unix_ms(s.floor.0),
+        if revoked {
+            "-".into()
+        } else {
+            opt_duration(s.expires_in)
+        },
+        opt_duration(s.renewed_ago),
+        opt_duration(s.held_for),
+    ]
+}
+
+/// The cells that say who has the slot, without the times: what `watch`
+/// compares to tell a change.
+pub(crate) fn stable(s: &SlotInfo) -> Vec<String> {
+    let mut cells = row(s);
+    cells.truncate(STABLE_COLUMNS);
+    if state(s) == "revoked" {
+        cells[1] = "revoked".into();
+    }
+    cells
+}
+
+/// Renders `rows` under the header, columns padded; `mark(row, col)` says
+/// which cells to highlight and `style` wraps them.
+pub(crate) fn render(
+    rows: &[Vec<String>],
+    mark: &dyn Fn(usize, usize) -> bool,
+    style: &dyn Fn(&str) -> String,
+) -> String {
+    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: Vec<String>, out: &mut String| {
+        let text = cells.join("  ");
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(
+        HEADER
+            .iter()
+            .zip(&widths)
+            .map(|(h, w)| format!("{h:<w$}"))
+            .collect(),
+        &mut out,
+    );
+    for (i, r) in rows.iter().enumerate() {
+        line(
+            r.iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(j, (c, w))| {
+                    let pad = w.saturating_sub(c.chars().count());
+                    if mark(i, j) {
+                        format!("{}{}", style(c), " ".repeat(pad))
+                    } else {
+                        format!("{c}{}", " ".repeat(pad))
+                    }
+                })
+                .collect(),
+            &mut out,
+        );
+    }
+    out
+}
+
+/// One line above the table: how many slots are held, revoked, free.
+pub(crate) fn summary(pool: &str, store: &str, slots: &[SlotInfo]) -> String {
+    let count = |st: &str| slots.iter().filter(|s| state(s) == st).count();
+    format!(
+        "pool {pool} on {store}: {} held, {} revoked, {} free (times on the store's clock)",
+        count("held"),
+        count("revoked"),
+        count("free")
+    )
+}
+
+/// The slots as JSON (durations in milliseconds).
+pub(crate) fn json(pool: &str, store: &str, slots: &[SlotInfo]) -> serde_json::Value {
+    let ms = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    serde_json::json!({
+        "pool": pool,
+        "store": store,
+        "slots": slots.iter().map(|s| serde_json::json!({
+            "slot": s.slot,
+            "state": state(s),
+            "holder": s.holder,
+            "token_prefix": s.token_prefix,
+            "fence": s.fence.0,
+            "floor_unix_ms": s.floor.0,
+            "expires_in_ms": ms(s.expires_in),
+            "renewed_ago_ms": ms(s.renewed_ago),
+            "held_for_ms": ms(s.held_for),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration(Duration::from_millis(850)), "850 ms");
+        assert_eq!(duration(Duration::from_millis(12_340)), "12.3 s");
+        assert_eq!(duration(Duration::from_secs(243)), "4 min 3 s");
+        assert_eq!(duration(Duration::from_secs(7500)), "2 h 5 min");
+        assert_eq!(unix_ms(1_735_689_600_123), "2025-01-01T00:00:00.123Z");
+    }
+}
