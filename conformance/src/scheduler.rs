@@ -42,9 +42,9 @@ pub trait Ledger: Send + Sync + 'static {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Report {
-    /// The first leader and its fence.
+    /// The leader that was killed, and its fence.
     pub first: (String, Fence),
-    /// The leader after the first was killed, and its fence.
+    /// The leader after it, and its fence.
     pub second: (String, Fence),
     /// Hours billed (accepted writes).
     pub billed: u32,
@@ -308,6 +308,18 @@ async fn wait_for<T>(
     }
 }
 
+/// The replica leading now, if exactly one does, with the fence of its
+/// current term.
+fn current(electors: &[Option<Elector>], shared: &Shared) -> Option<(usize, Fence)> {
+    let now = leading(electors, shared);
+    let term = shared.terms().last().copied()?;
+    (now == [term.0]).then_some(term)
+}
+
+/// Leadership may change hands at any time (a machine too slow to renew
+/// loses its lease, and that is the design working), so every step reads
+/// the leader anew; only what must never happen fails at once: two
+/// leaders, a new fence not above the old, a stale write accepted.
 async fn act<L: Ledger>(
     electors: &mut [Option<Elector>],
     shared: &Shared,
@@ -315,53 +327,44 @@ async fn act<L: Ledger>(
     ledger: &L,
 ) -> Result<Report, String> {
     let limit = Duration::from_secs(30) + ttl * 10;
-    let first = wait_for("a leader", limit, electors, shared, || {
-        let now = leading(electors, shared);
-        (now.len() == 1).then(|| now[0])
-    })
-    .await?;
-    let first_fence = shared
-        .terms()
-        .iter()
-        .rev()
-        .find(|(i, _)| *i == first)
-        .map(|(_, f)| *f)
-        .ok_or("the leader's term was not reported")?;
     let name = |i: usize| format!("replica-{i}");
-    println!("{} leads with fence {first_fence}", name(first));
-    wait_for(
-        "every replica observes the leader",
+    let (leader, fence) = wait_for(
+        "a leader that every replica observes",
         limit,
         electors,
         shared,
         || {
-            leading(electors, shared);
+            let (i, fence) = current(electors, shared)?;
             electors
                 .iter()
                 .flatten()
                 .all(|e| {
                     e.leader()
-                        .is_some_and(|l| l.holder == name(first) && l.fence == first_fence)
+                        .is_some_and(|l| l.holder == name(i) && l.fence == fence)
                 })
-                .then_some(())
+                .then_some((i, fence))
         },
     )
     .await?;
     println!(
-        "all {REPLICAS} replicas observe {} as the leader",
-        name(first)
+        "all {REPLICAS} replicas observe {} as the leader (fence {fence})",
+        name(leader)
     );
-    wait_for("the leader bills", limit, electors, shared, || {
+    wait_for("a bill", limit, electors, shared, || {
         (shared.billed.load(Ordering::SeqCst) > 0).then_some(())
     })
     .await?;
-
-    println!("{} is killed (no release: its lease runs out)", name(first));
+    let (first, first_fence) = wait_for("a leader", limit, electors, shared, || {
+        current(electors, shared)
+    })
+    .await?;
+    println!(
+        "{} (fence {first_fence}) is killed: no release, its lease runs out",
+        name(first)
+    );
     drop(electors[first].take());
     let (second, second_fence) = wait_for("a new leader", limit, electors, shared, || {
-        let now = leading(electors, shared);
-        let term = shared.terms().last().copied()?;
-        (now.len() == 1 && now[0] != first && term.0 == now[0]).then_some(term)
+        current(electors, shared).filter(|(i, _)| *i != first)
     })
     .await?;
     println!("{} leads with fence {second_fence}", name(second));
@@ -371,14 +374,12 @@ async fn act<L: Ledger>(
         ));
     }
     let billed = shared.billed.load(Ordering::SeqCst);
-    wait_for("the new leader bills", limit, electors, shared, || {
+    wait_for("a bill by the new leader", limit, electors, shared, || {
         (shared.billed.load(Ordering::SeqCst) > billed).then_some(())
     })
     .await?;
-
     let hour = shared.hour.load(Ordering::SeqCst);
-    let late = ledger.bill(hour, &name(first), first_fence).await?;
-    if late {
+    if ledger.bill(hour, &name(first), first_fence).await? {
         return Err(format!(
             "the killed leader's late write (fence {first_fence}) was accepted after fence \
              {second_fence} wrote"

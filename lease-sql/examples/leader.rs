@@ -19,6 +19,9 @@ use leasehold_conformance::scheduler::{self, Ledger, Report};
 use leasehold_core::{BoxFuture, Fence, PoolName, PoolSpec};
 use leasehold_sql::{FenceError, FenceTable, SqlConfig, SqlStrategy};
 
+/// The leases' TTL: a takeover comes about this long after a leader died.
+const TTL: Duration = Duration::from_secs(2);
+
 /// The fence table of the database the leases are in; every bill advances
 /// the fence of `resource` (one per leader pool: fences are per slot).
 struct SqlLedger {
@@ -27,21 +30,44 @@ struct SqlLedger {
     resource: String,
 }
 
-/// Runs `advance` in a transaction of `$pool` and commits; `Stale` is a
-/// refusal.
+/// Runs `advance` in a transaction of `$pool` and commits: `Ok(true)`
+/// written, `Ok(false)` refused (`Stale`).
 macro_rules! fenced {
     ($pool:expr, $ledger:expr, $fence:expr) => {{
-        let mut tx = $pool.begin().await.map_err(|e| e.to_string())?;
+        let mut tx = $pool.begin().await?;
         match $ledger
             .fences
             .advance(&mut *tx, &$ledger.resource, $fence)
             .await
         {
-            Ok(()) => tx.commit().await.map(|()| true).map_err(|e| e.to_string()),
+            Ok(()) => tx.commit().await.map(|()| true).map_err(FenceError::from),
             Err(FenceError::Stale { .. }) => Ok(false),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         }
     }};
+}
+
+impl SqlLedger {
+    async fn bill_once(&self, fence: Fence) -> Result<bool, FenceError> {
+        let s = &self.store;
+        if let Some(pool) = s.sqlite() {
+            fenced!(pool, self, fence)
+        } else if let Some(pool) = s.postgres() {
+            fenced!(pool, self, fence)
+        } else if let Some(pool) = s.mysql() {
+            fenced!(pool, self, fence)
+        } else {
+            unreachable!("a connected strategy has an engine")
+        }
+    }
+}
+
+/// A transaction the server rolled back to break a deadlock or a
+/// serialization conflict (SQLSTATE 40001: InnoDB's 1213 when two fenced
+/// writes meet, PostgreSQL's serialization failure): nothing was written,
+/// and trying again is what the server asks.
+fn conflict(e: &FenceError) -> bool {
+    matches!(e, FenceError::Database(sqlx::Error::Database(d)) if d.code().as_deref() == Some("40001"))
 }
 
 impl Ledger for SqlLedger {
@@ -52,15 +78,13 @@ impl Ledger for SqlLedger {
         fence: Fence,
     ) -> BoxFuture<'a, Result<bool, String>> {
         Box::pin(async move {
-            let (s, f) = (&self.store, self);
-            if let Some(pool) = s.sqlite() {
-                fenced!(pool, f, fence)
-            } else if let Some(pool) = s.postgres() {
-                fenced!(pool, f, fence)
-            } else if let Some(pool) = s.mysql() {
-                fenced!(pool, f, fence)
-            } else {
-                Err("no SQL engine compiled in".into())
+            let mut attempts = 0;
+            loop {
+                attempts += 1;
+                match self.bill_once(fence).await {
+                    Err(e) if conflict(&e) && attempts < 5 => {}
+                    other => return other.map_err(|e| e.to_string()),
+                }
             }
         })
     }
@@ -77,8 +101,7 @@ pub async fn run(url: &str) -> Result<Report, String> {
         )
     })?;
     let pool_name = leasehold_conformance::fresh_pool_name();
-    let spec =
-        PoolSpec::new(pool_name.clone(), 1, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+    let spec = PoolSpec::new(pool_name.clone(), 1, TTL).map_err(|e| e.to_string())?;
     first.ensure_pool(&spec).await.map_err(|e| e.to_string())?;
     let fences = FenceTable::default();
     fences.ensure(&first).await.map_err(|e| e.to_string())?;
@@ -89,7 +112,7 @@ pub async fn run(url: &str) -> Result<Report, String> {
     });
     scheduler::run(
         PoolName::as_str(&pool_name),
-        Duration::from_secs(1),
+        TTL,
         |_| async move { connect().await.map_err(|e| e.to_string()) },
         ledger,
     )

@@ -95,7 +95,7 @@ pub async fn run(url: &str) -> Result<Report, String> {
     });
     let report = scheduler::run(
         pool.as_str(),
-        Duration::from_secs(1),
+        Duration::from_secs(2),
         |_| async move { connect().await.map_err(|e| e.to_string()) },
         ledger.clone(),
     )
