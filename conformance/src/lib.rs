@@ -11,6 +11,7 @@ mod k3s;
 pub mod proxy;
 pub mod restarts;
 mod runner;
+pub mod scheduler;
 pub mod secrets;
 pub mod servers;
 pub mod suite;

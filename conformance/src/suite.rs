@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_core::{
-    AcquireError, BoxFuture, Capabilities, Fence, Floor, Grant, LeaseConfig, LeaseManager,
-    LeaseState, PoolName, PoolSpec, Release, Renewal, Token,
+    AcquireError, BoxFuture, Capabilities, Elector, Fence, Floor, Grant, Leader, LeaseConfig,
+    LeaseManager, LeaseState, PoolName, PoolSpec, Release, Renewal, Token,
 };
 
 use crate::backend::{Backend, Store};
@@ -24,6 +24,9 @@ pub enum Needs {
     Revoke,
     /// A store that persists each slot's hand-over floor.
     Floor,
+    /// A strategy that lists its slots ([`Capabilities::inspects`]) on a
+    /// backend that can revoke.
+    Inspect,
 }
 
 /// The result of one behaviour.
@@ -73,6 +76,8 @@ behaviours! {
     Revoke revoked_lease_is_lost_on_next_renewal,
     Revoke revoked_slot_stays_taken_until_the_old_expiry,
     Floor floor_is_kept_across_holders,
+    Inspect inspect_shows_holders_fences_floors_and_tombstones,
+    Inspect followers_observe_the_leader_and_its_fence,
 }
 
 /// Selects the behaviours a backend with `caps` (and `can_revoke`) runs.
@@ -84,6 +89,7 @@ pub fn select(caps: &Capabilities, can_revoke: bool) -> Vec<Behaviour> {
             Needs::Network => caps.coordinated && caps.networked,
             Needs::Revoke => caps.coordinated && can_revoke,
             Needs::Floor => caps.coordinated && caps.persists_floor,
+            Needs::Inspect => caps.coordinated && caps.inspects && can_revoke,
         })
         .collect()
 }
@@ -847,5 +853,186 @@ pub async fn floor_is_kept_across_holders(b: Arc<dyn Backend>) -> Outcome {
         "after an expiry the next grant carries {:?}, not the last ceiling 9000",
         third.floor
     );
+    Ok(())
+}
+
+/// Issue 15: `inspect` shows each slot ever claimed: a held slot's holder,
+/// token prefix (8 hex digits, never more), fence, floor and time left; a
+/// revoked slot's tombstone (no holder, but taken until the old expiry); a
+/// released slot's floor and no holder; never a slot nobody claimed.
+/// Followers of a leader pool read the leader from it. Times are on the
+/// store's clock (Kubernetes: the observer's), so they are only bounded by
+/// the TTL, never compared with this process's clock.
+pub async fn inspect_shows_holders_fences_floors_and_tombstones(b: Arc<dyn Backend>) -> Outcome {
+    let ttl = Duration::from_secs(30);
+    let ctx = Ctx::new(b, 3, Some(ttl)).await?;
+    let caps = ctx.store.capabilities_dyn();
+    // Expiries are kept at the store's resolution (SQLite: text with
+    // milliseconds, differences through julianday's floating point).
+    let slack = caps.time_resolution * 2 + Duration::from_millis(1);
+    let floors = caps.persists_floor;
+    let sent = Instant::now();
+    let acquire = || async {
+        ctx.store
+            .acquire_dyn(&ctx.pool, Floor(5_000))
+            .await
+            .map_err(|e| format!("acquire: {e}"))
+    };
+    let a = acquire().await?;
+    let bb = acquire().await?;
+    let r = ctx.store.renew_dyn(&ctx.pool, &a, Floor(7_000)).await;
+    ensure!(matches!(r, Renewal::Renewed { .. }), "renewal: {r:?}");
+    let revoke = ctx
+        .backend
+        .revoke(&ctx.pool, bb.slot)
+        .ok_or("backend cannot revoke")?;
+    revoke.await?;
+    let slots = ctx
+        .store
+        .inspect_dyn(&ctx.pool)
+        .await
+        .map_err(|e| format!("inspect: {e}"))?;
+    if sent.elapsed() >= ttl {
+        return Err(format!(
+            "{STARVED}the leases may have expired before inspect"
+        ));
+    }
+    let listed: Vec<u32> = slots.iter().map(|i| i.slot).collect();
+    let mut claimed = vec![a.slot, bb.slot];
+    claimed.sort_unstable();
+    ensure!(
+        listed == claimed,
+        "inspect listed slots {listed:?}, not {claimed:?}"
+    );
+    for info in &slots {
+        let shown = format!("{info:?}");
+        for token in [a.token, bb.token] {
+            ensure!(
+                !shown.contains(&token.to_hex()[8..]),
+                "inspect shows more than 8 hex digits of a token: {shown}"
+            );
+        }
+    }
+    let of = |slot: u32| {
+        slots
+            .iter()
+            .find(|i| i.slot == slot)
+            .ok_or(format!("slot {slot} missing"))
+    };
+    let held = of(a.slot)?;
+    ensure!(
+        held.holder.as_deref() == Some(ctx.pool.holder())
+            && held.token_prefix.as_deref() == Some(&a.token.to_hex()[..8])
+            && held.fence == a.fence
+            && (!floors || held.floor == Floor(7_000))
+            && held
+                .expires_in
+                .is_some_and(|d| d > Duration::ZERO && d <= ttl + slack)
+            && held.renewed_ago.is_some_and(|d| d <= ttl + slack)
+            && held
+                .held_for
+                .is_none_or(|h| held.renewed_ago.is_some_and(|r| r <= h + slack)),
+        "the held slot reads {held:?}"
+    );
+    let revoked = of(bb.slot)?;
+    ensure!(
+        revoked.holder.is_none()
+            && revoked.token_prefix.is_none()
+            && revoked.fence == bb.fence
+            && revoked.expires_in.is_some_and(|d| d <= ttl + slack),
+        "the revoked slot reads {revoked:?}"
+    );
+    let r = ctx.store.release_dyn(&ctx.pool, &a, Floor(6_000)).await;
+    ensure!(r == Release::Released, "release: {r:?}");
+    let slots = ctx
+        .store
+        .inspect_dyn(&ctx.pool)
+        .await
+        .map_err(|e| format!("inspect: {e}"))?;
+    let freed = slots
+        .iter()
+        .find(|i| i.slot == a.slot)
+        .ok_or("the released slot is gone from inspect")?;
+    ensure!(
+        freed.holder.is_none()
+            && freed.token_prefix.is_none()
+            && freed.expires_in.is_none()
+            && (!floors || freed.floor == Floor(6_000)),
+        "the released slot reads {freed:?}"
+    );
+    Ok(())
+}
+
+/// Issue 15: on a leader pool (one slot), every elector, followers included,
+/// learns the leader's holder identity and fence from `inspect`
+/// (`Elector::leader`), and agrees with the leader's own term. A leadership
+/// that changed hands while waiting (a machine too slow to renew) proves
+/// nothing either way: starved.
+pub async fn followers_observe_the_leader_and_its_fence(b: Arc<dyn Backend>) -> Outcome {
+    let ttl = {
+        let store = b.connect().await?;
+        short_ttl(&store.capabilities_dyn()).max(Duration::from_secs(2))
+    };
+    let ctx = Ctx::new(b, 1, Some(ttl)).await?;
+    let terms: Arc<std::sync::Mutex<Vec<(String, Fence)>>> = Arc::default();
+    let mut electors: Vec<Elector> = Vec::new();
+    for i in 0..3 {
+        let holder = format!("replica-{i}");
+        let config = LeaseConfig::builder(ctx.pool.name().as_str())
+            .pool_size(1)
+            .holder(holder.clone())
+            .ttl(ttl)
+            .renew_interval(ttl / 4)
+            .safety_margin(ttl / 5)
+            .acquire_timeout(ttl)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let terms = terms.clone();
+        let elector = Leader::builder(ctx.another().await?, config)
+            .observe_every(ttl / 8)
+            .on_started_leading(move |l| {
+                terms
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((holder.clone(), l.fence()));
+            })
+            .campaign(|leadership| async move { leadership.lost().await });
+        electors.push(elector);
+    }
+    let give_up = Instant::now() + ttl * 10 + Duration::from_secs(10);
+    let outcome = loop {
+        let terms = terms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let seen: Vec<_> = electors.iter().map(Elector::leader).collect();
+        let agreed = match terms.last() {
+            Some((holder, fence)) => seen.iter().all(|l| {
+                l.as_ref()
+                    .is_some_and(|l| &l.holder == holder && l.fence == *fence)
+            }),
+            None => false,
+        };
+        if agreed && terms.len() == 1 {
+            break Ok(());
+        }
+        if terms.len() > 1 {
+            break Err(format!(
+                "{STARVED}leadership changed hands while waiting: {terms:?}"
+            ));
+        }
+        if Instant::now() >= give_up {
+            break Err(format!(
+                "the electors did not agree on the leader {terms:?}: they observed {seen:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let leading = electors.iter().filter(|e| e.is_leading()).count();
+    for e in electors {
+        e.shutdown().await;
+    }
+    outcome?;
+    ensure!(leading <= 1, "{leading} electors led at once");
     Ok(())
 }

@@ -229,6 +229,7 @@ impl Strategy for Memory {
         Capabilities::coordinated(false, Duration::from_millis(1))
             .with_time_resolution(Duration::ZERO)
             .with_persisted_floor()
+            .with_inspect()
     }
 
     fn identity(&self) -> String {

@@ -183,6 +183,9 @@ pub struct Capabilities {
     /// The store keeps each slot's [`Floor`]: reported floors survive the
     /// holder, and grants carry the previous holders' floor.
     pub persists_floor: bool,
+    /// [`Strategy::inspect`] lists the pool's slots (holders, fences, floors,
+    /// expiries); followers of a leader pool learn the leader from it.
+    pub inspects: bool,
 }
 
 impl Capabilities {
@@ -197,6 +200,7 @@ impl Capabilities {
             deterministic: false,
             time_resolution: Duration::from_millis(1),
             persists_floor: false,
+            inspects: false,
         }
     }
 
@@ -211,6 +215,7 @@ impl Capabilities {
             deterministic: true,
             time_resolution: Duration::ZERO,
             persists_floor: false,
+            inspects: false,
         }
     }
 
@@ -229,6 +234,12 @@ impl Capabilities {
     /// Declares that the store persists floors.
     pub const fn with_persisted_floor(mut self) -> Self {
         self.persists_floor = true;
+        self
+    }
+
+    /// Declares that [`Strategy::inspect`] lists the pool's slots.
+    pub const fn with_inspect(mut self) -> Self {
+        self.inspects = true;
         self
     }
 }
@@ -341,6 +352,20 @@ impl SlotInfo {
     pub fn held(mut self, holder: impl Into<String>, token: &Token, expires_in: Duration) -> Self {
         self.holder = Some(holder.into());
         self.token_prefix = Some(token.to_hex()[..8].to_owned());
+        self.expires_in = Some(expires_in);
+        self
+    }
+
+    /// [`SlotInfo::held`] for a store that hands out only the start of the
+    /// token: `prefix` is cut to its first 8 characters.
+    pub fn held_by_prefix(
+        mut self,
+        holder: impl Into<String>,
+        prefix: &str,
+        expires_in: Duration,
+    ) -> Self {
+        self.holder = Some(holder.into());
+        self.token_prefix = Some(prefix.chars().take(8).collect());
         self.expires_in = Some(expires_in);
         self
     }

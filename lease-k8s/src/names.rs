@@ -10,6 +10,13 @@ pub const SLOT_LABEL: &str = "leasehold/slot";
 pub const FLOOR_ANNOTATION: &str = "leasehold/floor";
 /// JSON pointer of the floor annotation.
 pub(crate) const FLOOR_POINTER: &str = "/metadata/annotations/leasehold~1floor";
+/// Annotation carrying the fence of the slot's current (or last) holder, for
+/// `inspect`: `<first 8 hex digits of its token> <fence>`. The fence is the
+/// resourceVersion of the acquiring write, which later writes move on from,
+/// so renewals, releases and revokes record it; nothing compares it.
+pub const FENCE_ANNOTATION: &str = "leasehold/fence";
+/// JSON pointer of the fence annotation.
+pub(crate) const FENCE_POINTER: &str = "/metadata/annotations/leasehold~1fence";
 /// Prefix of a revoked holder's tombstone in `holderIdentity`.
 pub(crate) const TOMBSTONE: &str = "revoked/";
 
@@ -21,6 +28,19 @@ pub fn lease_name(pool: &PoolName, slot: u32) -> String {
 /// `<holder>_<token hex>`, matched as a whole string.
 pub(crate) fn holder_identity(holder: &str, token: &Token) -> String {
     format!("{holder}_{}", token.to_hex())
+}
+
+/// A `holderIdentity` split into the holder and the first 8 hex digits of
+/// its token (never more); `None` unless it ends in `_<32 hex digits>`.
+pub(crate) fn split_identity(identity: &str) -> Option<(&str, &str)> {
+    let (holder, token) = identity.rsplit_once('_')?;
+    (token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| (holder, &token[..8]))
+}
+
+/// The fence annotation's value for a holder with `token` and `fence`.
+pub(crate) fn fence_record(token: &Token, fence: u64) -> String {
+    format!("{} {fence}", &token.to_hex()[..8])
 }
 
 /// Checks that `pool` makes valid Lease names and label values: lowercase

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use leasehold_core::{
-    AcquireError, Capabilities, Fence, Floor, Grant, PoolName, PoolSpec, Reason, Release, Renewal,
-    Strategy, Token,
+    AcquireError, Capabilities, Fence, Floor, Grant, InspectError, PoolName, PoolSpec, Reason,
+    Release, Renewal, SlotInfo, Strategy, Token,
 };
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -16,8 +16,8 @@ use crate::api::{Api, NoAnswer, Resp};
 use crate::config::KubeConfig;
 use crate::error::KubeError;
 use crate::names::{
-    FLOOR_ANNOTATION, FLOOR_POINTER, POOL_LABEL, SLOT_LABEL, TOMBSTONE, check_pool,
-    holder_identity, lease_name,
+    FENCE_ANNOTATION, FENCE_POINTER, FLOOR_ANNOTATION, FLOOR_POINTER, POOL_LABEL, SLOT_LABEL,
+    TOMBSTONE, check_pool, fence_record, holder_identity, lease_name, split_identity,
 };
 use crate::time::{micro_time, unique_micros};
 
@@ -125,7 +125,8 @@ impl KubeStrategy {
     /// `leasehold/floor` annotation.
     pub const CAPABILITIES: Capabilities = Capabilities::coordinated(true, Self::MIN_TTL)
         .with_max_pool_size(Self::MAX_POOL_SIZE)
-        .with_persisted_floor();
+        .with_persisted_floor()
+        .with_inspect();
 
     /// Builds the client (retries off, a read timeout) and, unless
     /// [`KubeConfig::preflight`] is off, checks the setup: the RBAC verbs
@@ -206,10 +207,20 @@ impl KubeStrategy {
                 return Ok(false);
             }
             let rv = lease.metadata.resource_version.clone().unwrap_or_default();
-            let patch = json!({
+            // A holder that has not renewed yet has recorded no fence: the
+            // resourceVersion is still that of its acquiring write.
+            let fence = match (split_identity(holder), fence_of(&lease)) {
+                (Some((_, prefix)), Some((p, f))) if p == prefix => Some(format!("{p} {f}")),
+                (Some((_, prefix)), _) => Some(format!("{prefix} {rv}")),
+                (None, _) => None,
+            };
+            let mut patch = json!({
                 "metadata": {"resourceVersion": rv},
                 "spec": {"holderIdentity": format!("{TOMBSTONE}{holder}")},
             });
+            if let Some(fence) = fence {
+                patch["metadata"]["annotations"] = json!({FENCE_ANNOTATION: fence});
+            }
             let resp = api
                 .merge_patch(&name, &patch, deadline)
                 .await
@@ -833,6 +844,7 @@ impl KubeStrategy {
             };
             ops.push(json!({"op": "add", "path": "/spec/renewTime", "value": micro_time(unique_micros())}));
             ops.push(json!({"op": "add", "path": "/spec/leaseDurationSeconds", "value": secs}));
+            ops.push(json!({"op": "add", "path": FENCE_POINTER, "value": fence_record(&grant.token, grant.fence.0)}));
             let resp = match api.json_patch(&name, &Value::Array(ops), deadline).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -911,6 +923,7 @@ impl KubeStrategy {
             json!({"op": "add", "path": "/spec/holderIdentity", "value": ""}),
             json!({"op": "add", "path": "/spec/leaseDurationSeconds", "value": 1}),
             json!({"op": "add", "path": "/spec/renewTime", "value": micro_time(unique_micros())}),
+            json!({"op": "add", "path": FENCE_POINTER, "value": fence_record(&grant.token, grant.fence.0)}),
         ];
         if let Some(floor) = issued {
             ops.push(json!({"op": "add", "path": FLOOR_POINTER, "value": floor.to_string()}));
@@ -960,6 +973,19 @@ fn floor_of(lease: &Lease) -> u64 {
         .and_then(|a| a.get(FLOOR_ANNOTATION))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// The fence annotation: the first 8 hex digits of the recording holder's
+/// token and its fence.
+fn fence_of(lease: &Lease) -> Option<(String, u64)> {
+    let v = lease.metadata.annotations.as_ref()?.get(FENCE_ANNOTATION)?;
+    let (prefix, fence) = v.split_once(' ')?;
+    Some((prefix.to_owned(), fence.parse().ok()?))
+}
+
+/// Microseconds since the Unix epoch of a MicroTime, if set.
+fn micros_of(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime>) -> Option<i64> {
+    t.map(|t| t.0.as_microsecond())
 }
 
 /// A resourceVersion as a fence; not an integer is final.
@@ -1100,6 +1126,79 @@ impl Strategy for KubeStrategy {
 
     async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
         self.release_grant(pool, grant, Some(issued.0)).await
+    }
+
+    /// One LIST of the pool's Leases. Expiry here is judged on the
+    /// **observer's clock**, as the strategy judges takeovers (README, rule
+    /// 1): `expires_in` is the lease duration minus the time since this
+    /// process first saw the Lease's current resourceVersion (a strategy that
+    /// never saw it before counts from this LIST, so a fresh observer
+    /// reports the whole duration: an upper bound); the strategy takes a
+    /// slot over only its takeover margin later. A Lease unchanged for its
+    /// whole duration shows as free. `renewed_ago` and `held_for` come from
+    /// `renewTime` and `acquireTime`, which the holder wrote on its wall
+    /// clock, read on this host's wall clock: for people, never for expiry.
+    /// The fence is the one the holder recorded in the `leasehold/fence`
+    /// annotation (renewals, releases and revokes write it) when its token
+    /// digits match, else the resourceVersion, which is still the acquiring
+    /// write's until the holder's first renewal. `holderIdentity` shows
+    /// the holder and only the first 8 hex digits of its token.
+    async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
+        let deadline = Instant::now() + self.op_timeout();
+        let (_, leases, _) = self
+            .list_pool(pool, deadline)
+            .await
+            .map_err(|e| InspectError::Store(Reason::new(e.to_string())))?;
+        let wall = i64::try_from(unique_micros()).unwrap_or(i64::MAX);
+        let ago = |t: Option<i64>| {
+            t.and_then(|t| u64::try_from(wall - t).ok())
+                .map(Duration::from_micros)
+        };
+        let now = Instant::now();
+        let mut slots: Vec<SlotInfo> = leases
+            .iter()
+            .map(|(slot, lease)| {
+                let rv = lease.metadata.resource_version.as_deref().unwrap_or("");
+                let rv = rv.parse::<u64>().unwrap_or(0);
+                let recorded = fence_of(lease);
+                let identity = holder_of(lease);
+                let (revoked, identity) = match identity.strip_prefix(TOMBSTONE) {
+                    Some(rest) => (true, rest),
+                    None => (false, identity),
+                };
+                let split = split_identity(identity);
+                let fence = match (&recorded, split) {
+                    (Some((p, f)), Some((_, prefix))) if p == prefix => *f,
+                    (_, Some(_)) => rv,
+                    (Some((_, f)), None) => *f,
+                    (None, None) => 0,
+                };
+                let info = SlotInfo::free(*slot, Fence(fence), Floor(floor_of(lease)));
+                let spec = lease.spec.as_ref();
+                let duration = spec
+                    .and_then(|s| s.lease_duration_seconds)
+                    .and_then(|s| u64::try_from(s).ok())
+                    .map_or(Duration::ZERO, Duration::from_secs);
+                let left = self
+                    .observed()
+                    .get(&(pool.name().as_str().to_owned(), *slot))
+                    .filter(|seen| seen.rv == rv.to_string())
+                    .map_or(duration, |seen| {
+                        duration.saturating_sub(now.saturating_duration_since(seen.at))
+                    });
+                match split {
+                    _ if left.is_zero() => info,
+                    Some(_) if revoked => info.revoked_until(left),
+                    Some((holder, prefix)) => info.held_by_prefix(holder, prefix, left).with_ages(
+                        ago(micros_of(spec.and_then(|s| s.renew_time.as_ref()))),
+                        ago(micros_of(spec.and_then(|s| s.acquire_time.as_ref()))),
+                    ),
+                    None => info,
+                }
+            })
+            .collect();
+        slots.sort_by_key(|i| i.slot);
+        Ok(slots)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -192,6 +192,7 @@ impl Strategy for SqlStrategy {
         Capabilities::coordinated(self.ops.info().networked, Self::MIN_TTL)
             .with_persisted_floor()
             .with_time_resolution(self.ops.info().resolution)
+            .with_inspect()
     }
 
     fn identity(&self) -> String {

@@ -524,90 +524,6 @@ async fn a_server_that_can_forget_is_reported_and_refused_when_durability_is_req
     }
 }
 
-/// Issue 15: `inspect` shows each slot ever claimed, on the server's clock: a
-/// held slot's holder, token prefix, fence, floor and times; a revoked slot's
-/// tombstone (no holder, but taken until the old expiry); a released slot's
-/// fence and floor; never a slot nobody claimed. Followers of a leader pool
-/// read the leader from it.
-async fn inspect_shows_holders_fences_floors_and_tombstones(b: Arc<Sql>) -> Result<(), String> {
-    use leasehold_conformance::suite::STARVED;
-    let s = b.strategy().await?;
-    let ttl = Duration::from_secs(30);
-    // Expiries are stored at the engine's resolution (SQLite: text with
-    // milliseconds, differences through julianday's floating point).
-    let slack = s.capabilities().time_resolution * 2 + Duration::from_millis(1);
-    let pool = fresh_pool(3, ttl)?;
-    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
-    let sent = std::time::Instant::now();
-    let a = s
-        .acquire(&pool, Floor(5_000))
-        .await
-        .map_err(|e| e.to_string())?;
-    let bb = s
-        .acquire(&pool, Floor(5_000))
-        .await
-        .map_err(|e| e.to_string())?;
-    let r = s.renew(&pool, &a, Floor(7_000)).await;
-    ensure!(matches!(r, Renewal::Renewed { .. }), "renewal: {r:?}");
-    ensure!(
-        s.revoke(&pool, bb.slot).await.map_err(|e| e.to_string())?,
-        "revoke found no live lease"
-    );
-    let slots = s.inspect(&pool).await.map_err(|e| e.to_string())?;
-    if sent.elapsed() >= ttl {
-        return Err(format!(
-            "{STARVED}the leases may have expired before inspect"
-        ));
-    }
-    let listed: Vec<u32> = slots.iter().map(|i| i.slot).collect();
-    let mut claimed = vec![a.slot, bb.slot];
-    claimed.sort_unstable();
-    ensure!(
-        listed == claimed,
-        "inspect listed slots {listed:?}, not {claimed:?}"
-    );
-    let of = |slot: u32| {
-        slots
-            .iter()
-            .find(|i| i.slot == slot)
-            .ok_or(format!("slot {slot} missing"))
-    };
-    let held = of(a.slot)?;
-    ensure!(
-        held.holder.as_deref() == Some(pool.holder())
-            && held.token_prefix.as_deref() == Some(&a.token.to_hex()[..8])
-            && held.fence == a.fence
-            && held.floor == Floor(7_000)
-            && held
-                .expires_in
-                .is_some_and(|d| d > Duration::ZERO && d <= ttl + slack)
-            && held.renewed_ago.is_some()
-            && held.held_for.is_some(),
-        "the held slot reads {held:?}"
-    );
-    let revoked = of(bb.slot)?;
-    ensure!(
-        revoked.holder.is_none()
-            && revoked.token_prefix.is_none()
-            && revoked.fence == bb.fence
-            && revoked.expires_in.is_some_and(|d| d <= ttl + slack),
-        "the revoked slot reads {revoked:?}"
-    );
-    let r = s.release(&pool, &a, Floor(6_000)).await;
-    ensure!(r == Release::Released, "release: {r:?}");
-    let slots = s.inspect(&pool).await.map_err(|e| e.to_string())?;
-    let freed = slots
-        .iter()
-        .find(|i| i.slot == a.slot)
-        .ok_or("the released slot is gone from inspect")?;
-    ensure!(
-        freed.holder.is_none() && freed.expires_in.is_none() && freed.floor == Floor(6_000),
-        "the released slot reads {freed:?}"
-    );
-    s.close().await;
-    Ok(())
-}
-
 /// A table name that is not a plain identifier is refused before any SQL runs.
 async fn bad_table_name_is_refused(b: Arc<Sql>) -> Result<(), String> {
     match SqlStrategy::connect(b.config().table("leases; DROP TABLE x")).await {
@@ -864,7 +780,6 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
         claims_and_renewals_report_the_servers_time,
         the_restart_guard_holds_grants_for_a_ttl_after_the_server_started,
         a_server_that_can_forget_is_reported_and_refused_when_durability_is_required,
-        inspect_shows_holders_fences_floors_and_tombstones,
     )
 }
 

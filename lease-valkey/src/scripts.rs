@@ -60,6 +60,28 @@ end
     };
 }
 
+/// Lua helper for the holder record (issue 15): `note_holder(fences, slot,
+/// token, ttl, holder, secs, micros)` writes `holder.<slot>` in the fences
+/// hash as `<first 8 hex digits of the token> <secs> <micros> <ttl ms>
+/// <holder>`: who claimed the slot, when on the server's clock, and for how
+/// long. For `inspect` only: nothing compares it, ownership is still the
+/// token's alone; `inspect` shows the holder only while the 8 digits match
+/// the live token, so a record left by an earlier holder (or a lease taken
+/// by a process that writes none) shows no name. It follows `TIME`, and a
+/// write after `TIME` is refused by a server still replicating scripts
+/// verbatim (Redis 5/6 with `lua-replicate-commands no`), so it is a
+/// `pcall`: there the claim goes on without the record.
+macro_rules! holder_function {
+    () => {
+        r"
+local function note_holder(fences, slot, token, ttl, holder, secs, micros)
+  redis.pcall('HSET', fences, 'holder.' .. slot,
+    string.sub(token, 1, 8) .. ' ' .. secs .. ' ' .. micros .. ' ' .. ttl .. ' ' .. holder)
+end
+"
+    };
+}
+
 /// Lua helpers for a lost fences hash.
 ///
 /// - `fences_lost(fences, leases, prefix, size)` (claims): true when the
@@ -118,7 +140,8 @@ end
 
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
 /// token hex, ceiling (Unix ms), slot key prefix (the script path's,
-/// `{<prefix>:<pool>}:slot:`, same hash tag), restart guard ms. Returns
+/// `{<prefix>:<pool>}:slot:`, same hash tag), restart guard ms, holder
+/// identity (see `holder_function`). Returns
 /// `{slot, fence, floor, secs, micros}` (the floor the slot had before, a
 /// decimal string; the server's `TIME`), -1 when every slot is held, -2 when
 /// the fences hash was lost (see `fences_functions`), or `{-3, ms}` while the
@@ -138,10 +161,12 @@ end
 ///   expiries the scan starts at the lowest free slot and takes one step;
 ///   slots freed by expiry below the hint are found after the wrap.
 /// - Claim with `HSETEX FNX` (both fields absent, one TTL), bump the slot's
-///   persistent fence and raise its persistent floor to the ceiling.
+///   persistent fence, raise its persistent floor to the ceiling and note
+///   the holder.
 const CLAIM_HSETEX: &str = concat!(
     floor_functions!(),
     clock_function!(),
+    holder_function!(),
     fences_functions!(),
     guard_function!(),
     r"
@@ -163,6 +188,7 @@ for i = 0, size - 1 do
       local fence = redis.call('HINCRBY', KEYS[2], f, 1)
       local floor = raise_floor(KEYS[2], f, ARGV[4])
       local secs, micros = now()
+      note_holder(KEYS[2], f, ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
       return {s, fence, floor, secs, micros}
     end
   end
@@ -257,11 +283,12 @@ return n
 
 /// Script path, claim. KEYS: fences hash, leases hash (the HSETEX path's).
 /// ARGV: size, ttl ms, token hex, slot key prefix (`{<prefix>:<pool>}:slot:`,
-/// the fences hash's hash tag), ceiling (Unix ms), restart guard ms. `SET NX PX` on slot keys
+/// the fences hash's hash tag), ceiling (Unix ms), restart guard ms, holder
+/// identity (see `holder_function`). `SET NX PX` on slot keys
 /// from the hint `next` on, wrapping, skipping slots whose field exists in
 /// the leases hash (held by a process on the HSETEX path, after an in-place
-/// upgrade), until one succeeds; then moves the hint, bumps the fence and
-/// raises the floor to the ceiling. Returns `{slot, fence, floor, secs,
+/// upgrade), until one succeeds; then moves the hint, bumps the fence,
+/// raises the floor to the ceiling and notes the holder. Returns `{slot, fence, floor, secs,
 /// micros}` (the floor before, a decimal string; the server's `TIME`), -1
 /// when every slot is held, `{-3, ms}` while the restart guard holds, or -2
 /// when the fences hash was lost (see
@@ -270,6 +297,7 @@ return n
 const CLAIM_SCRIPTS: &str = concat!(
     floor_functions!(),
     clock_function!(),
+    holder_function!(),
     fences_functions!(),
     guard_function!(),
     r"
@@ -287,6 +315,7 @@ for i = 0, size - 1 do
     local fence = redis.call('HINCRBY', KEYS[1], tostring(s), 1)
     local floor = raise_floor(KEYS[1], tostring(s), ARGV[5])
     local secs, micros = now()
+    note_holder(KEYS[1], tostring(s), ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
     return {s, fence, floor, secs, micros}
   end
 end
@@ -334,6 +363,41 @@ return 0
 "
 );
 
+/// Inspect (read-only), either path. KEYS: leases hash, fences hash. ARGV:
+/// size, slot key prefix, `1` when the server has `HPTTL` (the HSETEX path's
+/// per-field TTLs: Redis 8+, Valkey 9+). Returns `{secs, micros, entries…}`
+/// (the server's `TIME`), one entry per slot that has a fence or a lease:
+/// `{slot, fence, floor, token, pttl, holder}` where `token` is the first 8
+/// hex digits of the live token (or `revoked`, or `''` when free), `pttl`
+/// its TTL in ms (-1 unknown, -2 none) and `holder` the slot's holder record
+/// (`holder_function`; `''` if none). Only 8 digits of a token ever leave
+/// the server. A slot field (HSETEX path) is read before the slot key
+/// (script path), as the claims skip either.
+const INSPECT: &str = r"
+local size = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local out = {t[1], t[2]}
+for s = 0, size - 1 do
+  local f = tostring(s)
+  local fence = redis.call('HGET', KEYS[2], f)
+  local ttl = -2
+  local tok = redis.call('HGET', KEYS[1], f)
+  if tok then
+    ttl = -1
+    if ARGV[3] == '1' then ttl = redis.call('HPTTL', KEYS[1], 'FIELDS', 1, f)[1] end
+  else
+    tok = redis.call('GET', ARGV[2] .. f)
+    if tok then ttl = redis.call('PTTL', ARGV[2] .. f) end
+  end
+  if fence or tok then
+    out[#out + 1] = {s, fence or '0', redis.call('HGET', KEYS[2], 'floor.' .. f) or '0',
+      tok and string.sub(tok, 1, 8) or '', ttl,
+      redis.call('HGET', KEYS[2], 'holder.' .. f) or ''}
+  end
+end
+return out
+";
+
 /// All scripts, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -344,6 +408,7 @@ pub(crate) struct Scripts {
     pub(crate) claim_scripts: Script,
     pub(crate) renew_scripts: Script,
     pub(crate) release_scripts: Script,
+    pub(crate) inspect: Script,
 }
 
 impl Scripts {
@@ -356,6 +421,7 @@ impl Scripts {
             claim_scripts: Script::new("claim (SET NX)", CLAIM_SCRIPTS),
             renew_scripts: Script::new("renew (compare-and-extend)", RENEW_SCRIPTS),
             release_scripts: Script::new("release (compare-and-delete)", RELEASE_SCRIPTS),
+            inspect: Script::new("inspect", INSPECT),
         }
     }
 

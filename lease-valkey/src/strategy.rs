@@ -9,8 +9,8 @@ use fred::prelude::{ClientLike, ReconnectPolicy};
 use fred::types::config::{Config, UnresponsiveConfig};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use leasehold_core::{
-    AcquireError, Capabilities, ConfigError, Fence, Floor, Grant, PoolName, PoolSpec, Reason,
-    Release, Renewal, Strategy, Token,
+    AcquireError, Capabilities, ConfigError, Fence, Floor, Grant, InspectError, PoolName, PoolSpec,
+    Reason, Release, Renewal, SlotInfo, Strategy, Token,
 };
 
 use crate::config::{
@@ -55,8 +55,10 @@ pub struct PoolKeys {
     /// markers (`"token.17.<token>" → "17"`), all with per-field TTLs.
     pub leases: String,
     /// Both paths: the persistent hash (no TTLs) of per-slot fences
-    /// (`"17" → n`), per-slot hand-over floors (`"floor.17" → Unix ms`), and
-    /// the claim scan's starting hint (`"next" → n`).
+    /// (`"17" → n`), per-slot hand-over floors (`"floor.17" → Unix ms`),
+    /// per-slot holder records for `inspect` (`"holder.17" → "<8 hex digits
+    /// of the token> <secs> <micros> <ttl ms> <holder>"`), and the claim
+    /// scan's starting hint (`"next" → n`).
     pub fences: String,
     /// Script path: slot `n`'s key is this prefix followed by `n`.
     pub slot_prefix: String,
@@ -589,6 +591,78 @@ fn parse_renewal(v: &Value) -> Option<Option<Duration>> {
     }
 }
 
+/// The inspect script's answer (see `scripts::INSPECT`) as slots.
+fn parse_inspect(v: &Value) -> Option<Vec<SlotInfo>> {
+    let Value::Array(items) = v else { return None };
+    let now = store_time(items.first()?, items.get(1)?)?;
+    items[2..].iter().map(|e| slot_info(e, now)).collect()
+}
+
+/// One entry of the inspect script, `{slot, fence, floor, token, pttl,
+/// holder}`, at the server's time `now`.
+fn slot_info(entry: &Value, now: Duration) -> Option<SlotInfo> {
+    let Value::Array(f) = entry else { return None };
+    let [slot, fence, floor, token, pttl, record] = f.as_slice() else {
+        return None;
+    };
+    let info = SlotInfo::free(
+        u32::try_from(slot.as_i64()?).ok()?,
+        Fence(as_u64(fence)?),
+        Floor(as_u64(floor)?),
+    );
+    let token = token.as_string().unwrap_or_default();
+    let left = pttl
+        .as_i64()
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis);
+    Some(match (token.as_str(), left) {
+        ("", _) | (_, None) => info,
+        ("revoked", Some(left)) => info.revoked_until(left),
+        (prefix, Some(left)) => {
+            let record = HolderRecord::parse(&record.as_string().unwrap_or_default());
+            match record.filter(|r| r.token_prefix == prefix) {
+                Some(r) => {
+                    let held_for = now.checked_sub(r.claimed_at);
+                    let renewed_ago = r
+                        .ttl
+                        .checked_sub(left)
+                        .map(|d| held_for.map_or(d, |h| d.min(h)));
+                    info.held_by_prefix(r.holder, prefix, left)
+                        .with_ages(renewed_ago, held_for)
+                }
+                // Claimed by a process that writes no record, or the record
+                // of an earlier holder: the holder is not known.
+                None => info.held_by_prefix("", prefix, left),
+            }
+        }
+    })
+}
+
+/// A slot's holder record, `holder.<slot>` in the fences hash: `<token
+/// prefix> <secs> <micros> <ttl ms> <holder>` (see `scripts::holder_function`).
+struct HolderRecord {
+    token_prefix: String,
+    claimed_at: Duration,
+    ttl: Duration,
+    holder: String,
+}
+
+impl HolderRecord {
+    fn parse(s: &str) -> Option<Self> {
+        let mut parts = s.splitn(5, ' ');
+        let token_prefix = parts.next()?.to_owned();
+        let secs: u64 = parts.next()?.parse().ok()?;
+        let micros: u64 = parts.next()?.parse().ok().filter(|m| *m < 1_000_000)?;
+        let ttl: u64 = parts.next()?.parse().ok()?;
+        Some(Self {
+            token_prefix,
+            claimed_at: Duration::from_secs(secs) + Duration::from_micros(micros),
+            ttl: Duration::from_millis(ttl),
+            holder: parts.next().unwrap_or_default().to_owned(),
+        })
+    }
+}
+
 /// One `CONFIG GET name` answer's value: `[name, value]` (RESP2) or
 /// `{name: value}` (RESP3); `None` when the server does not know the name.
 fn config_value(v: &Value) -> Option<String> {
@@ -626,6 +700,7 @@ impl Strategy for ValkeyStrategy {
                         ceiling,
                         keys.slot_prefix,
                         guard,
+                        pool.holder().to_owned(),
                     ],
                 )
                 .await
@@ -641,6 +716,7 @@ impl Strategy for ValkeyStrategy {
                         keys.slot_prefix,
                         ceiling,
                         guard,
+                        pool.holder().to_owned(),
                     ],
                 )
                 .await
@@ -809,6 +885,37 @@ impl Strategy for ValkeyStrategy {
         Capabilities::coordinated(true, Self::MIN_TTL)
             .with_time_resolution(Duration::from_millis(1))
             .with_persisted_floor()
+            .with_inspect()
+    }
+
+    /// One read-only script (one round trip) reads every slot of the pool on
+    /// the server: fence and floor from the fences hash, the live token's
+    /// first 8 hex digits and its TTL (`HPTTL` of the slot field, or `PTTL`
+    /// of the slot key), and the holder record the claim wrote
+    /// (`holder.<slot>`: identity, claim time on the server's `TIME`, TTL
+    /// asked). The holder is named only while the record's token digits
+    /// match the live token's; `held_for` is the server's time since the
+    /// claim; `renewed_ago` is the claim's TTL minus the TTL left, since
+    /// every renewal sets the TTL anew (exact while the holder renews with
+    /// the TTL it claimed with, as a [`PoolSpec`] does). A revoked slot
+    /// shows its tombstone's TTL and no holder.
+    async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
+        let keys = self.keys(pool.name());
+        let hpttl = if self.inner.server.hsetex { "1" } else { "0" };
+        let value = self
+            .eval(
+                &self.inner.scripts.inspect,
+                vec![keys.leases, keys.fences],
+                vec![pool.size().to_string(), keys.slot_prefix, hpttl.to_owned()],
+            )
+            .await
+            .map_err(|f| InspectError::Store(Reason::new(format!("inspect: {}", f.text()))))?;
+        parse_inspect(&value).ok_or_else(|| {
+            InspectError::Store(Reason::new(format!(
+                "unexpected answer to the inspect script from {}",
+                self.inner.server
+            )))
+        })
     }
 
     fn identity(&self) -> String {
@@ -860,5 +967,48 @@ mod tests {
         assert_eq!(parse_renewal(&Value::Integer(1)), None);
         let bad = Value::Array(vec![Value::Integer(1), s("1"), s("1000000")]);
         assert_eq!(parse_renewal(&bad), None);
+    }
+
+    #[test]
+    fn inspect_names_a_holder_only_while_its_record_matches_the_live_token() {
+        let s = |v: &str| Value::from(v);
+        let entry = |slot: i64, token: &str, pttl: i64, record: &str| {
+            Value::Array(vec![
+                Value::Integer(slot),
+                s("4"),
+                s("9000"),
+                s(token),
+                Value::Integer(pttl),
+                s(record),
+            ])
+        };
+        let answer = Value::Array(vec![
+            s("1700000010"),
+            s("0"),
+            entry(
+                0,
+                "abcdef01",
+                25_000,
+                "abcdef01 1700000000 500000 30000 host/1 a b",
+            ),
+            entry(1, "12345678", 30_000, "abcdef01 1700000000 0 30000 earlier"),
+            entry(2, "revoked", 7_000, "99999999 1700000000 0 30000 gone"),
+            entry(3, "", -2, "abcdef01 1700000000 0 30000 released"),
+        ]);
+        let slots = parse_inspect(&answer).expect("parses");
+        assert_eq!(slots.len(), 4);
+        let held = &slots[0];
+        assert_eq!(held.holder.as_deref(), Some("host/1 a b"));
+        assert_eq!(held.token_prefix.as_deref(), Some("abcdef01"));
+        assert_eq!((held.fence, held.floor), (Fence(4), Floor(9000)));
+        assert_eq!(held.expires_in, Some(Duration::from_secs(25)));
+        assert_eq!(held.renewed_ago, Some(Duration::from_secs(5)));
+        assert_eq!(held.held_for, Some(Duration::from_millis(9_500)));
+        // Another holder's record: held, by nobody known.
+        assert_eq!(slots[1].holder.as_deref(), Some(""));
+        assert_eq!(slots[1].token_prefix.as_deref(), Some("12345678"));
+        assert!(slots[2].holder.is_none() && slots[2].token_prefix.is_none());
+        assert_eq!(slots[2].expires_in, Some(Duration::from_secs(7)));
+        assert!(slots[3].holder.is_none() && slots[3].expires_in.is_none());
     }
 }
