@@ -63,9 +63,11 @@ impl SqlLedger {
 }
 
 /// A transaction the server rolled back to break a deadlock or a
-/// serialization conflict (SQLSTATE 40001: InnoDB's 1213 when two fenced
-/// writes meet, PostgreSQL's serialization failure): nothing was written,
-/// and trying again is what the server asks.
+/// serialization conflict (SQLSTATE 40001: a serialization failure, or a
+/// deadlock between the fenced write and the application's own writes in
+/// the same transaction): nothing was written, and trying again is what the
+/// server asks. (Two fenced writes alone no longer deadlock on MariaDB: the
+/// fence row is locked exclusively at once.)
 fn conflict(e: &FenceError) -> bool {
     matches!(e, FenceError::Database(sqlx::Error::Database(d)) if d.code().as_deref() == Some("40001"))
 }

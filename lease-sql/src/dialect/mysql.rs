@@ -183,11 +183,13 @@ impl Dialect for MySql {
 
     fn fence_write(t: &str) -> FenceSql {
         FenceSql {
-            prepare: Some(Self::insert_missing(
-                t,
-                "resource, fence",
-                "(?, 0)",
-                "resource",
+            // The row, created if missing, locked *exclusively* at once:
+            // `INSERT IGNORE` took a shared lock on an existing row, and two
+            // writers holding it then deadlocked on the `UPDATE`'s exclusive
+            // lock (InnoDB rolled one back with 1213).
+            prepare: Some(format!(
+                "INSERT INTO {t} (resource, fence) VALUES (?, 0) \
+                 ON DUPLICATE KEY UPDATE resource = resource"
             )),
             // Rows *matched* (sqlx sets CLIENT_FOUND_ROWS): 1 even when the
             // fence is unchanged.
