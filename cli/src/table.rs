@@ -58,6 +58,17 @@ pub(crate) fn unix_ms(ms: u64) -> String {
         .map_or_else(|| format!("{ms} ms"), |t| format!("{t:.3}"))
 }
 
+/// A slot's fence, or `-` where the store no longer knows it: fences start
+/// at 1, and etcd keeps no fence for a released slot (the fence is the
+/// deleted key's revision).
+fn fence_text(s: &SlotInfo) -> String {
+    if s.fence.0 == 0 {
+        "-".into()
+    } else {
+        s.fence.0.to_string()
+    }
+}
+
 /// The cells of one slot's row.
 pub(crate) fn row(s: &SlotInfo) -> Vec<String> {
     let holder = match (state(s), &s.holder) {
@@ -71,7 +82,7 @@ pub(crate) fn row(s: &SlotInfo) -> Vec<String> {
         s.slot.to_string(),
         holder,
         s.token_prefix.clone().unwrap_or_else(|| "-".into()),
-        s.fence.0.to_string(),
+        fence_text(s),
         unix_ms(s.floor.0),
         if revoked {
             "-".into()
@@ -163,7 +174,7 @@ pub(crate) fn json(pool: &str, store: &str, slots: &[SlotInfo]) -> serde_json::V
             "state": state(s),
             "holder": s.holder,
             "token_prefix": s.token_prefix,
-            "fence": s.fence.0,
+            "fence": (s.fence.0 != 0).then_some(s.fence.0),
             "floor_unix_ms": s.floor.0,
             "expires_in_ms": ms(s.expires_in),
             "renewed_ago_ms": ms(s.renewed_ago),
