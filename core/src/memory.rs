@@ -14,6 +14,11 @@ use crate::strategy::{
 };
 use crate::token::Token;
 
+/// The token a revoke leaves: no holder's token is all zeros (128 random
+/// bits), so no renewal or release matches it, and `inspect` shows the
+/// slot revoked.
+const TOMBSTONE: Token = Token::from_bytes([0; 16]);
+
 #[derive(Clone, Debug, Default)]
 struct SlotState {
     token: Option<Token>,
@@ -84,7 +89,7 @@ impl Memory {
         let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         match pools.get_mut(pool).and_then(|p| p.get_mut(slot as usize)) {
             Some(s) if s.token.is_some() && s.expires > now => {
-                s.token = Some(Token::from_bytes([0; 16]));
+                s.token = Some(TOMBSTONE);
                 true
             }
             _ => false,
@@ -212,6 +217,9 @@ impl Strategy for Memory {
                         Floor(s.floor),
                     );
                     match s.token {
+                        Some(TOMBSTONE) if s.expires > now => {
+                            info.revoked_until(s.expires.saturating_since(now))
+                        }
                         Some(t) if s.expires > now => info
                             .held(s.holder.clone(), &t, s.expires.saturating_since(now))
                             .with_ages(
