@@ -21,6 +21,7 @@ pub async fn start_manager(
 ) -> Result<LeaseManager, String> {
     let op_timeout = (config.timing().ttl() / 4).max(Duration::from_millis(100));
     let scheme = url.split_once("://").map_or(url, |(s, _)| s);
+    let connect = |e: &dyn std::fmt::Display| format!("connect {scheme}: {e}");
     match scheme {
         "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
             let strategy = leasehold_sql::SqlStrategy::connect(
@@ -29,14 +30,12 @@ pub async fn start_manager(
                     .restart_guard(restart_guard),
             )
             .await
-            .map_err(|e| format!("connect {scheme}: {e}"))?;
+            .map_err(|e| connect(&e))?;
             strategy
                 .ensure_pool(config.pool())
                 .await
                 .map_err(|e| format!("ensure pool: {e}"))?;
-            LeaseManager::start(strategy, config)
-                .await
-                .map_err(|e| format!("start: {e}"))
+            start(strategy, config).await
         }
         "redis" | "rediss" | "valkey" => {
             let strategy = leasehold_valkey::ValkeyStrategy::connect(
@@ -46,11 +45,11 @@ pub async fn start_manager(
                     .restart_guard(restart_guard),
             )
             .await
-            .map_err(|e| format!("connect {scheme}: {e}"))?;
-            LeaseManager::start(strategy, config)
-                .await
-                .map_err(|e| format!("start: {e}"))
+            .map_err(|e| connect(&e))?;
+            start(strategy, config).await
         }
+        // etcd, and etcd behind the API server, keep every acknowledged
+        // write (Raft, fsync): no restart guard to turn off.
         "etcd" | "http" => {
             let strategy = leasehold_etcd::EtcdStrategy::connect(
                 leasehold_etcd::EtcdConfig::new(etcd_endpoints(url))
@@ -58,13 +57,8 @@ pub async fn start_manager(
                     .op_timeout(op_timeout),
             )
             .await
-            .map_err(|e| format!("connect {scheme}: {e}"))?;
-            // etcd keeps every acknowledged write (Raft, fsync): no restart
-            // guard to turn off.
-            let _ = restart_guard;
-            LeaseManager::start(strategy, config)
-                .await
-                .map_err(|e| format!("start: {e}"))
+            .map_err(|e| connect(&e))?;
+            start(strategy, config).await
         }
         "k8s" => {
             let strategy = leasehold_k8s::KubeStrategy::connect(
@@ -73,18 +67,23 @@ pub async fn start_manager(
                     .op_timeout(op_timeout),
             )
             .await
-            .map_err(|e| format!("connect {scheme}: {e}"))?;
-            // Behind the API server is etcd: nothing acknowledged is lost.
-            let _ = restart_guard;
-            LeaseManager::start(strategy, config)
-                .await
-                .map_err(|e| format!("start: {e}"))
+            .map_err(|e| connect(&e))?;
+            start(strategy, config).await
         }
         other => Err(format!(
             "unsupported store scheme {other:?}: use sqlite://, postgres://, mysql://, \
              redis://, etcd://host:port[,host:port…] or k8s://host:port"
         )),
     }
+}
+
+async fn start<S: leasehold_core::Strategy + 'static>(
+    strategy: S,
+    config: LeaseConfig,
+) -> Result<LeaseManager, String> {
+    LeaseManager::start(strategy, config)
+        .await
+        .map_err(|e| format!("start: {e}"))
 }
 
 /// The endpoints of an `etcd://a:1,b:2` (or `http://a:1`) URL: one member

