@@ -731,8 +731,9 @@ impl Strategy for ValkeyStrategy {
                 what: format!("{} refused the claim: {r}", self.inner.server),
                 fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
                       the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
-                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL, TIME) on the pool's keys (and \
-                      WAIT with ValkeyConfig::wait_for_replicas, CONFIG GET at connect)"
+                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL, TIME, and INFO for the restart \
+                      guard) on the pool's keys (and WAIT with \
+                      ValkeyConfig::wait_for_replicas, CONFIG GET at connect)"
                     .into(),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
