@@ -330,32 +330,15 @@ impl ValkeyFences {
         Ok(accepted == 1)
     }
 
-    async fn accepted(
-        &self,
-        pools: &[String],
-        slots: u32,
-    ) -> Result<BTreeMap<String, Vec<u64>>, String> {
-        let mut out = BTreeMap::new();
-        for pool in pools {
-            for slot in 0..slots {
-                let (_, log) = valkey_keys(pool, slot);
-                let fences: Vec<String> = self
-                    .eval(
-                        "return redis.call('LRANGE', KEYS[1], 0, -1)",
-                        vec![log],
-                        Vec::new(),
-                    )
-                    .await?;
-                if !fences.is_empty() {
-                    let fences = fences
-                        .iter()
-                        .map(|f| f.parse().map_err(|e| format!("fence log {f:?}: {e}")))
-                        .collect::<Result<_, String>>()?;
-                    out.insert(resource(pool, slot), fences);
-                }
-            }
-        }
-        Ok(out)
+    /// The accepted fences of `slot` of `pool`, in the store's order.
+    async fn log(&self, pool: &str, slot: u32) -> Result<Vec<String>, String> {
+        let (_, log) = valkey_keys(pool, slot);
+        self.eval(
+            "return redis.call('LRANGE', KEYS[1], 0, -1)",
+            vec![log],
+            Vec::new(),
+        )
+        .await
     }
 }
 
@@ -428,42 +411,26 @@ impl EtcdFences {
         Ok(!r.succeeded())
     }
 
-    async fn accepted(
-        &self,
-        pools: &[String],
-        slots: u32,
-    ) -> Result<BTreeMap<String, Vec<u64>>, String> {
+    /// The accepted fences of `slot` of `pool`, in the store's order.
+    async fn log(&self, pool: &str, slot: u32) -> Result<Vec<String>, String> {
         use etcd_client::{GetOptions, SortOrder, SortTarget};
-        let mut out = BTreeMap::new();
-        for pool in pools {
-            for slot in 0..slots {
-                let r = self
-                    .client
-                    .clone()
-                    .get(
-                        format!("{ETCD_FENCES}/{pool}/{slot}/log/"),
-                        Some(
-                            GetOptions::new()
-                                .with_prefix()
-                                .with_sort(SortTarget::Create, SortOrder::Ascend),
-                        ),
-                    )
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let fences = r
-                    .kvs()
-                    .iter()
-                    .map(|kv| {
-                        let v = String::from_utf8_lossy(kv.value()).into_owned();
-                        v.parse().map_err(|e| format!("fence log {v:?}: {e}"))
-                    })
-                    .collect::<Result<Vec<u64>, String>>()?;
-                if !fences.is_empty() {
-                    out.insert(resource(pool, slot), fences);
-                }
-            }
-        }
-        Ok(out)
+        let r = self
+            .client
+            .clone()
+            .get(
+                format!("{ETCD_FENCES}/{pool}/{slot}/log/"),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend),
+                ),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(r.kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+            .collect())
     }
 }
 
@@ -584,35 +551,26 @@ impl KubeFences {
         }
     }
 
-    async fn accepted(
-        &self,
-        pools: &[String],
-        slots: u32,
-    ) -> Result<BTreeMap<String, Vec<u64>>, String> {
-        let mut out = BTreeMap::new();
-        for pool in pools {
-            for slot in 0..slots {
-                let obj = match self.api.get(&Self::name(pool, slot)).await {
-                    Ok(o) => o,
-                    Err(leasehold_k8s::kube::Error::Api(s)) if s.code == 404 => continue,
-                    Err(e) => return Err(e.to_string()),
-                };
-                let log = obj
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(LOG_ANNOTATION))
-                    .cloned()
-                    .unwrap_or_default();
-                let fences = log
-                    .split(',')
-                    .filter(|f| !f.is_empty())
-                    .map(|f| f.parse().map_err(|e| format!("fence log {f:?}: {e}")))
-                    .collect::<Result<Vec<u64>, String>>()?;
-                out.insert(resource(pool, slot), fences);
-            }
-        }
-        Ok(out)
+    /// The accepted fences of `slot` of `pool`, in the store's order (none
+    /// when nothing was written to it).
+    async fn log(&self, pool: &str, slot: u32) -> Result<Vec<String>, String> {
+        let obj = match self.api.get(&Self::name(pool, slot)).await {
+            Ok(o) => o,
+            Err(leasehold_k8s::kube::Error::Api(s)) if s.code == 404 => return Ok(Vec::new()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let log = obj
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(LOG_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        Ok(log
+            .split(',')
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned)
+            .collect())
     }
 }
 
@@ -703,11 +661,28 @@ impl FenceWriter {
         pools: &[String],
         slots: u32,
     ) -> Result<BTreeMap<String, Vec<u64>>, String> {
-        match &self.0 {
-            Fences::Sql(f) => f.accepted().await,
-            Fences::Valkey(f) => f.accepted(pools, slots).await,
-            Fences::Etcd(f) => f.accepted(pools, slots).await,
-            Fences::Kube(f) => f.accepted(pools, slots).await,
+        if let Fences::Sql(f) = &self.0 {
+            return f.accepted().await;
         }
+        // The other stores keep one log per slot.
+        let mut out = BTreeMap::new();
+        for pool in pools {
+            for slot in 0..slots {
+                let log = match &self.0 {
+                    Fences::Valkey(f) => f.log(pool, slot).await?,
+                    Fences::Etcd(f) => f.log(pool, slot).await?,
+                    Fences::Kube(f) => f.log(pool, slot).await?,
+                    Fences::Sql(_) => Vec::new(),
+                };
+                if !log.is_empty() {
+                    let fences = log
+                        .iter()
+                        .map(|f| f.parse().map_err(|e| format!("fence log {f:?}: {e}")))
+                        .collect::<Result<_, String>>()?;
+                    out.insert(resource(pool, slot), fences);
+                }
+            }
+        }
+        Ok(out)
     }
 }
