@@ -5,6 +5,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
+use leasehold_core::AcquireError;
 use leasehold_etcd::EtcdStrategy;
 use leasehold_k8s::KubeStrategy;
 use leasehold_sql::{Engine, SqlStrategy, sqlx};
@@ -170,18 +171,6 @@ fn clock_check(readings: &[(i128, i128, i128)]) -> Check {
 
 // ---- SQL ----
 
-async fn sql_strings(s: &SqlStrategy, sql: &str, bind: &str) -> Result<Vec<String>, sqlx::Error> {
-    if let Some(p) = s.postgres() {
-        sqlx::query_scalar(sql).bind(bind).fetch_all(p).await
-    } else if let Some(p) = s.mysql() {
-        sqlx::query_scalar(sql).bind(bind).fetch_all(p).await
-    } else if let Some(p) = s.sqlite() {
-        sqlx::query_scalar(sql).bind(bind).fetch_all(p).await
-    } else {
-        Ok(Vec::new())
-    }
-}
-
 async fn sql_ping(s: &SqlStrategy) -> Result<(), sqlx::Error> {
     let q = "SELECT 1";
     if let Some(p) = s.postgres() {
@@ -207,19 +196,6 @@ async fn sql_i64(s: &SqlStrategy, sql: &str) -> Result<i64, sqlx::Error> {
     }
 }
 
-/// The lease table's columns (0.1) and the floor columns (0.2).
-const COLUMNS: [&str; 8] = [
-    "pool",
-    "slot",
-    "token",
-    "fence",
-    "holder",
-    "expires_at",
-    "acquired_at",
-    "renewed_at",
-];
-const FLOOR_COLUMNS: [&str; 2] = ["floor_ms", "grant_floor_ms"];
-
 async fn sql(s: &SqlStrategy) -> Vec<Check> {
     let engine = s.engine();
     let table = s.table().as_str().to_owned();
@@ -231,71 +207,21 @@ async fn sql(s: &SqlStrategy) -> Vec<Check> {
             format!("SQL lease table {table} ({engine}), one statement per operation"),
         ),
     ];
-    let columns_sql = match engine {
-        Engine::Postgres => {
-            "SELECT CAST(column_name AS TEXT) FROM information_schema.columns \
-             WHERE table_schema = current_schema() AND table_name = $1"
+    // The library's own check: the columns and the fix are its own.
+    checks.push(match s.check_schema().await {
+        Ok(()) => check(
+            Verdict::Ok,
+            "schema",
+            format!("lease table {table} present, with the floor columns (0.2)"),
+        ),
+        Err(AcquireError::MissingSchema { what, fix }) => {
+            check(Verdict::Fail, "schema", what).fix(fix)
         }
-        Engine::MySql => {
-            "SELECT CAST(column_name AS CHAR) FROM information_schema.columns \
-             WHERE table_schema = DATABASE() AND table_name = ?"
-        }
-        _ => "SELECT name FROM pragma_table_info(?)",
-    };
-    let migrations = format!(
-        "run SqlStrategy::ensure_table() (or ensure_pool) from a holder, or apply \
-         lease-sql/migrations/{}/0001_leasehold_leases.sql and 0002_leasehold_floor.sql",
-        engine.name()
-    );
-    checks.push(match sql_strings(s, columns_sql, &table).await {
         Err(e) => check(
             Verdict::Fail,
             "schema",
             format!("cannot read the columns of {table}: {e}"),
         ),
-        Ok(cols) if cols.is_empty() => check(
-            Verdict::Fail,
-            "schema",
-            format!("the lease table {table} does not exist"),
-        )
-        .fix(migrations),
-        Ok(cols) => {
-            let has = |c: &&str| cols.iter().any(|h| h.eq_ignore_ascii_case(c));
-            let missing: Vec<&str> = COLUMNS.iter().filter(|c| !has(c)).copied().collect();
-            let floorless: Vec<&str> = FLOOR_COLUMNS.iter().filter(|c| !has(c)).copied().collect();
-            if !missing.is_empty() {
-                check(
-                    Verdict::Fail,
-                    "schema",
-                    format!(
-                        "{table} is not a leasehold lease table: it lacks {}",
-                        missing.join(", ")
-                    ),
-                )
-                .fix("choose the lease table with --table, or recreate it")
-            } else if !floorless.is_empty() {
-                check(
-                    Verdict::Fail,
-                    "schema",
-                    format!(
-                        "{table} is a 0.1 table without the hand-over floor columns {}; \
-                         acquisition refuses until it is migrated",
-                        floorless.join(", ")
-                    ),
-                )
-                .fix(format!(
-                    "run SqlStrategy::ensure_table(), or apply \
-                     lease-sql/migrations/{}/0002_leasehold_floor.sql",
-                    engine.name()
-                ))
-            } else {
-                check(
-                    Verdict::Ok,
-                    "schema",
-                    format!("lease table {table} present, with the floor columns (0.2)"),
-                )
-            }
-        }
     });
     let d = s.durability();
     checks.push(if d.is_durable() {

@@ -831,9 +831,10 @@ fn sqlite_missing_table(env: &Env) -> TestResult {
         .ok_or_else(|| format!("no FAIL schema line:\n{out}"))?;
     same(
         schema,
-        "FAIL  schema        the lease table leasehold_leases does not exist — fix: run \
-         SqlStrategy::ensure_table() (or ensure_pool) from a holder, or apply \
-         lease-sql/migrations/sqlite/0001_leasehold_leases.sql and 0002_leasehold_floor.sql",
+        "FAIL  schema        the lease table leasehold_leases does not exist (sqlite) — fix: \
+         create it with `SqlStrategy::ensure_pool(&pool)` (or `ensure_table()`), or apply \
+         lease-sql/migrations/sqlite/0001_leasehold_leases.sql and 0002_leasehold_floor.sql \
+         (written for the default table name leasehold_leases)",
     )?;
     let o = run(&["status", "--url", &url, "--pool", "ids"]);
     expect_code(&o, 7)?;

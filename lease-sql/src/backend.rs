@@ -68,6 +68,7 @@ pub(crate) trait Ops: Send + Sync {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>>;
     fn ensure_table(&self) -> BoxFuture<'_, Result<(), AcquireError>>;
+    fn check_schema(&self) -> BoxFuture<'_, Result<(), AcquireError>>;
     fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), AcquireError>>;
     fn ensure_fence_table<'a>(&'a self, t: &'a TableName) -> BoxFuture<'a, Result<(), SqlError>>;
     fn close(&self) -> BoxFuture<'_, ()>;
@@ -675,6 +676,16 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
 
     fn ensure_table(&self) -> BoxFuture<'_, Result<(), AcquireError>> {
         Box::pin(self.ensure_table())
+    }
+
+    fn check_schema(&self) -> BoxFuture<'_, Result<(), AcquireError>> {
+        Box::pin(async move {
+            match self.schema_problem().await {
+                Ok(None) => Ok(()),
+                Ok(Some(Schema::Broken(e) | Schema::Floorless(e))) => Err(e),
+                Err(f) => Err(self.to_acquire_error(f).await),
+            }
+        })
     }
 
     fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), AcquireError>> {

@@ -129,6 +129,15 @@ impl SqlStrategy {
         self.ops.ensure_table().await
     }
 
+    /// Checks the lease table without changing it: `Ok` when it is there with
+    /// every column of this version, otherwise the
+    /// [`AcquireError::MissingSchema`] acquisition would answer (what is
+    /// missing, and the call or migration that fixes it), or the error that
+    /// kept the table from being read.
+    pub async fn check_schema(&self) -> Result<(), AcquireError> {
+        self.ops.check_schema().await
+    }
+
     /// Creates the lease table if needed and the rows of slots `0..pool.size()`
     /// (idempotent: existing rows, their fences and holders are kept). Run it
     /// at deployment or startup; acquisition also adds missing rows by itself

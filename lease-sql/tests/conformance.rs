@@ -239,10 +239,19 @@ async fn a_0_1_table_is_refused_then_migrated_by_ensure_pool(b: Arc<Sql>) -> Res
             ));
         }
     }
+    // check_schema (what `leasehold doctor` asks) says the same, and
+    // changes nothing.
+    match s.check_schema().await {
+        Err(AcquireError::MissingSchema { what, .. }) if what.contains("floor_ms") => {}
+        other => return Err(format!("check_schema on a 0.1 table: {other:?}")),
+    }
     s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
     s.ensure_pool(&pool)
         .await
         .map_err(|e| format!("again: {e}"))?;
+    s.check_schema()
+        .await
+        .map_err(|e| format!("check_schema after the migration: {e}"))?;
     // The 0.1 holder's lease survived: slot 0 is still taken, and its token renews.
     let new = s
         .acquire(&pool, Floor(1_000))
