@@ -1,12 +1,14 @@
 //! The generation engine shared by counter and sortable nonces.
 //!
-//! Hot path, per call: one clock reading ([`TimeSource::now`]), the gate check
-//! (two atomic loads and a compare), a few loads from a read-mostly cache line,
-//! one `fetch_add` on the state's own cache line, then the gate check again and
-//! the gate's ceiling (loads from the gate's read-mostly line). No lock, no
-//! allocation, no logging. Everything else (a new lease, the once-a-second
-//! re-anchoring to Unix time, waiting for the next millisecond or for the
-//! clock to pass a floor) is on cold paths.
+//! Hot path, per call: one clock reading ([`TimeSource::now`]) and the gate
+//! check (two atomic loads and a compare), then either a value from this
+//! thread's block (below: a few thread-local loads, one load of `cur` and a
+//! store, no atomic read-modify-write) or, for the 64-bit layouts, one
+//! `fetch_add` on the state's own cache line, the gate check again and the
+//! gate's ceiling (loads from the gate's read-mostly line). No lock, no
+//! allocation, no logging. Everything else (a new lease, a new block, the
+//! once-a-second re-anchoring to Unix time, waiting for the next millisecond
+//! or for the clock to pass a floor) is on cold paths.
 //!
 //! State: one `AtomicU64` in a [`Tracker`] that the gate holds too
 //! ([`LeaseGate::attach`]): one generation state per lease, and the driver can
@@ -54,11 +56,22 @@
 //!   one gate epoch: a new lease (new epoch), a restart or a refusal in
 //!   progress (`cur` differs) discards or bypasses it, so no value of an old
 //!   grant (old slot, old start) is handed out under a new one.
-//! - Every call still reads the clock and checks the gate; the ceiling is
-//!   loaded before that check, so a check that finds the block's epoch proves
-//!   the ceiling is that grant's. A value past the ceiling, or ahead of real
-//!   time, is refused or held back exactly as on the one-value path, and a
-//!   refusal does not consume it.
+//! - Every value of a block has one timestamp: a reservation that runs into
+//!   the next timestamp step ends there (the values past it are counted and
+//!   never handed out), and the block keeps its values' common part
+//!   precomposed (`base`), so a value is `base + n`.
+//! - Every call still reads the clock and checks the gate. The first value
+//!   of a block is checked as on the one-value path: the ceiling, loaded
+//!   before the gate check (so a check that finds the block's epoch proves
+//!   the ceiling is that grant's), and real time (a timestamp ahead of it is
+//!   held back; one past the ceiling is refused, and a refusal does not
+//!   consume the value). Passing opens the block's **window**, and within
+//!   it the next values take the fast path: the gate open at this reading
+//!   with the block's epoch (the same grant, whose ceiling only grows:
+//!   `LeaseGate::extend` raises it, a new grant is a new epoch), `cur` still
+//!   that epoch, the reading before the window's end, a value left. The
+//!   window ends where the Unix offset is due to be re-read and, for
+//!   sortable nonces, where the block's millisecond ends.
 //! - Sortable: a block is used only within the millisecond it was reserved
 //!   for; the first call in a later millisecond reserves a new one there.
 //!
@@ -101,36 +114,48 @@ const BLOCK_WAYS: usize = 8;
 /// Engine ids: process-unique, never reused (0: no engine).
 static NEXT_ENGINE_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A range of state values reserved by this thread: `next..end` of the word,
-/// for engine `id` and gate epoch `epoch`.
-#[derive(Clone, Copy)]
-struct Block {
-    id: u64,
-    epoch: u64,
-    next: u64,
-    end: u64,
-    /// The slot and (counter) `start` the range was reserved with.
-    slot: u64,
-    start: u64,
+/// This thread's block of one engine: a range `next..end` of the state
+/// word, reserved for engine `id` under gate epoch `epoch`, every value of
+/// it with the same timestamp `millis`. One `Cell` per field, so the fast
+/// path reads and writes only what it uses.
+#[repr(C, align(64))]
+struct Way {
+    id: Cell<u64>,
+    epoch: Cell<u64>,
+    next: Cell<u64>,
+    end: Cell<u64>,
+    /// The fast path's window: a reading (its `earliest`, in ns) below this
+    /// may take the next value with no check but the gate's (0: closed).
+    /// Opened only after the block's timestamp passed every check for its
+    /// grant (ceiling, real time, range); it ends where the block's
+    /// millisecond ends (sortable) and where the Unix offset is due to be
+    /// re-read.
+    until: Cell<u64>,
     /// The size of the last reservation.
-    size: u64,
+    size: Cell<u64>,
+    /// The timestamp (ms since the layout epoch) of every value of the block.
+    millis: Cell<u64>,
+    /// The nonce of state value `n` is `base + n` (wrapping).
+    base: Cell<u128>,
 }
 
-impl Block {
-    const EMPTY: Self = Self {
-        id: 0,
-        epoch: 0,
-        next: 0,
-        end: 0,
-        slot: 0,
-        start: 0,
-        size: 0,
-    };
+impl Way {
+    const fn empty() -> Self {
+        Self {
+            id: Cell::new(0),
+            epoch: Cell::new(0),
+            next: Cell::new(0),
+            end: Cell::new(0),
+            until: Cell::new(0),
+            size: Cell::new(0),
+            millis: Cell::new(0),
+            base: Cell::new(0),
+        }
+    }
 }
 
 thread_local! {
-    static BLOCKS: [Cell<Block>; BLOCK_WAYS] =
-        const { [const { Cell::new(Block::EMPTY) }; BLOCK_WAYS] };
+    static BLOCKS: [Way; BLOCK_WAYS] = const { [const { Way::empty() }; BLOCK_WAYS] };
 }
 
 /// The generation state, shared with the gate.
@@ -321,7 +346,25 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// skipped (benchmarks only: it measures what the check costs).
     #[inline]
     pub(crate) fn next<const GATED: bool>(&self) -> Result<u128, GenerateError> {
-        let (millis, slot, counter) = self.next_parts::<GATED>()?;
+        if self.ro.blocks {
+            // `Err` only while this thread's storage is being torn down.
+            if let Ok(way) = BLOCKS.try_with(|ways| {
+                let way = &ways[self.ro.id as usize % BLOCK_WAYS];
+                match self.next_from_block::<GATED>(way) {
+                    Some(v) => Ok(v),
+                    None => self.next_from_block_slow::<GATED>(way),
+                }
+            }) {
+                return way;
+            }
+        }
+        self.next_composed::<GATED>()
+    }
+
+    /// [`Engine::next_one`], composed.
+    #[inline(never)]
+    fn next_composed<const GATED: bool>(&self) -> Result<u128, GenerateError> {
+        let (millis, slot, counter) = self.next_one::<GATED>()?;
         Ok(self.ro.layout.compose(millis, slot, counter))
     }
 
@@ -353,20 +396,6 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     fn refuse(&self, e: GenerateError) -> GenerateError {
         self.ro.gate.note_refused();
         e
-    }
-
-    /// The next plain nonce as (timestamp, slot, counter).
-    #[inline]
-    pub(crate) fn next_parts<const GATED: bool>(&self) -> Result<(u64, u64, u128), GenerateError> {
-        if self.ro.blocks {
-            // `None` only while this thread's storage is being torn down.
-            if let Ok(r) = BLOCKS.try_with(|cells| {
-                self.next_from_block::<GATED>(&cells[self.ro.id as usize % BLOCK_WAYS])
-            }) {
-                return r;
-            }
-        }
-        self.next_one::<GATED>()
     }
 
     /// One value per call: one `fetch_add` on the shared word.
@@ -453,14 +482,43 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         }
     }
 
-    /// A value from this thread's block (see the module docs), reserving a
-    /// new block when it has none for this engine and lease.
-    #[inline]
-    fn next_from_block<const GATED: bool>(
-        &self,
-        cell: &Cell<Block>,
-    ) -> Result<(u64, u64, u128), GenerateError> {
+    /// A value from this thread's block (see the module docs): the fast
+    /// path. The block's timestamp passed every check for its grant when its
+    /// window opened ([`Engine::next_from_block_slow`]); this checks what can
+    /// have changed since: the gate (open at this reading, and the same
+    /// grant, whose ceiling can only have grown), the state (`cur`: no new
+    /// lease, no refusal in progress), the clock (still inside the window)
+    /// and the block (a value left).
+    #[inline(always)]
+    fn next_from_block<const GATED: bool>(&self, way: &Way) -> Option<u128> {
         let ro = &self.ro;
+        if way.id.get() == ro.id {
+            let epoch = way.epoch.get();
+            let open = if GATED {
+                let r = ro.time.now();
+                let trusted = MonoTime::from_nanos(r.latest.as_nanos().saturating_add(ro.guard));
+                ro.gate.check(trusted) == Ok(epoch) && r.earliest.as_nanos() < way.until.get()
+            } else {
+                true
+            };
+            let n = way.next.get();
+            if open && ro.cur.load(SeqCst) == epoch && n < way.end.get() {
+                way.next.set(n + 1);
+                return Some(way.base.get().wrapping_add(u128::from(n)));
+            }
+        }
+        None
+    }
+
+    /// Everything the fast path does not do: reserve a block when this
+    /// thread has none for this engine and grant, check the block's
+    /// timestamp against the ceiling and real time (waiting for real time
+    /// when it is a little ahead), then open the fast path's window.
+    #[cold]
+    #[inline(never)]
+    fn next_from_block_slow<const GATED: bool>(&self, way: &Way) -> Result<u128, GenerateError> {
+        let ro = &self.ro;
+        way.until.set(0);
         loop {
             // The ceiling before the gate check: a check that finds the
             // block's epoch then proves it is that grant's ceiling (the block
@@ -484,27 +542,16 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             } else {
                 u64::MAX
             };
-            let mut b = cell.get();
-            if b.id != ro.id
-                || b.epoch != epoch
-                || b.next == b.end
-                || (SORTABLE && GATED && b.next >> ro.shift < now_ms)
+            if (way.id.get() != ro.id
+                || way.epoch.get() != epoch
+                || way.next.get() >= way.end.get()
+                || (SORTABLE && GATED && way.millis.get() < now_ms))
+                && !self.reserve::<GATED>(way, epoch, now_ms, reading)
             {
-                match self.reserve::<GATED>(b, epoch, now_ms, reading) {
-                    Some(fresh) => b = fresh,
-                    None => continue,
-                }
-                cell.set(b);
+                continue;
             }
-            let n = b.next;
-            let (millis, counter) = if SORTABLE {
-                (n >> ro.shift, u128::from(n & ro.mask))
-            } else {
-                (
-                    b.start + n.checked_shr(ro.shift).unwrap_or(0),
-                    u128::from(n & ro.mask),
-                )
-            };
+            let n = way.next.get();
+            let millis = way.millis.get();
             if GATED && millis + ro.layout.epoch_unix_ms() > ceiling {
                 self.block(epoch);
                 return Err(self.refuse(GenerateError::PastCeiling {
@@ -523,9 +570,34 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                     Step::Retry => continue,
                 }
             }
-            b.next = n + 1;
-            cell.set(b);
-            return Ok((millis, b.slot, counter));
+            way.next.set(n + 1);
+            // Every value of the block has this timestamp, and it is now
+            // within the grant's ceiling and not ahead of real time: the
+            // values after this one need only the fast path's checks.
+            way.until.set(if GATED {
+                self.window_end(millis)
+            } else {
+                u64::MAX
+            });
+            return Ok(way.base.get().wrapping_add(u128::from(n)));
+        }
+    }
+
+    /// Where the fast path's window for a block of timestamp `millis` ends
+    /// (a `MonoTime` in ns): when the Unix offset is due to be re-read, and
+    /// for sortable nonces at the first reading in a later millisecond, where
+    /// the next call reserves a block for that millisecond. (The offset only
+    /// grows: if another thread raises it meanwhile, that millisecond really
+    /// ends a little earlier and a value can carry the millisecond before
+    /// it, never one after real time.)
+    fn window_end(&self, millis: u64) -> u64 {
+        let ro = &self.ro;
+        let resync = ro.next_resync.load(Relaxed);
+        if SORTABLE {
+            let next_ms_ns = (millis + 1 + ro.layout.epoch_unix_ms()).saturating_mul(NS_PER_MS);
+            resync.min(next_ms_ns.saturating_sub(ro.offset.load(Relaxed)))
+        } else {
+            resync
         }
     }
 
@@ -533,23 +605,23 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// `epoch` (which `cur` held when the caller looked): one `fetch_add`,
     /// then the same sequence-lock and gate re-check as a single value, so a
     /// driver that closes the gate from then on counts the whole block.
-    /// `None` when the state or the gate moved meanwhile (the caller starts
-    /// over).
+    /// False when the state or the gate moved meanwhile (the caller starts
+    /// over); the reserved values are then counted but never handed out.
     #[cold]
     #[inline(never)]
     fn reserve<const GATED: bool>(
         &self,
-        old: Block,
+        way: &Way,
         epoch: u64,
         now_ms: u64,
         reading: Reading,
-    ) -> Option<Block> {
+    ) -> bool {
         let ro = &self.ro;
-        let size = if old.id == ro.id && old.epoch == epoch {
-            if old.next == old.end {
-                (old.size * 2).min(BLOCK_MAX)
+        let size = if way.id.get() == ro.id && way.epoch.get() == epoch {
+            if way.next.get() >= way.end.get() {
+                (way.size.get() * 2).min(BLOCK_MAX)
             } else {
-                old.size
+                way.size.get()
             }
         } else {
             BLOCK_FIRST
@@ -560,24 +632,46 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         let state = &self.state.word;
         let mut first = state.fetch_add(size, SeqCst);
         if SORTABLE && GATED && first >> ro.shift < now_ms {
-            first = self.jump(now_ms, size)?;
+            match self.jump(now_ms, size) {
+                Some(f) => first = f,
+                None => return false,
+            }
         }
         let start = self.state.start.load(Acquire);
         if ro.cur.load(SeqCst) != epoch {
-            return None;
+            return false;
         }
         if GATED && ro.gate.check(reading.latest) != Ok(epoch) {
-            return None;
+            return false;
         }
-        Some(Block {
-            id: ro.id,
-            epoch,
-            next: first,
-            end: first + size,
-            slot,
-            start,
-            size,
-        })
+        // One timestamp per block: a reservation that runs into the next
+        // timestamp step ends there (the values past it are counted as
+        // issued and never handed out).
+        let step_first = first & !ro.mask;
+        let end = first
+            .saturating_add(size)
+            .min((first | ro.mask).saturating_add(1));
+        let millis = if SORTABLE {
+            first >> ro.shift
+        } else {
+            start + first.checked_shr(ro.shift).unwrap_or(0)
+        };
+        // The nonce of `n` is `compose(millis, slot, n & mask)`; the counter
+        // is the lowest field, so that is `compose(millis, slot, 0)` plus
+        // `n − step_first`.
+        let base = ro
+            .layout
+            .compose(millis, slot, 0)
+            .wrapping_sub(u128::from(step_first));
+        way.id.set(ro.id);
+        way.epoch.set(epoch);
+        way.next.set(first);
+        way.end.set(end);
+        way.until.set(0);
+        way.size.set(size);
+        way.millis.set(millis);
+        way.base.set(base);
+        true
     }
 
     /// Sortable, first call in a new millisecond: move the state to `now_ms`

@@ -189,8 +189,8 @@ impl<T: TimeSource> Sortable<W128, T> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn next_uuid7(&self) -> Result<Uuid7, GenerateError> {
-        let (millis, slot, counter) = self.engine.next_parts::<true>()?;
-        Ok(Uuid7::from_parts(self.layout(), millis, slot, counter))
+        let plain = self.engine.next::<true>()?;
+        Ok(Uuid7::from_sortable(self.layout(), plain))
     }
 }
 

@@ -131,7 +131,7 @@ impl FastClock {
 }
 
 impl TimeSource for FastClock {
-    #[inline]
+    #[inline(always)]
     fn now(&self) -> Reading {
         match &self.coarse {
             Some(c) => c.now(),
@@ -214,7 +214,7 @@ mod coarse {
             self.res + 2 * MAX_ERR
         }
 
-        #[inline]
+        #[inline(always)]
         pub(super) fn now(&self) -> Reading {
             let raw = raw();
             if raw != self.tick.load(Ordering::Acquire) && !self.recheck(raw) {

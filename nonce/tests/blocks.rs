@@ -359,3 +359,148 @@ fn issued_after_close_covers_block_values() {
         );
     }
 }
+
+/// A block never runs into the next timestamp step: with 20 counter bits
+/// (the smallest counter that uses blocks) a counter crosses a step every
+/// 2^20 values, and a block that would straddle one ends at it. A block
+/// that did not would hand out counters that overflow into the slot field.
+#[test]
+fn blocks_end_at_a_timestamp_step() {
+    let layout = Layout::builder(64)
+        .timestamp_bits(38)
+        .slot_bits(6)
+        .counter_bits(20)
+        .build()
+        .unwrap();
+    let g = Counter64::with_layout(open_gate(5), layout).unwrap();
+    let values = run(&g, 4, 400_000, |g| u128::from(g.next().unwrap().0));
+    assert_unique(&values, "counter64 with 20 counter bits");
+    let steps: HashSet<u64> = values
+        .iter()
+        .map(|v| {
+            let parts = g.decode(Nonce64(*v as u64));
+            assert_eq!(parts.slot, 5, "{parts:?}: the counter ran into the slot");
+            parts.millis
+        })
+        .collect();
+    assert!(steps.len() >= 2, "never crossed a step: {steps:?}");
+}
+
+/// The fast path checks the deadline on every call (rule 5): with the real
+/// clock, no thread is handed a value from a call it made at or after the
+/// deadline, though every thread has a block with values left.
+#[test]
+fn block_values_stop_at_the_deadline_on_every_thread() {
+    fn check<G: Clone + Send + 'static>(
+        make: fn(LeaseGate) -> G,
+        next: fn(&G) -> Result<u128, GenerateError>,
+    ) {
+        let gate = LeaseGate::new();
+        let deadline = MonoTime::now() + Duration::from_millis(80);
+        gate.open(1, Fence(1), deadline);
+        let g = make(gate);
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let g = g.clone();
+                std::thread::spawn(move || {
+                    let give_up = MonoTime::now() + Duration::from_secs(30);
+                    let mut handed = 0u64;
+                    loop {
+                        let called = MonoTime::now();
+                        match next(&g) {
+                            Ok(_) => {
+                                assert!(
+                                    called < deadline,
+                                    "a value from a call after the deadline"
+                                );
+                                handed += 1;
+                            }
+                            Err(e) => {
+                                assert_eq!(e, GenerateError::Closed);
+                                assert!(MonoTime::now() >= deadline - FastClock::GUARD);
+                                break;
+                            }
+                        }
+                        assert!(MonoTime::now() < give_up, "the gate never closed by itself");
+                    }
+                    // Refused for good, not just once.
+                    assert_eq!(next(&g).err(), Some(GenerateError::Closed));
+                    handed
+                })
+            })
+            .collect();
+        let handed: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(handed > 0);
+    }
+    check(
+        |gate| Counter128::new(gate).unwrap(),
+        |g| g.next().map(|v| v.0),
+    );
+    check(
+        |gate| Sortable128::new(gate).unwrap(),
+        |g| g.next().map(|v| v.0),
+    );
+    check(
+        |gate| Counter96::new(gate).unwrap(),
+        |g| g.next().map(|v| v.to_u128()),
+    );
+}
+
+/// A renewal (same grant, later deadline and ceiling) keeps the thread's
+/// block: values go on one after the other. A new grant on the same slot,
+/// opened while the block still has values and with no close in between,
+/// discards it: the next value starts the new grant's counter, after the
+/// new floor.
+#[test]
+fn a_renewal_keeps_the_block_and_a_new_grant_discards_it() {
+    let t = ManualTime::new();
+    t.auto_advance(Duration::from_micros(10));
+    let now_ms = t.wall().as_millis() as u64;
+    let gate = LeaseGate::new();
+    gate.open_with(
+        Opening::new(3, Fence(1), t.mono() + Duration::from_secs(10))
+            .with_floor(Floor::NONE, Floor(now_ms + 10_000)),
+    );
+    let g = Counter128::with_time(gate.clone(), Layout::default128(), t.clone()).unwrap();
+    let a = g.decode(g.next().unwrap());
+    gate.extend(t.mono() + Duration::from_secs(20), Floor(now_ms + 20_000));
+    let b = g.decode(g.next().unwrap());
+    assert_eq!((b.millis, b.counter), (a.millis, a.counter + 1));
+    let floor = t.wall().as_millis() as u64 + 20;
+    gate.open_with(
+        Opening::new(3, Fence(2), t.mono() + Duration::from_secs(20))
+            .with_floor(Floor(floor), Floor(floor + 20_000)),
+    );
+    let c = g.decode(g.next().unwrap());
+    assert_eq!(c.counter, 0, "{c:?}: the old grant's block was used");
+    assert!(
+        c.millis + DEFAULT_EPOCH_UNIX_MS > floor,
+        "{c:?} not after the floor {floor}"
+    );
+}
+
+/// Rule 10 on the block path: a forward wall-clock step reaches sortable
+/// values within about a second (generators re-read the Unix offset once a
+/// second), though each thread keeps a block.
+#[test]
+fn a_forward_wall_step_reaches_sortable_block_values_within_a_second() {
+    let t = ManualTime::new();
+    t.auto_advance(Duration::from_micros(10));
+    let gate = LeaseGate::new();
+    gate.open(1, Fence(1), t.mono() + Duration::from_secs(3600));
+    let g = Sortable128::with_time(gate, Layout::default128(), t.clone()).unwrap();
+    g.next().unwrap();
+    t.set_wall(t.wall() + Duration::from_secs(10));
+    for _ in 0..1_200 {
+        t.advance(Duration::from_millis(1));
+        g.next().unwrap();
+    }
+    let unix = g.decode(g.next().unwrap()).millis + DEFAULT_EPOCH_UNIX_MS;
+    let wall = t.wall().as_millis() as u64;
+    assert!(
+        unix + 2 >= wall,
+        "{unix} still {} ms behind the stepped clock",
+        wall - unix
+    );
+    assert!(unix <= wall);
+}
