@@ -2,8 +2,8 @@
 //!
 //! Hot path, per call: one clock reading ([`TimeSource::now`]) and the gate
 //! check (two atomic loads and a compare), then either a value from this
-//! thread's block (below: a few thread-local loads, one load of `cur` and a
-//! store, no atomic read-modify-write) or, for the 64-bit layouts, one
+//! thread's block (below: a few thread-local loads and a store, no atomic
+//! read-modify-write) or, for the 64-bit layouts, one
 //! `fetch_add` on the state's own cache line, the gate check again and the
 //! gate's ceiling (loads from the gate's read-mostly line). No lock, no
 //! allocation, no logging. Everything else (a new lease, a new block, the
@@ -53,9 +53,8 @@
 //!   driver has closed the gate every block a value can still come from is
 //!   counted.
 //! - A block belongs to one engine (a process-unique id, never reused) and
-//!   one gate epoch: a new lease (new epoch), a restart or a refusal in
-//!   progress (`cur` differs) discards or bypasses it, so no value of an old
-//!   grant (old slot, old start) is handed out under a new one.
+//!   one gate epoch: a new lease (new epoch) discards it, so no value of an
+//!   old grant (old slot, old start) is handed out under a new one.
 //! - Every value of a block has one timestamp: a reservation that runs into
 //!   the next timestamp step ends there (the values past it are counted and
 //!   never handed out), and the block keeps its values' common part
@@ -68,8 +67,8 @@
 //!   consume the value). Passing opens the block's **window**, and within
 //!   it the next values take the fast path: the gate open at this reading
 //!   with the block's epoch (the same grant, whose ceiling only grows:
-//!   `LeaseGate::extend` raises it, a new grant is a new epoch), `cur` still
-//!   that epoch, the reading before the window's end, a value left. The
+//!   `LeaseGate::extend` raises it, a new grant is a new epoch), the reading
+//!   before the window's end, a value left. The
 //!   window ends where the Unix offset is due to be re-read and, for
 //!   sortable nonces, where the block's millisecond ends.
 //! - Sortable: a block is used only within the millisecond it was reserved
@@ -344,18 +343,30 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
 
     /// The next plain nonce. With `GATED = false` the clock and the gate are
     /// skipped (benchmarks only: it measures what the check costs).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn next<const GATED: bool>(&self) -> Result<u128, GenerateError> {
         if self.ro.blocks {
+            let ro = &self.ro;
+            // The clock and the gate outside the thread-local access, so
+            // that the closure stays small and is inlined (a `u128` returned
+            // through memory from a call costs a store-forwarding stall).
+            let (earliest, epoch) = if GATED {
+                let r = ro.time.now();
+                let trusted = MonoTime::from_nanos(r.latest.as_nanos().saturating_add(ro.guard));
+                (r.earliest.as_nanos(), ro.gate.check(trusted).ok())
+            } else {
+                (0, Some(ro.cur.load(Relaxed)))
+            };
             // `Err` only while this thread's storage is being torn down.
-            if let Ok(way) = BLOCKS.try_with(|ways| {
-                let way = &ways[self.ro.id as usize % BLOCK_WAYS];
-                match self.next_from_block::<GATED>(way) {
-                    Some(v) => Ok(v),
-                    None => self.next_from_block_slow::<GATED>(way),
-                }
+            if let Ok(Some(v)) = BLOCKS.try_with(|ways| {
+                self.next_from_block::<GATED>(&ways[ro.id as usize % BLOCK_WAYS], earliest, epoch)
             }) {
-                return way;
+                return Ok(v);
+            }
+            if let Ok(r) = BLOCKS.try_with(|ways| {
+                self.next_from_block_slow::<GATED>(&ways[self.ro.id as usize % BLOCK_WAYS])
+            }) {
+                return r;
             }
         }
         self.next_composed::<GATED>()
@@ -485,27 +496,29 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// A value from this thread's block (see the module docs): the fast
     /// path. The block's timestamp passed every check for its grant when its
     /// window opened ([`Engine::next_from_block_slow`]); this checks what can
-    /// have changed since: the gate (open at this reading, and the same
-    /// grant, whose ceiling can only have grown), the state (`cur`: no new
-    /// lease, no refusal in progress), the clock (still inside the window)
-    /// and the block (a value left).
+    /// have changed since: the gate (`epoch`: open at a reading of which
+    /// `earliest` is the lower end, and the same grant, whose ceiling can
+    /// only have grown), the clock (the reading inside the window) and the
+    /// block (a value left). `cur` is not read: a restart is only ever for a
+    /// newer epoch than the block's, which the gate check already refuses,
+    /// and a refusal in progress (`BLOCKED`) concerns the next values of
+    /// the shared state, not the ones this block was already checked for.
     #[inline(always)]
-    fn next_from_block<const GATED: bool>(&self, way: &Way) -> Option<u128> {
+    fn next_from_block<const GATED: bool>(
+        &self,
+        way: &Way,
+        earliest: u64,
+        epoch: Option<u64>,
+    ) -> Option<u128> {
         let ro = &self.ro;
-        if way.id.get() == ro.id {
-            let epoch = way.epoch.get();
-            let open = if GATED {
-                let r = ro.time.now();
-                let trusted = MonoTime::from_nanos(r.latest.as_nanos().saturating_add(ro.guard));
-                ro.gate.check(trusted) == Ok(epoch) && r.earliest.as_nanos() < way.until.get()
-            } else {
-                true
-            };
-            let n = way.next.get();
-            if open && ro.cur.load(SeqCst) == epoch && n < way.end.get() {
-                way.next.set(n + 1);
-                return Some(way.base.get().wrapping_add(u128::from(n)));
-            }
+        let n = way.next.get();
+        if way.id.get() == ro.id
+            && epoch == Some(way.epoch.get())
+            && (!GATED || earliest < way.until.get())
+            && n < way.end.get()
+        {
+            way.next.set(n + 1);
+            return Some(way.base.get().wrapping_add(u128::from(n)));
         }
         None
     }

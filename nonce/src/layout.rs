@@ -211,17 +211,26 @@ impl Layout {
     /// assert_eq!((parts.millis, parts.slot, parts.counter), (1000, 7, 42));
     /// ```
     pub fn decode(&self, nonce: impl Into<u128>) -> Parts {
-        let v: u128 = nonce.into();
-        let counter = v & low_mask(self.counter_bits);
-        let slot = ((v >> self.counter_bits) & low_mask(self.slot_bits)) as u32;
-        let millis =
-            ((v >> (self.counter_bits + self.slot_bits)) & low_mask(self.timestamp_bits)) as u64;
+        let (millis, slot, counter) = self.fields(nonce.into());
+        let slot = slot as u32;
         Parts {
             time: UNIX_EPOCH + Duration::from_millis(self.epoch_unix_ms + millis),
             millis,
             slot,
             counter,
         }
+    }
+}
+
+impl Layout {
+    /// (timestamp, slot, counter) of a plain nonce: `compose` undone.
+    #[inline]
+    pub(crate) fn fields(&self, v: u128) -> (u64, u64, u128) {
+        let counter = v & low_mask(self.counter_bits);
+        let slot = ((v >> self.counter_bits) & low_mask(self.slot_bits)) as u64;
+        let millis =
+            ((v >> (self.counter_bits + self.slot_bits)) & low_mask(self.timestamp_bits)) as u64;
+        (millis, slot, counter)
     }
 }
 

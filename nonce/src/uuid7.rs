@@ -26,9 +26,10 @@ pub struct Uuid7(u128);
 impl Uuid7 {
     /// From a plain sortable nonce's value; the sequence must fit the payload
     /// next to the slot (always true for [`Sortable128`](crate::Sortable128)).
+    #[inline]
     pub(crate) fn from_sortable(layout: &Layout, plain: u128) -> Self {
-        let parts = layout.decode(plain);
-        Self::from_parts(layout, parts.millis, u64::from(parts.slot), parts.counter)
+        let (millis, slot, counter) = layout.fields(plain);
+        Self::from_parts(layout, millis, slot, counter)
     }
 
     /// From the fields of a sortable nonce.
