@@ -45,7 +45,7 @@ impl<G: Plain> Encrypted<G> {
     }
 
     /// The next encrypted nonce (errors as the wrapped generator's).
-    #[inline]
+    #[inline(always)]
     pub fn next(&self) -> Result<NonceOf<G>, GenerateError> {
         let plain = self.inner.next_plain()?;
         Ok(G::W::wrap(self.cipher.encrypt(plain)))

@@ -84,7 +84,7 @@ macro_rules! generator {
             /// closed or past its deadline). Lock-free; may wait (spinning,
             /// then yielding) while a value's timestamp is ahead of real time:
             /// at most a millisecond or so, see the crate docs.
-            #[inline]
+            #[inline(always)]
             pub fn next(&self) -> Result<W::Nonce, GenerateError> {
                 self.engine.next::<true>().map(W::wrap)
             }
@@ -188,6 +188,7 @@ impl<T: TimeSource> Sortable<W128, T> {
     /// assert_eq!(a.slot(ids.layout()), 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[inline(always)]
     pub fn next_uuid7(&self) -> Result<Uuid7, GenerateError> {
         let plain = self.engine.next::<true>()?;
         Ok(Uuid7::from_sortable(self.layout(), plain))
