@@ -28,8 +28,11 @@ impl Uuid7 {
     /// next to the slot (always true for [`Sortable128`](crate::Sortable128)).
     ///
     /// The same as [`Uuid7::from_parts`] on the decoded fields, on 64-bit
-    /// words: a sortable nonce's sequence is below 2^21 and its slot below
-    /// 2^32, so no field needs 128-bit shifts (`next_uuid7`'s hot path).
+    /// words, for a sortable generator's own values only: their sequence is
+    /// below 2^21 and their slot below 2^32, so no field needs 128-bit
+    /// shifts (`next_uuid7`'s hot path). A counter of 62 bits or more would
+    /// lose its high bits here: [`Uuid7::from_nonce`] takes any nonce and
+    /// uses [`Uuid7::from_parts`].
     #[inline]
     pub(crate) fn from_sortable(layout: &Layout, plain: u128) -> Self {
         let (cb, sb) = (layout.counter_bits(), layout.slot_bits());
@@ -68,8 +71,10 @@ impl Uuid7 {
     /// its counter does not fit in the UUID next to the slot.
     pub fn from_nonce(layout: &Layout, nonce: Nonce128) -> Option<Self> {
         let parts = layout.decode(nonce.0);
+        // Any counter that fits, not only a sortable generator's (below
+        // 2^21): the field-by-field form.
         (layout.bits() == 128 && parts.counter >> (PAYLOAD_BITS - layout.slot_bits()) == 0)
-            .then(|| Self::from_sortable(layout, nonce.0))
+            .then(|| Self::from_parts(layout, parts.millis, u64::from(parts.slot), parts.counter))
     }
 
     /// The nonce back, given the layout it was made with.
@@ -195,5 +200,26 @@ mod tests {
             }
         }
         assert!(widths >= 16, "only {widths} slot widths tested");
+    }
+
+    /// `from_nonce` takes any 128-bit nonce whose counter fits next to the
+    /// slot, also counters far above a sortable generator's 2^21: two
+    /// nonces that differ only in high counter bits give two UUIDs, and
+    /// each gives its nonce back.
+    #[test]
+    fn from_nonce_keeps_high_counter_bits() {
+        let layout = Layout::builder(128).slot_bits(4).build().unwrap();
+        let seq_bits = PAYLOAD_BITS - 4;
+        for high in [62u32, 63, 64, 65, seq_bits - 1] {
+            let a = layout.compose(1_000, 3, 5);
+            let b = layout.compose(1_000, 3, 5 | (1u128 << high));
+            let (ua, ub) = (
+                Uuid7::from_nonce(&layout, Nonce128(a)).unwrap(),
+                Uuid7::from_nonce(&layout, Nonce128(b)).unwrap(),
+            );
+            assert_ne!(ua, ub, "counter bit {high} lost");
+            assert_eq!(ua.to_nonce(&layout), Nonce128(a));
+            assert_eq!(ub.to_nonce(&layout), Nonce128(b));
+        }
     }
 }
