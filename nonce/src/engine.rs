@@ -373,7 +373,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     }
 
     /// [`Engine::next_one`], composed.
-    #[inline(never)]
+    #[inline]
     fn next_composed<const GATED: bool>(&self) -> Result<u128, GenerateError> {
         let (millis, slot, counter) = self.next_one::<GATED>()?;
         Ok(self.ro.layout.compose(millis, slot, counter))
