@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::cipher::{BaseKey, BlockPermutation};
-use crate::error::GenerateError;
+use crate::error::{FillError, GenerateError};
 use crate::generator::Plain;
 use crate::layout::{Layout, Parts};
 use crate::width::Width;
@@ -49,6 +49,65 @@ impl<G: Plain> Encrypted<G> {
     pub fn next(&self) -> Result<NonceOf<G>, GenerateError> {
         let plain = self.inner.next_plain()?;
         Ok(G::W::wrap(self.cipher.encrypt(plain)))
+    }
+
+    /// Fills `out` with encrypted nonces. Each plain value is made exactly
+    /// as [`Encrypted::next`] makes it (every one checks the gate at its own
+    /// clock reading); they are then encrypted together, 16 Speck64 or 8
+    /// Speck96 blocks at once on the CPU's widest vectors (AVX-512, AVX2,
+    /// else SSE2), which costs a few nanoseconds a block where one block on
+    /// its own costs 18 (Speck64) to 64 (Speck96). AES is not batched: one
+    /// block already costs about 3 ns.
+    ///
+    /// When the gate refuses part-way, the values made so far are encrypted
+    /// and written, and the error says how many:
+    ///
+    /// ```
+    /// # use leasehold_core::{Fence, LeaseGate, MonoTime};
+    /// # use std::time::Duration;
+    /// use leasehold_nonce::{BaseKey, Counter64, Encrypted, GenerateError, Nonce64};
+    /// let gate = LeaseGate::new();
+    /// gate.open(5, Fence(1), MonoTime::now() + Duration::from_secs(60));
+    /// let ids = Encrypted::new(Counter64::new(gate.clone())?, &BaseKey::new(&[0x5a; 32])?);
+    /// let mut batch = [Nonce64(0); 1000];
+    /// ids.fill(&mut batch)?;
+    /// assert!(batch.iter().all(|&n| ids.decode(n).slot == 5));
+    /// gate.close();
+    /// let e = ids.fill(&mut batch).unwrap_err();
+    /// assert_eq!((e.filled, e.error), (0, GenerateError::Closed));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fill(&self, out: &mut [NonceOf<G>]) -> Result<(), FillError> {
+        const CHUNK: usize = 64;
+        let mut plain = [0u128; CHUNK];
+        let mut done = 0;
+        while done < out.len() {
+            let n = (out.len() - done).min(CHUNK);
+            let mut made = 0;
+            let mut refused = None;
+            for v in &mut plain[..n] {
+                match self.inner.next_plain() {
+                    Ok(p) => *v = p,
+                    Err(e) => {
+                        refused = Some(e);
+                        break;
+                    }
+                }
+                made += 1;
+            }
+            self.cipher.encrypt_many(&mut plain[..made]);
+            for (o, v) in out[done..done + made].iter_mut().zip(&plain[..made]) {
+                *o = G::W::wrap(*v);
+            }
+            done += made;
+            if let Some(error) = refused {
+                return Err(FillError {
+                    filled: done,
+                    error,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The plain nonce inside an encrypted one.

@@ -206,3 +206,30 @@ impl fmt::Display for ParseError {
 }
 
 impl std::error::Error for ParseError {}
+
+/// [`Encrypted::fill`](crate::Encrypted::fill) stopped before the end of
+/// its buffer: the first `filled` values are nonces that can be used, the
+/// rest of the buffer is untouched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FillError {
+    /// How many values at the start of the buffer were written.
+    pub filled: usize,
+    /// Why the next one was not generated.
+    pub error: GenerateError,
+}
+
+impl fmt::Display for FillError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "filled {} nonces, then stopped: {}",
+            self.filled, self.error
+        )
+    }
+}
+
+impl std::error::Error for FillError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}

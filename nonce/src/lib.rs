@@ -17,7 +17,7 @@ mod width;
 pub use cipher::BlockPermutation;
 pub use cipher::{BaseKey, KeyError};
 pub use encrypted::Encrypted;
-pub use error::{BuildError, GenerateError, LayoutError, ParseError};
+pub use error::{BuildError, FillError, GenerateError, LayoutError, ParseError};
 pub use generator::{Counter, Plain, Sortable};
 pub use layout::{DEFAULT_EPOCH_UNIX_MS, Layout, LayoutBuilder, OverflowWarning, Parts};
 pub use nonce::{Base32, Nonce64, Nonce96, Nonce128};

@@ -19,17 +19,17 @@ const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 /// assert_eq!("0123456789abcdef".parse::<Nonce64>().unwrap(), n);
 /// assert_eq!("028T5CY4TQKFF".parse::<Nonce64>().unwrap(), n);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Nonce64(pub u64);
 
 /// A 96-bit nonce (held in the low 96 bits of a `u128`). `Display` is 24 hex
 /// digits; [`Nonce96::base32`] gives 20 characters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Nonce96(u128);
 
 /// A 128-bit nonce. `Display` is 32 hex digits; [`Nonce128::base32`] gives 26
 /// characters (the ULID alphabet and width).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Nonce128(pub u128);
 
 impl Nonce96 {

@@ -84,6 +84,13 @@ pub trait BlockPermutation: Clone + Send + Sync + 'static {
     fn encrypt(&self, value: u128) -> u128;
     /// The inverse.
     fn decrypt(&self, value: u128) -> u128;
+    /// [`BlockPermutation::encrypt`] on every value, in place; ciphers that
+    /// can encrypt several blocks at once do.
+    fn encrypt_many(&self, values: &mut [u128]) {
+        for v in values {
+            *v = self.encrypt(*v);
+        }
+    }
 }
 
 /// Speck64/128 on 64-bit nonces.
@@ -109,6 +116,19 @@ impl BlockPermutation for Speck64 {
     fn decrypt(&self, value: u128) -> u128 {
         u128::from(self.0.decrypt(value as u64))
     }
+    fn encrypt_many(&self, values: &mut [u128]) {
+        let mut blocks = [0u64; 64];
+        for chunk in values.chunks_mut(64) {
+            let blocks = &mut blocks[..chunk.len()];
+            for (b, v) in blocks.iter_mut().zip(chunk.iter()) {
+                *b = *v as u64;
+            }
+            self.0.encrypt_many(blocks);
+            for (v, b) in chunk.iter_mut().zip(blocks.iter()) {
+                *v = u128::from(*b);
+            }
+        }
+    }
 }
 
 /// Speck96/144 on 96-bit nonces.
@@ -133,6 +153,9 @@ impl BlockPermutation for Speck96 {
     #[inline]
     fn decrypt(&self, value: u128) -> u128 {
         self.0.decrypt(value)
+    }
+    fn encrypt_many(&self, values: &mut [u128]) {
+        self.0.encrypt_many(values)
     }
 }
 

@@ -7,6 +7,11 @@
 //! `ℓ_{m−2} … ℓ_0, k_0`), which is also how the `speck-cipher` crate reads
 //! bytes, so the values are the same as those it produced.
 
+/// Blocks per group in [`Speck64::encrypt_many`]: two AVX-512 vectors.
+const L64: usize = 32;
+/// Blocks per group in [`Speck96::encrypt_many`]: two AVX-512 vectors.
+const L96: usize = 16;
+
 /// Speck64/128: 32-bit words, 4 key words, 27 rounds.
 #[derive(Clone)]
 pub(crate) struct Speck64 {
@@ -41,6 +46,82 @@ impl Speck64 {
             y = y.rotate_left(3) ^ x;
         }
         (u64::from(x) << 32) | u64::from(y)
+    }
+
+    /// Encrypts [`L64`] blocks at once, held as their `x` and `y` words.
+    /// The rounds of different blocks are independent, so the lane loop
+    /// vectorises: 4, 8 or 16 blocks per instruction with SSE2, AVX2 or
+    /// AVX-512 (which also rotates in one instruction), and two or more
+    /// vectors per round keep the core busy while each waits on its own
+    /// chain of dependent operations.
+    #[inline(always)]
+    fn encrypt_lanes(&self, x: &mut [u32; L64], y: &mut [u32; L64]) {
+        for &k in &self.rk {
+            for i in 0..L64 {
+                x[i] = x[i].rotate_right(8).wrapping_add(y[i]) ^ k;
+                y[i] = y[i].rotate_left(3) ^ x[i];
+            }
+        }
+    }
+
+    /// [`Speck64::encrypt_lanes`] compiled for AVX-512 (F + VL).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl")]
+    fn encrypt_avx512(&self, x: &mut [u32; L64], y: &mut [u32; L64]) {
+        self.encrypt_lanes(x, y)
+    }
+
+    /// [`Speck64::encrypt_lanes`] compiled for AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn encrypt_avx2(&self, x: &mut [u32; L64], y: &mut [u32; L64]) {
+        self.encrypt_lanes(x, y)
+    }
+
+    /// [`L64`] blocks, with the widest vectors this CPU has.
+    fn encrypt_group(&self, x: &mut [u32; L64], y: &mut [u32; L64]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                // SAFETY: the CPU has AVX-512F and AVX-512VL (checked above),
+                // the only requirement of this function.
+                #[allow(unsafe_code)]
+                unsafe {
+                    self.encrypt_avx512(x, y)
+                };
+                return;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked above).
+                #[allow(unsafe_code)]
+                unsafe {
+                    self.encrypt_avx2(x, y)
+                };
+                return;
+            }
+        }
+        self.encrypt_lanes(x, y)
+    }
+
+    /// Encrypts every block of `blocks` in place: the same values as
+    /// [`Speck64::encrypt`] on each, [`L64`] at a time.
+    pub(crate) fn encrypt_many(&self, blocks: &mut [u64]) {
+        let mut chunks = blocks.chunks_exact_mut(L64);
+        for c in &mut chunks {
+            let (mut x, mut y) = ([0u32; L64], [0u32; L64]);
+            for i in 0..L64 {
+                (x[i], y[i]) = ((c[i] >> 32) as u32, c[i] as u32);
+            }
+            self.encrypt_group(&mut x, &mut y);
+            for i in 0..L64 {
+                c[i] = (u64::from(x[i]) << 32) | u64::from(y[i]);
+            }
+        }
+        for b in chunks.into_remainder() {
+            *b = self.encrypt(*b);
+        }
     }
 
     #[inline]
@@ -106,6 +187,79 @@ impl Speck96 {
         (u128::from(x) << 48) | u128::from(y)
     }
 
+    /// Encrypts [`L96`] blocks at once (words in the low 48 bits of each lane);
+    /// the lane loop vectorises as in [`Speck64::encrypt_lanes`].
+    #[inline(always)]
+    fn encrypt_lanes(&self, x: &mut [u64; L96], y: &mut [u64; L96]) {
+        for &k in &self.rk {
+            for i in 0..L96 {
+                // `ror48` without its mask: the bits it leaves above bit 47
+                // only reach bits above 47 of the sum, which the mask after
+                // the addition clears.
+                let r = (x[i] >> 8) | (x[i] << 40);
+                x[i] = (r.wrapping_add(y[i]) & M48) ^ k;
+                y[i] = rol48(y[i], 3) ^ x[i];
+            }
+        }
+    }
+
+    /// [`Speck96::encrypt_lanes`] compiled for AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    fn encrypt_avx512(&self, x: &mut [u64; L96], y: &mut [u64; L96]) {
+        self.encrypt_lanes(x, y)
+    }
+
+    /// [`Speck96::encrypt_lanes`] compiled for AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn encrypt_avx2(&self, x: &mut [u64; L96], y: &mut [u64; L96]) {
+        self.encrypt_lanes(x, y)
+    }
+
+    /// [`L96`] blocks, with the widest vectors this CPU has.
+    fn encrypt_group(&self, x: &mut [u64; L96], y: &mut [u64; L96]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F (checked above).
+                #[allow(unsafe_code)]
+                unsafe {
+                    self.encrypt_avx512(x, y)
+                };
+                return;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked above).
+                #[allow(unsafe_code)]
+                unsafe {
+                    self.encrypt_avx2(x, y)
+                };
+                return;
+            }
+        }
+        self.encrypt_lanes(x, y)
+    }
+
+    /// Encrypts every block of `blocks` in place (the low 96 bits of each):
+    /// the same values as [`Speck96::encrypt`], [`L96`] at a time.
+    pub(crate) fn encrypt_many(&self, blocks: &mut [u128]) {
+        let mut chunks = blocks.chunks_exact_mut(L96);
+        for c in &mut chunks {
+            let (mut x, mut y) = ([0u64; L96], [0u64; L96]);
+            for i in 0..L96 {
+                (x[i], y[i]) = ((c[i] >> 48) as u64 & M48, c[i] as u64 & M48);
+            }
+            self.encrypt_group(&mut x, &mut y);
+            for i in 0..L96 {
+                c[i] = (u128::from(x[i]) << 48) | u128::from(y[i]);
+            }
+        }
+        for b in chunks.into_remainder() {
+            *b = self.encrypt(*b);
+        }
+    }
+
     #[inline]
     pub(crate) fn decrypt(&self, block: u128) -> u128 {
         let (mut x, mut y) = ((block >> 48) as u64 & M48, block as u64 & M48);
@@ -114,5 +268,73 @@ impl Speck96 {
             x = rol48((x ^ k).wrapping_sub(y) & M48, 8);
         }
         (u128::from(x) << 48) | u128::from(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// Many blocks at once give, block by block, what one block at a time
+    /// gives: on this CPU's widest vectors, on the portable lanes, and for
+    /// every length (the remainder past the last full group is done one by
+    /// one).
+    #[test]
+    fn many_at_once_match_one_at_a_time() {
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+        for _ in 0..20 {
+            let mut key64 = [0u8; 16];
+            key64.iter_mut().for_each(|b| *b = next() as u8);
+            let mut key96 = [0u8; 18];
+            key96.iter_mut().for_each(|b| *b = next() as u8);
+            let (s64, s96) = (Speck64::new(key64), Speck96::new(key96));
+            for len in [0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100] {
+                let plain64: Vec<u64> = (0..len).map(|_| next()).collect();
+                let mut many = plain64.clone();
+                s64.encrypt_many(&mut many);
+                let one: Vec<u64> = plain64.iter().map(|&b| s64.encrypt(b)).collect();
+                assert_eq!(many, one, "Speck64, {len} blocks");
+                let plain96: Vec<u128> = (0..len)
+                    .map(|_| (u128::from(next()) << 64 | u128::from(next())) & ((1 << 96) - 1))
+                    .collect();
+                let mut many = plain96.clone();
+                s96.encrypt_many(&mut many);
+                let one: Vec<u128> = plain96.iter().map(|&b| s96.encrypt(b)).collect();
+                assert_eq!(many, one, "Speck96, {len} blocks");
+            }
+            // The portable lanes, whatever this CPU has.
+            let (mut x, mut y) = ([0u32; L64], [0u32; L64]);
+            x.iter_mut().for_each(|w| *w = next() as u32);
+            y.iter_mut().for_each(|w| *w = next() as u32);
+            let want: Vec<u64> = (0..L64)
+                .map(|i| s64.encrypt(u64::from(x[i]) << 32 | u64::from(y[i])))
+                .collect();
+            s64.encrypt_lanes(&mut x, &mut y);
+            let got: Vec<u64> = (0..L64)
+                .map(|i| u64::from(x[i]) << 32 | u64::from(y[i]))
+                .collect();
+            assert_eq!(got, want, "Speck64 portable lanes");
+            let (mut x, mut y) = ([0u64; L96], [0u64; L96]);
+            x.iter_mut().for_each(|w| *w = next() & M48);
+            y.iter_mut().for_each(|w| *w = next() & M48);
+            let want: Vec<u128> = (0..L96)
+                .map(|i| s96.encrypt(u128::from(x[i]) << 48 | u128::from(y[i])))
+                .collect();
+            s96.encrypt_lanes(&mut x, &mut y);
+            let got: Vec<u128> = (0..L96)
+                .map(|i| u128::from(x[i]) << 48 | u128::from(y[i]))
+                .collect();
+            assert_eq!(got, want, "Speck96 portable lanes");
+        }
     }
 }
