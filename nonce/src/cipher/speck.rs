@@ -2,7 +2,9 @@
 //! Families of Lightweight Block Ciphers", Beaulieu et al., 2013).
 //!
 //! A round is `x = (x ⋙ 8) + y ⊕ k; y = (y ⋘ 3) ⊕ x` on two words; the round
-//! keys are expanded once, when the cipher is built. Blocks and keys are
+//! keys are expanded once, when the cipher is built. `encrypt_many` runs the
+//! rounds of a group of blocks lane by lane, which vectorises (compiled for
+//! AVX-512 and AVX2, picked at run time; the only `unsafe` is that call). Blocks and keys are
 //! read big-endian with the paper's word order (`x` first; key words
 //! `ℓ_{m−2} … ℓ_0, k_0`), which is also how the `speck-cipher` crate reads
 //! bytes, so the values are the same as those it produced.
