@@ -171,19 +171,6 @@ fn clock_check(readings: &[(i128, i128, i128)]) -> Check {
 
 // ---- SQL ----
 
-async fn sql_ping(s: &SqlStrategy) -> Result<(), sqlx::Error> {
-    let q = "SELECT 1";
-    if let Some(p) = s.postgres() {
-        sqlx::raw_sql(q).execute(p).await.map(drop)
-    } else if let Some(p) = s.mysql() {
-        sqlx::raw_sql(q).execute(p).await.map(drop)
-    } else if let Some(p) = s.sqlite() {
-        sqlx::raw_sql(q).execute(p).await.map(drop)
-    } else {
-        Ok(())
-    }
-}
-
 async fn sql_i64(s: &SqlStrategy, sql: &str) -> Result<i64, sqlx::Error> {
     if let Some(p) = s.postgres() {
         sqlx::query_scalar(sql).fetch_one(p).await
@@ -269,7 +256,7 @@ async fn sql(s: &SqlStrategy) -> Vec<Check> {
     let mut samples = Vec::new();
     for _ in 0..SAMPLES {
         let t = Instant::now();
-        if sql_ping(s).await.is_ok() {
+        if s.ping().await.is_ok() {
             samples.push(t.elapsed());
         }
     }

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use leasehold_conformance::servers::{Server, ServerKind, Settings, provide_with};
+use leasehold_conformance::servers::{Server, ServerKind, Settings, provide_with, short_version};
 use leasehold_conformance::suite::fresh_pool_name;
 use leasehold_core::{Floor, Grant, PoolSpec, Release, Renewal, Strategy};
 use leasehold_etcd::{EtcdConfig, EtcdStrategy};
@@ -551,42 +551,8 @@ async fn sql_store(
     }
     let setup = v[0].clone();
     let version = setup.server_version().to_owned();
-    let short: String = version
-        .split_whitespace()
-        .take(2)
-        .map(|w| w.split('-').next().unwrap_or(w))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let rt = if let Some(p) = setup.postgres() {
-        round_trip(async || {
-            sqlx::query("SELECT 1")
-                .execute(p)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        })
-        .await?
-    } else if let Some(p) = setup.mysql() {
-        round_trip(async || {
-            sqlx::query("SELECT 1")
-                .execute(p)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        })
-        .await?
-    } else if let Some(p) = setup.sqlite() {
-        round_trip(async || {
-            sqlx::query("SELECT 1")
-                .execute(p)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        })
-        .await?
-    } else {
-        Duration::ZERO
-    };
+    let short = short_version(&version);
+    let rt = round_trip(async || setup.ping().await.map_err(|e| e.to_string())).await?;
     let store = Store {
         name: short,
         clients: v,

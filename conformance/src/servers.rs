@@ -957,6 +957,23 @@ fn find_file(dir: &Path, name: &str, depth: u32) -> Option<PathBuf> {
         .find_map(|d| find_file(&d, name, depth - 1))
 }
 
+/// A server's version string shortened for a table: its first two words,
+/// each cut at its first `-`.
+///
+/// ```
+/// use leasehold_conformance::servers::short_version;
+/// assert_eq!(short_version("PostgreSQL 15.20 (Debian 15.20-0+deb12u1) on x86_64"), "PostgreSQL 15.20");
+/// assert_eq!(short_version("MariaDB 10.11.19-MariaDB-0+deb12u1"), "MariaDB 10.11.19");
+/// ```
+pub fn short_version(version: &str) -> String {
+    version
+        .split_whitespace()
+        .take(2)
+        .map(|w| w.split('-').next().unwrap_or(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -440,13 +440,7 @@ fn main() -> std::process::ExitCode {
         "CAS misses"
     );
     for (server, algorithm, o) in &rows {
-        // "PostgreSQL 15.20 (Debian …)" → "PostgreSQL 15.20"; "MariaDB 10.11.19-MariaDB-…" → "MariaDB 10.11.19".
-        let short: String = server
-            .split_whitespace()
-            .take(2)
-            .map(|w| w.split('-').next().unwrap_or(w))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let short = leasehold_conformance::servers::short_version(server);
         println!(
             "{:<22} {:<28} {:>9} {:>9} {:>9} {:>13.2} {:>8.0}ms {:>11}",
             short,

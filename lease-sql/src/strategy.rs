@@ -117,6 +117,26 @@ impl SqlStrategy {
         self.pool()
     }
 
+    /// One `SELECT 1` on the sqlx pool ([`SqlStrategy::pool`]), in the
+    /// simple query protocol: one round trip to the server, for health
+    /// checks and for measuring the store's round trip.
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        const Q: &str = "SELECT 1";
+        #[cfg(feature = "postgres")]
+        if let Some(p) = self.postgres() {
+            return sqlx::raw_sql(Q).execute(p).await.map(drop);
+        }
+        #[cfg(feature = "mysql")]
+        if let Some(p) = self.mysql() {
+            return sqlx::raw_sql(Q).execute(p).await.map(drop);
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(p) = self.sqlite() {
+            return sqlx::raw_sql(Q).execute(p).await.map(drop);
+        }
+        Ok(())
+    }
+
     /// Closes the idle lease connections and the sqlx pool (every clone's).
     pub async fn close(&self) {
         self.ops.close().await;
