@@ -61,8 +61,9 @@
 //!   precomposed (`base`), so a value is `base + n`.
 //! - Every call still reads the clock and checks the gate. The first value
 //!   of a block is checked as on the one-value path: the ceiling, loaded
-//!   before the gate check (so a check that finds the block's epoch proves
-//!   the ceiling is that grant's), and real time (a timestamp ahead of it is
+//!   after `cur` shows the grant in place and before the gate check (so a
+//!   check that finds the block's epoch proves the ceiling is that
+//!   grant's), and real time (a timestamp ahead of it is
 //!   held back; one past the ceiling is refused, and a refusal does not
 //!   consume the value). Passing opens the block's **window**, and within
 //!   it the next values take the fast path: the gate open at this reading
@@ -533,9 +534,15 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         let ro = &self.ro;
         way.until.set(0);
         loop {
-            // The ceiling before the gate check: a check that finds the
-            // block's epoch then proves it is that grant's ceiling (the block
-            // was reserved under that epoch, before this call).
+            // `cur`, then the ceiling, then the gate check, as on the
+            // one-value path: `cur` holds an epoch only once the gate's
+            // writer has stored that grant's ceiling, and `open_with` moves
+            // the epoch before the ceiling, so when `cur` before the load
+            // and the gate check after it find the same epoch, the ceiling
+            // is that grant's (or an `extend` of it). A ceiling loaded
+            // before the grant was in place (another thread restarted the
+            // state meanwhile) is not used: the loop loads it again.
+            let c0 = ro.cur.load(SeqCst);
             let ceiling = if GATED { ro.gate.ceiling().0 } else { 0 };
             #[cfg(test)]
             tests::hook_block();
@@ -548,6 +555,9 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             if c1 != epoch || (GATED && reading.earliest.as_nanos() >= ro.next_resync.load(Relaxed))
             {
                 self.cold(epoch)?;
+                continue;
+            }
+            if c0 != c1 {
                 continue;
             }
             let now_ms = if GATED {
@@ -1084,6 +1094,68 @@ mod tests {
                 matches!(answer, Err(GenerateError::PastCeiling { .. })),
                 "{answer:?}"
             );
+        }
+    }
+
+    /// Found by review: the block path loaded the ceiling before the gate
+    /// check but after nothing that proved the grant it found was already in
+    /// place. Between the ceiling load (old grant E1, a far ceiling) and the
+    /// gate check, the gate is reopened for grant E2 with a nearer ceiling
+    /// and another thread restarts the state for E2 (so this thread does
+    /// not restart, which would reload the ceiling). This thread then
+    /// reserves a block of E2 in a later millisecond, past E2's ceiling,
+    /// checks it against E1's ceiling, and hands it out: the next holder of
+    /// E2's slot starts right after E2's ceiling and can mint the same value.
+    #[test]
+    fn a_new_block_is_checked_against_its_grants_ceiling_not_a_stale_one() {
+        use leasehold_core::{Floor, Opening};
+        let t = ManualTime::new();
+        t.auto_advance(Duration::from_micros(10));
+        let now_unix_ms = t.wall().as_millis() as u64;
+        let gate = LeaseGate::new();
+        gate.open_with(
+            Opening::new(1, Fence(1), t.mono() + Duration::from_secs(3600))
+                .with_floor(Floor::NONE, Floor(now_unix_ms + 60_000)),
+        );
+        let g =
+            crate::Sortable128::with_time(gate.clone(), Layout::default128(), t.clone()).unwrap();
+        g.next().unwrap(); // this thread has a block of grant E1
+        t.advance(Duration::from_millis(20));
+        let e2_ceiling = now_unix_ms + 25;
+        let reopen = {
+            let (gate, t, g2) = (gate.clone(), t.clone(), g.clone());
+            move || {
+                // E1 is lost; grant E2 (slot 2) with a nearer ceiling.
+                gate.open_with(
+                    Opening::new(2, Fence(1), t.mono() + Duration::from_secs(3600))
+                        .with_floor(Floor::NONE, Floor(e2_ceiling)),
+                );
+                // Another thread restarts the state for E2 and gets a value
+                // within E2's ceiling.
+                let g2 = g2.clone();
+                let v = std::thread::spawn(move || g2.next().map(|v| g2.decode(v)))
+                    .join()
+                    .unwrap()
+                    .unwrap();
+                assert!(v.millis + crate::DEFAULT_EPOCH_UNIX_MS <= e2_ceiling);
+                // Real time moves past E2's ceiling (a forward clock step,
+                // or this thread preempted), the deadline still far.
+                t.advance(Duration::from_millis(10));
+            }
+        };
+        HOOK_BLOCK.with(|h| *h.borrow_mut() = Some(Box::new(reopen)));
+        let answer = g.next().map(|v| g.decode(v));
+        match answer {
+            Ok(parts) => {
+                let unix = parts.millis + crate::DEFAULT_EPOCH_UNIX_MS;
+                assert!(
+                    unix <= e2_ceiling,
+                    "handed out a slot-{} value at {unix} ms, past grant E2's ceiling \
+                     {e2_ceiling} ms",
+                    parts.slot
+                );
+            }
+            Err(e) => assert!(matches!(e, GenerateError::PastCeiling { .. }), "{e:?}"),
         }
     }
 
