@@ -308,33 +308,26 @@ fn gate_cost(c: &mut Criterion) {
     // Many blocks per call (`BlockPermutation::encrypt_many`, what
     // `Encrypted::fill` uses): the figure is per block.
     let mut batch = [0u128; 64];
-    g.bench_function(
+    let mut per_block = |name: &str, cipher: &dyn Fn(&mut [u128])| {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    x += 1;
+                    batch[0] = x;
+                    cipher(black_box(&mut batch));
+                }
+                start.elapsed() / 64
+            })
+        });
+    };
+    per_block(
         "cipher only: Speck64/128, 64 blocks per call (per block)",
-        |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    x += 1;
-                    batch[0] = x;
-                    speck64.encrypt_many(black_box(&mut batch));
-                }
-                start.elapsed() / 64
-            })
-        },
+        &|b| speck64.encrypt_many(b),
     );
-    g.bench_function(
+    per_block(
         "cipher only: Speck96/144, 64 blocks per call (per block)",
-        |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    x += 1;
-                    batch[0] = x;
-                    speck96.encrypt_many(black_box(&mut batch));
-                }
-                start.elapsed() / 64
-            })
-        },
+        &|b| speck96.encrypt_many(b),
     );
     // The `aes` crate's `Aes128` on its own (what encrypted128 used before):
     // with VAES on the CPU it sets up 256-bit round keys on every call.

@@ -9,6 +9,51 @@
 //! `ℓ_{m−2} … ℓ_0, k_0`), which is also how the `speck-cipher` crate reads
 //! bytes, so the values are the same as those it produced.
 
+/// Defines `encrypt_group` on a cipher: its `encrypt_lanes` (which is
+/// `#[inline(always)]`, so it is compiled into each variant and its lane loop
+/// vectorises for that width) on the widest vectors this CPU has: AVX-512,
+/// AVX2, else the target's baseline (SSE2 on x86_64).
+macro_rules! widest {
+    ($cipher:ty, $words:ty) => {
+        impl $cipher {
+            fn encrypt_group(&self, x: &mut $words, y: &mut $words) {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    #[target_feature(enable = "avx512f")]
+                    fn avx512(c: &$cipher, x: &mut $words, y: &mut $words) {
+                        c.encrypt_lanes(x, y)
+                    }
+                    #[target_feature(enable = "avx2")]
+                    fn avx2(c: &$cipher, x: &mut $words, y: &mut $words) {
+                        c.encrypt_lanes(x, y)
+                    }
+                    if std::arch::is_x86_feature_detected!("avx512f") {
+                        // SAFETY: the CPU has AVX-512F (checked above), the
+                        // only requirement of `avx512`.
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            avx512(self, x, y)
+                        };
+                        return;
+                    }
+                    if std::arch::is_x86_feature_detected!("avx2") {
+                        // SAFETY: the CPU has AVX2 (checked above).
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            avx2(self, x, y)
+                        };
+                        return;
+                    }
+                }
+                self.encrypt_lanes(x, y)
+            }
+        }
+    };
+}
+
+widest!(Speck64, [u32; L64]);
+widest!(Speck96, [u64; L96]);
+
 /// Blocks per group in [`Speck64::encrypt_many`]: two AVX-512 vectors.
 const L64: usize = 32;
 /// Blocks per group in [`Speck96::encrypt_many`]: two AVX-512 vectors.
@@ -64,47 +109,6 @@ impl Speck64 {
                 y[i] = y[i].rotate_left(3) ^ x[i];
             }
         }
-    }
-
-    /// [`Speck64::encrypt_lanes`] compiled for AVX-512 (F + VL).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512vl")]
-    fn encrypt_avx512(&self, x: &mut [u32; L64], y: &mut [u32; L64]) {
-        self.encrypt_lanes(x, y)
-    }
-
-    /// [`Speck64::encrypt_lanes`] compiled for AVX2.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn encrypt_avx2(&self, x: &mut [u32; L64], y: &mut [u32; L64]) {
-        self.encrypt_lanes(x, y)
-    }
-
-    /// [`L64`] blocks, with the widest vectors this CPU has.
-    fn encrypt_group(&self, x: &mut [u32; L64], y: &mut [u32; L64]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-            {
-                // SAFETY: the CPU has AVX-512F and AVX-512VL (checked above),
-                // the only requirement of this function.
-                #[allow(unsafe_code)]
-                unsafe {
-                    self.encrypt_avx512(x, y)
-                };
-                return;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2 (checked above).
-                #[allow(unsafe_code)]
-                unsafe {
-                    self.encrypt_avx2(x, y)
-                };
-                return;
-            }
-        }
-        self.encrypt_lanes(x, y)
     }
 
     /// Encrypts every block of `blocks` in place: the same values as
@@ -203,44 +207,6 @@ impl Speck96 {
                 y[i] = rol48(y[i], 3) ^ x[i];
             }
         }
-    }
-
-    /// [`Speck96::encrypt_lanes`] compiled for AVX-512F.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    fn encrypt_avx512(&self, x: &mut [u64; L96], y: &mut [u64; L96]) {
-        self.encrypt_lanes(x, y)
-    }
-
-    /// [`Speck96::encrypt_lanes`] compiled for AVX2.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    fn encrypt_avx2(&self, x: &mut [u64; L96], y: &mut [u64; L96]) {
-        self.encrypt_lanes(x, y)
-    }
-
-    /// [`L96`] blocks, with the widest vectors this CPU has.
-    fn encrypt_group(&self, x: &mut [u64; L96], y: &mut [u64; L96]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU has AVX-512F (checked above).
-                #[allow(unsafe_code)]
-                unsafe {
-                    self.encrypt_avx512(x, y)
-                };
-                return;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2 (checked above).
-                #[allow(unsafe_code)]
-                unsafe {
-                    self.encrypt_avx2(x, y)
-                };
-                return;
-            }
-        }
-        self.encrypt_lanes(x, y)
     }
 
     /// Encrypts every block of `blocks` in place (the low 96 bits of each):
