@@ -1216,6 +1216,94 @@ mod tests {
         }
     }
 
+    /// Review 2: a refusal injected at the 65th plain value of a `fill`
+    /// (across the 64-value chunk) on the one-value path (Counter64) and on
+    /// the block path (Sortable96: the refusal lands in `reserve`). `fill`
+    /// writes exactly the values made before it, every one distinct and
+    /// counted in what the gate reports as issued, and leaves the rest.
+    #[test]
+    fn review2_fill_refused_across_the_chunk_boundary() {
+        use crate::{BaseKey, Encrypted, Nonce64, Nonce96};
+        use std::collections::HashSet;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let key = BaseKey::new(&[7; 32]).unwrap();
+        for at in [1usize, 16, 17, 32, 33, 64, 65, 66, 129] {
+            let t = ManualTime::new();
+            t.auto_advance(Duration::from_micros(10));
+            let gate = LeaseGate::new();
+            gate.open(3, Fence(1), t.mono() + Duration::from_secs(3600));
+            let e = Encrypted::new(
+                crate::Counter64::with_time(gate.clone(), Layout::default64(), t.clone()).unwrap(),
+                &key,
+            );
+            let calls = Arc::new(AtomicUsize::new(0));
+            let (g2, c2) = (gate.clone(), calls.clone());
+            HOOK.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || {
+                    if c2.fetch_add(1, Ordering::SeqCst) + 1 == at {
+                        g2.close();
+                    }
+                }))
+            });
+            let mut out = vec![Nonce64(u64::MAX); 200];
+            let err = e.fill(&mut out).unwrap_err();
+            HOOK.with(|h| *h.borrow_mut() = None);
+            assert_eq!(err.filled, at - 1, "Counter64, refused at {at}");
+            assert_eq!(err.error, GenerateError::Closed);
+            assert!(out[at - 1..].iter().all(|n| n.0 == u64::MAX));
+            let issued = gate.issued().unwrap().0;
+            let mut seen = HashSet::new();
+            for n in &out[..at - 1] {
+                let p = e.decode(*n);
+                assert!(seen.insert(n.0));
+                assert_eq!(p.slot, 3);
+                assert!(p.millis + crate::DEFAULT_EPOCH_UNIX_MS <= issued);
+            }
+        }
+        // Block path: a new block at each millisecond; the hook in `reserve`
+        // closes the gate at the n-th reservation.
+        for at in [1usize, 2, 3, 5] {
+            let t = ManualTime::new();
+            t.auto_advance(Duration::from_micros(10));
+            let gate = LeaseGate::new();
+            gate.open(3, Fence(1), t.mono() + Duration::from_secs(3600));
+            let e = Encrypted::new(
+                crate::Sortable96::with_time(gate.clone(), Layout::default96(), t.clone()).unwrap(),
+                &key,
+            );
+            let calls = Arc::new(AtomicUsize::new(0));
+            let (g2, c2) = (gate.clone(), calls.clone());
+            HOOK.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || {
+                    if c2.fetch_add(1, Ordering::SeqCst) + 1 == at {
+                        g2.close();
+                    }
+                }))
+            });
+            let mut out = vec![Nonce96::default(); 5000];
+            let err = e.fill(&mut out).unwrap_err();
+            HOOK.with(|h| *h.borrow_mut() = None);
+            let filled = err.filled;
+            assert_eq!(err.error, GenerateError::Closed);
+            // Sizes 16, 32, 64, 128 ... : reservations before the `at`-th.
+            let want: u64 = (0..at as u32 - 1).map(|i| 16u64 << i).sum();
+            assert_eq!(
+                filled as u64, want,
+                "Sortable96, refused at reservation {at}"
+            );
+            assert!(out[filled..].iter().all(|n| u128::from(*n) == 0));
+            let issued = gate.issued().unwrap().0;
+            let mut seen = HashSet::new();
+            for n in &out[..filled] {
+                let p = e.decode(*n);
+                assert!(seen.insert(u128::from(*n)));
+                assert_eq!(p.slot, 3);
+                assert!(p.millis + crate::DEFAULT_EPOCH_UNIX_MS <= issued);
+            }
+        }
+    }
+
     /// Found by review: `Tracker::high_water` loaded `start` and then the
     /// word, while `restart` stores `start` and then the word. The comment
     /// says a reader can only see "an old word with a new start"; it can
