@@ -358,7 +358,8 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             } else {
                 (0, Some(ro.cur.load(Relaxed)))
             };
-            // `Err` only while this thread's storage is being torn down.
+            // `try_with` cannot fail for this key (const, no destructor);
+            // were it ever to, the one-value path below takes the value.
             if let Ok(Some(v)) = BLOCKS.try_with(|ways| {
                 self.next_from_block::<GATED>(&ways[ro.id as usize % BLOCK_WAYS], earliest, epoch)
             }) {
@@ -1216,13 +1217,14 @@ mod tests {
         }
     }
 
-    /// Review 2: a refusal injected at the 65th plain value of a `fill`
+    /// A refusal injected at the n-th plain value of a `fill` (around the
+    /// 16/32-value groups and the 64-value chunk)
     /// (across the 64-value chunk) on the one-value path (Counter64) and on
     /// the block path (Sortable96: the refusal lands in `reserve`). `fill`
     /// writes exactly the values made before it, every one distinct and
     /// counted in what the gate reports as issued, and leaves the rest.
     #[test]
-    fn review2_fill_refused_across_the_chunk_boundary() {
+    fn fill_refused_across_the_chunk_boundary() {
         use crate::{BaseKey, Encrypted, Nonce64, Nonce96};
         use std::collections::HashSet;
         use std::sync::Arc;
@@ -1287,7 +1289,7 @@ mod tests {
             let filled = err.filled;
             assert_eq!(err.error, GenerateError::Closed);
             // Sizes 16, 32, 64, 128 ... : reservations before the `at`-th.
-            let want: u64 = (0..at as u32 - 1).map(|i| 16u64 << i).sum();
+            let want: u64 = (0..at as u32 - 1).map(|i| super::BLOCK_FIRST << i).sum();
             assert_eq!(
                 filled as u64, want,
                 "Sortable96, refused at reservation {at}"

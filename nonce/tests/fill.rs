@@ -24,8 +24,8 @@ fn fill_is_next_encrypted_in_batches() {
         gate.open(9, Fence(1), MonoTime::now() + Duration::from_secs(600));
         let e = Encrypted::new(make(gate), &key());
         let mut seen = HashSet::new();
-        // Lengths around the batch sizes (16, 8) and the chunk (64).
-        for len in [0usize, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000] {
+        // Lengths around the group sizes (32, 16) and the chunk (64).
+        for len in [0usize, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000] {
             let mut out = vec![NonceOf::<G>::default(); len];
             e.fill(&mut out).unwrap();
             for n in &out {
