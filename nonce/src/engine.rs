@@ -1227,8 +1227,18 @@ mod tests {
     fn fill_refused_across_the_chunk_boundary() {
         use crate::{BaseKey, Encrypted, Nonce64, Nonce96};
         use std::collections::HashSet;
-        use std::sync::Arc;
         use std::sync::atomic::{AtomicUsize, Ordering};
+        /// Closes `gate` at the `at`-th pass through [`HOOK`] on this thread.
+        fn close_at(gate: &LeaseGate, at: usize) {
+            let (gate, calls) = (gate.clone(), AtomicUsize::new(0));
+            HOOK.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || {
+                    if calls.fetch_add(1, Ordering::SeqCst) + 1 == at {
+                        gate.close();
+                    }
+                }))
+            });
+        }
         let key = BaseKey::new(&[7; 32]).unwrap();
         for at in [1usize, 16, 17, 32, 33, 64, 65, 66, 129] {
             let t = ManualTime::new();
@@ -1239,15 +1249,7 @@ mod tests {
                 crate::Counter64::with_time(gate.clone(), Layout::default64(), t.clone()).unwrap(),
                 &key,
             );
-            let calls = Arc::new(AtomicUsize::new(0));
-            let (g2, c2) = (gate.clone(), calls.clone());
-            HOOK.with(|h| {
-                *h.borrow_mut() = Some(Box::new(move || {
-                    if c2.fetch_add(1, Ordering::SeqCst) + 1 == at {
-                        g2.close();
-                    }
-                }))
-            });
+            close_at(&gate, at);
             let mut out = vec![Nonce64(u64::MAX); 200];
             let err = e.fill(&mut out).unwrap_err();
             HOOK.with(|h| *h.borrow_mut() = None);
@@ -1274,15 +1276,7 @@ mod tests {
                 crate::Sortable96::with_time(gate.clone(), Layout::default96(), t.clone()).unwrap(),
                 &key,
             );
-            let calls = Arc::new(AtomicUsize::new(0));
-            let (g2, c2) = (gate.clone(), calls.clone());
-            HOOK.with(|h| {
-                *h.borrow_mut() = Some(Box::new(move || {
-                    if c2.fetch_add(1, Ordering::SeqCst) + 1 == at {
-                        g2.close();
-                    }
-                }))
-            });
+            close_at(&gate, at);
             let mut out = vec![Nonce96::default(); 5000];
             let err = e.fill(&mut out).unwrap_err();
             HOOK.with(|h| *h.borrow_mut() = None);
