@@ -522,27 +522,31 @@ fn watch_prints_changes(env: &Env) -> TestResult {
 }
 
 /// Runs the binary on a pseudo-terminal (util-linux `script`), with
-/// `input` on its stdin; `None` when `script` is not installed.
-fn run_on_tty(args: &[&str], input: &str) -> Option<Output> {
-    let which = Command::new("script").arg("--version").output().ok()?;
-    if !which.status.success() {
-        return None;
-    }
+/// `input` on its stdin.
+fn run_on_tty(args: &[&str], input: &str) -> Result<Output, String> {
+    let mut script = leasehold_conformance::programs::command("script")?;
     let line = std::iter::once(BIN)
         .chain(args.iter().copied())
         .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
         .collect::<Vec<_>>()
         .join(" ");
-    let mut child = Command::new("script")
+    let mut child = script
         .args(["-qec", &line, "/dev/null"])
         .env("TZ", "UTC")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .ok()?;
-    child.stdin.take()?.write_all(input.as_bytes()).ok()?;
-    child.wait_with_output().ok()
+        .map_err(|e| format!("script: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("no stdin")?
+        .write_all(input.as_bytes())
+        .map_err(|e| format!("writing to script: {e}"))?;
+    child
+        .wait_with_output()
+        .map_err(|e| format!("waiting for script: {e}"))
 }
 
 /// On a terminal, revoke asks: `n` changes nothing (exit 6), `y` revokes.
@@ -552,7 +556,7 @@ fn revoke_asks_on_a_terminal(env: &Env) -> TestResult {
     let args = [
         "revoke", "--url", &env.url, "--pool", &pool, "--slot", &slot,
     ];
-    let o = run_on_tty(&args, "n\n").ok_or("util-linux `script` is not installed")?;
+    let o = run_on_tty(&args, "n\n")?;
     expect_code(&o, 6)?;
     let out = text(&o).0;
     if !(out.contains(&format!("revoke slot {slot} of pool {pool} on "))
@@ -570,7 +574,7 @@ fn revoke_asks_on_a_terminal(env: &Env) -> TestResult {
             "after `n` the holder's renewal answered {renewal:?}"
         ));
     }
-    let o = run_on_tty(&args, "y\n").ok_or("util-linux `script` is not installed")?;
+    let o = run_on_tty(&args, "y\n")?;
     expect_code(&o, 0)?;
     if !text(&o).0.contains(&format!(
         "slot {slot} of pool {pool} revoked; it stays taken until"
@@ -603,8 +607,7 @@ fn watch_redraws_on_a_terminal(env: &Env) -> TestResult {
             "3",
         ],
         "",
-    )
-    .ok_or("util-linux `script` is not installed")?;
+    )?;
     expect_code(&o, 0)?;
     let out = text(&o).0;
     let frames = out.matches("\x1b[H\x1b[2J").count();

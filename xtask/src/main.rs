@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+use leasehold_conformance::programs;
 use leasehold_conformance::servers::{self, ServerKind};
 
 const BENCHES: &[(&str, &str, &str)] = &[
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
             None => Err("`soak` needs a number of rounds, e.g. `cargo xtask soak 5`".into()),
         },
         "soak-round" => test(&passthrough, Scope::Tests),
+        "programs" => external_programs_check().and_then(|()| probe()),
         "burn" => burn(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "campaign" => campaign(rest),
@@ -108,69 +110,49 @@ fn step(name: &str, mut cmd: Command) -> Result {
     }
 }
 
-/// What the build and the local servers need from Debian's packages: a path
-/// that shows the package is there, and the package.
-const APT: &[(&str, &str)] = &[
-    ("/usr/bin/protoc", "protobuf-compiler"),
-    (
-        "/usr/include/google/protobuf/descriptor.proto",
-        "libprotobuf-dev",
-    ),
-    ("/usr/bin/etcd", "etcd-server"),
-    ("/usr/sbin/mariadbd", "mariadb-server"),
-    ("/usr/bin/redis-server", "redis-server"),
-    ("/usr/lib/postgresql/15/bin/postgres", "postgresql-15"),
-    ("/usr/lib/python3.11/ensurepip/__init__.py", "python3-venv"),
-];
-
-/// Installs the Debian packages the build and the servers need, when missing.
-/// As root it runs `apt-get`; otherwise it stops at once and prints the exact
-/// line to run.
+/// Installs the Debian packages of every row of the program table
+/// (`leasehold_conformance::programs::PROGRAMS`) whose file is missing, and
+/// fails if any row is still missing afterwards. As root it runs `apt-get`;
+/// otherwise it stops at once and prints the exact line to run.
 fn probe() -> Result {
-    let missing: Vec<&str> = APT
-        .iter()
-        .filter(|(path, _)| !Path::new(path).exists())
-        .map(|(_, package)| *package)
-        .filter(|package| *package != "python3-venv" || !python_has_venv())
-        .collect();
+    let missing = programs::missing_packages();
     if missing.is_empty() {
+        eprintln!(
+            "    every program and library the tests use is here ({} rows)",
+            programs::PROGRAMS.len()
+        );
         return Ok(());
     }
     let line = format!(
         "apt-get install -y --no-install-recommends {}",
         missing.join(" ")
     );
-    if !is_root() {
+    if !programs::is_root() {
         return Err(format!(
-            "this machine lacks Debian packages the build and the test servers need; run as root:\n    {line}\nthen run `cargo xtask test` again"
+            "this machine lacks Debian packages the build and the tests need; run as root:\n    {line}\nthen run `cargo xtask test` again"
         ));
     }
     eprintln!("    installing {} (as root): {line}", missing.join(", "));
-    let mut update = Command::new("apt-get");
+    let mut update = programs::command("apt-get")?;
     update
         .args(["update", "-qq"])
         .env("DEBIAN_FRONTEND", "noninteractive");
     step("apt-get update", update)?;
-    let mut install = Command::new("apt-get");
+    let mut install = programs::command("apt-get")?;
     install
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive");
-    step("apt-get install", install)
-}
-
-fn python_has_venv() -> bool {
-    Command::new("python3")
-        .args(["-c", "import venv, ensurepip"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+    step("apt-get install", install)?;
+    let still: Vec<String> = programs::missing().iter().map(|p| p.missing()).collect();
+    if still.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "still missing after apt-get install:\n    {}",
+            still.join("\n    ")
+        ))
+    }
 }
 
 fn install_servers() -> Result {
@@ -195,7 +177,7 @@ fn install_servers() -> Result {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if !python.exists() {
         eprintln!("    servers: creating venv {}", venv.display());
-        let mut c = Command::new("python3");
+        let mut c = programs::command("python3")?;
         c.args(["-m", "venv"]).arg(&venv);
         step("python3 -m venv", c)?;
     }
@@ -255,6 +237,7 @@ fn test(args: &[String], scope: Scope) -> Result {
             "warnings",
         ]);
         failed.extend(step("cargo clippy -D warnings", clippy).err());
+        failed.extend(external_programs_check().err());
     }
     let reports = root().join("target/leasehold-reports");
     let _ = std::fs::remove_dir_all(&reports);
@@ -284,6 +267,82 @@ fn test(args: &[String], scope: Scope) -> Result {
     } else {
         Err(failed.join("; "))
     }
+}
+
+/// The check that keeps the program table the only way in: no source file
+/// but the table itself names an external program in `Command::new` or a
+/// system path in a string literal. Such a program would be missing on a
+/// fresh machine, because `cargo xtask test` installs only what the table
+/// names.
+fn external_programs_check() -> Result {
+    eprintln!("\n==> external programs are found through the program table");
+    let mut offences = Vec::new();
+    let mut files = 0;
+    scan_sources(&root(), &mut |path, text| {
+        files += 1;
+        offences.extend(external_program_uses(text).into_iter().map(|(line, what)| {
+            let rel = path.strip_prefix(root()).unwrap_or(path);
+            format!("{}:{line}: {what}", rel.display())
+        }));
+    })?;
+    if offences.is_empty() {
+        eprintln!("<== external programs: ok ({files} files)");
+        return Ok(());
+    }
+    eprintln!(
+        "<== external programs: FAILED; find these through \
+         leasehold_conformance::programs (add a row to PROGRAMS, so that a fresh \
+         machine installs it):"
+    );
+    for o in &offences {
+        eprintln!("    {o}");
+    }
+    Err(format!(
+        "{} external program use(s) outside the program table",
+        offences.len()
+    ))
+}
+
+/// Calls `f` with every `.rs` file under `dir` but the build output and the
+/// program table.
+fn scan_sources(dir: &Path, f: &mut dyn FnMut(&Path, &str)) -> Result {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries.filter_map(std::result::Result::ok) {
+        let path = entry.path();
+        let name = entry.file_name();
+        if path.is_dir() {
+            if name != "target" && !name.to_string_lossy().starts_with('.') {
+                scan_sources(&path, f)?;
+            }
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && !path.ends_with("conformance/src/programs.rs")
+        {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            f(&path, &text);
+        }
+    }
+    Ok(())
+}
+
+/// The lines of `source` (1-based) that name an external program directly:
+/// `Command::new` with a string literal, or a string literal that starts with
+/// a system directory.
+fn external_program_uses(source: &str) -> Vec<(usize, String)> {
+    let spawn = concat!("Command::new", "(\"");
+    let dirs = ["usr", "bin", "sbin", "lib", "lib64", "opt"];
+    let mut found = Vec::new();
+    for (i, line) in source.lines().enumerate() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        if line.contains(spawn) {
+            found.push((i + 1, format!("a program by name: {}", line.trim())));
+        } else if dirs.iter().any(|d| line.contains(&format!("\"/{d}/"))) {
+            found.push((i + 1, format!("a system path: {}", line.trim())));
+        }
+    }
+    found
 }
 
 /// `cargo xtask soak N`: the test command N times (without the lints) while
@@ -551,7 +610,7 @@ fn servers_down() -> Result {
             let _ = Command::new(program).args(rest).output();
         }
         if !pid.is_empty() {
-            let _ = Command::new("kill").arg(pid).status();
+            let _ = programs::command("kill")?.arg(pid).status();
         }
         if !dir.is_empty() {
             let _ = std::fs::remove_dir_all(dir);
@@ -648,5 +707,32 @@ fn campaign(args: &[String]) -> Result {
         Ok(())
     } else {
         Err(format!("the campaign failed on: {}", failed.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::external_program_uses;
+
+    #[test]
+    fn programs_named_outside_the_table_are_found() {
+        // Built with concat! so that this file does not trip the check.
+        let source = [
+            concat!(
+                "const LIB: &str = \"/",
+                "usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1\";"
+            ),
+            concat!("    let _ = Command::new", "(\"kill\").arg(pid).status();"),
+            "    let _ = programs::command(\"kill\")?.arg(pid).status();",
+            concat!("    // the server is at \"/", "usr/bin/etcd\" on Debian"),
+            concat!("    let s = \"/", "opt/bin/x\";"),
+            "    let url = \"/api/v1/namespaces\";",
+        ]
+        .join("\n");
+        let lines: Vec<usize> = external_program_uses(&source)
+            .into_iter()
+            .map(|(line, _)| line)
+            .collect();
+        assert_eq!(lines, [1, 2, 5]);
     }
 }

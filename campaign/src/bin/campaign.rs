@@ -23,6 +23,7 @@ use leasehold_campaign::record::{self, Kind, Record};
 use leasehold_campaign::store::FenceWriter;
 use leasehold_campaign::timeline::{FaultMark, svg};
 use leasehold_conformance::etcd_cluster::EtcdCluster;
+use leasehold_conformance::programs;
 use leasehold_conformance::proxy::{Fault as Net, FaultProxy};
 use leasehold_conformance::servers::{self, ServerKind, Settings};
 use leasehold_core::{LeaseConfig, MonoTime};
@@ -297,7 +298,14 @@ fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, Strin
 }
 
 fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
+    let Ok(mut kill) = programs::command("kill") else {
+        eprintln!(
+            "cannot signal worker {pid}: {}",
+            programs::require("kill").unwrap_err()
+        );
+        return;
+    };
+    let _ = kill
         .args([format!("-{sig}"), pid.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -1038,7 +1046,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
 /// has it; says what it made, or why it made none.
 fn png_of(svg: &Path) -> String {
     let png = svg.with_extension("png");
-    match Command::new("rsvg-convert")
+    let rsvg = match programs::command("rsvg-convert") {
+        Ok(c) => c,
+        Err(e) => return format!("no PNG: {e}"),
+    };
+    match { rsvg }
         .args(["-w", "1400", "-b", "white", "-o"])
         .arg(&png)
         .arg(svg)
@@ -1050,7 +1062,7 @@ fn png_of(svg: &Path) -> String {
             "no PNG: rsvg-convert failed: {}",
             String::from_utf8_lossy(&o.stderr).trim()
         ),
-        Err(_) => "no PNG: rsvg-convert is not installed (apt-get install librsvg2-bin)".into(),
+        Err(e) => format!("no PNG: rsvg-convert did not run: {e}"),
     }
 }
 
