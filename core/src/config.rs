@@ -318,6 +318,7 @@ impl LeaseConfigBuilder {
                 size: self.size,
                 ttl,
                 holder: self.holder.unwrap_or_else(default_holder),
+                max_clock_skew,
             },
             timing: Timing {
                 ttl,
@@ -392,6 +393,31 @@ mod tests {
         assert!(t.backoff_initial() <= t.backoff_max());
         assert_eq!(t.max_clock_skew(), DEFAULT_MAX_CLOCK_SKEW);
         assert_eq!(c.pool().size, 512);
+    }
+
+    #[test]
+    fn the_pool_spec_carries_the_skew_a_restart_guard_must_wait_out() {
+        let c = LeaseConfig::builder("p")
+            .ttl(Duration::from_secs(60))
+            .max_clock_skew(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        assert_eq!(c.pool().max_clock_skew(), Duration::from_secs(30));
+        assert_eq!(c.pool().restart_span(), Duration::from_secs(120));
+        let d = LeaseConfig::builder("p")
+            .ttl(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        assert_eq!(d.pool().restart_span(), Duration::from_secs(7));
+        let short =
+            PoolSpec::new(PoolName::new("p").unwrap(), 1, Duration::from_millis(500)).unwrap();
+        assert_eq!(short.max_clock_skew(), Duration::from_millis(500));
+        assert!(
+            short
+                .clone()
+                .with_max_clock_skew(Duration::from_secs(1))
+                .is_err()
+        );
     }
 }
 

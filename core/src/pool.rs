@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::ConfigError;
+use crate::gate::DEFAULT_MAX_CLOCK_SKEW;
 
 /// The largest pool a [`PoolSpec`] accepts.
 pub const MAX_POOL_SIZE: u32 = 1 << 20;
@@ -81,6 +82,7 @@ pub struct PoolSpec {
     pub(crate) size: u32,
     pub(crate) ttl: Duration,
     pub(crate) holder: String,
+    pub(crate) max_clock_skew: Duration,
 }
 
 impl PoolSpec {
@@ -94,7 +96,24 @@ impl PoolSpec {
             size,
             ttl,
             holder: default_holder(),
+            max_clock_skew: DEFAULT_MAX_CLOCK_SKEW.min(ttl),
         })
+    }
+
+    /// Replaces the largest clock skew this holder allows between hosts
+    /// (default [`DEFAULT_MAX_CLOCK_SKEW`], at most the TTL); the lease
+    /// manager sets it from [`LeaseConfig`](crate::LeaseConfig). A store
+    /// that can forget waits it out twice after a restart (DESIGN.md rule 12).
+    pub fn with_max_clock_skew(mut self, skew: Duration) -> Result<Self, ConfigError> {
+        if skew > self.ttl {
+            return Err(ConfigError::new(
+                "max_clock_skew",
+                format!("{skew:?}"),
+                format!("0 to the ttl ({:?})", self.ttl),
+            ));
+        }
+        self.max_clock_skew = skew;
+        Ok(self)
     }
 
     /// Replaces the holder identity.
@@ -121,6 +140,24 @@ impl PoolSpec {
     /// Who holds the lease, for people inspecting the store (host/pid by default).
     pub fn holder(&self) -> &str {
         &self.holder
+    }
+
+    /// The largest clock skew between hosts this holder allows (the wait
+    /// for a clock behind the slot's floor, DESIGN.md rule 8).
+    pub fn max_clock_skew(&self) -> Duration {
+        self.max_clock_skew
+    }
+
+    /// How long a store that has forgotten its leases must grant nothing so
+    /// that this holder cannot overlap a successor: its TTL (its lease has
+    /// passed its deadline by then) plus twice its `max_clock_skew` (its
+    /// floor may be forgotten too, so a successor's clock must be past
+    /// anything it stamped, on clocks up to the skew apart). DESIGN.md
+    /// rule 12: a store that can forget keeps the largest of these over
+    /// every holder of the pool.
+    pub fn restart_span(&self) -> Duration {
+        self.ttl
+            .saturating_add(self.max_clock_skew.saturating_mul(2))
     }
 }
 
