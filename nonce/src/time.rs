@@ -53,7 +53,8 @@ pub trait TimeSource: Send + Sync + 'static {
     /// The real clocks and [`ManualTime`] return what their
     /// [`UnixOffset`] saw at the last fresh measurement
     /// ([`SystemClock::wall_clock_step`]); the default, `None`, is for time
-    /// sources that never step.
+    /// sources that never step. A source that wraps another (to skew it,
+    /// say) delegates this too, or generation follows steps at once.
     fn wall_clock_step(&self) -> Option<Duration> {
         None
     }

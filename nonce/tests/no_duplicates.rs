@@ -277,6 +277,9 @@ impl TimeSource for Stalled {
     fn unix_offset(&self, fresh: bool) -> u64 {
         self.time.unix_offset(fresh)
     }
+    fn wall_clock_step(&self) -> Option<Duration> {
+        self.time.wall_clock_step()
+    }
     fn guard(&self) -> Duration {
         Duration::from_millis(50)
     }
