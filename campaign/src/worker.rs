@@ -41,6 +41,9 @@ impl TimeSource for Skewed {
             .unix_offset(fresh)
             .saturating_add_signed(self.skew_ns)
     }
+    fn wall_clock_step(&self) -> Option<Duration> {
+        self.inner.wall_clock_step()
+    }
     fn guard(&self) -> Duration {
         self.inner.guard()
     }

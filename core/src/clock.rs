@@ -3,8 +3,8 @@
 //! and the process-wide mapping from it to Unix time.
 
 use std::ops::{Add, Sub};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A point on a monotonic clock: nanoseconds since an arbitrary anchor.
@@ -124,8 +124,8 @@ fn system_nanos() -> u64 {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SystemClock;
 
-/// Unix nanoseconds minus [`SystemClock`] nanoseconds; 0 until first measured.
-static UNIX_OFFSET: AtomicU64 = AtomicU64::new(0);
+/// The process-wide mapping from [`SystemClock`] time to Unix time.
+static UNIX_OFFSET: UnixOffset = UnixOffset::new();
 
 /// A bracket of the wall-clock read no wider than this is taken at once.
 const TIGHT_BRACKET_NANOS: u64 = 20_000;
@@ -148,7 +148,7 @@ impl SystemClock {
     /// [`SystemClock::resync_unix_offset`].
     #[inline]
     pub fn unix_offset() -> u64 {
-        match UNIX_OFFSET.load(Ordering::Acquire) {
+        match UNIX_OFFSET.get() {
             0 => Self::resync_unix_offset(),
             offset => offset,
         }
@@ -160,8 +160,11 @@ impl SystemClock {
     /// (mono, wall, mono) and takes `wall − second mono`: a lower bound that a
     /// stall anywhere between the reads can only lower, never raise. Up to
     /// eight brackets are taken (fewer when one is tight) and the best lower
-    /// bound kept. The process-wide offset only grows, so timestamps never go
-    /// backwards when the wall clock does; forward steps are followed.
+    /// bound kept. The measurement goes through [`UnixOffset::observe`]: the
+    /// process-wide offset only grows, so timestamps never go backwards when
+    /// the wall clock does, and a forward step larger than the process's
+    /// step limit is followed only once it has lasted [`UnixOffset::SETTLE`]
+    /// (see [`SystemClock::wall_clock_step`]).
     pub fn resync_unix_offset() -> u64 {
         let best = measure_offset(|| {
             let m1 = system_nanos();
@@ -170,7 +173,29 @@ impl SystemClock {
                 .map_or(0, duration_nanos);
             (m1, wall, system_nanos())
         });
-        UNIX_OFFSET.fetch_max(best, Ordering::AcqRel).max(best)
+        UNIX_OFFSET.observe(best, MonoTime::now())
+    }
+
+    /// How far the wall clock was ahead of [`SystemClock::unix_offset`] at
+    /// the last measurement, when that is a forward step not followed yet
+    /// (more than the step limit, for less than [`UnixOffset::SETTLE`]).
+    /// Generators refuse while it is `Some`; see [`UnixOffset`].
+    pub fn wall_clock_step() -> Option<Duration> {
+        UNIX_OFFSET.step()
+    }
+
+    /// Lowers the process's step limit to `max_clock_skew` (never below
+    /// [`UnixOffset::MIN_STEP_LIMIT`]): the lease gate calls it with every
+    /// grant, so no forward step larger than the smallest `max_clock_skew`
+    /// of the process's leases is followed before it has settled.
+    pub fn limit_wall_clock_steps(max_clock_skew: Duration) {
+        UNIX_OFFSET.limit_steps(max_clock_skew);
+    }
+
+    /// The process's step limit: forward moves of the wall clock up to this
+    /// are followed at once, larger ones once settled.
+    pub fn wall_clock_step_limit() -> Duration {
+        UNIX_OFFSET.step_limit()
     }
 
     /// The Unix time, in milliseconds, of the [`MonoTime`] `t` (rounded down),
@@ -180,6 +205,178 @@ impl SystemClock {
         t.0.saturating_add(Self::unix_offset()) / 1_000_000
     }
 }
+
+/// Unix time minus [`MonoTime`], in nanoseconds, that follows the wall clock
+/// without ever going backwards and without following a wall-clock step that
+/// may be corrected a moment later.
+///
+/// [`SystemClock`] keeps one for the process ([`SystemClock::unix_offset`]);
+/// virtual clocks in tests keep their own. Every re-measurement of
+/// `wall − mono` goes through [`UnixOffset::observe`]:
+///
+/// - **Backwards** (the wall clock stepped or slewed back): ignored. The
+///   offset only grows, so timestamps never go backwards (DESIGN.md,
+///   rule 10).
+/// - **Forward by at most the step limit** (NTP slewing, drift, a small
+///   step): followed at once.
+/// - **Forward by more than the step limit** (a step): not followed at
+///   once. It is *pending* ([`UnixOffset::step`] is `Some`) and generators
+///   refuse, because the time they would stamp is in doubt: the step may be
+///   a mistake corrected a minute later, and once followed it could never be
+///   undone (the offset only grows, and the ceilings reported to the store
+///   with it would hold the slot's floor that far ahead of every later
+///   holder's clock). A pending step ends when the wall clock comes back
+///   within the limit of the offset (the step was corrected: nothing was
+///   stamped or reported with it), or once it has lasted
+///   [`UnixOffset::SETTLE`] (measured within the limit of where it stepped
+///   to): then it is followed.
+///
+/// The step limit is the smallest `max_clock_skew` of the leases that used
+/// it ([`UnixOffset::limit_steps`]), at most [`DEFAULT_MAX_CLOCK_SKEW`] and
+/// at least [`UnixOffset::MIN_STEP_LIMIT`]: a step that is followed and
+/// corrected later moves the slot's floor at most that much further ahead
+/// of the next holder's clock, which it waits out instead of refusing
+/// (rule 8).
+///
+/// [`DEFAULT_MAX_CLOCK_SKEW`]: crate::DEFAULT_MAX_CLOCK_SKEW
+///
+/// ```
+/// use leasehold_core::{MonoTime, UnixOffset};
+/// use std::time::Duration;
+/// let hour = 3_600_000_000_000;
+/// let offset = UnixOffset::new();
+/// let t = MonoTime::from_nanos(5_000_000_000);
+/// assert_eq!(offset.observe(1_000, t), 1_000);
+/// // The wall clock steps an hour forward: not followed, generation refuses.
+/// assert_eq!(offset.observe(1_000 + hour, t), 1_000);
+/// assert!(offset.step().is_some());
+/// // Corrected a minute later: the offset never moved.
+/// let later = t + Duration::from_secs(60);
+/// assert_eq!(offset.observe(1_000, later), 1_000);
+/// assert_eq!(offset.step(), None);
+/// ```
+#[derive(Debug)]
+pub struct UnixOffset {
+    /// The offset in use, in ns; 0 until first measured. Only grows.
+    adopted: AtomicU64,
+    /// Forward moves larger than this (ns) are steps.
+    limit: AtomicU64,
+    /// A forward step not followed yet. Changed only under the lock.
+    pending: Mutex<Option<Pending>>,
+    /// The offset of the pending step, 0 when none: read by
+    /// [`UnixOffset::step`] without the lock.
+    pending_offset: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    /// The offset the wall clock stepped to.
+    offset: u64,
+    /// When it was first seen (MonoTime ns).
+    since: u64,
+}
+
+impl Default for UnixOffset {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl UnixOffset {
+    /// How long a forward step must last before it is followed. Longer than
+    /// the minute or two in which a mistaken step is usually put right (an
+    /// operator's `date`, systemd-timesyncd's first polls); the price is that
+    /// generation stops this long after a genuine step.
+    pub const SETTLE: Duration = Duration::from_secs(120);
+
+    /// The least step limit: forward moves this small are followed at once
+    /// (NTP daemons slew, not step, corrections below 128 ms, and a
+    /// measurement stalled by the scheduler must not look like a step).
+    pub const MIN_STEP_LIMIT: Duration = Duration::from_millis(100);
+
+    /// Not measured yet; the step limit [`DEFAULT_MAX_CLOCK_SKEW`](crate::DEFAULT_MAX_CLOCK_SKEW).
+    pub const fn new() -> Self {
+        Self {
+            adopted: AtomicU64::new(0),
+            limit: AtomicU64::new(DEFAULT_SKEW_NANOS),
+            pending: Mutex::new(None),
+            pending_offset: AtomicU64::new(0),
+        }
+    }
+
+    /// The offset in use, in ns (0 until the first [`UnixOffset::observe`]).
+    /// One atomic load.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.adopted.load(Ordering::Acquire)
+    }
+
+    /// Lowers the step limit to `max_clock_skew`, but not below
+    /// [`UnixOffset::MIN_STEP_LIMIT`]. It never rises again.
+    pub fn limit_steps(&self, max_clock_skew: Duration) {
+        let limit = duration_nanos(max_clock_skew.max(Self::MIN_STEP_LIMIT));
+        self.limit.fetch_min(limit, Ordering::AcqRel);
+    }
+
+    /// The step limit.
+    pub fn step_limit(&self) -> Duration {
+        Duration::from_nanos(self.limit.load(Ordering::Acquire))
+    }
+
+    /// Takes a measurement `measured` of `wall − mono` (a lower bound) made
+    /// at `now` and returns the offset in use afterwards (see the type's
+    /// docs for what is followed).
+    pub fn observe(&self, measured: u64, now: MonoTime) -> u64 {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let adopted = self.observe_locked(&mut pending, measured, now);
+        self.pending_offset
+            .store(pending.map_or(0, |p| p.offset), Ordering::Release);
+        adopted
+    }
+
+    fn observe_locked(&self, pending: &mut Option<Pending>, measured: u64, now: MonoTime) -> u64 {
+        let adopted = self.adopted.load(Ordering::Acquire);
+        let limit = self.limit.load(Ordering::Acquire);
+        if adopted == 0 || measured <= adopted.saturating_add(limit) {
+            // First measurement, a small forward move, or a backward one.
+            *pending = None;
+            return self
+                .adopted
+                .fetch_max(measured, Ordering::AcqRel)
+                .max(measured);
+        }
+        match *pending {
+            Some(p) if p.offset.abs_diff(measured) <= limit => {
+                if now.as_nanos().saturating_sub(p.since) >= duration_nanos(Self::SETTLE) {
+                    *pending = None;
+                    return self
+                        .adopted
+                        .fetch_max(measured, Ordering::AcqRel)
+                        .max(measured);
+                }
+            }
+            _ => {
+                *pending = Some(Pending {
+                    offset: measured,
+                    since: now.as_nanos(),
+                });
+            }
+        }
+        adopted
+    }
+
+    /// How far ahead of the offset in use the wall clock was at the last
+    /// [`UnixOffset::observe`], when that is a step not followed yet.
+    /// Two atomic loads, no lock.
+    pub fn step(&self) -> Option<Duration> {
+        match self.pending_offset.load(Ordering::Acquire) {
+            0 => None,
+            offset => Some(Duration::from_nanos(offset.saturating_sub(self.get()))),
+        }
+    }
+}
+
+const DEFAULT_SKEW_NANOS: u64 = crate::gate::DEFAULT_MAX_CLOCK_SKEW.as_nanos() as u64;
 
 /// The best lower bound of `wall − mono` from up to eight brackets
 /// `(mono before, wall, mono after)`; at least 1 (0 means "not measured").
@@ -285,6 +482,88 @@ mod tests {
         });
         assert_eq!(calls, 8);
         assert_eq!(got, 1_000_000 - 10);
+    }
+
+    const HOUR: u64 = 3_600_000_000_000;
+    const SEC: u64 = 1_000_000_000;
+
+    /// A forward step of an hour corrected a minute later never moves the
+    /// offset: nothing is stamped, and no ceiling is reported, an hour ahead.
+    /// While it lasts the step is reported, so generators refuse.
+    #[test]
+    fn a_forward_step_corrected_before_it_settles_is_never_followed() {
+        let o = UnixOffset::new();
+        let t0 = MonoTime::from_nanos(10 * SEC);
+        let base = 1_700_000_000 * SEC;
+        assert_eq!(o.observe(base, t0), base);
+        for s in 0..60 {
+            let at = t0 + Duration::from_secs(s);
+            assert_eq!(o.observe(base + HOUR, at), base, "followed after {s} s");
+            assert_eq!(o.step(), Some(Duration::from_nanos(HOUR)));
+        }
+        // Corrected: drift within the limit is followed again at once.
+        let back = t0 + Duration::from_secs(61);
+        assert_eq!(o.observe(base + 3_000_000, back), base + 3_000_000);
+        assert_eq!(o.step(), None);
+        assert!(o.get() < base + o.step_limit().as_nanos() as u64);
+    }
+
+    /// A step that lasts is followed once it has lasted `SETTLE`, and a step
+    /// back afterwards (or any backward move) never lowers the offset.
+    #[test]
+    fn a_lasting_step_is_followed_and_the_offset_never_comes_back_down() {
+        let o = UnixOffset::new();
+        let t0 = MonoTime::from_nanos(10 * SEC);
+        let base = 1_700_000_000 * SEC;
+        o.observe(base, t0);
+        o.observe(base + HOUR, t0 + Duration::from_secs(1));
+        let almost = t0 + Duration::from_secs(1) + UnixOffset::SETTLE - Duration::from_millis(1);
+        assert_eq!(o.observe(base + HOUR + 5, almost), base);
+        let settled = almost + Duration::from_millis(1);
+        assert_eq!(o.observe(base + HOUR + 7, settled), base + HOUR + 7);
+        assert_eq!(o.step(), None);
+        assert_eq!(
+            o.observe(base, settled + Duration::from_secs(1)),
+            base + HOUR + 7
+        );
+        assert_eq!(o.step(), None);
+    }
+
+    /// A second, different step while one is pending starts the wait over.
+    #[test]
+    fn a_different_step_restarts_the_wait() {
+        let o = UnixOffset::new();
+        let t0 = MonoTime::from_nanos(10 * SEC);
+        let base = 1_700_000_000 * SEC;
+        o.observe(base, t0);
+        o.observe(base + HOUR, t0);
+        let later = t0 + UnixOffset::SETTLE - Duration::from_secs(1);
+        assert_eq!(o.observe(base + 2 * HOUR, later), base);
+        assert_eq!(o.observe(base + 2 * HOUR, t0 + UnixOffset::SETTLE), base);
+        assert_eq!(
+            o.observe(base + 2 * HOUR, later + UnixOffset::SETTLE),
+            base + 2 * HOUR
+        );
+    }
+
+    /// The step limit follows the smallest `max_clock_skew`, within bounds.
+    #[test]
+    fn the_step_limit_is_the_smallest_skew_within_bounds() {
+        let o = UnixOffset::new();
+        assert_eq!(o.step_limit(), crate::DEFAULT_MAX_CLOCK_SKEW);
+        o.limit_steps(Duration::from_secs(30));
+        assert_eq!(o.step_limit(), crate::DEFAULT_MAX_CLOCK_SKEW);
+        o.limit_steps(Duration::from_millis(300));
+        assert_eq!(o.step_limit(), Duration::from_millis(300));
+        o.limit_steps(Duration::ZERO);
+        assert_eq!(o.step_limit(), UnixOffset::MIN_STEP_LIMIT);
+        // A move within the limit is followed at once; beyond it, it waits.
+        let t0 = MonoTime::from_nanos(10 * SEC);
+        let base = 1_700_000_000 * SEC;
+        o.observe(base, t0);
+        assert_eq!(o.observe(base + 90_000_000, t0), base + 90_000_000);
+        assert_eq!(o.observe(base + 300_000_000, t0), base + 90_000_000);
+        assert!(o.step().is_some());
     }
 
     #[test]

@@ -95,6 +95,10 @@ impl LeaseManager {
             caps.time_resolution,
         )
         .map_err(StartError::Config)?;
+        // Before the first ceiling is reported (the gate does it again with
+        // every grant): no wall-clock step larger than this lease's skew is
+        // followed before it settles (DESIGN.md, rule 10).
+        SystemClock::limit_wall_clock_steps(config.timing.max_clock_skew());
         let gate = LeaseGate::new();
         let alive = Arc::new(());
         let (state_tx, state_rx) = watch::channel(LeaseState::Acquiring);

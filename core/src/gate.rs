@@ -327,6 +327,9 @@ impl LeaseGate {
     /// Opens the gate for a new grant: a new epoch, its slot, fence, floor and
     /// ceiling, valid until its deadline. A retired gate stays closed.
     pub fn open_with(&self, o: Opening) {
+        // No wall-clock step larger than this lease's skew is followed
+        // before it settles (DESIGN.md, rule 10).
+        crate::clock::SystemClock::limit_wall_clock_steps(o.max_clock_skew);
         let cold = self.lock();
         if cold.retired {
             return;
@@ -498,6 +501,19 @@ mod tests {
         assert!(gate.check(t).is_ok());
         assert!(gate.close_if_epoch(old + 1));
         assert!(gate.check(t).is_err());
+    }
+
+    /// Every grant lowers the process's wall-clock step limit to its
+    /// `max_clock_skew`: a step that is followed and corrected later then
+    /// leaves the slot's floor no further ahead than the next holder waits.
+    #[test]
+    fn a_grant_limits_the_wall_clock_steps_followed_at_once() {
+        let skew = Duration::from_millis(300);
+        let t = MonoTime::from_nanos(5_000);
+        LeaseGate::new().open_with(
+            Opening::new(1, Fence(1), t + Duration::from_secs(1)).with_max_clock_skew(skew),
+        );
+        assert!(crate::SystemClock::wall_clock_step_limit() <= skew);
     }
 
     #[test]

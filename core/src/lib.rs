@@ -23,7 +23,7 @@ mod strategy;
 mod telemetry;
 mod token;
 
-pub use clock::{Clock, ManualClock, MonoTime, SystemClock};
+pub use clock::{Clock, ManualClock, MonoTime, SystemClock, UnixOffset};
 pub use config::{
     CLOCK_RATE_BOUND_PPM, COARSE_CLOCK_SLACK, LeaseConfig, LeaseConfigBuilder, OnLost, Timing,
     min_safety_margin,

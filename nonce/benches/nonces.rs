@@ -78,6 +78,9 @@ impl TimeSource for Banked {
     fn unix_offset(&self, fresh: bool) -> u64 {
         self.clock.unix_offset(fresh) + self.back.load(Ordering::Relaxed)
     }
+    fn wall_clock_step(&self) -> Option<Duration> {
+        self.clock.wall_clock_step()
+    }
     fn guard(&self) -> Duration {
         self.clock.guard()
     }

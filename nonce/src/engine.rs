@@ -85,7 +85,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Duration;
 
-use leasehold_core::{Floor, GenerationState, LeaseGate, MonoTime};
+use leasehold_core::{Floor, GenerationState, LeaseGate, MonoTime, UnixOffset};
 
 use crate::error::{BuildError, GenerateError, LayoutError};
 use crate::layout::Layout;
@@ -787,12 +787,24 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             .compare_exchange(epoch, epoch | BLOCKED, SeqCst, SeqCst);
     }
 
-    /// While blocked: refuses, without moving the state, until the next
-    /// value would be neither past the ceiling nor too far ahead of the
-    /// clock; then unblocks. Holds the lock.
+    /// While blocked: refuses, without moving the state, until the wall
+    /// clock has no step pending and the next value would be neither past
+    /// the ceiling nor too far ahead of the clock; then unblocks. Holds the
+    /// lock.
     fn unblock(&self, epoch: u64) -> Result<(), GenerateError> {
         let ro = &self.ro;
         let m = ro.time.precise();
+        if m.as_nanos() >= ro.next_resync.load(Relaxed) {
+            // Once a second, as when generating: has a step settled, or
+            // been corrected?
+            self.resync(m, true);
+        }
+        if let Some(ahead) = ro.time.wall_clock_step() {
+            return Err(self.refuse(GenerateError::ClockStepped {
+                ahead,
+                settle: UnixOffset::SETTLE,
+            }));
+        }
         let now_ms = self.millis(m);
         let state_ms = self.state.high_water();
         let next_ms = if SORTABLE {
@@ -834,13 +846,47 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             return self.unblock(epoch);
         }
         if cur != epoch {
-            return self.restart(epoch);
+            self.restart(epoch)?;
+        } else {
+            let m = ro.time.precise();
+            if m.as_nanos() >= ro.next_resync.load(Relaxed) {
+                self.resync(m, true);
+            }
         }
-        let m = ro.time.precise();
-        if m.as_nanos() >= ro.next_resync.load(Relaxed) {
-            self.resync(m, true);
+        self.refuse_if_stepped(epoch)
+    }
+
+    /// After a fresh look at the wall clock: while it has stepped forward
+    /// further than the offset follows at once, generation stops (see
+    /// [`UnixOffset`]). Values handed out meanwhile carry the offset from
+    /// before the step, which never went backwards: safe, only late.
+    fn refuse_if_stepped(&self, epoch: u64) -> Result<(), GenerateError> {
+        match self.ro.time.wall_clock_step() {
+            None => Ok(()),
+            Some(ahead) => {
+                self.block(epoch);
+                self.warn_stepped(ahead);
+                Err(self.refuse(GenerateError::ClockStepped {
+                    ahead,
+                    settle: UnixOffset::SETTLE,
+                }))
+            }
         }
-        Ok(())
+    }
+
+    #[allow(unused_variables)]
+    fn warn_stepped(&self, ahead: Duration) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            slot = self.ro.slot.load(Relaxed),
+            ahead_ms = ahead.as_millis() as u64,
+            settle_s = UnixOffset::SETTLE.as_secs(),
+            "no nonce generated: this host's wall clock stepped {ahead:?} ahead of the time this \
+             process keeps; generation stops until the clock comes back or the step has lasted \
+             {:?} (a step that is followed and then corrected would hold back the slot's next \
+             holder for as long); check the clock synchronisation (NTP)",
+            UnixOffset::SETTLE
+        );
     }
 
     /// Restarts the state for the lease of gate epoch `epoch`. Holds the lock.

@@ -33,6 +33,21 @@ pub enum GenerateError {
         /// The configured bound.
         max_clock_skew: std::time::Duration,
     },
+    /// The wall clock stepped forward, by more than the step the process
+    /// follows at once (the smallest `max_clock_skew` of its leases, 1 s at
+    /// most), and has not stayed there long enough to be believed: the time
+    /// a value would carry is in doubt. Following a step that is then
+    /// corrected would stamp values, and report a floor to the store, that
+    /// far ahead of every clock, holding back the slot's next holder for as
+    /// long. Generation resumes by itself when the clock comes back, or once
+    /// the step has lasted `settle` (then it is followed).
+    ClockStepped {
+        /// How far the wall clock is ahead of the time this process keeps.
+        ahead: std::time::Duration,
+        /// How long a step must last to be followed
+        /// ([`UnixOffset::SETTLE`](leasehold_core::UnixOffset::SETTLE)).
+        settle: std::time::Duration,
+    },
     /// The value's timestamp is past the lease's ceiling, the highest
     /// timestamp this holder has recorded in the store (the wall clock
     /// stepped forward since the last renewal). Generation resumes after the
@@ -74,6 +89,14 @@ impl fmt::Display for GenerateError {
                  max_clock_skew ({max_clock_skew:?}); its IDs could repeat the previous holder's. \
                  Fix the clock synchronisation (NTP) or raise max_clock_skew; generation resumes \
                  once the clock passes the floor"
+            ),
+            Self::ClockStepped { ahead, settle } => write!(
+                f,
+                "no nonce generated: this host's wall clock stepped {ahead:?} ahead of the time \
+                 this process keeps, and values are not stamped with a time in doubt (a step \
+                 that is followed and then corrected would hold back the slot's next holder for \
+                 as long). Check the clock synchronisation (NTP); generation resumes when the \
+                 clock comes back, or once the step has lasted {settle:?}"
             ),
             Self::PastCeiling {
                 timestamp_unix_ms,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold_core::{MonoTime, SystemClock};
+use leasehold_core::{MonoTime, SystemClock, UnixOffset};
 
 /// One reading of the monotonic clock ([`MonoTime`], the gate's clock), as an
 /// interval that holds the true time: `earliest <= true now <= latest`.
@@ -46,6 +46,18 @@ pub trait TimeSource: Send + Sync + 'static {
     /// on every new lease); otherwise the last one will do. The real clocks
     /// return [`SystemClock::unix_offset`], one offset for the whole process.
     fn unix_offset(&self, fresh: bool) -> u64;
+    /// A forward step of the wall clock that the offset has not followed
+    /// (yet): how far the wall clock is ahead of `now + offset`. While it is
+    /// `Some`, generation refuses with
+    /// [`GenerateError::ClockStepped`](crate::GenerateError::ClockStepped).
+    /// The real clocks and [`ManualTime`] return what their
+    /// [`UnixOffset`] saw at the last fresh measurement
+    /// ([`SystemClock::wall_clock_step`]); the default, `None`, is for time
+    /// sources that never step. A source that wraps another (to skew it,
+    /// say) delegates this too, or generation follows steps at once.
+    fn wall_clock_step(&self) -> Option<Duration> {
+        None
+    }
     /// How close to the gate's deadline a [`TimeSource::now`] reading is
     /// trusted: nearer than this, generation checks the deadline again with
     /// [`TimeSource::precise`]. Zero for exact clocks.
@@ -77,6 +89,9 @@ impl TimeSource for PreciseClock {
     }
     fn unix_offset(&self, fresh: bool) -> u64 {
         system_offset(fresh)
+    }
+    fn wall_clock_step(&self) -> Option<Duration> {
+        SystemClock::wall_clock_step()
     }
 }
 
@@ -143,6 +158,9 @@ impl TimeSource for FastClock {
     }
     fn unix_offset(&self, fresh: bool) -> u64 {
         system_offset(fresh)
+    }
+    fn wall_clock_step(&self) -> Option<Duration> {
+        SystemClock::wall_clock_step()
     }
     fn guard(&self) -> Duration {
         match &self.coarse {
@@ -281,8 +299,15 @@ mod coarse {
 }
 
 /// A time source moved by hand, for tests: a monotonic time and a wall clock
-/// that can be set independently (so the wall clock can go backwards).
-/// Cloning shares the times.
+/// that can be set independently (so the wall clock can step backwards or
+/// forwards). Cloning shares the times.
+///
+/// Its Unix offset follows the wall clock as the process's does: through a
+/// [`UnixOffset`] of its own (with the default step limit,
+/// [`DEFAULT_MAX_CLOCK_SKEW`](leasehold_core::DEFAULT_MAX_CLOCK_SKEW)),
+/// measured at the first use and on every fresh read. It never goes back,
+/// and a forward step of more than a second is followed only once it has
+/// lasted [`UnixOffset::SETTLE`].
 ///
 /// ```
 /// use leasehold_nonce::ManualTime;
@@ -304,6 +329,8 @@ struct ManualInner {
     /// Added to the monotonic time on every `precise` read (simulates time
     /// passing while a generator waits).
     step: AtomicU64,
+    /// The offset generators use, measured from `wall − mono`.
+    offset: UnixOffset,
 }
 
 impl Default for ManualTime {
@@ -323,6 +350,7 @@ impl ManualTime {
             mono: AtomicU64::new(1_000_000_000),
             wall: AtomicU64::new(wall),
             step: AtomicU64::new(0),
+            offset: UnixOffset::new(),
         }))
     }
 
@@ -368,11 +396,25 @@ impl TimeSource for ManualTime {
         }
         self.mono()
     }
-    fn unix_offset(&self, _fresh: bool) -> u64 {
+    fn unix_offset(&self, fresh: bool) -> u64 {
+        match self.0.offset.get() {
+            0 => self.measure(),
+            _ if fresh => self.measure(),
+            offset => offset,
+        }
+    }
+    fn wall_clock_step(&self) -> Option<Duration> {
+        self.0.offset.step()
+    }
+}
+
+impl ManualTime {
+    fn measure(&self) -> u64 {
+        let mono = self.0.mono.load(Ordering::SeqCst);
+        let wall = self.0.wall.load(Ordering::SeqCst);
         self.0
-            .wall
-            .load(Ordering::SeqCst)
-            .saturating_sub(self.0.mono.load(Ordering::SeqCst))
+            .offset
+            .observe(wall.saturating_sub(mono), MonoTime::from_nanos(mono))
     }
 }
 

@@ -198,13 +198,15 @@ fn a_clock_too_far_behind_the_floor_is_refused() {
 fn the_ceiling_stops_generation_after_a_forward_clock_step() {
     let t = ManualTime::new();
     let now_ms = t.wall().as_millis() as u64;
-    let gate = gate_with(&t, 1, Floor::NONE, Floor(now_ms + 10_000));
+    let gate = gate_with(&t, 1, Floor::NONE, Floor(now_ms + 1_300));
     let g = Sortable64::with_time(gate.clone(), Layout::default64(), t.clone()).unwrap();
     t.auto_advance(Duration::from_micros(50));
     assert!(g.next().is_ok());
-    // The wall clock steps a minute forward; the offset is re-read within a second.
-    t.set_wall(t.wall() + Duration::from_secs(60));
-    t.advance(Duration::from_millis(1_500));
+    // The wall clock steps 900 ms forward (within the step the offset
+    // follows at once); the offset is re-read within a second. Real time is
+    // still before the ceiling, the stepped clock past it.
+    t.set_wall(t.wall() + Duration::from_millis(900));
+    t.advance(Duration::from_millis(1_100));
     match g.next() {
         Err(e @ GenerateError::PastCeiling { .. }) => {
             assert!(e.to_string().contains("renewal"), "{e}");
@@ -274,6 +276,9 @@ impl TimeSource for Stalled {
     }
     fn unix_offset(&self, fresh: bool) -> u64 {
         self.time.unix_offset(fresh)
+    }
+    fn wall_clock_step(&self) -> Option<Duration> {
+        self.time.wall_clock_step()
     }
     fn guard(&self) -> Duration {
         Duration::from_millis(50)
