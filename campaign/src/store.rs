@@ -27,6 +27,10 @@ pub async fn start_manager(
             let strategy = leasehold_sql::SqlStrategy::connect(
                 leasehold_sql::SqlConfig::new(url)
                     .op_timeout(op_timeout)
+                    // Every worker of a run uses the run's one TTL and skew:
+                    // the promise that makes a store that forgets (lossy
+                    // MariaDB) safe with the restart guard.
+                    .assume_one_timing_per_pool(true)
                     .restart_guard(restart_guard),
             )
             .await
@@ -112,7 +116,10 @@ impl SqlFences {
         let strategy = leasehold_sql::SqlStrategy::connect(
             leasehold_sql::SqlConfig::new(url)
                 .op_timeout(Duration::from_secs(2))
-                .max_connections(1),
+                .max_connections(1)
+                // Fenced writes only: this connection takes no lease, so a
+                // store that forgets has no guard to keep here.
+                .restart_guard(false),
         )
         .await
         .map_err(|e| format!("fence connect: {e}"))?;

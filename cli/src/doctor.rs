@@ -199,7 +199,7 @@ async fn sql(s: &SqlStrategy) -> Vec<Check> {
         Ok(()) => check(
             Verdict::Ok,
             "schema",
-            format!("lease table {table} present, with the floor columns (0.2)"),
+            format!("lease table {table} present, with the floor and restart-span columns"),
         ),
         Err(AcquireError::MissingSchema { what, fix }) => {
             check(Verdict::Fail, "schema", what).fix(fix)

@@ -1,10 +1,14 @@
 //! Store restarts, for every backend whose server this process can crash
 //! and start again (`Server::kill`, `Server::restart`): what a store
 //! acknowledged before it crashed (a fence, a floor, a lease) is there after
-//! it restarts on a [`Settings::Durable`] server, and on a
-//! [`Settings::Lossy`] one — which forgets — the restart guard keeps a second
-//! holder off the slot while the first may still generate (DESIGN.md rule
-//! 12). Each target has a private server only its binary uses; its tests take
+//! it restarts on a [`Settings::Durable`] server. On a [`Settings::Lossy`]
+//! one, either the backend makes its own writes durable anyway (PostgreSQL:
+//! the lease sessions turn `synchronous_commit` on), and the durable tests
+//! run there too, or the store forgets (DESIGN.md rule 12): then connecting
+//! with the defaults is refused, and with the one-timing opt-in the restart
+//! guard keeps a second holder off the slot while the first may still
+//! generate, for the pool's longest recorded span, and fences never repeat.
+//! Each target has a private server only its binary uses; its tests take
 //! turns with it, so that a restart disturbs no other test.
 //!
 //! A backend's test binary implements [`Stores`] and calls [`target`] per
@@ -44,6 +48,47 @@ pub trait Stores: Send + Sync + 'static {
         let _ = url;
         Box::pin(async { Ok(None) })
     }
+
+    /// Whether a `kind` server with [`Settings::Lossy`] forgets what this
+    /// backend acknowledged (false where the backend makes its own writes
+    /// durable on such a server). Picks the lossy target's tests.
+    fn lossy_forgets(&self, kind: ServerKind) -> bool {
+        let _ = kind;
+        true
+    }
+
+    /// A strategy connected to the store at `url` that accepts a store that
+    /// can forget on the promise that every holder of a pool uses one TTL
+    /// and `max_clock_skew` (the restart guard on).
+    fn connect_one_timing<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
+        let _ = url;
+        Box::pin(async { Err("this backend has no one-timing opt-in".to_owned()) })
+    }
+
+    /// Makes everything the store at `url` acknowledged so far survive a
+    /// crash (a checkpoint, a snapshot, a log flush).
+    fn make_durable_now<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        let _ = url;
+        Box::pin(async { Err("this backend cannot flush on demand".to_owned()) })
+    }
+
+    /// Whether [`Stores::crash_without_restart`] can crash a `kind` server.
+    fn can_crash_without_restart(&self, kind: ServerKind) -> bool {
+        let _ = kind;
+        false
+    }
+
+    /// Crashes one server process without restarting the server (a
+    /// PostgreSQL backend killed with SIGKILL: the postmaster reinitialises
+    /// and replays its log in place), and returns once it accepts
+    /// connections again. `None`: the store has no such crash.
+    fn crash_without_restart<'a>(
+        &'a self,
+        url: &'a str,
+    ) -> Option<BoxFuture<'a, Result<(), String>>> {
+        let _ = url;
+        None
+    }
 }
 
 /// A store on a server the tests may crash and restart.
@@ -62,6 +107,10 @@ impl<S: Stores> Restartable<S> {
 
     async fn prepare(&self, pool: &PoolSpec) -> Result<(), String> {
         self.stores.prepare(&self.url, pool).await
+    }
+
+    async fn store_one_timing(&self) -> Result<Store, String> {
+        self.stores.connect_one_timing(&self.url).await
     }
 }
 
@@ -285,13 +334,99 @@ pub async fn a_durable_store_keeps_the_lease_across_a_restart<S: Stores>(
     })
 }
 
-/// Issue 17: on a store that forgets acknowledged writes ([`Settings::Lossy`]:
-/// PostgreSQL `synchronous_commit = off`, MariaDB
-/// `innodb_flush_log_at_trx_commit = 0`, Valkey/Redis without persistence), a crash can lose the holder's claim
-/// and renewal; the restart guard then keeps every rival from the slot while
-/// the holder may still generate, and grants it again once that cannot
-/// matter. Without the guard (`restart_guard(false)`) a rival is granted the
-/// live lease at once.
+/// A crash of one server process that the server recovers from without
+/// restarting (PostgreSQL: a backend killed by SIGKILL, a segfault or the
+/// OOM killer makes the postmaster reinitialise and replay its log in place,
+/// and `pg_postmaster_start_time()` does not move, so no restart guard
+/// sees it) loses nothing the backend acknowledged, on a [`Settings::Lossy`]
+/// server too: the holder's renewal is `Renewed` after it, no rival gets the
+/// slot while the lease is live, and the next grant's fence is above the
+/// holder's and carries its floor.
+pub async fn a_crash_without_a_restart_loses_no_lease<S: Stores>(
+    b: Arc<Restartable<S>>,
+) -> Outcome {
+    let _server = b.server.lock().await;
+    let pool = fresh_pool(1, Duration::from_secs(60))?;
+    b.prepare(&pool).await?;
+    let s = b.store().await?;
+    let sent = Instant::now();
+    let grant = s
+        .acquire_dyn(&pool, Floor(1_000))
+        .await
+        .map_err(|e| format!("acquire: {e}"))?;
+    let mut live = Live {
+        sent,
+        ttl: grant.ttl,
+    };
+    renew_before_crash(&s, &pool, &grant, Floor(2_000), &mut live).await?;
+    b.stores
+        .crash_without_restart(&b.url)
+        .ok_or("this store has no crash without a restart")?
+        .await?;
+    let (holder, rival) = (b.store().await?, b.store().await?);
+    let r = rival_acquire(&rival, &pool, live).await;
+    live.judge(matches!(r, Err(AcquireError::PoolExhausted { .. })), || {
+        format!("a rival's acquisition after the crash, while the lease was live: {r:?}")
+    })?;
+    let r = renew(&holder, &pool, &grant, Floor(3_000), live).await;
+    live.judge(matches!(r, Renewal::Renewed { .. }), || {
+        format!("the holder's renewal after the crash answered {r:?}")
+    })?;
+    let r = holder.release_dyn(&pool, &grant, Floor(3_000)).await;
+    crate::ensure!(r == Release::Released, "the release answered {r:?}");
+    let next = acquire_after_expiry(&rival, &pool, Floor::NONE).await?;
+    let _ = rival.release_dyn(&pool, &next, Floor(3_000)).await;
+    crate::ensure!(
+        next.fence > grant.fence && next.floor == Floor(3_000),
+        "after the crash the next grant has fence {} (the holder had {}) and floor {} (the \
+         holder released at 3000)",
+        next.fence,
+        grant.fence,
+        next.floor
+    );
+    Ok(())
+}
+
+/// The backend reports a [`Settings::Lossy`] server as durable when it makes
+/// its own writes durable there (PostgreSQL with `synchronous_commit = off`).
+pub async fn the_lease_sessions_are_durable_on_a_lossy_server<S: Stores>(
+    b: Arc<Restartable<S>>,
+) -> Outcome {
+    let _server = b.server.lock().await;
+    crate::ensure!(
+        b.stores.reports_lossy(&b.url).await? == Some(false),
+        "the lease connections to a lossy server do not report durable settings"
+    );
+    Ok(())
+}
+
+/// A store that forgets acknowledged writes is refused by a strategy with
+/// its defaults, with an error that names both ways to accept it.
+pub async fn a_store_that_forgets_is_refused_by_default<S: Stores>(
+    b: Arc<Restartable<S>>,
+) -> Outcome {
+    let _server = b.server.lock().await;
+    match b.store().await {
+        Ok(_) => Err("a strategy with its defaults connected to a store that forgets".into()),
+        Err(e)
+            if e.contains("assume_one_timing_per_pool") && e.contains("restart_guard(false)") =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "refused, but without naming the opt-ins assume_one_timing_per_pool and \
+             restart_guard(false): {e}"
+        )),
+    }
+}
+
+/// On a store that forgets acknowledged writes ([`Settings::Lossy`]: MariaDB
+/// `innodb_flush_log_at_trx_commit = 0`, Valkey/Redis without persistence),
+/// a crash can lose the holder's claim and renewal; the restart guard then
+/// keeps every rival from the slot while the holder may still generate, and
+/// grants it again once that cannot matter, with a fence above the
+/// holder's, though the store forgot it. Without the guard
+/// (`restart_guard(false)`) a rival is granted the live lease at once.
 pub async fn a_store_that_forgets_grants_no_second_holder_after_a_restart<S: Stores>(
     b: Arc<Restartable<S>>,
 ) -> Outcome {
@@ -302,7 +437,7 @@ pub async fn a_store_that_forgets_grants_no_second_holder_after_a_restart<S: Sto
         b.stores.reports_lossy(&b.url).await? != Some(false),
         "a Lossy server reported that it keeps every acknowledged write"
     );
-    let s = b.store().await?;
+    let s = b.store_one_timing().await?;
     // The guard holds for the TTL and 2 s after the server started.
     let sent = Instant::now();
     let grant = acquire_after_expiry(&s, &pool, Floor(1_000)).await?;
@@ -313,7 +448,7 @@ pub async fn a_store_that_forgets_grants_no_second_holder_after_a_restart<S: Sto
     renew_before_crash(&s, &pool, &grant, Floor(2_000), &mut live).await?;
     drop(s);
     crash_and_restart(&mut server)?;
-    let rival = b.store().await?;
+    let rival = b.store_one_timing().await?;
     let r = rival_acquire(&rival, &pool, live).await;
     live.judge(
         matches!(
@@ -322,9 +457,118 @@ pub async fn a_store_that_forgets_grants_no_second_holder_after_a_restart<S: Sto
         ),
         || format!("a rival's acquisition after the restart, while the lease was live: {r:?}"),
     )?;
-    // Once the guard's span has passed, the slot is granted again.
-    acquire_after_expiry(&rival, &pool, Floor::NONE).await?;
+    // Once the guard's span has passed, the slot is granted again, with a
+    // fence never handed out before.
+    let next = acquire_after_expiry(&rival, &pool, Floor::NONE).await?;
+    crate::ensure!(
+        next.fence > grant.fence,
+        "after the store forgot, slot {} was granted with fence {}, not above the {} it had \
+         handed out before the crash",
+        next.slot,
+        next.fence,
+        grant.fence
+    );
     Ok(())
+}
+
+/// What a rival's acquisition answered after a restart that began at
+/// `restarted`: the guard's time left, which must be at least `span` less
+/// the server's uptime (no more than the time since `restarted`) and a
+/// second of rounding (MySQL counts uptime in seconds). `Ok(None)` when the
+/// machine was too slow for the reading to tell (a starved run).
+fn guard_waits_at_least(
+    r: &Result<Grant, AcquireError>,
+    restarted: Instant,
+    span: Duration,
+) -> Outcome {
+    let up_at_most = restarted.elapsed();
+    let bound = span
+        .saturating_sub(up_at_most)
+        .saturating_sub(Duration::from_secs(1));
+    match r {
+        Err(AcquireError::StoreRestarted { resume_in }) if *resume_in >= bound => Ok(()),
+        _ if bound.is_zero() => Err(format!(
+            "{STARVED}the restart took {up_at_most:?}, longer than the guard's span {span:?}"
+        )),
+        Err(AcquireError::StoreRestarted { resume_in }) => Err(format!(
+            "the restart guard holds for {resume_in:?} more, not the at least {bound:?} a span \
+             of {span:?} leaves {up_at_most:?} after the restart began"
+        )),
+        other => Err(format!(
+            "a claim {up_at_most:?} after the restart began answered {other:?}, not \
+             StoreRestarted for {bound:?} or more"
+        )),
+    }
+}
+
+/// The restart guard waits out the pool's longest restart span, not the
+/// claimer's: a holder with a 20 s TTL claimed a slot (recorded durably),
+/// another holder with the same TTL claimed a second slot, which the crash
+/// lost; a claimer with a 1 s TTL after the restart is held back for the
+/// 20 s holder's TTL plus twice its skew, not for its own 3 s, while the
+/// forgotten lease may still be in use.
+pub async fn the_restart_guard_waits_out_the_pools_longest_span<S: Stores>(
+    b: Arc<Restartable<S>>,
+) -> Outcome {
+    let mut server = b.server.lock().await;
+    let long = fresh_pool(2, Duration::from_secs(20))?;
+    let short =
+        PoolSpec::new(long.name().clone(), 2, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+    b.prepare(&long).await?;
+    let s = b.store_one_timing().await?;
+    let first = acquire_after_expiry(&s, &long, Floor::NONE).await?;
+    b.stores.make_durable_now(&b.url).await?;
+    let sent = Instant::now();
+    let lost = s
+        .acquire_dyn(&long, Floor::NONE)
+        .await
+        .map_err(|e| format!("the second claim: {e}"))?;
+    let live = Live {
+        sent,
+        ttl: lost.ttl,
+    };
+    drop(s);
+    let restarted = Instant::now();
+    crash_and_restart(&mut server)?;
+    let rival = b.store_one_timing().await?;
+    let r = rival_acquire(&rival, &short, live).await;
+    live.judge(!matches!(r, Ok(ref g) if g.slot == lost.slot), || {
+        format!(
+            "a 1 s claimer got slot {} of a live 20 s lease: {r:?}",
+            lost.slot
+        )
+    })?;
+    guard_waits_at_least(&r, restarted, long.restart_span())?;
+    let _ = first;
+    Ok(())
+}
+
+/// A configured `max_clock_skew` larger than the default lengthens the
+/// restart guard: a pool with a 20 s TTL and 20 s of skew waits 60 s after
+/// the store forgot, not the 22 s the default skew would give.
+pub async fn a_larger_clock_skew_lengthens_the_restart_guard<S: Stores>(
+    b: Arc<Restartable<S>>,
+) -> Outcome {
+    let mut server = b.server.lock().await;
+    let pool = fresh_pool(1, Duration::from_secs(20))?
+        .with_max_clock_skew(Duration::from_secs(20))
+        .map_err(|e| e.to_string())?;
+    b.prepare(&pool).await?;
+    let restarted = Instant::now();
+    crash_and_restart(&mut server)?;
+    let s = b.store_one_timing().await?;
+    let r = loop {
+        match s.acquire_dyn(&pool, Floor::NONE).await {
+            Err(AcquireError::Unreachable(_)) if restarted.elapsed() < pool.restart_span() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            r => break r,
+        }
+    };
+    if let Ok(g) = &r {
+        let _ = s.release_dyn(&pool, g, Floor::NONE).await;
+    }
+    guard_waits_at_least(&r, restarted, pool.restart_span())
 }
 
 /// A target on `kind`'s own server with `settings`: on a durable server the
@@ -352,13 +596,44 @@ pub fn target<S: Stores>(kind: ServerKind, settings: Settings, stores: S) -> Tar
         url: server.url.clone(),
         server: tokio::sync::Mutex::new(server),
     };
+    let forgets = settings == Settings::Lossy && backend.stores.lossy_forgets(kind);
+    let crashes = backend.stores.can_crash_without_restart(kind);
     let t = Target::new(label, describe, Arc::new(backend));
-    if settings == Settings::Lossy {
-        return t.with_test(
-            "a_store_that_forgets_grants_no_second_holder_after_a_restart",
-            a_store_that_forgets_grants_no_second_holder_after_a_restart::<S>,
-        );
+    if forgets {
+        return t
+            .with_test(
+                "a_store_that_forgets_is_refused_by_default",
+                a_store_that_forgets_is_refused_by_default::<S>,
+            )
+            .with_test(
+                "a_store_that_forgets_grants_no_second_holder_after_a_restart",
+                a_store_that_forgets_grants_no_second_holder_after_a_restart::<S>,
+            )
+            .with_test(
+                "the_restart_guard_waits_out_the_pools_longest_span",
+                the_restart_guard_waits_out_the_pools_longest_span::<S>,
+            )
+            .with_test(
+                "a_larger_clock_skew_lengthens_the_restart_guard",
+                a_larger_clock_skew_lengthens_the_restart_guard::<S>,
+            );
     }
+    let t = if settings == Settings::Lossy {
+        t.with_test(
+            "the_lease_sessions_are_durable_on_a_lossy_server",
+            the_lease_sessions_are_durable_on_a_lossy_server::<S>,
+        )
+    } else {
+        t
+    };
+    let t = if crashes {
+        t.with_test(
+            "a_crash_without_a_restart_loses_no_lease",
+            a_crash_without_a_restart_loses_no_lease::<S>,
+        )
+    } else {
+        t
+    };
     t.with_test(
         "a_fence_never_repeats_after_a_store_restart",
         a_fence_never_repeats_after_a_store_restart::<S>,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{BoxFuture, Elector, Fence, Leader, LeaseConfig, Strategy};
 
-use crate::servers::{ServerKind, provide};
+use crate::servers::{ServerKind, Settings, provide_with};
 
 /// How many replicas campaign.
 pub const REPLICAS: usize = 6;
@@ -90,14 +90,16 @@ where
 }
 
 /// For the examples' tests: [`block_on`] on a private server of `kind`
-/// from the provider chain. A missing server is said loudly, and fails
-/// under `CI=true`.
+/// from the provider chain, with durable settings: the examples connect with
+/// the library's defaults, as a user's would, and those refuse a store that
+/// can forget acknowledged writes. A missing server is said loudly, and
+/// fails under `CI=true`.
 pub fn on_server<F, Fut>(kind: ServerKind, example: F)
 where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = Result<Report, String>>,
 {
-    match provide(kind) {
+    match provide_with(kind, Settings::Durable) {
         Ok(server) => block_on(server.url.clone(), example),
         Err(missing) if !crate::in_ci() => eprintln!("NOT RUN on {}: {missing}", kind.name()),
         Err(missing) => panic!("{missing}"),

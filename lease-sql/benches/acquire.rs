@@ -405,7 +405,9 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|e| e.to_string())?;
             let url = server.url_via(proxy.addr);
-            let setup = SqlStrategy::connect(SqlConfig::new(&server.url))
+            // The bench's servers are speed-tuned (they can forget) and never
+            // restarted while it runs.
+            let setup = SqlStrategy::connect(SqlConfig::new(&server.url).restart_guard(false))
                 .await
                 .map_err(|e| e.to_string())?;
             for algorithm in [Algorithm::Ours, Algorithm::Baseline] {

@@ -19,7 +19,7 @@ use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::ident::TableName;
-use crate::statements::{COLUMNS, FLOOR_COLUMNS, Statements, TOMBSTONE, floor_value};
+use crate::statements::{COLUMNS, FLOOR_COLUMNS, SPAN_COLUMNS, Statements, TOMBSTONE, floor_value};
 
 /// Rows inserted per statement when a pool is populated.
 const POPULATE_CHUNK: u32 = 1000;
@@ -117,7 +117,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     async fn check_server(&mut self, config: &SqlConfig) -> Result<(), SqlError> {
         let version = self.info.version.clone();
         let settings = D::durability_columns(&version);
-        let guard = D::resume_in_micros(Duration::from_secs(1), &version);
+        let guard = D::resume_in_micros("1000000", &version);
         let columns: Vec<String> = settings
             .map(str::to_owned)
             .into_iter()
@@ -158,10 +158,20 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         self.info.durability = Durability {
             risks: D::durability_risks(&settings_read),
         };
+        let forgetful = !self.info.durability.is_durable();
+        if config.require_durable && forgetful {
+            return Err(SqlError::NotDurable(self.info.durability.clone()));
+        }
+        // A server that can forget loses, in one crash, the record of the
+        // pool's longest restart span with the claims: refused unless the
+        // configuration says all holders share one timing, or turns the
+        // guard off knowingly.
+        if forgetful && config.restart_guard && !config.assume_one_timing {
+            return Err(SqlError::Forgetful(self.info.durability.clone()));
+        }
         // A server that keeps what it acknowledged forgets no lease on a
         // restart: only one that can forget needs the guard.
-        self.sql.guarded =
-            guard.is_some() && config.restart_guard && !self.info.durability.is_durable();
+        self.sql.guarded = guard.is_some() && config.restart_guard && forgetful;
         if self.sql.guarded && values.last().is_none_or(Option::is_none) {
             return Err(SqlError::UnsupportedServer {
                 what: format!(
@@ -181,9 +191,6 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 "the lease store can forget leases it acknowledged after a crash; the restart \
                  guard holds grants back after a restart, but a failover is not covered"
             );
-        }
-        if config.require_durable && !self.info.durability.is_durable() {
-            return Err(SqlError::NotDurable(self.info.durability.clone()));
         }
         Ok(())
     }
@@ -263,9 +270,10 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         self.add_floor_columns().await
     }
 
-    /// Migrates a 0.1 table: adds the floor columns it lacks (the statements
-    /// of `migrations/<engine>/0002_leasehold_floor.sql`). Rows keep their
-    /// leases, fences and holders, and get floor 0. Safe to run from many
+    /// Migrates a 0.1 or 0.2 table: adds the floor and span columns it lacks
+    /// (the statements of `migrations/<engine>/0002_leasehold_floor.sql` and
+    /// `0003_leasehold_span.sql`). Rows keep their leases, fences and
+    /// holders, and get floor 0 and span 0. Safe to run from many
     /// nodes at once, and beside 0.1 processes still using the table (their
     /// statements do not name the new columns).
     async fn add_floor_columns(&self) -> Result<(), AcquireError> {
@@ -274,7 +282,11 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             Ok(c) => c,
             Err(f) => return Err(self.to_acquire_error(f).await),
         };
-        for column in FLOOR_COLUMNS.iter().filter(|c| !has(&columns, c)) {
+        for column in FLOOR_COLUMNS
+            .iter()
+            .chain(&SPAN_COLUMNS)
+            .filter(|c| !has(&columns, c))
+        {
             let ddl = D::add_floor_column(&self.sql.table, column);
             if let Err(f) = self
                 .bounded(
@@ -359,8 +371,9 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         let (engine, table) = (D::ENGINE, &self.info.table);
         let fix = format!(
             "create it with `SqlStrategy::ensure_pool(&pool)` (or `ensure_table()`), or apply \
-             lease-sql/migrations/{engine}/0001_leasehold_leases.sql and \
-             0002_leasehold_floor.sql (written for the default table name leasehold_leases)"
+             lease-sql/migrations/{engine}/0001_leasehold_leases.sql, \
+             0002_leasehold_floor.sql and 0003_leasehold_span.sql (written for the default \
+             table name leasehold_leases)"
         );
         if columns.is_empty() {
             return Ok(Some(Schema::Broken(AcquireError::MissingSchema {
@@ -390,7 +403,23 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         }
         let floorless = lacks(&FLOOR_COLUMNS);
         if floorless.is_empty() {
-            return Ok(None);
+            let spanless = lacks(&SPAN_COLUMNS);
+            if spanless.is_empty() {
+                return Ok(None);
+            }
+            return Ok(Some(Schema::Floorless(AcquireError::MissingSchema {
+                what: format!(
+                    "the lease table {table} is a leasehold-sql 0.2 table: it lacks the column \
+                     {} that keeps the longest TTL and clock skew of the pool's holders, which \
+                     a server that can forget waits out after a restart",
+                    spanless.join(", ")
+                ),
+                fix: format!(
+                    "run `SqlStrategy::ensure_table()` (or `ensure_pool(&pool)`) once, which \
+                     adds it, or apply lease-sql/migrations/{engine}/0003_leasehold_span.sql; \
+                     existing leases are kept"
+                ),
+            })));
         }
         Ok(Some(Schema::Floorless(AcquireError::MissingSchema {
             what: format!(
@@ -401,8 +430,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             ),
             fix: format!(
                 "run `SqlStrategy::ensure_table()` (or `ensure_pool(&pool)`) once, which adds \
-                 them, or apply lease-sql/migrations/{engine}/0002_leasehold_floor.sql; \
-                 existing leases are kept"
+                 them, or apply lease-sql/migrations/{engine}/0002_leasehold_floor.sql and \
+                 0003_leasehold_span.sql; existing leases are kept"
             ),
         })))
     }
@@ -525,7 +554,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     /// How long the restart guard still holds for leases of `pool`, if it
     /// does.
     async fn resume_in(&self, pool: &PoolSpec) -> Result<Option<Duration>, Failure> {
-        let Some(expr) = self.sql.resume_in::<D>(pool.ttl()) else {
+        let Some(expr) = self.sql.resume_in::<D>(pool) else {
             return Ok(None);
         };
         let sql = format!("SELECT {expr}");
@@ -752,7 +781,7 @@ where
 enum Schema {
     /// Missing, or not a lease table.
     Broken(AcquireError),
-    /// A 0.1 table: `ensure_table` migrates it.
+    /// A 0.1 or 0.2 table: `ensure_table` migrates it.
     Floorless(AcquireError),
 }
 

@@ -36,6 +36,7 @@ pub struct SqlConfig {
     pub(crate) max_connections: u32,
     pub(crate) require_durable: bool,
     pub(crate) restart_guard: bool,
+    pub(crate) assume_one_timing: bool,
 }
 
 impl std::fmt::Debug for SqlConfig {
@@ -47,6 +48,7 @@ impl std::fmt::Debug for SqlConfig {
             .field("max_connections", &self.max_connections)
             .field("require_durable", &self.require_durable)
             .field("restart_guard", &self.restart_guard)
+            .field("assume_one_timing_per_pool", &self.assume_one_timing)
             .finish()
     }
 }
@@ -62,6 +64,7 @@ impl SqlConfig {
             max_connections: 2,
             require_durable: false,
             restart_guard: true,
+            assume_one_timing: false,
         }
     }
 
@@ -89,34 +92,60 @@ impl SqlConfig {
     }
 
     /// Refuse to connect to a server that can forget writes it acknowledged
-    /// (PostgreSQL `fsync`, `synchronous_commit` or `full_page_writes` off;
-    /// MySQL/MariaDB `innodb_flush_log_at_trx_commit` other than 1, or
-    /// `sync_binlog` other than 1 with the binary log on): `connect` answers
+    /// even when [`SqlConfig::assume_one_timing_per_pool`] or
+    /// [`SqlConfig::restart_guard`]`(false)` accepts one: `connect` answers
     /// [`SqlError::NotDurable`](crate::SqlError::NotDurable) naming each
-    /// setting and its fix. Default false: such a server is accepted, its
-    /// risks are in [`SqlStrategy::durability`](crate::SqlStrategy::durability)
-    /// (and a `tracing` warning with the `tracing` feature), and the restart
-    /// guard keeps a restart from handing out a slot twice.
+    /// setting and its fix. Default false.
+    ///
+    /// Which servers can forget: PostgreSQL with `fsync` or
+    /// `full_page_writes` off (an OS crash or power loss), MySQL/MariaDB with
+    /// `innodb_flush_log_at_trx_commit` other than 1, or `sync_binlog` other
+    /// than 1 with the binary log on. PostgreSQL with `synchronous_commit =
+    /// off` is not among them: the lease connections set it `on` for
+    /// themselves, so leases are durable whatever the server's default (the
+    /// caller's own pool, [`SqlStrategy::pool`](crate::SqlStrategy::pool),
+    /// keeps the server's setting).
     pub fn require_durable(mut self, yes: bool) -> Self {
         self.require_durable = yes;
         self
     }
 
-    /// The restart guard (default on). A server that can forget writes it
-    /// acknowledged (see [`SqlConfig::require_durable`]) may come back from a
-    /// crash without a renewal, or a whole claim, that a holder still relies
-    /// on, and would hand that slot out again. With the guard, claims on such
-    /// a server grant nothing until the server has been up for the pool's TTL
-    /// plus twice the default `max_clock_skew` (2 s: the floor a lost renewal
-    /// raised is lost too, so the next holder must start later than anything
-    /// the previous run's holders could stamp on a clock within the skew bound)
+    /// Accept a server that can forget acknowledged writes (see
+    /// [`SqlConfig::require_durable`]), promising that **every process of
+    /// each pool uses the same TTL and `max_clock_skew`**. Default false: such
+    /// a server is refused at connect with
+    /// [`SqlError::Forgetful`](crate::SqlError::Forgetful).
+    ///
+    /// What it risks: a crash of such a server can lose a claim, or a
+    /// renewal, that a holder still relies on. The restart guard then
+    /// grants nothing until the server has been up for the pool's longest
+    /// TTL plus twice its largest `max_clock_skew` — as recorded in the
+    /// table with each claim (`span_ms`), or this process's own if that is
+    /// longer — so every holder of the previous run has stopped, and a
+    /// successor's clock is past anything it stamped. But the crash can lose
+    /// that record too. If a process with a longer TTL or larger skew than
+    /// the first claimant after the crash still holds a lease the server
+    /// forgot, the two overlap and can mint the same IDs. With one TTL and
+    /// skew for the whole pool, as this promises, they cannot.
+    pub fn assume_one_timing_per_pool(mut self, yes: bool) -> Self {
+        self.assume_one_timing = yes;
+        self
+    }
+
+    /// The restart guard (default on; see
+    /// [`SqlConfig::assume_one_timing_per_pool`] for what it waits and when
+    /// it runs). On a server that can forget, claims grant nothing until the
+    /// server has been up for the pool's restart span
     /// (PostgreSQL `pg_postmaster_start_time()`, MySQL/MariaDB `Uptime`,
-    /// checked inside the claim statement), when every lease of its previous
-    /// run has expired; meanwhile acquisition answers the retryable
-    /// `AcquireError::StoreRestarted` with the time left, and renewals go on.
-    /// A durable server needs no guard and gets none. Turn it off only for a
-    /// server that is never restarted while leases are held (a throwaway test
-    /// database): every first start of a server waits out one TTL too.
+    /// checked inside the claim statement); meanwhile acquisition answers the
+    /// retryable `AcquireError::StoreRestarted` with the time left, and
+    /// renewals go on. A durable server needs no guard and gets none.
+    ///
+    /// `restart_guard(false)` also accepts a server that can forget, with no
+    /// guard at all: a restart that loses a lease hands its slot to a second
+    /// holder at once, and both can mint the same IDs. Only for a throwaway
+    /// database that is never restarted while leases are held (tests,
+    /// benchmarks).
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.restart_guard = on;
         self

@@ -39,6 +39,22 @@ pub enum SqlError {
     /// set. Final: the message names each setting and its fix.
     #[error("the database can lose leases it acknowledged, and durability is required: {0}")]
     NotDurable(leasehold_core::Durability),
+    /// The server can forget writes it acknowledged, and nothing in the
+    /// configuration accepts that. Such a server can lose, in one crash, a
+    /// claim and the record of the longest TTL and clock skew its pool's
+    /// holders use, so the restart guard could not know how long to wait
+    /// for a holder that still generates. Final: the message names each
+    /// setting, its fix, and the two opt-ins
+    /// ([`SqlConfig::assume_one_timing_per_pool`](crate::SqlConfig::assume_one_timing_per_pool),
+    /// [`SqlConfig::restart_guard`](crate::SqlConfig::restart_guard)).
+    #[error(
+        "the database can lose leases it acknowledged: {0} fix the settings named, or accept \
+         the risk explicitly: `SqlConfig::assume_one_timing_per_pool(true)` when every process \
+         of each pool uses the same TTL and max_clock_skew (the restart guard then waits them \
+         out after a restart), or `restart_guard(false)` for a throwaway database never \
+         restarted while leases are held"
+    )]
+    Forgetful(leasehold_core::Durability),
     /// The database answered an operator call with an error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

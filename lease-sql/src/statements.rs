@@ -28,6 +28,15 @@ pub(crate) const COLUMNS: [&str; 8] = [
 /// returns; a column because SQLite's `RETURNING` sees only new values).
 pub(crate) const FLOOR_COLUMNS: [&str; 2] = ["floor_ms", "grant_floor_ms"];
 
+/// The restart-span column added in 0.3
+/// (`migrations/<engine>/0003_leasehold_span.sql`; `ensure_table` adds it):
+/// `span_ms`, the longest restart span (TTL plus twice `max_clock_skew`, ms)
+/// of any holder that claimed the slot. A server that can forget holds
+/// claims back for the largest over the pool's rows after it restarts
+/// (DESIGN.md rule 12), so a holder with a longer TTL or skew than the
+/// claimer is waited out too.
+pub(crate) const SPAN_COLUMNS: [&str; 1] = ["span_ms"];
+
 /// The token a revoke leaves in place of the holder's: all zeros, which
 /// `Token::random` (128 bits from the OS) never matches in practice. The
 /// tombstone keeps the revoked lease's expiry, so the slot stays taken until
@@ -114,20 +123,30 @@ impl Statements {
         }
     }
 
-    /// The restart guard's microseconds until grants resume, for leases of
-    /// `ttl` (see [`Dialect::resume_in_micros`]), when the guard is on.
+    /// The restart guard's microseconds until grants resume for `spec` (see
+    /// [`Dialect::resume_in_micros`]), when the guard is on.
     ///
-    /// The guard spans the TTL plus twice the default `max_clock_skew`: the
-    /// floor a lost renewal would have raised may be lost too, so a new
-    /// holder must start later, on any clock within the skew bound, than the
-    /// last timestamp the previous run's holders could issue.
-    pub(crate) fn resume_in<D: Dialect>(&self, ttl: std::time::Duration) -> Option<String> {
-        if self.guarded {
-            let span = ttl + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
-            D::resume_in_micros(span, &self.version)
-        } else {
-            None
+    /// The guard spans the pool's longest restart span: the largest
+    /// `span_ms` any holder of the pool claimed with, or this claimer's own
+    /// ([`PoolSpec::restart_span`]: its TTL plus twice its `max_clock_skew`)
+    /// if that is longer. By then every lease of the server's previous run
+    /// has passed its holder's deadline, and since the floor a lost renewal
+    /// would have raised may be lost too, a new holder starts later, on any
+    /// clock within the pool's skew bound, than the last timestamp those
+    /// holders could issue.
+    pub(crate) fn resume_in<D: Dialect>(&self, spec: &PoolSpec) -> Option<String> {
+        if !self.guarded {
+            return None;
         }
+        let span = D::greatest(
+            &span_millis(spec).saturating_mul(1000).to_string(),
+            &format!(
+                "COALESCE((SELECT MAX(span_ms) FROM {} WHERE pool = '{}'), 0) * 1000",
+                self.table,
+                spec.name().as_str()
+            ),
+        );
+        D::resume_in_micros(&span, &self.version)
     }
 
     /// The acquisition, as one text statement (or, on MySQL, one
@@ -155,19 +174,27 @@ impl Statements {
         let mut free =
             format!("pool = '{pool}' AND {range} AND (token IS NULL OR expires_at <= {now})");
         // No grant until every lease of the server's previous run has expired.
-        if let Some(resume_in) = self.resume_in::<D>(spec.ttl()) {
+        if let Some(resume_in) = self.resume_in::<D>(spec) {
             free.push_str(&format!(" AND {resume_in} <= 0"));
         }
         let token = D::token_literal(&hex(token));
         // `grant_floor_ms` comes first: MySQL assigns left to right, reading
         // columns already assigned; PostgreSQL and SQLite read the old row.
+        // The fence is at least the server's clock in microseconds, so a
+        // fence the server forgot (a crash before its write was durable, a
+        // restore, a truncated table) is never issued again: the restart
+        // guard keeps claims back for seconds after such a loss, and the
+        // clock has moved past every fence issued before it (DESIGN.md
+        // rule 7).
         let set = format!(
             "grant_floor_ms = floor_ms, floor_ms = {}, \
-             token = {token}, fence = fence + 1, holder = {}, expires_at = {}, \
-             acquired_at = {now}, renewed_at = {now}",
+             token = {token}, fence = {}, holder = {}, expires_at = {}, \
+             acquired_at = {now}, renewed_at = {now}, span_ms = {}",
             D::greatest("floor_ms", &floor_value(ceiling).to_string()),
+            D::greatest("fence + 1", D::NOW_MICROS),
             D::holder_literal(&hex(holder(spec).as_bytes())),
             D::expires_after(&D::ttl_literal(spec.ttl())),
+            D::greatest("span_ms", &span_millis(spec).to_string()),
         );
         D::acquire(t, pool, &free, &set, &token, D::NOW_MICROS)
     }
@@ -203,6 +230,12 @@ impl Statements {
     }
 }
 
+/// The holder's restart span as stored in `span_ms`: whole milliseconds,
+/// rounded up.
+pub(crate) fn span_millis(spec: &PoolSpec) -> i64 {
+    i64::try_from(spec.restart_span().as_micros().div_ceil(1000)).unwrap_or(i64::MAX)
+}
+
 /// A floor as stored: Unix ms, capped to the signed 64-bit columns.
 pub(crate) fn floor_value(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
@@ -236,11 +269,14 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         }
-        fn check<D: Dialect>(first: &str, floor: &str) {
+        fn check<D: Dialect>(first: &str, floor: &str, span: &str) {
             let t = TableName::default().quoted(D::QUOTE);
             // 0001 is the 0.1 table: today's DDL without the floor columns.
             let ddl = D::create_table(&t);
-            let v1: Vec<&str> = ddl.lines().filter(|l| !l.contains("floor_ms")).collect();
+            let v1: Vec<&str> = ddl
+                .lines()
+                .filter(|l| !l.contains("floor_ms") && !l.contains("span_ms"))
+                .collect();
             assert_eq!(
                 body(first).trim().trim_end_matches(';'),
                 v1.join("\n"),
@@ -258,21 +294,35 @@ mod tests {
                 "{} 0002 migration drifted",
                 D::ENGINE
             );
-            for c in FLOOR_COLUMNS {
+            // 0003 adds exactly the span column.
+            let adds: Vec<String> = SPAN_COLUMNS
+                .iter()
+                .map(|c| format!("{};", D::add_floor_column(&t, c)))
+                .collect();
+            assert_eq!(
+                body(span).trim(),
+                adds.join("\n"),
+                "{} 0003 migration drifted",
+                D::ENGINE
+            );
+            for c in FLOOR_COLUMNS.iter().chain(&SPAN_COLUMNS) {
                 assert!(ddl.contains(c), "{} DDL lacks {c}", D::ENGINE);
             }
         }
         check::<sqlx::Postgres>(
             include_str!("../migrations/postgres/0001_leasehold_leases.sql"),
             include_str!("../migrations/postgres/0002_leasehold_floor.sql"),
+            include_str!("../migrations/postgres/0003_leasehold_span.sql"),
         );
         check::<sqlx::MySql>(
             include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
             include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
+            include_str!("../migrations/mysql/0003_leasehold_span.sql"),
         );
         check::<sqlx::Sqlite>(
             include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
             include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
+            include_str!("../migrations/sqlite/0003_leasehold_span.sql"),
         );
     }
 

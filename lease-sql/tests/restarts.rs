@@ -1,9 +1,12 @@
 //! Store restarts on PostgreSQL 15, the newest PostgreSQL a wheel provides and
 //! MariaDB 10.11 (`leasehold_conformance::restarts`): on a private
 //! [`Settings::Durable`] server a fence never repeats and a lease survives a
-//! crash; on a private [`Settings::Lossy`] one (PostgreSQL
-//! `synchronous_commit = off`, MariaDB `innodb_flush_log_at_trx_commit = 0`)
-//! the restart guard keeps a second holder off the slot.
+//! crash, and on PostgreSQL a killed backend (crash recovery without a
+//! restart) loses nothing. On a private [`Settings::Lossy`] PostgreSQL
+//! (`synchronous_commit = off`) the lease sessions turn it on for themselves,
+//! so the same holds there; a lossy MariaDB (`innodb_flush_log_at_trx_commit
+//! = 0`) is refused by default, and with the one-timing opt-in the restart
+//! guard keeps a second holder off the slot for the pool's longest span.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,9 +20,43 @@ use leasehold_sql::{SqlConfig, SqlStrategy};
 struct Sql;
 
 async fn connect(url: &str) -> Result<SqlStrategy, String> {
-    SqlStrategy::connect(SqlConfig::new(url).max_connections(4))
+    connect_with(SqlConfig::new(url)).await
+}
+
+async fn connect_with(config: SqlConfig) -> Result<SqlStrategy, String> {
+    SqlStrategy::connect(config.max_connections(4))
         .await
         .map_err(|e| format!("connect: {e}"))
+}
+
+/// Runs `sql` on a connection of its own to the server at `url`.
+async fn run_sql(url: &str, sql: &str) -> Result<(), String> {
+    // One connection, through a pool: a pool is an executor the boxed
+    // futures of `Stores` can hold across awaits.
+    if url.starts_with("postgres") {
+        let c = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        sqlx::raw_sql(sql)
+            .execute(&c)
+            .await
+            .map_err(|e| format!("{sql}: {e}"))?;
+        c.close().await;
+    } else {
+        let c = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+        sqlx::raw_sql(sql)
+            .execute(&c)
+            .await
+            .map_err(|e| format!("{sql}: {e}"))?;
+        c.close().await;
+    }
+    Ok(())
 }
 
 impl Stores for Sql {
@@ -36,7 +73,8 @@ impl Stores for Sql {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            let s = connect(url).await?;
+            // Tables and rows only: no lease is taken on this connection.
+            let s = connect_with(SqlConfig::new(url).restart_guard(false)).await?;
             let mut r = s.ensure_pool(pool).await.map_err(|e| e.to_string());
             if let (Ok(()), Some(pg)) = (&r, s.postgres()) {
                 r = sqlx::raw_sql("CHECKPOINT")
@@ -52,11 +90,112 @@ impl Stores for Sql {
 
     fn reports_lossy<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Option<bool>, String>> {
         Box::pin(async move {
-            let s = connect(url).await?;
+            let s = connect_with(SqlConfig::new(url).restart_guard(false)).await?;
             let lossy = !s.durability().is_durable();
             s.close().await;
             Ok(Some(lossy))
         })
+    }
+
+    /// PostgreSQL's lease sessions turn `synchronous_commit` on: only a
+    /// lossy MariaDB forgets.
+    fn lossy_forgets(&self, kind: ServerKind) -> bool {
+        kind == ServerKind::MariaDb
+    }
+
+    fn connect_one_timing<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
+        Box::pin(async move {
+            let s = connect_with(SqlConfig::new(url).assume_one_timing_per_pool(true)).await?;
+            Ok(Arc::new(s) as Store)
+        })
+    }
+
+    /// PostgreSQL: a checkpoint. MariaDB with `innodb_flush_log_at_trx_commit
+    /// = 0`: one commit made with it at 1 writes and flushes the redo log up
+    /// to that commit, every earlier one included.
+    fn make_durable_now<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            if url.starts_with("postgres") {
+                return run_sql(url, "CHECKPOINT").await;
+            }
+            run_sql(
+                url,
+                "SET @leasehold_was = @@GLOBAL.innodb_flush_log_at_trx_commit; \
+                 SET GLOBAL innodb_flush_log_at_trx_commit = 1; \
+                 CREATE TABLE IF NOT EXISTS leasehold_test_flush (n INT PRIMARY KEY); \
+                 REPLACE INTO leasehold_test_flush VALUES (1); \
+                 SET GLOBAL innodb_flush_log_at_trx_commit = @leasehold_was",
+            )
+            .await
+        })
+    }
+
+    fn can_crash_without_restart(&self, kind: ServerKind) -> bool {
+        matches!(kind, ServerKind::Postgres15 | ServerKind::PostgresLatest)
+    }
+
+    /// SIGKILLs one PostgreSQL backend (an idle connection of its own): the
+    /// postmaster ends every other backend, reinitialises shared memory
+    /// (the WAL buffers with it) and replays the WAL on disk, without
+    /// restarting (`restart_after_crash`, on by default).
+    fn crash_without_restart<'a>(
+        &'a self,
+        url: &'a str,
+    ) -> Option<BoxFuture<'a, Result<(), String>>> {
+        Some(Box::pin(async move {
+            use sqlx::Row;
+            let one = || {
+                sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(url)
+            };
+            let victim = one().await.map_err(|e| format!("{url}: {e}"))?;
+            let row =
+                sqlx::query("SELECT CAST(pg_postmaster_start_time() AS TEXT), pg_backend_pid()")
+                    .fetch_one(&victim)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            let started: String = row.try_get(0).map_err(|e| e.to_string())?;
+            let pid: i32 = row.try_get(1).map_err(|e| e.to_string())?;
+            let status = leasehold_conformance::programs::command("kill")?
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .map_err(|e| format!("kill: {e}"))?;
+            if !status.success() {
+                return Err(format!("kill -KILL {pid}: {status}"));
+            }
+            victim.close().await;
+            // Connections are refused during recovery; then the server is
+            // back, and never restarted.
+            let start = std::time::Instant::now();
+            loop {
+                let again = match one().await {
+                    Ok(c) => {
+                        let now = sqlx::query("SELECT CAST(pg_postmaster_start_time() AS TEXT)")
+                            .fetch_one(&c)
+                            .await
+                            .and_then(|r| r.try_get::<String, _>(0))
+                            .ok();
+                        c.close().await;
+                        now
+                    }
+                    Err(_) => None,
+                };
+                match again {
+                    Some(now) if now == started => return Ok(()),
+                    Some(now) => {
+                        return Err(format!(
+                            "the server restarted (started {started}, now {now}) instead of \
+                             recovering in place"
+                        ));
+                    }
+                    None if start.elapsed() < std::time::Duration::from_secs(60) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    }
+                    None => return Err("the server did not recover within 60 s".into()),
+                }
+            }
+        }))
     }
 }
 

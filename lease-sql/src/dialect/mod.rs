@@ -189,14 +189,15 @@ pub(crate) trait Dialect: sqlx::Database {
     fn floor_param(n: usize) -> String {
         Self::param(n)
     }
-    /// The restart guard (issue 17): an SQL expression of the microseconds
-    /// until this server may grant again after its last start, so that every
-    /// lease granted by the previous run — whose acknowledged renewals a
-    /// server with lossy settings may have forgotten — has expired first:
-    /// `start + ttl − now`, at most 0 once grants may resume. `None` where no
+    /// The restart guard: an SQL expression of the microseconds until this
+    /// server may grant again after its last start, so that every lease
+    /// granted by the previous run — whose acknowledged writes a server with
+    /// lossy settings may have forgotten — has passed its holder's deadline
+    /// first: `start + span − now`, at most 0 once grants may resume, where
+    /// `span` is an SQL integer expression of microseconds. `None` where no
     /// guard is needed (SQLite: see its dialect). `version` is the server as
     /// it described itself at connect.
-    fn resume_in_micros(ttl: Duration, version: &str) -> Option<String>;
+    fn resume_in_micros(span: &str, version: &str) -> Option<String>;
     /// The select list (text columns) of the settings that decide whether
     /// the server keeps acknowledged writes across a crash (see
     /// [`Dialect::durability_risks`]). `None`: nothing to read (SQLite).
@@ -229,8 +230,10 @@ pub(crate) trait Dialect: sqlx::Database {
     /// `migrations/<engine>/0001_leasehold_leases.sql` with the floor columns
     /// of `0002_leasehold_floor.sql`.
     fn create_table(t: &str) -> String;
-    /// Adds the floor column `column` to the lease table `t` (quoted): the
-    /// statements of `migrations/<engine>/0002_leasehold_floor.sql`.
+    /// Adds the integer column `column` (a floor column, or `span_ms`) to the
+    /// lease table `t` (quoted): the statements of
+    /// `migrations/<engine>/0002_leasehold_floor.sql` and
+    /// `0003_leasehold_span.sql`.
     fn add_floor_column(t: &str, column: &str) -> String {
         format!(
             "ALTER TABLE {t} ADD COLUMN {column} {} NOT NULL DEFAULT 0",

@@ -60,9 +60,10 @@ impl Dialect for MySql {
     /// `information_schema.GLOBAL_STATUS` on MariaDB and from
     /// `performance_schema.global_status` on MySQL 8, which dropped the
     /// former. NULL when the server does not show it: `connect` checks that
-    /// (grants would never resume).
-    fn resume_in_micros(ttl: Duration, version: &str) -> Option<String> {
-        let secs = ttl.as_micros().div_ceil(1_000_000);
+    /// (grants would never resume). `Uptime` counts whole seconds: the span
+    /// is rounded up to them.
+    fn resume_in_micros(span: &str, version: &str) -> Option<String> {
+        let secs = format!("CAST(CEILING(({span}) / 1000000) AS SIGNED)");
         let table = if version.contains("MariaDB") {
             "information_schema.GLOBAL_STATUS"
         } else {
@@ -168,6 +169,7 @@ impl Dialect for MySql {
             \x20   renewed_at  DATETIME(6)     NULL,\n\
             \x20   floor_ms       BIGINT NOT NULL DEFAULT 0,\n\
             \x20   grant_floor_ms BIGINT NOT NULL DEFAULT 0,\n\
+            \x20   span_ms        BIGINT NOT NULL DEFAULT 0,\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             ) ENGINE = InnoDB"
         )

@@ -50,11 +50,10 @@ impl Dialect for Postgres {
     }
 
     /// `pg_postmaster_start_time()`: when the server (re)started.
-    fn resume_in_micros(ttl: Duration, _version: &str) -> Option<String> {
+    fn resume_in_micros(span: &str, _version: &str) -> Option<String> {
         Some(format!(
-            "CAST(EXTRACT(EPOCH FROM (pg_postmaster_start_time() + {} * INTERVAL '1 microsecond' \
-             - CURRENT_TIMESTAMP(6))) * 1000000 AS BIGINT)",
-            Self::ttl_literal(ttl)
+            "CAST(EXTRACT(EPOCH FROM (pg_postmaster_start_time() + ({span}) * INTERVAL '1 microsecond' \
+             - CURRENT_TIMESTAMP(6))) * 1000000 AS BIGINT)"
         ))
     }
 
@@ -134,6 +133,7 @@ impl Dialect for Postgres {
             \x20   renewed_at  TIMESTAMPTZ(6),\n\
             \x20   floor_ms       BIGINT NOT NULL DEFAULT 0,\n\
             \x20   grant_floor_ms BIGINT NOT NULL DEFAULT 0,\n\
+            \x20   span_ms        BIGINT NOT NULL DEFAULT 0,\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             )"
         )
@@ -184,6 +184,21 @@ impl Dialect for Postgres {
             ));
         }
         let version = format!("PostgreSQL {version}");
+        // A server (or role, or database) with `synchronous_commit = off`
+        // acknowledges commits before they reach the disk, and a crash of
+        // any backend — the postmaster reinitialises without restarting —
+        // loses them: a claim, a renewal, a fence. The lease connections
+        // turn it on for themselves (it is a per-session setting), so the
+        // leases are durable whenever `fsync` is on. A stronger setting
+        // (`remote_write`, `remote_apply`) is kept as it is.
+        let sync: String =
+            super::version::<Self>(url, op, conn.fetch_one("SHOW synchronous_commit")).await?;
+        let opts = if sync == "off" {
+            guard_connect::<Self, _>(url, op, conn.execute("SET synchronous_commit = on")).await?;
+            opts.options([("synchronous_commit", "on")])
+        } else {
+            opts
+        };
         Ok(Opened::new(
             conn,
             opts,

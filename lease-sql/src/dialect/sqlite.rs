@@ -69,7 +69,7 @@ impl Dialect for Sqlite {
     /// that loses its last writes (WAL with `synchronous = NORMAL` keeps
     /// every commit across a process crash; only an OS crash or power loss
     /// can drop the last ones) ends those holders too.
-    fn resume_in_micros(_: Duration, _: &str) -> Option<String> {
+    fn resume_in_micros(_: &str, _: &str) -> Option<String> {
         None
     }
 
@@ -128,6 +128,7 @@ impl Dialect for Sqlite {
             \x20   renewed_at  TEXT,\n\
             \x20   floor_ms       INTEGER NOT NULL DEFAULT 0,\n\
             \x20   grant_floor_ms INTEGER NOT NULL DEFAULT 0,\n\
+            \x20   span_ms        INTEGER NOT NULL DEFAULT 0,\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             )"
         )
