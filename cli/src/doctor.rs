@@ -223,7 +223,11 @@ async fn sql(s: &SqlStrategy) -> Vec<Check> {
         check(
             Verdict::Warn,
             "durability",
-            format!("can forget acknowledged writes: {}", risks.join("; ")),
+            format!(
+                "can forget acknowledged writes: {}; applications are refused unless they \
+                 opt in (SqlConfig::assume_one_timing_per_pool or restart_guard(false))",
+                risks.join("; ")
+            ),
         )
         .fix(fixes.join("; "))
     });
