@@ -69,6 +69,21 @@ impl Durability {
                 .is_some_and(|f| f.eq_ignore_ascii_case("always"))
     }
 
+    /// The settings that decide whether every acknowledged write is kept,
+    /// as read: `appendonly yes, appendfsync everysec` (`unknown` where
+    /// `CONFIG GET` could not read them).
+    pub fn persistence_settings(&self) -> String {
+        let aof = match self.appendonly {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "unknown",
+        };
+        format!(
+            "appendonly {aof}, appendfsync {}",
+            self.appendfsync.as_deref().unwrap_or("unknown")
+        )
+    }
+
     /// The warning to show when the server may lose leases by eviction
     /// (set only when [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
     /// let the connection through).

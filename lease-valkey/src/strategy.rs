@@ -143,7 +143,12 @@ impl ValkeyStrategy {
     /// picks the path and loads its scripts. A server whose
     /// `maxmemory-policy` may evict keys is refused with
     /// [`ValkeyError::Eviction`] unless [`ValkeyConfig::allow_eviction`] says
-    /// otherwise.
+    /// otherwise. A server that can forget acknowledged writes (not
+    /// `appendonly yes` with `appendfsync always`, or unreadable) is refused
+    /// with [`ValkeyError::NotDurable`] unless
+    /// [`ValkeyConfig::assume_one_timing_per_pool`] or
+    /// [`ValkeyConfig::restart_guard`]`(false)` accepts it (never with
+    /// [`ValkeyConfig::require_durable`]).
     ///
     /// Every command is bounded by the configured operation timeout: `fred`'s
     /// command and connection timeouts are set to it, a command is sent at
@@ -245,11 +250,16 @@ impl ValkeyStrategy {
             }
             durability.eviction_allowed = true;
         }
-        if strategy.inner.config.require_durable && !durability.keeps_every_write() {
+        let config = &strategy.inner.config;
+        let accepted = !config.restart_guard || config.one_timing;
+        if !durability.keeps_every_write() && (config.require_durable || !accepted) {
+            let required = config.require_durable;
             let _ = strategy.inner.client.quit().await;
             return Err(ValkeyError::NotDurable {
                 server: server.to_string(),
+                settings: durability.persistence_settings(),
                 durability: durability.to_string(),
+                required,
             });
         }
         let path = match (strategy.inner.config.method, server.hsetex) {
@@ -362,17 +372,12 @@ impl ValkeyStrategy {
         &self.inner.durability
     }
 
-    /// The restart guard's span for leases of `ttl`, in ms (0: no guard):
-    /// the TTL plus twice the default `max_clock_skew`, since the floors a
-    /// restart forgets are gone too. Only a server that keeps every
-    /// acknowledged write (`appendonly yes`, `appendfsync always`) goes
-    /// without it.
-    fn guard_ms(&self, ttl: Duration) -> u64 {
-        if !self.inner.config.restart_guard || self.inner.durability.keeps_every_write() {
-            return 0;
-        }
-        let span = ttl + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
-        u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+    /// Whether the claim scripts hold grants back after a restart: on a
+    /// server that does not keep every acknowledged write (`appendonly
+    /// yes`, `appendfsync always`), unless [`ValkeyConfig::restart_guard`]
+    /// turned the guard off.
+    fn guard_on(&self) -> bool {
+        self.inner.config.restart_guard && !self.inner.durability.keeps_every_write()
     }
 
     /// The path in use.
@@ -544,6 +549,12 @@ fn store_time(secs: &Value, micros: &Value) -> Option<Duration> {
     Some(Duration::from_secs(as_u64(secs)?) + Duration::from_micros(micros))
 }
 
+/// A restart span in whole milliseconds, rounded up (the guard may wait a
+/// little longer, never shorter).
+fn span_ms(span: Duration) -> u64 {
+    u64::try_from(span.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
 /// What a claim script answered.
 #[derive(Debug, PartialEq, Eq)]
 enum Claim {
@@ -552,16 +563,22 @@ enum Claim {
         fence: u64,
         floor: Floor,
         at: Duration,
+        /// The claim raised the pool's recorded restart span.
+        raised_span: bool,
     },
     Full,
     FencesLost,
     /// The restart guard holds for this many ms.
     Restarted(u64),
+    /// This slot's fence is not a number the script can raise exactly.
+    FenceUnusable(u32),
 }
 
-/// A claim script's answer: `{slot, fence, floor, secs, micros}` (the floor
-/// as a decimal string, exact for every `u64`; the server's `TIME`), -1 when
-/// the pool is full, -2 when its fences hash was lost.
+/// A claim script's answer: `{slot, fence, floor, secs, micros, raised}`
+/// (the floor as a decimal string, exact for every `u64`; the server's
+/// `TIME`; 1 when the pool's recorded restart span was raised), -1 when the
+/// pool is full, -2 when its fences hash was lost, `{-3, ms}` while the
+/// restart guard holds, `{-4, slot}` for a slot whose fence is unusable.
 fn parse_claim(v: &Value) -> Option<Claim> {
     match v {
         Value::Integer(-1) => Some(Claim::Full),
@@ -569,11 +586,15 @@ fn parse_claim(v: &Value) -> Option<Claim> {
         Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-3) => {
             Some(Claim::Restarted(u64::try_from(items[1].as_i64()?).ok()?))
         }
-        Value::Array(items) if items.len() == 5 => Some(Claim::Granted {
+        Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-4) => Some(
+            Claim::FenceUnusable(u32::try_from(items[1].as_i64()?).ok()?),
+        ),
+        Value::Array(items) if items.len() == 6 => Some(Claim::Granted {
             slot: u32::try_from(items[0].as_i64()?).ok()?,
             fence: u64::try_from(items[1].as_i64()?).ok()?,
             floor: Floor(as_u64(&items[2])?),
             at: store_time(&items[3], &items[4])?,
+            raised_span: items[5].as_i64()? == 1,
         }),
         _ => None,
     }
@@ -686,7 +707,8 @@ impl Strategy for ValkeyStrategy {
         let fences_key = keys.fences.clone();
         let token = Token::random();
         let ceiling = ceiling.unix_millis().to_string();
-        let guard = self.guard_ms(pool.ttl()).to_string();
+        let span = span_ms(pool.restart_span()).to_string();
+        let guard = if self.guard_on() { "1" } else { "0" }.to_owned();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),
             ActivePath::Hsetex => {
@@ -699,8 +721,9 @@ impl Strategy for ValkeyStrategy {
                         token.to_hex(),
                         ceiling,
                         keys.slot_prefix,
-                        guard,
+                        span,
                         pool.holder().to_owned(),
+                        guard,
                     ],
                 )
                 .await
@@ -715,8 +738,9 @@ impl Strategy for ValkeyStrategy {
                         token.to_hex(),
                         keys.slot_prefix,
                         ceiling,
-                        guard,
+                        span,
                         pool.holder().to_owned(),
+                        guard,
                     ],
                 )
                 .await
@@ -751,6 +775,7 @@ impl Strategy for ValkeyStrategy {
                 fence,
                 floor,
                 at,
+                raised_span: _,
             }) => {
                 let grant = Grant::new(slot, token, Fence(fence), applied)
                     .with_floor(floor)
@@ -787,6 +812,21 @@ impl Strategy for ValkeyStrategy {
                      slot's fence above any fence used before (HSET {fences_key} <slot> <n>) and \
                      its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>), and \
                      delete the marker (HDEL {fences_key} lost)"
+                ),
+            }),
+            Some(Claim::FenceUnusable(slot)) => Err(AcquireError::Misconfigured {
+                what: format!(
+                    "the fence of slot {slot} in {fences_key} (pool {}) is not a whole number \
+                     below 2^53 - 1, so the claim script cannot give the next one exactly; \
+                     {} grants this slot to nobody",
+                    pool.name(),
+                    self.inner.server
+                ),
+                fix: format!(
+                    "make sure nothing but leasehold writes {fences_key}; a fence need not be \
+                     repaired to rise (the next one is at least the server's clock in µs), so \
+                     delete the field (HDEL {fences_key} {slot}) once every holder of the slot \
+                     has stopped"
                 ),
             }),
             None => Err(AcquireError::Misconfigured {
@@ -945,6 +985,7 @@ mod tests {
             s("18446744073709551615"),
             s("1700000000"),
             s("250000"),
+            Value::Integer(1),
         ]);
         assert_eq!(
             parse_claim(&claim),
@@ -953,8 +994,12 @@ mod tests {
                 fence: 7,
                 floor: Floor(u64::MAX),
                 at: Duration::from_millis(1_700_000_000_250),
+                raised_span: true,
             })
         );
+        let unusable = Value::Array(vec![Value::Integer(-4), Value::Integer(2)]);
+        assert_eq!(parse_claim(&unusable), Some(Claim::FenceUnusable(2)));
+        assert_eq!(span_ms(Duration::from_micros(62_000_001)), 62_001);
         assert_eq!(parse_claim(&Value::Integer(-1)), Some(Claim::Full));
         assert_eq!(parse_claim(&Value::Integer(-2)), Some(Claim::FencesLost));
         let renewed = Value::Array(vec![Value::Integer(1), s("1700000001"), s("5")]);
