@@ -337,6 +337,16 @@ async fn valkey(s: &ValkeyStrategy) -> Vec<Check> {
         )
     } else {
         match d.persists() {
+            Some(true) if d.fsyncs_on_request() && s.server().waitaof => check(
+                Verdict::Warn,
+                "persistence",
+                format!(
+                    "{aof}, {rdb}: a crash of the machine can lose the last acknowledged writes; \
+                     claims wait for the fsync of the pool's restart span (WAITAOF), and the \
+                     restart guard holds claims back after a restart"
+                ),
+            )
+            .fix(fix_persist),
             Some(true) => check(
                 Verdict::Warn,
                 "persistence",

@@ -98,7 +98,11 @@ impl ValkeyConfig {
     /// answering the retryable `AcquireError::StoreRestarted` meanwhile;
     /// renewals go on. A server with `appendfsync always` gets no guard.
     ///
-    /// Such a server forgets the recorded span together with the leases, so
+    /// Such a server forgets the recorded span together with the leases
+    /// (unless it runs the append-only file with `appendfsync everysec` or
+    /// `no` and has `WAITAOF`, Redis or Valkey 7.2+: there a claim whose span
+    /// is not yet known to be on disk waits for the fsync before it is used,
+    /// and the server is accepted), so
     /// [`ValkeyStrategy::connect`](crate::ValkeyStrategy::connect) refuses it
     /// with [`ValkeyError::NotDurable`](crate::ValkeyError::NotDurable)
     /// unless one of two opt-ins says what the deployment accepts:

@@ -133,7 +133,10 @@ end
 ///   `guard_on` other than `'1'`: no guard (a server that keeps every
 ///   acknowledged write, or the guard turned off).
 /// - `raise_span(fences, own_span)` (claims that granted): raises the
-///   recorded `span` to `own_span`; answers 1 when it raised it.
+///   recorded `span` to `own_span`; answers 1 when `own_span` is above the
+///   span known to be on disk (`span_fsynced`, raised after a `WAITAOF` by
+///   `RAISE_FSYNCED_SPAN`): on a server that fsyncs on request, the claim
+///   must then wait until its writes are on disk before it is used.
 macro_rules! guard_functions {
     () => {
         r"
@@ -150,9 +153,12 @@ local function restarted(fences, guard_on, own_span)
   return span - up * 1000
 end
 local function raise_span(fences, own_span)
-  if own_span <= recorded_span(fences) then return 0 end
-  redis.call('HSET', fences, 'span', string.format('%.0f', own_span))
-  return 1
+  if own_span > recorded_span(fences) then
+    redis.call('HSET', fences, 'span', string.format('%.0f', own_span))
+  end
+  local fsynced = tonumber(redis.call('HGET', fences, 'span_fsynced') or '0') or 0
+  if own_span > fsynced then return 1 end
+  return 0
 end
 "
     };
@@ -192,9 +198,10 @@ end
 /// token hex, ceiling (Unix ms), slot key prefix (the script path's,
 /// `{<prefix>:<pool>}:slot:`, same hash tag), this claimer's restart span
 /// ms, holder identity (see `holder_function`), `1` when the restart guard
-/// is on. Returns `{slot, fence, floor, secs, micros, raised}` (the floor
-/// the slot had before, a decimal string; the server's `TIME`; 1 when the
-/// claim raised the pool's recorded span), -1 when every slot is held, -2
+/// is on. Returns `{slot, fence, floor, secs, micros, unconfirmed}` (the
+/// floor the slot had before, a decimal string; the server's `TIME`; 1 when
+/// this claimer's span is above the span known to be on disk, see
+/// `guard_functions`), -1 when every slot is held, -2
 /// when the fences hash was lost (see `fences_functions`), `{-3, ms}` while
 /// the restart guard holds (see `guard_functions`), or `{-4, slot}` when
 /// that slot's fence is not a number below 2^53 - 1 (see `fence_function`;
@@ -245,9 +252,9 @@ for i = 0, size - 1 do
       redis.call('HSET', KEYS[2], 'next', tostring(s + 1))
       local fence = next_fence(KEYS[2], f, secs, micros)
       local floor = raise_floor(KEYS[2], f, ARGV[4])
-      local raised = raise_span(KEYS[2], span)
+      local unconfirmed = raise_span(KEYS[2], span)
       note_holder(KEYS[2], f, ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
-      return {s, fence, floor, secs, micros, raised}
+      return {s, fence, floor, secs, micros, unconfirmed}
     end
   end
 end
@@ -376,9 +383,9 @@ for i = 0, size - 1 do
       redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
       local fence = next_fence(KEYS[1], f, secs, micros)
       local floor = raise_floor(KEYS[1], f, ARGV[5])
-      local raised = raise_span(KEYS[1], span)
+      local unconfirmed = raise_span(KEYS[1], span)
       note_holder(KEYS[1], f, ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
-      return {s, fence, floor, secs, micros, raised}
+      return {s, fence, floor, secs, micros, unconfirmed}
     end
   end
 end
@@ -461,6 +468,18 @@ end
 return out
 ";
 
+/// After a `WAITAOF` confirmed a claim's writes on disk, including the
+/// pool's recorded span (at least the claimer's): raises `span_fsynced` to
+/// the claimer's span. KEYS: fences hash. ARGV: span ms. The append-only
+/// file keeps writes in order, so a `span_fsynced` that survives a crash
+/// comes with a `span` at least as large; one that is lost only makes
+/// later claims wait for the disk again.
+const RAISE_FSYNCED_SPAN: &str = r"
+local old = tonumber(redis.call('HGET', KEYS[1], 'span_fsynced') or '0') or 0
+if tonumber(ARGV[1]) > old then redis.call('HSET', KEYS[1], 'span_fsynced', ARGV[1]) end
+return 1
+";
+
 /// All scripts, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -472,6 +491,7 @@ pub(crate) struct Scripts {
     pub(crate) renew_scripts: Script,
     pub(crate) release_scripts: Script,
     pub(crate) inspect: Script,
+    pub(crate) raise_fsynced_span: Script,
 }
 
 impl Scripts {
@@ -485,6 +505,7 @@ impl Scripts {
             renew_scripts: Script::new("renew (compare-and-extend)", RENEW_SCRIPTS),
             release_scripts: Script::new("release (compare-and-delete)", RELEASE_SCRIPTS),
             inspect: Script::new("inspect", INSPECT),
+            raise_fsynced_span: Script::new("raise the fsynced span", RAISE_FSYNCED_SPAN),
         }
     }
 
@@ -496,6 +517,7 @@ impl Scripts {
                 &self.renew_hsetex,
                 &self.release_hsetex,
                 &self.revoke,
+                &self.raise_fsynced_span,
             ]
         } else {
             vec![
@@ -503,6 +525,7 @@ impl Scripts {
                 &self.renew_scripts,
                 &self.release_scripts,
                 &self.revoke,
+                &self.raise_fsynced_span,
             ]
         }
     }

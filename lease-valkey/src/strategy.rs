@@ -97,6 +97,10 @@ struct Inner {
     scripts: Scripts,
     round_trips: AtomicU64,
     identity: String,
+    /// Claims wait (`WAITAOF`) until the pool's recorded span is on disk:
+    /// the append-only file with `appendfsync everysec` or `no`, on a server
+    /// with `WAITAOF`.
+    fsync_claims: bool,
 }
 
 impl Drop for Inner {
@@ -138,14 +142,17 @@ impl ValkeyStrategy {
     /// The per-operation timeout unless [`ValkeyConfig::op_timeout`] sets another.
     pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_OP_TIMEOUT;
 
-    /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX`),
+    /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX
+    /// WAITAOF`),
     /// reads what it keeps ([`ValkeyStrategy::durability`]: `CONFIG GET`),
     /// picks the path and loads its scripts. A server whose
     /// `maxmemory-policy` may evict keys is refused with
     /// [`ValkeyError::Eviction`] unless [`ValkeyConfig::allow_eviction`] says
     /// otherwise. A server that can forget acknowledged writes (not
     /// `appendonly yes` with `appendfsync always`, or unreadable) is refused
-    /// with [`ValkeyError::NotDurable`] unless
+    /// with [`ValkeyError::NotDurable`], unless it runs the append-only file
+    /// with `appendfsync everysec` or `no` and has `WAITAOF` (claims then
+    /// wait for the fsync of the pool's recorded span), or
     /// [`ValkeyConfig::assume_one_timing_per_pool`] or
     /// [`ValkeyConfig::restart_guard`]`(false)` accepts it (never with
     /// [`ValkeyConfig::require_durable`]).
@@ -236,6 +243,7 @@ impl ValkeyStrategy {
                 scripts: Scripts::new(),
                 round_trips: AtomicU64::new(0),
                 identity: String::new(),
+                fsync_claims: false,
             }),
         };
         let server = strategy.probe(&url).await?;
@@ -251,7 +259,14 @@ impl ValkeyStrategy {
             durability.eviction_allowed = true;
         }
         let config = &strategy.inner.config;
-        let accepted = !config.restart_guard || config.one_timing;
+        // With the append-only file and WAITAOF, a claim waits until the
+        // pool's recorded span is on disk, so the guard knows it after any
+        // restart.
+        let fsync_claims = config.restart_guard
+            && !durability.keeps_every_write()
+            && durability.fsyncs_on_request()
+            && server.waitaof;
+        let accepted = !config.restart_guard || config.one_timing || fsync_claims;
         if !durability.keeps_every_write() && (config.require_durable || !accepted) {
             let required = config.require_durable;
             let _ = strategy.inner.client.quit().await;
@@ -273,6 +288,7 @@ impl ValkeyStrategy {
             inner.server = server;
             inner.durability = durability;
             inner.path = path;
+            inner.fsync_claims = fsync_claims;
         }
         if path != ActivePath::Unsupported {
             for script in strategy.inner.scripts.for_path(path == ActivePath::Hsetex) {
@@ -300,18 +316,20 @@ impl ValkeyStrategy {
             .call::<Value>(
                 "COMMAND",
                 ClusterHash::Random,
-                vec!["INFO".into(), "HSETEX".into()],
+                vec!["INFO".into(), "HSETEX".into(), "WAITAOF".into()],
             )
             .await
         {
             // An unknown command comes back as a nil entry.
             Ok(Value::Array(entries)) => {
-                server.hsetex = entries.first().is_some_and(|e| !matches!(e, Value::Null));
+                let known = |i: usize| entries.get(i).is_some_and(|e| !matches!(e, Value::Null));
+                server.hsetex = known(0);
+                server.waitaof = known(1);
             }
             Ok(_) => {}
             // COMMAND denied by an ACL: keep the answer from the version.
             Err(Failure::Denied(_) | Failure::Rejected(_)) => {}
-            Err(f) => return Err(self.failure_error("COMMAND INFO HSETEX", url, f)),
+            Err(f) => return Err(self.failure_error("COMMAND INFO HSETEX WAITAOF", url, f)),
         }
         Ok(server)
     }
@@ -511,6 +529,52 @@ impl ValkeyStrategy {
         }
     }
 
+    /// On a server that fsyncs on request: `WAITAOF 1 0 t` on the
+    /// connection (and Cluster node: `key`'s) that ran the claim, which
+    /// answers once this client's writes so far — the claim, and the pool's
+    /// recorded span it relies on, which the append-only file keeps in order
+    /// before them — are fsynced; then raises `span_fsynced` to `span` so
+    /// that later claims of no longer a span need not wait. `t` is three
+    /// quarters of the operation timeout, so the server answers before the
+    /// client gives up. `Err` says why the write may not be on disk.
+    async fn wait_for_fsync(&self, key: &str, span: &str) -> Result<(), String> {
+        let timeout = self.inner.config.op_timeout * 3 / 4;
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let hash = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+        let answer = self
+            .call::<Value>(
+                "WAITAOF",
+                hash,
+                vec![1.into(), 0.into(), ms.to_string().into()],
+            )
+            .await;
+        let local = match &answer {
+            Ok(Value::Array(v)) => v.first().and_then(Value::as_i64),
+            _ => None,
+        };
+        match (answer, local) {
+            (_, Some(n)) if n >= 1 => {}
+            (Ok(v), _) => {
+                return Err(format!(
+                    "the append-only file was not fsynced within {timeout:?} (WAITAOF answered \
+                     {v:?})"
+                ));
+            }
+            (Err(f), _) => return Err(format!("WAITAOF failed: {}", f.text())),
+        }
+        // Only an optimisation: if it is lost, later claims wait again.
+        let _ = self
+            .eval(
+                &self.inner.scripts.raise_fsynced_span,
+                vec![key.to_owned()],
+                vec![span.to_owned()],
+            )
+            .await;
+        Ok(())
+    }
+
     fn unsupported(&self) -> AcquireError {
         AcquireError::UnsupportedServer {
             what: format!(
@@ -563,8 +627,8 @@ enum Claim {
         fence: u64,
         floor: Floor,
         at: Duration,
-        /// The claim raised the pool's recorded restart span.
-        raised_span: bool,
+        /// The claimer's span is above the span known to be on disk.
+        unconfirmed_span: bool,
     },
     Full,
     FencesLost,
@@ -576,7 +640,8 @@ enum Claim {
 
 /// A claim script's answer: `{slot, fence, floor, secs, micros, raised}`
 /// (the floor as a decimal string, exact for every `u64`; the server's
-/// `TIME`; 1 when the pool's recorded restart span was raised), -1 when the
+/// `TIME`; 1 when the claimer's span is above the span known to be on
+/// disk), -1 when the
 /// pool is full, -2 when its fences hash was lost, `{-3, ms}` while the
 /// restart guard holds, `{-4, slot}` for a slot whose fence is unusable.
 fn parse_claim(v: &Value) -> Option<Claim> {
@@ -594,7 +659,7 @@ fn parse_claim(v: &Value) -> Option<Claim> {
             fence: u64::try_from(items[1].as_i64()?).ok()?,
             floor: Floor(as_u64(&items[2])?),
             at: store_time(&items[3], &items[4])?,
-            raised_span: items[5].as_i64()? == 1,
+            unconfirmed_span: items[5].as_i64()? == 1,
         }),
         _ => None,
     }
@@ -721,7 +786,7 @@ impl Strategy for ValkeyStrategy {
                         token.to_hex(),
                         ceiling,
                         keys.slot_prefix,
-                        span,
+                        span.clone(),
                         pool.holder().to_owned(),
                         guard,
                     ],
@@ -738,7 +803,7 @@ impl Strategy for ValkeyStrategy {
                         token.to_hex(),
                         keys.slot_prefix,
                         ceiling,
-                        span,
+                        span.clone(),
                         pool.holder().to_owned(),
                         guard,
                     ],
@@ -775,11 +840,23 @@ impl Strategy for ValkeyStrategy {
                 fence,
                 floor,
                 at,
-                raised_span: _,
+                unconfirmed_span,
             }) => {
                 let grant = Grant::new(slot, token, Fence(fence), applied)
                     .with_floor(floor)
                     .with_store_time(at);
+                if self.inner.fsync_claims
+                    && unconfirmed_span
+                    && let Err(why) = self.wait_for_fsync(&fences_key, &span).await
+                {
+                    // The span that tells the guard how long this lease may
+                    // outlive a restart may not be on disk: a crash could
+                    // forget it. Nothing was issued under it.
+                    let _ = self.release(pool, &grant, grant.floor).await;
+                    return Err(AcquireError::Unreachable(Reason::new(format!(
+                        "claimed slot {slot} but {why}; released it"
+                    ))));
+                }
                 if let Err(why) = self.wait_for_replicas(&fences_key).await {
                     // Not on enough replicas: a failover could forget it.
                     // Nothing was issued under it, so the floor goes back.
@@ -994,7 +1071,7 @@ mod tests {
                 fence: 7,
                 floor: Floor(u64::MAX),
                 at: Duration::from_millis(1_700_000_000_250),
-                raised_span: true,
+                unconfirmed_span: true,
             })
         );
         let unusable = Value::Array(vec![Value::Integer(-4), Value::Integer(2)]);

@@ -1094,6 +1094,117 @@ async fn the_configured_clock_skew_lengthens_the_guard(b: Arc<Valkey>) -> Outcom
     }
 }
 
+/// Whether `version` (`major.minor.patch`) is at least `major.minor`.
+fn version_at_least(version: &str, major: u32, minor: u32) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// A server with the append-only file fsynced once a second can lose the
+/// last acknowledged writes when its machine crashes, but a client can wait
+/// for the fsync (`WAITAOF`, Redis and Valkey 7.2+). There a claim whose
+/// span is above the span known to be on disk waits for it before it is
+/// used (two more round trips: `WAITAOF`, and the record that the span is
+/// on disk), so the guard knows the pool's span after any restart, and the
+/// server is accepted by default; a later claim of no longer a span takes
+/// one round trip. A claim whose fsync cannot be confirmed (the append-only
+/// file switched off behind the strategy's back) is released and answered
+/// as retryable. A server without `WAITAOF` (Redis 7.0) is refused.
+async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome {
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let own = OwnServer::start(
+        bin,
+        &["--appendonly", "yes", "--appendfsync", "everysec"],
+        &[],
+    )?;
+    let config = ValkeyConfig::new(&own.url)
+        .method(b.method)
+        .op_timeout(Duration::from_secs(10));
+    let r = ValkeyStrategy::connect(config.clone()).await;
+    if !version_at_least(&b.version, 7, 2) {
+        return match r {
+            Err(e @ ValkeyError::NotDurable { .. }) => {
+                let msg = e.to_string();
+                ensure!(
+                    msg.contains("appendonly yes, appendfsync everysec"),
+                    "the refusal does not name the settings read: {msg}"
+                );
+                Ok(())
+            }
+            other => Err(format!(
+                "a server without WAITAOF and with appendfsync everysec answered {:?}",
+                other.map(|_| ())
+            )),
+        };
+    }
+    let s = r.map_err(|e| format!("appendfsync everysec on a server with WAITAOF: {e}"))?;
+    ensure!(
+        s.server().waitaof && !s.durability().keeps_every_write(),
+        "probe {:?}, durability {}",
+        s.server(),
+        s.durability()
+    );
+    // The server started a moment ago: the guard holds claims for the span.
+    let claim = async |p: &PoolSpec| -> Result<(Grant, u64), String> {
+        let limit = Instant::now() + Duration::from_secs(30);
+        loop {
+            let before = s.round_trips();
+            match s.acquire(p, Floor::NONE).await {
+                Ok(g) => return Ok((g, s.round_trips() - before)),
+                Err(AcquireError::StoreRestarted { .. }) if Instant::now() < limit => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => return Err(format!("claim: {e}")),
+            }
+        }
+    };
+    let p = fresh_pool(2, Duration::from_millis(100))?;
+    let (_, trips) = claim(&p).await?;
+    ensure!(
+        trips == 3,
+        "the first claim of a 300 ms span took {trips} round trips, not 3 (the claim, WAITAOF \
+         and the record of the span on disk)"
+    );
+    let fences = s.keys(p.name()).fences;
+    let fsynced = cmd(
+        &s,
+        "HGET",
+        vec![fences.as_str().into(), "span_fsynced".into()],
+    )
+    .await?;
+    ensure!(
+        fsynced.as_string().as_deref() == Some("300"),
+        "span_fsynced after the claim: {fsynced:?}"
+    );
+    let (_, trips) = claim(&p).await?;
+    ensure!(
+        trips == 1,
+        "a second claim of the same span took {trips} round trips, not 1"
+    );
+    // The append-only file switched off: WAITAOF cannot confirm the fsync.
+    cmd(
+        &s,
+        "CONFIG",
+        vec!["SET".into(), "appendonly".into(), "no".into()],
+    )
+    .await?;
+    let p = fresh_pool(1, Duration::from_secs(2))?;
+    match claim(&p).await {
+        Err(msg) if msg.contains("WAITAOF") && msg.contains("released it") => {}
+        other => {
+            return Err(format!(
+                "a claim whose fsync could not be confirmed answered {other:?}"
+            ));
+        }
+    }
+    let slots = s.inspect(&p).await.map_err(|e| e.to_string())?;
+    ensure!(
+        slots.iter().all(|slot| slot.token_prefix.is_none()),
+        "the unconfirmed claim was not released: {slots:?}"
+    );
+    Ok(())
+}
+
 /// Issue 12 item 9: the password in the URL never shows — not in `Debug` of
 /// the config or the strategy, not in `identity()`, not in an error (a wrong
 /// password, an unreachable server), not in any span or event of a manager
@@ -1398,6 +1509,7 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
             evicting_server_is_refused_unless_allowed,
             the_restart_guard_holds_grants_after_a_start,
             the_configured_clock_skew_lengthens_the_guard,
+            claims_wait_for_the_fsync_of_the_pools_span,
             the_password_never_shows,
         )
     } else {
