@@ -23,7 +23,7 @@ use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool}
 use leasehold_core::{
     AcquireError, BoxFuture, Floor, Grant, PoolSpec, Release, StaticSlot, Strategy,
 };
-use leasehold_valkey::{ValkeyConfig, ValkeyStrategy};
+use leasehold_valkey::{ValkeyConfig, ValkeyError, ValkeyStrategy};
 
 struct Valkey;
 
@@ -38,9 +38,7 @@ fn config(url: &str) -> ValkeyConfig {
 async fn connect(url: &str) -> Result<ValkeyStrategy, String> {
     // The path is probed, as in production: HSETEX on Redis 8, scripts on
     // the others.
-    ValkeyStrategy::connect(config(url))
-        .await
-        .map_err(|e| format!("connect: {e}"))
+    connect_patiently(config(url)).await
 }
 
 impl Stores for Valkey {
@@ -79,6 +77,24 @@ async fn cmd(s: &ValkeyStrategy, name: &'static str, args: Vec<Value>) -> Result
         )
         .await
         .map_err(|e| format!("{name}: {e}"))
+}
+
+/// Connects with `config` for the Valkey-specific tests: a server that was
+/// just restarted may be slow to answer on a loaded machine, so the
+/// operation timeout is generous and an unreachable server is tried again
+/// for 30 s.
+async fn connect_patiently(config: ValkeyConfig) -> Result<ValkeyStrategy, String> {
+    let config = config.op_timeout(Duration::from_secs(10));
+    let limit = Instant::now() + Duration::from_secs(30);
+    loop {
+        match ValkeyStrategy::connect(config.clone()).await {
+            Ok(s) => return Ok(s),
+            Err(ValkeyError::Unreachable { .. }) if Instant::now() < limit => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("connect: {e}")),
+        }
+    }
 }
 
 /// A field of the pool's fences hash (`None`: absent).
@@ -136,11 +152,11 @@ async fn acquire_after_guard(s: &ValkeyStrategy, pool: &PoolSpec) -> Result<Gran
 async fn a_fence_is_never_issued_twice_after_the_server_forgets(b: Arc<Forgetful>) -> Outcome {
     let mut server = b.server.lock().await;
     let pool = fresh_pool(1, Duration::from_secs(1))?;
-    let s = connect(&b.url).await?;
+    let s = connect_patiently(config(&b.url)).await?;
     let first = acquire_after_guard(&s, &pool).await?;
     drop(s);
     crash_and_restart(&mut server)?;
-    let s = connect(&b.url).await?;
+    let s = connect_patiently(config(&b.url)).await?;
     let fence = fences_field(&s, &pool, "0").await?;
     ensure!(
         fence.is_none(),
@@ -179,9 +195,7 @@ async fn the_guard_waits_out_the_pools_longest_span_after_a_restart(b: Arc<Forge
     // The 60 s holders claim without the guard, so as not to wait a minute
     // of the fresh server's uptime; every claim records its span all the
     // same.
-    let holder = ValkeyStrategy::connect(config(&b.url).restart_guard(false))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    let holder = connect_patiently(config(&b.url).restart_guard(false)).await?;
     let earlier = holder
         .acquire(&long, Floor::NONE)
         .await
@@ -196,7 +210,7 @@ async fn the_guard_waits_out_the_pools_longest_span_after_a_restart(b: Arc<Forge
         .map_err(|e| format!("the 60 s claim: {e}"))?;
     drop(holder);
     crash_and_restart(&mut server)?;
-    let claimer = connect(&b.url).await?;
+    let claimer = connect_patiently(config(&b.url)).await?;
     let span = fences_field(&claimer, &long, "span").await?;
     ensure!(
         span.as_deref() == Some("62000"),
