@@ -46,7 +46,12 @@ pub async fn start_manager(
                 leasehold_valkey::ValkeyConfig::new(valkey_url(url))
                     .key_prefix(VALKEY_PREFIX)
                     .op_timeout(op_timeout)
-                    .restart_guard(restart_guard),
+                    .restart_guard(restart_guard)
+                    // Every worker of a run uses one TTL and the default
+                    // max_clock_skew, so a server that forgets (the lossy
+                    // runs) is accepted with the guard waiting out that one
+                    // span; a control run turns the guard off instead.
+                    .assume_one_timing_per_pool(restart_guard),
             )
             .await
             .map_err(|e| connect(&e))?;
@@ -288,7 +293,10 @@ impl ValkeyFences {
         let strategy = leasehold_valkey::ValkeyStrategy::connect(
             leasehold_valkey::ValkeyConfig::new(valkey_url(url))
                 .key_prefix(VALKEY_PREFIX)
-                .op_timeout(Duration::from_secs(2)),
+                .op_timeout(Duration::from_secs(2))
+                // Only the fenced writes go through this connection, never
+                // a claim: no claim for the restart guard to hold back.
+                .restart_guard(false),
         )
         .await
         .map_err(|e| format!("fence connect: {e}"))?;
