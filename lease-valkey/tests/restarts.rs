@@ -1,9 +1,10 @@
 //! Store restarts on Redis 8.2 (HSETEX path), Redis 7.0 and Valkey 8.1
 //! (script path) (`leasehold_conformance::restarts`): on a private
 //! [`Settings::Durable`] server (the append-only file, fsynced before every
-//! reply) a fence never repeats and a lease survives a crash; on a private
-//! [`Settings::Lossy`] one (no persistence) the restart guard keeps a second
-//! holder off the slot.
+//! reply) a fence never repeats and a lease survives a crash; a private
+//! [`Settings::Lossy`] one (no persistence) is refused with the defaults, and
+//! with the one-timing opt-in the restart guard keeps a second holder off the
+//! slot for the pool's longest span, and longer for a larger skew.
 //!
 //! Valkey-specific, on a second private lossy server per kind
 //! (`<kind>-lossy-forgets`): a fence is never issued twice after the server
@@ -42,8 +43,26 @@ async fn connect(url: &str) -> Result<ValkeyStrategy, String> {
 }
 
 impl Stores for Valkey {
+    /// With the library's defaults: a durable server is accepted, a lossy
+    /// one refused.
     fn connect<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
+        Box::pin(async move {
+            let s = connect_patiently(ValkeyConfig::new(url).key_prefix("lhrestart")).await?;
+            Ok(Arc::new(s) as Store)
+        })
+    }
+
+    fn connect_one_timing<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(connect(url).await?) as Store) })
+    }
+
+    /// A snapshot (`SAVE`): a server without the append-only file loads it
+    /// when it starts again.
+    fn make_durable_now<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let s = connect(url).await?;
+            cmd(&s, "SAVE", vec![]).await.map(drop)
+        })
     }
 
     fn reports_lossy<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Option<bool>, String>> {
