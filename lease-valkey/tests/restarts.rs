@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use leasehold_conformance::restarts::{Stores, target};
-use leasehold_conformance::servers::{Missing, Server, ServerKind, Settings, provide_with};
+use leasehold_conformance::restarts::{Stores, restartable_server, target};
+use leasehold_conformance::servers::{Server, ServerKind, Settings};
 use leasehold_conformance::suite::STARVED;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool};
 use leasehold_core::{
@@ -287,17 +287,10 @@ async fn the_guard_waits_out_the_pools_longest_span_after_a_restart(b: Arc<Forge
 /// The Valkey-specific restart tests on `kind`'s second lossy server.
 fn forgetful(kind: ServerKind) -> Target {
     let label = format!("{}-lossy-forgets", kind.name());
-    let server = match provide_with(kind, Settings::Lossy) {
+    let server = match restartable_server(kind, Settings::Lossy, &label) {
         Ok(server) => server,
-        Err(missing) => return Target::missing(label, missing),
+        Err(missing) => return missing,
     };
-    if !server.can_restart() {
-        let tried = vec![format!(
-            "{}: restart tests need a server this process starts from a local binary",
-            server.describe()
-        )];
-        return Target::missing(label, Missing { kind, tried });
-    }
     let describe = server.describe();
     let backend = Forgetful {
         url: server.url.clone(),
