@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use leasehold_core::{BoxFuture, Elector, Fence, Leader, LeaseConfig, Strategy};
+use leasehold_core::{BoxFuture, Elector, Fence, Leader, LeaderConfig, Strategy};
 
 use crate::servers::{ServerKind, provide};
 
@@ -105,9 +105,8 @@ where
 }
 
 /// The lease settings of a run: `ttl`, renewals every quarter of it.
-fn config(pool: &str, replica: usize, ttl: Duration) -> Result<LeaseConfig, String> {
-    LeaseConfig::builder(pool)
-        .pool_size(1)
+fn config(pool: &str, replica: usize, ttl: Duration) -> Result<LeaderConfig, String> {
+    LeaderConfig::builder(pool)
         .holder(format!("replica-{replica}"))
         .ttl(ttl)
         .renew_interval(ttl / 4)
@@ -188,7 +187,7 @@ where
 /// One replica: campaigns, and bills while it leads.
 fn elector<S: Strategy, L: Ledger>(
     strategy: S,
-    config: LeaseConfig,
+    config: LeaderConfig,
     i: usize,
     shared: Arc<Shared>,
     ledger: Arc<L>,

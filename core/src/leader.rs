@@ -9,10 +9,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::config::LeaseConfig;
 use crate::driver::{LeaseManager, LeaseState};
 use crate::error::StartError;
 use crate::gate::LeaseGate;
+use crate::leader_config::LeaderConfig;
 use crate::strategy::{Fence, Strategy};
 
 /// One term of leadership, handed to the leader's future.
@@ -85,7 +85,7 @@ type Callback<T> = Arc<dyn Fn(&T) + Send + Sync>;
 #[must_use]
 pub struct LeaderBuilder<S> {
     strategy: Arc<S>,
-    config: LeaseConfig,
+    config: LeaderConfig,
     on_started: Option<Callback<Leadership>>,
     on_stopped: Option<Callback<()>>,
     on_new_leader: Option<Callback<LeaderInfo>>,
@@ -95,10 +95,14 @@ pub struct LeaderBuilder<S> {
 
 /// Leader election on any strategy: the lease of a pool of one slot.
 ///
+/// The configuration is a [`LeaderConfig`], which has no size: the pool has
+/// exactly one slot, so at most one elector leads at any instant (a
+/// [`LeaseConfig`](crate::LeaseConfig) converts only when it has one slot).
+///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use leasehold_core::{Leader, LeaseConfig, Memory};
-/// let config = LeaseConfig::builder("scheduler").pool_size(1).build()?;
+/// use leasehold_core::{Leader, LeaderConfig, Memory};
+/// let config = LeaderConfig::builder("scheduler").build()?;
 /// let elector = Leader::campaign(Memory::new(), config, |leadership| async move {
 ///     // Lead until the term is over; send leadership.fence() with every write.
 ///     leadership.lost().await;
@@ -114,7 +118,7 @@ pub struct Leader;
 impl Leader {
     /// Campaigns for the pool of `config` with default callbacks: runs `lead`
     /// for every term won, until [`Elector::shutdown`].
-    pub fn campaign<S, F, Fut>(strategy: S, config: LeaseConfig, lead: F) -> Elector
+    pub fn campaign<S, F, Fut>(strategy: S, config: LeaderConfig, lead: F) -> Elector
     where
         S: Strategy,
         F: FnMut(Leadership) -> Fut + Send + 'static,
@@ -125,7 +129,7 @@ impl Leader {
 
     /// A builder for callbacks client-go users know: started leading,
     /// stopped leading, new leader.
-    pub fn builder<S: Strategy>(strategy: S, config: LeaseConfig) -> LeaderBuilder<S> {
+    pub fn builder<S: Strategy>(strategy: S, config: LeaderConfig) -> LeaderBuilder<S> {
         LeaderBuilder {
             strategy: Arc::new(strategy),
             grace: config.timing().safety_margin(),
@@ -236,7 +240,9 @@ pub struct Elector {
 
 impl Elector {
     /// True while this process leads: a term is in progress and its lease's
-    /// gate is open on the clock now (two electors can never both say so).
+    /// gate is open on the clock now. Two electors of one pool never both
+    /// say so at one instant: the pool has one slot, and a term's gate closes
+    /// at its local deadline, before the store can grant the slot again.
     pub fn is_leading(&self) -> bool {
         self.leading
             .borrow()
@@ -321,7 +327,7 @@ async fn run<S, F, Fut>(
     Fut: Future<Output = ()> + Send + 'static,
 {
     while !*stop.borrow() {
-        let start = LeaseManager::start(b.strategy.clone(), b.config.clone());
+        let start = LeaseManager::start(b.strategy.clone(), b.config.lease().clone());
         let manager = tokio::select! {
             m = start => m,
             () = stopped(&mut stop) => return,

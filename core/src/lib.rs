@@ -13,6 +13,8 @@ mod fixed;
 mod gate;
 #[cfg(feature = "tokio")]
 mod leader;
+#[cfg(feature = "tokio")]
+mod leader_config;
 mod loss;
 pub mod machine;
 mod memory;
@@ -37,6 +39,8 @@ pub use gate::{
 };
 #[cfg(feature = "tokio")]
 pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};
+#[cfg(feature = "tokio")]
+pub use leader_config::{LeaderConfig, LeaderConfigBuilder};
 pub use loss::{LossCause, LossEvent};
 pub use memory::Memory;
 pub use pool::{MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};

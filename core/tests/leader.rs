@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_core::{Elector, Fence, Leader, LeaderInfo, LeaseConfig, Memory};
+use leasehold_core::{Elector, Fence, Leader, LeaderConfig, LeaderInfo, Memory};
 
 /// Storage that checks fences: a write carrying a smaller fence than one it
 /// has seen is refused (DESIGN.md, rule 7).
@@ -27,9 +27,8 @@ impl Invoices {
     }
 }
 
-fn config(replica: usize) -> LeaseConfig {
-    LeaseConfig::builder("scheduler")
-        .pool_size(1)
+fn config(replica: usize) -> LeaderConfig {
+    LeaderConfig::builder("scheduler")
         .holder(format!("replica-{replica}"))
         .ttl(Duration::from_millis(600))
         .renew_interval(Duration::from_millis(100))

@@ -153,8 +153,7 @@ async fn a_restarted_elector_leads_with_its_predecessors_fence() {
     let store = Memory::new();
     let storage = Arc::new(Mutex::new(Fenced::default()));
     let config = || {
-        LeaseConfig::builder("review-leader")
-            .pool_size(1)
+        leasehold_core::LeaderConfig::builder("review-leader")
             .holder("scheduler")
             .ttl(Duration::from_secs(5))
             .renew_interval(Duration::from_millis(200))
