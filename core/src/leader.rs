@@ -13,18 +13,19 @@ use crate::driver::{LeaseManager, LeaseState};
 use crate::error::StartError;
 use crate::gate::LeaseGate;
 use crate::leader_config::LeaderConfig;
-use crate::strategy::{Fence, Strategy};
+use crate::strategy::{Fence, FenceStamp, Strategy};
 
 /// One term of leadership, handed to the leader's future.
 ///
 /// The lease behind it is renewed in the background. When it is lost, the
 /// gate closes first, then [`Leadership::lost`] resolves: the future should
 /// stop what it is doing and return. Every write the leader makes to storage
-/// that checks fences carries [`Leadership::fence`], so a leader that was
-/// paused past its lease is refused by the storage itself.
+/// that checks fences carries [`Leadership::stamp`] (the fence with the pool
+/// and slot that issued it), so a leader that was paused past its lease is
+/// refused by the storage itself.
 #[derive(Clone)]
 pub struct Leadership {
-    fence: Fence,
+    stamp: FenceStamp,
     gate: LeaseGate,
     /// The gate epoch of this term's grant.
     epoch: u64,
@@ -32,9 +33,16 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// The fence of this term: send it with every write.
+    /// The fence of this term. Storage that checks fences needs the pool and
+    /// slot that issued it too: send [`Leadership::stamp`].
     pub fn fence(&self) -> Fence {
-        self.fence
+        self.stamp.fence()
+    }
+
+    /// The fence of this term with the pool and slot that issued it: send it
+    /// with every write to storage that checks fences.
+    pub fn stamp(&self) -> &FenceStamp {
+        &self.stamp
     }
 
     /// The lease gate of this term (closed once it is lost).
@@ -61,7 +69,7 @@ impl Leadership {
 impl fmt::Debug for Leadership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leadership")
-            .field("fence", &self.fence)
+            .field("stamp", &self.stamp)
             .field("leading", &self.is_leading())
             .finish()
     }
@@ -351,7 +359,7 @@ async fn run<S, F, Fut>(
                     let (fence, epoch) = (view.fence, view.epoch);
                     let (lost_tx, lost_rx) = watch::channel(false);
                     let leadership = Leadership {
-                        fence,
+                        stamp: FenceStamp::new(b.config.pool().name().clone(), view.slot, fence),
                         gate: manager.gate(),
                         epoch,
                         lost: lost_rx,

@@ -28,6 +28,13 @@ pub(crate) const COLUMNS: [&str; 8] = [
 /// returns; a column because SQLite's `RETURNING` sees only new values).
 pub(crate) const FLOOR_COLUMNS: [&str; 2] = ["floor_ms", "grant_floor_ms"];
 
+/// The issuer columns of the fence table, added in 0.3
+/// (`migrations/<engine>/0003_leasehold_fence_issuer.sql`;
+/// `FenceTable::ensure` adds them to an older table): the pool and slot
+/// whose grant issued the fence of the resource's last write. NULL on a row
+/// written before they existed, until its next fenced write.
+pub(crate) const FENCE_ISSUER_COLUMNS: [&str; 2] = ["pool", "slot"];
+
 /// The token a revoke leaves in place of the holder's: all zeros, which
 /// `Token::random` (128 bits from the OS) never matches in practice. The
 /// tombstone keeps the revoked lease's expiry, so the slot stays taken until
@@ -236,7 +243,7 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         }
-        fn check<D: Dialect>(first: &str, floor: &str) {
+        fn check<D: Dialect>(first: &str, floor: &str, issuer: &str) {
             let t = TableName::default().quoted(D::QUOTE);
             // 0001 is the 0.1 table: today's DDL without the floor columns.
             let ddl = D::create_table(&t);
@@ -261,18 +268,43 @@ mod tests {
             for c in FLOOR_COLUMNS {
                 assert!(ddl.contains(c), "{} DDL lacks {c}", D::ENGINE);
             }
+            // 0003 adds exactly the fence table's issuer columns, as
+            // `FenceTable::ensure` does, and a new fence table has them.
+            let f = TableName::new("leasehold_fences").unwrap().quoted(D::QUOTE);
+            let adds: Vec<String> = FENCE_ISSUER_COLUMNS
+                .iter()
+                .map(|c| format!("{};", D::add_fence_issuer_column(&f, c)))
+                .collect();
+            assert_eq!(
+                body(issuer).trim(),
+                adds.join("\n"),
+                "{} 0003 migration drifted",
+                D::ENGINE
+            );
+            let create = D::create_fence_table(&f);
+            for c in FENCE_ISSUER_COLUMNS {
+                let typed = format!("{c} {}", D::fence_issuer_type(c));
+                assert!(
+                    create.contains(&typed),
+                    "{} fence DDL lacks {typed}",
+                    D::ENGINE
+                );
+            }
         }
         check::<sqlx::Postgres>(
             include_str!("../migrations/postgres/0001_leasehold_leases.sql"),
             include_str!("../migrations/postgres/0002_leasehold_floor.sql"),
+            include_str!("../migrations/postgres/0003_leasehold_fence_issuer.sql"),
         );
         check::<sqlx::MySql>(
             include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
             include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
+            include_str!("../migrations/mysql/0003_leasehold_fence_issuer.sql"),
         );
         check::<sqlx::Sqlite>(
             include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
             include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
+            include_str!("../migrations/sqlite/0003_leasehold_fence_issuer.sql"),
         );
     }
 
