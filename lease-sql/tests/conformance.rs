@@ -118,6 +118,49 @@ async fn missing_table_is_final_and_names_ensure_pool(b: Arc<Sql>) -> Result<(),
     }
 }
 
+/// An elector whose lease table is missing can never lead: `wait_leading`
+/// answers the final error (naming the call that creates the table), the
+/// error callback is called with it once, and `error()` says the same.
+async fn an_elector_that_can_never_lead_reports_its_final_error(b: Arc<Sql>) -> Result<(), String> {
+    use leasehold_core::{Leader, LeaderConfig, StartError};
+    use std::sync::Mutex;
+    let s = SqlStrategy::connect(b.config().table(fresh_table("missing")))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = fresh_pool(1, Duration::from_secs(5))?.name().clone();
+    let config = LeaderConfig::builder(name.as_str())
+        .acquire_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let reported: Arc<Mutex<Vec<StartError>>> = Arc::default();
+    let seen = reported.clone();
+    let elector = Leader::builder(s, config)
+        .on_error(move |e| seen.lock().unwrap().push(e.clone()))
+        .campaign(|leadership| async move { leadership.lost().await });
+    // Bounded well beyond one acquisition: a final error needs no retry.
+    let r = tokio::time::timeout(Duration::from_secs(20), elector.wait_leading())
+        .await
+        .map_err(|_| "wait_leading still waiting 20 s after a final error".to_owned())?;
+    let error = elector.error();
+    elector.shutdown().await;
+    match &r {
+        Err(e @ StartError::Acquire(AcquireError::MissingSchema { .. })) => {
+            ensure!(e.to_string().contains("ensure_pool"), "message: {e}");
+        }
+        other => {
+            return Err(format!(
+                "wait_leading on a missing table answered {other:?}"
+            ));
+        }
+    }
+    let reported = reported.lock().unwrap().clone();
+    ensure!(
+        reported.len() == 1 && Some(&reported[0]) == r.as_ref().err() && error == r.err(),
+        "the callback saw {reported:?}, error() says {error:?}"
+    );
+    Ok(())
+}
+
 /// A table of that name that is not a lease table is reported, with its missing columns.
 async fn foreign_table_is_reported(b: Arc<Sql>) -> Result<(), String> {
     let name = fresh_table("foreign");
@@ -1027,6 +1070,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
     let t = Target::new(label, server, Arc::new(backend)).with_revoke();
     trials!(t;
         missing_table_is_final_and_names_ensure_pool,
+        an_elector_that_can_never_lead_reports_its_final_error,
         foreign_table_is_reported,
         bad_table_name_is_refused,
         fence_grows_on_claims_never_on_renewals,
