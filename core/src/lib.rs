@@ -24,6 +24,8 @@ mod strategy;
 #[cfg(feature = "tokio")]
 mod telemetry;
 mod token;
+#[cfg(feature = "tokio")]
+mod wait;
 
 pub use clock::{Clock, ManualClock, MonoTime, SystemClock};
 pub use config::{
@@ -49,3 +51,5 @@ pub use strategy::{
     Renewal, SlotInfo, Strategy,
 };
 pub use token::Token;
+#[cfg(feature = "tokio")]
+pub use wait::NotReady;
