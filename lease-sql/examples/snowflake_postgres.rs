@@ -18,8 +18,13 @@ use leasehold_sql::{SqlConfig, SqlStrategy};
 pub enum Response {
     /// 201, with the new order's ID.
     Created(String),
-    /// 503: no ID can be made now; `Retry-After` in seconds, and why.
-    Unavailable { retry_after: u64, why: String },
+    /// 503: no ID can be made now.
+    Unavailable {
+        /// The `Retry-After` header, in seconds.
+        retry_after: u64,
+        /// Why, for the log.
+        why: String,
+    },
 }
 
 /// A request handler that needs a new ID (say, for a new order).

@@ -826,7 +826,9 @@ async fn take_over_moves_a_resource_and_refuses_the_old_pool_for_good(
     let name = |n: &str| PoolName::new(n).unwrap();
     let (old, new, third) = (name("old"), name("new"), name("third"));
     let stamp = |p: &PoolName, f: u64| FenceStamp::new(p.clone(), 0, Fence(f));
-    let steps: [(Option<(&PoolName, u32)>, FenceStamp, &str); 9] = [
+    // (the pool and slot taken over, or a plain write; the stamp; the verdict)
+    type Step<'a> = (Option<(&'a PoolName, u32)>, FenceStamp, &'static str);
+    let steps: [Step<'_>; 9] = [
         (None, stamp(&old, 5), "ok"),
         (None, stamp(&new, 1), "other"),
         (Some((&third, 0)), stamp(&new, 1), "other"),
