@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::driver::{LeaseManager, LeaseState};
-use crate::error::StartError;
+use crate::error::{ConfigError, StartError};
 use crate::gate::LeaseGate;
 use crate::leader_config::LeaderConfig;
 use crate::strategy::{Fence, FenceStamp, Strategy};
@@ -116,6 +116,10 @@ pub struct LeaderBuilder<S> {
 /// The configuration is a [`LeaderConfig`], which has no size: the pool has
 /// exactly one slot, so at most one elector leads at any instant (a
 /// [`LeaseConfig`](crate::LeaseConfig) converts only when it has one slot).
+/// The strategy must coordinate through a store: on a fixed slot
+/// ([`StaticSlot`](crate::StaticSlot), [`PodOrdinal`](crate::PodOrdinal)) every
+/// replica would lead, so the elector refuses to campaign (a final
+/// [`StartError::Config`]).
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -409,10 +413,20 @@ async fn run<S, F, Fut>(
     Fut: Future<Output = ()> + Send + 'static,
 {
     'campaign: while !*stop.borrow() {
-        let start = LeaseManager::start(b.strategy.clone(), b.config.lease().clone());
-        let manager = tokio::select! {
-            m = start => m,
-            () = stopped(&mut stop) => return,
+        let manager = if b.strategy.capabilities().coordinated {
+            let start = LeaseManager::start(b.strategy.clone(), b.config.lease().clone());
+            tokio::select! {
+                m = start => m,
+                () = stopped(&mut stop) => return,
+            }
+        } else {
+            Err(StartError::Config(ConfigError::new(
+                "strategy",
+                "a fixed slot (StaticSlot, PodOrdinal)",
+                "a strategy that coordinates through a store (SQL, Valkey/Redis, etcd, \
+                 Kubernetes; Memory within one process): a fixed slot is held by every replica \
+                 configured with it, so every one of them would lead",
+            )))
         };
         let manager = match manager {
             Ok(m) => m,

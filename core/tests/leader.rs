@@ -236,3 +236,29 @@ async fn held_for_is_how_long_the_leader_has_held_the_lease() {
     );
     elector.shutdown().await;
 }
+
+/// A fixed slot is no election: every replica configured with slot 0 would
+/// hold it at once. An elector on a strategy that does not coordinate
+/// refuses to campaign, with a final error that says what to use instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elector_on_a_fixed_slot_refuses_to_campaign() {
+    use leasehold_core::StaticSlot;
+    let electors: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|who| {
+            Leader::campaign(StaticSlot::new(0), long_lease(who), |l| async move {
+                l.lost().await;
+            })
+        })
+        .collect();
+    for e in &electors {
+        let r = tokio::time::timeout(Duration::from_secs(20), e.wait_leading())
+            .await
+            .expect("wait_leading answers");
+        let err = r.expect_err("an elector on a fixed slot led");
+        assert!(err.to_string().contains("coordinate"), "{err}");
+    }
+    for e in electors {
+        e.shutdown().await;
+    }
+}
