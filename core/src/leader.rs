@@ -17,9 +17,14 @@ use crate::strategy::{Fence, FenceStamp, Strategy};
 
 /// One term of leadership, handed to the leader's future.
 ///
-/// The lease behind it is renewed in the background. When it is lost, the
+/// The lease behind it is renewed in the background; retryable renewal
+/// failures are retried until the local deadline, with nothing to do here.
+/// When it is lost (the store took it back, or the deadline passed), the
 /// gate closes first, then [`Leadership::lost`] resolves: the future should
-/// stop what it is doing and return. Every write the leader makes to storage
+/// stop what it is doing and return within the grace period
+/// ([`LeaderBuilder::grace`]), after which it is dropped. Returning early
+/// ends the term too: the lease is released for a follower. Clones used
+/// by tasks the future spawned see the same. Every write the leader makes to storage
 /// that checks fences carries [`Leadership::stamp`] (the fence with the pool
 /// and slot that issued it), so a leader that was paused past its lease is
 /// refused by the storage itself.
@@ -45,7 +50,9 @@ impl Leadership {
         &self.stamp
     }
 
-    /// The lease gate of this term (closed once it is lost).
+    /// The lease gate of this term (closed once the term is over). A later
+    /// term of this elector has a new gate epoch, so checks of this term's
+    /// [`Leadership::is_leading`] stay false.
     pub fn gate(&self) -> &LeaseGate {
         &self.gate
     }
@@ -57,8 +64,9 @@ impl Leadership {
         !*self.lost.borrow() && self.gate.check_now() == Ok(self.epoch)
     }
 
-    /// Resolves once this term is over (the lease was lost, or the elector
-    /// shut down). By then the gate is closed.
+    /// Resolves once this term is over (the lease was lost, the leader's
+    /// future returned, or the elector shut down). By then the gate is
+    /// closed and [`Leadership::is_leading`] is false.
     pub async fn lost(&self) {
         let mut rx = self.lost.clone();
         // An error means the elector is gone: the term is over too.
