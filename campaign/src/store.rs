@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_core::{LeaseConfig, LeaseManager, MonoTime};
+use leasehold_core::{FenceStamp, LeaseConfig, LeaseManager, MonoTime};
 
 /// Connects to the store at `url`, prepares `config`'s pool where the store
 /// needs it, and starts a manager (which waits for the first lease).
@@ -174,17 +174,16 @@ impl SqlFences {
 
     /// One fenced write to `resource` with `fence`: `Ok(true)` when the store
     /// accepted it (and logged it), `Ok(false)` when it refused it as stale.
-    async fn write(&self, resource: &str, fence: u64) -> Result<bool, String> {
-        use leasehold_core::Fence;
+    async fn write(&self, resource: &str, stamp: &FenceStamp) -> Result<bool, String> {
         use leasehold_sql::{FenceError, sqlx};
-        let f = Fence(fence);
+        let fence = stamp.fence().0;
         let log_fence = i64::try_from(fence).unwrap_or(i64::MAX);
         // Advance the fence and log it in one transaction; the engines
         // differ only in their placeholders and in how the log binds a u64.
         macro_rules! advance_and_log {
             ($pool:expr, $p1:literal, $p2:literal, $logged:expr) => {{
                 let mut tx = $pool.begin().await.map_err(|e| e.to_string())?;
-                match self.table.advance(&mut *tx, resource, f).await {
+                match self.table.advance(&mut *tx, resource, stamp).await {
                     Ok(()) => {
                         sqlx::query(&format!(
                             "INSERT INTO {FENCE_LOG} (resource, fence) VALUES ({}, {})",
@@ -662,7 +661,11 @@ impl FenceWriter {
     /// when it refused it as stale.
     pub async fn write(&self, pool: &str, slot: u32, fence: u64) -> Result<bool, String> {
         match &self.0 {
-            Fences::Sql(f) => f.write(&resource(pool, slot), fence).await,
+            Fences::Sql(f) => {
+                let name = leasehold_core::PoolName::new(pool).map_err(|e| e.to_string())?;
+                let stamp = FenceStamp::new(name, slot, leasehold_core::Fence(fence));
+                f.write(&resource(pool, slot), &stamp).await
+            }
             Fences::Valkey(f) => f.write(pool, slot, fence).await,
             Fences::Etcd(f) => f.write(pool, slot, fence).await,
             Fences::Kube(f) => f.write(pool, slot, fence).await,

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use leasehold_core::{BoxFuture, Elector, Fence, Leader, LeaseConfig, Strategy};
+use leasehold_core::{BoxFuture, Elector, Fence, FenceStamp, Leader, LeaderConfig, Strategy};
 
 use crate::servers::{ServerKind, Settings, provide_with};
 
@@ -25,16 +25,16 @@ use crate::servers::{ServerKind, Settings, provide_with};
 pub const REPLICAS: usize = 6;
 
 /// Storage that checks fences (DESIGN.md, timing rule 7): it remembers the
-/// biggest fence that wrote to it and refuses a smaller one, in the same
-/// atomic step as the write.
+/// stamp of its last writer and refuses an older fence (or one of another
+/// pool or slot), in the same atomic step as the write.
 pub trait Ledger: Send + Sync + 'static {
-    /// Bills `hour` for `replica` carrying `fence`: `Ok(true)` when written,
-    /// `Ok(false)` when refused because a bigger fence has written.
+    /// Bills `hour` for `replica` carrying `stamp`: `Ok(true)` when written,
+    /// `Ok(false)` when refused because a newer fence has written.
     fn bill<'a>(
         &'a self,
         hour: u32,
         replica: &'a str,
-        fence: Fence,
+        stamp: &'a FenceStamp,
     ) -> BoxFuture<'a, Result<bool, String>>;
 }
 
@@ -107,9 +107,8 @@ where
 }
 
 /// The lease settings of a run: `ttl`, renewals every quarter of it.
-fn config(pool: &str, replica: usize, ttl: Duration) -> Result<LeaseConfig, String> {
-    LeaseConfig::builder(pool)
-        .pool_size(1)
+fn config(pool: &str, replica: usize, ttl: Duration) -> Result<LeaderConfig, String> {
+    LeaderConfig::builder(pool)
         .holder(format!("replica-{replica}"))
         .ttl(ttl)
         .renew_interval(ttl / 4)
@@ -125,8 +124,8 @@ struct Shared {
     /// The next hour to bill.
     hour: AtomicU32,
     billed: AtomicU32,
-    /// Terms won, in order: replica and fence.
-    terms: Mutex<Vec<(usize, Fence)>>,
+    /// Terms won, in order: replica and stamp.
+    terms: Mutex<Vec<(usize, FenceStamp)>>,
     /// An error a leader met (the ledger unreachable): ends the run.
     error: Mutex<Option<String>>,
     /// Two replicas were seen leading at once.
@@ -135,6 +134,13 @@ struct Shared {
 
 impl Shared {
     fn terms(&self) -> Vec<(usize, Fence)> {
+        self.stamps()
+            .into_iter()
+            .map(|(i, s)| (i, s.fence()))
+            .collect()
+    }
+
+    fn stamps(&self) -> Vec<(usize, FenceStamp)> {
         self.terms
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -190,7 +196,7 @@ where
 /// One replica: campaigns, and bills while it leads.
 fn elector<S: Strategy, L: Ledger>(
     strategy: S,
-    config: LeaseConfig,
+    config: LeaderConfig,
     i: usize,
     shared: Arc<Shared>,
     ledger: Arc<L>,
@@ -207,7 +213,7 @@ fn elector<S: Strategy, L: Ledger>(
                 .terms
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push((i, l.fence()));
+                .push((i, l.stamp().clone()));
         })
         .on_stopped_leading(move || println!("{who2}: stopped leading"))
         .on_new_leader(move |info| {
@@ -223,7 +229,7 @@ fn elector<S: Strategy, L: Ledger>(
             async move {
                 while leadership.is_leading() {
                     let hour = shared.hour.load(Ordering::SeqCst);
-                    match ledger.bill(hour, &me, leadership.fence()).await {
+                    match ledger.bill(hour, &me, leadership.stamp()).await {
                         Ok(true) => {
                             shared.hour.fetch_add(1, Ordering::SeqCst);
                             shared.billed.fetch_add(1, Ordering::SeqCst);
@@ -381,7 +387,13 @@ async fn act<L: Ledger>(
     })
     .await?;
     let hour = shared.hour.load(Ordering::SeqCst);
-    if ledger.bill(hour, &name(first), first_fence).await? {
+    let first_stamp = shared
+        .stamps()
+        .into_iter()
+        .find(|(i, s)| *i == first && s.fence() == first_fence)
+        .map(|(_, s)| s)
+        .ok_or("the killed leader's term is not recorded")?;
+    if ledger.bill(hour, &name(first), &first_stamp).await? {
         return Err(format!(
             "the killed leader's late write (fence {first_fence}) was accepted after fence \
              {second_fence} wrote"

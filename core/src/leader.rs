@@ -4,27 +4,33 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::config::LeaseConfig;
 use crate::driver::{LeaseManager, LeaseState};
-use crate::error::StartError;
+use crate::error::{ConfigError, StartError};
 use crate::gate::LeaseGate;
-use crate::strategy::{Fence, Strategy};
+use crate::leader_config::LeaderConfig;
+use crate::strategy::{Fence, FenceStamp, Strategy};
 
 /// One term of leadership, handed to the leader's future.
 ///
-/// The lease behind it is renewed in the background. When it is lost, the
+/// The lease behind it is renewed in the background; retryable renewal
+/// failures are retried until the local deadline, with nothing to do here.
+/// When it is lost (the store took it back, or the deadline passed), the
 /// gate closes first, then [`Leadership::lost`] resolves: the future should
-/// stop what it is doing and return. Every write the leader makes to storage
-/// that checks fences carries [`Leadership::fence`], so a leader that was
-/// paused past its lease is refused by the storage itself.
+/// stop what it is doing and return within the grace period
+/// ([`LeaderBuilder::grace`]), after which it is dropped. Returning early
+/// ends the term too: the lease is released for a follower. Clones used
+/// by tasks the future spawned see the same. Every write the leader makes to storage
+/// that checks fences carries [`Leadership::stamp`] (the fence with the pool
+/// and slot that issued it), so a leader that was paused past its lease is
+/// refused by the storage itself.
 #[derive(Clone)]
 pub struct Leadership {
-    fence: Fence,
+    stamp: FenceStamp,
     gate: LeaseGate,
     /// The gate epoch of this term's grant.
     epoch: u64,
@@ -32,12 +38,21 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// The fence of this term: send it with every write.
+    /// The fence of this term. Storage that checks fences needs the pool and
+    /// slot that issued it too: send [`Leadership::stamp`].
     pub fn fence(&self) -> Fence {
-        self.fence
+        self.stamp.fence()
     }
 
-    /// The lease gate of this term (closed once it is lost).
+    /// The fence of this term with the pool and slot that issued it: send it
+    /// with every write to storage that checks fences.
+    pub fn stamp(&self) -> &FenceStamp {
+        &self.stamp
+    }
+
+    /// The lease gate of this term (closed once the term is over). A later
+    /// term of this elector has a new gate epoch, so checks of this term's
+    /// [`Leadership::is_leading`] stay false.
     pub fn gate(&self) -> &LeaseGate {
         &self.gate
     }
@@ -49,8 +64,9 @@ impl Leadership {
         !*self.lost.borrow() && self.gate.check_now() == Ok(self.epoch)
     }
 
-    /// Resolves once this term is over (the lease was lost, or the elector
-    /// shut down). By then the gate is closed.
+    /// Resolves once this term is over (the lease was lost, the leader's
+    /// future returned, or the elector shut down). By then the gate is
+    /// closed and [`Leadership::is_leading`] is false.
     pub async fn lost(&self) {
         let mut rx = self.lost.clone();
         // An error means the elector is gone: the term is over too.
@@ -61,7 +77,7 @@ impl Leadership {
 impl fmt::Debug for Leadership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leadership")
-            .field("fence", &self.fence)
+            .field("stamp", &self.stamp)
             .field("leading", &self.is_leading())
             .finish()
     }
@@ -75,8 +91,17 @@ pub struct LeaderInfo {
     pub holder: String,
     /// The fence of its term.
     pub fence: Fence,
-    /// How long it has held the lease, when the store knows.
-    pub held_for: Option<Duration>,
+    /// How long it had held the lease when last read, and when that was.
+    held: Option<(Duration, Instant)>,
+}
+
+impl LeaderInfo {
+    /// How long the leader has held the lease, now: what the store (or this
+    /// process, for its own term) last said, plus the time since. `None` when
+    /// the store does not say.
+    pub fn held_for(&self) -> Option<Duration> {
+        self.held.map(|(held, at)| held + at.elapsed())
+    }
 }
 
 type Callback<T> = Arc<dyn Fn(&T) + Send + Sync>;
@@ -85,25 +110,34 @@ type Callback<T> = Arc<dyn Fn(&T) + Send + Sync>;
 #[must_use]
 pub struct LeaderBuilder<S> {
     strategy: Arc<S>,
-    config: LeaseConfig,
+    config: LeaderConfig,
     on_started: Option<Callback<Leadership>>,
     on_stopped: Option<Callback<()>>,
     on_new_leader: Option<Callback<LeaderInfo>>,
+    on_error: Option<Callback<StartError>>,
     grace: Duration,
     observe_every: Option<Duration>,
 }
 
 /// Leader election on any strategy: the lease of a pool of one slot.
 ///
+/// The configuration is a [`LeaderConfig`], which has no size: the pool has
+/// exactly one slot, so at most one elector leads at any instant (a
+/// [`LeaseConfig`](crate::LeaseConfig) converts only when it has one slot).
+/// The strategy must coordinate through a store: on a fixed slot
+/// ([`StaticSlot`](crate::StaticSlot), [`PodOrdinal`](crate::PodOrdinal)) every
+/// replica would lead, so the elector refuses to campaign (a final
+/// [`StartError::Config`]).
+///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-/// use leasehold_core::{Leader, LeaseConfig, Memory};
-/// let config = LeaseConfig::builder("scheduler").pool_size(1).build()?;
+/// use leasehold_core::{Leader, LeaderConfig, Memory};
+/// let config = LeaderConfig::builder("scheduler").build()?;
 /// let elector = Leader::campaign(Memory::new(), config, |leadership| async move {
 ///     // Lead until the term is over; send leadership.fence() with every write.
 ///     leadership.lost().await;
 /// });
-/// elector.wait_leading().await;
+/// elector.wait_leading().await?; // Err: a final error, this elector can never lead
 /// assert!(elector.is_leading());
 /// elector.shutdown().await;
 /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
@@ -114,7 +148,18 @@ pub struct Leader;
 impl Leader {
     /// Campaigns for the pool of `config` with default callbacks: runs `lead`
     /// for every term won, until [`Elector::shutdown`].
-    pub fn campaign<S, F, Fut>(strategy: S, config: LeaseConfig, lead: F) -> Elector
+    ///
+    /// A term ends in one of three ways. **The lease is lost** (the store
+    /// took it back, or renewals failed until the local deadline): the gate
+    /// closes first, then [`Leadership::lost`] resolves; the future has the
+    /// grace period to return before it is dropped, and the elector
+    /// campaigns on. **`lead` returns** (or panics): the gate closes, the
+    /// lease is released, and the elector stands back for one TTL before it
+    /// campaigns again, so a follower takes over. **The elector shuts
+    /// down**: as when the lease is lost, then the lease is released. A final
+    /// error (a missing table, a configuration the store refuses) stops the
+    /// campaign: see [`LeaderBuilder::on_error`] and [`Elector::wait_leading`].
+    pub fn campaign<S, F, Fut>(strategy: S, config: LeaderConfig, lead: F) -> Elector
     where
         S: Strategy,
         F: FnMut(Leadership) -> Fut + Send + 'static,
@@ -125,7 +170,7 @@ impl Leader {
 
     /// A builder for callbacks client-go users know: started leading,
     /// stopped leading, new leader.
-    pub fn builder<S: Strategy>(strategy: S, config: LeaseConfig) -> LeaderBuilder<S> {
+    pub fn builder<S: Strategy>(strategy: S, config: LeaderConfig) -> LeaderBuilder<S> {
         LeaderBuilder {
             strategy: Arc::new(strategy),
             grace: config.timing().safety_margin(),
@@ -134,6 +179,7 @@ impl Leader {
             on_started: None,
             on_stopped: None,
             on_new_leader: None,
+            on_error: None,
         }
     }
 }
@@ -158,6 +204,18 @@ impl<S: Strategy> LeaderBuilder<S> {
     /// strategies that cannot be inspected report only this process's terms.
     pub fn on_new_leader(mut self, f: impl Fn(&LeaderInfo) + Send + Sync + 'static) -> Self {
         self.on_new_leader = Some(Arc::new(f));
+        self
+    }
+
+    /// Called once when the campaign stops for good on a final error (a
+    /// missing table, a configuration the store refuses): this elector can
+    /// never lead. The error says what to do. The same error is what
+    /// [`Elector::wait_leading`] returns and [`Elector::error`] answers; it
+    /// is also counted (`leasehold_campaigns_stopped_total`, feature
+    /// `metrics`) and logged (feature `tracing`). Retryable errors (the store
+    /// unreachable) are not final: the elector keeps campaigning.
+    pub fn on_error(mut self, f: impl Fn(&StartError) + Send + Sync + 'static) -> Self {
+        self.on_error = Some(Arc::new(f));
         self
     }
 
@@ -221,6 +279,13 @@ impl<S: Strategy> LeaderBuilder<S> {
 /// progress without releasing a held lease (a later elector of this process
 /// with the same holder gives it back; otherwise it expires);
 /// [`Elector::shutdown`] releases it.
+///
+/// On errors: retryable ones (the store unreachable, the lease held by
+/// another elector) are waited out while campaigning goes on; a final one
+/// stops the campaign, and is what [`Elector::wait_leading`] returns,
+/// [`Elector::error`] answers and [`LeaderBuilder::on_error`] is called
+/// with. On loss: [`Elector::is_leading`] turns false as soon as the term's
+/// gate closes (at the local deadline at the latest, even if nothing ran).
 pub struct Elector {
     stop: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
@@ -236,7 +301,9 @@ pub struct Elector {
 
 impl Elector {
     /// True while this process leads: a term is in progress and its lease's
-    /// gate is open on the clock now (two electors can never both say so).
+    /// gate is open on the clock now. Two electors of one pool never both
+    /// say so at one instant: the pool has one slot, and a term's gate closes
+    /// at its local deadline, before the store can grant the slot again.
     pub fn is_leading(&self) -> bool {
         self.leading
             .borrow()
@@ -244,10 +311,32 @@ impl Elector {
             .is_some_and(|g| g.check_now().is_ok())
     }
 
-    /// Waits until this process leads.
-    pub async fn wait_leading(&self) {
-        let mut rx = self.leading.clone();
-        let _ = rx.wait_for(Option::is_some).await;
+    /// Waits until this process leads: `Ok` once a term is in progress, or
+    /// the final error that stopped the campaign ([`Elector::error`]: a
+    /// missing table, a configuration the store refuses), with which it can
+    /// never lead. Retryable trouble (the store unreachable, another elector
+    /// leading) is waited out, so this may wait forever: bound it with
+    /// `tokio::time::timeout` where that matters.
+    pub async fn wait_leading(&self) -> Result<(), StartError> {
+        let (mut leading, mut error) = (self.leading.clone(), self.error.clone());
+        loop {
+            if let Some(e) = error.borrow_and_update().clone() {
+                return Err(e);
+            }
+            if leading.borrow_and_update().is_some() {
+                return Ok(());
+            }
+            let open = tokio::select! {
+                r = leading.changed() => r.is_ok(),
+                r = error.changed() => r.is_ok(),
+            };
+            if !open {
+                // The campaign ended: on its error, or aborted by a panic.
+                return Err(self.error().unwrap_or_else(|| {
+                    StartError::Panicked("the campaign task ended without leading".to_owned())
+                }));
+            }
+        }
     }
 
     /// The leader last observed (this process or another), if any.
@@ -260,7 +349,8 @@ impl Elector {
         self.leader.clone()
     }
 
-    /// The final error that stopped the campaign (a misconfiguration), if any.
+    /// The final error that stopped the campaign (a misconfiguration), if any:
+    /// also reported once to [`LeaderBuilder::on_error`].
     pub fn error(&self) -> Option<StartError> {
         self.error.borrow().clone()
     }
@@ -306,6 +396,16 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// How a term ended.
+enum TermEnd {
+    /// The lease was lost (or replaced by a new grant).
+    Lost,
+    /// The elector is shutting down.
+    Stopping,
+    /// The leader's future returned (or panicked).
+    Returned,
+}
+
 /// Campaigns until stopped: a lease manager per attempt; a term per grant.
 async fn run<S, F, Fut>(
     b: LeaderBuilder<S>,
@@ -320,18 +420,30 @@ async fn run<S, F, Fut>(
     F: FnMut(Leadership) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    while !*stop.borrow() {
-        let start = LeaseManager::start(b.strategy.clone(), b.config.clone());
-        let manager = tokio::select! {
-            m = start => m,
-            () = stopped(&mut stop) => return,
+    'campaign: while !*stop.borrow() {
+        let manager = if b.strategy.capabilities().coordinated {
+            let start = LeaseManager::start(b.strategy.clone(), b.config.lease().clone());
+            tokio::select! {
+                m = start => m,
+                () = stopped(&mut stop) => return,
+            }
+        } else {
+            Err(StartError::Config(ConfigError::new(
+                "strategy",
+                "a fixed slot (StaticSlot, PodOrdinal)",
+                "a strategy that coordinates through a store (SQL, Valkey/Redis, etcd, \
+                 Kubernetes; Memory within one process): a fixed slot is held by every replica \
+                 configured with it, so every one of them would lead",
+            )))
         };
         let manager = match manager {
             Ok(m) => m,
             // A follower: the slot is held elsewhere. Keep asking.
             Err(StartError::Timeout { .. }) => continue,
             Err(e) => {
-                error.send_replace(Some(e));
+                crate::telemetry::Telemetry::new(b.config.pool()).campaign_stopped(&e);
+                error.send_replace(Some(e.clone()));
+                call(&b.on_error, &e);
                 return;
             }
         };
@@ -345,16 +457,18 @@ async fn run<S, F, Fut>(
                     let (fence, epoch) = (view.fence, view.epoch);
                     let (lost_tx, lost_rx) = watch::channel(false);
                     let leadership = Leadership {
-                        fence,
+                        stamp: FenceStamp::new(b.config.pool().name().clone(), view.slot, fence),
                         gate: manager.gate(),
                         epoch,
                         lost: lost_rx,
                     };
+                    // Read before anyone can see this process leading.
+                    let began = Instant::now();
                     leading.send_replace(Some(manager.gate()));
                     let me = LeaderInfo {
                         holder: b.config.pool().holder().to_owned(),
                         fence,
-                        held_for: Some(Duration::ZERO),
+                        held: Some((Duration::ZERO, began)),
                     };
                     if leader.send_if_modified(|l| replace_if_new(l, &me)) {
                         call(&b.on_new_leader, &me);
@@ -363,17 +477,20 @@ async fn run<S, F, Fut>(
                     let mut term = tokio::spawn(lead(leadership));
                     *current_term.lock().unwrap_or_else(PoisonError::into_inner) =
                         Some(term.abort_handle());
-                    let stopping = tokio::select! {
-                        () = term_over(&mut states, epoch, &manager) => false,
-                        () = stopped(&mut stop) => true,
+                    let end = tokio::select! {
+                        () = term_over(&mut states, epoch, &manager) => TermEnd::Lost,
+                        () = stopped(&mut stop) => TermEnd::Stopping,
+                        _ = &mut term => TermEnd::Returned,
                     };
-                    if stopping {
+                    if !matches!(end, TermEnd::Lost) {
                         // Close the gate before telling the future.
                         manager.gate().close();
                     }
                     lost_tx.send_replace(true);
                     leading.send_replace(None);
-                    if tokio::time::timeout(b.grace, &mut term).await.is_err() {
+                    if !matches!(end, TermEnd::Returned)
+                        && tokio::time::timeout(b.grace, &mut term).await.is_err()
+                    {
                         term.abort();
                     }
                     current_term
@@ -381,9 +498,24 @@ async fn run<S, F, Fut>(
                         .unwrap_or_else(PoisonError::into_inner)
                         .take();
                     call(&b.on_stopped, &());
-                    if stopping {
-                        manager.shutdown().await;
-                        return;
+                    match end {
+                        TermEnd::Lost => {}
+                        TermEnd::Stopping => {
+                            manager.shutdown().await;
+                            return;
+                        }
+                        TermEnd::Returned => {
+                            // The term is over: give the lease back, and
+                            // stand back for a TTL so that a follower, which
+                            // asks at least every `backoff_max` (at most a
+                            // TTL), takes over.
+                            manager.shutdown().await;
+                            tokio::select! {
+                                () = tokio::time::sleep(b.config.timing().ttl()) => {}
+                                () = stopped(&mut stop) => return,
+                            }
+                            continue 'campaign;
+                        }
                     }
                 }
                 LeaseState::Stopped => break,
@@ -422,14 +554,24 @@ fn call<T>(cb: &Option<Callback<T>>, arg: &T) {
     }
 }
 
+/// Records `new` as the leader; true when that is a change (another holder
+/// or term). For the same term, only a missing `held` is filled in: the
+/// first reading, aged on this process's clock, stays true, and this
+/// process's own reading of its term (taken before it said it leads) is a
+/// lower bound no store reading can spoil.
 fn replace_if_new(current: &mut Option<LeaderInfo>, new: &LeaderInfo) -> bool {
-    let same = current
-        .as_ref()
-        .is_some_and(|c| c.holder == new.holder && c.fence == new.fence);
-    if !same {
-        *current = Some(new.clone());
+    match current {
+        Some(c) if c.holder == new.holder && c.fence == new.fence => {
+            if c.held.is_none() {
+                c.held = new.held;
+            }
+            false
+        }
+        _ => {
+            *current = Some(new.clone());
+            true
+        }
     }
-    !same
 }
 
 /// Reads who holds slot 0 every `every`, and reports changes.
@@ -450,7 +592,7 @@ async fn observe<S: Strategy>(
                     .map(|s| LeaderInfo {
                         holder: s.holder.unwrap_or_default(),
                         fence: s.fence,
-                        held_for: s.held_for,
+                        held: s.held_for.map(|h| (h, Instant::now())),
                     });
                 match now {
                     Some(info) => {

@@ -13,6 +13,8 @@ mod fixed;
 mod gate;
 #[cfg(feature = "tokio")]
 mod leader;
+#[cfg(feature = "tokio")]
+mod leader_config;
 mod loss;
 pub mod machine;
 mod memory;
@@ -22,6 +24,8 @@ mod strategy;
 #[cfg(feature = "tokio")]
 mod telemetry;
 mod token;
+#[cfg(feature = "tokio")]
+mod wait;
 
 pub use clock::{Clock, ManualClock, MonoTime, SystemClock, UnixOffset};
 pub use config::{
@@ -37,11 +41,15 @@ pub use gate::{
 };
 #[cfg(feature = "tokio")]
 pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};
+#[cfg(feature = "tokio")]
+pub use leader_config::{LeaderConfig, LeaderConfigBuilder};
 pub use loss::{LossCause, LossEvent};
 pub use memory::Memory;
 pub use pool::{MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};
 pub use strategy::{
-    BoxFuture, Capabilities, DynStrategy, Fence, Floor, Grant, InspectError, Release, Renewal,
-    SlotInfo, Strategy,
+    BoxFuture, Capabilities, DynStrategy, Fence, FenceStamp, Floor, Grant, InspectError, Release,
+    Renewal, SlotInfo, Strategy,
 };
 pub use token::Token;
+#[cfg(feature = "tokio")]
+pub use wait::NotReady;

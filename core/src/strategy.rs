@@ -18,14 +18,73 @@ use crate::token::Token;
 /// Fences are **per slot**: each slot of a pool counts on its own (on SQL and
 /// Valkey/Redis; etcd's revisions happen to be global, Kubernetes'
 /// resourceVersions are opaque), so fences of different slots are not
-/// comparable. Fence writes to a resource from one slot's holders only: a
-/// leader pool of one slot, or one resource per slot.
+/// comparable. A fence alone cannot tell which slot issued it: storage that
+/// checks fences keeps, per resource, the pool and slot of its last writer
+/// too, and refuses a write stamped by any other ([`FenceStamp`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Fence(pub u64);
 
 impl fmt::Display for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
+    }
+}
+
+/// What a fenced write carries: a [`Fence`] and the pool and slot whose
+/// grant issued it.
+///
+/// Fences count per slot, so the number alone is only comparable with
+/// fences of the same slot: fence 9 of slot 3 says nothing about fence 2 of
+/// slot 4. Storage that checks fences records the stamp of a resource's last
+/// writer and accepts a write only from the same pool and slot with a fence
+/// at least as big (DESIGN.md, timing rule 7); a write from another pool or
+/// slot is refused whatever its number, until that pool and slot explicitly
+/// take the resource over.
+///
+/// ```
+/// use leasehold_core::{Fence, FenceStamp, PoolName};
+/// let stamp = FenceStamp::new(PoolName::new("scheduler")?, 0, Fence(7));
+/// assert_eq!((stamp.pool().as_str(), stamp.slot(), stamp.fence()), ("scheduler", 0, Fence(7)));
+/// assert_eq!(stamp.to_string(), "fence 7 of scheduler/0");
+/// # Ok::<(), leasehold_core::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FenceStamp {
+    pool: crate::PoolName,
+    slot: u32,
+    fence: Fence,
+}
+
+impl FenceStamp {
+    /// The fence `fence` of slot `slot` of pool `pool`.
+    pub fn new(pool: crate::PoolName, slot: u32, fence: Fence) -> Self {
+        Self { pool, slot, fence }
+    }
+
+    /// The stamp of `grant`, a grant of `pool`.
+    pub fn of(pool: &crate::PoolSpec, grant: &Grant) -> Self {
+        Self::new(pool.name().clone(), grant.slot, grant.fence)
+    }
+
+    /// The pool whose grant issued the fence.
+    pub fn pool(&self) -> &crate::PoolName {
+        &self.pool
+    }
+
+    /// The slot whose grant issued the fence.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The fence.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+}
+
+impl fmt::Display for FenceStamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fence {} of {}/{}", self.fence, self.pool, self.slot)
     }
 }
 

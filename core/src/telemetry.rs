@@ -15,6 +15,7 @@
 //! | `leasehold_acquire_latency_seconds` | histogram | |
 //! | `leasehold_renewal_latency_seconds` | histogram | |
 //! | `leasehold_deadline_seconds` | gauge | time left to the local deadline (0 when not held) |
+//! | `leasehold_campaigns_stopped_total` | counter | a leader election stopped by a final error |
 
 // Each sink uses some of the arguments; with one or none enabled, the rest go
 // unused.
@@ -200,6 +201,18 @@ impl Telemetry {
         #[cfg(feature = "metrics")]
         count!(self, "leasehold_releases_total", "outcome" => release_outcome(outcome));
         self.deadline(Duration::ZERO);
+    }
+
+    /// A leader election stopped for good on a final error.
+    pub(crate) fn campaign_stopped(&self, error: &crate::StartError) {
+        #[cfg(feature = "tracing")]
+        tracing::error!(
+            pool = %self.pool,
+            error = %error,
+            "leader election stopped: this elector can never lead"
+        );
+        #[cfg(feature = "metrics")]
+        count!(self, "leasehold_campaigns_stopped_total");
     }
 
     /// The gate's count of refused generations so far.

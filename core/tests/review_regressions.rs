@@ -156,8 +156,7 @@ async fn a_restarted_elector_leads_with_its_predecessors_fence() {
     let store = Memory::new();
     let storage = Arc::new(Mutex::new(Fenced::default()));
     let config = || {
-        LeaseConfig::builder("review-leader")
-            .pool_size(1)
+        leasehold_core::LeaderConfig::builder("review-leader")
             .holder("scheduler")
             .ttl(Duration::from_secs(5))
             .renew_interval(Duration::from_millis(200))
@@ -181,14 +180,14 @@ async fn a_restarted_elector_leads_with_its_predecessors_fence() {
         })
     };
     let first = campaign("first", Duration::from_millis(1_000));
-    first.wait_leading().await;
+    first.wait_leading().await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The first term's future is now inside its slow call. The election
     // task is restarted.
     drop(first);
     tokio::time::sleep(Duration::from_millis(50)).await;
     let second = campaign("second", Duration::from_millis(50));
-    second.wait_leading().await;
+    second.wait_leading().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let log = storage.lock().unwrap().log.clone();
     let first_write_of_second = log.iter().position(|(w, _, _)| *w == "second");

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use leasehold_conformance::scheduler::{self, Ledger, Report};
-use leasehold_core::{BoxFuture, Fence};
+use leasehold_core::{BoxFuture, FenceStamp};
 use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
 /// Keys under `prefix` in the same cluster, one ledger per leader pool
@@ -33,8 +33,11 @@ impl Ledger for EtcdLedger {
         &'a self,
         hour: u32,
         replica: &'a str,
-        fence: Fence,
+        stamp: &'a FenceStamp,
     ) -> BoxFuture<'a, Result<bool, String>> {
+        // This key is written by the one slot of one leader pool only, so
+        // its fences are comparable and the number is all it keeps.
+        let fence = stamp.fence();
         Box::pin(async move {
             let key = format!("{}fence", self.prefix);
             let ours = format!("{:020}", fence.0);

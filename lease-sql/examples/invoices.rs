@@ -14,7 +14,7 @@
 use leasehold_core::Floor;
 use std::time::{Duration, Instant};
 
-use leasehold_core::{AcquireError, Grant, PoolName, PoolSpec, Renewal, Strategy};
+use leasehold_core::{AcquireError, FenceStamp, Grant, PoolName, PoolSpec, Renewal, Strategy};
 use leasehold_sql::{FenceError, FenceTable, SqlConfig, SqlStrategy};
 
 const CUSTOMERS: [(&str, i64); 3] = [("acme", 1200), ("globex", 800), ("initech", 450)];
@@ -35,7 +35,8 @@ impl Replica {
     async fn bill(&self, fences: &FenceTable, grant: &Grant, hour: u32) -> Result<u64, FenceError> {
         let db = self.store.sqlite().expect("sqlite");
         let mut tx = db.begin().await?;
-        fences.advance(&mut *tx, "billing", grant.fence).await?;
+        let stamp = FenceStamp::of(&self.pool, grant);
+        fences.advance(&mut *tx, "billing", &stamp).await?;
         let mut new = 0;
         for (customer, amount) in CUSTOMERS {
             // The idempotency key names the invoice, not the attempt.

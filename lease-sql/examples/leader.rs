@@ -16,14 +16,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_conformance::scheduler::{self, Ledger, Report};
-use leasehold_core::{BoxFuture, Fence, PoolName, PoolSpec};
+use leasehold_core::{BoxFuture, FenceStamp, PoolName, PoolSpec};
 use leasehold_sql::{FenceError, FenceTable, SqlConfig, SqlStrategy};
 
 /// The leases' TTL: a takeover comes about this long after a leader died.
 const TTL: Duration = Duration::from_secs(2);
 
 /// The fence table of the database the leases are in; every bill advances
-/// the fence of `resource` (one per leader pool: fences are per slot).
+/// the stamp (fence, pool and slot) of `resource`.
 struct SqlLedger {
     store: SqlStrategy,
     fences: FenceTable,
@@ -33,29 +33,29 @@ struct SqlLedger {
 /// Runs `advance` in a transaction of `$pool` and commits: `Ok(true)`
 /// written, `Ok(false)` refused (`Stale`).
 macro_rules! fenced {
-    ($pool:expr, $ledger:expr, $fence:expr) => {{
+    ($pool:expr, $ledger:expr, $stamp:expr) => {{
         let mut tx = $pool.begin().await?;
         match $ledger
             .fences
-            .advance(&mut *tx, &$ledger.resource, $fence)
+            .advance(&mut *tx, &$ledger.resource, $stamp)
             .await
         {
             Ok(()) => tx.commit().await.map(|()| true).map_err(FenceError::from),
-            Err(FenceError::Stale { .. }) => Ok(false),
+            Err(FenceError::Stale { .. } | FenceError::OtherWriter { .. }) => Ok(false),
             Err(e) => Err(e),
         }
     }};
 }
 
 impl SqlLedger {
-    async fn bill_once(&self, fence: Fence) -> Result<bool, FenceError> {
+    async fn bill_once(&self, stamp: &FenceStamp) -> Result<bool, FenceError> {
         let s = &self.store;
         if let Some(pool) = s.sqlite() {
-            fenced!(pool, self, fence)
+            fenced!(pool, self, stamp)
         } else if let Some(pool) = s.postgres() {
-            fenced!(pool, self, fence)
+            fenced!(pool, self, stamp)
         } else if let Some(pool) = s.mysql() {
-            fenced!(pool, self, fence)
+            fenced!(pool, self, stamp)
         } else {
             unreachable!("a connected strategy has an engine")
         }
@@ -77,13 +77,13 @@ impl Ledger for SqlLedger {
         &'a self,
         _hour: u32,
         _replica: &'a str,
-        fence: Fence,
+        stamp: &'a FenceStamp,
     ) -> BoxFuture<'a, Result<bool, String>> {
         Box::pin(async move {
             let mut attempts = 0;
             loop {
                 attempts += 1;
-                match self.bill_once(fence).await {
+                match self.bill_once(stamp).await {
                     Err(e) if conflict(&e) && attempts < 5 => {}
                     other => return other.map_err(|e| e.to_string()),
                 }

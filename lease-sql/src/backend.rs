@@ -19,7 +19,9 @@ use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::ident::TableName;
-use crate::statements::{COLUMNS, FLOOR_COLUMNS, SPAN_COLUMNS, Statements, TOMBSTONE, floor_value};
+use crate::statements::{
+    COLUMNS, FENCE_ISSUER_COLUMNS, FLOOR_COLUMNS, SPAN_COLUMNS, Statements, TOMBSTONE, floor_value,
+};
 
 /// Rows inserted per statement when a pool is populated.
 const POPULATE_CHUNK: u32 = 1000;
@@ -348,18 +350,47 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             .map_err(|e| InspectError::Store(Reason::new(format!("inspect: {e}"))))
     }
 
+    /// Creates the fence table `t`, or adds the issuer columns to one an
+    /// older version created (the statements of
+    /// `migrations/<engine>/0004_leasehold_fence_issuer.sql`): its rows keep
+    /// their fences and take the issuer of their next fenced write. Safe to
+    /// run from many nodes at once.
     async fn ensure_fence_table(&self, t: &TableName) -> Result<(), SqlError> {
-        let sql = D::create_fence_table(&t.quoted(D::QUOTE));
+        let quoted = t.quoted(D::QUOTE);
         let budget = self.ddl_budget();
-        tokio::time::timeout(budget, sqlx::raw_sql(&sql).execute(&self.pool))
-            .await
-            .map_err(|_| SqlError::Timeout(budget))??;
+        let run = |sql: String| async move {
+            tokio::time::timeout(budget, sqlx::raw_sql(&sql).execute(&self.pool))
+                .await
+                .map_err(|_| SqlError::Timeout(budget))?
+                .map(drop)
+                .map_err(SqlError::from)
+        };
+        let has = |columns: &[String], c: &str| columns.iter().any(|h| h.eq_ignore_ascii_case(c));
+        let created = run(D::create_fence_table(&quoted)).await;
+        let columns = self.columns_of(t.as_str()).await?;
+        if columns.is_empty() {
+            // Not there even after CREATE: say why.
+            created?;
+        }
+        for column in FENCE_ISSUER_COLUMNS.iter().filter(|c| !has(&columns, c)) {
+            if let Err(e) = run(D::add_fence_issuer_column(&quoted, column)).await {
+                // Another node may have added it in the meantime.
+                if !has(&self.columns_of(t.as_str()).await?, column) {
+                    return Err(e);
+                }
+            }
+        }
         Ok(())
     }
 
     /// The lease table's column names.
     async fn column_names(&self) -> Result<Vec<String>, sqlx::Error> {
-        let q = sqlx::query(D::COLUMNS).bind(self.info.table.as_str());
+        self.columns_of(self.info.table.as_str()).await
+    }
+
+    /// The column names of the table `table` (none when it does not exist).
+    async fn columns_of(&self, table: &str) -> Result<Vec<String>, sqlx::Error> {
+        let q = sqlx::query(D::COLUMNS).bind(table);
         let rows = self.fetch_all(q).await?;
         rows.iter().map(|r| r.try_get(0)).collect()
     }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::{ConfigError, Fence, Reason};
+use leasehold_core::{ConfigError, Fence, FenceStamp, Reason};
 
 /// Why [`SqlStrategy::connect`](crate::SqlStrategy::connect) or an operator
 /// call ([`SqlStrategy::revoke`](crate::SqlStrategy::revoke), the fence table)
@@ -88,6 +88,38 @@ pub enum FenceError {
         fence: Fence,
         /// The biggest fence seen so far.
         seen: Fence,
+    },
+    /// `resource` was last written from another pool or slot than this
+    /// write's: fences of different slots are not comparable, so the write is
+    /// refused whatever its fence. Roll back. If this pool and slot are meant
+    /// to write `resource` from now on, take it over once with
+    /// [`FenceTable::take_over`](crate::FenceTable::take_over).
+    #[error(
+        "fenced write to {resource:?} refused: it carries {stamp}, but the resource was last \
+         written with fence {seen} of {pool}/{slot}, another pool or slot whose fences are not \
+         comparable with this one's; roll back. If {resource:?} is meant to move to this pool \
+         and slot, take it over once with FenceTable::take_over, naming {pool}/{slot}"
+    )]
+    OtherWriter {
+        /// The resource written to.
+        resource: String,
+        /// What this write carried.
+        stamp: FenceStamp,
+        /// The pool of the resource's last writer.
+        pool: String,
+        /// The slot of the resource's last writer.
+        slot: u32,
+        /// The fence of the resource's last writer.
+        seen: Fence,
+    },
+    /// The fence table lacks the columns fenced writes need (it was created
+    /// by an older version). Final until migrated: `fix` says how.
+    #[error("{what}; {fix}")]
+    Schema {
+        /// What is missing.
+        what: String,
+        /// The call or migration that adds it.
+        fix: String,
     },
     /// The database answered with an error.
     #[error("database error during a fenced write: {0}")]

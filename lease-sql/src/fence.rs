@@ -1,7 +1,8 @@
-//! Fenced writes: storage that remembers the biggest fence it has seen per
-//! resource and refuses a write carrying a smaller one (DESIGN.md, timing rule 7).
+//! Fenced writes: storage that remembers, per resource, the stamp (pool,
+//! slot and fence) of its last writer and refuses a write that is older or
+//! comes from another pool or slot (DESIGN.md, timing rule 7).
 
-use leasehold_core::{ConfigError, Fence};
+use leasehold_core::{ConfigError, FenceStamp, PoolName};
 
 use crate::dialect::SqlDatabase;
 use crate::error::{FenceError, SqlError};
@@ -11,34 +12,50 @@ use crate::strategy::SqlStrategy;
 /// The default fence table.
 pub const DEFAULT_FENCE_TABLE: &str = "leasehold_fences";
 
-/// A table of resources, each with the biggest fence that has written to it.
+/// A table of resources, each with the stamp of its last writer: the fence
+/// and the pool and slot whose grant issued it ([`FenceStamp`]).
 ///
 /// Call [`FenceTable::advance`] **inside the transaction that writes**, before the
-/// writes: it records `fence` for `resource` if no bigger one has been seen
-/// (the same holder may write many times with its fence), and otherwise
-/// answers [`FenceError::Stale`], and you roll back. The row lock it takes
-/// orders a stale holder's transaction after the new holder's, so once a
-/// bigger fence has committed, a smaller one is refused forever.
+/// writes, with the writer's stamp (`leadership.stamp()` for a leader,
+/// `FenceStamp::of(&pool, &grant)` for a slot's holder). It is accepted when
+/// the resource is new, or was last written from the same pool and slot with
+/// a fence no bigger (the same holder may write many times with its fence);
+/// otherwise it answers [`FenceError::Stale`] (a newer holder of the slot
+/// has written) or [`FenceError::OtherWriter`] (another pool or slot wrote
+/// last: fences of different slots are not comparable, so its number says
+/// nothing), and you roll back. The row lock it takes orders a stale
+/// holder's transaction after the new holder's, so once a newer fence has
+/// committed, an older one is refused forever.
 ///
-/// The same idea in a single statement, for a row that carries its own fence
-/// column (the writes to one row are then fenced, not the whole resource):
+/// **What a fence guards.** A resource against writes older than its newest
+/// writer's, among the holders of one slot of one pool. Until a new holder
+/// has written, the old holder's writes are still accepted (nobody newer has
+/// written). A resource moves to another pool or slot only by
+/// [`FenceTable::take_over`], which names the pool and slot it leaves: from
+/// then on every write of the old pool and slot is refused, whatever its
+/// fence. Rows written before the table had the issuer columns take the
+/// issuer of their next fenced write (which must carry a fence no smaller).
+///
+/// The same idea in a single statement, for a row that carries its own
+/// fence columns (the writes to one row are then fenced, not the whole
+/// resource):
 ///
 /// ```sql
-/// UPDATE invoices SET status = 'sent', fence = $1 WHERE id = $2 AND fence <= $1
-/// -- 0 rows: refused, a bigger fence has written this row
+/// UPDATE invoices SET status = 'sent', fence = $1
+///  WHERE id = $2 AND fence_pool = $3 AND fence_slot = $4 AND fence <= $1
+/// -- 0 rows: refused, a newer holder (or another slot) has written this row
 /// ```
 ///
 /// (`<=`, not `<`: the same holder writes the same row many times with its
-/// one fence.) Fences are per slot: compare fences of one slot (a leader pool
-/// of one slot, or one resource per slot), never fences of different slots.
+/// one fence.)
 ///
 /// ```no_run
-/// # async fn demo(strategy: leasehold_sql::SqlStrategy, fence: leasehold_core::Fence) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn demo(strategy: leasehold_sql::SqlStrategy, stamp: leasehold_core::FenceStamp) -> Result<(), Box<dyn std::error::Error>> {
 /// use leasehold_sql::FenceTable;
 /// let fences = FenceTable::default();
 /// fences.ensure(&strategy).await?;
 /// let mut tx = strategy.postgres().unwrap().begin().await?;
-/// fences.advance(&mut *tx, "billing", fence).await?; // Err(Stale) → drop tx
+/// fences.advance(&mut *tx, "billing", &stamp).await?; // Err(Stale | OtherWriter) → drop tx
 /// sqlx::query("INSERT INTO invoices (key, amount) VALUES ($1, $2)")
 ///     .bind("2025-01-01T10:customer-7").bind(42_i64).execute(&mut *tx).await?;
 /// tx.commit().await?;
@@ -69,25 +86,57 @@ impl FenceTable {
         D::create_fence_table(&self.name().quoted(D::QUOTE))
     }
 
-    /// Creates the table in `strategy`'s database if it does not exist.
+    /// Creates the table in `strategy`'s database if it does not exist, and
+    /// adds the issuer columns (`pool`, `slot`) to a table an older version
+    /// created (what `migrations/<engine>/0004_leasehold_fence_issuer.sql`
+    /// does); its rows keep their fences.
     pub async fn ensure(&self, strategy: &SqlStrategy) -> Result<(), SqlError> {
         strategy.ensure_fence_table(&self.name()).await
     }
 
-    /// Records `fence` for `resource`, or refuses with [`FenceError::Stale`].
-    /// Run it on the writing transaction (`&mut *tx`), before the writes; on
-    /// SQLite, `BEGIN IMMEDIATE` is best: it takes the write lock up front.
+    /// Records `stamp` for `resource`, or refuses with [`FenceError::Stale`]
+    /// or [`FenceError::OtherWriter`] (see the type's docs). Run it on the
+    /// writing transaction (`&mut *tx`), before the writes; on SQLite,
+    /// `BEGIN IMMEDIATE` is best: it takes the write lock up front.
     pub async fn advance<D, C>(
         &self,
         conn: &mut C,
         resource: &str,
-        fence: Fence,
+        stamp: &FenceStamp,
     ) -> Result<(), FenceError>
     where
         D: SqlDatabase + sqlx::Database<Connection = C>,
         C: sqlx::Connection<Database = D>,
     {
         let t = self.name().quoted(D::QUOTE);
-        D::advance_fence(conn, &t, resource, fence).await
+        D::advance_fence(conn, &t, resource, stamp).await
+    }
+
+    /// Moves `resource` to the pool and slot of `stamp`, from the pool and
+    /// slot `from` (`(pool, slot)`) that wrote it last: from then on, writes
+    /// from `from` are refused whatever their fence, so no stale holder of
+    /// the old pool or slot can write again. Accepted when `from` wrote
+    /// last, when nobody did (a new resource, or a row from before the
+    /// issuer columns), or as [`FenceTable::advance`] when `stamp`'s own pool
+    /// and slot did; refused with [`FenceError::OtherWriter`] when a third
+    /// pool or slot did.
+    ///
+    /// Run it once, as a deliberate step (a deploy, a migration of the
+    /// resource to a new leader pool), inside the transaction of the new
+    /// owner's first write; never on every write, because whoever calls it
+    /// wins the resource from `from`.
+    pub async fn take_over<D, C>(
+        &self,
+        conn: &mut C,
+        resource: &str,
+        from: (&PoolName, u32),
+        stamp: &FenceStamp,
+    ) -> Result<(), FenceError>
+    where
+        D: SqlDatabase + sqlx::Database<Connection = C>,
+        C: sqlx::Connection<Database = D>,
+    {
+        let t = self.name().quoted(D::QUOTE);
+        D::take_over_fence(conn, &t, resource, from, stamp).await
     }
 }

@@ -36,6 +36,12 @@ pub(crate) const FLOOR_COLUMNS: [&str; 2] = ["floor_ms", "grant_floor_ms"];
 /// (DESIGN.md rule 12), so a holder with a longer TTL or skew than the
 /// claimer is waited out too.
 pub(crate) const SPAN_COLUMNS: [&str; 1] = ["span_ms"];
+/// The issuer columns of the fence table, added in 0.3
+/// (`migrations/<engine>/0004_leasehold_fence_issuer.sql`;
+/// `FenceTable::ensure` adds them to an older table): the pool and slot
+/// whose grant issued the fence of the resource's last write. NULL on a row
+/// written before they existed, until its next fenced write.
+pub(crate) const FENCE_ISSUER_COLUMNS: [&str; 2] = ["pool", "slot"];
 
 /// The token a revoke leaves in place of the holder's: all zeros, which
 /// `Token::random` (128 bits from the OS) never matches in practice. The
@@ -269,7 +275,7 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         }
-        fn check<D: Dialect>(first: &str, floor: &str, span: &str) {
+        fn check<D: Dialect>(first: &str, floor: &str, span: &str, issuer: &str) {
             let t = TableName::default().quoted(D::QUOTE);
             // 0001 is the 0.1 table: today's DDL without the floor columns.
             let ddl = D::create_table(&t);
@@ -308,21 +314,46 @@ mod tests {
             for c in FLOOR_COLUMNS.iter().chain(&SPAN_COLUMNS) {
                 assert!(ddl.contains(c), "{} DDL lacks {c}", D::ENGINE);
             }
+            // 0004 adds exactly the fence table's issuer columns, as
+            // `FenceTable::ensure` does, and a new fence table has them.
+            let f = TableName::new("leasehold_fences").unwrap().quoted(D::QUOTE);
+            let adds: Vec<String> = FENCE_ISSUER_COLUMNS
+                .iter()
+                .map(|c| format!("{};", D::add_fence_issuer_column(&f, c)))
+                .collect();
+            assert_eq!(
+                body(issuer).trim(),
+                adds.join("\n"),
+                "{} 0004 migration drifted",
+                D::ENGINE
+            );
+            let create = D::create_fence_table(&f);
+            for c in FENCE_ISSUER_COLUMNS {
+                let typed = format!("{c} {}", D::fence_issuer_type(c));
+                assert!(
+                    create.contains(&typed),
+                    "{} fence DDL lacks {typed}",
+                    D::ENGINE
+                );
+            }
         }
         check::<sqlx::Postgres>(
             include_str!("../migrations/postgres/0001_leasehold_leases.sql"),
             include_str!("../migrations/postgres/0002_leasehold_floor.sql"),
             include_str!("../migrations/postgres/0003_leasehold_span.sql"),
+            include_str!("../migrations/postgres/0004_leasehold_fence_issuer.sql"),
         );
         check::<sqlx::MySql>(
             include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
             include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
             include_str!("../migrations/mysql/0003_leasehold_span.sql"),
+            include_str!("../migrations/mysql/0004_leasehold_fence_issuer.sql"),
         );
         check::<sqlx::Sqlite>(
             include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
             include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
             include_str!("../migrations/sqlite/0003_leasehold_span.sql"),
+            include_str!("../migrations/sqlite/0004_leasehold_fence_issuer.sql"),
         );
     }
 

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use leasehold_conformance::servers::{ServerKind, provide};
 use leasehold_conformance::{Backend, Store, Target, ensure, fresh_pool, trials};
-use leasehold_core::{AcquireError, BoxFuture, Fence, PoolSpec, Release, Renewal, Strategy, Token};
+use leasehold_core::{
+    AcquireError, BoxFuture, Fence, FenceStamp, PoolName, PoolSpec, Release, Renewal, Strategy,
+    Token,
+};
 use leasehold_sql::{Engine, FenceError, FenceTable, SqlConfig, SqlError, SqlStrategy};
 
 #[derive(Clone)]
@@ -113,6 +116,49 @@ async fn missing_table_is_final_and_names_ensure_pool(b: Arc<Sql>) -> Result<(),
         }
         other => Err(format!("expected MissingSchema, got {other:?}")),
     }
+}
+
+/// An elector whose lease table is missing can never lead: `wait_leading`
+/// answers the final error (naming the call that creates the table), the
+/// error callback is called with it once, and `error()` says the same.
+async fn an_elector_that_can_never_lead_reports_its_final_error(b: Arc<Sql>) -> Result<(), String> {
+    use leasehold_core::{Leader, LeaderConfig, StartError};
+    use std::sync::Mutex;
+    let s = SqlStrategy::connect(b.config().table(fresh_table("missing")))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = fresh_pool(1, Duration::from_secs(5))?.name().clone();
+    let config = LeaderConfig::builder(name.as_str())
+        .acquire_timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let reported: Arc<Mutex<Vec<StartError>>> = Arc::default();
+    let seen = reported.clone();
+    let elector = Leader::builder(s, config)
+        .on_error(move |e| seen.lock().unwrap().push(e.clone()))
+        .campaign(|leadership| async move { leadership.lost().await });
+    // Bounded well beyond one acquisition: a final error needs no retry.
+    let r = tokio::time::timeout(Duration::from_secs(20), elector.wait_leading())
+        .await
+        .map_err(|_| "wait_leading still waiting 20 s after a final error".to_owned())?;
+    let error = elector.error();
+    elector.shutdown().await;
+    match &r {
+        Err(e @ StartError::Acquire(AcquireError::MissingSchema { .. })) => {
+            ensure!(e.to_string().contains("ensure_pool"), "message: {e}");
+        }
+        other => {
+            return Err(format!(
+                "wait_leading on a missing table answered {other:?}"
+            ));
+        }
+    }
+    let reported = reported.lock().unwrap().clone();
+    ensure!(
+        reported.len() == 1 && Some(&reported[0]) == r.as_ref().err() && error == r.err(),
+        "the callback saw {reported:?}, error() says {error:?}"
+    );
+    Ok(())
 }
 
 /// A table of that name that is not a lease table is reported, with its missing columns.
@@ -683,17 +729,38 @@ async fn ensure_pool_is_idempotent_and_concurrent(b: Arc<Sql>) -> Result<(), Str
     Ok(())
 }
 
-/// One fenced write of `f` to `resource` in a transaction of its own.
+/// A stamp of fence `f` from slot 0 of the pool `billing`.
+fn billing(f: u64) -> FenceStamp {
+    FenceStamp::new(PoolName::new("billing").unwrap(), 0, Fence(f))
+}
+
+/// One fenced write of `f` (from slot 0 of the pool `billing`) to `resource`
+/// in a transaction of its own.
 async fn advance_once(
     s: &SqlStrategy,
     fences: &FenceTable,
     resource: &str,
     f: u64,
 ) -> Result<Result<(), FenceError>, String> {
+    write_once(s, fences, resource, None, &billing(f)).await
+}
+
+/// One fenced write of `stamp` to `resource` in a transaction of its own:
+/// `advance`, or with `from`, `take_over`.
+async fn write_once(
+    s: &SqlStrategy,
+    fences: &FenceTable,
+    resource: &str,
+    from: Option<(&PoolName, u32)>,
+    stamp: &FenceStamp,
+) -> Result<Result<(), FenceError>, String> {
     macro_rules! in_tx {
         ($pool:expr) => {{
             let mut tx = $pool.begin().await.map_err(|e| e.to_string())?;
-            let r = fences.advance(&mut *tx, resource, Fence(f)).await;
+            let r = match from {
+                Some(from) => fences.take_over(&mut *tx, resource, from, stamp).await,
+                None => fences.advance(&mut *tx, resource, stamp).await,
+            };
             if r.is_ok() {
                 tx.commit().await.map_err(|e| e.to_string())?;
             } else {
@@ -726,6 +793,206 @@ async fn fenced_write_refuses_a_stale_holder(b: Arc<Sql>) -> Result<(), String> 
                     "fence {f}: expected accepted={accepted}, got {r:?}"
                 ));
             }
+        }
+    }
+    s.close().await;
+    Ok(())
+}
+
+/// The outcome of a fenced write, in short: `ok`, `stale`, `other` or the error.
+fn verdict(r: &Result<(), FenceError>) -> String {
+    match r {
+        Ok(()) => "ok".into(),
+        Err(FenceError::Stale { .. }) => "stale".into(),
+        Err(FenceError::OtherWriter { .. }) => "other".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Fences count per slot, so two holders of a pool of two slots both hold
+/// fence 1: the table records the pool and slot of the resource's writer
+/// and refuses the other slot's write (and another pool's) whatever its
+/// fence, bigger ones included; the writer's own slot goes on as before.
+async fn a_write_from_another_slot_or_pool_is_refused_whatever_its_fence(
+    b: Arc<Sql>,
+) -> Result<(), String> {
+    let s = b.strategy().await?;
+    let fences = FenceTable::new(fresh_table("fences")).map_err(|e| e.to_string())?;
+    fences.ensure(&s).await.map_err(|e| e.to_string())?;
+    let pool = fresh_pool(2, Duration::from_secs(30))?;
+    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    let acquire = || async {
+        s.acquire(&pool, Floor::NONE)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let (first, second) = (acquire().await?, acquire().await?);
+    ensure!(
+        first.fence == second.fence,
+        "two fresh slots have fences {} and {}",
+        first.fence,
+        second.fence
+    );
+    let (a, b2) = (
+        FenceStamp::of(&pool, &first),
+        FenceStamp::of(&pool, &second),
+    );
+    let other_pool = FenceStamp::new(
+        fresh_pool(1, Duration::from_secs(30))?.name().clone(),
+        first.slot,
+        Fence(first.fence.0 + 10),
+    );
+    let bigger = FenceStamp::new(pool.name().clone(), second.slot, Fence(second.fence.0 + 10));
+    let steps = [
+        (&a, "ok"),
+        (&b2, "other"),
+        (&bigger, "other"),
+        (&other_pool, "other"),
+        (&a, "ok"),
+    ];
+    for (i, (stamp, expected)) in steps.into_iter().enumerate() {
+        let r = write_once(&s, &fences, "billing", None, stamp).await?;
+        ensure!(
+            verdict(&r) == expected,
+            "step {i}: a write with {stamp} answered {r:?}, expected {expected}"
+        );
+        if let Err(e @ FenceError::OtherWriter { .. }) = &r {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains("take_over"),
+                "the refusal does not say what to do: {msg}"
+            );
+        }
+    }
+    s.close().await;
+    Ok(())
+}
+
+/// A resource moves to another pool only by `take_over`, naming the pool
+/// and slot it leaves: from then on the old pool's writes are refused
+/// whatever their fence (a stale leader of the old pool can never write
+/// again), the new pool's writes are fenced as usual, and a third pool can
+/// take nothing over from a pool that no longer owns the resource.
+async fn take_over_moves_a_resource_and_refuses_the_old_pool_for_good(
+    b: Arc<Sql>,
+) -> Result<(), String> {
+    let s = b.strategy().await?;
+    let fences = FenceTable::new(fresh_table("fences")).map_err(|e| e.to_string())?;
+    fences.ensure(&s).await.map_err(|e| e.to_string())?;
+    let name = |n: &str| PoolName::new(n).unwrap();
+    let (old, new, third) = (name("old"), name("new"), name("third"));
+    let stamp = |p: &PoolName, f: u64| FenceStamp::new(p.clone(), 0, Fence(f));
+    // (the pool and slot taken over, or a plain write; the stamp; the verdict)
+    type Step<'a> = (Option<(&'a PoolName, u32)>, FenceStamp, &'static str);
+    let steps: [Step<'_>; 9] = [
+        (None, stamp(&old, 5), "ok"),
+        (None, stamp(&new, 1), "other"),
+        (Some((&third, 0)), stamp(&new, 1), "other"),
+        (Some((&old, 0)), stamp(&new, 1), "ok"),
+        (None, stamp(&old, 99), "other"),
+        (None, stamp(&new, 1), "ok"),
+        (Some((&old, 0)), stamp(&third, 1), "other"),
+        // Taking over from one's own pool and slot is a fenced write.
+        (Some((&new, 0)), stamp(&new, 0), "stale"),
+        (Some((&new, 0)), stamp(&new, 2), "ok"),
+    ];
+    for (i, (from, stamp, expected)) in steps.iter().enumerate() {
+        let r = write_once(&s, &fences, "billing", *from, stamp).await?;
+        ensure!(
+            verdict(&r) == *expected,
+            "step {i}: {} with {stamp} answered {r:?}, expected {expected}",
+            from.map_or("advance".to_owned(), |(p, s)| format!(
+                "take_over from {p}/{s}"
+            ))
+        );
+    }
+    s.close().await;
+    Ok(())
+}
+
+/// The fence table as leasehold-sql 0.2 created it (no issuer columns).
+fn fence_table_0_2(s: &SqlStrategy, table: &str) -> String {
+    match s.engine() {
+        Engine::Postgres => format!(
+            "CREATE TABLE \"{table}\" (resource VARCHAR(255) PRIMARY KEY, fence BIGINT NOT NULL, \
+             updated_at TIMESTAMPTZ(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))"
+        ),
+        Engine::MySql => format!(
+            "CREATE TABLE `{table}` (resource VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin \
+             PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL, updated_at DATETIME(6) NOT NULL DEFAULT \
+             CURRENT_TIMESTAMP(6)) ENGINE = InnoDB"
+        ),
+        _ => format!(
+            "CREATE TABLE \"{table}\" (resource TEXT PRIMARY KEY, fence INTEGER NOT NULL, \
+             updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f','now')))"
+        ),
+    }
+}
+
+/// The shipped 0003 migration of `s`'s engine, for the fence table `table`.
+fn fence_migration(s: &SqlStrategy, table: &str) -> String {
+    let text = match s.engine() {
+        Engine::Postgres => include_str!("../migrations/postgres/0004_leasehold_fence_issuer.sql"),
+        Engine::MySql => include_str!("../migrations/mysql/0004_leasehold_fence_issuer.sql"),
+        _ => include_str!("../migrations/sqlite/0004_leasehold_fence_issuer.sql"),
+    };
+    text.replace("leasehold_fences", table)
+}
+
+/// A fence table without the issuer columns (as 0.2 made it) refuses fenced
+/// writes with an error naming both fixes; `ensure` (or the shipped 0003
+/// migration) adds them, the recorded fence is kept, and the first write
+/// after it (with a fence no smaller) records its pool and slot, after
+/// which other slots are refused.
+async fn an_older_fence_table_is_migrated_and_keeps_its_fences(b: Arc<Sql>) -> Result<(), String> {
+    let s = b.strategy().await?;
+    for by_ensure in [true, false] {
+        let table = fresh_table("oldfences");
+        raw(&s, &fence_table_0_2(&s, &table)).await?;
+        let quoted = if s.engine() == Engine::MySql {
+            format!("`{table}`")
+        } else {
+            format!("\"{table}\"")
+        };
+        raw(
+            &s,
+            &format!("INSERT INTO {quoted} (resource, fence) VALUES ('billing', 7)"),
+        )
+        .await?;
+        let fences = FenceTable::new(table.clone()).map_err(|e| e.to_string())?;
+        let r = advance_once(&s, &fences, "billing", 7).await?;
+        match &r {
+            Err(e @ FenceError::Schema { .. }) => {
+                let msg = e.to_string();
+                for needle in ["FenceTable::ensure", "0004_leasehold_fence_issuer.sql"] {
+                    ensure!(msg.contains(needle), "the message lacks {needle}: {msg}");
+                }
+            }
+            other => return Err(format!("a write to a 0.2 fence table answered {other:?}")),
+        }
+        if by_ensure {
+            fences.ensure(&s).await.map_err(|e| e.to_string())?;
+        } else {
+            raw(&s, &fence_migration(&s, &table)).await?;
+        }
+        fences
+            .ensure(&s)
+            .await
+            .map_err(|e| format!("ensure after the migration: {e}"))?;
+        let other_slot = FenceStamp::new(PoolName::new("billing").unwrap(), 1, Fence(8));
+        let steps = [
+            (billing(6), "stale"),
+            (billing(7), "ok"),
+            (other_slot, "other"),
+            (billing(8), "ok"),
+        ];
+        for (i, (stamp, expected)) in steps.iter().enumerate() {
+            let r = write_once(&s, &fences, "billing", None, stamp).await?;
+            ensure!(
+                verdict(&r) == *expected,
+                "migrated by {}: step {i}: {stamp} answered {r:?}, expected {expected}",
+                if by_ensure { "ensure" } else { "0004" }
+            );
         }
     }
     s.close().await;
@@ -872,6 +1139,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
     let t = Target::new(label, server, Arc::new(backend)).with_revoke();
     trials!(t;
         missing_table_is_final_and_names_ensure_pool,
+        an_elector_that_can_never_lead_reports_its_final_error,
         foreign_table_is_reported,
         bad_table_name_is_refused,
         fence_grows_on_claims_never_on_renewals,
@@ -879,6 +1147,9 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
         ensure_pool_is_idempotent_and_concurrent,
         fenced_write_refuses_a_stale_holder,
         racing_fenced_writes_never_fail,
+        a_write_from_another_slot_or_pool_is_refused_whatever_its_fence,
+        take_over_moves_a_resource_and_refuses_the_old_pool_for_good,
+        an_older_fence_table_is_migrated_and_keeps_its_fences,
         renewal_blocked_by_a_lock_gives_retry_within_op_timeout,
         a_0_1_table_is_refused_then_migrated_by_ensure_pool,
         the_shipped_migrations_make_a_floor_table,

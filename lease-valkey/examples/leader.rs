@@ -17,7 +17,7 @@ use std::time::Duration;
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::scheduler::{self, Ledger, Report};
-use leasehold_core::{BoxFuture, Fence};
+use leasehold_core::{BoxFuture, FenceStamp};
 use leasehold_valkey::{ValkeyConfig, ValkeyStrategy};
 
 /// The fenced write: refuses a fence below the stored one (fences compared
@@ -59,8 +59,11 @@ impl Ledger for ValkeyLedger {
         &'a self,
         hour: u32,
         replica: &'a str,
-        fence: Fence,
+        stamp: &'a FenceStamp,
     ) -> BoxFuture<'a, Result<bool, String>> {
+        // This key is written by the one slot of one leader pool only, so
+        // its fences are comparable and the number is all it keeps.
+        let fence = stamp.fence();
         Box::pin(async move {
             let args: Vec<Value> = vec![
                 FENCED_BILL.into(),

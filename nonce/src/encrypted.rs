@@ -44,7 +44,8 @@ impl<G: Plain> Encrypted<G> {
         }
     }
 
-    /// The next encrypted nonce (errors as the wrapped generator's).
+    /// The next encrypted nonce (errors, and waiting for the floor, as the
+    /// wrapped generator's `next`: at most the lease's `max_clock_skew`).
     #[inline(always)]
     pub fn next(&self) -> Result<NonceOf<G>, GenerateError> {
         let plain = self.inner.next_plain()?;

@@ -81,9 +81,21 @@ macro_rules! generator {
             }
 
             /// The next nonce, or an error when no lease is held (the gate is
-            /// closed or past its deadline). Lock-free; may wait (spinning,
-            /// then yielding) while a value's timestamp is ahead of real time:
-            /// at most a millisecond or so, see the crate docs.
+            /// closed or past its deadline). Lock-free, and never waits for a
+            /// lease: without one it refuses at once.
+            ///
+            /// It may wait, on the calling thread (spinning, then yielding),
+            /// while a value's timestamp is ahead of real time: until the
+            /// next millisecond when a millisecond's values are used up, and
+            /// right after a new lease whose floor (the highest timestamp a
+            /// previous holder of the slot may have used) is ahead of this
+            /// host's clock, **at most the lease's `max_clock_skew`**
+            /// (default 1 s; further behind, it refuses with
+            /// [`GenerateError::ClockBehind`]). In async code, await
+            /// `LeaseGate::wait_ready` (feature `tokio` of `leasehold-core`) before taking IDs: it
+            /// waits for a lease and for the floor without blocking the
+            /// runtime's thread, and gives up after a timeout (answer 503
+            /// with Retry-After).
             #[inline(always)]
             pub fn next(&self) -> Result<W::Nonce, GenerateError> {
                 self.engine.next::<true>().map(W::wrap)
@@ -188,6 +200,11 @@ impl<T: TimeSource> Sortable<W128, T> {
     /// assert_eq!(a.slot(ids.layout()), 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// Errors and waiting as `next`: it may wait on the calling thread, at
+    /// most the lease's `max_clock_skew`, for this host's clock to pass a
+    /// new lease's floor (in async code, await `LeaseGate::wait_ready`
+    /// first).
     #[inline(always)]
     pub fn next_uuid7(&self) -> Result<Uuid7, GenerateError> {
         let plain = self.engine.next::<true>()?;

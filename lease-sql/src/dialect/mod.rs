@@ -19,7 +19,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use leasehold_core::{BoxFuture, Fence, Reason};
+use leasehold_core::{BoxFuture, Fence, FenceStamp, PoolName, Reason};
 use sqlx::error::DatabaseError;
 use sqlx::query::Query;
 use sqlx::{Decode, Encode, Row, Type};
@@ -41,7 +41,17 @@ pub trait SqlDatabase: Dialect {
         conn: &'c mut Self::Connection,
         t: &'c str,
         resource: &'c str,
-        fence: Fence,
+        stamp: &'c FenceStamp,
+    ) -> BoxFuture<'c, Result<(), FenceError>>;
+
+    /// `FenceTable::take_over` on this engine.
+    #[doc(hidden)]
+    fn take_over_fence<'c>(
+        conn: &'c mut Self::Connection,
+        t: &'c str,
+        resource: &'c str,
+        from: (&'c PoolName, u32),
+        stamp: &'c FenceStamp,
     ) -> BoxFuture<'c, Result<(), FenceError>>;
 }
 
@@ -72,9 +82,19 @@ with_sqlx_bounds!([impl<D> SqlDatabase for D] {
         conn: &'c mut D::Connection,
         t: &'c str,
         resource: &'c str,
-        fence: Fence,
+        stamp: &'c FenceStamp,
     ) -> BoxFuture<'c, Result<(), FenceError>> {
-        Box::pin(advance::<D>(conn, t, resource, fence))
+        Box::pin(fenced_write::<D>(conn, t, resource, None, stamp))
+    }
+
+    fn take_over_fence<'c>(
+        conn: &'c mut D::Connection,
+        t: &'c str,
+        resource: &'c str,
+        from: (&'c PoolName, u32),
+        stamp: &'c FenceStamp,
+    ) -> BoxFuture<'c, Result<(), FenceError>> {
+        Box::pin(fenced_write::<D>(conn, t, resource, Some(from), stamp))
     }
 });
 
@@ -241,16 +261,34 @@ pub(crate) trait Dialect: sqlx::Database {
         )
     }
 
-    /// The DDL of the fence table `t` (quoted).
+    /// The DDL of the fence table `t` (quoted), with the issuer columns.
     fn create_fence_table(t: &str) -> String;
+    /// The type of the issuer column `column` (`pool` or `slot`) of a fence
+    /// table.
+    fn fence_issuer_type(column: &str) -> &'static str;
+    /// Adds the issuer column `column` to the fence table `t` (quoted): the
+    /// statements of `migrations/<engine>/0004_leasehold_fence_issuer.sql`.
+    fn add_fence_issuer_column(t: &str, column: &str) -> String {
+        format!(
+            "ALTER TABLE {t} ADD COLUMN {column} {}",
+            Self::fence_issuer_type(column)
+        )
+    }
     /// The fenced write on fence table `t`: an optional statement that makes
     /// sure the resource's row exists (binds the resource), the write itself
-    /// (binds through [`Dialect::bind_fence_write`]; it matches no row when a
-    /// bigger fence has written), and the query of the fence seen (binds the
-    /// resource).
+    /// and the take-over (bound through [`Dialect::bind_fence_write`]; they
+    /// match no row when refused), and the query of the last writer's fence,
+    /// pool and slot (binds the resource).
     fn fence_write(t: &str) -> FenceSql;
-    /// Binds `resource` and `fence` to [`FenceSql::write`].
-    fn bind_fence_write<'q>(q: Q<'q, Self>, resource: &'q str, fence: Self::Fence) -> Q<'q, Self>;
+    /// Binds `resource` and the stamp (`fence`, `pool`, `slot`) to
+    /// [`FenceSql::write`], or, with `from` (the pool and slot taken over),
+    /// to [`FenceSql::take_over`].
+    fn bind_fence_write<'q>(
+        q: Q<'q, Self>,
+        resource: &'q str,
+        stamp: (Self::Fence, &'q str, Self::Slot),
+        from: Option<(&'q str, Self::Slot)>,
+    ) -> Q<'q, Self>;
 
     /// Opens the database `config` names and checks the server.
     fn open(config: &SqlConfig) -> impl Future<Output = Result<Opened<Self>, SqlError>> + Send;
@@ -306,40 +344,89 @@ pub(crate) fn risk(
 /// The statements of a fenced write (see [`Dialect::fence_write`]).
 pub(crate) struct FenceSql {
     pub(crate) prepare: Option<String>,
+    /// Accepted when the resource's last writer has the stamp's pool and
+    /// slot (or is unknown: a new row, or one written before the table had
+    /// the issuer columns) and a fence no bigger.
     pub(crate) write: String,
+    /// Accepted as `write` is, or when the last writer is the pool and slot
+    /// taken over (whatever the fences: they are not comparable).
+    pub(crate) take_over: String,
     pub(crate) seen: String,
 }
 
-// Records `fence` for `resource` in the fence table `t` (quoted) on `conn`,
-// or refuses (see `FenceTable::advance`).
-with_sqlx_bounds!([async fn advance<D>(
+// Records `stamp` for `resource` in the fence table `t` (quoted) on `conn`,
+// or refuses (see `FenceTable::advance`); with `from`, takes the resource
+// over from that pool and slot (see `FenceTable::take_over`).
+with_sqlx_bounds!([async fn fenced_write<D>(
     conn: &mut D::Connection,
     t: &str,
     resource: &str,
-    fence: Fence,
+    from: Option<(&PoolName, u32)>,
+    stamp: &FenceStamp,
 ) -> Result<(), FenceError>] {
+    // Taking a resource over from the stamp's own pool and slot is a plain
+    // fenced write: the fences are comparable, and a smaller one is refused.
+    let from = from.filter(|(pool, slot)| (*pool, *slot) != (stamp.pool(), stamp.slot()));
     let sql = D::fence_write(t);
+    let schema = |e: sqlx::Error| match D::classify("a fenced write", &e) {
+        Failure::Schema(what) => FenceError::Schema {
+            what: format!("the fence table {t} lacks what fenced writes need: {what}"),
+            fix: format!(
+                "run `FenceTable::ensure` once (it adds the issuer columns pool and slot), or \
+                 apply lease-sql/migrations/{}/0004_leasehold_fence_issuer.sql",
+                D::ENGINE
+            ),
+        },
+        _ => FenceError::Database(e),
+    };
     if let Some(prepare) = &sql.prepare {
         sqlx::query(prepare)
             .bind(resource)
             .execute(&mut *conn)
-            .await?;
+            .await
+            .map_err(schema)?;
     }
-    let write = D::bind_fence_write(sqlx::query(&sql.write), resource, D::fence(fence.0));
-    let done = write.execute(&mut *conn).await?;
+    let text = if from.is_some() { &sql.take_over } else { &sql.write };
+    let write = D::bind_fence_write(
+        sqlx::query(text),
+        resource,
+        (
+            D::fence(stamp.fence().0),
+            stamp.pool().as_str(),
+            D::slot(stamp.slot()),
+        ),
+        from.map(|(pool, slot)| (pool.as_str(), D::slot(slot))),
+    );
+    let done = write.execute(&mut *conn).await.map_err(schema)?;
     if D::rows_affected(&done) > 0 {
         return Ok(());
     }
-    let seen: D::Fence = sqlx::query(&sql.seen)
+    let row = sqlx::query(&sql.seen)
         .bind(resource)
         .fetch_one(&mut *conn)
-        .await?
-        .try_get(0)?;
-    Err(FenceError::Stale {
-        resource: resource.to_owned(),
-        fence,
-        seen: Fence(seen.try_into().unwrap_or(0)),
-    })
+        .await
+        .map_err(schema)?;
+    let seen: D::Fence = row.try_get(0)?;
+    let seen = Fence(seen.try_into().unwrap_or(0));
+    let pool: Option<String> = row.try_get(1)?;
+    let slot: Option<D::Slot> = row.try_get(2)?;
+    let owner = pool.zip(slot.and_then(|s| s.try_into().ok()));
+    match owner {
+        Some((pool, slot)) if pool != stamp.pool().as_str() || slot != stamp.slot() => {
+            Err(FenceError::OtherWriter {
+                resource: resource.to_owned(),
+                stamp: stamp.clone(),
+                pool,
+                slot,
+                seen,
+            })
+        }
+        _ => Err(FenceError::Stale {
+            resource: resource.to_owned(),
+            fence: stamp.fence(),
+            seen,
+        }),
+    }
 });
 
 /// Connect-time errors: unreachable (retryable) or misconfigured (final).

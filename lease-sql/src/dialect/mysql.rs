@@ -179,8 +179,19 @@ impl Dialect for MySql {
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (resource VARCHAR(255) CHARACTER SET utf8mb4 \
              COLLATE utf8mb4_bin PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL, \
-             updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE = InnoDB"
+             updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+             pool {}, slot {}) ENGINE = InnoDB",
+            Self::fence_issuer_type("pool"),
+            Self::fence_issuer_type("slot")
         )
+    }
+
+    fn fence_issuer_type(column: &str) -> &'static str {
+        if column == "pool" {
+            "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"
+        } else {
+            "INT UNSIGNED NULL"
+        }
     }
 
     fn fence_write(t: &str) -> FenceSql {
@@ -194,17 +205,40 @@ impl Dialect for MySql {
                  ON DUPLICATE KEY UPDATE resource = resource"
             )),
             // Rows *matched* (sqlx sets CLIENT_FOUND_ROWS): 1 even when the
-            // fence is unchanged.
+            // fence is unchanged. The WHERE is judged on the row before the SET.
             write: format!(
-                "UPDATE {t} SET fence = ?, updated_at = CURRENT_TIMESTAMP(6) \
-                 WHERE resource = ? AND fence <= ?"
+                "UPDATE {t} SET fence = ?, pool = ?, slot = ?, updated_at = CURRENT_TIMESTAMP(6) \
+                 WHERE resource = ? AND (pool IS NULL OR (pool = ? AND slot = ?)) AND fence <= ?"
             ),
-            seen: format!("SELECT fence FROM {t} WHERE resource = ?"),
+            take_over: format!(
+                "UPDATE {t} SET fence = ?, pool = ?, slot = ?, updated_at = CURRENT_TIMESTAMP(6) \
+                 WHERE resource = ? AND (pool IS NULL OR (pool = ? AND slot = ?) \
+                 OR (pool = ? AND slot = ? AND fence <= ?))"
+            ),
+            // The pool as text: its binary collation would decode as bytes.
+            seen: format!(
+                "SELECT fence, CAST(pool AS CHAR CHARACTER SET utf8mb4), slot FROM {t} \
+                 WHERE resource = ?"
+            ),
         }
     }
 
-    fn bind_fence_write<'q>(q: Q<'q, Self>, resource: &'q str, fence: u64) -> Q<'q, Self> {
-        q.bind(fence).bind(resource).bind(fence)
+    fn bind_fence_write<'q>(
+        q: Q<'q, Self>,
+        resource: &'q str,
+        (fence, pool, slot): (u64, &'q str, u32),
+        from: Option<(&'q str, u32)>,
+    ) -> Q<'q, Self> {
+        let q = q.bind(fence).bind(pool).bind(slot).bind(resource);
+        match from {
+            None => q.bind(pool).bind(slot).bind(fence),
+            Some((from_pool, from_slot)) => q
+                .bind(from_pool)
+                .bind(from_slot)
+                .bind(pool)
+                .bind(slot)
+                .bind(fence),
+        }
     }
 
     async fn open(config: &SqlConfig) -> Result<Opened<Self>, SqlError> {

@@ -142,24 +142,50 @@ impl Dialect for Postgres {
     fn create_fence_table(t: &str) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (resource VARCHAR(255) PRIMARY KEY, \
-             fence BIGINT NOT NULL, updated_at TIMESTAMPTZ(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))"
+             fence BIGINT NOT NULL, updated_at TIMESTAMPTZ(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+             pool VARCHAR(64), slot INTEGER)"
         )
     }
 
-    fn fence_write(t: &str) -> FenceSql {
-        FenceSql {
-            prepare: None,
-            write: format!(
-                "INSERT INTO {t} AS cur (resource, fence) VALUES ($1, $2) \
-                 ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence, \
-                 updated_at = CURRENT_TIMESTAMP(6) WHERE cur.fence <= EXCLUDED.fence"
-            ),
-            seen: format!("SELECT fence FROM {t} WHERE resource = $1"),
+    fn fence_issuer_type(column: &str) -> &'static str {
+        if column == "pool" {
+            "VARCHAR(64)"
+        } else {
+            "INTEGER"
         }
     }
 
-    fn bind_fence_write<'q>(q: Q<'q, Self>, resource: &'q str, fence: i64) -> Q<'q, Self> {
-        q.bind(resource).bind(fence)
+    fn fence_write(t: &str) -> FenceSql {
+        let upsert = format!(
+            "INSERT INTO {t} AS cur (resource, fence, pool, slot) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (resource) DO UPDATE SET fence = EXCLUDED.fence, pool = EXCLUDED.pool, \
+             slot = EXCLUDED.slot, updated_at = CURRENT_TIMESTAMP(6) WHERE"
+        );
+        FenceSql {
+            prepare: None,
+            write: format!(
+                "{upsert} (cur.pool IS NULL OR (cur.pool = EXCLUDED.pool AND cur.slot = EXCLUDED.slot)) \
+                 AND cur.fence <= EXCLUDED.fence"
+            ),
+            take_over: format!(
+                "{upsert} cur.pool IS NULL OR (cur.pool = $5 AND cur.slot = $6) \
+                 OR (cur.pool = EXCLUDED.pool AND cur.slot = EXCLUDED.slot AND cur.fence <= EXCLUDED.fence)"
+            ),
+            seen: format!("SELECT fence, pool, slot FROM {t} WHERE resource = $1"),
+        }
+    }
+
+    fn bind_fence_write<'q>(
+        q: Q<'q, Self>,
+        resource: &'q str,
+        (fence, pool, slot): (i64, &'q str, i32),
+        from: Option<(&'q str, i32)>,
+    ) -> Q<'q, Self> {
+        let q = q.bind(resource).bind(fence).bind(pool).bind(slot);
+        match from {
+            Some((pool, slot)) => q.bind(pool).bind(slot),
+            None => q,
+        }
     }
 
     async fn open(config: &SqlConfig) -> Result<Opened<Self>, SqlError> {

@@ -138,26 +138,48 @@ impl Dialect for Sqlite {
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (resource TEXT PRIMARY KEY, \
              fence INTEGER NOT NULL, updated_at TEXT NOT NULL DEFAULT \
-             ({}))",
+             ({}), pool TEXT, slot INTEGER)",
             Self::NOW
         )
     }
 
+    fn fence_issuer_type(column: &str) -> &'static str {
+        if column == "pool" { "TEXT" } else { "INTEGER" }
+    }
+
+    // In the upsert's WHERE, unqualified columns are the existing row's.
     fn fence_write(t: &str) -> FenceSql {
+        let upsert = format!(
+            "INSERT INTO {t} (resource, fence, pool, slot) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, pool = excluded.pool, \
+             slot = excluded.slot, updated_at = {} WHERE",
+            Self::NOW
+        );
         FenceSql {
             prepare: None,
             write: format!(
-                "INSERT INTO {t} (resource, fence) VALUES (?1, ?2) \
-                 ON CONFLICT (resource) DO UPDATE SET fence = excluded.fence, \
-                 updated_at = {} WHERE fence <= excluded.fence",
-                Self::NOW
+                "{upsert} (pool IS NULL OR (pool = excluded.pool AND slot = excluded.slot)) \
+                 AND fence <= excluded.fence"
             ),
-            seen: format!("SELECT fence FROM {t} WHERE resource = ?1"),
+            take_over: format!(
+                "{upsert} pool IS NULL OR (pool = ?5 AND slot = ?6) \
+                 OR (pool = excluded.pool AND slot = excluded.slot AND fence <= excluded.fence)"
+            ),
+            seen: format!("SELECT fence, pool, slot FROM {t} WHERE resource = ?1"),
         }
     }
 
-    fn bind_fence_write<'q>(q: Q<'q, Self>, resource: &'q str, fence: i64) -> Q<'q, Self> {
-        q.bind(resource).bind(fence)
+    fn bind_fence_write<'q>(
+        q: Q<'q, Self>,
+        resource: &'q str,
+        (fence, pool, slot): (i64, &'q str, i64),
+        from: Option<(&'q str, i64)>,
+    ) -> Q<'q, Self> {
+        let q = q.bind(resource).bind(fence).bind(pool).bind(slot);
+        match from {
+            Some((pool, slot)) => q.bind(pool).bind(slot),
+            None => q,
+        }
     }
 
     async fn open(config: &SqlConfig) -> Result<Opened<Self>, SqlError> {

@@ -1,0 +1,102 @@
+//! IDs in request handlers, on PostgreSQL: one machine ID (a slot of a pool
+//! of 512) leased for the process, sortable 64-bit IDs made with it, and
+//! what a handler does while the lease is lost: wait a little for it to
+//! come back, then answer 503 with Retry-After.
+//!
+//! ```sh
+//! cargo run -p leasehold-sql --example snowflake_postgres -- postgres://postgres@127.0.0.1:5432/postgres
+//! ```
+
+use std::time::Duration;
+
+use leasehold_core::{LeaseConfig, LeaseManager};
+use leasehold_nonce::Sortable64;
+use leasehold_sql::{SqlConfig, SqlStrategy};
+
+/// What a handler answers.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Response {
+    /// 201, with the new order's ID.
+    Created(String),
+    /// 503: no ID can be made now.
+    Unavailable {
+        /// The `Retry-After` header, in seconds.
+        retry_after: u64,
+        /// Why, for the log.
+        why: String,
+    },
+}
+
+/// A request handler that needs a new ID (say, for a new order).
+pub async fn create_order(ids: &Sortable64) -> Response {
+    // Without a lease no ID can be proven unique. Wait a little for it to be
+    // held again (and for the clock to pass the previous holder's last
+    // timestamp) without blocking the runtime's thread; `next()` then
+    // neither refuses nor waits.
+    if let Err(not_ready) = ids.gate().wait_ready(Duration::from_millis(250)).await {
+        let why = not_ready.to_string();
+        return Response::Unavailable {
+            retry_after: 1,
+            why,
+        };
+    }
+    match ids.next() {
+        Ok(id) => Response::Created(id.to_string()),
+        // Lost between the wait and the call: the same answer.
+        Err(e) => Response::Unavailable {
+            retry_after: 1,
+            why: e.to_string(),
+        },
+    }
+}
+
+/// Leases a machine ID from the database at `url`, serves `requests`
+/// concurrent requests, and gives the ID back. Returns the IDs made.
+pub async fn run(url: &str, requests: usize) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let strategy = SqlStrategy::connect(SqlConfig::new(url)).await?;
+    let config = LeaseConfig::builder("order-ids")
+        .ttl(Duration::from_secs(10))
+        .on_lost(|loss| {
+            eprintln!(
+                "machine ID {} lost ({:?}): answering 503",
+                loss.slot, loss.cause
+            )
+        })
+        .build()?;
+    strategy.ensure_pool(config.pool()).await?;
+    // Blocks until a slot is held: no ID is ever made without one.
+    let manager = LeaseManager::start(strategy, config).await?;
+    println!("machine ID {}", manager.gate().view().slot);
+    let ids = Sortable64::new(manager.gate())?;
+    let mut handlers = tokio::task::JoinSet::new();
+    for _ in 0..requests {
+        let ids = ids.clone(); // one generation state per lease: clone it
+        handlers.spawn(async move { create_order(&ids).await });
+    }
+    let mut made = Vec::new();
+    while let Some(answer) = handlers.join_next().await {
+        match answer? {
+            Response::Created(id) => made.push(id),
+            Response::Unavailable { why, .. } => return Err(why.into()),
+        }
+    }
+    manager.shutdown().await; // closes the gate, then releases the slot
+    Ok(made)
+}
+
+#[allow(dead_code)]
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::args()
+        .nth(1)
+        .or_else(|| std::env::var("LEASEHOLD_SQL_URL").ok())
+        .ok_or("pass a postgres:// URL (or set LEASEHOLD_SQL_URL)")?;
+    let made = run(&url, 1_000).await?;
+    println!(
+        "{} IDs, first {} last {}",
+        made.len(),
+        made[0],
+        made[made.len() - 1]
+    );
+    Ok(())
+}
