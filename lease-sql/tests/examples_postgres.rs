@@ -13,14 +13,16 @@ mod leader;
 
 use std::collections::HashSet;
 
-use leasehold_conformance::servers::{ServerKind, provide};
+use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
 use leasehold_core::LeaseGate;
 use leasehold_nonce::Sortable64;
 
 /// The URL of a private PostgreSQL, or `None` (said loudly) when this
 /// machine has none outside CI.
 fn postgres() -> Option<leasehold_conformance::servers::Server> {
-    match provide(ServerKind::PostgresLatest) {
+    // Durable settings: the examples connect with the library's defaults, as a
+    // user's would, and those refuse a server that can forget.
+    match provide_with(ServerKind::PostgresLatest, Settings::Durable) {
         Ok(server) => Some(server),
         Err(missing) if !leasehold_conformance::in_ci() => {
             eprintln!(

@@ -7,10 +7,12 @@
 #[allow(dead_code, unreachable_pub)]
 mod example;
 
-use leasehold_conformance::servers::{ServerKind, provide};
+use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
 
 fn on(kind: ServerKind) {
-    let server = match provide(kind) {
+    // Durable settings: the example connects with the library's defaults, as
+    // a user's would, and those refuse a server that can forget.
+    let server = match provide_with(kind, Settings::Durable) {
         Ok(server) => server,
         Err(missing) if !leasehold_conformance::in_ci() => {
             return eprintln!("NOT RUN on {}: {missing}", kind.name());
