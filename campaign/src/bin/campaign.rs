@@ -296,11 +296,26 @@ impl Store {
                     .map_err(|e| e.to_string())
             };
             let started = "SELECT CAST(pg_postmaster_start_time() AS TEXT)";
-            let mut conn = connect().await?;
-            let before: String = sqlx::query_scalar(started)
-                .fetch_one(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
+            // The server may still be recovering from an earlier fault (a
+            // restart replays its WAL before it lets clients in).
+            let waiting = Instant::now();
+            let (mut conn, before) = loop {
+                let tried = async {
+                    let mut c = connect().await?;
+                    let t: String = sqlx::query_scalar(started)
+                        .fetch_one(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((c, t))
+                };
+                match tried.await {
+                    Ok(ready) => break ready,
+                    Err(e) if waiting.elapsed() > Duration::from_secs(60) => {
+                        return Err(format!("the server did not let clients in for 60 s: {e}"));
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
             // The age of the newest claim, in µs (none before the first).
             let newest = "SELECT CAST(EXTRACT(EPOCH FROM (CURRENT_TIMESTAMP(6) - max(acquired_at))) \
                           * 1000000 AS BIGINT) FROM leasehold_leases";
@@ -1487,6 +1502,10 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
         ("duplicates", r.duplicates.to_string()),
         ("IDs outside the pool", r.outside_pool.to_string()),
         ("overlapping holding periods", r.overlaps.len().to_string()),
+        (
+            "fences issued again (not above an earlier grant's on the slot)",
+            r.fences_reissued.to_string(),
+        ),
         (
             "holding periods",
             format!(
