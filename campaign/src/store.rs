@@ -73,7 +73,12 @@ pub async fn start_manager(
                 leasehold_valkey::ValkeyConfig::new(valkey_url(url))
                     .key_prefix(VALKEY_PREFIX)
                     .op_timeout(op_timeout)
-                    .restart_guard(options.restart_guard),
+                    .restart_guard(options.restart_guard)
+                    // A usual run's workers share one TTL and skew, so a
+                    // server that forgets (the lossy runs) is accepted with
+                    // the guard waiting out that one span; a mixed fleet
+                    // cannot promise it and is refused there.
+                    .assume_one_timing_per_pool(options.restart_guard && options.assume_one_timing),
             )
             .await
             .map_err(|e| connect(&e))?;
@@ -151,7 +156,9 @@ pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
                 .map_err(|e| connect(&e))?;
             let can_forget = !any.durability().keeps_every_write();
             let refused = leasehold_valkey::ValkeyStrategy::connect(
-                config().restart_guard(options.restart_guard),
+                config()
+                    .restart_guard(options.restart_guard)
+                    .assume_one_timing_per_pool(options.restart_guard && options.assume_one_timing),
             )
             .await
             .err()
@@ -378,7 +385,10 @@ impl ValkeyFences {
         let strategy = leasehold_valkey::ValkeyStrategy::connect(
             leasehold_valkey::ValkeyConfig::new(valkey_url(url))
                 .key_prefix(VALKEY_PREFIX)
-                .op_timeout(Duration::from_secs(2)),
+                .op_timeout(Duration::from_secs(2))
+                // Only the fenced writes go through this connection, never
+                // a claim: no claim for the restart guard to hold back.
+                .restart_guard(false),
         )
         .await
         .map_err(|e| format!("fence connect: {e}"))?;

@@ -223,7 +223,11 @@ async fn sql(s: &SqlStrategy) -> Vec<Check> {
         check(
             Verdict::Warn,
             "durability",
-            format!("can forget acknowledged writes: {}", risks.join("; ")),
+            format!(
+                "can forget acknowledged writes: {}; applications are refused unless they \
+                 opt in (SqlConfig::assume_one_timing_per_pool or restart_guard(false))",
+                risks.join("; ")
+            ),
         )
         .fix(fixes.join("; "))
     });
@@ -337,12 +341,24 @@ async fn valkey(s: &ValkeyStrategy) -> Vec<Check> {
         )
     } else {
         match d.persists() {
+            Some(true) if d.fsyncs_on_request() && s.server().waitaof => check(
+                Verdict::Warn,
+                "persistence",
+                format!(
+                    "{aof}, {rdb}: a crash of the machine can lose the last acknowledged writes; \
+                     claims wait for the fsync of the pool's restart span (WAITAOF), and the \
+                     restart guard holds claims back after a restart"
+                ),
+            )
+            .fix(fix_persist),
             Some(true) => check(
                 Verdict::Warn,
                 "persistence",
                 format!(
-                    "{aof}, {rdb}: a crash can lose the last acknowledged writes; the restart \
-                     guard holds claims back for a TTL after a restart"
+                    "{aof}, {rdb}: a crash can lose the last acknowledged writes; processes are \
+                     refused unless they opt in (assume_one_timing_per_pool or \
+                     restart_guard(false)), and the restart guard then holds claims back after \
+                     a restart"
                 ),
             )
             .fix(fix_persist),
@@ -350,8 +366,9 @@ async fn valkey(s: &ValkeyStrategy) -> Vec<Check> {
                 Verdict::Warn,
                 "persistence",
                 format!(
-                    "{aof}, {rdb}: a restart loses every lease, fence and floor; the restart \
-                     guard holds claims back for a TTL after a restart"
+                    "{aof}, {rdb}: a restart loses every lease and floor; processes are refused \
+                     unless they opt in (assume_one_timing_per_pool or restart_guard(false)), \
+                     and the restart guard then holds claims back after a restart"
                 ),
             )
             .fix(fix_persist),

@@ -193,7 +193,11 @@ impl Store {
                     let mut config = ValkeyConfig::new(url)
                         .op_timeout(timeout)
                         // Look at an evicting server too: doctor says what is wrong.
-                        .allow_eviction(true);
+                        .allow_eviction(true)
+                        // And at one that can forget acknowledged writes: the
+                        // CLI never claims a slot, so there is no claim for
+                        // the restart guard to hold back.
+                        .restart_guard(false);
                     if let Some(p) = &args.prefix {
                         config = config.key_prefix(p.clone());
                     }

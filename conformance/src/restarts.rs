@@ -180,6 +180,27 @@ async fn renew_before_crash(
     Ok(())
 }
 
+/// Acquires the slot of `pool` on `s` with `floor`, then renews it with
+/// `ceiling` before a crash: the grant, and how long it surely lives.
+async fn hold_renewed(
+    s: &Store,
+    pool: &PoolSpec,
+    floor: Floor,
+    ceiling: Floor,
+) -> Result<(Grant, Live), String> {
+    let sent = Instant::now();
+    let grant = s
+        .acquire_dyn(pool, floor)
+        .await
+        .map_err(|e| format!("acquire: {e}"))?;
+    let mut live = Live {
+        sent,
+        ttl: grant.ttl,
+    };
+    renew_before_crash(s, pool, &grant, ceiling, &mut live).await?;
+    Ok((grant, live))
+}
+
 /// Crashes the server as a power cut would its process, and starts it again
 /// on the same data.
 fn crash_and_restart(server: &mut Server) -> Outcome {
@@ -247,16 +268,7 @@ pub async fn a_fence_never_repeats_after_a_store_restart<S: Stores>(
     let pool = fresh_pool(1, Duration::from_secs(3))?;
     b.prepare(&pool).await?;
     let s = b.store().await?;
-    let sent = Instant::now();
-    let first = s
-        .acquire_dyn(&pool, Floor(1_000))
-        .await
-        .map_err(|e| format!("acquire: {e}"))?;
-    let mut live = Live {
-        sent,
-        ttl: first.ttl,
-    };
-    renew_before_crash(&s, &pool, &first, Floor(5_000), &mut live).await?;
+    let (first, _) = hold_renewed(&s, &pool, Floor(1_000), Floor(5_000)).await?;
     drop(s);
     crash_and_restart(&mut server)?;
     let s = b.store().await?;
@@ -292,16 +304,7 @@ pub async fn a_durable_store_keeps_the_lease_across_a_restart<S: Stores>(
     let pool = fresh_pool(1, Duration::from_secs(60))?;
     b.prepare(&pool).await?;
     let s = b.store().await?;
-    let sent = Instant::now();
-    let grant = s
-        .acquire_dyn(&pool, Floor(1_000))
-        .await
-        .map_err(|e| format!("acquire: {e}"))?;
-    let mut live = Live {
-        sent,
-        ttl: grant.ttl,
-    };
-    renew_before_crash(&s, &pool, &grant, Floor(2_000), &mut live).await?;
+    let (grant, mut live) = hold_renewed(&s, &pool, Floor(1_000), Floor(2_000)).await?;
     drop(s);
     crash_and_restart(&mut server)?;
     let (holder, rival) = (b.store().await?, b.store().await?);
@@ -349,16 +352,7 @@ pub async fn a_crash_without_a_restart_loses_no_lease<S: Stores>(
     let pool = fresh_pool(1, Duration::from_secs(60))?;
     b.prepare(&pool).await?;
     let s = b.store().await?;
-    let sent = Instant::now();
-    let grant = s
-        .acquire_dyn(&pool, Floor(1_000))
-        .await
-        .map_err(|e| format!("acquire: {e}"))?;
-    let mut live = Live {
-        sent,
-        ttl: grant.ttl,
-    };
-    renew_before_crash(&s, &pool, &grant, Floor(2_000), &mut live).await?;
+    let (grant, live) = hold_renewed(&s, &pool, Floor(1_000), Floor(2_000)).await?;
     b.stores
         .crash_without_restart(&b.url)
         .ok_or("this store has no crash without a restart")?
@@ -571,6 +565,24 @@ pub async fn a_larger_clock_skew_lengthens_the_restart_guard<S: Stores>(
     guard_waits_at_least(&r, restarted, pool.restart_span())
 }
 
+/// A private server of `kind` with `settings` that this process can crash and
+/// restart, or the target labelled `label` that says why there is none.
+pub fn restartable_server(
+    kind: ServerKind,
+    settings: Settings,
+    label: &str,
+) -> Result<Server, Target> {
+    let server = provide_with(kind, settings).map_err(|missing| Target::missing(label, missing))?;
+    if !server.can_restart() {
+        let tried = vec![format!(
+            "{}: restart tests need a server this process starts from a local binary",
+            server.describe()
+        )];
+        return Err(Target::missing(label, Missing { kind, tried }));
+    }
+    Ok(server)
+}
+
 /// A target on `kind`'s own server with `settings`: on a durable server the
 /// fence and lease tests, on a lossy one the restart guard's. Labelled
 /// `<kind>-restarts` or `<kind>-lossy-restarts`.
@@ -579,17 +591,10 @@ pub fn target<S: Stores>(kind: ServerKind, settings: Settings, stores: S) -> Tar
         Settings::Lossy => format!("{}-lossy-restarts", kind.name()),
         _ => format!("{}-restarts", kind.name()),
     };
-    let server = match provide_with(kind, settings) {
+    let server = match restartable_server(kind, settings, &label) {
         Ok(server) => server,
-        Err(missing) => return Target::missing(label, missing),
+        Err(missing) => return missing,
     };
-    if !server.can_restart() {
-        let tried = vec![format!(
-            "{}: restart tests need a server this process starts from a local binary",
-            server.describe()
-        )];
-        return Target::missing(label, Missing { kind, tried });
-    }
     let describe = server.describe();
     let backend = Restartable {
         stores,

@@ -31,32 +31,31 @@ async fn connect_with(config: SqlConfig) -> Result<SqlStrategy, String> {
 
 /// Runs `sql` on a connection of its own to the server at `url`.
 async fn run_sql(url: &str, sql: &str) -> Result<(), String> {
-    // One connection, through a pool: a pool is an executor the boxed
-    // futures of `Stores` can hold across awaits.
     if url.starts_with("postgres") {
-        let c = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect(url)
-            .await
-            .map_err(|e| format!("{url}: {e}"))?;
-        sqlx::raw_sql(sql)
-            .execute(&c)
-            .await
-            .map_err(|e| format!("{sql}: {e}"))?;
-        c.close().await;
+        run_on::<sqlx::Postgres>(url, sql).await
     } else {
-        let c = sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(1)
-            .connect(url)
-            .await
-            .map_err(|e| format!("{url}: {e}"))?;
-        sqlx::raw_sql(sql)
-            .execute(&c)
-            .await
-            .map_err(|e| format!("{sql}: {e}"))?;
-        c.close().await;
+        run_on::<sqlx::MySql>(url, sql).await
     }
-    Ok(())
+}
+
+/// [`run_sql`] on one engine: one connection, through a pool, an executor
+/// the boxed futures of `Stores` can hold across awaits.
+async fn run_on<DB: sqlx::Database>(url: &str, sql: &str) -> Result<(), String>
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    let c = sqlx::pool::PoolOptions::<DB>::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let r = sqlx::raw_sql(sql)
+        .execute(&c)
+        .await
+        .map(drop)
+        .map_err(|e| format!("{sql}: {e}"));
+    c.close().await;
+    r
 }
 
 impl Stores for Sql {

@@ -45,6 +45,7 @@ pub struct ValkeyConfig {
     pub(crate) allow_eviction: bool,
     pub(crate) wait: Option<(u32, Duration)>,
     pub(crate) restart_guard: bool,
+    pub(crate) one_timing: bool,
     pub(crate) require_durable: bool,
 }
 
@@ -59,6 +60,7 @@ impl std::fmt::Debug for ValkeyConfig {
             .field("allow_eviction", &self.allow_eviction)
             .field("wait", &self.wait)
             .field("restart_guard", &self.restart_guard)
+            .field("assume_one_timing_per_pool", &self.one_timing)
             .field("require_durable", &self.require_durable)
             .finish()
     }
@@ -77,6 +79,7 @@ impl ValkeyConfig {
             allow_eviction: false,
             wait: None,
             restart_guard: true,
+            one_timing: false,
             require_durable: false,
         }
     }
@@ -88,14 +91,55 @@ impl ValkeyConfig {
     /// acknowledged, and would hand a slot to a second holder while the first
     /// still generates. With the guard, the claim script grants nothing until
     /// the server has been up (`INFO server` `uptime_in_seconds`, read inside
-    /// the script) for the pool's TTL plus twice the default
-    /// `max_clock_skew`, answering the retryable `AcquireError::StoreRestarted`
-    /// meanwhile; renewals go on. A server with `appendfsync always` gets no
-    /// guard. Turn it off only for a server that is never restarted while
-    /// leases are held (a throwaway test server): every first start waits
-    /// out one guard span too.
+    /// the script) for the pool's restart span: the largest TTL plus twice
+    /// the `max_clock_skew` of any holder whose claim the server still
+    /// remembers (the field `span` of the pool's fences hash), and at least
+    /// the claimer's own ([`PoolSpec::restart_span`](leasehold_core::PoolSpec::restart_span)),
+    /// answering the retryable `AcquireError::StoreRestarted` meanwhile;
+    /// renewals go on. A server with `appendfsync always` gets no guard.
+    ///
+    /// Such a server forgets the recorded span together with the leases
+    /// (unless it runs the append-only file with `appendfsync everysec` or
+    /// `no` and has `WAITAOF`, Redis or Valkey 7.2+: there a claim whose span
+    /// is not yet known to be on disk waits for the fsync before it is used,
+    /// and the server is accepted), so
+    /// [`ValkeyStrategy::connect`](crate::ValkeyStrategy::connect) refuses it
+    /// with [`ValkeyError::NotDurable`](crate::ValkeyError::NotDurable)
+    /// unless one of two opt-ins says what the deployment accepts:
+    /// [`assume_one_timing_per_pool`](Self::assume_one_timing_per_pool)`(true)`,
+    /// or `restart_guard(false)`.
+    ///
+    /// `restart_guard(false)` turns the guard off and accepts such a server:
+    /// **what is risked** is every restart of the server (a crash, an
+    /// upgrade, a reboot, an OOM kill) while leases are held, which can hand
+    /// each held slot to a second holder at once, while the first still
+    /// generates IDs with the same slot: duplicate IDs. Use it only for a
+    /// server that is never restarted while a lease is held (a throwaway
+    /// test server), or for a process that never claims (an operator's
+    /// tool); every first start of a guarded server waits out one span.
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.restart_guard = on;
+        self
+    }
+
+    /// Accepts a server that can forget acknowledged writes (see
+    /// [`restart_guard`](Self::restart_guard)) with the restart guard on,
+    /// on the promise that **every process of each pool uses the same TTL
+    /// and `max_clock_skew`** (default false). After a restart that lost the
+    /// pool's recorded span, the guard waits out this process's own span
+    /// (its TTL plus twice its `max_clock_skew`), which covers every earlier
+    /// holder only if none used a longer TTL or a larger skew.
+    ///
+    /// **What is risked** when the promise is broken: a holder with a longer
+    /// span than the claimer's (a TTL of 60 s against 1 s, during a rollout
+    /// that changes the TTL, or a larger configured skew) may still generate
+    /// IDs with its slot when the claimer's shorter span has passed; the
+    /// claimer is then granted that slot: duplicate IDs, until the longer
+    /// lease's deadline. While the server keeps the recorded span (it was
+    /// not restarted, or it persisted the span before the restart) the
+    /// guard still waits the longest span any holder recorded.
+    pub fn assume_one_timing_per_pool(mut self, yes: bool) -> Self {
+        self.one_timing = yes;
         self
     }
 
@@ -103,10 +147,11 @@ impl ValkeyConfig {
     /// to disk before answering (`appendonly yes`, `appendfsync always`, read
     /// with `CONFIG GET`; unreadable settings are refused too):
     /// `connect` answers [`ValkeyError::NotDurable`](crate::ValkeyError::NotDurable)
-    /// naming the settings and the fix. Default false: such a server is
-    /// accepted, what it keeps is in
-    /// [`ValkeyStrategy::durability`](crate::ValkeyStrategy::durability), and
-    /// the restart guard keeps a restart from handing a slot out twice.
+    /// naming the settings and the fix, whatever
+    /// [`restart_guard`](Self::restart_guard) and
+    /// [`assume_one_timing_per_pool`](Self::assume_one_timing_per_pool) say.
+    /// Default false: such a server is still refused unless one of those
+    /// opt-ins accepts it.
     pub fn require_durable(mut self, yes: bool) -> Self {
         self.require_durable = yes;
         self

@@ -69,6 +69,33 @@ impl Durability {
                 .is_some_and(|f| f.eq_ignore_ascii_case("always"))
     }
 
+    /// Whether the append-only file is on with `appendfsync everysec` or
+    /// `no`: a write reaches the disk within about a second, or as soon as a
+    /// client asks with `WAITAOF`, so a claim can wait until what it relies
+    /// on is on disk.
+    pub fn fsyncs_on_request(&self) -> bool {
+        self.appendonly == Some(true)
+            && self
+                .appendfsync
+                .as_deref()
+                .is_some_and(|f| f.eq_ignore_ascii_case("everysec") || f.eq_ignore_ascii_case("no"))
+    }
+
+    /// The settings that decide whether every acknowledged write is kept,
+    /// as read: `appendonly yes, appendfsync everysec` (`unknown` where
+    /// `CONFIG GET` could not read them).
+    pub fn persistence_settings(&self) -> String {
+        let aof = match self.appendonly {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "unknown",
+        };
+        format!(
+            "appendonly {aof}, appendfsync {}",
+            self.appendfsync.as_deref().unwrap_or("unknown")
+        )
+    }
+
     /// The warning to show when the server may lose leases by eviction
     /// (set only when [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
     /// let the connection through).
@@ -144,7 +171,14 @@ mod tests {
         );
         assert!(text.contains("a restart loses"), "{text}");
         d.appendonly = Some(true);
+        d.appendfsync = Some("everysec".into());
+        assert!(d.fsyncs_on_request() && !d.keeps_every_write());
+        assert_eq!(
+            d.persistence_settings(),
+            "appendonly yes, appendfsync everysec"
+        );
         d.appendfsync = Some("always".into());
+        assert!(!d.fsyncs_on_request() && d.keeps_every_write());
         d.wait = Some((1, Duration::from_millis(100)));
         let text = d.to_string();
         assert!(text.contains("AOF on (appendfsync always)"), "{text}");

@@ -43,19 +43,36 @@ pub enum ValkeyError {
         /// The policy it reported.
         policy: String,
     },
-    /// The server may forget writes it acknowledged, and
-    /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable)
-    /// is set. Final.
+    /// The server may forget writes it acknowledged (it does not run
+    /// `appendonly yes` with `appendfsync always`, nor `appendonly yes` with
+    /// `appendfsync everysec` or `no` on a server with `WAITAOF`, or `CONFIG
+    /// GET` could not read them). A restart would then lose the pool's recorded restart
+    /// span with its leases, so the restart guard cannot know how long the
+    /// holders it forgot may still generate: refused unless
+    /// [`ValkeyConfig::assume_one_timing_per_pool`](crate::ValkeyConfig::assume_one_timing_per_pool)
+    /// or [`ValkeyConfig::restart_guard`](crate::ValkeyConfig::restart_guard)`(false)`
+    /// accepts it, and always with
+    /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable). Final.
     #[error(
-        "{server} can lose leases it acknowledged ({durability}), and durability is required: \
-         set appendonly yes and appendfsync always (CONFIG SET, and in valkey.conf / \
-         redis.conf), or let CONFIG GET read them"
+        "{server} can lose writes it acknowledged (read with CONFIG GET: {settings}; {durability}): \
+         after a restart it may have forgotten leases that holders still use, and the longest \
+         TTL and max_clock_skew the pool's holders use, so it could hand a slot to a second \
+         holder while the first still generates IDs; fix: set appendonly yes and appendfsync \
+         always (CONFIG SET, and in valkey.conf / redis.conf), or on Redis or Valkey 7.2+ \
+         appendonly yes with appendfsync everysec (claims then wait for the fsync with \
+         WAITAOF){}",
+        opt_ins_text(*required)
     )]
     NotDurable {
         /// The server, e.g. `Redis 7.0.15`.
         server: String,
+        /// The settings read: `appendonly …, appendfsync …`.
+        settings: String,
         /// What `connect` read.
         durability: String,
+        /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable)
+        /// was set: no opt-in accepts the server.
+        required: bool,
     },
     /// The server answered with an error.
     #[error("{server} answered {command} with an error: {reason}")]
@@ -67,6 +84,21 @@ pub enum ValkeyError {
         /// The server's error.
         reason: String,
     },
+}
+
+/// The end of the `NotDurable` message: the opt-ins, or why none applies.
+fn opt_ins_text(required: bool) -> &'static str {
+    if required {
+        "; ValkeyConfig::require_durable(true) is set, so neither \
+         ValkeyConfig::assume_one_timing_per_pool(true) nor ValkeyConfig::restart_guard(false) \
+         accepts it"
+    } else {
+        "; or, if every process of each pool uses the same TTL and max_clock_skew, \
+         ValkeyConfig::assume_one_timing_per_pool(true) (the restart guard waits out this \
+         process's TTL plus twice its max_clock_skew after a restart); or, for a server never \
+         restarted while leases are held (a throwaway), ValkeyConfig::restart_guard(false) (no \
+         guard: a restart can hand every held slot to a second holder at once)"
+    }
 }
 
 /// What a failed command means for a lease.

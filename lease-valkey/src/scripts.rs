@@ -47,8 +47,9 @@ end
 
 /// Lua helper for the server's clock: `now()` answers its `TIME` (seconds,
 /// microseconds), returned with grants and renewals for the driver's
-/// store-clock check (DESIGN.md, rule 11). Called after the writes, which
-/// every server from Redis 5 (effects replication) on accepts.
+/// store-clock check (DESIGN.md, rule 11), and the seed of a claim's fence.
+/// A claim writes after it, which needs scripts replicated by their effects:
+/// the default from Redis 5 on, the only way from Redis 7 and Valkey.
 macro_rules! clock_function {
     () => {
         r"
@@ -60,7 +61,7 @@ end
     };
 }
 
-/// Lua helper for the holder record (issue 15): `note_holder(fences, slot,
+/// Lua helper for the holder record: `note_holder(fences, slot,
 /// token, ttl, holder, secs, micros)` writes `holder.<slot>` in the fences
 /// hash as `<first 8 hex digits of the token> <secs> <micros> <ttl ms>
 /// <holder>`: who claimed the slot, when on the server's clock, and for how
@@ -118,21 +119,76 @@ end
     };
 }
 
-/// The restart guard (issue 17): `restarted(guard_ms)` answers the ms
-/// until grants may resume — the server's `uptime_in_seconds` (from `INFO
-/// server`, which scripts may call) below `guard_ms` — or 0. A server that
-/// can forget what it acknowledged may come back without a lease a holder
-/// still relies on; no claim succeeds until every lease of its previous run
-/// has expired. `guard_ms` 0: no guard (a durable server, or turned off).
-macro_rules! guard_function {
+/// The restart guard and the pool's restart span.
+///
+/// - `restarted(fences, guard_on, own_span)` answers the ms until grants may
+///   resume, or 0. A server that can forget what it acknowledged may come
+///   back without a lease a holder still relies on, and without the floor
+///   that holder raised; no claim succeeds until the server has been up
+///   (`uptime_in_seconds` from `INFO server`, which scripts may call) for
+///   the pool's restart span: the largest of the span recorded in the
+///   fences hash (`span`, ms) and this claimer's own (`own_span`, its TTL
+///   plus twice its `max_clock_skew`). By then every lease of the previous
+///   run has passed its holder's deadline, whatever TTL that holder used.
+///   `guard_on` other than `'1'`: no guard (a server that keeps every
+///   acknowledged write, or the guard turned off).
+/// - `raise_span(fences, own_span)` (claims that granted): raises the
+///   recorded `span` to `own_span`; answers 1 when `own_span` is above the
+///   span known to be on disk (`span_fsynced`, raised after a `WAITAOF` by
+///   `RAISE_FSYNCED_SPAN`): on a server that fsyncs on request, the claim
+///   must then wait until its writes are on disk before it is used.
+macro_rules! guard_functions {
     () => {
         r"
-local function restarted(guard_ms)
-  if guard_ms <= 0 then return 0 end
+local function recorded_span(fences)
+  return tonumber(redis.call('HGET', fences, 'span') or '0') or 0
+end
+local function restarted(fences, guard_on, own_span)
+  if guard_on ~= '1' then return 0 end
+  local span = recorded_span(fences)
+  if own_span > span then span = own_span end
   local info = redis.call('INFO', 'server')
   local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') or 0
-  if up * 1000 >= guard_ms then return 0 end
-  return guard_ms - up * 1000
+  if up * 1000 >= span then return 0 end
+  return span - up * 1000
+end
+local function raise_span(fences, own_span)
+  if own_span > recorded_span(fences) then
+    redis.call('HSET', fences, 'span', string.format('%.0f', own_span))
+  end
+  local fsynced = tonumber(redis.call('HGET', fences, 'span_fsynced') or '0') or 0
+  if own_span > fsynced then return 1 end
+  return 0
+end
+"
+    };
+}
+
+/// The slot's next fence: `next_fence(fences, slot, secs, micros)` writes
+/// and answers `max(previous + 1, the server's TIME in µs)`; claims check
+/// `fence_usable(fences, slot)` before they write anything: the previous
+/// fence must be a number below 2^53 - 1 (Lua's numbers are doubles, exact
+/// only below 2^53; the server's clock in µs is about 1.8e15, so this
+/// leaves two centuries). Seeding from the clock keeps fences
+/// rising across a loss of the fences hash (a restart without persistence,
+/// a flush, a failover): what the server forgot was issued before the loss,
+/// so below its clock now, unless the server's clock went back. Written as
+/// a decimal string, so `HGET` and `inspect` read it exactly.
+macro_rules! fence_function {
+    () => {
+        r"
+local function fence_usable(fences, slot)
+  local old = redis.call('HGET', fences, slot)
+  if not old then return true end
+  local prev = tonumber(old)
+  return prev ~= nil and prev >= 0 and prev < 9007199254740991
+end
+local function next_fence(fences, slot, secs, micros)
+  local fence = (tonumber(redis.call('HGET', fences, slot) or '0') or 0) + 1
+  local now = tonumber(secs) * 1000000 + tonumber(micros)
+  if now > fence then fence = now end
+  redis.call('HSET', fences, slot, string.format('%.0f', fence))
+  return fence
 end
 "
     };
@@ -140,12 +196,16 @@ end
 
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
 /// token hex, ceiling (Unix ms), slot key prefix (the script path's,
-/// `{<prefix>:<pool>}:slot:`, same hash tag), restart guard ms, holder
-/// identity (see `holder_function`). Returns
-/// `{slot, fence, floor, secs, micros}` (the floor the slot had before, a
-/// decimal string; the server's `TIME`), -1 when every slot is held, -2 when
-/// the fences hash was lost (see `fences_functions`), or `{-3, ms}` while the
-/// restart guard holds (see `guard_function`).
+/// `{<prefix>:<pool>}:slot:`, same hash tag), this claimer's restart span
+/// ms, holder identity (see `holder_function`), `1` when the restart guard
+/// is on. Returns `{slot, fence, floor, secs, micros, unconfirmed}` (the
+/// floor the slot had before, a decimal string; the server's `TIME`; 1 when
+/// this claimer's span is above the span known to be on disk, see
+/// `guard_functions`), -1 when every slot is held, -2
+/// when the fences hash was lost (see `fences_functions`), `{-3, ms}` while
+/// the restart guard holds (see `guard_functions`), or `{-4, slot}` when
+/// that slot's fence is not a number below 2^53 - 1 (see `fence_function`;
+/// nothing is written then).
 ///
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
 ///   is held: answer at once, without a scan. (Fields whose TTL ran out but
@@ -160,18 +220,21 @@ end
 ///   take and releases move it down to the slot they free, so without
 ///   expiries the scan starts at the lowest free slot and takes one step;
 ///   slots freed by expiry below the hint are found after the wrap.
-/// - Claim with `HSETEX FNX` (both fields absent, one TTL), bump the slot's
-///   persistent fence, raise its persistent floor to the ceiling and note
-///   the holder.
+/// - Claim with `HSETEX FNX` (both fields absent, one TTL), move the slot's
+///   persistent fence to `max(fence + 1, TIME in µs)`, raise its persistent
+///   floor to the ceiling, raise the pool's recorded restart span to this
+///   claimer's, and note the holder.
 const CLAIM_HSETEX: &str = concat!(
     floor_functions!(),
     clock_function!(),
     holder_function!(),
     fences_functions!(),
-    guard_function!(),
+    guard_functions!(),
+    fence_function!(),
     r"
 local size = tonumber(ARGV[1])
-local wait = restarted(tonumber(ARGV[6]) or 0)
+local span = tonumber(ARGV[6]) or 0
+local wait = restarted(KEYS[2], ARGV[8], span)
 if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[2], KEYS[1], ARGV[5], size) then return -2 end
 if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
@@ -181,15 +244,17 @@ for i = 0, size - 1 do
   local s = (start + i) % size
   local f = tostring(s)
   if redis.call('HEXISTS', KEYS[1], f) == 0 and redis.call('EXISTS', ARGV[5] .. f) == 0 then
+    if not fence_usable(KEYS[2], f) then return {-4, s} end
     local ok = redis.call('HSETEX', KEYS[1], 'FNX', 'PX', ARGV[2], 'FIELDS', 2,
       f, ARGV[3], 'token.' .. f .. '.' .. ARGV[3], f)
     if ok == 1 then
-      redis.call('HSET', KEYS[2], 'next', tostring(s + 1))
-      local fence = redis.call('HINCRBY', KEYS[2], f, 1)
-      local floor = raise_floor(KEYS[2], f, ARGV[4])
       local secs, micros = now()
+      redis.call('HSET', KEYS[2], 'next', tostring(s + 1))
+      local fence = next_fence(KEYS[2], f, secs, micros)
+      local floor = raise_floor(KEYS[2], f, ARGV[4])
+      local unconfirmed = raise_span(KEYS[2], span)
       note_holder(KEYS[2], f, ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
-      return {s, fence, floor, secs, micros}
+      return {s, fence, floor, secs, micros, unconfirmed}
     end
   end
 end
@@ -283,40 +348,45 @@ return n
 
 /// Script path, claim. KEYS: fences hash, leases hash (the HSETEX path's).
 /// ARGV: size, ttl ms, token hex, slot key prefix (`{<prefix>:<pool>}:slot:`,
-/// the fences hash's hash tag), ceiling (Unix ms), restart guard ms, holder
-/// identity (see `holder_function`). `SET NX PX` on slot keys
-/// from the hint `next` on, wrapping, skipping slots whose field exists in
-/// the leases hash (held by a process on the HSETEX path, after an in-place
-/// upgrade), until one succeeds; then moves the hint, bumps the fence,
-/// raises the floor to the ceiling and notes the holder. Returns `{slot, fence, floor, secs,
-/// micros}` (the floor before, a decimal string; the server's `TIME`), -1
-/// when every slot is held, `{-3, ms}` while the restart guard holds, or -2
-/// when the fences hash was lost (see
-/// `fences_functions`). (No cheap count of live slot keys exists here, so a
-/// full pool costs a full scan.)
+/// the fences hash's hash tag), ceiling (Unix ms), this claimer's restart
+/// span ms, holder identity (see `holder_function`), `1` when the restart
+/// guard is on. `SET NX PX` on slot keys from the hint `next` on, wrapping,
+/// skipping slots whose field exists in the leases hash (held by a process
+/// on the HSETEX path, after an in-place upgrade), until one succeeds; then
+/// moves the hint, moves the fence to `max(fence + 1, TIME in µs)`, raises
+/// the floor to the ceiling and the pool's recorded restart span to this
+/// claimer's, and notes the holder. Answers as the HSETEX claim does. (No
+/// cheap count of live slot keys exists here, so a full pool costs a full
+/// scan.)
 const CLAIM_SCRIPTS: &str = concat!(
     floor_functions!(),
     clock_function!(),
     holder_function!(),
     fences_functions!(),
-    guard_function!(),
+    guard_functions!(),
+    fence_function!(),
     r"
 local size = tonumber(ARGV[1])
-local wait = restarted(tonumber(ARGV[6]) or 0)
+local span = tonumber(ARGV[6]) or 0
+local wait = restarted(KEYS[1], ARGV[8], span)
 if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[1], KEYS[2], ARGV[4], size) then return -2 end
 local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
 if start >= size then start = 0 end
 for i = 0, size - 1 do
   local s = (start + i) % size
-  if redis.call('HEXISTS', KEYS[2], tostring(s)) == 0
-    and redis.call('SET', ARGV[4] .. s, ARGV[3], 'NX', 'PX', ARGV[2]) then
-    redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
-    local fence = redis.call('HINCRBY', KEYS[1], tostring(s), 1)
-    local floor = raise_floor(KEYS[1], tostring(s), ARGV[5])
-    local secs, micros = now()
-    note_holder(KEYS[1], tostring(s), ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
-    return {s, fence, floor, secs, micros}
+  local f = tostring(s)
+  if redis.call('HEXISTS', KEYS[2], f) == 0 and redis.call('EXISTS', ARGV[4] .. f) == 0 then
+    if not fence_usable(KEYS[1], f) then return {-4, s} end
+    if redis.call('SET', ARGV[4] .. f, ARGV[3], 'NX', 'PX', ARGV[2]) then
+      local secs, micros = now()
+      redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
+      local fence = next_fence(KEYS[1], f, secs, micros)
+      local floor = raise_floor(KEYS[1], f, ARGV[5])
+      local unconfirmed = raise_span(KEYS[1], span)
+      note_holder(KEYS[1], f, ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
+      return {s, fence, floor, secs, micros, unconfirmed}
+    end
   end
 end
 return -1
@@ -398,6 +468,18 @@ end
 return out
 ";
 
+/// After a `WAITAOF` confirmed a claim's writes on disk, including the
+/// pool's recorded span (at least the claimer's): raises `span_fsynced` to
+/// the claimer's span. KEYS: fences hash. ARGV: span ms. The append-only
+/// file keeps writes in order, so a `span_fsynced` that survives a crash
+/// comes with a `span` at least as large; one that is lost only makes
+/// later claims wait for the disk again.
+const RAISE_FSYNCED_SPAN: &str = r"
+local old = tonumber(redis.call('HGET', KEYS[1], 'span_fsynced') or '0') or 0
+if tonumber(ARGV[1]) > old then redis.call('HSET', KEYS[1], 'span_fsynced', ARGV[1]) end
+return 1
+";
+
 /// All scripts, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -409,6 +491,7 @@ pub(crate) struct Scripts {
     pub(crate) renew_scripts: Script,
     pub(crate) release_scripts: Script,
     pub(crate) inspect: Script,
+    pub(crate) raise_fsynced_span: Script,
 }
 
 impl Scripts {
@@ -422,6 +505,7 @@ impl Scripts {
             renew_scripts: Script::new("renew (compare-and-extend)", RENEW_SCRIPTS),
             release_scripts: Script::new("release (compare-and-delete)", RELEASE_SCRIPTS),
             inspect: Script::new("inspect", INSPECT),
+            raise_fsynced_span: Script::new("raise the fsynced span", RAISE_FSYNCED_SPAN),
         }
     }
 
@@ -433,6 +517,7 @@ impl Scripts {
                 &self.renew_hsetex,
                 &self.release_hsetex,
                 &self.revoke,
+                &self.raise_fsynced_span,
             ]
         } else {
             vec![
@@ -440,6 +525,7 @@ impl Scripts {
                 &self.renew_scripts,
                 &self.release_scripts,
                 &self.revoke,
+                &self.raise_fsynced_span,
             ]
         }
     }

@@ -1,4 +1,4 @@
-//! What the server is and whether it has `HSETEX`.
+//! What the server is and whether it has `HSETEX` and `WAITAOF`.
 
 use std::fmt;
 
@@ -22,6 +22,9 @@ pub struct ServerInfo {
     pub version: String,
     /// Whether `COMMAND INFO HSETEX` knows the command.
     pub hsetex: bool,
+    /// Whether `COMMAND INFO WAITAOF` knows the command (Redis 7.2+, Valkey
+    /// 7.2+): a claim can wait until the append-only file is fsynced.
+    pub waitaof: bool,
 }
 
 impl fmt::Display for ServerInfo {
@@ -60,8 +63,17 @@ impl ServerInfo {
         Self {
             product,
             hsetex: Self::version_has_hsetex(product, &version),
+            waitaof: Self::version_has_waitaof(&version),
             version,
         }
+    }
+
+    /// Redis and Valkey 7.2+ have `WAITAOF`; used when `COMMAND INFO` is not
+    /// allowed.
+    pub(crate) fn version_has_waitaof(version: &str) -> bool {
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        (major, minor) >= (7, 2)
     }
 
     /// Redis 8+ and Valkey 9+ have `HSETEX`; used when `COMMAND INFO` is
@@ -88,14 +100,14 @@ mod tests {
         let redis =
             ServerInfo::from_info("# Server\r\nredis_version:8.2.3\r\nredis_git_sha1:0\r\n");
         assert_eq!(redis.to_string(), "Redis 8.2.3");
-        assert!(redis.hsetex);
+        assert!(redis.hsetex && redis.waitaof);
         let valkey = ServerInfo::from_info(
             "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.8\r\n",
         );
         assert_eq!(valkey.to_string(), "Valkey 8.1.8");
-        assert!(!valkey.hsetex);
+        assert!(!valkey.hsetex && valkey.waitaof);
         let old = ServerInfo::from_info("redis_version:7.0.15\n");
-        assert!(!old.hsetex);
+        assert!(!old.hsetex && !old.waitaof);
         assert!(ServerInfo::version_has_hsetex(Product::Valkey, "9.0.0"));
     }
 }

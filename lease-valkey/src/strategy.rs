@@ -97,6 +97,10 @@ struct Inner {
     scripts: Scripts,
     round_trips: AtomicU64,
     identity: String,
+    /// Claims wait (`WAITAOF`) until the pool's recorded span is on disk:
+    /// the append-only file with `appendfsync everysec` or `no`, on a server
+    /// with `WAITAOF`.
+    fsync_claims: bool,
 }
 
 impl Drop for Inner {
@@ -138,12 +142,20 @@ impl ValkeyStrategy {
     /// The per-operation timeout unless [`ValkeyConfig::op_timeout`] sets another.
     pub const DEFAULT_OP_TIMEOUT: Duration = DEFAULT_OP_TIMEOUT;
 
-    /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX`),
+    /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX
+    /// WAITAOF`),
     /// reads what it keeps ([`ValkeyStrategy::durability`]: `CONFIG GET`),
     /// picks the path and loads its scripts. A server whose
     /// `maxmemory-policy` may evict keys is refused with
     /// [`ValkeyError::Eviction`] unless [`ValkeyConfig::allow_eviction`] says
-    /// otherwise.
+    /// otherwise. A server that can forget acknowledged writes (not
+    /// `appendonly yes` with `appendfsync always`, or unreadable) is refused
+    /// with [`ValkeyError::NotDurable`], unless it runs the append-only file
+    /// with `appendfsync everysec` or `no` and has `WAITAOF` (claims then
+    /// wait for the fsync of the pool's recorded span), or
+    /// [`ValkeyConfig::assume_one_timing_per_pool`] or
+    /// [`ValkeyConfig::restart_guard`]`(false)` accepts it (never with
+    /// [`ValkeyConfig::require_durable`]).
     ///
     /// Every command is bounded by the configured operation timeout: `fred`'s
     /// command and connection timeouts are set to it, a command is sent at
@@ -231,6 +243,7 @@ impl ValkeyStrategy {
                 scripts: Scripts::new(),
                 round_trips: AtomicU64::new(0),
                 identity: String::new(),
+                fsync_claims: false,
             }),
         };
         let server = strategy.probe(&url).await?;
@@ -245,11 +258,23 @@ impl ValkeyStrategy {
             }
             durability.eviction_allowed = true;
         }
-        if strategy.inner.config.require_durable && !durability.keeps_every_write() {
+        let config = &strategy.inner.config;
+        // With the append-only file and WAITAOF, a claim waits until the
+        // pool's recorded span is on disk, so the guard knows it after any
+        // restart.
+        let fsync_claims = config.restart_guard
+            && !durability.keeps_every_write()
+            && durability.fsyncs_on_request()
+            && server.waitaof;
+        let accepted = !config.restart_guard || config.one_timing || fsync_claims;
+        if !durability.keeps_every_write() && (config.require_durable || !accepted) {
+            let required = config.require_durable;
             let _ = strategy.inner.client.quit().await;
             return Err(ValkeyError::NotDurable {
                 server: server.to_string(),
+                settings: durability.persistence_settings(),
                 durability: durability.to_string(),
+                required,
             });
         }
         let path = match (strategy.inner.config.method, server.hsetex) {
@@ -263,6 +288,7 @@ impl ValkeyStrategy {
             inner.server = server;
             inner.durability = durability;
             inner.path = path;
+            inner.fsync_claims = fsync_claims;
         }
         if path != ActivePath::Unsupported {
             for script in strategy.inner.scripts.for_path(path == ActivePath::Hsetex) {
@@ -290,18 +316,20 @@ impl ValkeyStrategy {
             .call::<Value>(
                 "COMMAND",
                 ClusterHash::Random,
-                vec!["INFO".into(), "HSETEX".into()],
+                vec!["INFO".into(), "HSETEX".into(), "WAITAOF".into()],
             )
             .await
         {
             // An unknown command comes back as a nil entry.
             Ok(Value::Array(entries)) => {
-                server.hsetex = entries.first().is_some_and(|e| !matches!(e, Value::Null));
+                let known = |i: usize| entries.get(i).is_some_and(|e| !matches!(e, Value::Null));
+                server.hsetex = known(0);
+                server.waitaof = known(1);
             }
             Ok(_) => {}
             // COMMAND denied by an ACL: keep the answer from the version.
             Err(Failure::Denied(_) | Failure::Rejected(_)) => {}
-            Err(f) => return Err(self.failure_error("COMMAND INFO HSETEX", url, f)),
+            Err(f) => return Err(self.failure_error("COMMAND INFO HSETEX WAITAOF", url, f)),
         }
         Ok(server)
     }
@@ -362,17 +390,12 @@ impl ValkeyStrategy {
         &self.inner.durability
     }
 
-    /// The restart guard's span for leases of `ttl`, in ms (0: no guard):
-    /// the TTL plus twice the default `max_clock_skew`, since the floors a
-    /// restart forgets are gone too. Only a server that keeps every
-    /// acknowledged write (`appendonly yes`, `appendfsync always`) goes
-    /// without it.
-    fn guard_ms(&self, ttl: Duration) -> u64 {
-        if !self.inner.config.restart_guard || self.inner.durability.keeps_every_write() {
-            return 0;
-        }
-        let span = ttl + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
-        u64::try_from(span.as_millis()).unwrap_or(u64::MAX)
+    /// Whether the claim scripts hold grants back after a restart: on a
+    /// server that does not keep every acknowledged write (`appendonly
+    /// yes`, `appendfsync always`), unless [`ValkeyConfig::restart_guard`]
+    /// turned the guard off.
+    fn guard_on(&self) -> bool {
+        self.inner.config.restart_guard && !self.inner.durability.keeps_every_write()
     }
 
     /// The path in use.
@@ -506,6 +529,52 @@ impl ValkeyStrategy {
         }
     }
 
+    /// On a server that fsyncs on request: `WAITAOF 1 0 t` on the
+    /// connection (and Cluster node: `key`'s) that ran the claim, which
+    /// answers once this client's writes so far — the claim, and the pool's
+    /// recorded span it relies on, which the append-only file keeps in order
+    /// before them — are fsynced; then raises `span_fsynced` to `span` so
+    /// that later claims of no longer a span need not wait. `t` is three
+    /// quarters of the operation timeout, so the server answers before the
+    /// client gives up. `Err` says why the write may not be on disk.
+    async fn wait_for_fsync(&self, key: &str, span: &str) -> Result<(), String> {
+        let timeout = self.inner.config.op_timeout * 3 / 4;
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let hash = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+        let answer = self
+            .call::<Value>(
+                "WAITAOF",
+                hash,
+                vec![1.into(), 0.into(), ms.to_string().into()],
+            )
+            .await;
+        let local = match &answer {
+            Ok(Value::Array(v)) => v.first().and_then(Value::as_i64),
+            _ => None,
+        };
+        match (answer, local) {
+            (_, Some(n)) if n >= 1 => {}
+            (Ok(v), _) => {
+                return Err(format!(
+                    "the append-only file was not fsynced within {timeout:?} (WAITAOF answered \
+                     {v:?})"
+                ));
+            }
+            (Err(f), _) => return Err(format!("WAITAOF failed: {}", f.text())),
+        }
+        // Only an optimisation: if it is lost, later claims wait again.
+        let _ = self
+            .eval(
+                &self.inner.scripts.raise_fsynced_span,
+                vec![key.to_owned()],
+                vec![span.to_owned()],
+            )
+            .await;
+        Ok(())
+    }
+
     fn unsupported(&self) -> AcquireError {
         AcquireError::UnsupportedServer {
             what: format!(
@@ -544,6 +613,12 @@ fn store_time(secs: &Value, micros: &Value) -> Option<Duration> {
     Some(Duration::from_secs(as_u64(secs)?) + Duration::from_micros(micros))
 }
 
+/// A restart span in whole milliseconds, rounded up (the guard may wait a
+/// little longer, never shorter).
+fn span_ms(span: Duration) -> u64 {
+    u64::try_from(span.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
 /// What a claim script answered.
 #[derive(Debug, PartialEq, Eq)]
 enum Claim {
@@ -552,16 +627,23 @@ enum Claim {
         fence: u64,
         floor: Floor,
         at: Duration,
+        /// The claimer's span is above the span known to be on disk.
+        unconfirmed_span: bool,
     },
     Full,
     FencesLost,
     /// The restart guard holds for this many ms.
     Restarted(u64),
+    /// This slot's fence is not a number the script can raise exactly.
+    FenceUnusable(u32),
 }
 
-/// A claim script's answer: `{slot, fence, floor, secs, micros}` (the floor
-/// as a decimal string, exact for every `u64`; the server's `TIME`), -1 when
-/// the pool is full, -2 when its fences hash was lost.
+/// A claim script's answer: `{slot, fence, floor, secs, micros, raised}`
+/// (the floor as a decimal string, exact for every `u64`; the server's
+/// `TIME`; 1 when the claimer's span is above the span known to be on
+/// disk), -1 when the
+/// pool is full, -2 when its fences hash was lost, `{-3, ms}` while the
+/// restart guard holds, `{-4, slot}` for a slot whose fence is unusable.
 fn parse_claim(v: &Value) -> Option<Claim> {
     match v {
         Value::Integer(-1) => Some(Claim::Full),
@@ -569,11 +651,15 @@ fn parse_claim(v: &Value) -> Option<Claim> {
         Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-3) => {
             Some(Claim::Restarted(u64::try_from(items[1].as_i64()?).ok()?))
         }
-        Value::Array(items) if items.len() == 5 => Some(Claim::Granted {
+        Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-4) => Some(
+            Claim::FenceUnusable(u32::try_from(items[1].as_i64()?).ok()?),
+        ),
+        Value::Array(items) if items.len() == 6 => Some(Claim::Granted {
             slot: u32::try_from(items[0].as_i64()?).ok()?,
             fence: u64::try_from(items[1].as_i64()?).ok()?,
             floor: Floor(as_u64(&items[2])?),
             at: store_time(&items[3], &items[4])?,
+            unconfirmed_span: items[5].as_i64()? == 1,
         }),
         _ => None,
     }
@@ -686,7 +772,8 @@ impl Strategy for ValkeyStrategy {
         let fences_key = keys.fences.clone();
         let token = Token::random();
         let ceiling = ceiling.unix_millis().to_string();
-        let guard = self.guard_ms(pool.ttl()).to_string();
+        let span = span_ms(pool.restart_span()).to_string();
+        let guard = if self.guard_on() { "1" } else { "0" }.to_owned();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),
             ActivePath::Hsetex => {
@@ -699,8 +786,9 @@ impl Strategy for ValkeyStrategy {
                         token.to_hex(),
                         ceiling,
                         keys.slot_prefix,
-                        guard,
+                        span.clone(),
                         pool.holder().to_owned(),
+                        guard,
                     ],
                 )
                 .await
@@ -715,8 +803,9 @@ impl Strategy for ValkeyStrategy {
                         token.to_hex(),
                         keys.slot_prefix,
                         ceiling,
-                        guard,
+                        span.clone(),
                         pool.holder().to_owned(),
+                        guard,
                     ],
                 )
                 .await
@@ -751,10 +840,23 @@ impl Strategy for ValkeyStrategy {
                 fence,
                 floor,
                 at,
+                unconfirmed_span,
             }) => {
                 let grant = Grant::new(slot, token, Fence(fence), applied)
                     .with_floor(floor)
                     .with_store_time(at);
+                if self.inner.fsync_claims
+                    && unconfirmed_span
+                    && let Err(why) = self.wait_for_fsync(&fences_key, &span).await
+                {
+                    // The span that tells the guard how long this lease may
+                    // outlive a restart may not be on disk: a crash could
+                    // forget it. Nothing was issued under it.
+                    let _ = self.release(pool, &grant, grant.floor).await;
+                    return Err(AcquireError::Unreachable(Reason::new(format!(
+                        "claimed slot {slot} but {why}; released it"
+                    ))));
+                }
                 if let Err(why) = self.wait_for_replicas(&fences_key).await {
                     // Not on enough replicas: a failover could forget it.
                     // Nothing was issued under it, so the floor goes back.
@@ -787,6 +889,21 @@ impl Strategy for ValkeyStrategy {
                      slot's fence above any fence used before (HSET {fences_key} <slot> <n>) and \
                      its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>), and \
                      delete the marker (HDEL {fences_key} lost)"
+                ),
+            }),
+            Some(Claim::FenceUnusable(slot)) => Err(AcquireError::Misconfigured {
+                what: format!(
+                    "the fence of slot {slot} in {fences_key} (pool {}) is not a whole number \
+                     below 2^53 - 1, so the claim script cannot give the next one exactly; \
+                     {} grants this slot to nobody",
+                    pool.name(),
+                    self.inner.server
+                ),
+                fix: format!(
+                    "make sure nothing but leasehold writes {fences_key}; a fence need not be \
+                     repaired to rise (the next one is at least the server's clock in µs), so \
+                     delete the field (HDEL {fences_key} {slot}) once every holder of the slot \
+                     has stopped"
                 ),
             }),
             None => Err(AcquireError::Misconfigured {
@@ -945,6 +1062,7 @@ mod tests {
             s("18446744073709551615"),
             s("1700000000"),
             s("250000"),
+            Value::Integer(1),
         ]);
         assert_eq!(
             parse_claim(&claim),
@@ -953,8 +1071,12 @@ mod tests {
                 fence: 7,
                 floor: Floor(u64::MAX),
                 at: Duration::from_millis(1_700_000_000_250),
+                unconfirmed_span: true,
             })
         );
+        let unusable = Value::Array(vec![Value::Integer(-4), Value::Integer(2)]);
+        assert_eq!(parse_claim(&unusable), Some(Claim::FenceUnusable(2)));
+        assert_eq!(span_ms(Duration::from_micros(62_000_001)), 62_001);
         assert_eq!(parse_claim(&Value::Integer(-1)), Some(Claim::Full));
         assert_eq!(parse_claim(&Value::Integer(-2)), Some(Claim::FencesLost));
         let renewed = Value::Array(vec![Value::Integer(1), s("1700000001"), s("5")]);

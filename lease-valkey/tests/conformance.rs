@@ -638,7 +638,11 @@ async fn fields_expire_together_fence_persists(b: Arc<Valkey>) -> Outcome {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let fence = cmd(&s, "HGET", vec![keys.fences.as_str().into(), "0".into()]).await?;
-    ensure!(fence.as_i64() == Some(1), "fence after expiry: {fence:?}");
+    ensure!(
+        fence.as_string().and_then(|f| f.parse().ok()) == Some(g.fence.0),
+        "fence after expiry: {fence:?}, granted {}",
+        g.fence
+    );
     Ok(())
 }
 
@@ -747,6 +751,12 @@ async fn grants_and_renewals_carry_store_time(b: Arc<Valkey>) -> Outcome {
     Ok(())
 }
 
+/// The server's clock in whole microseconds, as the claim scripts read it.
+async fn server_micros(s: &ValkeyStrategy) -> Result<u64, String> {
+    let t = server_time(s).await?;
+    u64::try_from(t.as_micros()).map_err(|e| e.to_string())
+}
+
 /// Expects a claim on `p` to be refused because its fences hash was lost.
 async fn expect_fences_lost(s: &ValkeyStrategy, p: &PoolSpec, when: &str) -> Outcome {
     match s.acquire(p, Floor::NONE).await {
@@ -765,10 +775,13 @@ async fn expect_fences_lost(s: &ValkeyStrategy, p: &PoolSpec, when: &str) -> Out
 }
 
 /// A fences hash lost (evicted, deleted, failed over) while a lease of the
-/// pool lives makes claims refuse instead of restarting fences at 1, and
-/// the refusal outlives the evidence: after the lease is released claims
-/// still refuse, until an operator repairs the hash and deletes the marker.
-/// A renewal or release that finds the hash gone leaves the marker too.
+/// pool lives makes claims refuse instead of restarting floors at 0 (below
+/// what earlier holders stamped), and the refusal outlives the evidence:
+/// after the lease is released claims still refuse, until an operator
+/// repairs the floors and deletes the marker. Fences need no repair: the
+/// next one is at least the server's clock in µs, above every fence issued
+/// before the loss — also above one an operator set by hand. A renewal or
+/// release that finds the hash gone leaves the marker too.
 async fn lost_fences_hash_refuses_claims(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(b.method).await?;
     // The live lease is the evidence: long enough that no stall outlives it.
@@ -778,33 +791,50 @@ async fn lost_fences_hash_refuses_claims(b: Arc<Valkey>) -> Outcome {
     let fences = s.keys(p.name()).fences;
     let (g, sent) = hold(&s, &p, 0).await?;
     cmd(&s, "DEL", vec![fences.as_str().into()]).await?;
-    // Slot 1 is free: without the check it would be granted with fence 1.
+    // Slot 1 is free: without the check it would be granted with floor 0.
     expect_fences_lost(&s, &p, "with a live lease").await?;
     let r = s.release(&p, &g, Floor::NONE).await;
     judge(sent, ttl, r == Release::Released, || {
         format!("release answered {r:?}")
     })?;
     expect_fences_lost(&s, &p, "after the lease was released").await?;
-    // The operator's repair: fences above any used before, the marker gone.
+    // The operator's repair: every slot's floor at the current Unix ms (the
+    // pool's holders stopped), one fence set by hand, the marker gone.
+    let now_ms = server_micros(&s).await? / 1000;
     cmd(
         &s,
         "HSET",
         vec![
             fences.as_str().into(),
-            "0".into(),
-            "100".into(),
+            "floor.0".into(),
+            now_ms.to_string().into(),
+            "floor.1".into(),
+            now_ms.to_string().into(),
             "1".into(),
             "100".into(),
         ],
     )
     .await?;
     cmd(&s, "HDEL", vec![fences.as_str().into(), "lost".into()]).await?;
-    let (g, _) = hold(&s, &p, 0).await?;
-    ensure!(
-        g.fence.0 == 101,
-        "after the repair the fence is {}",
-        g.fence
-    );
+    let before = server_micros(&s).await?;
+    let (a, _) = hold(&s, &p, 0).await?;
+    let (c, _) = hold(&s, &p, 0).await?;
+    for g2 in [&a, &c] {
+        ensure!(
+            g2.fence.0 > g.fence.0 && g2.fence.0 >= before,
+            "after the repair slot {} got fence {}: not above the {} issued before the loss \
+             and the server's clock ({before} µs) when it was claimed",
+            g2.slot,
+            g2.fence,
+            g.fence
+        );
+        ensure!(
+            g2.floor == Floor(now_ms),
+            "after the repair slot {} carries floor {}, not the repaired {now_ms}",
+            g2.slot,
+            g2.floor
+        );
+    }
 
     // Found by a renewal: no claim runs before the lease is released.
     let p = fresh_pool(2, ttl)?;
@@ -907,21 +937,66 @@ impl Drop for OwnServer {
     }
 }
 
-/// Issue 17: on a server that keeps nothing on disk, the restart guard
-/// grants nothing until the server has been up for the pool's TTL plus twice
-/// the default `max_clock_skew`, answering the retryable `StoreRestarted`
-/// with the time left, read inside the claim script; a pool with a short TTL
-/// is granted once the server has been up long enough, and renewals are never
-/// held back. A server with `appendfsync always` gets no guard, and is the
-/// only kind `require_durable(true)` accepts.
+/// Expects `connect` to refuse a server that can forget (no persistence)
+/// with `NotDurable`, naming the settings it read, the fix and, unless
+/// `require_durable`, both opt-ins.
+fn expect_not_durable(r: Result<ValkeyStrategy, ValkeyError>, required: bool) -> Outcome {
+    match r {
+        Err(e @ ValkeyError::NotDurable { .. }) => {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains("appendonly no")
+                    && msg.contains("appendfsync")
+                    && msg.contains("set appendonly yes and appendfsync always"),
+                "the refusal lacks the settings read or the fix: {msg}"
+            );
+            let names_opt_ins = msg.contains("assume_one_timing_per_pool(true)")
+                && msg.contains("restart_guard(false)");
+            ensure!(
+                names_opt_ins,
+                "the refusal does not name both opt-ins: {msg}"
+            );
+            ensure!(
+                msg.contains("require_durable(true) is set") == required,
+                "require_durable {required}, but the refusal says: {msg}"
+            );
+            Ok(())
+        }
+        other => Err(format!(
+            "a server without persistence was accepted (require_durable {required}): {:?}",
+            other.map(|_| ())
+        )),
+    }
+}
+
+/// The server's `uptime_in_seconds` (`INFO server`).
+async fn uptime_secs(s: &ValkeyStrategy) -> Result<u64, String> {
+    let info = cmd(s, "INFO", vec!["server".into()]).await?;
+    let text = info.as_string().unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("no uptime_in_seconds in INFO server: {text}"))
+}
+
+/// On a server that keeps nothing on disk the restart guard grants nothing
+/// until the server has been up for the pool's TTL plus twice its
+/// `max_clock_skew`, answering the retryable `StoreRestarted` with the time
+/// left, read inside the claim script; a pool with a short TTL is granted
+/// once the server has been up long enough, and renewals are never held
+/// back. Such a server is refused by default, since a restart loses the
+/// pool's recorded span (`NotDurable`, naming the settings, the fix and both
+/// opt-ins); `assume_one_timing_per_pool(true)` accepts it with the guard.
+/// A server with `appendfsync always` gets no guard, and is the only kind
+/// `require_durable(true)` accepts, whatever the opt-ins.
 async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome {
-    let s = ValkeyStrategy::connect(
-        ValkeyConfig::new(&b.url)
-            .key_prefix(&b.prefix)
-            .method(b.method),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let plain = ValkeyConfig::new(&b.url)
+        .key_prefix(&b.prefix)
+        .method(b.method);
+    expect_not_durable(ValkeyStrategy::connect(plain.clone()).await, false)?;
+    let s = ValkeyStrategy::connect(plain.assume_one_timing_per_pool(true))
+        .await
+        .map_err(|e| e.to_string())?;
     let hour = Duration::from_secs(3600);
     let span = hour + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
     match s.acquire(&fresh_pool(2, hour)?, Floor::NONE).await {
@@ -961,30 +1036,176 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
         .await
         .map_err(|e| format!("a durable server held a claim back: {e}"))?;
     // The strict option accepts it, and refuses the test server (no
-    // persistence) naming the settings and the fix.
+    // persistence) whatever the opt-ins say.
     ValkeyStrategy::connect(ValkeyConfig::new(&own.url).require_durable(true))
         .await
         .map_err(|e| format!("require_durable refused appendfsync always: {e}"))?;
-    match ValkeyStrategy::connect(
+    let strict = ValkeyConfig::new(&b.url)
+        .key_prefix(&b.prefix)
+        .require_durable(true);
+    expect_not_durable(
+        ValkeyStrategy::connect(strict.clone().assume_one_timing_per_pool(true)).await,
+        true,
+    )?;
+    expect_not_durable(
+        ValkeyStrategy::connect(strict.restart_guard(false)).await,
+        true,
+    )
+}
+
+/// A configured `max_clock_skew` larger than the default lengthens the
+/// restart guard: after a loss the floor is gone, so a successor's clock
+/// must pass anything a forgotten holder stamped, on clocks up to that skew
+/// apart. A pool of TTL 1 h with a skew of 1 h waits 3 h of uptime, not the
+/// 1 h 2 s the default skew would give: the time left that `StoreRestarted`
+/// answers is judged against the server's uptime read before and after the
+/// claim.
+async fn the_configured_clock_skew_lengthens_the_guard(b: Arc<Valkey>) -> Outcome {
+    let s = ValkeyStrategy::connect(
         ValkeyConfig::new(&b.url)
             .key_prefix(&b.prefix)
-            .require_durable(true),
+            .method(b.method)
+            .op_timeout(Duration::from_secs(10))
+            .assume_one_timing_per_pool(true),
     )
     .await
-    {
-        Err(e @ ValkeyError::NotDurable { .. }) => {
-            let msg = e.to_string();
+    .map_err(|e| e.to_string())?;
+    let hour = Duration::from_secs(3600);
+    let pool = fresh_pool(2, hour)?
+        .with_max_clock_skew(hour)
+        .map_err(|e| e.to_string())?;
+    let span = pool.restart_span();
+    ensure!(span == hour * 3, "restart span {span:?}");
+    let up_before = Duration::from_secs(uptime_secs(&s).await?);
+    let r = s.acquire(&pool, Floor::NONE).await;
+    // `uptime_in_seconds` is floored: the uptime is below the next second.
+    let up_after = Duration::from_secs(uptime_secs(&s).await? + 1);
+    match r {
+        Err(AcquireError::StoreRestarted { resume_in }) => {
             ensure!(
-                msg.contains("appendfsync always") && msg.contains("AOF off"),
-                "the refusal lacks the setting or the fix: {msg}"
+                span.saturating_sub(up_after) <= resume_in && resume_in <= span - up_before,
+                "with a skew of 1 h grants resume in {resume_in:?}: not the 3 h span less the \
+                 uptime ({up_before:?} to {up_after:?})"
             );
             Ok(())
         }
         other => Err(format!(
-            "require_durable accepted a server without persistence: {:?}",
-            other.map(|_| ())
+            "a pool spanning 3 h on a server up for {up_before:?} answered {other:?}"
         )),
     }
+}
+
+/// Whether `version` (`major.minor.patch`) is at least `major.minor`.
+fn version_at_least(version: &str, major: u32, minor: u32) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// A server with the append-only file fsynced once a second can lose the
+/// last acknowledged writes when its machine crashes, but a client can wait
+/// for the fsync (`WAITAOF`, Redis and Valkey 7.2+). There a claim whose
+/// span is above the span known to be on disk waits for it before it is
+/// used (two more round trips: `WAITAOF`, and the record that the span is
+/// on disk), so the guard knows the pool's span after any restart, and the
+/// server is accepted by default; a later claim of no longer a span takes
+/// one round trip. A claim whose fsync cannot be confirmed (the append-only
+/// file switched off behind the strategy's back) is released and answered
+/// as retryable. A server without `WAITAOF` (Redis 7.0) is refused.
+async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome {
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let own = OwnServer::start(
+        bin,
+        &["--appendonly", "yes", "--appendfsync", "everysec"],
+        &[],
+    )?;
+    let config = ValkeyConfig::new(&own.url)
+        .method(b.method)
+        .op_timeout(Duration::from_secs(10));
+    let r = ValkeyStrategy::connect(config.clone()).await;
+    if !version_at_least(&b.version, 7, 2) {
+        return match r {
+            Err(e @ ValkeyError::NotDurable { .. }) => {
+                let msg = e.to_string();
+                ensure!(
+                    msg.contains("appendonly yes, appendfsync everysec"),
+                    "the refusal does not name the settings read: {msg}"
+                );
+                Ok(())
+            }
+            other => Err(format!(
+                "a server without WAITAOF and with appendfsync everysec answered {:?}",
+                other.map(|_| ())
+            )),
+        };
+    }
+    let s = r.map_err(|e| format!("appendfsync everysec on a server with WAITAOF: {e}"))?;
+    ensure!(
+        s.server().waitaof && !s.durability().keeps_every_write(),
+        "probe {:?}, durability {}",
+        s.server(),
+        s.durability()
+    );
+    // The server started a moment ago: the guard holds claims for the span.
+    // An fsync slower than the wait (a loaded machine) is tried again where
+    // the fsync is expected to succeed.
+    let claim = async |p: &PoolSpec, fsync_works: bool| -> Result<(Grant, u64), String> {
+        let limit = Instant::now() + Duration::from_secs(60);
+        loop {
+            let before = s.round_trips();
+            match s.acquire(p, Floor::NONE).await {
+                Ok(g) => return Ok((g, s.round_trips() - before)),
+                Err(AcquireError::StoreRestarted { .. }) if Instant::now() < limit => {}
+                Err(AcquireError::Unreachable(_)) if fsync_works && Instant::now() < limit => {}
+                Err(e) => return Err(format!("claim: {e}")),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let p = fresh_pool(2, Duration::from_millis(100))?;
+    let (_, trips) = claim(&p, true).await?;
+    ensure!(
+        trips == 3,
+        "the first claim of a 300 ms span took {trips} round trips, not 3 (the claim, WAITAOF \
+         and the record of the span on disk)"
+    );
+    let fences = s.keys(p.name()).fences;
+    let fsynced = cmd(
+        &s,
+        "HGET",
+        vec![fences.as_str().into(), "span_fsynced".into()],
+    )
+    .await?;
+    ensure!(
+        fsynced.as_string().as_deref() == Some("300"),
+        "span_fsynced after the claim: {fsynced:?}"
+    );
+    let (_, trips) = claim(&p, true).await?;
+    ensure!(
+        trips == 1,
+        "a second claim of the same span took {trips} round trips, not 1"
+    );
+    // The append-only file switched off: WAITAOF cannot confirm the fsync.
+    cmd(
+        &s,
+        "CONFIG",
+        vec!["SET".into(), "appendonly".into(), "no".into()],
+    )
+    .await?;
+    let p = fresh_pool(1, Duration::from_secs(2))?;
+    match claim(&p, false).await {
+        Err(msg) if msg.contains("WAITAOF") && msg.contains("released it") => {}
+        other => {
+            return Err(format!(
+                "a claim whose fsync could not be confirmed answered {other:?}"
+            ));
+        }
+    }
+    let slots = s.inspect(&p).await.map_err(|e| e.to_string())?;
+    ensure!(
+        slots.iter().all(|slot| slot.token_prefix.is_none()),
+        "the unconfirmed claim was not released: {slots:?}"
+    );
+    Ok(())
 }
 
 /// Issue 12 item 9: the password in the URL never shows — not in `Debug` of
@@ -1290,6 +1511,8 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         trials!(t;
             evicting_server_is_refused_unless_allowed,
             the_restart_guard_holds_grants_after_a_start,
+            the_configured_clock_skew_lengthens_the_guard,
+            claims_wait_for_the_fsync_of_the_pools_span,
             the_password_never_shows,
         )
     } else {

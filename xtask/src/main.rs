@@ -10,6 +10,8 @@
 //!   processes, a pass/fail line per round (the flake hunt).
 //! - `cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>`: the benchmarks.
 //! - `cargo xtask servers install|up|down|status`: test servers by hand.
+//! - `cargo xtask programs`: the external-programs check and the install of
+//!   every program and library the tests use (`leasehold_conformance::programs`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};

@@ -311,6 +311,10 @@ async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
     }
     let killed_at = Instant::now();
     let killed_mono = leasehold_core::MonoTime::now();
+    // The deadline the kill found: only a renewal confirmed without a quorum
+    // could move it later.
+    let at_kill = gate.view();
+    let mut last_deadline = at_kill.is_open_at(killed_mono).then_some(at_kill.deadline);
 
     // Direct renewals: Retry, bounded by the 1 s op timeout.
     // "Bounded" is judged on the runtime's own timer, which polls the call
@@ -329,7 +333,6 @@ async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
     }
 
     // The manager's gate closes by itself at its local deadline.
-    let mut last_deadline = None;
     let closed_at = loop {
         let now = leasehold_core::MonoTime::now();
         let v = gate.view();
@@ -345,7 +348,13 @@ async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    let deadline = last_deadline.ok_or("gate was closed before the members were killed")?;
+    let deadline = last_deadline.ok_or_else(|| {
+        format!(
+            "{}the gate had closed before the members were killed: the machine stalled past \
+             the lease's deadline, so the run shows nothing",
+            leasehold_conformance::suite::STARVED
+        )
+    })?;
     // The gate refuses from its deadline on by construction (it compares
     // each reading with it), so what is checked is the deadline itself: no
     // renewal confirmed after the quorum went can have moved it past one
