@@ -4,7 +4,8 @@
 //!   (Debian packages as root, the PyPI-shipped servers), `cargo fmt --check`, clippy with `-D warnings`, every
 //!   test (the behaviour suite per backend included), then a table per backend,
 //!   then the fault campaign's short mode (30 s) on every backend, and once
-//!   more on lossy PostgreSQL with backend crashes, restarts and a mixed fleet.
+//!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet) and
+//!   lossy Valkey (restarts; a mixed fleet refused at connect).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -285,6 +286,34 @@ fn test(args: &[String], scope: Scope) -> Result {
         ]
         .map(String::from);
         failed.extend(campaign(&lossy).err());
+        // Lossy Valkey: restarts with the guard, one timing for the pool;
+        // then a mixed fleet, which such a server must refuse at connect
+        // (the runner checks the refusal and runs nothing).
+        eprintln!("\n==> the fault campaign on lossy Valkey: restarts; a mixed fleet refused");
+        let valkey = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "valkey8",
+            "--store",
+            "lossy",
+            "--restart-heavy",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&valkey).err());
+        let refused = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "valkey8",
+            "--store",
+            "lossy",
+            "--mixed-fleet",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&refused).err());
     }
     if failed.is_empty() {
         Ok(())
