@@ -12,8 +12,10 @@
 //!          [--unsafe-keep-server-synchronous-commit]
 //! ```
 //!
-//! Exit status: 0 when the run is clean (in `--unsafe` mode: when duplicates
-//! were found), 1 otherwise, 2 for a usage or setup error.
+//! Exit status: 0 when the run is clean (in `--unsafe` mode and the
+//! synchronous-commit control: when duplicates were found; a mixed fleet
+//! that a store which can forget refuses, or a run UNSAFE by design, is
+//! reported and exits 0), 1 otherwise, 2 for a usage or setup error.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
