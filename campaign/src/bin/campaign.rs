@@ -895,6 +895,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
                      campaign: nothing to run; --assume-one-timing runs it anyway, UNSAFE by design",
                     args.backend, store.describe
                 );
+                drop(store);
+                let _ = std::fs::remove_dir_all(&dir);
                 return Ok(ExitCode::SUCCESS);
             }
             // The backend accepts the fleet without the promise: it says it
