@@ -73,6 +73,9 @@ pub struct Report {
     pub clock_behind_max_ms: u64,
     /// Grants that carried a floor from an earlier holder.
     pub grants_with_floor: u64,
+    /// Grants whose fence was not above the fence of every earlier grant of
+    /// the same slot: a fence issued again (a store that forgot its counter).
+    pub fences_reissued: u64,
 }
 
 impl Report {
@@ -82,6 +85,7 @@ impl Report {
             && self.outside_pool == 0
             && self.overlaps.is_empty()
             && self.fence_violations == 0
+            && self.fences_reissued == 0
     }
 
     /// All IDs recorded.
@@ -167,6 +171,7 @@ pub fn check(
     }
     report.periods = holds.into_values().collect();
     report.grants_with_floor = report.periods.iter().filter(|p| p.floor > 0).count() as u64;
+    report.fences_reissued = fences_reissued(&report.periods);
     let (overlaps, closest) = period_overlaps(&report.periods);
     report.overlaps = overlaps;
     report.closest_handover_ns = closest;
@@ -230,6 +235,29 @@ fn overlap_count(ranges: &mut [(u64, u64)]) -> u64 {
     dups
 }
 
+/// Grants (periods, in the order they opened) whose fence is not above every
+/// earlier grant's on the same slot. A slot is only granted after its
+/// previous lease ended, so the order of the periods is the order of the
+/// grants.
+fn fences_reissued(periods: &[Period]) -> u64 {
+    let mut by_slot: BTreeMap<(Kind, u32), Vec<&Period>> = BTreeMap::new();
+    for p in periods {
+        by_slot.entry((p.kind, p.slot)).or_default().push(p);
+    }
+    let mut reissued = 0;
+    for list in by_slot.values_mut() {
+        list.sort_by_key(|p| p.open_ns);
+        let mut highest: Option<u64> = None;
+        for p in list.iter() {
+            if highest.is_some_and(|h| p.fence <= h) {
+                reissued += 1;
+            }
+            highest = Some(highest.map_or(p.fence, |h| h.max(p.fence)));
+        }
+    }
+    reissued
+}
+
 /// Overlapping holding periods of one slot (two live holders), and the
 /// closest hand-over.
 fn period_overlaps(periods: &[Period]) -> (Vec<(Period, Period, u64)>, Option<i64>) {
@@ -290,6 +318,35 @@ mod tests {
             by.entry(w).or_default().push(r);
         }
         by.into_iter().collect()
+    }
+
+    #[test]
+    fn a_fence_issued_again_is_found() {
+        let empty = BTreeMap::new();
+        // Rising fences on each slot: clean.
+        let r = check(
+            &logs(vec![
+                hold(1, 0, 5, 0, 10),
+                hold(2, 0, 9, 20, 30),
+                hold(1, 1, 3, 0, 10),
+            ]),
+            2,
+            &empty,
+        );
+        assert_eq!(r.fences_reissued, 0);
+        assert!(r.is_clean());
+        // A later grant of slot 0 with fence 5 again, and one with 4.
+        let r = check(
+            &logs(vec![
+                hold(1, 0, 5, 0, 10),
+                hold(2, 0, 5, 20, 30),
+                hold(3, 0, 4, 40, 50),
+            ]),
+            2,
+            &empty,
+        );
+        assert_eq!(r.fences_reissued, 2);
+        assert!(!r.is_clean());
     }
 
     #[test]

@@ -63,6 +63,12 @@ pub enum Fault {
     /// SIGKILL one member of a cluster, start it again on its data after
     /// longer than the TTL (one member down at a time).
     Member,
+    /// SIGKILL one PostgreSQL backend serving the lease connections: the
+    /// postmaster ends every other backend, replays its WAL in place and
+    /// accepts connections again without restarting (its start time does
+    /// not move). Only PostgreSQL has such a crash: MariaDB and
+    /// Valkey/Redis are one process each, where a crash is a restart.
+    BackendCrash,
 }
 
 impl Fault {
@@ -78,6 +84,7 @@ impl Fault {
             Fault::Freeze => "freeze",
             Fault::Restart => "restart",
             Fault::Member => "member",
+            Fault::BackendCrash => "backend-crash",
         }
     }
 }
@@ -90,7 +97,8 @@ pub struct Planned {
     /// What.
     pub fault: Fault,
     /// Which worker (an index into the worker table; ignored for `Freeze`
-    /// and `Restart`).
+    /// and `Restart`; for `BackendCrash`, which of the lease backends, in
+    /// the order of their process IDs).
     pub worker: usize,
     /// How long a pause lasts (`Stop`, `Cut`, `Freeze`).
     pub pause: Duration,
@@ -110,6 +118,12 @@ pub struct StoreFaults {
     pub restart_heavy: bool,
     /// The store is a cluster whose members can be killed one at a time.
     pub member: bool,
+    /// One backend of the server can crash without the server restarting
+    /// (PostgreSQL).
+    pub backend_crash: bool,
+    /// Crash-heavy: every other fault is a backend crash (alternating with
+    /// store restarts when restart-heavy too).
+    pub crash_heavy: bool,
 }
 
 /// The faults of a run of `length` with `workers` workers and leases of `ttl`:
@@ -144,17 +158,29 @@ pub fn plan(
         kinds.push(Fault::Member);
         kinds.push(Fault::Member);
     }
-    let heavy = store.restart && store.restart_heavy;
+    if store.backend_crash {
+        kinds.push(Fault::BackendCrash);
+    }
+    // The kinds that every other fault cycles through.
+    let mut heavy_kinds = Vec::new();
+    if store.restart && store.restart_heavy {
+        heavy_kinds.push(Fault::Restart);
+    }
+    if store.backend_crash && store.crash_heavy {
+        heavy_kinds.push(Fault::BackendCrash);
+    }
+    let heavy = !heavy_kinds.is_empty();
     let mut out = Vec::new();
     let every_ms = every.as_millis() as u64;
     let mut at = every;
     let end = length.saturating_sub(ttl * 2);
     while at < end {
         // The first faults go through every kind once, then at random.
-        // Restart-heavy: every other fault is a restart, the others as usual.
+        // Restart- or crash-heavy: every other fault is one of those (in
+        // turn when both), the others as usual.
         let nth = if heavy { out.len() / 2 } else { out.len() };
         let fault = if heavy && out.len() % 2 == 1 {
-            Fault::Restart
+            heavy_kinds[(out.len() / 2) % heavy_kinds.len()]
         } else if nth < kinds.len() {
             kinds[nth]
         } else {
@@ -245,7 +271,7 @@ mod tests {
                 freeze: false,
                 restart: true,
                 restart_heavy: true,
-                member: false,
+                ..StoreFaults::default()
             },
         );
         let restarts = heavy.iter().filter(|p| p.fault == Fault::Restart).count();
@@ -282,6 +308,52 @@ mod tests {
         );
         assert!(cluster.iter().skip(8).any(|p| p.fault == Fault::Member));
         assert!(none.iter().all(|p| p.fault != Fault::Member));
+        // PostgreSQL: backend crashes join last; only there.
+        let postgres = StoreFaults {
+            cut: true,
+            restart: true,
+            backend_crash: true,
+            ..StoreFaults::default()
+        };
+        let first: Vec<_> = plan_of(7, postgres)
+            .iter()
+            .take(7)
+            .map(|p| p.fault)
+            .collect();
+        assert_eq!(
+            first,
+            [
+                Fault::Kill,
+                Fault::Stop,
+                Fault::Term,
+                Fault::Cut,
+                Fault::Restart,
+                Fault::Reset,
+                Fault::Slow,
+            ]
+        );
+        assert_eq!(plan_of(7, postgres)[7].fault, Fault::BackendCrash);
+        assert!(
+            [a, file, none, cluster]
+                .iter()
+                .flatten()
+                .all(|p| p.fault != Fault::BackendCrash)
+        );
+        // Crash- and restart-heavy: every other fault, in turn.
+        let both = plan_of(
+            7,
+            StoreFaults {
+                restart_heavy: true,
+                crash_heavy: true,
+                ..postgres
+            },
+        );
+        let odd: Vec<_> = both.iter().skip(1).step_by(2).map(|p| p.fault).collect();
+        assert!(odd.len() >= 4, "{both:?}");
+        for (i, f) in odd.iter().enumerate() {
+            let want = [Fault::Restart, Fault::BackendCrash][i % 2];
+            assert_eq!(*f, want, "{both:?}");
+        }
         let mut r = Rng::new(1);
         assert!(
             (0..1000)

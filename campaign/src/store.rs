@@ -10,31 +10,58 @@ use std::time::Duration;
 
 use leasehold_core::{FenceStamp, LeaseConfig, LeaseManager, MonoTime};
 
+/// How a worker's strategies accept the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The stores' restart guard (off only for a control run that shows
+    /// what the guard prevents).
+    pub restart_guard: bool,
+    /// Promise that every process of the pool uses the run's one TTL and
+    /// `max_clock_skew`: the opt-in that accepts a store that can forget.
+    /// True for the usual runs, where it holds; a mixed fleet breaks it.
+    pub assume_one_timing: bool,
+    /// **Unsafe control**: PostgreSQL lease (and fenced-write) sessions keep
+    /// the server's `synchronous_commit` instead of turning it on, so a
+    /// crashed backend loses acknowledged claims and renewals.
+    pub keep_server_synchronous_commit: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            restart_guard: true,
+            assume_one_timing: true,
+            keep_server_synchronous_commit: false,
+        }
+    }
+}
+
+impl Options {
+    fn sql(&self, url: &str) -> leasehold_sql::SqlConfig {
+        leasehold_sql::SqlConfig::new(url)
+            .assume_one_timing_per_pool(self.assume_one_timing)
+            .restart_guard(self.restart_guard)
+            .unsafe_keep_server_synchronous_commit(self.keep_server_synchronous_commit)
+    }
+}
+
 /// Connects to the store at `url`, prepares `config`'s pool where the store
-/// needs it, and starts a manager (which waits for the first lease).
-/// `restart_guard` false turns the stores' restart guard off (a control run
-/// that shows what the guard prevents).
+/// needs it, and starts a manager (which waits for the first lease), with
+/// the strategy accepting the store as `options` says.
 pub async fn start_manager(
     url: &str,
     config: LeaseConfig,
-    restart_guard: bool,
+    options: &Options,
 ) -> Result<LeaseManager, String> {
     let op_timeout = (config.timing().ttl() / 4).max(Duration::from_millis(100));
     let scheme = url.split_once("://").map_or(url, |(s, _)| s);
     let connect = |e: &dyn std::fmt::Display| format!("connect {scheme}: {e}");
     match scheme {
         "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
-            let strategy = leasehold_sql::SqlStrategy::connect(
-                leasehold_sql::SqlConfig::new(url)
-                    .op_timeout(op_timeout)
-                    // Every worker of a run uses the run's one TTL and skew:
-                    // the promise that makes a store that forgets (lossy
-                    // MariaDB) safe with the restart guard.
-                    .assume_one_timing_per_pool(true)
-                    .restart_guard(restart_guard),
-            )
-            .await
-            .map_err(|e| connect(&e))?;
+            let strategy =
+                leasehold_sql::SqlStrategy::connect(options.sql(url).op_timeout(op_timeout))
+                    .await
+                    .map_err(|e| connect(&e))?;
             strategy
                 .ensure_pool(config.pool())
                 .await
@@ -46,12 +73,12 @@ pub async fn start_manager(
                 leasehold_valkey::ValkeyConfig::new(valkey_url(url))
                     .key_prefix(VALKEY_PREFIX)
                     .op_timeout(op_timeout)
-                    .restart_guard(restart_guard)
-                    // Every worker of a run uses one TTL and the default
-                    // max_clock_skew, so a server that forgets (the lossy
-                    // runs) is accepted with the guard waiting out that one
-                    // span; a control run turns the guard off instead.
-                    .assume_one_timing_per_pool(restart_guard),
+                    .restart_guard(options.restart_guard)
+                    // A usual run's workers share one TTL and skew, so a
+                    // server that forgets (the lossy runs) is accepted with
+                    // the guard waiting out that one span; a mixed fleet
+                    // cannot promise it and is refused there.
+                    .assume_one_timing_per_pool(options.restart_guard && options.assume_one_timing),
             )
             .await
             .map_err(|e| connect(&e))?;
@@ -86,6 +113,70 @@ pub async fn start_manager(
     }
 }
 
+/// What a store's strategy says of it, before a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// The store can forget writes it acknowledged, as the backend judges it
+    /// (with the settings its own lease sessions make).
+    pub can_forget: bool,
+    /// The backend's refusal of a worker connecting with the options probed,
+    /// or `None` when it accepts them.
+    pub refused: Option<String>,
+}
+
+/// Connects to the store at `url` twice: once accepting anything, to read
+/// whether it can forget, and once as a worker with `options` would.
+pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
+    let scheme = url.split_once("://").map_or(url, |(s, _)| s);
+    let connect = |e: &dyn std::fmt::Display| format!("probing {scheme}: {e}");
+    match scheme {
+        "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
+            let any = leasehold_sql::SqlStrategy::connect(options.sql(url).restart_guard(false))
+                .await
+                .map_err(|e| connect(&e))?;
+            let can_forget = !any.durability().is_durable();
+            any.close().await;
+            let refused = match leasehold_sql::SqlStrategy::connect(options.sql(url)).await {
+                Ok(s) => {
+                    s.close().await;
+                    None
+                }
+                Err(e) => Some(e.to_string()),
+            };
+            Ok(Probe {
+                can_forget,
+                refused,
+            })
+        }
+        "redis" | "rediss" | "valkey" => {
+            let config =
+                || leasehold_valkey::ValkeyConfig::new(valkey_url(url)).key_prefix(VALKEY_PREFIX);
+            let any = leasehold_valkey::ValkeyStrategy::connect(config().restart_guard(false))
+                .await
+                .map_err(|e| connect(&e))?;
+            let can_forget = !any.durability().keeps_every_write();
+            let refused = leasehold_valkey::ValkeyStrategy::connect(
+                config()
+                    .restart_guard(options.restart_guard)
+                    .assume_one_timing_per_pool(options.restart_guard && options.assume_one_timing),
+            )
+            .await
+            .err()
+            .map(|e| e.to_string());
+            Ok(Probe {
+                can_forget,
+                refused,
+            })
+        }
+        // etcd (Raft, fsync) and Kubernetes (etcd behind the API server)
+        // keep what they acknowledged.
+        _ => Ok(Probe {
+            can_forget: false,
+            refused: None,
+        }),
+    }
+}
+
 async fn start<S: leasehold_core::Strategy + 'static>(
     strategy: S,
     config: LeaseConfig,
@@ -117,9 +208,10 @@ struct SqlFences {
 }
 
 impl SqlFences {
-    async fn connect(url: &str) -> Result<Self, String> {
+    async fn connect(url: &str, options: &Options) -> Result<Self, String> {
         let strategy = leasehold_sql::SqlStrategy::connect(
             leasehold_sql::SqlConfig::new(url)
+                .unsafe_keep_server_synchronous_commit(options.keep_server_synchronous_commit)
                 .op_timeout(Duration::from_secs(2))
                 .max_connections(1)
                 // Fenced writes only: this connection takes no lease, so a
@@ -632,9 +724,15 @@ impl FenceWriter {
 
     /// Connects for fenced writes, or `None` when the store has no helper.
     pub async fn connect(url: &str) -> Result<Option<Self>, String> {
+        Self::connect_with(url, &Options::default()).await
+    }
+
+    /// As [`FenceWriter::connect`], with a worker's `options` (a control
+    /// run's SQL sessions keep the server's `synchronous_commit` too).
+    pub async fn connect_with(url: &str, options: &Options) -> Result<Option<Self>, String> {
         Ok(Some(Self(match scheme(url) {
             "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
-                Fences::Sql(SqlFences::connect(url).await?)
+                Fences::Sql(SqlFences::connect(url, options).await?)
             }
             "redis" | "rediss" | "valkey" => Fences::Valkey(ValkeyFences::connect(url).await?),
             "etcd" | "http" => Fences::Etcd(Box::new(EtcdFences::connect(url).await?)),

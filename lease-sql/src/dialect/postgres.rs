@@ -219,7 +219,9 @@ impl Dialect for Postgres {
         // (`remote_write`, `remote_apply`) is kept as it is.
         let sync: String =
             super::version::<Self>(url, op, conn.fetch_one("SHOW synchronous_commit")).await?;
-        let opts = if sync == "off" {
+        // (A fault-injection control run keeps the server's setting, to
+        // show what the session setting prevents.)
+        let opts = if sync == "off" && !config.keep_server_synchronous_commit {
             guard_connect::<Self, _>(url, op, conn.execute("SET synchronous_commit = on")).await?;
             opts.options([("synchronous_commit", "on")])
         } else {
