@@ -23,10 +23,20 @@ async fn connect(url: &str) -> Result<SqlStrategy, String> {
     connect_with(SqlConfig::new(url)).await
 }
 
+/// Connects; a server still recovering from a crash refuses connections
+/// for a while (a retryable error), so that is tried again for 60 s.
 async fn connect_with(config: SqlConfig) -> Result<SqlStrategy, String> {
-    SqlStrategy::connect(config.max_connections(4))
-        .await
-        .map_err(|e| format!("connect: {e}"))
+    let config = config.max_connections(4);
+    let limit = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match SqlStrategy::connect(config.clone()).await {
+            Ok(s) => return Ok(s),
+            Err(e) if e.is_retryable() && std::time::Instant::now() < limit => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("connect: {e}")),
+        }
+    }
 }
 
 /// Runs `sql` on a connection of its own to the server at `url`.
@@ -164,9 +174,18 @@ impl Stores for Sql {
                 return Err(format!("kill -KILL {pid}: {status}"));
             }
             victim.close().await;
+            // The postmaster starts its crash cycle once it has reaped the
+            // killed backend: until then a connection may still succeed,
+            // before the recovery that follows.
+            let start = std::time::Instant::now();
+            while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                if start.elapsed() > std::time::Duration::from_secs(60) {
+                    return Err(format!("backend {pid} still there 60 s after SIGKILL"));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
             // Connections are refused during recovery; then the server is
             // back, and never restarted.
-            let start = std::time::Instant::now();
             loop {
                 let again = match one().await {
                     Ok(c) => {
