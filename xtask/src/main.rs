@@ -272,48 +272,19 @@ fn test(args: &[String], scope: Scope) -> Result {
         eprintln!(
             "\n==> the fault campaign on lossy PostgreSQL: backend crashes, restarts, a mixed fleet"
         );
-        let lossy = [
-            "--short",
-            "--secs",
-            "30",
-            "--backend",
-            "postgres",
-            "--store",
-            "lossy",
-            "--restart-heavy",
-            "--crash-heavy",
-            "--mixed-fleet",
-        ]
-        .map(String::from);
-        failed.extend(campaign(&lossy).err());
+        failed.extend(
+            short_lossy(
+                "postgres",
+                &["--restart-heavy", "--crash-heavy", "--mixed-fleet"],
+            )
+            .err(),
+        );
         // Lossy Valkey: restarts with the guard, one timing for the pool;
         // then a mixed fleet, which such a server must refuse at connect
         // (the runner checks the refusal and runs nothing).
         eprintln!("\n==> the fault campaign on lossy Valkey: restarts; a mixed fleet refused");
-        let valkey = [
-            "--short",
-            "--secs",
-            "30",
-            "--backend",
-            "valkey8",
-            "--store",
-            "lossy",
-            "--restart-heavy",
-        ]
-        .map(String::from);
-        failed.extend(campaign(&valkey).err());
-        let refused = [
-            "--short",
-            "--secs",
-            "30",
-            "--backend",
-            "valkey8",
-            "--store",
-            "lossy",
-            "--mixed-fleet",
-        ]
-        .map(String::from);
-        failed.extend(campaign(&refused).err());
+        failed.extend(short_lossy("valkey8", &["--restart-heavy"]).err());
+        failed.extend(short_lossy("valkey8", &["--mixed-fleet"]).err());
     }
     if failed.is_empty() {
         Ok(())
@@ -708,6 +679,24 @@ fn probe_servers() {
 /// `cargo xtask campaign [--short] [--unsafe] [--backend B] [runner options]`:
 /// builds the campaign's worker and runner, then runs the fault campaign on
 /// backend `B`, or on every backend in turn (see `campaign/README.md`).
+/// The campaign's 30 s short mode on `backend`'s lossy store, with `extra`.
+fn short_lossy(backend: &str, extra: &[&str]) -> Result {
+    let args: Vec<String> = [
+        "--short",
+        "--secs",
+        "30",
+        "--backend",
+        backend,
+        "--store",
+        "lossy",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|a| (*a).to_owned())
+    .collect();
+    campaign(&args)
+}
+
 fn campaign(args: &[String]) -> Result {
     const BACKENDS: &[&str] = &[
         "sqlite",
