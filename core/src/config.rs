@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::ConfigError;
 use crate::gate::DEFAULT_MAX_CLOCK_SKEW;
 use crate::loss::LossEvent;
-use crate::pool::{MAX_TTL, PoolName, PoolSpec, check_size, check_ttl, default_holder};
+use crate::pool::{IdFormat, MAX_TTL, PoolName, PoolSpec, check_size, check_ttl, default_holder};
 
 /// Called after generation has stopped, when a lease is lost.
 pub type OnLost = Arc<dyn Fn(&LossEvent) + Send + Sync>;
@@ -156,6 +156,7 @@ impl LeaseConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: None,
             max_clock_skew: None,
+            id_format: None,
             on_lost: None,
         }
     }
@@ -194,6 +195,7 @@ pub struct LeaseConfigBuilder {
     backoff_initial: Duration,
     backoff_max: Option<Duration>,
     max_clock_skew: Option<Duration>,
+    id_format: Option<IdFormat>,
     on_lost: Option<OnLost>,
 }
 
@@ -246,6 +248,17 @@ impl LeaseConfigBuilder {
     /// the clock to pass the floor.
     pub fn max_clock_skew(mut self, skew: Duration) -> Self {
         self.max_clock_skew = Some(skew);
+        self
+    }
+    /// Declares the ID format this process generates (with
+    /// `leasehold-nonce`: `Layout::id_format`). The store records the pool's
+    /// format and refuses a process that declares another one, naming both
+    /// ([`AcquireError::OtherIdFormat`](crate::AcquireError::OtherIdFormat));
+    /// and a generator of another layout cannot attach to this manager's
+    /// gate. Without it, nothing is recorded or checked across processes
+    /// (only the generators of one gate are compared).
+    pub fn id_format(mut self, format: IdFormat) -> Self {
+        self.id_format = Some(format);
         self
     }
     /// Called when a lease is lost, after generation has stopped.
@@ -319,6 +332,7 @@ impl LeaseConfigBuilder {
                 ttl,
                 holder: self.holder.unwrap_or_else(default_holder),
                 max_clock_skew,
+                id_format: self.id_format,
             },
             timing: Timing {
                 ttl,

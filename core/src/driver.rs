@@ -100,6 +100,9 @@ impl LeaseManager {
         // followed before it settles (DESIGN.md, rule 10).
         SystemClock::limit_wall_clock_steps(config.timing.max_clock_skew());
         let gate = LeaseGate::new();
+        if let Some(format) = config.pool.id_format() {
+            gate.declare_form(format.code());
+        }
         let alive = Arc::new(());
         let (state_tx, state_rx) = watch::channel(LeaseState::Acquiring);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);

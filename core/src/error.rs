@@ -137,6 +137,17 @@ pub enum AcquireError {
         /// How long until grants resume.
         resume_in: Duration,
     },
+    /// The pool's holders generate another ID format than this claim
+    /// declares ([`PoolSpec::with_id_format`](crate::PoolSpec::with_id_format)):
+    /// values of two formats for one pool can be equal. Final.
+    OtherIdFormat {
+        /// The pool.
+        pool: String,
+        /// The format the store recorded for the pool.
+        recorded: String,
+        /// The format this claim declared.
+        ours: String,
+    },
 }
 
 impl AcquireError {
@@ -167,6 +178,17 @@ impl fmt::Display for AcquireError {
                 "the lease store restarted recently and may have lost leases it had \
                  acknowledged; no slot is granted for another {resume_in:?}, until every lease \
                  from before the restart has expired (will retry)"
+            ),
+            Self::OtherIdFormat {
+                pool,
+                recorded,
+                ours,
+            } => write!(
+                f,
+                "pool {pool:?} generates IDs in another format: the store recorded \"{recorded}\", \
+                 this process declares \"{ours}\"; values of two formats for one pool can be \
+                 equal, so keep one layout and epoch for a pool for its whole life: configure \
+                 this process like the others, or give the new format its own pool name"
             ),
             Self::BadIdentifier { what, fix }
             | Self::MissingSchema { what, fix }

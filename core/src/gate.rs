@@ -383,6 +383,25 @@ impl LeaseGate {
         current
     }
 
+    /// Fixes the ID format generators on this gate must have: a state of
+    /// another form is refused ([`AttachError::OtherForm`]). The lease
+    /// manager declares the format of [`LeaseConfig::id_format`] (the one
+    /// the store checks across processes), so a generator of another layout
+    /// cannot use a lease that was claimed for this one. Returns false, and
+    /// changes nothing, when generators of another form were attached before.
+    ///
+    /// [`LeaseConfig::id_format`]: crate::LeaseConfigBuilder::id_format
+    pub fn declare_form(&self, form: u64) -> bool {
+        let mut cold = self.lock();
+        match cold.form {
+            Some((existing, _)) => existing == form,
+            None => {
+                cold.form = Some((form, "the format declared with LeaseConfig::id_format"));
+                true
+            }
+        }
+    }
+
     /// Closes the gate for good: it never opens again (the lease manager that
     /// drives it is gone). An `open` racing with this stays closed.
     pub fn retire(&self) {
@@ -463,6 +482,30 @@ mod tests {
         assert!(gate.check(t).is_ok());
         assert!(gate.check(t + Duration::from_millis(9)).is_ok());
         assert_eq!(gate.check(t + Duration::from_millis(10)), Err(Closed));
+    }
+
+    #[test]
+    fn a_declared_form_refuses_generators_of_another_layout() {
+        struct State(u64);
+        impl GenerationState for State {
+            fn issued(&self) -> Floor {
+                Floor(0)
+            }
+            fn in_use(&self) -> bool {
+                false
+            }
+            fn form(&self) -> u64 {
+                self.0
+            }
+        }
+        let gate = LeaseGate::new();
+        assert!(gate.declare_form(7));
+        assert!(matches!(
+            gate.attach("Other", Arc::new(State(8))),
+            Err(AttachError::OtherForm { .. })
+        ));
+        assert!(gate.attach("Same", Arc::new(State(7))).is_ok());
+        assert!(!gate.declare_form(9), "the attached form stays");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};
 pub use leader_config::{LeaderConfig, LeaderConfigBuilder};
 pub use loss::{LossCause, LossEvent};
 pub use memory::Memory;
-pub use pool::{MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};
+pub use pool::{IdFormat, MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};
 pub use strategy::{
     BoxFuture, Capabilities, DynStrategy, Fence, FenceStamp, Floor, Grant, InspectError, Release,
     Renewal, SlotInfo, Strategy,

@@ -58,6 +58,8 @@ struct SlotState {
 #[derive(Clone)]
 pub struct Memory {
     pools: Arc<Mutex<HashMap<String, Vec<SlotState>>>>,
+    /// Each pool's ID format: the first one a claim declared.
+    formats: Arc<Mutex<HashMap<String, String>>>,
     clock: Arc<dyn Clock>,
     id: u64,
 }
@@ -73,6 +75,7 @@ impl Memory {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Self {
             pools: Arc::default(),
+            formats: Arc::default(),
             clock: Arc::new(clock),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
@@ -148,6 +151,19 @@ impl fmt::Debug for Memory {
 
 impl Strategy for Memory {
     async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
+        if let Some(ours) = pool.id_format() {
+            let mut formats = self.formats.lock().unwrap_or_else(PoisonError::into_inner);
+            let recorded = formats
+                .entry(pool.name.as_str().to_owned())
+                .or_insert_with(|| ours.text().to_owned());
+            if recorded != ours.text() {
+                return Err(AcquireError::OtherIdFormat {
+                    pool: pool.name.to_string(),
+                    recorded: recorded.clone(),
+                    ours: ours.text().to_owned(),
+                });
+            }
+        }
         self.with_pool(pool, |slots, now| {
             let (slot, state) = slots
                 .iter_mut()

@@ -83,6 +83,7 @@ pub struct PoolSpec {
     pub(crate) ttl: Duration,
     pub(crate) holder: String,
     pub(crate) max_clock_skew: Duration,
+    pub(crate) id_format: Option<IdFormat>,
 }
 
 impl PoolSpec {
@@ -97,6 +98,7 @@ impl PoolSpec {
             ttl,
             holder: default_holder(),
             max_clock_skew: DEFAULT_MAX_CLOCK_SKEW.min(ttl),
+            id_format: None,
         })
     }
 
@@ -114,6 +116,18 @@ impl PoolSpec {
         }
         self.max_clock_skew = skew;
         Ok(self)
+    }
+
+    /// Declares the ID format this holder generates in the pool. Stores record
+    /// the first declared format of a pool for the pool's life and refuse a
+    /// claim that declares another one ([`AcquireError::OtherIdFormat`]):
+    /// values of two layouts for one pool can be equal even on different
+    /// slots. A claim that declares nothing is neither checked nor recorded.
+    ///
+    /// [`AcquireError::OtherIdFormat`]: crate::AcquireError::OtherIdFormat
+    pub fn with_id_format(mut self, format: IdFormat) -> Self {
+        self.id_format = Some(format);
+        self
     }
 
     /// Replaces the holder identity.
@@ -148,6 +162,11 @@ impl PoolSpec {
         self.max_clock_skew
     }
 
+    /// The ID format this holder declared, if any.
+    pub fn id_format(&self) -> Option<&IdFormat> {
+        self.id_format.as_ref()
+    }
+
     /// How long a store that has forgotten its leases must grant nothing so
     /// that this holder cannot overlap a successor: its TTL (its lease has
     /// passed its deadline by then) plus twice its `max_clock_skew` (its
@@ -158,6 +177,63 @@ impl PoolSpec {
     pub fn restart_span(&self) -> Duration {
         self.ttl
             .saturating_add(self.max_clock_skew.saturating_mul(2))
+    }
+}
+
+/// The ID format (layout and epoch) a pool's holders generate, as a store
+/// records it: a canonical text that names every field, and a short code for
+/// in-process comparison. Two formats are the same exactly when their texts
+/// are equal. `leasehold-nonce` makes one from a layout
+/// (`Layout::id_format`); a custom generator makes its own.
+///
+/// ```
+/// use leasehold_core::IdFormat;
+/// let f = IdFormat::new(7, "my-ids/v1: 41-bit ms since 2024-01-01, 10-bit slot, 12-bit counter")?;
+/// assert_eq!(f.text(), "my-ids/v1: 41-bit ms since 2024-01-01, 10-bit slot, 12-bit counter");
+/// # Ok::<(), leasehold_core::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IdFormat {
+    code: u64,
+    text: String,
+}
+
+impl IdFormat {
+    /// The longest text a store records.
+    pub const MAX_TEXT: usize = 200;
+
+    /// A format with `code` (what a generation state reports as its form,
+    /// [`GenerationState::form`](crate::GenerationState::form)) and its
+    /// canonical `text`: 1 to [`Self::MAX_TEXT`] printable ASCII characters.
+    pub fn new(code: u64, text: impl Into<String>) -> Result<Self, ConfigError> {
+        let text = text.into();
+        let ok = (1..=Self::MAX_TEXT).contains(&text.len())
+            && text.bytes().all(|b| (b' '..=b'~').contains(&b));
+        if ok {
+            Ok(Self { code, text })
+        } else {
+            Err(ConfigError::new(
+                "id_format",
+                format!("{text:?}"),
+                format!("1 to {} printable ASCII characters", Self::MAX_TEXT),
+            ))
+        }
+    }
+
+    /// The code generation states of this format report.
+    pub fn code(&self) -> u64 {
+        self.code
+    }
+
+    /// The canonical text a store records and compares.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for IdFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
     }
 }
 

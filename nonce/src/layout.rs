@@ -151,7 +151,37 @@ impl Layout {
         self.epoch_unix_ms
     }
 
-    /// The largest timestamp field value.
+    /// The ID format to declare in the lease configuration
+    /// (`LeaseConfig::builder(..).id_format(layout.id_format())`): the store
+    /// records it for the pool and refuses a process whose layout or epoch
+    /// differs, naming both, and a generator of another layout cannot use
+    /// the lease.
+    ///
+    /// ```
+    /// use leasehold_nonce::Layout;
+    /// let text = Layout::default64().id_format().text().to_owned();
+    /// assert_eq!(
+    ///     text,
+    ///     "leasehold layout: 64 bits = reserved 0 + timestamp 42 + slot 9 + counter 13; \
+    ///      epoch 1735689600000 ms after 1970"
+    /// );
+    /// assert_ne!(Layout::default96().id_format(), Layout::default64().id_format());
+    /// ```
+    pub fn id_format(&self) -> leasehold_core::IdFormat {
+        let text = format!(
+            "leasehold layout: {} bits = reserved {} + timestamp {} + slot {} + counter {}; \
+             epoch {} ms after 1970",
+            self.bits,
+            self.reserved_bits,
+            self.timestamp_bits,
+            self.slot_bits,
+            self.counter_bits,
+            self.epoch_unix_ms
+        );
+        leasehold_core::IdFormat::new(self.signature(), text)
+            .unwrap_or_else(|e| unreachable!("a layout's format text is short ASCII: {e}"))
+    }
+
     /// A signature of every field (FNV-1a), to tell layouts apart.
     pub(crate) fn signature(&self) -> u64 {
         let fields = [
@@ -170,6 +200,7 @@ impl Layout {
             })
     }
 
+    /// The largest timestamp field value.
     pub(crate) const fn max_millis(&self) -> u64 {
         if self.timestamp_bits >= 64 {
             u64::MAX
