@@ -8,7 +8,9 @@
 //!   digits so that etcd's byte-wise value comparison orders floors
 //!   numerically. Pool names cannot contain `~` or `/`, so no slot key of any
 //!   prefix and pool is ever a floor key; and `~` sorts after every digit, so
-//!   the slot range [`slot_range_end`] never includes floor keys.
+//!   the slot range [`slot_range_end`] never includes floor keys;
+//! - `~format`: the ID format the pool's holders declared (its canonical
+//!   text), on no lease, written by the first claim that declares one.
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use leasehold_core::{Floor, PoolName, PoolSpec, Token};
@@ -38,6 +40,12 @@ pub(crate) fn slot_key(prefix: &str, pool: &PoolName, slot: u32) -> String {
 /// `<prefix>/<pool>/~floor/<slot>`: the slot's floor, on no lease.
 pub(crate) fn floor_key(prefix: &str, pool: &PoolName, slot: u32) -> String {
     format!("{prefix}/{pool}/~floor/{slot}")
+}
+
+/// `<prefix>/<pool>/~format`: the ID format the pool's holders generate,
+/// on no lease, written once by the first claim that declares one.
+pub(crate) fn format_key(prefix: &str, pool: &PoolName) -> String {
+    format!("{prefix}/{pool}/~format")
 }
 
 /// A floor as stored: 20 zero-padded decimal digits (`u64::MAX` has 20), so

@@ -38,6 +38,10 @@ const MAX_ROUNDS: u32 = 8;
 ///   byte-wise compares order it numerically. The claim transaction reads it
 ///   (the grant's floor) and raises it to the acquirer's ceiling; no extra
 ///   round trip.
+/// - **ID format**: `<prefix>/<pool>/~format`, on no lease: a claim that
+///   declares a format sends, beside `LeaseGrant`, a transaction that
+///   creates the key with it if absent and reads it otherwise; a claim of
+///   another format is refused. Still two round trips.
 /// - **renew**: `LeaseKeepAlive` and a transaction, in parallel; the
 ///   transaction raises the floor to the ceiling only if the key still
 ///   carries our create revision, lease and token, and reads the key
@@ -462,6 +466,49 @@ impl EtcdStrategy {
         Ok((token, lease_id, ttl))
     }
 
+    /// Records the ID format `pool` declares if the pool has none yet, and
+    /// refuses another one. The transaction is idempotent (it writes only a
+    /// missing key, with our own text), so a replay is safe. etcd keeps the
+    /// key for good (Raft-durable, on no lease): once written, every later
+    /// claim of another format sees it.
+    async fn check_format(&self, pool: &PoolSpec) -> Result<(), AcquireError> {
+        let Some(ours) = pool.id_format() else {
+            return Ok(());
+        };
+        let key = keys::format_key(&self.inner.prefix, pool.name());
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key.clone(), ours.text(), None)])
+            .or_else([TxnOp::get(key, None)]);
+        let resp = self
+            .call("Txn", |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await
+            .map_err(acquire_error)?;
+        if resp.succeeded() {
+            return Ok(());
+        }
+        let recorded = resp
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.value().to_vec()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        if recorded == ours.text().as_bytes() {
+            Ok(())
+        } else {
+            Err(AcquireError::OtherIdFormat {
+                pool: pool.name().to_string(),
+                recorded: String::from_utf8_lossy(&recorded).into_owned(),
+                ours: ours.text().to_owned(),
+            })
+        }
+    }
+
     /// One acquisition transaction over `candidates`.
     async fn try_candidates(
         &self,
@@ -670,8 +717,14 @@ impl Strategy for EtcdStrategy {
         }
         let secs = ttl_secs(pool.ttl())?;
         let mut sent = Sent::default();
-        let (mut token, mut lease_id, mut granted_ttl) =
-            self.grant_checked(secs, &mut sent).await?;
+        // The format check rides beside the lease grant: no extra round trip.
+        let (granted, format) =
+            tokio::join!(self.grant_checked(secs, &mut sent), self.check_format(pool));
+        let (mut token, mut lease_id, mut granted_ttl) = granted?;
+        if let Err(e) = format {
+            self.revoke_in_background(lease_id);
+            return Err(e);
+        }
         let mut value = keys::value(&token, pool);
         let mut rng = keys::Rng::new();
         let mut free: Option<Vec<u32>> = None;

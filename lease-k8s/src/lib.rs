@@ -15,7 +15,10 @@ mod time;
 
 pub use config::{DEFAULT_TAKEOVER_MARGIN, KubeConfig};
 pub use error::KubeError;
-pub use names::{FENCE_ANNOTATION, FLOOR_ANNOTATION, POOL_LABEL, SLOT_LABEL, lease_name};
+pub use names::{
+    FENCE_ANNOTATION, FLOOR_ANNOTATION, FORMAT_ANNOTATION, POOL_LABEL, SLOT_LABEL, format_name,
+    lease_name,
+};
 pub use ordinal::OrdinalLease;
 pub use preflight::VERBS;
 #[cfg(feature = "stats")]

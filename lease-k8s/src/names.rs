@@ -17,12 +17,22 @@ pub(crate) const FLOOR_POINTER: &str = "/metadata/annotations/leasehold~1floor";
 pub const FENCE_ANNOTATION: &str = "leasehold/fence";
 /// JSON pointer of the fence annotation.
 pub(crate) const FENCE_POINTER: &str = "/metadata/annotations/leasehold~1fence";
+/// Annotation of the pool's format record ([`format_name`]): the ID format
+/// the pool's holders declared, its canonical text.
+pub const FORMAT_ANNOTATION: &str = "leasehold/id-format";
 /// Prefix of a revoked holder's tombstone in `holderIdentity`.
 pub(crate) const TOMBSTONE: &str = "revoked/";
 
 /// `leasehold-<pool>-<slot>`.
 pub fn lease_name(pool: &PoolName, slot: u32) -> String {
     format!("leasehold-{pool}-{slot}")
+}
+
+/// `leasehold-<pool>-format`: a Lease that holds no slot (no slot label,
+/// never held) and records the pool's ID format in an annotation. Slot
+/// names end in digits, so no slot's Lease has this name.
+pub fn format_name(pool: &PoolName) -> String {
+    format!("leasehold-{pool}-format")
 }
 
 /// `<holder>_<token hex>`, matched as a whole string.

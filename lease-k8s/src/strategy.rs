@@ -16,8 +16,9 @@ use crate::api::{Api, NoAnswer, Resp};
 use crate::config::KubeConfig;
 use crate::error::KubeError;
 use crate::names::{
-    FENCE_ANNOTATION, FENCE_POINTER, FLOOR_ANNOTATION, FLOOR_POINTER, POOL_LABEL, SLOT_LABEL,
-    TOMBSTONE, check_pool, fence_record, holder_identity, lease_name, split_identity,
+    FENCE_ANNOTATION, FENCE_POINTER, FLOOR_ANNOTATION, FLOOR_POINTER, FORMAT_ANNOTATION,
+    POOL_LABEL, SLOT_LABEL, TOMBSTONE, check_pool, fence_record, format_name, holder_identity,
+    lease_name, split_identity,
 };
 use crate::time::{micro_time, unique_micros};
 
@@ -305,11 +306,7 @@ impl KubeStrategy {
     /// to our create of an "absent" slot; such a slot becomes a suspect, and
     /// a suspect still absent from a later LIST is read once: not ours is a
     /// final error.
-    async fn list_pool(
-        &self,
-        pool: &PoolSpec,
-        deadline: Instant,
-    ) -> Result<(HashMap<u32, Slot>, Vec<(u32, Lease)>, Instant), AcquireError> {
+    async fn list_pool(&self, pool: &PoolSpec, deadline: Instant) -> Result<Listed, AcquireError> {
         let api = &self.inner.api;
         let selector = format!("{POOL_LABEL}={}", pool.name());
         let resp = api
@@ -324,8 +321,18 @@ impl KubeStrategy {
             .map_err(|e| unreachable("LIST leases", &format!("unreadable answer: {e}")))?;
         let mut slots = HashMap::new();
         let mut raw = Vec::new();
+        let mut format = None;
         for item in list["items"].as_array().into_iter().flatten() {
             let name = item["metadata"]["name"].as_str().unwrap_or("");
+            if name == format_name(pool.name()) {
+                format = Some(
+                    item["metadata"]["annotations"][FORMAT_ANNOTATION]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                );
+                continue;
+            }
             // Labels copied onto another object do not make it a slot.
             let Some(slot) = item["metadata"]["labels"][SLOT_LABEL]
                 .as_str()
@@ -374,7 +381,73 @@ impl KubeStrategy {
             raw.push((slot, lease));
         }
         self.check_suspects(pool, &slots, deadline).await?;
-        Ok((slots, raw, at))
+        Ok(Listed { slots, raw, format })
+    }
+
+    /// Checks the ID format `pool` declares against the pool's format record
+    /// (`recorded`, from the LIST the claim made anyway), creating the record
+    /// when there is none: no extra request once it exists. Two first claims
+    /// of different formats both try to create it; the API server lets one
+    /// win and answers the other 409, which reads the winner's record.
+    async fn check_format(
+        &self,
+        pool: &PoolSpec,
+        recorded: Option<String>,
+        deadline: Instant,
+    ) -> Result<(), AcquireError> {
+        let Some(ours) = pool.id_format() else {
+            return Ok(());
+        };
+        let api = &self.inner.api;
+        let name = format_name(pool.name());
+        let recorded = match recorded {
+            Some(text) => text,
+            None => {
+                let body = json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {
+                        "name": name,
+                        "labels": {POOL_LABEL: pool.name().as_str()},
+                        "annotations": {FORMAT_ANNOTATION: ours.text()},
+                    },
+                    "spec": {},
+                });
+                let resp = api
+                    .create(&body, false, deadline)
+                    .await
+                    .map_err(|e| unreachable(&format!("POST {name}"), e.text()))?;
+                if resp.ok() {
+                    return Ok(());
+                }
+                if resp.status != 409 {
+                    return Err(write_error(&resp, "create", api, pool));
+                }
+                let resp = api
+                    .get(&name, deadline)
+                    .await
+                    .map_err(|e| unreachable(&format!("GET {name}"), e.text()))?;
+                if !resp.ok() {
+                    return Err(write_error(&resp, "get", api, pool));
+                }
+                let lease: Value = serde_json::from_slice(&resp.body).map_err(|e| {
+                    unreachable(&format!("GET {name}"), &format!("unreadable answer: {e}"))
+                })?;
+                lease["metadata"]["annotations"][FORMAT_ANNOTATION]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned()
+            }
+        };
+        if recorded == ours.text() {
+            Ok(())
+        } else {
+            Err(AcquireError::OtherIdFormat {
+                pool: pool.name().to_string(),
+                recorded,
+                ours: ours.text().to_owned(),
+            })
+        }
     }
 
     /// Reads each suspect slot of `pool` still absent from `slots`.
@@ -463,7 +536,8 @@ impl KubeStrategy {
         let mut rng = Rng::new();
         for _ in 0..MAX_LISTS {
             sent += 1;
-            let (slots, raw, _) = self.list_pool(pool, deadline).await?;
+            let Listed { slots, raw, format } = self.list_pool(pool, deadline).await?;
+            self.check_format(pool, format, deadline).await?;
             if let Some(won) = self
                 .adopt_pending(pool, &raw, ceiling, deadline, &mut sent)
                 .await
@@ -1027,6 +1101,16 @@ fn check_ours(lease: &Lease, pool: &PoolSpec, slot: u32, api: &Api) -> Result<()
 }
 
 /// A definitive error answer to an acquisition's request.
+/// What one LIST of a pool's Leases found.
+struct Listed {
+    /// Each slot's state.
+    slots: HashMap<u32, Slot>,
+    /// Each slot's Lease as read.
+    raw: Vec<(u32, Lease)>,
+    /// The pool's recorded ID format, if it has a format record.
+    format: Option<String>,
+}
+
 fn write_error(resp: &Resp, verb: &str, api: &Api, pool: &PoolSpec) -> AcquireError {
     let msg = resp.message();
     match resp.status {
@@ -1145,10 +1229,11 @@ impl Strategy for KubeStrategy {
     /// the holder and only the first 8 hex digits of its token.
     async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
         let deadline = Instant::now() + self.op_timeout();
-        let (_, leases, _) = self
+        let leases = self
             .list_pool(pool, deadline)
             .await
-            .map_err(|e| InspectError::Store(Reason::new(e.to_string())))?;
+            .map_err(|e| InspectError::Store(Reason::new(e.to_string())))?
+            .raw;
         let wall = i64::try_from(unique_micros()).unwrap_or(i64::MAX);
         let ago = |t: Option<i64>| {
             t.and_then(|t| u64::try_from(wall - t).ok())
