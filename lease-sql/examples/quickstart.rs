@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use leasehold_core::{LeaseConfig, LeaseManager, MonoTime};
-use leasehold_nonce::Sortable64;
+use leasehold_nonce::{Layout, Sortable64};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 
 const DEFAULT_URL: &str = "sqlite://leasehold-quickstart.sqlite";
@@ -69,9 +69,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
     let strategy =
         SqlStrategy::connect(SqlConfig::new(&args.url).op_timeout(Duration::from_secs(2))).await?;
+    // The ID layout is declared with the lease: the store records it for
+    // the pool and refuses a process of another layout, whose IDs could be
+    // equal to these.
+    let layout = Layout::default64();
     let config = LeaseConfig::builder(args.pool.as_str())
         .pool_size(args.size)
         .ttl(Duration::from_secs(15))
+        .id_format(layout.id_format())
         .build()?;
     // Idempotent: creates the table and the pool's rows the first time only.
     strategy.ensure_pool(config.pool()).await?;
@@ -98,7 +103,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // Nonces made with the machine ID; the generator refuses once the lease is gone.
-    let nonces = Sortable64::new(gate.clone())?;
+    let nonces = Sortable64::with_layout(gate.clone(), layout)?;
     let made: Vec<_> = (0..3).map(|_| nonces.next()).collect::<Result<_, _>>()?;
     for (i, n) in made.iter().enumerate() {
         println!("nonce {i}: {n}");

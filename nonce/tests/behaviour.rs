@@ -3,7 +3,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use leasehold_core::{Fence, LeaseGate, MonoTime, SystemClock};
+use leasehold_core::{AttachError, Fence, LeaseGate, MonoTime, SystemClock};
 use leasehold_nonce::*;
 
 fn open_gate(slot: u32) -> LeaseGate {
@@ -332,6 +332,28 @@ fn uuid7_is_accepted_by_the_uuid_crate() {
             .parse::<Uuid7>()
             .is_err()
     );
+}
+
+/// A lease claimed for one ID format (the lease manager declares the
+/// configured `id_format` on its gate, and the store refuses processes of
+/// another) cannot be used by a generator of another layout or epoch: its
+/// values could equal those of the pool's other processes.
+#[test]
+fn a_generator_of_another_layout_than_the_declared_format_is_refused() {
+    let layout = Layout::default64();
+    let gate = open_gate(1);
+    assert!(gate.declare_form(layout.id_format().code()));
+    let other_epoch = Layout::builder(64)
+        .epoch_unix_ms(DEFAULT_EPOCH_UNIX_MS + 1)
+        .build()
+        .unwrap();
+    assert_ne!(other_epoch.id_format(), layout.id_format());
+    let e = Sortable64::with_layout(gate.clone(), other_epoch).unwrap_err();
+    assert!(
+        matches!(e, BuildError::Gate(AttachError::OtherForm { .. })),
+        "{e:?}"
+    );
+    assert!(Sortable64::with_layout(gate, layout).is_ok());
 }
 
 #[test]
