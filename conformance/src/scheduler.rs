@@ -1,4 +1,4 @@
-//! The invoice scheduler of the leader examples (issue 15), on any strategy.
+//! The invoice scheduler of the leader examples, on any strategy.
 //!
 //! Six replicas of a billing service run in one process, each campaigning
 //! for the one slot of a leader pool with its own connection

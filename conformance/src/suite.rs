@@ -874,7 +874,7 @@ pub async fn floor_is_kept_across_holders(b: Arc<dyn Backend>) -> Outcome {
     Ok(())
 }
 
-/// Issue 15: `inspect` shows each slot ever claimed: a held slot's holder,
+/// `inspect` shows each slot ever claimed: a held slot's holder,
 /// token prefix (8 hex digits, never more), fence, floor and time left; a
 /// revoked slot's tombstone (no holder, but taken until the old expiry); a
 /// released slot's floor and no holder; never a slot nobody claimed.
@@ -981,7 +981,7 @@ pub async fn inspect_shows_holders_fences_floors_and_tombstones(b: Arc<dyn Backe
     Ok(())
 }
 
-/// Issue 15: on a leader pool (one slot), every elector, followers included,
+/// On a leader pool (one slot), every elector, followers included,
 /// learns the leader's holder identity and fence from `inspect`
 /// (`Elector::leader`), and agrees with the leader's own term. A leadership
 /// that changed hands while waiting (a machine too slow to renew) proves

@@ -1,4 +1,4 @@
-//! The driver races of issue 10, each provoked deterministically: a strategy
+//! Driver races that could mint duplicates, each provoked deterministically: a strategy
 //! around the in-process store parks the driver's thread at the exact point
 //! where the race happens, while the test does the other half.
 
@@ -306,7 +306,7 @@ async fn a_driver_panic_during_start_is_reported_as_such() {
     assert!(err.to_string().contains("panicked"), "{err}");
 }
 
-/// Issue 10, path 5: a margin below the minimum for the store's time
+/// A margin below the minimum for the store's time
 /// resolution, or a pool beyond what the store supports, is refused at start
 /// with a message that names the minimum.
 #[tokio::test]

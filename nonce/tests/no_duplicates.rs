@@ -48,7 +48,7 @@ where
 
 type Make = fn(&LeaseGate) -> Result<(Next, Next), BuildError>;
 
-/// Issue 10, path 1: any number of generators built from one gate (same or
+/// Any number of generators built from one gate (same or
 /// different kind, same width) never produce the same value. A second
 /// generator is refused with an error that says to clone the first; whoever
 /// follows that advice gets distinct values. (On the code before the fix, the
@@ -133,7 +133,7 @@ fn gate_with(t: &ManualTime, slot: u32, floor: Floor, ceiling: Floor) -> LeaseGa
     gate
 }
 
-/// Issue 10, path 2: a successor whose clock is behind the previous holder's
+/// A successor whose clock is behind the previous holder's
 /// starts strictly after the floor the previous holder left (waiting for its
 /// clock, within max_clock_skew), never at its own clock. Without the floor
 /// its first 5 ms of values would repeat the previous holder's.
@@ -285,7 +285,7 @@ impl TimeSource for Stalled {
     }
 }
 
-/// Issue 10, path 4: near the deadline a coarse reading is not trusted; the
+/// Near the deadline a coarse reading is not trusted; the
 /// deadline is checked with the precise clock.
 #[test]
 fn a_stalled_coarse_clock_is_not_trusted_near_the_deadline() {

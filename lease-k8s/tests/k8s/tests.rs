@@ -766,7 +766,7 @@ async fn debug_output_shows_no_token(b: Arc<FakeBackend>) -> Outcome {
     Ok(())
 }
 
-/// Issue 12 item 9: a kubeconfig's bearer token never shows — not in `Debug`
+/// A kubeconfig's bearer token never shows — not in `Debug`
 /// of the config or the strategy, not in `identity()`, not in an error (an
 /// unreachable API server), not in any span or event of a manager holding,
 /// renewing and releasing through it (kube's own included).

@@ -1,5 +1,7 @@
-//! Regressions found by an adversarial review of the uniqueness work: each
-//! failed before its fix.
+//! Leases left behind and taken up again: a start abandoned after the store
+//! answered, a grant adopted by a successor with another pool, an elector
+//! restarted in the same process. Each would let two holders share a slot or
+//! a fence if it went wrong.
 
 use std::time::Duration;
 

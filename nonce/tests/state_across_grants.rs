@@ -1,6 +1,6 @@
-//! Regressions found by an adversarial review of the uniqueness work: each
-//! failed before its fix.
-//! Each test names the claim it breaks.
+//! One generation state across refusals, grants and its own ceiling: refused
+//! calls do not let generation resume behind them, a later grant on the same
+//! gate does not re-issue values, and no value passes its grant's ceiling.
 
 use std::collections::HashSet;
 use std::time::Duration;
