@@ -58,7 +58,9 @@ pub struct PoolKeys {
     /// (`"17" → n`), per-slot hand-over floors (`"floor.17" → Unix ms`),
     /// per-slot holder records for `inspect` (`"holder.17" → "<8 hex digits
     /// of the token> <secs> <micros> <ttl ms> <holder>"`), and the claim
-    /// scan's starting hint (`"next" → n`).
+    /// scan's starting hint (`"next" → n`), the pool's restart span
+    /// (`"span"`, `"span_fsynced"` → ms) and ID format (`"id_format" →
+    /// <text>`, recorded by the first claim that declares one).
     pub fences: String,
     /// Script path: slot `n`'s key is this prefix followed by `n`.
     pub slot_prefix: String,
@@ -627,8 +629,10 @@ enum Claim {
         fence: u64,
         floor: Floor,
         at: Duration,
-        /// The claimer's span is above the span known to be on disk.
-        unconfirmed_span: bool,
+        /// The claimer's span is above the span known to be on disk, or
+        /// the claim recorded the pool's ID format: the grant is used only
+        /// once its writes are on disk.
+        unconfirmed: bool,
     },
     Full,
     FencesLost,
@@ -636,14 +640,17 @@ enum Claim {
     Restarted(u64),
     /// This slot's fence is not a number the script can raise exactly.
     FenceUnusable(u32),
+    /// The pool recorded this ID format, not the one the claim declared.
+    OtherIdFormat(String),
 }
 
-/// A claim script's answer: `{slot, fence, floor, secs, micros, raised}`
-/// (the floor as a decimal string, exact for every `u64`; the server's
-/// `TIME`; 1 when the claimer's span is above the span known to be on
-/// disk), -1 when the
-/// pool is full, -2 when its fences hash was lost, `{-3, ms}` while the
-/// restart guard holds, `{-4, slot}` for a slot whose fence is unusable.
+/// A claim script's answer: `{slot, fence, floor, secs, micros,
+/// unconfirmed}` (the floor as a decimal string, exact for every `u64`; the
+/// server's `TIME`; 1 when the claimer's span is above the span known to be
+/// on disk or the claim recorded the pool's ID format), -1 when the pool is
+/// full, -2 when its fences hash was lost, `{-3, ms}` while the restart
+/// guard holds, `{-4, slot}` for a slot whose fence is unusable, `{-5,
+/// recorded}` when the pool recorded another ID format.
 fn parse_claim(v: &Value) -> Option<Claim> {
     match v {
         Value::Integer(-1) => Some(Claim::Full),
@@ -654,12 +661,15 @@ fn parse_claim(v: &Value) -> Option<Claim> {
         Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-4) => Some(
             Claim::FenceUnusable(u32::try_from(items[1].as_i64()?).ok()?),
         ),
+        Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-5) => {
+            Some(Claim::OtherIdFormat(items[1].as_string()?))
+        }
         Value::Array(items) if items.len() == 6 => Some(Claim::Granted {
             slot: u32::try_from(items[0].as_i64()?).ok()?,
             fence: u64::try_from(items[1].as_i64()?).ok()?,
             floor: Floor(as_u64(&items[2])?),
             at: store_time(&items[3], &items[4])?,
-            unconfirmed_span: items[5].as_i64()? == 1,
+            unconfirmed: items[5].as_i64()? == 1,
         }),
         _ => None,
     }
@@ -774,6 +784,7 @@ impl Strategy for ValkeyStrategy {
         let ceiling = ceiling.unix_millis().to_string();
         let span = span_ms(pool.restart_span()).to_string();
         let guard = if self.guard_on() { "1" } else { "0" }.to_owned();
+        let format = pool.id_format().map_or("", |f| f.text()).to_owned();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),
             ActivePath::Hsetex => {
@@ -789,6 +800,7 @@ impl Strategy for ValkeyStrategy {
                         span.clone(),
                         pool.holder().to_owned(),
                         guard,
+                        format.clone(),
                     ],
                 )
                 .await
@@ -806,6 +818,7 @@ impl Strategy for ValkeyStrategy {
                         span.clone(),
                         pool.holder().to_owned(),
                         guard,
+                        format.clone(),
                     ],
                 )
                 .await
@@ -840,18 +853,19 @@ impl Strategy for ValkeyStrategy {
                 fence,
                 floor,
                 at,
-                unconfirmed_span,
+                unconfirmed,
             }) => {
                 let grant = Grant::new(slot, token, Fence(fence), applied)
                     .with_floor(floor)
                     .with_store_time(at);
                 if self.inner.fsync_claims
-                    && unconfirmed_span
+                    && unconfirmed
                     && let Err(why) = self.wait_for_fsync(&fences_key, &span).await
                 {
                     // The span that tells the guard how long this lease may
-                    // outlive a restart may not be on disk: a crash could
-                    // forget it. Nothing was issued under it.
+                    // outlive a restart, or the pool's ID format this claim
+                    // recorded, may not be on disk: a crash could forget
+                    // it. Nothing was issued under it.
                     let _ = self.release(pool, &grant, grant.floor).await;
                     return Err(AcquireError::Unreachable(Reason::new(format!(
                         "claimed slot {slot} but {why}; released it"
@@ -867,6 +881,11 @@ impl Strategy for ValkeyStrategy {
                 }
                 Ok(grant)
             }
+            Some(Claim::OtherIdFormat(recorded)) => Err(AcquireError::OtherIdFormat {
+                pool: pool.name().to_string(),
+                recorded,
+                ours: format,
+            }),
             Some(Claim::Restarted(ms)) => Err(AcquireError::StoreRestarted {
                 resume_in: Duration::from_millis(ms),
             }),
@@ -887,8 +906,9 @@ impl Strategy for ValkeyStrategy {
                     "keep the server from losing data (maxmemory-policy noeviction; AOF or RDB; \
                      WAIT for replicas), then restore {fences_key} from a backup, or set every \
                      slot's fence above any fence used before (HSET {fences_key} <slot> <n>) and \
-                     its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>), and \
-                     delete the marker (HDEL {fences_key} lost)"
+                     its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>) and, if \
+                     the pool's processes declare an ID format, record it again (HSET \
+                     {fences_key} id_format <text>), and delete the marker (HDEL {fences_key} lost)"
                 ),
             }),
             Some(Claim::FenceUnusable(slot)) => Err(AcquireError::Misconfigured {
@@ -1071,8 +1091,13 @@ mod tests {
                 fence: 7,
                 floor: Floor(u64::MAX),
                 at: Duration::from_millis(1_700_000_000_250),
-                unconfirmed_span: true,
+                unconfirmed: true,
             })
+        );
+        let other = Value::Array(vec![Value::Integer(-5), s("ids/v1: 64 bits")]);
+        assert_eq!(
+            parse_claim(&other),
+            Some(Claim::OtherIdFormat("ids/v1: 64 bits".into()))
         );
         let unusable = Value::Array(vec![Value::Integer(-4), Value::Integer(2)]);
         assert_eq!(parse_claim(&unusable), Some(Claim::FenceUnusable(2)));

@@ -14,8 +14,8 @@ use leasehold_conformance::servers::{Missing, Server, ServerKind, find_binary, p
 use leasehold_conformance::suite::STARVED;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
-    AcquireError, BoxFuture, Grant, LeaseConfig, LeaseGate, LeaseManager, LossCause, LossEvent,
-    PoolSpec, Release, Renewal, Strategy,
+    AcquireError, BoxFuture, Grant, IdFormat, LeaseConfig, LeaseGate, LeaseManager, LossCause,
+    LossEvent, PoolSpec, Release, Renewal, Strategy,
 };
 use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyError, ValkeyStrategy, marker};
 
@@ -863,6 +863,73 @@ async fn lost_fences_hash_refuses_claims(b: Arc<Valkey>) -> Outcome {
     expect_fences_lost(&s, &p, "after a release found the hash gone").await
 }
 
+/// The pool's ID format lives in its fences hash, so a lost hash lost it
+/// too: a claim that declares a format is refused as the lost hash's (not
+/// granted, and it records nothing, which would recreate the hash and hide
+/// the loss from the next claim), also once the leases that were the
+/// evidence are gone. The repair puts the format back, and from then on a
+/// claim of another format is refused again while the recorded one is
+/// granted.
+async fn a_lost_fences_hash_refuses_claims_of_every_id_format(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(b.method).await?;
+    let ttl = Duration::from_secs(300);
+    let plain = fresh_pool(2, ttl)?;
+    let format = |code, text: &str| IdFormat::new(code, text).map_err(|e| e.to_string());
+    let ours = format(1, "valkey test format: epoch 0")?;
+    let theirs = format(2, "valkey test format: epoch 1")?;
+    let p = plain.clone().with_id_format(ours.clone());
+    let other = plain.clone().with_id_format(theirs.clone());
+    let fences = s.keys(p.name()).fences;
+    let (g, sent) = hold(&s, &p, 0).await?;
+    let recorded = cmd(&s, "HGET", vec![fences.as_str().into(), "id_format".into()]).await?;
+    ensure!(
+        recorded.as_string().as_deref() == Some(ours.text()),
+        "the first claim recorded {recorded:?}"
+    );
+    cmd(&s, "DEL", vec![fences.as_str().into()]).await?;
+    expect_fences_lost(&s, &other, "another format, with a live lease").await?;
+    expect_fences_lost(&s, &p, "the lost format, with a live lease").await?;
+    let r = s.release(&p, &g, Floor::NONE).await;
+    judge(sent, ttl, r == Release::Released, || {
+        format!("release answered {r:?}")
+    })?;
+    expect_fences_lost(&s, &other, "another format, after the release").await?;
+    let kept = cmd(&s, "HGET", vec![fences.as_str().into(), "id_format".into()]).await?;
+    ensure!(
+        kept.as_string().is_none(),
+        "a refused claim recorded the format {kept:?}"
+    );
+    // The repair, with the pool's format.
+    let now_ms = server_micros(&s).await? / 1000;
+    cmd(
+        &s,
+        "HSET",
+        vec![
+            fences.as_str().into(),
+            "floor.0".into(),
+            now_ms.to_string().into(),
+            "floor.1".into(),
+            now_ms.to_string().into(),
+            "id_format".into(),
+            ours.text().into(),
+        ],
+    )
+    .await?;
+    cmd(&s, "HDEL", vec![fences.as_str().into(), "lost".into()]).await?;
+    match s.acquire(&other, Floor::NONE).await {
+        Err(AcquireError::OtherIdFormat { recorded, .. }) if recorded == ours.text() => {}
+        r => return Err(format!("after the repair another format answered {r:?}")),
+    }
+    let (g, _) = hold(&s, &p, 0).await?;
+    ensure!(
+        g.floor == Floor(now_ms),
+        "after the repair slot {} carries floor {}, not the repaired {now_ms}",
+        g.slot,
+        g.floor
+    );
+    Ok(())
+}
+
 /// A server this test started with its own settings, stopped (and its
 /// directory removed) on drop.
 struct OwnServer {
@@ -1112,7 +1179,9 @@ fn version_at_least(version: &str, major: u32, minor: u32) -> bool {
 /// used (two more round trips: `WAITAOF`, and the record that the span is
 /// on disk), so the guard knows the pool's span after any restart, and the
 /// server is accepted by default; a later claim of no longer a span takes
-/// one round trip. A claim whose fsync cannot be confirmed (the append-only
+/// one round trip. So does the claim that records the pool's ID format: a
+/// crash that forgot it would let another format in after values of this
+/// one were handed out. A claim whose fsync cannot be confirmed (the append-only
 /// file switched off behind the strategy's back) is released and answered
 /// as retryable. A server without `WAITAOF` (Redis 7.0) is refused.
 async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome {
@@ -1166,7 +1235,7 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
         }
     };
     let p = fresh_pool(2, Duration::from_millis(100))?;
-    let (_, trips) = claim(&p, true).await?;
+    let (first, trips) = claim(&p, true).await?;
     ensure!(
         trips == 3,
         "the first claim of a 300 ms span took {trips} round trips, not 3 (the claim, WAITAOF \
@@ -1183,10 +1252,30 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
         fsynced.as_string().as_deref() == Some("300"),
         "span_fsynced after the claim: {fsynced:?}"
     );
-    let (_, trips) = claim(&p, true).await?;
+    let (second, trips) = claim(&p, true).await?;
     ensure!(
         trips == 1,
         "a second claim of the same span took {trips} round trips, not 1"
+    );
+    for g in [first, second] {
+        // Expired or released, the slot is free again.
+        let _ = s.release(&p, &g, Floor::NONE).await;
+    }
+    // The first claim that declares an ID format records it: that record
+    // waits for the disk too, although the span is known to be there.
+    let format = IdFormat::new(1, "valkey test format").map_err(|e| e.to_string())?;
+    let declared = p.clone().with_id_format(format);
+    let (g, trips) = claim(&declared, true).await?;
+    let _ = s.release(&declared, &g, Floor::NONE).await;
+    ensure!(
+        trips == 3,
+        "the claim that recorded the pool's ID format took {trips} round trips, not 3 (the \
+         claim, WAITAOF and the record of the span on disk)"
+    );
+    let (_, trips) = claim(&declared, true).await?;
+    ensure!(
+        trips == 1,
+        "a claim of the recorded ID format took {trips} round trips, not 1"
     );
     // The append-only file switched off: WAITAOF cannot confirm the fsync.
     cmd(
@@ -1509,6 +1598,7 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         applied_ttl_is_whole_milliseconds,
         grants_and_renewals_carry_store_time,
         lost_fences_hash_refuses_claims,
+        a_lost_fences_hash_refuses_claims_of_every_id_format,
         wait_without_replicas_refuses,
     );
     let t = if find_binary(kind).is_some() {
