@@ -103,6 +103,9 @@ struct Inner {
     /// the append-only file with `appendfsync everysec` or `no`, on a server
     /// with `WAITAOF`.
     fsync_claims: bool,
+    /// Test hook: the next claim that waits for the fsync reconnects first.
+    #[cfg(feature = "stats")]
+    reconnect_before_fsync_wait: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Inner {
@@ -246,6 +249,8 @@ impl ValkeyStrategy {
                 round_trips: AtomicU64::new(0),
                 identity: String::new(),
                 fsync_claims: false,
+                #[cfg(feature = "stats")]
+                reconnect_before_fsync_wait: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let server = strategy.probe(&url).await?;
@@ -531,50 +536,118 @@ impl ValkeyStrategy {
         }
     }
 
-    /// On a server that fsyncs on request: `WAITAOF 1 0 t` on the
-    /// connection (and Cluster node: `key`'s) that ran the claim, which
-    /// answers once this client's writes so far — the claim, and the pool's
-    /// recorded span it relies on, which the append-only file keeps in order
-    /// before them — are fsynced; then raises `span_fsynced` to `span` so
-    /// that later claims of no longer a span need not wait. `t` is three
+    /// On a server that fsyncs on request, proves that `grant`'s claim, and
+    /// the pool's recorded span and ID format it relies on, are on disk:
+    /// one pipeline on one connection (and Cluster node: the pool's) sends
+    /// the mark script (`scripts::MARK_CLAIM`: a write of this connection,
+    /// made while the lease is seen held) and `WAITAOF 1 0 t`, which answers
+    /// once this connection's writes so far are fsynced. The claim itself
+    /// may have gone out on a connection that has since been replaced:
+    /// `WAITAOF` alone, sent after it, would then answer at once for a
+    /// connection that wrote nothing. Then raises `span_fsynced` to `span`
+    /// so that later claims of no longer a span need not wait. `t` is three
     /// quarters of the operation timeout, so the server answers before the
-    /// client gives up. `Err` says why the write may not be on disk.
-    async fn wait_for_fsync(&self, key: &str, span: &str) -> Result<(), String> {
+    /// client gives up. `Err` says why the claim may not be on disk.
+    async fn wait_for_fsync(
+        &self,
+        keys: &PoolKeys,
+        grant: &Grant,
+        span: &str,
+    ) -> Result<(), String> {
         let timeout = self.inner.config.op_timeout * 3 / 4;
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        let hash = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
-        let answer = self
-            .call::<Value>(
-                "WAITAOF",
-                hash,
-                vec![1.into(), 0.into(), ms.to_string().into()],
-            )
-            .await;
-        let local = match &answer {
-            Ok(Value::Array(v)) => v.first().and_then(Value::as_i64),
-            _ => None,
-        };
-        match (answer, local) {
-            (_, Some(n)) if n >= 1 => {}
-            (Ok(v), _) => {
+        // EVAL, not EVALSHA: a lost script cache would cost a second
+        // pipeline, and a second wait for the fsync.
+        let mark = vec![
+            self.inner.scripts.mark_claim.body.into(),
+            3.into(),
+            keys.fences.as_str().into(),
+            keys.leases.as_str().into(),
+            keys.slot_key(grant.slot).into(),
+            grant.slot.to_string().into(),
+            grant.token.to_hex().into(),
+        ];
+        let waitaof = vec![1.into(), 0.into(), ms.to_string().into()];
+        let hash = ClusterHash::Custom(fred::util::redis_keyslot(keys.fences.as_bytes()));
+        let mut answers = self
+            .pipeline(vec![
+                ("EVAL", ClusterHash::Offset(2), mark),
+                ("WAITAOF", hash, waitaof),
+            ])
+            .await?
+            .into_iter();
+        match answers.next() {
+            Some(Ok(Value::Integer(1))) => {}
+            Some(Ok(Value::Integer(0))) => {
+                return Err("the lease was gone before its fsync could be confirmed".into());
+            }
+            Some(Ok(v)) => return Err(format!("the mark before WAITAOF answered {v:?}")),
+            Some(Err(f)) => return Err(format!("the mark before WAITAOF failed: {}", f.text())),
+            None => return Err("no answer to the mark before WAITAOF".into()),
+        }
+        match answers.next() {
+            Some(Ok(Value::Array(v))) if v.first().and_then(Value::as_i64) >= Some(1) => {}
+            Some(Ok(v)) => {
                 return Err(format!(
                     "the append-only file was not fsynced within {timeout:?} (WAITAOF answered \
                      {v:?})"
                 ));
             }
-            (Err(f), _) => return Err(format!("WAITAOF failed: {}", f.text())),
+            Some(Err(f)) => return Err(format!("WAITAOF failed: {}", f.text())),
+            None => return Err("no answer to WAITAOF".into()),
         }
         // Only an optimisation: if it is lost, later claims wait again.
         let _ = self
             .eval(
                 &self.inner.scripts.raise_fsynced_span,
-                vec![key.to_owned()],
+                vec![keys.fences.clone()],
                 vec![span.to_owned()],
             )
             .await;
         Ok(())
+    }
+
+    /// Commands sent together in one pipeline, one round trip, on one
+    /// connection: fred writes them back to back on the connection each
+    /// routes to, and a connection that fails on the way fails the rest
+    /// (a command is sent at most once), so none of them goes out on
+    /// another connection. Bounded by the operation timeout. `Err` when the
+    /// pipeline got no answer; otherwise one answer per command.
+    async fn pipeline(
+        &self,
+        commands: Vec<(&'static str, ClusterHash, Vec<Value>)>,
+    ) -> Result<Vec<Result<Value, Failure>>, String> {
+        self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        let limit = self.inner.config.op_timeout + BACKSTOP_SLACK;
+        let names: Vec<&str> = commands.iter().map(|(cmd, _, _)| *cmd).collect();
+        let pipeline = self.inner.client.pipeline();
+        for (cmd, hash, args) in commands {
+            let command = CustomCommand::new_static(cmd, hash, false);
+            pipeline
+                .custom::<Value, Value>(command, args)
+                .await
+                .map_err(|e| format!("{cmd}: {e}"))?;
+        }
+        let answers = tokio::time::timeout(limit, pipeline.try_all::<Value>())
+            .await
+            .map_err(|_| format!("{}: no answer within {limit:?}", names.join(" + ")))?;
+        Ok(answers
+            .into_iter()
+            .map(|r| r.map_err(|e| classify(&e)))
+            .collect())
+    }
+
+    /// Test hook: the next claim that has to wait for the fsync reconnects
+    /// (`fred`'s `force_reconnection`) between the claim and the wait, as
+    /// a dropped connection would make it do. With the `stats` feature
+    /// only.
+    #[cfg(feature = "stats")]
+    pub fn reconnect_before_the_next_fsync_wait(&self) {
+        self.inner
+            .reconnect_before_fsync_wait
+            .store(true, Ordering::Relaxed);
     }
 
     fn unsupported(&self) -> AcquireError {
@@ -779,6 +852,7 @@ impl Strategy for ValkeyStrategy {
             });
         };
         let keys = self.keys(pool.name());
+        let wait_keys = keys.clone();
         let fences_key = keys.fences.clone();
         let token = Token::random();
         let ceiling = ceiling.unix_millis().to_string();
@@ -833,9 +907,10 @@ impl Strategy for ValkeyStrategy {
                 what: format!("{} refused the claim: {r}", self.inner.server),
                 fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
                       the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
-                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL, TIME, and INFO for the restart \
-                      guard) on the pool's keys (and WAIT with \
-                      ValkeyConfig::wait_for_replicas, CONFIG GET at connect)"
+                      HINCRBY, HSETNX, EXISTS, SET, GET, PEXPIRE, DEL, TIME, and INFO for the \
+                      restart guard) on the pool's keys (and WAIT with \
+                      ValkeyConfig::wait_for_replicas, WAITAOF on a server that fsyncs once a \
+                      second, CONFIG GET at connect)"
                     .into(),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
@@ -858,9 +933,19 @@ impl Strategy for ValkeyStrategy {
                 let grant = Grant::new(slot, token, Fence(fence), applied)
                     .with_floor(floor)
                     .with_store_time(at);
+                #[cfg(feature = "stats")]
                 if self.inner.fsync_claims
                     && unconfirmed
-                    && let Err(why) = self.wait_for_fsync(&fences_key, &span).await
+                    && self
+                        .inner
+                        .reconnect_before_fsync_wait
+                        .swap(false, Ordering::Relaxed)
+                {
+                    let _ = self.inner.client.force_reconnection().await;
+                }
+                if self.inner.fsync_claims
+                    && unconfirmed
+                    && let Err(why) = self.wait_for_fsync(&wait_keys, &grant, &span).await
                 {
                     // The span that tells the guard how long this lease may
                     // outlive a restart, or the pool's ID format this claim
