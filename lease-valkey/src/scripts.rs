@@ -198,19 +198,57 @@ end
     };
 }
 
+/// The pool's ID format, kept in the fences hash as `id_format` (the
+/// canonical text of `IdFormat`, 1 to 200 printable ASCII characters).
+/// Two formats of one pool can mint equal values even on different slots,
+/// so the first format a claim declares is kept for the pool's life.
+///
+/// - `other_format(fences, ours)` (claims, after the lost-hash check, before
+///   anything is written): the recorded text when this claim declares a
+///   format (`ours` not empty) and the pool recorded another, else nil.
+///   A claim that declares none is not checked.
+/// - `record_format(fences, ours)` (claims that granted): records `ours`
+///   when the pool has no format yet; answers 1 when it wrote it. The record
+///   must then be on disk before the grant is used, as a raised span must
+///   (`guard_functions`): a crash of the machine that forgot it would let a
+///   claim of another format through while values of this one were already
+///   handed out.
+macro_rules! format_functions {
+    () => {
+        r"
+local function other_format(fences, ours)
+  if ours == '' then return nil end
+  local recorded = redis.call('HGET', fences, 'id_format')
+  if recorded and recorded ~= ours then return recorded end
+  return nil
+end
+local function record_format(fences, ours)
+  if ours == '' then return 0 end
+  return redis.call('HSETNX', fences, 'id_format', ours)
+end
+"
+    };
+}
+
 /// HSETEX path, claim. KEYS: leases hash, fences hash. ARGV: size, ttl ms,
 /// token hex, ceiling (Unix ms), slot key prefix (the script path's,
 /// `{<prefix>:<pool>}:slot:`, same hash tag), this claimer's restart span
 /// ms, holder identity (see `holder_function`), `1` when the restart guard
-/// is on. Returns `{slot, fence, floor, secs, micros, unconfirmed}` (the
-/// floor the slot had before, a decimal string; the server's `TIME`; 1 when
-/// this claimer's span is above the span known to be on disk, see
-/// `guard_functions`), -1 when every slot is held, -2
-/// when the fences hash was lost (see `fences_functions`), `{-3, ms}` while
-/// the restart guard holds (see `guard_functions`), or `{-4, slot}` when
-/// that slot's fence is not a number below 2^53 - 1 (see `fence_function`;
-/// nothing is written then).
+/// is on, the ID format the claimer declares (`''`: none). Returns `{slot,
+/// fence, floor, secs, micros, unconfirmed}` (the floor the slot had before,
+/// a decimal string; the server's `TIME`; 1 when this claimer's span is
+/// above the span known to be on disk, see `guard_functions`, or when this
+/// claim recorded the pool's ID format, see `format_functions`), -1 when
+/// every slot is held, -2 when the fences hash was lost (see
+/// `fences_functions`), `{-3, ms}` while the restart guard holds (see
+/// `guard_functions`), `{-4, slot}` when that slot's fence is not a number
+/// below 2^53 - 1 (see `fence_function`; nothing is written then), or `{-5,
+/// recorded}` when the pool recorded another ID format than the one declared
+/// (nothing is written then).
 ///
+/// - The guard, then the lost fences hash, then the ID format are checked
+///   before anything else: a lost hash lost the recorded format too, and
+///   another format is refused even when the pool is full.
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
 ///   is held: answer at once, without a scan. (Fields whose TTL ran out but
 ///   that the server has not yet reclaimed still count; the server's active
@@ -227,7 +265,8 @@ end
 /// - Claim with `HSETEX FNX` (both fields absent, one TTL), move the slot's
 ///   persistent fence to `max(fence + 1, TIME in µs)`, raise its persistent
 ///   floor to the ceiling, raise the pool's recorded restart span to this
-///   claimer's, and note the holder.
+///   claimer's, record the declared ID format if the pool has none yet, and
+///   note the holder.
 const CLAIM_HSETEX: &str = concat!(
     floor_functions!(),
     clock_function!(),
@@ -235,12 +274,15 @@ const CLAIM_HSETEX: &str = concat!(
     fences_functions!(),
     guard_functions!(),
     fence_function!(),
+    format_functions!(),
     r"
 local size = tonumber(ARGV[1])
 local span = tonumber(ARGV[6]) or 0
 local wait = restarted(KEYS[2], ARGV[8], span)
 if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[2], KEYS[1], ARGV[5], size) then return -2 end
+local recorded = other_format(KEYS[2], ARGV[9] or '')
+if recorded then return {-5, recorded} end
 if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
 local start = tonumber(redis.call('HGET', KEYS[2], 'next') or '0') or 0
 if start >= size then start = 0 end
@@ -257,6 +299,7 @@ for i = 0, size - 1 do
       local fence = next_fence(KEYS[2], f, secs, micros)
       local floor = raise_floor(KEYS[2], f, ARGV[4])
       local unconfirmed = raise_span(KEYS[2], span)
+      if record_format(KEYS[2], ARGV[9] or '') == 1 then unconfirmed = 1 end
       note_holder(KEYS[2], f, ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
       return {s, fence, floor, secs, micros, unconfirmed}
     end
@@ -354,12 +397,15 @@ return n
 /// ARGV: size, ttl ms, token hex, slot key prefix (`{<prefix>:<pool>}:slot:`,
 /// the fences hash's hash tag), ceiling (Unix ms), this claimer's restart
 /// span ms, holder identity (see `holder_function`), `1` when the restart
-/// guard is on. `SET NX PX` on slot keys from the hint `next` on, wrapping,
+/// guard is on, the ID format the claimer declares (`''`: none). Checks the
+/// guard, the lost fences hash and the ID format first, as the HSETEX claim
+/// does; then `SET NX PX` on slot keys from the hint `next` on, wrapping,
 /// skipping slots whose field exists in the leases hash (held by a process
 /// on the HSETEX path, after an in-place upgrade), until one succeeds; then
 /// moves the hint, moves the fence to `max(fence + 1, TIME in µs)`, raises
 /// the floor to the ceiling and the pool's recorded restart span to this
-/// claimer's, and notes the holder. Answers as the HSETEX claim does. (No
+/// claimer's, records the declared ID format if the pool has none yet, and
+/// notes the holder. Answers as the HSETEX claim does. (No
 /// cheap count of live slot keys exists here, so a full pool costs a full
 /// scan.)
 const CLAIM_SCRIPTS: &str = concat!(
@@ -369,12 +415,15 @@ const CLAIM_SCRIPTS: &str = concat!(
     fences_functions!(),
     guard_functions!(),
     fence_function!(),
+    format_functions!(),
     r"
 local size = tonumber(ARGV[1])
 local span = tonumber(ARGV[6]) or 0
 local wait = restarted(KEYS[1], ARGV[8], span)
 if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[1], KEYS[2], ARGV[4], size) then return -2 end
+local recorded = other_format(KEYS[1], ARGV[9] or '')
+if recorded then return {-5, recorded} end
 local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
 if start >= size then start = 0 end
 for i = 0, size - 1 do
@@ -388,6 +437,7 @@ for i = 0, size - 1 do
       local fence = next_fence(KEYS[1], f, secs, micros)
       local floor = raise_floor(KEYS[1], f, ARGV[5])
       local unconfirmed = raise_span(KEYS[1], span)
+      if record_format(KEYS[1], ARGV[9] or '') == 1 then unconfirmed = 1 end
       note_holder(KEYS[1], f, ARGV[3], ARGV[2], ARGV[7] or '', secs, micros)
       return {s, fence, floor, secs, micros, unconfirmed}
     end
@@ -472,6 +522,29 @@ end
 return out
 ";
 
+/// Sent with `WAITAOF`, in one pipeline on one connection, before a claim
+/// that must be on disk is used. KEYS: fences hash, leases hash (HSETEX
+/// path), slot key (script path). ARGV: slot, token hex. When the token
+/// still holds the slot (in either representation) it writes (`HINCRBY` of
+/// `fsync_marks` in the fences hash) and answers 1; otherwise it writes
+/// nothing and answers 0.
+///
+/// `WAITAOF` answers for the writes of the connection it is sent on: one
+/// sent on a connection that wrote nothing (the claim's connection dropped
+/// and fred reconnected) answers at once and proves nothing. The mark is
+/// this connection's own write, made after the claim, while the data it
+/// sees holds the claim's lease: once the append-only file is fsynced up
+/// to the mark (the file keeps writes in order), what the claim wrote, and
+/// the pool's span and ID format it relies on, are on disk too, whatever
+/// connection made the claim.
+const MARK_CLAIM: &str = r"
+if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] and redis.call('GET', KEYS[3]) ~= ARGV[2] then
+  return 0
+end
+redis.call('HINCRBY', KEYS[1], 'fsync_marks', 1)
+return 1
+";
+
 /// After a `WAITAOF` confirmed a claim's writes on disk, including the
 /// pool's recorded span (at least the claimer's): raises `span_fsynced` to
 /// the claimer's span. KEYS: fences hash. ARGV: span ms. The append-only
@@ -496,6 +569,8 @@ pub(crate) struct Scripts {
     pub(crate) release_scripts: Script,
     pub(crate) inspect: Script,
     pub(crate) raise_fsynced_span: Script,
+    /// Sent with `EVAL` only (in a pipeline with `WAITAOF`), never loaded.
+    pub(crate) mark_claim: Script,
 }
 
 impl Scripts {
@@ -510,6 +585,7 @@ impl Scripts {
             release_scripts: Script::new("release (compare-and-delete)", RELEASE_SCRIPTS),
             inspect: Script::new("inspect", INSPECT),
             raise_fsynced_span: Script::new("raise the fsynced span", RAISE_FSYNCED_SPAN),
+            mark_claim: Script::new("mark the claim before WAITAOF", MARK_CLAIM),
         }
     }
 

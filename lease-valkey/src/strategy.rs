@@ -58,7 +58,9 @@ pub struct PoolKeys {
     /// (`"17" → n`), per-slot hand-over floors (`"floor.17" → Unix ms`),
     /// per-slot holder records for `inspect` (`"holder.17" → "<8 hex digits
     /// of the token> <secs> <micros> <ttl ms> <holder>"`), and the claim
-    /// scan's starting hint (`"next" → n`).
+    /// scan's starting hint (`"next" → n`), the pool's restart span
+    /// (`"span"`, `"span_fsynced"` → ms) and ID format (`"id_format" →
+    /// <text>`, recorded by the first claim that declares one).
     pub fences: String,
     /// Script path: slot `n`'s key is this prefix followed by `n`.
     pub slot_prefix: String,
@@ -101,6 +103,9 @@ struct Inner {
     /// the append-only file with `appendfsync everysec` or `no`, on a server
     /// with `WAITAOF`.
     fsync_claims: bool,
+    /// Test hook: the next claim that waits for the fsync reconnects first.
+    #[cfg(feature = "stats")]
+    reconnect_before_fsync_wait: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Inner {
@@ -244,6 +249,8 @@ impl ValkeyStrategy {
                 round_trips: AtomicU64::new(0),
                 identity: String::new(),
                 fsync_claims: false,
+                #[cfg(feature = "stats")]
+                reconnect_before_fsync_wait: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let server = strategy.probe(&url).await?;
@@ -529,50 +536,118 @@ impl ValkeyStrategy {
         }
     }
 
-    /// On a server that fsyncs on request: `WAITAOF 1 0 t` on the
-    /// connection (and Cluster node: `key`'s) that ran the claim, which
-    /// answers once this client's writes so far — the claim, and the pool's
-    /// recorded span it relies on, which the append-only file keeps in order
-    /// before them — are fsynced; then raises `span_fsynced` to `span` so
-    /// that later claims of no longer a span need not wait. `t` is three
+    /// On a server that fsyncs on request, proves that `grant`'s claim, and
+    /// the pool's recorded span and ID format it relies on, are on disk:
+    /// one pipeline on one connection (and Cluster node: the pool's) sends
+    /// the mark script (`scripts::MARK_CLAIM`: a write of this connection,
+    /// made while the lease is seen held) and `WAITAOF 1 0 t`, which answers
+    /// once this connection's writes so far are fsynced. The claim itself
+    /// may have gone out on a connection that has since been replaced:
+    /// `WAITAOF` alone, sent after it, would then answer at once for a
+    /// connection that wrote nothing. Then raises `span_fsynced` to `span`
+    /// so that later claims of no longer a span need not wait. `t` is three
     /// quarters of the operation timeout, so the server answers before the
-    /// client gives up. `Err` says why the write may not be on disk.
-    async fn wait_for_fsync(&self, key: &str, span: &str) -> Result<(), String> {
+    /// client gives up. `Err` says why the claim may not be on disk.
+    async fn wait_for_fsync(
+        &self,
+        keys: &PoolKeys,
+        grant: &Grant,
+        span: &str,
+    ) -> Result<(), String> {
         let timeout = self.inner.config.op_timeout * 3 / 4;
         let ms = u64::try_from(timeout.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        let hash = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
-        let answer = self
-            .call::<Value>(
-                "WAITAOF",
-                hash,
-                vec![1.into(), 0.into(), ms.to_string().into()],
-            )
-            .await;
-        let local = match &answer {
-            Ok(Value::Array(v)) => v.first().and_then(Value::as_i64),
-            _ => None,
-        };
-        match (answer, local) {
-            (_, Some(n)) if n >= 1 => {}
-            (Ok(v), _) => {
+        // EVAL, not EVALSHA: a lost script cache would cost a second
+        // pipeline, and a second wait for the fsync.
+        let mark = vec![
+            self.inner.scripts.mark_claim.body.into(),
+            3.into(),
+            keys.fences.as_str().into(),
+            keys.leases.as_str().into(),
+            keys.slot_key(grant.slot).into(),
+            grant.slot.to_string().into(),
+            grant.token.to_hex().into(),
+        ];
+        let waitaof = vec![1.into(), 0.into(), ms.to_string().into()];
+        let hash = ClusterHash::Custom(fred::util::redis_keyslot(keys.fences.as_bytes()));
+        let mut answers = self
+            .pipeline(vec![
+                ("EVAL", ClusterHash::Offset(2), mark),
+                ("WAITAOF", hash, waitaof),
+            ])
+            .await?
+            .into_iter();
+        match answers.next() {
+            Some(Ok(Value::Integer(1))) => {}
+            Some(Ok(Value::Integer(0))) => {
+                return Err("the lease was gone before its fsync could be confirmed".into());
+            }
+            Some(Ok(v)) => return Err(format!("the mark before WAITAOF answered {v:?}")),
+            Some(Err(f)) => return Err(format!("the mark before WAITAOF failed: {}", f.text())),
+            None => return Err("no answer to the mark before WAITAOF".into()),
+        }
+        match answers.next() {
+            Some(Ok(Value::Array(v))) if v.first().and_then(Value::as_i64) >= Some(1) => {}
+            Some(Ok(v)) => {
                 return Err(format!(
                     "the append-only file was not fsynced within {timeout:?} (WAITAOF answered \
                      {v:?})"
                 ));
             }
-            (Err(f), _) => return Err(format!("WAITAOF failed: {}", f.text())),
+            Some(Err(f)) => return Err(format!("WAITAOF failed: {}", f.text())),
+            None => return Err("no answer to WAITAOF".into()),
         }
         // Only an optimisation: if it is lost, later claims wait again.
         let _ = self
             .eval(
                 &self.inner.scripts.raise_fsynced_span,
-                vec![key.to_owned()],
+                vec![keys.fences.clone()],
                 vec![span.to_owned()],
             )
             .await;
         Ok(())
+    }
+
+    /// Commands sent together in one pipeline, one round trip, on one
+    /// connection: fred writes them back to back on the connection each
+    /// routes to, and a connection that fails on the way fails the rest
+    /// (a command is sent at most once), so none of them goes out on
+    /// another connection. Bounded by the operation timeout. `Err` when the
+    /// pipeline got no answer; otherwise one answer per command.
+    async fn pipeline(
+        &self,
+        commands: Vec<(&'static str, ClusterHash, Vec<Value>)>,
+    ) -> Result<Vec<Result<Value, Failure>>, String> {
+        self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        let limit = self.inner.config.op_timeout + BACKSTOP_SLACK;
+        let names: Vec<&str> = commands.iter().map(|(cmd, _, _)| *cmd).collect();
+        let pipeline = self.inner.client.pipeline();
+        for (cmd, hash, args) in commands {
+            let command = CustomCommand::new_static(cmd, hash, false);
+            pipeline
+                .custom::<Value, Value>(command, args)
+                .await
+                .map_err(|e| format!("{cmd}: {e}"))?;
+        }
+        let answers = tokio::time::timeout(limit, pipeline.try_all::<Value>())
+            .await
+            .map_err(|_| format!("{}: no answer within {limit:?}", names.join(" + ")))?;
+        Ok(answers
+            .into_iter()
+            .map(|r| r.map_err(|e| classify(&e)))
+            .collect())
+    }
+
+    /// Test hook: the next claim that has to wait for the fsync reconnects
+    /// (`fred`'s `force_reconnection`) between the claim and the wait, as
+    /// a dropped connection would make it do. With the `stats` feature
+    /// only.
+    #[cfg(feature = "stats")]
+    pub fn reconnect_before_the_next_fsync_wait(&self) {
+        self.inner
+            .reconnect_before_fsync_wait
+            .store(true, Ordering::Relaxed);
     }
 
     fn unsupported(&self) -> AcquireError {
@@ -627,8 +702,10 @@ enum Claim {
         fence: u64,
         floor: Floor,
         at: Duration,
-        /// The claimer's span is above the span known to be on disk.
-        unconfirmed_span: bool,
+        /// The claimer's span is above the span known to be on disk, or
+        /// the claim recorded the pool's ID format: the grant is used only
+        /// once its writes are on disk.
+        unconfirmed: bool,
     },
     Full,
     FencesLost,
@@ -636,14 +713,17 @@ enum Claim {
     Restarted(u64),
     /// This slot's fence is not a number the script can raise exactly.
     FenceUnusable(u32),
+    /// The pool recorded this ID format, not the one the claim declared.
+    OtherIdFormat(String),
 }
 
-/// A claim script's answer: `{slot, fence, floor, secs, micros, raised}`
-/// (the floor as a decimal string, exact for every `u64`; the server's
-/// `TIME`; 1 when the claimer's span is above the span known to be on
-/// disk), -1 when the
-/// pool is full, -2 when its fences hash was lost, `{-3, ms}` while the
-/// restart guard holds, `{-4, slot}` for a slot whose fence is unusable.
+/// A claim script's answer: `{slot, fence, floor, secs, micros,
+/// unconfirmed}` (the floor as a decimal string, exact for every `u64`; the
+/// server's `TIME`; 1 when the claimer's span is above the span known to be
+/// on disk or the claim recorded the pool's ID format), -1 when the pool is
+/// full, -2 when its fences hash was lost, `{-3, ms}` while the restart
+/// guard holds, `{-4, slot}` for a slot whose fence is unusable, `{-5,
+/// recorded}` when the pool recorded another ID format.
 fn parse_claim(v: &Value) -> Option<Claim> {
     match v {
         Value::Integer(-1) => Some(Claim::Full),
@@ -654,12 +734,15 @@ fn parse_claim(v: &Value) -> Option<Claim> {
         Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-4) => Some(
             Claim::FenceUnusable(u32::try_from(items[1].as_i64()?).ok()?),
         ),
+        Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-5) => {
+            Some(Claim::OtherIdFormat(items[1].as_string()?))
+        }
         Value::Array(items) if items.len() == 6 => Some(Claim::Granted {
             slot: u32::try_from(items[0].as_i64()?).ok()?,
             fence: u64::try_from(items[1].as_i64()?).ok()?,
             floor: Floor(as_u64(&items[2])?),
             at: store_time(&items[3], &items[4])?,
-            unconfirmed_span: items[5].as_i64()? == 1,
+            unconfirmed: items[5].as_i64()? == 1,
         }),
         _ => None,
     }
@@ -769,11 +852,13 @@ impl Strategy for ValkeyStrategy {
             });
         };
         let keys = self.keys(pool.name());
+        let wait_keys = keys.clone();
         let fences_key = keys.fences.clone();
         let token = Token::random();
         let ceiling = ceiling.unix_millis().to_string();
         let span = span_ms(pool.restart_span()).to_string();
         let guard = if self.guard_on() { "1" } else { "0" }.to_owned();
+        let format = pool.id_format().map_or("", |f| f.text()).to_owned();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),
             ActivePath::Hsetex => {
@@ -789,6 +874,7 @@ impl Strategy for ValkeyStrategy {
                         span.clone(),
                         pool.holder().to_owned(),
                         guard,
+                        format.clone(),
                     ],
                 )
                 .await
@@ -806,6 +892,7 @@ impl Strategy for ValkeyStrategy {
                         span.clone(),
                         pool.holder().to_owned(),
                         guard,
+                        format.clone(),
                     ],
                 )
                 .await
@@ -820,9 +907,10 @@ impl Strategy for ValkeyStrategy {
                 what: format!("{} refused the claim: {r}", self.inner.server),
                 fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
                       the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
-                      HINCRBY, EXISTS, SET, GET, PEXPIRE, DEL, TIME, and INFO for the restart \
-                      guard) on the pool's keys (and WAIT with \
-                      ValkeyConfig::wait_for_replicas, CONFIG GET at connect)"
+                      HINCRBY, HSETNX, EXISTS, SET, GET, PEXPIRE, DEL, TIME, and INFO for the \
+                      restart guard) on the pool's keys (and WAIT with \
+                      ValkeyConfig::wait_for_replicas, WAITAOF on a server that fsyncs once a \
+                      second, CONFIG GET at connect)"
                     .into(),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
@@ -840,18 +928,29 @@ impl Strategy for ValkeyStrategy {
                 fence,
                 floor,
                 at,
-                unconfirmed_span,
+                unconfirmed,
             }) => {
                 let grant = Grant::new(slot, token, Fence(fence), applied)
                     .with_floor(floor)
                     .with_store_time(at);
+                #[cfg(feature = "stats")]
                 if self.inner.fsync_claims
-                    && unconfirmed_span
-                    && let Err(why) = self.wait_for_fsync(&fences_key, &span).await
+                    && unconfirmed
+                    && self
+                        .inner
+                        .reconnect_before_fsync_wait
+                        .swap(false, Ordering::Relaxed)
+                {
+                    let _ = self.inner.client.force_reconnection().await;
+                }
+                if self.inner.fsync_claims
+                    && unconfirmed
+                    && let Err(why) = self.wait_for_fsync(&wait_keys, &grant, &span).await
                 {
                     // The span that tells the guard how long this lease may
-                    // outlive a restart may not be on disk: a crash could
-                    // forget it. Nothing was issued under it.
+                    // outlive a restart, or the pool's ID format this claim
+                    // recorded, may not be on disk: a crash could forget
+                    // it. Nothing was issued under it.
                     let _ = self.release(pool, &grant, grant.floor).await;
                     return Err(AcquireError::Unreachable(Reason::new(format!(
                         "claimed slot {slot} but {why}; released it"
@@ -867,6 +966,11 @@ impl Strategy for ValkeyStrategy {
                 }
                 Ok(grant)
             }
+            Some(Claim::OtherIdFormat(recorded)) => Err(AcquireError::OtherIdFormat {
+                pool: pool.name().to_string(),
+                recorded,
+                ours: format,
+            }),
             Some(Claim::Restarted(ms)) => Err(AcquireError::StoreRestarted {
                 resume_in: Duration::from_millis(ms),
             }),
@@ -887,8 +991,9 @@ impl Strategy for ValkeyStrategy {
                     "keep the server from losing data (maxmemory-policy noeviction; AOF or RDB; \
                      WAIT for replicas), then restore {fences_key} from a backup, or set every \
                      slot's fence above any fence used before (HSET {fences_key} <slot> <n>) and \
-                     its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>), and \
-                     delete the marker (HDEL {fences_key} lost)"
+                     its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>) and, if \
+                     the pool's processes declare an ID format, record it again (HSET \
+                     {fences_key} id_format <text>), and delete the marker (HDEL {fences_key} lost)"
                 ),
             }),
             Some(Claim::FenceUnusable(slot)) => Err(AcquireError::Misconfigured {
@@ -1071,8 +1176,13 @@ mod tests {
                 fence: 7,
                 floor: Floor(u64::MAX),
                 at: Duration::from_millis(1_700_000_000_250),
-                unconfirmed_span: true,
+                unconfirmed: true,
             })
+        );
+        let other = Value::Array(vec![Value::Integer(-5), s("ids/v1: 64 bits")]);
+        assert_eq!(
+            parse_claim(&other),
+            Some(Claim::OtherIdFormat("ids/v1: 64 bits".into()))
         );
         let unusable = Value::Array(vec![Value::Integer(-4), Value::Integer(2)]);
         assert_eq!(parse_claim(&unusable), Some(Claim::FenceUnusable(2)));

@@ -14,8 +14,8 @@ use leasehold_conformance::servers::{Missing, Server, ServerKind, find_binary, p
 use leasehold_conformance::suite::STARVED;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
-    AcquireError, BoxFuture, Grant, LeaseConfig, LeaseGate, LeaseManager, LossCause, LossEvent,
-    PoolSpec, Release, Renewal, Strategy,
+    AcquireError, BoxFuture, Grant, IdFormat, LeaseConfig, LeaseGate, LeaseManager, LossCause,
+    LossEvent, PoolSpec, Release, Renewal, Strategy,
 };
 use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyError, ValkeyStrategy, marker};
 
@@ -863,6 +863,73 @@ async fn lost_fences_hash_refuses_claims(b: Arc<Valkey>) -> Outcome {
     expect_fences_lost(&s, &p, "after a release found the hash gone").await
 }
 
+/// The pool's ID format lives in its fences hash, so a lost hash lost it
+/// too: a claim that declares a format is refused as the lost hash's (not
+/// granted, and it records nothing, which would recreate the hash and hide
+/// the loss from the next claim), also once the leases that were the
+/// evidence are gone. The repair puts the format back, and from then on a
+/// claim of another format is refused again while the recorded one is
+/// granted.
+async fn a_lost_fences_hash_refuses_claims_of_every_id_format(b: Arc<Valkey>) -> Outcome {
+    let s = b.strategy(b.method).await?;
+    let ttl = Duration::from_secs(300);
+    let plain = fresh_pool(2, ttl)?;
+    let format = |code, text: &str| IdFormat::new(code, text).map_err(|e| e.to_string());
+    let ours = format(1, "valkey test format: epoch 0")?;
+    let theirs = format(2, "valkey test format: epoch 1")?;
+    let p = plain.clone().with_id_format(ours.clone());
+    let other = plain.clone().with_id_format(theirs.clone());
+    let fences = s.keys(p.name()).fences;
+    let (g, sent) = hold(&s, &p, 0).await?;
+    let recorded = cmd(&s, "HGET", vec![fences.as_str().into(), "id_format".into()]).await?;
+    ensure!(
+        recorded.as_string().as_deref() == Some(ours.text()),
+        "the first claim recorded {recorded:?}"
+    );
+    cmd(&s, "DEL", vec![fences.as_str().into()]).await?;
+    expect_fences_lost(&s, &other, "another format, with a live lease").await?;
+    expect_fences_lost(&s, &p, "the lost format, with a live lease").await?;
+    let r = s.release(&p, &g, Floor::NONE).await;
+    judge(sent, ttl, r == Release::Released, || {
+        format!("release answered {r:?}")
+    })?;
+    expect_fences_lost(&s, &other, "another format, after the release").await?;
+    let kept = cmd(&s, "HGET", vec![fences.as_str().into(), "id_format".into()]).await?;
+    ensure!(
+        kept.as_string().is_none(),
+        "a refused claim recorded the format {kept:?}"
+    );
+    // The repair, with the pool's format.
+    let now_ms = server_micros(&s).await? / 1000;
+    cmd(
+        &s,
+        "HSET",
+        vec![
+            fences.as_str().into(),
+            "floor.0".into(),
+            now_ms.to_string().into(),
+            "floor.1".into(),
+            now_ms.to_string().into(),
+            "id_format".into(),
+            ours.text().into(),
+        ],
+    )
+    .await?;
+    cmd(&s, "HDEL", vec![fences.as_str().into(), "lost".into()]).await?;
+    match s.acquire(&other, Floor::NONE).await {
+        Err(AcquireError::OtherIdFormat { recorded, .. }) if recorded == ours.text() => {}
+        r => return Err(format!("after the repair another format answered {r:?}")),
+    }
+    let (g, _) = hold(&s, &p, 0).await?;
+    ensure!(
+        g.floor == Floor(now_ms),
+        "after the repair slot {} carries floor {}, not the repaired {now_ms}",
+        g.slot,
+        g.floor
+    );
+    Ok(())
+}
+
 /// A server this test started with its own settings, stopped (and its
 /// directory removed) on drop.
 struct OwnServer {
@@ -1112,7 +1179,9 @@ fn version_at_least(version: &str, major: u32, minor: u32) -> bool {
 /// used (two more round trips: `WAITAOF`, and the record that the span is
 /// on disk), so the guard knows the pool's span after any restart, and the
 /// server is accepted by default; a later claim of no longer a span takes
-/// one round trip. A claim whose fsync cannot be confirmed (the append-only
+/// one round trip. So does the claim that records the pool's ID format: a
+/// crash that forgot it would let another format in after values of this
+/// one were handed out. A claim whose fsync cannot be confirmed (the append-only
 /// file switched off behind the strategy's back) is released and answered
 /// as retryable. A server without `WAITAOF` (Redis 7.0) is refused.
 async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome {
@@ -1166,7 +1235,7 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
         }
     };
     let p = fresh_pool(2, Duration::from_millis(100))?;
-    let (_, trips) = claim(&p, true).await?;
+    let (first, trips) = claim(&p, true).await?;
     ensure!(
         trips == 3,
         "the first claim of a 300 ms span took {trips} round trips, not 3 (the claim, WAITAOF \
@@ -1183,10 +1252,30 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
         fsynced.as_string().as_deref() == Some("300"),
         "span_fsynced after the claim: {fsynced:?}"
     );
-    let (_, trips) = claim(&p, true).await?;
+    let (second, trips) = claim(&p, true).await?;
     ensure!(
         trips == 1,
         "a second claim of the same span took {trips} round trips, not 1"
+    );
+    for g in [first, second] {
+        // Expired or released, the slot is free again.
+        let _ = s.release(&p, &g, Floor::NONE).await;
+    }
+    // The first claim that declares an ID format records it: that record
+    // waits for the disk too, although the span is known to be there.
+    let format = IdFormat::new(1, "valkey test format").map_err(|e| e.to_string())?;
+    let declared = p.clone().with_id_format(format);
+    let (g, trips) = claim(&declared, true).await?;
+    let _ = s.release(&declared, &g, Floor::NONE).await;
+    ensure!(
+        trips == 3,
+        "the claim that recorded the pool's ID format took {trips} round trips, not 3 (the \
+         claim, WAITAOF and the record of the span on disk)"
+    );
+    let (_, trips) = claim(&declared, true).await?;
+    ensure!(
+        trips == 1,
+        "a claim of the recorded ID format took {trips} round trips, not 1"
     );
     // The append-only file switched off: WAITAOF cannot confirm the fsync.
     cmd(
@@ -1210,6 +1299,87 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
         "the unconfirmed claim was not released: {slots:?}"
     );
     Ok(())
+}
+
+/// `WAITAOF` answers for the writes of the connection it is sent on. A
+/// claim whose connection dropped before its fsync wait (here a reconnect
+/// the test hook forces between the two, which a real drop cannot be timed
+/// to hit) must not be proven by a wait on the new connection, which wrote
+/// nothing and is answered at once: a crash of the machine in that second
+/// could lose the claim with the pool's span. The server is switched to
+/// `appendfsync no` after the connect, where `WAITAOF` never confirms a
+/// connection's writes (but answers a connection without writes at once),
+/// so no wait that covers the claim can succeed: the claim is released and
+/// answered as retryable, with or without the reconnect, and the connection
+/// did change.
+async fn a_reconnect_before_the_fsync_wait_proves_nothing(b: Arc<Valkey>) -> Outcome {
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let own = OwnServer::start(
+        bin,
+        &["--appendonly", "yes", "--appendfsync", "everysec"],
+        &[],
+    )?;
+    let s = ValkeyStrategy::connect(
+        ValkeyConfig::new(&own.url)
+            .method(b.method)
+            .op_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    // Past the guard of the fresh server for the pools below (TTL 1 s),
+    // with fsyncs still running.
+    let warm = fresh_pool(1, Duration::from_secs(1))?;
+    let limit = Instant::now() + Duration::from_secs(60);
+    loop {
+        match s.acquire(&warm, Floor::NONE).await {
+            Ok(_) => break,
+            Err(AcquireError::StoreRestarted { .. } | AcquireError::Unreachable(_))
+                if Instant::now() < limit => {}
+            Err(e) => return Err(format!("a claim before fsyncs were held back: {e}")),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cmd(
+        &s,
+        "CONFIG",
+        vec!["SET".into(), "appendfsync".into(), "no".into()],
+    )
+    .await?;
+    {
+        let unproven = async |what: &str| -> Outcome {
+            let p = fresh_pool(1, Duration::from_secs(1))?;
+            match s.acquire(&p, Floor::NONE).await {
+                Err(e @ AcquireError::Unreachable(_)) => {
+                    let msg = e.to_string();
+                    ensure!(
+                        msg.contains("fsynced") && msg.contains("released it"),
+                        "{what}: {msg}"
+                    );
+                }
+                other => {
+                    return Err(format!(
+                        "{what}: a claim the server had not fsynced answered {other:?}"
+                    ));
+                }
+            }
+            let slots = s.inspect(&p).await.map_err(|e| e.to_string())?;
+            ensure!(
+                slots.iter().all(|slot| slot.token_prefix.is_none()),
+                "{what}: the unproven claim was not released: {slots:?}"
+            );
+            Ok(())
+        };
+        unproven("on the claim's own connection").await?;
+        let before = cmd(&s, "CLIENT", vec!["ID".into()]).await?;
+        s.reconnect_before_the_next_fsync_wait();
+        unproven("after a reconnect between the claim and the wait").await?;
+        let after = cmd(&s, "CLIENT", vec!["ID".into()]).await?;
+        ensure!(
+            before != after,
+            "the hook did not reconnect: client id {before:?} before, {after:?} after"
+        );
+        Ok(())
+    }
 }
 
 /// Issue 12 item 9: the password in the URL never shows — not in `Debug` of
@@ -1509,6 +1679,7 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         applied_ttl_is_whole_milliseconds,
         grants_and_renewals_carry_store_time,
         lost_fences_hash_refuses_claims,
+        a_lost_fences_hash_refuses_claims_of_every_id_format,
         wait_without_replicas_refuses,
     );
     let t = if find_binary(kind).is_some() {
@@ -1519,6 +1690,12 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
             claims_wait_for_the_fsync_of_the_pools_span,
             the_password_never_shows,
         )
+    } else {
+        t
+    };
+    // WAITAOF: Redis and Valkey 7.2+.
+    let t = if find_binary(kind).is_some() && version_at_least(&server.version, 7, 2) {
+        trials!(t; a_reconnect_before_the_fsync_wait_proves_nothing)
     } else {
         t
     };
