@@ -69,16 +69,18 @@ impl Durability {
                 .is_some_and(|f| f.eq_ignore_ascii_case("always"))
     }
 
-    /// Whether the append-only file is on with `appendfsync everysec` or
-    /// `no`: a write reaches the disk within about a second, or as soon as a
-    /// client asks with `WAITAOF`, so a claim can wait until what it relies
-    /// on is on disk.
+    /// Whether the append-only file is on with `appendfsync everysec`: a
+    /// write reaches the disk within about a second, or as soon as a client
+    /// asks with `WAITAOF`, so a claim can wait until what it relies on is on
+    /// disk. Not with `appendfsync no`: there Redis 8.2 and Valkey 8.1 never
+    /// confirm a connection's writes to `WAITAOF`, so a claim that waits
+    /// would wait forever (such a server is refused like one without AOF).
     pub fn fsyncs_on_request(&self) -> bool {
         self.appendonly == Some(true)
             && self
                 .appendfsync
                 .as_deref()
-                .is_some_and(|f| f.eq_ignore_ascii_case("everysec") || f.eq_ignore_ascii_case("no"))
+                .is_some_and(|f| f.eq_ignore_ascii_case("everysec"))
     }
 
     /// The settings that decide whether every acknowledged write is kept,
@@ -177,6 +179,8 @@ mod tests {
             d.persistence_settings(),
             "appendonly yes, appendfsync everysec"
         );
+        d.appendfsync = Some("no".into());
+        assert!(!d.fsyncs_on_request() && !d.keeps_every_write());
         d.appendfsync = Some("always".into());
         assert!(!d.fsyncs_on_request() && d.keeps_every_write());
         d.wait = Some((1, Duration::from_millis(100)));
