@@ -199,7 +199,9 @@ async fn sql(s: &SqlStrategy) -> Vec<Check> {
         Ok(()) => check(
             Verdict::Ok,
             "schema",
-            format!("lease table {table} present, with the floor and restart-span columns"),
+            format!(
+                "lease table {table} present, with the floor, restart-span and ID-format columns"
+            ),
         ),
         Err(AcquireError::MissingSchema { what, fix }) => {
             check(Verdict::Fail, "schema", what).fix(fix)

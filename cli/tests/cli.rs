@@ -836,8 +836,9 @@ fn sqlite_missing_table(env: &Env) -> TestResult {
         schema,
         "FAIL  schema        the lease table leasehold_leases does not exist (sqlite) — fix: \
          create it with `SqlStrategy::ensure_pool(&pool)` (or `ensure_table()`), or apply \
-         lease-sql/migrations/sqlite/0001_leasehold_leases.sql, 0002_leasehold_floor.sql and \
-         0003_leasehold_span.sql (written for the default table name leasehold_leases)",
+         lease-sql/migrations/sqlite/0001_leasehold_leases.sql, 0002_leasehold_floor.sql, \
+         0003_leasehold_span.sql and 0005_leasehold_id_format.sql (written for the default \
+         table name leasehold_leases)",
     )?;
     let o = run(&["status", "--url", &url, "--pool", "ids"]);
     expect_code(&o, 7)?;

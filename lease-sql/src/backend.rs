@@ -20,7 +20,8 @@ use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::ident::TableName;
 use crate::statements::{
-    COLUMNS, FENCE_ISSUER_COLUMNS, FLOOR_COLUMNS, SPAN_COLUMNS, Statements, TOMBSTONE, floor_value,
+    COLUMNS, FENCE_ISSUER_COLUMNS, FLOOR_COLUMNS, ID_FORMAT_COLUMNS, POOL_ROW, SPAN_COLUMNS,
+    Statements, TOMBSTONE, floor_value,
 };
 
 /// Rows inserted per statement when a pool is populated.
@@ -272,12 +273,13 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         self.add_floor_columns().await
     }
 
-    /// Migrates a 0.1 or 0.2 table: adds the floor and span columns it lacks
-    /// (the statements of `migrations/<engine>/0002_leasehold_floor.sql` and
-    /// `0003_leasehold_span.sql`). Rows keep their leases, fences and
-    /// holders, and get floor 0 and span 0. Safe to run from many
-    /// nodes at once, and beside 0.1 processes still using the table (their
-    /// statements do not name the new columns).
+    /// Migrates an older table: adds the floor, span and ID-format columns
+    /// it lacks (the statements of `migrations/<engine>/0002_leasehold_floor.sql`,
+    /// `0003_leasehold_span.sql` and `0005_leasehold_id_format.sql`). Rows
+    /// keep their leases, fences and holders, and get floor 0, span 0 and no
+    /// format. Safe to run from many nodes at once, and beside older
+    /// processes still using the table (their statements do not name the
+    /// new columns).
     async fn add_floor_columns(&self) -> Result<(), AcquireError> {
         let has = |columns: &[String], c: &str| columns.iter().any(|h| h.eq_ignore_ascii_case(c));
         let columns = match self.timed("schema check", self.column_names()).await {
@@ -287,9 +289,14 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         for column in FLOOR_COLUMNS
             .iter()
             .chain(&SPAN_COLUMNS)
+            .chain(&ID_FORMAT_COLUMNS)
             .filter(|c| !has(&columns, c))
         {
-            let ddl = D::add_floor_column(&self.sql.table, column);
+            let ddl = if ID_FORMAT_COLUMNS.contains(column) {
+                D::add_format_column(&self.sql.table)
+            } else {
+                D::add_floor_column(&self.sql.table, column)
+            };
             if let Err(f) = self
                 .bounded(
                     "adding the floor columns",
@@ -403,8 +410,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         let fix = format!(
             "create it with `SqlStrategy::ensure_pool(&pool)` (or `ensure_table()`), or apply \
              lease-sql/migrations/{engine}/0001_leasehold_leases.sql, \
-             0002_leasehold_floor.sql and 0003_leasehold_span.sql (written for the default \
-             table name leasehold_leases)"
+             0002_leasehold_floor.sql, 0003_leasehold_span.sql and 0005_leasehold_id_format.sql \
+             (written for the default table name leasehold_leases)"
         );
         if columns.is_empty() {
             return Ok(Some(Schema::Broken(AcquireError::MissingSchema {
@@ -436,7 +443,24 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         if floorless.is_empty() {
             let spanless = lacks(&SPAN_COLUMNS);
             if spanless.is_empty() {
-                return Ok(None);
+                let formatless = lacks(&ID_FORMAT_COLUMNS);
+                if formatless.is_empty() {
+                    return Ok(None);
+                }
+                return Ok(Some(Schema::Floorless(AcquireError::MissingSchema {
+                    what: format!(
+                        "the lease table {table} lacks the column {} that records the ID format \
+                         of each pool, so that a process generating another format is refused \
+                         (its values could equal the pool's)",
+                        formatless.join(", ")
+                    ),
+                    fix: format!(
+                        "run `SqlStrategy::ensure_table()` (or `ensure_pool(&pool)`) once, \
+                         which adds it, or apply \
+                         lease-sql/migrations/{engine}/0005_leasehold_id_format.sql; existing \
+                         leases are kept"
+                    ),
+                })));
             }
             return Ok(Some(Schema::Floorless(AcquireError::MissingSchema {
                 what: format!(
@@ -447,8 +471,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 ),
                 fix: format!(
                     "run `SqlStrategy::ensure_table()` (or `ensure_pool(&pool)`) once, which \
-                     adds it, or apply lease-sql/migrations/{engine}/0003_leasehold_span.sql; \
-                     existing leases are kept"
+                     adds it, or apply lease-sql/migrations/{engine}/0003_leasehold_span.sql \
+                     and 0005_leasehold_id_format.sql; existing leases are kept"
                 ),
             })));
         }
@@ -461,8 +485,9 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             ),
             fix: format!(
                 "run `SqlStrategy::ensure_table()` (or `ensure_pool(&pool)`) once, which adds \
-                 them, or apply lease-sql/migrations/{engine}/0002_leasehold_floor.sql and \
-                 0003_leasehold_span.sql; existing leases are kept"
+                 them, or apply lease-sql/migrations/{engine}/0002_leasehold_floor.sql, \
+                 0003_leasehold_span.sql and 0005_leasehold_id_format.sql; existing leases are \
+                 kept"
             ),
         })))
     }
@@ -501,13 +526,20 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         loop {
             let token = Token::random();
             match self.try_acquire(pool, &token, ceiling).await {
-                Ok(Some(claim)) => {
+                Ok(Attempt::OtherFormat(recorded)) => {
+                    return Err(AcquireError::OtherIdFormat {
+                        pool: pool.name().to_string(),
+                        recorded,
+                        ours: pool.id_format().map(|f| f.text().to_owned()).unwrap_or_default(),
+                    });
+                }
+                Ok(Attempt::Claimed(claim)) => {
                     let ttl = applied_ttl::<D>(pool.ttl());
                     return Ok(Grant::new(claim.slot, token, Fence(claim.fence), ttl)
                         .with_floor(claim.floor)
                         .with_store_time(store_time(claim.now)));
                 }
-                Ok(None) => {
+                Ok(Attempt::NoFreeSlot) => {
                     // No free slot: the restart guard holds, or the pool is
                     // full, or it lacks rows (never prepared, or it grew).
                     // Rare path: check, count, fill, retry once.
@@ -536,13 +568,13 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         }
     }
 
-    /// One acquisition attempt: `Ok(None)` when no free slot was found.
+    /// One acquisition attempt.
     async fn try_acquire(
         &self,
         pool: &PoolSpec,
         token: &Token,
         ceiling: Floor,
-    ) -> Result<Option<Claim>, Failure> {
+    ) -> Result<Attempt, Failure> {
         // Where a scan locks the rows it skips (`Dialect::RANDOM_START`), each
         // attempt starts at a random slot and wraps around: a second round trip
         // only when the upper part is full.
@@ -550,14 +582,11 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             let bytes = Token::random();
             let b = bytes.as_bytes();
             let start = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) % pool.size();
-            if let Some(g) = self
+            let first = self
                 .try_range(pool, token, ceiling, start, pool.size())
-                .await?
-            {
-                return Ok(Some(g));
-            }
-            if start == 0 {
-                return Ok(None);
+                .await?;
+            if !matches!(first, Attempt::NoFreeSlot) || start == 0 {
+                return Ok(first);
             }
             return self.try_range(pool, token, ceiling, 0, start).await;
         }
@@ -572,14 +601,40 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         ceiling: Floor,
         from: u32,
         to: u32,
-    ) -> Result<Option<Claim>, Failure> {
+    ) -> Result<Attempt, Failure> {
         let sql = self
             .sql
             .acquire::<D>(pool, token.as_bytes(), ceiling.0, from, to);
         let rows = self
             .timed("acquire", self.fetch_all(sqlx::raw_sql(&sql)))
             .await?;
-        rows.first().map(decode_grant::<D>).transpose()
+        // The claim's row (four columns) if it claimed a slot, then, when the
+        // claim declares a format, the pool's recorded format (one column).
+        let (recorded, claimed): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r.len() == 1);
+        if let Some(row) = claimed.first() {
+            return decode_grant::<D>(row).map(Attempt::Claimed);
+        }
+        let Some(ours) = pool.id_format() else {
+            return Ok(Attempt::NoFreeSlot);
+        };
+        let recorded: Option<String> = match recorded.first() {
+            Some(row) => row
+                .try_get(0)
+                .map_err(|e| D::classify("acquire: decoding the recorded ID format", &e))?,
+            None => None,
+        };
+        match recorded {
+            Some(r) if r == ours.text() => Ok(Attempt::NoFreeSlot),
+            Some(r) => Ok(Attempt::OtherFormat(r)),
+            // The claim inserts the record before it reads it: a missing
+            // one is a table someone else changed.
+            None => Err(Failure::Final(format!(
+                "acquire: the ID format of pool {} is not recorded in {} right after the claim \
+                 recorded it (the row of slot {POOL_ROW} is missing or its id_format is NULL)",
+                pool.name(),
+                self.info.table
+            ))),
+        }
     }
 
     /// How long the restart guard still holds for leases of `pool`, if it
@@ -814,6 +869,17 @@ enum Schema {
     Broken(AcquireError),
     /// A 0.1 or 0.2 table: `ensure_table` migrates it.
     Floorless(AcquireError),
+}
+
+/// What one acquisition round trip came to.
+enum Attempt {
+    /// A slot was claimed.
+    Claimed(Claim),
+    /// No slot was free (or the restart guard holds, or the pool lacks rows).
+    NoFreeSlot,
+    /// The pool records another ID format than the claim declares (its
+    /// text): nothing was claimed.
+    OtherFormat(String),
 }
 
 /// What a claim answered: the slot, its fence, its floor from before, and

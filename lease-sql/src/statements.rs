@@ -36,6 +36,34 @@ pub(crate) const FLOOR_COLUMNS: [&str; 2] = ["floor_ms", "grant_floor_ms"];
 /// (DESIGN.md rule 12), so a holder with a longer TTL or skew than the
 /// claimer is waited out too.
 pub(crate) const SPAN_COLUMNS: [&str; 1] = ["span_ms"];
+
+/// The ID-format column added in 0.3
+/// (`migrations/<engine>/0005_leasehold_id_format.sql`; `ensure_table` adds
+/// it): `id_format`, the canonical text of the ID format a pool's holders
+/// generate, on the pool's own row ([`POOL_ROW`]); NULL on slot rows.
+pub(crate) const ID_FORMAT_COLUMNS: [&str; 1] = ["id_format"];
+
+/// The slot number of a pool's own row, which records the pool's ID format.
+///
+/// Why a row per pool and not a column on the slot rows: the check must be
+/// decided on one row that every claim of the pool meets. With the format
+/// on the slot rows, a claim of slot 3 would have to look for another
+/// format on the other rows, and that read (a statement snapshot in
+/// PostgreSQL READ COMMITTED, a consistent read in InnoDB) does not see a
+/// concurrent claim of slot 5 that has not committed yet: two formats could
+/// each claim a slot of a fresh pool. The pool's row is instead inserted by
+/// the first claim that declares a format, and a second inserter of the same
+/// key waits for the first to commit (PostgreSQL's speculative insertion,
+/// InnoDB's duplicate-key lock, SQLite's single writer) and then finds its
+/// row; the claim reads the record in a later statement of the same
+/// transaction, and a record once written is never changed, so what the
+/// claim read cannot go stale before it commits.
+///
+/// The number lies beyond every slot a pool can have (at most
+/// [`leasehold_core::MAX_POOL_SIZE`]) and fits every engine's slot column,
+/// so no claim, count, renewal, revoke or inspection of slots reaches the
+/// row (its fence stays 0, which inspection skips anyway).
+pub(crate) const POOL_ROW: u32 = 2_147_483_647;
 /// The issuer columns of the fence table, added in 0.3
 /// (`migrations/<engine>/0004_leasehold_fence_issuer.sql`;
 /// `FenceTable::ensure` adds them to an older table): the pool and slot
@@ -184,6 +212,9 @@ impl Statements {
             free.push_str(&format!(" AND {resume_in} <= 0"));
         }
         let token = D::token_literal(&hex(token));
+        let format = spec
+            .id_format()
+            .map(|f| D::format_literal(&hex(f.text().as_bytes())));
         // `grant_floor_ms` comes first: MySQL assigns left to right, reading
         // columns already assigned; PostgreSQL and SQLite read the old row.
         // The fence is at least the server's clock in microseconds, so a
@@ -202,7 +233,15 @@ impl Statements {
             D::expires_after(&D::ttl_literal(spec.ttl())),
             D::greatest("span_ms", &span_millis(spec).to_string()),
         );
-        D::acquire(t, pool, &free, &set, &token, D::NOW_MICROS)
+        D::acquire(
+            t,
+            pool,
+            &free,
+            &set,
+            &token,
+            D::NOW_MICROS,
+            format.as_deref(),
+        )
     }
 
     /// The renewal as text with every value a literal, then the rows it
@@ -234,6 +273,25 @@ impl Statements {
         let values: Vec<String> = (from..to).map(|s| format!("('{pool}', {s})")).collect();
         D::insert_missing(&self.table, "pool, slot", &values.join(", "), "pool, slot")
     }
+}
+
+/// The record of `pool`'s ID format `literal` (see
+/// [`Dialect::format_literal`]) in the lease table `t` (quoted): inserts the
+/// pool's row ([`POOL_ROW`]) with it unless the row exists, in which case
+/// the format recorded first stays. A concurrent inserter waits for the
+/// first to commit and then inserts nothing.
+pub(crate) fn record_format<D: Dialect>(t: &str, pool: &str, literal: &str) -> String {
+    D::insert_missing(
+        t,
+        "pool, slot, id_format",
+        &format!("('{pool}', {POOL_ROW}, {literal})"),
+        "pool, slot",
+    )
+}
+
+/// The condition that selects `pool`'s own row ([`POOL_ROW`]).
+pub(crate) fn pool_row(pool: &str) -> String {
+    format!("pool = '{pool}' AND slot = {POOL_ROW}")
 }
 
 /// The holder's restart span as stored in `span_ms`: whole milliseconds,
@@ -275,13 +333,15 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         }
-        fn check<D: Dialect>(first: &str, floor: &str, span: &str, issuer: &str) {
+        fn check<D: Dialect>(first: &str, floor: &str, span: &str, issuer: &str, format: &str) {
             let t = TableName::default().quoted(D::QUOTE);
             // 0001 is the 0.1 table: today's DDL without the floor columns.
             let ddl = D::create_table(&t);
             let v1: Vec<&str> = ddl
                 .lines()
-                .filter(|l| !l.contains("floor_ms") && !l.contains("span_ms"))
+                .filter(|l| {
+                    !l.contains("floor_ms") && !l.contains("span_ms") && !l.contains("id_format")
+                })
                 .collect();
             assert_eq!(
                 body(first).trim().trim_end_matches(';'),
@@ -311,9 +371,22 @@ mod tests {
                 "{} 0003 migration drifted",
                 D::ENGINE
             );
-            for c in FLOOR_COLUMNS.iter().chain(&SPAN_COLUMNS) {
+            // 0005 adds exactly the ID-format column.
+            assert_eq!(
+                body(format).trim(),
+                format!("{};", D::add_format_column(&t)),
+                "{} 0005 migration drifted",
+                D::ENGINE
+            );
+            for c in FLOOR_COLUMNS
+                .iter()
+                .chain(&SPAN_COLUMNS)
+                .chain(&ID_FORMAT_COLUMNS)
+            {
                 assert!(ddl.contains(c), "{} DDL lacks {c}", D::ENGINE);
             }
+            let typed = format!("id_format      {}", D::FORMAT_TYPE);
+            assert!(ddl.contains(&typed), "{} DDL lacks {typed}", D::ENGINE);
             // 0004 adds exactly the fence table's issuer columns, as
             // `FenceTable::ensure` does, and a new fence table has them.
             let f = TableName::new("leasehold_fences").unwrap().quoted(D::QUOTE);
@@ -342,18 +415,21 @@ mod tests {
             include_str!("../migrations/postgres/0002_leasehold_floor.sql"),
             include_str!("../migrations/postgres/0003_leasehold_span.sql"),
             include_str!("../migrations/postgres/0004_leasehold_fence_issuer.sql"),
+            include_str!("../migrations/postgres/0005_leasehold_id_format.sql"),
         );
         check::<sqlx::MySql>(
             include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
             include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
             include_str!("../migrations/mysql/0003_leasehold_span.sql"),
             include_str!("../migrations/mysql/0004_leasehold_fence_issuer.sql"),
+            include_str!("../migrations/mysql/0005_leasehold_id_format.sql"),
         );
         check::<sqlx::Sqlite>(
             include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
             include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
             include_str!("../migrations/sqlite/0003_leasehold_span.sql"),
             include_str!("../migrations/sqlite/0004_leasehold_fence_issuer.sql"),
+            include_str!("../migrations/sqlite/0005_leasehold_id_format.sql"),
         );
     }
 

@@ -213,13 +213,20 @@ fn migration(s: &SqlStrategy, file: &str, table: &str) -> String {
         (Engine::Postgres, "0002") => {
             include_str!("../migrations/postgres/0002_leasehold_floor.sql")
         }
-        (Engine::Postgres, _) => include_str!("../migrations/postgres/0003_leasehold_span.sql"),
+        (Engine::Postgres, "0003") => {
+            include_str!("../migrations/postgres/0003_leasehold_span.sql")
+        }
+        (Engine::Postgres, _) => {
+            include_str!("../migrations/postgres/0005_leasehold_id_format.sql")
+        }
         (Engine::MySql, "0001") => include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
         (Engine::MySql, "0002") => include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
-        (Engine::MySql, _) => include_str!("../migrations/mysql/0003_leasehold_span.sql"),
+        (Engine::MySql, "0003") => include_str!("../migrations/mysql/0003_leasehold_span.sql"),
+        (Engine::MySql, _) => include_str!("../migrations/mysql/0005_leasehold_id_format.sql"),
         (_, "0001") => include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
         (_, "0002") => include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
-        (_, _) => include_str!("../migrations/sqlite/0003_leasehold_span.sql"),
+        (_, "0003") => include_str!("../migrations/sqlite/0003_leasehold_span.sql"),
+        (_, _) => include_str!("../migrations/sqlite/0005_leasehold_id_format.sql"),
     };
     text.replace("leasehold_leases", table)
 }
@@ -336,8 +343,10 @@ async fn a_0_1_table_is_refused_then_migrated_by_ensure_pool(b: Arc<Sql>) -> Res
     Ok(())
 }
 
-/// Migrations 0001, 0002 and 0003, as a migration tool applies them, make a
-/// table `ensure_table` accepts as it is and that keeps floors.
+/// Migrations 0001, 0002, 0003 and 0005, as a migration tool applies them,
+/// make a table `ensure_table` accepts as it is, that keeps floors and
+/// records ID formats. Before 0005, a claim declaring a format is refused
+/// with a final error naming it; one declaring none still gets a slot.
 async fn the_shipped_migrations_make_a_floor_table(b: Arc<Sql>) -> Result<(), String> {
     let table = fresh_table("shipped");
     let s = SqlStrategy::connect(b.config().table(table.clone()))
@@ -354,6 +363,36 @@ async fn the_shipped_migrations_make_a_floor_table(b: Arc<Sql>) -> Result<(), St
         other => return Err(format!("check_schema on a 0.2 table: {other:?}")),
     }
     raw(&s, &migration(&s, "0003", &table)).await?;
+    let missing_format = |e: &AcquireError| {
+        matches!(e, AcquireError::MissingSchema { .. })
+            && e.to_string().contains("id_format")
+            && e.to_string().contains("0005_leasehold_id_format.sql")
+    };
+    match s.check_schema().await {
+        Err(e) if missing_format(&e) => {}
+        other => return Err(format!("check_schema without 0005: {other:?}")),
+    }
+    let before = fresh_pool(1, Duration::from_secs(30))?;
+    let format =
+        leasehold_core::IdFormat::new(1, "migrations test format").map_err(|e| e.to_string())?;
+    match s
+        .acquire(&before.clone().with_id_format(format), Floor::NONE)
+        .await
+    {
+        Err(e) if missing_format(&e) && !e.is_retryable() => {}
+        other => {
+            return Err(format!(
+                "a claim declaring a format without 0005: {other:?}"
+            ));
+        }
+    }
+    let undeclared = s
+        .acquire(&before, Floor::NONE)
+        .await
+        .map_err(|e| format!("a claim declaring no format without 0005: {e}"))?;
+    let r = s.release(&before, &undeclared, Floor::NONE).await;
+    ensure!(r == Release::Released, "release: {r:?}");
+    raw(&s, &migration(&s, "0005", &table)).await?;
     s.check_schema()
         .await
         .map_err(|e| format!("check_schema after the shipped migrations: {e}"))?;
@@ -1043,6 +1082,123 @@ async fn racing_fenced_writes_never_fail(b: Arc<Sql>) -> Result<(), String> {
     Ok(())
 }
 
+/// Claims declaring two ID formats race on fresh pools, each claimer on a
+/// connection of its own: the format recorded first is the only one that
+/// ever holds slots, and every claim of the other is refused with
+/// `OtherIdFormat` naming the winner. A check that read the other slots'
+/// rows would let both through: neither sees the other's claim before it
+/// commits. Half the pools have their slot rows prepared beforehand, so the
+/// claims race on the claim itself; the others have none, so they race on
+/// adding the rows too. The two formats of a pool differ only in letter
+/// case, or in a trailing space, which a comparison under a text collation
+/// would take for one format.
+async fn claims_of_two_id_formats_racing_on_a_fresh_pool_never_both_hold_slots(
+    b: Arc<Sql>,
+) -> Result<(), String> {
+    use leasehold_core::IdFormat;
+    const CLAIMERS: usize = 8;
+    // A claim that read the record in a snapshot older than its rival's commit
+    // got through in about one pool of ten here: forty make it show.
+    const POOLS: usize = 40;
+    let format = |text: &str| IdFormat::new(1, text).map_err(|e| e.to_string());
+    let pairs = [
+        [
+            format("race/v1: 41-bit ms, 10-bit slot")?,
+            format("race/v1: 41-bit MS, 10-bit slot")?,
+        ],
+        [
+            format("race/v1: 41-bit ms, 10-bit slot")?,
+            format("race/v1: 41-bit ms, 10-bit slot ")?,
+        ],
+    ];
+    // Connected before the race, so the claims, not the connects, race.
+    let mut stores = Vec::new();
+    for _ in 0..CLAIMERS {
+        stores.push(Arc::new(b.strategy().await?));
+    }
+    let mut failures = Vec::new();
+    for round in 0..POOLS {
+        let formats = &pairs[round % pairs.len()];
+        let pool = fresh_pool(CLAIMERS as u32, Duration::from_secs(30))?;
+        if round % 2 == 0 {
+            stores[0]
+                .ensure_pool(&pool)
+                .await
+                .map_err(|e| e.to_string())?;
+        } else {
+            stores[0].ensure_table().await.map_err(|e| e.to_string())?;
+        }
+        let start = Arc::new(tokio::sync::Barrier::new(CLAIMERS));
+        let mut tasks = Vec::new();
+        for (i, s) in stores.iter().enumerate() {
+            let (s, start) = (s.clone(), start.clone());
+            let spec = pool.clone().with_id_format(formats[i % 2].clone());
+            tasks.push(tokio::spawn(async move {
+                start.wait().await;
+                // Lock conflicts and busy files are retried, as the driver does.
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    match s.acquire(&spec, Floor::NONE).await {
+                        Err(e) if e.is_retryable() && tries < 20 => {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        r => return (i % 2, spec, r),
+                    }
+                }
+            }));
+        }
+        let mut holding = [Vec::new(), Vec::new()];
+        let mut refused = [0, 0];
+        let mut grants = Vec::new();
+        for t in tasks {
+            let (which, spec, r) = t.await.map_err(|e| e.to_string())?;
+            match r {
+                Ok(g) => {
+                    holding[which].push(g.slot);
+                    grants.push((spec, g));
+                }
+                Err(AcquireError::OtherIdFormat { recorded, ours, .. })
+                    if ours == formats[which].text() && recorded == formats[1 - which].text() =>
+                {
+                    refused[which] += 1;
+                }
+                Err(e) => failures.push(format!("pool {round}, format {which}: {e}")),
+            }
+        }
+        for (spec, g) in &grants {
+            let _ = stores[0].release(spec, g, Floor::NONE).await;
+        }
+        ensure!(
+            holding[0].is_empty() || holding[1].is_empty(),
+            "pool {round}: both formats hold slots: {:?} holds {:?}, {:?} holds {:?}",
+            formats[0].text(),
+            holding[0],
+            formats[1].text(),
+            holding[1]
+        );
+        let winner = usize::from(holding[0].is_empty());
+        ensure!(
+            holding[winner].len() == CLAIMERS / 2 && refused[1 - winner] == CLAIMERS / 2,
+            "pool {round}: the recorded format got slots {:?}, {} claims of the other were \
+             refused (of {} each)",
+            holding[winner],
+            refused[1 - winner],
+            CLAIMERS / 2
+        );
+    }
+    for s in &stores {
+        s.close().await;
+    }
+    ensure!(
+        failures.is_empty(),
+        "{} claims failed otherwise, e.g. {}",
+        failures.len(),
+        failures[0]
+    );
+    Ok(())
+}
+
 /// A renewal blocked behind another transaction's row lock (or, on SQLite,
 /// the file's write lock) answers `Retry` within about the operation timeout:
 /// the server-side limits and the client-side timeout both stop it; never
@@ -1153,6 +1309,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
         ensure_pool_is_idempotent_and_concurrent,
         fenced_write_refuses_a_stale_holder,
         racing_fenced_writes_never_fail,
+        claims_of_two_id_formats_racing_on_a_fresh_pool_never_both_hold_slots,
         a_write_from_another_slot_or_pool_is_refused_whatever_its_fence,
         take_over_moves_a_resource_and_refuses_the_old_pool_for_good,
         an_older_fence_table_is_migrated_and_keeps_its_fences,

@@ -166,6 +166,11 @@ pub(crate) trait Dialect: sqlx::Database {
     const TEXT_TYPE: &'static str = "TEXT";
     /// The type of the floor columns (signed 64-bit: Unix milliseconds).
     const FLOOR_TYPE: &'static str = "BIGINT";
+    /// The type of the `id_format` column: up to 200 ASCII characters
+    /// (`IdFormat::MAX_TEXT`) that compare byte for byte (no case folding,
+    /// no trailing-space padding: two formats are the same exactly when
+    /// their texts are equal).
+    const FORMAT_TYPE: &'static str;
 
     /// A slot number as bound and as decoded.
     type Slot: for<'q> Encode<'q, Self>
@@ -237,18 +242,46 @@ pub(crate) trait Dialect: sqlx::Database {
     fn token_literal(hex: &str) -> String;
     /// A UTF-8 holder (lower-case hex of its bytes) as a text literal.
     fn holder_literal(hex: &str) -> String;
+    /// An ID format's text (lower-case hex of its ASCII bytes) as a literal
+    /// of [`Dialect::FORMAT_TYPE`], compared with the `id_format` column
+    /// byte for byte.
+    fn format_literal(hex: &str) -> String {
+        Self::holder_literal(hex)
+    }
+    /// The `id_format` expression `expr` as text the driver decodes.
+    fn format_text(expr: &str) -> String {
+        expr.to_owned()
+    }
     /// The acquisition as one round trip of plain text: claims the lowest slot
     /// of `pool` that `free` selects with the assignments `set` (see
     /// `Statements::acquire`), and answers its slot, fence,
     /// `grant_floor_ms` and `now` (the server's time, [`Dialect::NOW_MICROS`]).
-    fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str, now: &str) -> String;
+    ///
+    /// With `format` (the claim declares an ID format: its
+    /// [`Dialect::format_literal`]), in the same transaction: first records
+    /// it for the pool (`statements::record_format`), then claims only if
+    /// the pool's recorded format is this one, and last answers one more
+    /// row of one column, the recorded format as text (NULL when there is
+    /// none), so a refusal can name it. A read of the record must see every
+    /// committed record (the record never changes once written, so a read
+    /// after the record's insert, in a new statement or a locking read, is
+    /// what the claim relies on; see `statements::POOL_ROW`).
+    fn acquire(
+        t: &str,
+        pool: &str,
+        free: &str,
+        set: &str,
+        token: &str,
+        now: &str,
+        format: Option<&str>,
+    ) -> String;
     /// `INSERT` of `values` into `columns` that skips rows whose `key` exists.
     fn insert_missing(t: &str, columns: &str, values: &str, key: &str) -> String {
         format!("INSERT INTO {t} ({columns}) VALUES {values} ON CONFLICT ({key}) DO NOTHING")
     }
     /// The DDL of the lease table `t` (quoted): the 0.1 table of
-    /// `migrations/<engine>/0001_leasehold_leases.sql` with the floor columns
-    /// of `0002_leasehold_floor.sql`.
+    /// `migrations/<engine>/0001_leasehold_leases.sql` with the columns the
+    /// later migrations add (`0002` floor, `0003` span, `0005` ID format).
     fn create_table(t: &str) -> String;
     /// Adds the integer column `column` (a floor column, or `span_ms`) to the
     /// lease table `t` (quoted): the statements of
@@ -259,6 +292,12 @@ pub(crate) trait Dialect: sqlx::Database {
             "ALTER TABLE {t} ADD COLUMN {column} {} NOT NULL DEFAULT 0",
             Self::FLOOR_TYPE
         )
+    }
+
+    /// Adds the `id_format` column to the lease table `t` (quoted): the
+    /// statement of `migrations/<engine>/0005_leasehold_id_format.sql`.
+    fn add_format_column(t: &str) -> String {
+        format!("ALTER TABLE {t} ADD COLUMN id_format {}", Self::FORMAT_TYPE)
     }
 
     /// The DDL of the fence table `t` (quoted), with the issuer columns.

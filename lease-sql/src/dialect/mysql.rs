@@ -14,6 +14,7 @@ use crate::config::SqlConfig;
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
+use crate::statements::{pool_row, record_format};
 
 /// How a lease connection is opened: the options, then the session's
 /// server-side limits.
@@ -32,6 +33,11 @@ impl Dialect for MySql {
         "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(6)) * 1000000 AS SIGNED)";
     const RENEW_AS_TEXT: bool = true;
     const TEXT_TYPE: &'static str = "CHAR";
+    // Binary: compared byte for byte. A text column's collation would fold
+    // case (the default utf8mb4 collations) or pad trailing spaces (every
+    // `_bin` collation of MariaDB), and two different formats would pass
+    // as one.
+    const FORMAT_TYPE: &'static str = "VARBINARY(200)";
     const COLUMNS: &'static str = "SELECT CAST(column_name AS CHAR) AS c FROM information_schema.columns \
          WHERE table_schema = DATABASE() AND table_name = ?";
 
@@ -138,19 +144,62 @@ impl Dialect for MySql {
     // keeps InnoDB from holding locks on the rows it scanned and skipped. A
     // failure or timeout inside it drops the connection (see conns.rs): the
     // server rolls back.
-    fn acquire(t: &str, pool: &str, free: &str, set: &str, token: &str, now: &str) -> String {
+    //
+    // With a format, the transaction first records it (`INSERT IGNORE` of
+    // the pool's row waits for a concurrent inserter of that row to commit,
+    // then keeps its row), then reads the record with a locking read, which
+    // sees the newest committed version whatever the isolation level (a
+    // consistent read under REPEATABLE READ could see an older snapshot),
+    // and claims only if it is this claim's format. The shared lock it
+    // takes conflicts with no other claim's.
+    fn acquire(
+        t: &str,
+        pool: &str,
+        free: &str,
+        set: &str,
+        token: &str,
+        now: &str,
+        format: Option<&str>,
+    ) -> String {
+        let (record, free, recorded) = match format {
+            Some(format) => {
+                let row = pool_row(pool);
+                (
+                    format!(
+                        "{}; SELECT id_format INTO @leasehold_format FROM {t} WHERE {row} \
+                         LOCK IN SHARE MODE; ",
+                        record_format::<Self>(t, pool, format)
+                    ),
+                    format!("{free} AND @leasehold_format = {format}"),
+                    format!("SELECT {}; ", Self::format_text("@leasehold_format")),
+                )
+            }
+            None => (String::new(), free.to_owned(), String::new()),
+        };
         format!(
-            "SET @leasehold_slot = NULL; \
+            "SET @leasehold_slot = NULL, @leasehold_format = NULL; \
              SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
              START TRANSACTION; \
+             {record}\
              SELECT slot INTO @leasehold_slot FROM {t} WHERE {free} \
              ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED; \
              UPDATE {t} SET {set} \
              WHERE pool = '{pool}' AND slot = @leasehold_slot; \
              SELECT slot, fence, grant_floor_ms, {now} FROM {t} WHERE pool = '{pool}' AND slot = @leasehold_slot \
              AND token = {token}; \
+             {recorded}\
              COMMIT"
         )
+    }
+
+    /// A binary string: compared with the VARBINARY column byte for byte.
+    fn format_literal(hex: &str) -> String {
+        format!("X'{hex}'")
+    }
+
+    /// The binary column as text (sqlx decodes a binary string as bytes).
+    fn format_text(expr: &str) -> String {
+        format!("CAST({expr} AS CHAR CHARACTER SET utf8mb4)")
     }
 
     fn insert_missing(t: &str, columns: &str, values: &str, _key: &str) -> String {
@@ -171,6 +220,7 @@ impl Dialect for MySql {
             \x20   floor_ms       BIGINT NOT NULL DEFAULT 0,\n\
             \x20   grant_floor_ms BIGINT NOT NULL DEFAULT 0,\n\
             \x20   span_ms        BIGINT NOT NULL DEFAULT 0,\n\
+            \x20   id_format      VARBINARY(200)  NULL,\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             ) ENGINE = InnoDB"
         )

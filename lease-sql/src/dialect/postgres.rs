@@ -12,6 +12,7 @@ use crate::config::SqlConfig;
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
+use crate::statements::{pool_row, record_format};
 
 impl Dialect for Postgres {
     const ENGINE: Engine = Engine::Postgres;
@@ -19,6 +20,9 @@ impl Dialect for Postgres {
     const QUOTE: char = '"';
     const RANDOM_START: bool = false;
     const NOW: &'static str = "CURRENT_TIMESTAMP(6)";
+    // Equality of text under the database's (always deterministic) default
+    // collation is byte equality; VARCHAR does not pad.
+    const FORMAT_TYPE: &'static str = "VARCHAR(200)";
     const NOW_MICROS: &'static str =
         "CAST(EXTRACT(EPOCH FROM CURRENT_TIMESTAMP(6)) * 1000000 AS BIGINT)";
     const COLUMNS: &'static str = "SELECT CAST(column_name AS TEXT) AS c FROM information_schema.columns \
@@ -111,12 +115,38 @@ impl Dialect for Postgres {
         format!("convert_from(decode('{hex}', 'hex'), 'UTF8')")
     }
 
-    fn acquire(t: &str, _pool: &str, free: &str, set: &str, _token: &str, now: &str) -> String {
+    // With a format, three statements in one simple-query message: one
+    // implicit transaction (rolled back whole if any fails), each statement
+    // with a snapshot of its own under READ COMMITTED. The record's insert
+    // waits for a concurrent inserter of the pool's row to commit, so the
+    // claim's snapshot, taken after it, sees whichever record was first.
+    fn acquire(
+        t: &str,
+        pool: &str,
+        free: &str,
+        set: &str,
+        _token: &str,
+        now: &str,
+        format: Option<&str>,
+    ) -> String {
+        let claim = |free: &str| {
+            format!(
+                "UPDATE {t} SET {set} \
+                 WHERE (pool, slot) = (SELECT pool, slot FROM {t} WHERE {free} \
+                 ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 RETURNING slot, fence, grant_floor_ms, {now}"
+            )
+        };
+        let Some(format) = format else {
+            return claim(free);
+        };
+        let row = pool_row(pool);
         format!(
-            "UPDATE {t} SET {set} \
-             WHERE (pool, slot) = (SELECT pool, slot FROM {t} WHERE {free} \
-             ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING slot, fence, grant_floor_ms, {now}"
+            "{}; {}; SELECT id_format FROM {t} WHERE {row}",
+            record_format::<Self>(t, pool, format),
+            claim(&format!(
+                "{free} AND (SELECT id_format FROM {t} WHERE {row}) = {format}"
+            )),
         )
     }
 
@@ -134,6 +164,7 @@ impl Dialect for Postgres {
             \x20   floor_ms       BIGINT NOT NULL DEFAULT 0,\n\
             \x20   grant_floor_ms BIGINT NOT NULL DEFAULT 0,\n\
             \x20   span_ms        BIGINT NOT NULL DEFAULT 0,\n\
+            \x20   id_format      VARCHAR(200),\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             )"
         )

@@ -16,6 +16,7 @@ use crate::config::SqlConfig;
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
+use crate::statements::{pool_row, record_format};
 
 /// `strftime` of UTC now with `modifier` appended: fixed-width text with
 /// milliseconds, ordered like the times it holds and readable by people
@@ -32,6 +33,8 @@ impl Dialect for Sqlite {
     const NOW: &'static str = "strftime('%Y-%m-%d %H:%M:%f','now')";
     const COLUMNS: &'static str = "SELECT name AS c FROM pragma_table_info(?)";
     const FLOOR_TYPE: &'static str = "INTEGER";
+    // TEXT compares with the BINARY collation: byte for byte, unpadded.
+    const FORMAT_TYPE: &'static str = "TEXT";
     // The wall clock of whichever process runs the statement: SQLite has no
     // server, so a step of this host's clock moves every expiry in the file.
     const NOW_MICROS: &'static str =
@@ -105,13 +108,39 @@ impl Dialect for Sqlite {
         format!("CAST(X'{hex}' AS TEXT)")
     }
 
-    fn acquire(t: &str, pool: &str, free: &str, set: &str, _token: &str, micros: &str) -> String {
+    // With a format, one transaction that takes the file's write lock at
+    // once (`BEGIN IMMEDIATE`): SQLite has one writer, so the record, the
+    // check and the claim see no other claim in between. A statement that
+    // fails leaves the transaction open; the connection is then dropped
+    // (conns.rs), which rolls it back.
+    fn acquire(
+        t: &str,
+        pool: &str,
+        free: &str,
+        set: &str,
+        _token: &str,
+        micros: &str,
+        format: Option<&str>,
+    ) -> String {
         let now = Self::NOW;
+        let claim = |free: &str| {
+            format!(
+                "UPDATE {t} SET {set} \
+                 WHERE pool = '{pool}' AND slot = (SELECT slot FROM {t} WHERE {free} \
+                 ORDER BY slot LIMIT 1) AND (token IS NULL OR expires_at <= {now}) \
+                 RETURNING slot, fence, grant_floor_ms, {micros}"
+            )
+        };
+        let Some(format) = format else {
+            return claim(free);
+        };
+        let row = pool_row(pool);
         format!(
-            "UPDATE {t} SET {set} \
-             WHERE pool = '{pool}' AND slot = (SELECT slot FROM {t} WHERE {free} \
-             ORDER BY slot LIMIT 1) AND (token IS NULL OR expires_at <= {now}) \
-             RETURNING slot, fence, grant_floor_ms, {micros}"
+            "BEGIN IMMEDIATE; {}; {}; SELECT id_format FROM {t} WHERE {row}; COMMIT",
+            record_format::<Self>(t, pool, format),
+            claim(&format!(
+                "{free} AND (SELECT id_format FROM {t} WHERE {row}) = {format}"
+            )),
         )
     }
 
@@ -129,6 +158,7 @@ impl Dialect for Sqlite {
             \x20   floor_ms       INTEGER NOT NULL DEFAULT 0,\n\
             \x20   grant_floor_ms INTEGER NOT NULL DEFAULT 0,\n\
             \x20   span_ms        INTEGER NOT NULL DEFAULT 0,\n\
+            \x20   id_format      TEXT,\n\
             \x20   PRIMARY KEY (pool, slot)\n\
             )"
         )
