@@ -62,7 +62,7 @@ pub(crate) const ID_FORMAT_COLUMNS: [&str; 1] = ["id_format"];
 /// The number lies beyond every slot a pool can have (at most
 /// [`leasehold_core::MAX_POOL_SIZE`]) and fits every engine's slot column,
 /// so no claim, count, renewal, revoke or inspection of slots reaches the
-/// row (its fence stays 0, which inspection skips anyway).
+/// row (inspection bounds it explicitly, and its fence stays 0 as well).
 pub(crate) const POOL_ROW: u32 = 2_147_483_647;
 /// The issuer columns of the fence table, added in 0.3
 /// (`migrations/<engine>/0004_leasehold_fence_issuer.sql`;
@@ -139,7 +139,7 @@ impl Statements {
         let count = format!("SELECT COUNT(*) FROM {t} WHERE pool = {pool} AND slot < {slot}");
         let inspect = format!(
             "SELECT slot, token, fence, holder, floor_ms, {}, {}, {} FROM {t} \
-             WHERE pool = {} AND fence > 0 ORDER BY slot",
+             WHERE pool = {} AND fence > 0 AND slot < {POOL_ROW} ORDER BY slot",
             D::micros_between(now, "expires_at"),
             D::micros_between("renewed_at", now),
             D::micros_between("acquired_at", now),

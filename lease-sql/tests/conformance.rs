@@ -422,7 +422,7 @@ async fn the_shipped_migrations_make_a_floor_table(b: Arc<Sql>) -> Result<(), St
     Ok(())
 }
 
-/// Issue 12 item 9: the password in the database URL never shows — not in
+/// The password in the database URL never shows — not in
 /// `Debug` of the config or the strategy, not in `identity()`, not in any
 /// error (a wrong password, an unreachable server, a missing table), and not
 /// in any span or event the driver emits while it holds, renews and releases.
@@ -476,12 +476,18 @@ async fn the_password_never_shows(b: Arc<Sql>) -> Result<(), String> {
             }
         }
     }
+    // SQLite has no password: its URL with one is refused at connect, and
+    // that refusal (the config's `Debug`, the error's `Display` and `Debug`)
+    // is what there is to check. Counted before the traces, which come from
+    // whatever else the process ran meanwhile.
+    let least = if b.addr.is_some() { 4 } else { 3 };
+    let checked = shown.count();
+    ensure!(checked >= least, "only {checked} texts checked");
     shown.traces();
-    ensure!(shown.count() >= 4, "only {} texts checked", shown.count());
     shown.verdict()
 }
 
-/// Issue 12 items 5 and 6: claims and renewals report the server's clock
+/// Claims and renewals report the server's clock
 /// (the driver compares its progress with the local clock's to catch a
 /// store clock jump) and the TTL the engine applied. The server's readings
 /// fall inside the local readings taken around the calls, whatever the load.

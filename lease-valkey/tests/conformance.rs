@@ -1382,7 +1382,7 @@ async fn a_reconnect_before_the_fsync_wait_proves_nothing(b: Arc<Valkey>) -> Out
     }
 }
 
-/// Issue 12 item 9: the password in the URL never shows — not in `Debug` of
+/// The password in the URL never shows — not in `Debug` of
 /// the config or the strategy, not in `identity()`, not in an error (a wrong
 /// password, an unreachable server), not in any span or event of a manager
 /// holding, renewing and releasing.
