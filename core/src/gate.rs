@@ -113,10 +113,20 @@ pub trait GenerationState: Send + Sync + 'static {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AttachError {
-    /// A generation state is already attached and in use.
+    /// A generator of the same kind is already attached and in use: clone
+    /// it instead (clones share its state).
     InUse {
         /// What the attached state belongs to (for example `"Sortable64"`).
         existing: &'static str,
+    },
+    /// A generator of another kind is already attached and in use. One lease
+    /// has one generation state, which makes one kind of ID, so a clone of
+    /// the first cannot help: the second kind needs a lease of its own.
+    OtherKind {
+        /// What the attached state belongs to (for example `"Sortable64"`).
+        existing: &'static str,
+        /// What was refused (for example `"Counter64"`).
+        requested: &'static str,
     },
     /// Generators on this gate used another ID format (a different layout):
     /// values of two formats for one slot can be equal.
@@ -134,6 +144,17 @@ impl fmt::Display for AttachError {
                 "this lease gate already has a generator ({existing}); two generators on one \
                  lease could hand out the same value: clone that generator instead of building \
                  another one (clones share its state)"
+            ),
+            Self::OtherKind {
+                existing,
+                requested,
+            } => write!(
+                f,
+                "this lease gate already has a generator of another kind ({existing}) in use, and \
+                 a lease has one generation state, which makes one kind of ID: a {requested} \
+                 generator needs a lease of its own. Start a second lease manager (it holds \
+                 another slot; use a pool of its own if the ID layouts differ, since a pool \
+                 keeps one ID format) and build the {requested} generator on its gate"
             ),
             Self::OtherForm { existing } => write!(
                 f,
@@ -415,8 +436,10 @@ impl LeaseGate {
     ///
     /// Returns the highest timestamp (Unix ms) issued under this gate by
     /// states attached before (the new state starts strictly after it).
-    /// Refused while an attached state is still in use, and for a state of
-    /// another ID format than the first one.
+    /// Refused while an attached state is still in use
+    /// ([`AttachError::InUse`] for one of the same kind,
+    /// [`AttachError::OtherKind`] for one of another kind), and for a state
+    /// of another ID format than the first one.
     pub fn attach(
         &self,
         kind: &'static str,
@@ -426,7 +449,14 @@ impl LeaseGate {
         if let Some(old) = &cold.attached
             && old.state.in_use()
         {
-            return Err(AttachError::InUse { existing: old.kind });
+            return Err(if old.kind == kind {
+                AttachError::InUse { existing: old.kind }
+            } else {
+                AttachError::OtherKind {
+                    existing: old.kind,
+                    requested: kind,
+                }
+            });
         }
         match cold.form {
             Some((form, existing)) if form != state.form() => {
@@ -599,9 +629,23 @@ mod tests {
             issued: AtomicU64::new(0),
             in_use: AtomicBool::new(true),
         });
-        let err = gate.attach("Second", second.clone()).unwrap_err();
+        let err = gate.attach("First", second.clone()).unwrap_err();
         assert_eq!(err, AttachError::InUse { existing: "First" });
         assert!(err.to_string().contains("clone"), "{err}");
+        // Another kind cannot be a clone of the first: it needs its own lease.
+        let err = gate.attach("Second", second.clone()).unwrap_err();
+        assert_eq!(
+            err,
+            AttachError::OtherKind {
+                existing: "First",
+                requested: "Second"
+            }
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("lease of its own") && !msg.contains("clone"),
+            "{msg}"
+        );
         // Once the first is gone, a new one starts after everything it issued.
         first.issued.store(150, Ordering::SeqCst);
         first.in_use.store(false, Ordering::SeqCst);

@@ -120,8 +120,9 @@ impl std::error::Error for GenerateError {}
 pub enum BuildError {
     /// The layout is invalid (see [`LayoutError`]).
     Layout(LayoutError),
-    /// The gate refused this generator: one is in use already (build one and
-    /// clone it), or earlier ones used another layout.
+    /// The gate refused this generator: one of the same kind is in use
+    /// already (clone it), one of another kind is (that kind needs a lease of
+    /// its own), or earlier ones used another layout.
     Gate(leasehold_core::AttachError),
 }
 

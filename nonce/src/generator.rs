@@ -58,8 +58,10 @@ macro_rules! generator {
             /// default clock, bound to `gate`.
             ///
             /// Fails when the gate already has a generator in use (one
-            /// generation state per lease: clone that generator instead), or
-            /// when the wall clock is before the layout's epoch (2025-01-01).
+            /// generation state per lease: of the same kind, clone that
+            /// generator instead; another kind needs a second lease, from a
+            /// second lease manager), or when the wall clock is before the
+            /// layout's epoch (2025-01-01).
             pub fn new(gate: LeaseGate) -> Result<Self, BuildError> {
                 Self::with_layout(gate, default_layout::<W>())
             }

@@ -50,8 +50,9 @@ type Make = fn(&LeaseGate) -> Result<(Next, Next), BuildError>;
 
 /// Any number of generators built from one gate (same or
 /// different kind, same width) never produce the same value. A second
-/// generator is refused with an error that says to clone the first; whoever
-/// follows that advice gets distinct values. (On the code before the fix, the
+/// generator is refused with an error that says to clone the first (same
+/// kind) or to take another lease (another kind); whoever follows that
+/// advice gets distinct values. (On the code before the fix, the
 /// second was built and 200,000 interleaved calls each gave 191,808
 /// duplicates.)
 #[test]
@@ -69,8 +70,14 @@ fn generators_on_one_gate_never_share_a_value() {
         let (a, clone_of_a) = first(&gate).unwrap();
         let b = match second(&gate) {
             Ok((b, _)) => b,
-            Err(BuildError::Gate(e)) => {
+            Err(BuildError::Gate(e @ AttachError::InUse { .. })) => {
                 assert!(e.to_string().contains("clone"), "{e}");
+                clone_of_a
+            }
+            // Another kind is sent to a lease of its own: on this one, only
+            // the first generator's values are made.
+            Err(BuildError::Gate(e @ AttachError::OtherKind { .. })) => {
+                assert!(e.to_string().contains("lease of its own"), "{e}");
                 clone_of_a
             }
             Err(e) => panic!("{e}"),
@@ -89,7 +96,7 @@ fn generators_on_one_gate_never_share_a_value() {
 fn a_second_generator_is_refused_while_the_first_lives() {
     let gate = open_gate(1);
     let first = Counter64::new(gate.clone()).unwrap();
-    let e = Sortable64::new(gate.clone()).unwrap_err();
+    let e = Counter64::new(gate.clone()).unwrap_err();
     assert!(matches!(
         e,
         BuildError::Gate(AttachError::InUse {
@@ -106,6 +113,36 @@ fn a_second_generator_is_refused_while_the_first_lives() {
     let enc = Encrypted::new(first.clone(), &key);
     let plain = enc.decrypt(enc.next().unwrap());
     assert!(first.next().unwrap() > plain);
+}
+
+/// A clone of a counter generator cannot make sortable IDs, so the refusal of
+/// a generator of another kind says what can: a lease of its own.
+#[test]
+fn a_generator_of_another_kind_is_told_to_take_its_own_lease() {
+    let gate = open_gate(1);
+    let _first = Sortable64::new(gate.clone()).unwrap();
+    let e = Counter64::new(gate.clone()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BuildError::Gate(AttachError::OtherKind {
+                existing: "Sortable64",
+                requested: "Counter64"
+            })
+        ),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("Sortable64")
+            && msg.contains("Counter64")
+            && msg.contains("lease of its own")
+            && msg.contains("second lease manager")
+            && !msg.contains("clone"),
+        "{msg}"
+    );
+    // Another lease takes it.
+    assert!(Counter64::new(open_gate(2)).is_ok());
 }
 
 /// A generator that went away hands its history to the next one on the gate.
