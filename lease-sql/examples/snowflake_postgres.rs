@@ -31,8 +31,9 @@ pub enum Response {
 pub async fn create_order(ids: &Sortable64) -> Response {
     // Without a lease no ID can be proven unique. Wait a little for it to be
     // held again (and for the clock to pass the previous holder's last
-    // timestamp) without blocking the runtime's thread; `next()` then
-    // neither refuses nor waits.
+    // timestamp) without blocking the runtime's thread; `next()` then waits
+    // at most for the next millisecond (it would otherwise wait for the
+    // floor on this thread, up to the lease's `max_clock_skew`).
     if let Err(not_ready) = ids.gate().wait_ready(Duration::from_millis(250)).await {
         let why = not_ready.to_string();
         return Response::Unavailable {

@@ -54,7 +54,8 @@ impl<G: Plain> Encrypted<G> {
 
     /// Fills `out` with encrypted nonces. Each plain value is made exactly
     /// as [`Encrypted::next`] makes it (every one checks the gate at its own
-    /// clock reading); they are then encrypted together, 32 Speck64 or 16
+    /// clock reading, and may wait as `next` does: for the next millisecond,
+    /// or for a new lease's floor at most the lease's `max_clock_skew`); they are then encrypted together, 32 Speck64 or 16
     /// Speck96 blocks at once on the CPU's widest vectors (AVX-512, AVX2,
     /// else SSE2), which costs a few nanoseconds a block where one block on
     /// its own costs 18 (Speck64) to 64 (Speck96). AES is not batched: one

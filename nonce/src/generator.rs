@@ -165,7 +165,9 @@ generator!(
     /// started, but its timestamp never passes real time: once the saved-up
     /// milliseconds are spent it waits (2^13 values per millisecond with the
     /// default layout). The 96- and 128-bit forms advance their timestamp only
-    /// every 2^45 and never (2^64 values), so they never wait in practice.
+    /// every 2^45 and never (2^64 values), so they never wait for that. Every
+    /// form also waits after a new lease whose floor is ahead of this host's
+    /// clock, at most the lease's `max_clock_skew` (see `next`).
     ///
     /// Cloning shares the state (hand clones to threads).
     Counter,
@@ -178,8 +180,11 @@ generator!(
     ///
     /// The 64-bit form gives at most 2^13 values per millisecond (default
     /// layout) and waits for the next millisecond when they are spent. The
-    /// 96- and 128-bit forms allow 2^21 per millisecond. A wall clock that
-    /// goes backwards never makes a timestamp repeat (see the crate docs).
+    /// 96- and 128-bit forms allow 2^21 per millisecond. After a new lease
+    /// whose floor is ahead of this host's clock, every form waits for the
+    /// clock to pass it, at most the lease's `max_clock_skew` (see `next`). A
+    /// wall clock that goes backwards never makes a timestamp repeat (see the
+    /// crate docs).
     ///
     /// Cloning shares the state.
     Sortable,
