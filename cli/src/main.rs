@@ -132,12 +132,25 @@ pub(crate) struct StoreArgs {
     /// Kubernetes: a kubeconfig file (with --url k8s://).
     #[arg(long)]
     pub(crate) kubeconfig: Option<PathBuf>,
-    /// The pool's size, for stores that look slots up one by one.
-    #[arg(long, default_value_t = 512)]
-    pub(crate) size: u32,
+    /// The pool's size: `status` and `watch` count its never-used slots as
+    /// free, and stores that look slots up one by one look up this many
+    /// [default: 512]
+    #[arg(long)]
+    pub(crate) size: Option<u32>,
 }
 
 impl StoreArgs {
+    /// The size assumed when `--size` is not given: the default pool's.
+    pub(crate) const DEFAULT_SIZE: u32 = 512;
+
+    /// The pool's size as `--size` gives it, or the default.
+    pub(crate) fn pool_size(&self) -> table::Size {
+        table::Size {
+            slots: self.size.unwrap_or(Self::DEFAULT_SIZE),
+            given: self.size.is_some(),
+        }
+    }
+
     pub(crate) fn timeout(&self) -> Result<Duration, CliError> {
         if self.timeout.is_finite() && self.timeout > 0.0 && self.timeout <= 3600.0 {
             Ok(Duration::from_secs_f64(self.timeout))

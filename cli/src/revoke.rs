@@ -14,7 +14,7 @@ pub(crate) async fn revoke(
     slot: u32,
     yes: bool,
 ) -> Result<Exit, CliError> {
-    let spec = pool_spec(pool, args.size.max(slot.saturating_add(1)))?;
+    let spec = pool_spec(pool, args.pool_size().slots.max(slot.saturating_add(1)))?;
     if !yes && !std::io::stdin().is_terminal() {
         return Err(CliError::new(
             Exit::NotConfirmed,

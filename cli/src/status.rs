@@ -15,7 +15,8 @@ pub(crate) async fn status(
     pool: Option<&str>,
     json: bool,
 ) -> Result<Exit, CliError> {
-    let spec = pool.map(|p| pool_spec(p, args.size)).transpose()?;
+    let size = args.pool_size();
+    let spec = pool.map(|p| pool_spec(p, size.slots)).transpose()?;
     let store = Store::connect(args).await?;
     let Some(spec) = spec else {
         return list_pools(&store, json).await;
@@ -23,10 +24,10 @@ pub(crate) async fn status(
     let slots = store.inspect(&spec).await?;
     let name = spec.name().as_str();
     if json {
-        println!("{:#}", table::json(name, &store.describe(), &slots));
+        println!("{:#}", table::json(name, &store.describe(), &slots, size));
         return Ok(Exit::Ok);
     }
-    println!("{}", table::summary(name, &store.describe(), &slots));
+    println!("{}", table::summary(name, &store.describe(), &slots, size));
     let rows: Vec<Vec<String>> = slots.iter().map(table::row).collect();
     print!("{}", table::render(&rows, &|_, _| false, &|c| c.to_owned()));
     if slots.is_empty() {
@@ -68,7 +69,8 @@ pub(crate) async fn watch(
     interval: Duration,
     count: Option<u64>,
 ) -> Result<Exit, CliError> {
-    let spec = pool_spec(pool, args.size)?;
+    let size = args.pool_size();
+    let spec = pool_spec(pool, size.slots)?;
     let store = Store::connect(args).await?;
     let tty = std::io::stdout().is_terminal();
     let mut before: Option<BTreeMap<u32, Vec<String>>> = None;
@@ -78,7 +80,7 @@ pub(crate) async fn watch(
         reads += 1;
         let now: BTreeMap<u32, Vec<String>> =
             slots.iter().map(|s| (s.slot, table::stable(s))).collect();
-        let summary = table::summary(pool, &store.describe(), &slots);
+        let summary = table::summary(pool, &store.describe(), &slots, size);
         draw(&slots, before.as_ref(), &now, &summary, tty, interval);
         before = Some(now);
         if count.is_some_and(|n| reads >= n) {

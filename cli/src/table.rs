@@ -152,23 +152,65 @@ pub(crate) fn render(
     out
 }
 
-/// One line above the table: how many slots are held, revoked, free.
-pub(crate) fn summary(pool: &str, store: &str, slots: &[SlotInfo]) -> String {
+/// The size of the pool `status` looks at: `--size`, or the default.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Size {
+    /// How many slots the pool has.
+    pub(crate) slots: u32,
+    /// Whether `--size` gave it (else it is assumed).
+    pub(crate) given: bool,
+}
+
+/// How many slots are held, revoked and free. A store lists only the slots
+/// that were ever used, so every other slot of the pool is free too; a slot
+/// listed past the size makes the pool that much larger.
+struct Counts {
+    held: usize,
+    revoked: usize,
+    free: usize,
+    size: usize,
+}
+
+fn counts(slots: &[SlotInfo], size: Size) -> Counts {
     let count = |st: &str| slots.iter().filter(|s| state(s) == st).count();
+    let listed_end = slots.iter().map(|s| s.slot as usize + 1).max().unwrap_or(0);
+    let size = (size.slots as usize).max(listed_end);
+    let (held, revoked) = (count("held"), count("revoked"));
+    Counts {
+        held,
+        revoked,
+        free: size.saturating_sub(held + revoked),
+        size,
+    }
+}
+
+/// One line above the table: how many slots are held, revoked, free.
+pub(crate) fn summary(pool: &str, store: &str, slots: &[SlotInfo], size: Size) -> String {
+    let c = counts(slots, size);
+    let assumed = if size.given {
+        ""
+    } else {
+        " (an assumed size: give the pool's with --size)"
+    };
     format!(
-        "pool {pool} on {store}: {} held, {} revoked, {} free (times on the store's clock)",
-        count("held"),
-        count("revoked"),
-        count("free")
+        "pool {pool} on {store}: {} held, {} revoked, {} free of {} slots{assumed} (times on \
+         the store's clock)",
+        c.held, c.revoked, c.free, c.size
     )
 }
 
 /// The slots as JSON (durations in milliseconds).
-pub(crate) fn json(pool: &str, store: &str, slots: &[SlotInfo]) -> serde_json::Value {
+pub(crate) fn json(pool: &str, store: &str, slots: &[SlotInfo], size: Size) -> serde_json::Value {
     let ms = |d: Option<Duration>| d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let c = counts(slots, size);
     serde_json::json!({
         "pool": pool,
         "store": store,
+        "size": c.size,
+        "size_given": size.given,
+        "held": c.held,
+        "revoked": c.revoked,
+        "free": c.free,
         "slots": slots.iter().map(|s| serde_json::json!({
             "slot": s.slot,
             "state": state(s),
@@ -194,5 +236,69 @@ mod tests {
         assert_eq!(duration(Duration::from_secs(243)), "4 min 3 s");
         assert_eq!(duration(Duration::from_secs(7500)), "2 h 5 min");
         assert_eq!(unix_ms(1_735_689_600_123), "2025-01-01T00:00:00.123Z");
+    }
+
+    fn held(slot: u32) -> SlotInfo {
+        let mut s = SlotInfo::free(slot, leasehold_core::Fence(1), leasehold_core::Floor(0));
+        s.holder = Some(format!("worker-{slot}"));
+        s.expires_in = Some(Duration::from_secs(20));
+        s
+    }
+
+    /// A store lists only the slots ever used: the others are free too.
+    #[test]
+    fn never_used_slots_count_as_free() {
+        let slots = [held(0), held(1), held(2)];
+        let size = Size {
+            slots: 512,
+            given: true,
+        };
+        let line = summary("ids", "PostgreSQL 18.6", &slots, size);
+        assert_eq!(
+            line,
+            "pool ids on PostgreSQL 18.6: 3 held, 0 revoked, 509 free of 512 slots (times on the \
+             store's clock)"
+        );
+        let v = json("ids", "PostgreSQL 18.6", &slots, size);
+        assert_eq!(
+            (v["size"].as_u64(), v["free"].as_u64()),
+            (Some(512), Some(509))
+        );
+        // A released slot is listed, and free either way.
+        let slots = [
+            held(0),
+            SlotInfo::free(1, leasehold_core::Fence(2), leasehold_core::Floor(0)),
+        ];
+        let size = Size {
+            slots: 4,
+            given: true,
+        };
+        assert!(
+            summary("ids", "s", &slots, size).contains(": 1 held, 0 revoked, 3 free of 4 slots")
+        );
+    }
+
+    /// Without --size the count rests on an assumption, and says so; a slot
+    /// listed past the size shows the pool is larger than that.
+    #[test]
+    fn an_assumed_size_is_named_and_listed_slots_extend_it() {
+        let size = Size {
+            slots: 512,
+            given: false,
+        };
+        let line = summary("ids", "s", &[held(0)], size);
+        assert!(
+            line.contains(": 1 held, 0 revoked, 511 free of 512 slots (an assumed size"),
+            "{line}"
+        );
+        let size = Size {
+            slots: 2,
+            given: true,
+        };
+        let line = summary("ids", "s", &[held(0), held(5)], size);
+        assert!(
+            line.contains(": 2 held, 0 revoked, 4 free of 6 slots"),
+            "{line}"
+        );
     }
 }

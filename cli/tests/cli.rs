@@ -335,12 +335,13 @@ fn revoke_leaves_tombstone(env: &Env) -> TestResult {
 fn status_table(env: &Env) -> TestResult {
     let (pool, [a, b, c]) = three_slots(env)?;
     revoke_cli(env, &pool, b.slot)?;
-    let o = run(&["status", "--url", &env.url, "--pool", &pool]);
+    // Slots 0..3 were used; the other five of the pool count as free.
+    let o = run(&["status", "--url", &env.url, "--pool", &pool, "--size", "8"]);
     expect_code(&o, 0)?;
     let out = text(&o).0;
     let (summary, table) = out.split_once('\n').ok_or("no summary line")?;
     if !(summary.starts_with(&format!("pool {pool} on "))
-        && summary.ends_with(": 1 held, 1 revoked, 1 free (times on the store's clock)"))
+        && summary.ends_with(": 1 held, 1 revoked, 6 free of 8 slots (times on the store's clock)"))
     {
         return Err(format!("summary line: {summary}"));
     }
@@ -385,10 +386,16 @@ fn status_table(env: &Env) -> TestResult {
     }
     same_pattern(&norm_table(table), &want)?;
     // The same as JSON.
-    let o = run(&["status", "--url", &env.url, "--pool", &pool, "--json"]);
+    let o = run(&[
+        "status", "--url", &env.url, "--pool", &pool, "--size", "8", "--json",
+    ]);
     expect_code(&o, 0)?;
     let v: serde_json::Value =
         serde_json::from_slice(&o.stdout).map_err(|e| format!("--json output: {e}"))?;
+    let counts = ["size", "held", "revoked", "free"].map(|k| v[k].as_u64());
+    if counts != [Some(8), Some(1), Some(1), Some(6)] {
+        return Err(format!("JSON size, held, revoked, free: {counts:?}"));
+    }
     let states: Vec<(u64, String)> = v["slots"]
         .as_array()
         .ok_or("no slots array")?
@@ -462,6 +469,8 @@ fn watch_prints_changes(env: &Env) -> TestResult {
             &env.url,
             "--pool",
             &pool,
+            "--size",
+            "3",
             "--interval",
             "100",
             "--count",
@@ -501,7 +510,10 @@ fn watch_prints_changes(env: &Env) -> TestResult {
         }
     };
     let r = (|| {
-        wait_for(&|l| l.contains("2 held, 0 revoked, 1 free"), &mut lines)?;
+        wait_for(
+            &|l| l.contains("2 held, 0 revoked, 1 free of 3"),
+            &mut lines,
+        )?;
         revoke_cli(env, &pool, b.slot)?;
         wait_for(&|l| l.starts_with("changed: "), &mut lines)
     })();
