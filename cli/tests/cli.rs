@@ -1085,7 +1085,11 @@ fn offline_trials() -> Vec<Trial> {
             ] {
                 let o = run(&["status", "--url", url, "--pool", "ids", "--timeout", "2"]);
                 expect_code(&o, 4).map_err(|e| format!("{url}: {e}"))?;
-                one_line_error(&o).map_err(|e| format!("{url}: {e}"))?;
+                let line = one_line_error(&o).map_err(|e| format!("{url}: {e}"))?;
+                // The command has given up: no retry is coming.
+                if line.contains("will retry") {
+                    return Err(format!("{url}: promises a retry: {line}"));
+                }
             }
             Ok(())
         }),

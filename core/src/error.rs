@@ -87,6 +87,10 @@ impl From<String> for Reason {
 /// [`AcquireError::is_retryable`] splits the variants: the store being
 /// unreachable, contention and an exhausted pool may succeed later; the rest are
 /// misconfigurations that no retry fixes, and their messages say what to do.
+/// A message says "(retryable)", never that a retry will come: the lease
+/// manager retries, but the same error reaches callers that do not (a
+/// strategy called directly, `ensure_table`, the last error of a
+/// [`StartError::Timeout`] after the manager gave up).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AcquireError {
@@ -166,18 +170,18 @@ impl AcquireError {
 impl fmt::Display for AcquireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Unreachable(r) => write!(f, "lease store unreachable: {r} (will retry)"),
-            Self::Contention(r) => write!(f, "contention on the pool: {r} (will retry)"),
+            Self::Unreachable(r) => write!(f, "lease store unreachable: {r} (retryable)"),
+            Self::Contention(r) => write!(f, "contention on the pool: {r} (retryable)"),
             Self::PoolExhausted { pool, size } => write!(
                 f,
                 "pool {pool:?} is exhausted: all {size} slots are held; a slot frees when a holder \
-                 releases or its lease expires (will retry); if this persists, raise the pool size"
+                 releases or its lease expires (retryable); if this persists, raise the pool size"
             ),
             Self::StoreRestarted { resume_in } => write!(
                 f,
                 "the lease store restarted recently and may have lost leases it had \
                  acknowledged; no slot is granted for another {resume_in:?}, until every lease \
-                 from before the restart has expired (will retry)"
+                 from before the restart has expired (retryable)"
             ),
             Self::OtherIdFormat {
                 pool,
@@ -286,5 +290,31 @@ impl fmt::Display for Durability {
             write!(f, " {} = {} ({}; {});", r.setting, r.value, r.loses, r.fix)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that leaves the manager, after it gave up, or a strategy
+    /// called directly, reaches code that does not retry: it must not say
+    /// that a retry will come.
+    #[test]
+    fn retryable_errors_do_not_promise_a_retry() {
+        let unreachable = AcquireError::Unreachable(Reason::new("connection refused"));
+        let given_up = StartError::Timeout {
+            waited: Duration::from_secs(5),
+            last: Some(unreachable.clone()),
+        };
+        for text in [unreachable.to_string(), given_up.to_string()] {
+            assert!(!text.contains("will retry"), "{text}");
+            assert!(text.contains("(retryable)"), "{text}");
+        }
+        let exhausted = AcquireError::PoolExhausted {
+            pool: "ids".into(),
+            size: 2,
+        };
+        assert!(!exhausted.to_string().contains("will retry"), "{exhausted}");
     }
 }

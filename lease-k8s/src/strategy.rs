@@ -1132,9 +1132,9 @@ fn write_error(resp: &Resp, verb: &str, api: &Api, pool: &PoolSpec) -> AcquireEr
                 api.namespace
             ),
         },
-        429 => AcquireError::Unreachable(Reason::new(format!(
-            "the API server is throttling ({msg}); will retry"
-        ))),
+        429 => {
+            AcquireError::Unreachable(Reason::new(format!("the API server is throttling ({msg})")))
+        }
         s if s >= 500 => AcquireError::Unreachable(Reason::new(format!("{verb} leases: {msg}"))),
         _ => AcquireError::Misconfigured {
             what: format!(

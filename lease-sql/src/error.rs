@@ -14,8 +14,13 @@ pub enum SqlError {
     /// out). Final.
     #[error("invalid SQL lease configuration: {0}")]
     Config(#[from] ConfigError),
-    /// The database did not answer, or the connection broke. Retryable.
-    #[error("cannot reach the database: {0} (will retry)")]
+    /// The database did not answer, or the connection broke. Retryable:
+    /// nothing retries a failed `connect` or operator call by itself, so the
+    /// message says what to check before trying again.
+    #[error(
+        "cannot reach the database: {0}; check that it runs and that the URL's host and port \
+         are right, then try again"
+    )]
     Unreachable(Reason),
     /// The database answered the connection with an error no retry fixes
     /// (credentials, database name, privileges). Final.
@@ -124,4 +129,30 @@ pub enum FenceError {
     /// The database answered with an error.
     #[error("database error during a fenced write: {0}")]
     Database(#[from] sqlx::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{SqlConfig, SqlError, SqlStrategy};
+
+    /// A failed `connect` has returned: nothing retries it, so its message
+    /// must not promise a retry, and says what to check instead. Port 1 on
+    /// the loopback refuses: no server listens on it.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn a_refused_connection_does_not_promise_a_retry() {
+        let config =
+            SqlConfig::new("postgres://u@127.0.0.1:1/db").op_timeout(Duration::from_secs(5));
+        let e = match SqlStrategy::connect(config).await {
+            Ok(_) => panic!("connected to port 1"),
+            Err(e) => e,
+        };
+        assert!(matches!(e, SqlError::Unreachable(_)), "{e:?}");
+        assert!(e.is_retryable());
+        let text = e.to_string();
+        assert!(!text.contains("will retry"), "{text}");
+        assert!(text.contains("try again"), "{text}");
+    }
 }
