@@ -21,8 +21,49 @@ use crate::token::Token;
 /// comparable. A fence alone cannot tell which slot issued it: storage that
 /// checks fences keeps, per resource, the pool and slot of its last writer
 /// too, and refuses a write stamped by any other ([`FenceStamp`]).
+///
+/// Stores keep fences in signed 64-bit columns (SQL `BIGINT`): convert with
+/// [`Fence::to_i64`] or `i64::try_from`, which refuse a fence above
+/// `i64::MAX` instead of wrapping it negative (a wrapped fence would compare
+/// below every earlier one). SQL and Valkey/Redis fences are at least the
+/// store's clock in microseconds (rule 7), about 2^51 today: they fit until
+/// the year 294,247.
+///
+/// ```
+/// use leasehold_core::Fence;
+/// assert_eq!(Fence(7).to_i64(), Some(7));
+/// assert_eq!(Fence(u64::MAX).to_i64(), None);
+/// assert_eq!(Fence::try_from(7_i64), Ok(Fence(7)));
+/// assert!(Fence::try_from(-1_i64).is_err());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Fence(pub u64);
+
+impl Fence {
+    /// The fence as an `i64` (a `BIGINT` column), or `None` above
+    /// `i64::MAX`.
+    pub fn to_i64(self) -> Option<i64> {
+        i64::try_from(self.0).ok()
+    }
+}
+
+impl TryFrom<Fence> for i64 {
+    type Error = std::num::TryFromIntError;
+
+    /// Refuses a fence above `i64::MAX` (see [`Fence::to_i64`]).
+    fn try_from(fence: Fence) -> Result<Self, Self::Error> {
+        i64::try_from(fence.0)
+    }
+}
+
+impl TryFrom<i64> for Fence {
+    type Error = std::num::TryFromIntError;
+
+    /// A fence read back from a signed column; refuses a negative value.
+    fn try_from(value: i64) -> Result<Self, Self::Error> {
+        u64::try_from(value).map(Self)
+    }
+}
 
 impl fmt::Display for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

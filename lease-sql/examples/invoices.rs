@@ -50,7 +50,12 @@ impl Replica {
             .bind(i64::from(hour))
             .bind(amount)
             .bind(self.name)
-            .bind(i64::try_from(grant.fence.0).unwrap_or(i64::MAX))
+            .bind(
+                grant
+                    .fence
+                    .to_i64()
+                    .expect("fences fit a BIGINT until the year 294,247"),
+            )
             .execute(&mut *tx)
             .await?
             .rows_affected();

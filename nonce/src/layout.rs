@@ -214,6 +214,45 @@ impl Layout {
         UNIX_EPOCH + Duration::from_millis(self.epoch_unix_ms.saturating_add(self.max_millis()))
     }
 
+    /// For a 64-bit layout, the time until which its plain IDs fit a signed
+    /// 64-bit column (SQL `BIGINT`, `i64`): from then on the timestamp's top
+    /// bit is the value's sign bit, and [`Nonce64::to_i64`] answers `None`.
+    /// With a reserved bit every value fits, and this is [`overflows_at`]
+    /// (generation stops there anyway). `None` for 96- and 128-bit layouts,
+    /// which no `i64` holds (store them as bytes, or as a UUID).
+    ///
+    /// The default 64-bit layout (no reserved bit, 42 timestamp bits from
+    /// 2025-01-01) fits until 2094-09-07T15:47:35.552Z, 2^41 ms after its
+    /// epoch; [`Layout::snowflake`] keeps a reserved bit and always fits.
+    /// Counter IDs never carry a later time than Sortable ones, so both fit
+    /// until then. Encrypted IDs use all 64 bits at any time: about half
+    /// never fit (bind `nonce.0 as i64`, which round-trips through
+    /// `as u64` but does not keep the order, or use a `NUMERIC(20)` column).
+    ///
+    /// ```
+    /// use leasehold_nonce::Layout;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// let until = Layout::default64().i64_until().unwrap();
+    /// assert_eq!(until, UNIX_EPOCH + Duration::from_millis(3_934_712_855_552));
+    /// let snowflake = Layout::snowflake();
+    /// assert_eq!(snowflake.i64_until(), Some(snowflake.overflows_at()));
+    /// assert_eq!(Layout::default128().i64_until(), None);
+    /// ```
+    ///
+    /// [`overflows_at`]: Layout::overflows_at
+    /// [`Nonce64::to_i64`]: crate::Nonce64::to_i64
+    pub fn i64_until(&self) -> Option<SystemTime> {
+        if self.bits != 64 {
+            return None;
+        }
+        if self.reserved_bits > 0 {
+            return Some(self.overflows_at());
+        }
+        // The timestamp is the top field: its top bit is the sign bit.
+        let first_negative = 1u64 << (self.timestamp_bits - 1);
+        Some(UNIX_EPOCH + Duration::from_millis(self.epoch_unix_ms.saturating_add(first_negative)))
+    }
+
     /// A warning when the timestamp field runs out within a year of `now`.
     /// Check it at startup and log it.
     pub fn overflow_warning(&self, now: SystemTime) -> Option<OverflowWarning> {
@@ -418,6 +457,32 @@ impl LayoutBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The last millisecond before `i64_until` makes only values that fit a
+    /// signed 64-bit column, whatever their slot and counter; its first
+    /// millisecond makes none.
+    #[test]
+    fn i64_until_is_where_the_sign_bit_begins() {
+        let l = Layout::default64();
+        let until = l.i64_until().unwrap();
+        let ms = until.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+        assert_eq!(ms, 3_934_712_855_552, "2094-09-07T15:47:35.552Z");
+        let low = l.slot_bits() + l.counter_bits();
+        let field = ms - l.epoch_unix_ms();
+        let last_fitting = crate::Nonce64(((field - 1) << low) | ((1 << low) - 1));
+        assert!(last_fitting.to_i64().is_some());
+        assert_eq!(l.decode(last_fitting).millis, field - 1);
+        assert_eq!(crate::Nonce64(field << low).to_i64(), None);
+        // A reserved bit keeps the sign bit clear for the layout's whole life.
+        let reserved = Layout::builder(64)
+            .reserved_bits(1)
+            .timestamp_bits(41)
+            .build()
+            .unwrap();
+        let largest = crate::Nonce64(u64::MAX >> 1);
+        assert!(largest.to_i64().is_some());
+        assert_eq!(reserved.i64_until(), Some(reserved.overflows_at()));
+    }
 
     #[test]
     fn defaults_are_valid() {

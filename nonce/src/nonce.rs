@@ -71,6 +71,23 @@ impl Nonce96 {
 }
 
 impl Nonce64 {
+    /// The value as an `i64` (a SQL `BIGINT` column), or `None` when its top
+    /// bit is set: the value does not fit, and `as i64` would make it
+    /// negative, sorting before every smaller one. Plain IDs of the default
+    /// layout fit until 2094-09-07 ([`Layout::i64_until`](crate::Layout::i64_until)
+    /// says when for any layout); encrypted ones often do not.
+    ///
+    /// ```
+    /// use leasehold_nonce::Nonce64;
+    /// assert_eq!(Nonce64(42).to_i64(), Some(42));
+    /// assert_eq!(Nonce64(1 << 63).to_i64(), None);
+    /// assert_eq!(Nonce64::try_from(42_i64), Ok(Nonce64(42)));
+    /// assert!(Nonce64::try_from(-1_i64).is_err());
+    /// ```
+    pub fn to_i64(self) -> Option<i64> {
+        i64::try_from(self.0).ok()
+    }
+
     /// Big-endian bytes.
     pub fn to_bytes(self) -> [u8; 8] {
         self.0.to_be_bytes()
@@ -198,6 +215,24 @@ text_forms!(Nonce64, 64, 16, |n: Nonce64| u128::from(n.0), |v| Nonce64(
 ));
 text_forms!(Nonce96, 96, 24, |n: Nonce96| n.0, Nonce96);
 text_forms!(Nonce128, 128, 32, |n: Nonce128| n.0, Nonce128);
+
+impl TryFrom<Nonce64> for i64 {
+    type Error = std::num::TryFromIntError;
+
+    /// Refuses a value with its top bit set (see [`Nonce64::to_i64`]).
+    fn try_from(nonce: Nonce64) -> Result<Self, Self::Error> {
+        i64::try_from(nonce.0)
+    }
+}
+
+impl TryFrom<i64> for Nonce64 {
+    type Error = std::num::TryFromIntError;
+
+    /// A value read back from a signed column; refuses a negative one.
+    fn try_from(value: i64) -> Result<Self, Self::Error> {
+        u64::try_from(value).map(Self)
+    }
+}
 
 impl From<Nonce64> for u128 {
     fn from(n: Nonce64) -> u128 {
