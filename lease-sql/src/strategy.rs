@@ -94,7 +94,8 @@ impl SqlStrategy {
     /// (`sqlx::Postgres`, `sqlx::MySql`, `sqlx::Sqlite`), for your own
     /// (fenced) writes. It connects lazily, with the URL's settings (none of
     /// the lease connections' statement timeouts); the lease operations do not
-    /// use it.
+    /// use it. Query it with the sqlx this crate re-exports
+    /// ([`crate::sqlx`]), whose types are the pool's.
     pub fn pool<D: SqlDatabase>(&self) -> Option<&sqlx::Pool<D>> {
         self.ops.pool().downcast_ref()
     }
