@@ -403,7 +403,10 @@ impl ValkeyStrategy {
     /// yes`, `appendfsync always`), unless [`ValkeyConfig::restart_guard`]
     /// turned the guard off.
     fn guard_on(&self) -> bool {
-        self.inner.config.restart_guard && !self.inner.durability.keeps_every_write()
+        // (Rule 12 broken on purpose by the campaign's planted bugs; a
+        // constant false otherwise.)
+        let planted = leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
+        self.inner.config.restart_guard && !self.inner.durability.keeps_every_write() && !planted
     }
 
     /// The path in use.
