@@ -1034,7 +1034,7 @@ impl OwnServer {
     }
 
     fn signal(&self, which: &str) -> Outcome {
-        let status = Command::new("kill")
+        let status = leasehold_conformance::programs::command("kill")?
             .args([which, &self.child.id().to_string()])
             .status()
             .map_err(|e| format!("kill {which}: {e}"))?;
