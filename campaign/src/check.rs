@@ -76,6 +76,14 @@ pub struct Report {
     /// Grants whose fence was not above the fence of every earlier grant of
     /// the same slot: a fence issued again (a store that forgot its counter).
     pub fences_reissued: u64,
+    /// The earliest moment (BOOTTIME ns) at which what the check found had
+    /// happened, and what it was: when the second copy of a duplicate was
+    /// being made (the later of the two runs' start readings), when the
+    /// later of two overlapping periods opened, when a grant with a fence
+    /// issued again opened, when a worker saw a write accepted below a fence
+    /// accepted before it. `None` when nothing was found, or nothing found
+    /// carries a time (a stale fence only in a store's log).
+    pub first_found: Option<(u64, &'static str)>,
 }
 
 impl Report {
@@ -103,22 +111,29 @@ pub fn check(
     fence_logs: &BTreeMap<String, Vec<u64>>,
 ) -> Report {
     let mut report = Report::default();
-    let mut runs: HashMap<Kind, Vec<(u64, u64)>> = HashMap::new();
+    let mut runs: HashMap<Kind, Vec<(u64, u64, u64)>> = HashMap::new();
     let mut holds: BTreeMap<(u32, Kind, u32), Period> = BTreeMap::new();
+    let mut accepted_writes: BTreeMap<(Kind, u32), Vec<(u64, u64)>> = BTreeMap::new();
     for (worker, records) in logs {
         for r in records {
             match *r {
-                Record::Run { kind, first, last } => {
+                Record::Run {
+                    kind,
+                    first,
+                    last,
+                    at_ns,
+                } => {
                     *report.ids.entry(kind.name()).or_default() += last - first + 1;
-                    for id in [first, last] {
-                        if slot_of(id) >= pool_size {
-                            report.outside_pool += 1;
-                        }
+                    let outside = [first, last]
+                        .iter()
+                        .filter(|id| slot_of(**id) >= pool_size)
+                        .count()
+                        + usize::from(slot_of(first) != slot_of(last));
+                    report.outside_pool += outside as u64;
+                    if outside > 0 {
+                        found(&mut report.first_found, at_ns, "an ID outside the pool");
                     }
-                    if slot_of(first) != slot_of(last) {
-                        report.outside_pool += 1;
-                    }
-                    runs.entry(kind).or_default().push((first, last));
+                    runs.entry(kind).or_default().push((first, last, at_ns));
                 }
                 Record::Hold {
                     kind,
@@ -151,9 +166,19 @@ pub fn check(
                             closed,
                         });
                 }
-                Record::Fenced { accepted, .. } => {
+                Record::Fenced {
+                    accepted,
+                    kind,
+                    slot,
+                    fence,
+                    at_ns,
+                } => {
                     if accepted {
                         report.fenced_accepted += 1;
+                        accepted_writes
+                            .entry((kind, slot))
+                            .or_default()
+                            .push((at_ns, fence));
                     } else {
                         report.fenced_refused += 1;
                     }
@@ -167,12 +192,27 @@ pub fn check(
         }
     }
     for ranges in runs.values_mut() {
-        report.duplicates += overlap_count(ranges);
+        let (dups, when) = overlap_count(ranges);
+        report.duplicates += dups;
+        if let Some(at) = when {
+            found(&mut report.first_found, at, "duplicate IDs");
+        }
     }
     report.periods = holds.into_values().collect();
     report.grants_with_floor = report.periods.iter().filter(|p| p.floor > 0).count() as u64;
-    report.fences_reissued = fences_reissued(&report.periods);
+    let (reissued, when) = fences_reissued(&report.periods);
+    report.fences_reissued = reissued;
+    if let Some(at) = when {
+        found(&mut report.first_found, at, "a fence issued again");
+    }
     let (overlaps, closest) = period_overlaps(&report.periods);
+    for (_, later, _) in &overlaps {
+        found(
+            &mut report.first_found,
+            later.open_ns,
+            "overlapping holding periods",
+        );
+    }
     report.overlaps = overlaps;
     report.closest_handover_ns = closest;
     for fences in fence_logs.values() {
@@ -185,7 +225,33 @@ pub fn check(
             max = max.max(f);
         }
     }
+    // The stores' logs carry no time; the workers' own records of accepted
+    // writes, in the order they saw them accepted, do.
+    if report.fence_violations > 0 {
+        for writes in accepted_writes.values_mut() {
+            writes.sort_unstable();
+            let mut max = 0;
+            for &(at, f) in writes.iter() {
+                if f < max {
+                    found(
+                        &mut report.first_found,
+                        at,
+                        "a write accepted below an accepted fence",
+                    );
+                    break;
+                }
+                max = max.max(f);
+            }
+        }
+    }
     report
+}
+
+/// Keeps the earliest finding (a time of 0 is a record without one).
+fn found(first: &mut Option<(u64, &'static str)>, at_ns: u64, what: &'static str) {
+    if at_ns > 0 && first.is_none_or(|(t, _)| at_ns < t) {
+        *first = Some((at_ns, what));
+    }
 }
 
 /// Who made the duplicates: per `(kind, slot, earlier worker, later
@@ -195,7 +261,10 @@ pub fn duplicate_sources(logs: &[(u32, Vec<Record>)]) -> BTreeMap<(Kind, u32, u3
     let mut runs: BTreeMap<Kind, Vec<(u64, u64, u32)>> = BTreeMap::new();
     for (worker, records) in logs {
         for r in records {
-            if let Record::Run { kind, first, last } = *r {
+            if let Record::Run {
+                kind, first, last, ..
+            } = *r
+            {
                 runs.entry(kind).or_default().push((first, last, *worker));
             }
         }
@@ -219,43 +288,55 @@ pub fn duplicate_sources(logs: &[(u32, Vec<Record>)]) -> BTreeMap<(Kind, u32, u3
     out
 }
 
-/// How many values lie in more than one of the inclusive `ranges`.
-fn overlap_count(ranges: &mut [(u64, u64)]) -> u64 {
+/// How many values lie in more than one of the inclusive `ranges`
+/// (`(first, last, made at)`), and about when the first second copy was
+/// made: the later start of two overlapping ranges, the earliest such (a
+/// range is compared with the one reaching highest before it).
+fn overlap_count(ranges: &mut [(u64, u64, u64)]) -> (u64, Option<u64>) {
     ranges.sort_unstable();
     let mut dups = 0;
-    let mut covered: Option<u64> = None; // the highest value covered so far
-    for &(first, last) in ranges.iter() {
-        if let Some(top) = covered
+    let mut when: Option<u64> = None;
+    // The highest value covered so far, and when the range reaching it was made.
+    let mut covered: Option<(u64, u64)> = None;
+    for &(first, last, at) in ranges.iter() {
+        if let Some((top, top_at)) = covered
             && first <= top
         {
             dups += last.min(top) - first + 1;
+            let both = at.max(top_at);
+            if both > 0 && at > 0 && top_at > 0 {
+                when = Some(when.map_or(both, |w| w.min(both)));
+            }
         }
-        covered = Some(covered.map_or(last, |t| t.max(last)));
+        if covered.is_none_or(|(top, _)| last > top) {
+            covered = Some((last, at));
+        }
     }
-    dups
+    (dups, when)
 }
 
 /// Grants (periods, in the order they opened) whose fence is not above every
 /// earlier grant's on the same slot. A slot is only granted after its
 /// previous lease ended, so the order of the periods is the order of the
 /// grants.
-fn fences_reissued(periods: &[Period]) -> u64 {
+fn fences_reissued(periods: &[Period]) -> (u64, Option<u64>) {
     let mut by_slot: BTreeMap<(Kind, u32), Vec<&Period>> = BTreeMap::new();
     for p in periods {
         by_slot.entry((p.kind, p.slot)).or_default().push(p);
     }
-    let mut reissued = 0;
+    let (mut reissued, mut when) = (0, None::<u64>);
     for list in by_slot.values_mut() {
         list.sort_by_key(|p| p.open_ns);
         let mut highest: Option<u64> = None;
         for p in list.iter() {
             if highest.is_some_and(|h| p.fence <= h) {
                 reissued += 1;
+                when = Some(when.map_or(p.open_ns, |w| w.min(p.open_ns)));
             }
             highest = Some(highest.map_or(p.fence, |h| h.max(p.fence)));
         }
     }
-    reissued
+    (reissued, when)
 }
 
 /// Overlapping holding periods of one slot (two live holders), and the
@@ -359,6 +440,7 @@ mod tests {
                         kind: Kind::Sortable,
                         first: id(10, 3, 0),
                         last: id(10, 3, 99),
+                        at_ns: 0,
                     },
                 ),
                 (
@@ -367,6 +449,7 @@ mod tests {
                         kind: Kind::Sortable,
                         first: id(11, 3, 0),
                         last: id(11, 3, 5),
+                        at_ns: 0,
                     },
                 ),
                 hold(1, 3, 1, 100, 200),
@@ -377,6 +460,7 @@ mod tests {
             &BTreeMap::from([("slot-3".into(), vec![1, 1, 2])]),
         );
         assert!(r.is_clean(), "{r:?}");
+        assert_eq!(r.first_found, None);
         assert_eq!(r.total_ids(), 106);
         assert_eq!(r.fenced_logged, 3);
         assert_eq!(r.closest_handover_ns, Some(50));
@@ -394,6 +478,7 @@ mod tests {
                         kind: Kind::Counter,
                         first: id(10, 3, 0),
                         last: id(10, 3, 99),
+                        at_ns: 120,
                     },
                 ),
                 (
@@ -402,6 +487,7 @@ mod tests {
                         kind: Kind::Counter,
                         first: id(10, 3, 90),
                         last: id(10, 3, 120),
+                        at_ns: 140,
                     },
                 ),
                 (
@@ -410,6 +496,7 @@ mod tests {
                         kind: Kind::Counter,
                         first: id(10, 7, 0),
                         last: id(10, 7, 0),
+                        at_ns: 0,
                     },
                 ),
                 hold(1, 3, 1, 100, 200),
@@ -425,6 +512,9 @@ mod tests {
         assert_eq!(r.closest_handover_ns, Some(-50));
         assert_eq!(r.fence_violations, 1);
         assert!(!r.is_clean());
+        // The second copies were being made from 140 on, before the second
+        // holder's period opened at 150.
+        assert_eq!(r.first_found, Some((140, "duplicate IDs")));
         let items = vec![
             (
                 1,
@@ -432,6 +522,7 @@ mod tests {
                     kind: Kind::Counter,
                     first: id(10, 3, 0),
                     last: id(10, 3, 99),
+                    at_ns: 0,
                 },
             ),
             (
@@ -440,6 +531,7 @@ mod tests {
                     kind: Kind::Counter,
                     first: id(10, 3, 90),
                     last: id(10, 3, 120),
+                    at_ns: 0,
                 },
             ),
         ];

@@ -54,6 +54,9 @@ pub enum Record {
         first: u64,
         /// The last ID.
         last: u64,
+        /// A reading (BOOTTIME ns) taken before the first of them was made
+        /// (0: not recorded).
+        at_ns: u64,
     },
     /// A holding period of `slot`, as known at the time of writing: the gate
     /// opened at `open_ns` and is open until `until_ns` (its deadline) or
@@ -116,9 +119,15 @@ impl Record {
         let mut b = [0u8; SIZE];
         let mut put = |at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
         match *self {
-            Record::Run { kind, first, last } => {
+            Record::Run {
+                kind,
+                first,
+                last,
+                at_ns,
+            } => {
                 put(8, first);
                 put(16, last);
+                put(24, at_ns);
                 b[0] = b'R';
                 b[1] = kind.code();
             }
@@ -176,6 +185,7 @@ impl Record {
                 kind,
                 first: get(8),
                 last: get(16),
+                at_ns: get(24),
             },
             b'H' => Record::Hold {
                 kind,
@@ -248,37 +258,53 @@ pub fn read(path: &Path) -> io::Result<Vec<Record>> {
 #[derive(Debug)]
 pub struct RunBuilder {
     kind: Kind,
-    run: Option<(u64, u64)>,
+    run: Option<(u64, u64, u64)>,
+    /// The reading stamped on runs that start from now on.
+    now_ns: u64,
 }
 
 impl RunBuilder {
     /// For IDs of `kind`.
     pub fn new(kind: Kind) -> Self {
-        Self { kind, run: None }
+        Self {
+            kind,
+            run: None,
+            now_ns: 0,
+        }
+    }
+
+    /// A reading (BOOTTIME ns) taken before the IDs pushed next were made:
+    /// the time of the runs they start.
+    pub fn set_time(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
     }
 
     /// Adds `id`; returns the run it ended, if any.
     #[inline]
     pub fn push(&mut self, id: u64) -> Option<Record> {
         match &mut self.run {
-            Some((_, last)) if id == last.wrapping_add(1) => {
+            Some((_, last, _)) if id == last.wrapping_add(1) => {
                 *last = id;
                 None
             }
-            run => run.replace((id, id)).map(|(first, last)| Record::Run {
-                kind: self.kind,
-                first,
-                last,
-            }),
+            run => run
+                .replace((id, id, self.now_ns))
+                .map(|(first, last, at_ns)| Record::Run {
+                    kind: self.kind,
+                    first,
+                    last,
+                    at_ns,
+                }),
         }
     }
 
     /// The run in progress, ended.
     pub fn finish(&mut self) -> Option<Record> {
-        self.run.take().map(|(first, last)| Record::Run {
+        self.run.take().map(|(first, last, at_ns)| Record::Run {
             kind: self.kind,
             first,
             last,
+            at_ns,
         })
     }
 }
@@ -297,6 +323,7 @@ mod tests {
                 kind: Kind::Counter,
                 first: 5,
                 last: 9,
+                at_ns: 7,
             },
             Record::Hold {
                 kind: Kind::Sortable,
@@ -339,33 +366,20 @@ mod tests {
         assert_eq!(read(&path).unwrap(), records);
         std::fs::remove_dir_all(&dir).unwrap();
 
+        // Runs carry the reading taken before their first ID was made.
         let mut b = RunBuilder::new(Kind::Sortable);
-        let ended: Vec<_> = [1, 2, 3, 7, 8, 20]
-            .into_iter()
-            .filter_map(|v| b.push(v))
-            .collect();
-        assert_eq!(
-            ended,
-            [
-                Record::Run {
-                    kind: Kind::Sortable,
-                    first: 1,
-                    last: 3
-                },
-                Record::Run {
-                    kind: Kind::Sortable,
-                    first: 7,
-                    last: 8
-                }
-            ]
-        );
-        assert_eq!(
-            b.finish(),
-            Some(Record::Run {
-                kind: Kind::Sortable,
-                first: 20,
-                last: 20
-            })
-        );
+        let mut ended = Vec::new();
+        for (at, ids) in [(5, &[1, 2, 3][..]), (6, &[7, 8, 20][..])] {
+            b.set_time(at);
+            ended.extend(ids.iter().filter_map(|v| b.push(*v)));
+        }
+        let run = |first, last, at_ns| Record::Run {
+            kind: Kind::Sortable,
+            first,
+            last,
+            at_ns,
+        };
+        assert_eq!(ended, [run(1, 3, 5), run(7, 8, 6)]);
+        assert_eq!(b.finish(), Some(run(20, 20, 6)));
     }
 }

@@ -89,21 +89,26 @@ struct Current {
 /// Turns readings around batches into holding periods that contain every
 /// moment an ID was generated with the grant:
 ///
-/// - before a batch: a gate view, then a clock reading `t0`; a new epoch
-///   starts a period at `t0` (every ID of the batch is made after it);
+/// - before a batch: a gate view, then a clock reading `t0` (every ID of the
+///   batch is made after it). Generation is tried whenever the gate is open,
+///   even past its deadline: refusing there is the gate's job (DESIGN.md
+///   rule 5), not the tracker's, so a gate that failed to would show;
 /// - during the batch the caller keeps an ID only if, after it was made, the
 ///   gate still shows the epoch of the view (so the ID is that grant's), and
-///   reads the gate's deadline just before that check: the generator refuses
-///   past the deadline and a grant's deadline only moves later, so the ID was
-///   made before that deadline;
-/// - after it: a reading `t1`; the period lasts at least until the earlier of
-///   `t1` and the deadline read after the last kept ID. (A worker frozen in
-///   mid-batch reads `t1` long after it made its last ID; the deadline keeps
-///   the period to what the grant allowed.)
+///   reads the gate's deadline just before that check;
+/// - after it: a reading `t1`. A batch that kept an ID starts the grant's
+///   period at its `t0` if none has started, and the period lasts at least
+///   until `t0` and until the earlier of `t1` and the deadline read after the
+///   last kept ID. (A worker frozen in mid-batch reads `t1` long after it made
+///   its last ID; a gate that works refused past the deadline, which keeps
+///   the period to what the grant allowed. A gate that let an ID through
+///   after its deadline shows as a period reaching past it, to `t0`.)
 #[derive(Debug)]
 pub struct Tracker {
     kind: Kind,
     current: Option<Current>,
+    /// The view and the reading `t0` before the batch in progress.
+    batch: Option<(Snapshot, u64)>,
 }
 
 impl Tracker {
@@ -112,13 +117,13 @@ impl Tracker {
         Self {
             kind,
             current: None,
+            batch: None,
         }
     }
 
     /// Before a batch: `view` then the reading `t0_ns`. Pushes onto `out` the
-    /// records of a period that ended (a new epoch) and of one that starts.
-    /// Returns the epoch to generate with, or `None` when the gate is not
-    /// open at `t0_ns`.
+    /// record of a period that ended (a new epoch). Returns the epoch to
+    /// generate with, or `None` when the gate is closed.
     pub fn before(&mut self, view: Snapshot, t0_ns: u64, out: &mut Vec<Record>) -> Option<u64> {
         if let Some(cur) = self.current
             && cur.view.epoch != view.epoch
@@ -126,30 +131,25 @@ impl Tracker {
             out.push(self.record(&cur, true));
             self.current = None;
         }
-        if !view.open || t0_ns >= view.deadline_ns {
-            return None;
-        }
-        if self.current.is_none() {
-            let cur = Current {
-                view,
-                open_ns: t0_ns,
-                end_ns: t0_ns,
-            };
-            out.push(self.record(&cur, false));
-            self.current = Some(cur);
-        }
-        Some(view.epoch)
+        self.batch = view.open.then_some((view, t0_ns));
+        view.open.then_some(view.epoch)
     }
 
     /// After a batch made with `epoch`: the reading `t1_ns`, and the deadline
     /// read after the last ID kept (`None` when none was kept).
     pub fn after(&mut self, epoch: u64, t1_ns: u64, last_deadline_ns: Option<u64>) {
-        if let Some(cur) = &mut self.current
-            && cur.view.epoch == epoch
-            && let Some(deadline) = last_deadline_ns
-        {
-            cur.end_ns = cur.end_ns.max(t1_ns.min(deadline));
+        let (Some((view, t0)), Some(deadline)) = (self.batch.take(), last_deadline_ns) else {
+            return;
+        };
+        if view.epoch != epoch {
+            return;
         }
+        let cur = self.current.get_or_insert(Current {
+            view,
+            open_ns: t0,
+            end_ns: t0,
+        });
+        cur.end_ns = cur.end_ns.max(t0.max(t1_ns.min(deadline)));
     }
 
     /// The current period as known now (to write before the IDs it covers).
@@ -210,10 +210,14 @@ mod tests {
         // Closed gate: nothing to generate, nothing recorded.
         assert_eq!(t.before(snap(false, 0, 0, 0), 5, &mut out), None);
         assert!(out.is_empty() && t.hold().is_none());
-        // A grant: the period starts at the reading before the first batch.
+        // A grant whose first batch kept nothing starts no period.
+        assert_eq!(t.before(snap(true, 1, 2, 1_000), 50, &mut out), Some(1));
+        t.after(1, 60, None);
+        assert!(out.is_empty() && t.hold().is_none());
+        // The first batch that kept an ID starts the period at its reading.
         assert_eq!(t.before(snap(true, 1, 2, 1_000), 100, &mut out), Some(1));
-        assert_eq!(out.len(), 1);
         t.after(1, 150, Some(1_000));
+        assert!(out.is_empty());
         assert_eq!(span(&t.hold().unwrap()), (100, 150, false));
         // A batch whose end was read after a pause past the deadline: the
         // generator refused past it, so the period ends there.
@@ -224,22 +228,29 @@ mod tests {
         assert_eq!(t.before(snap(true, 1, 2, 2_000), 1_100, &mut out), Some(1));
         t.after(1, 1_200, Some(2_000));
         assert_eq!(span(&t.hold().unwrap()), (100, 1_200, false));
-        // Past the deadline: no generation; the period stays.
-        assert_eq!(t.before(snap(true, 1, 2, 2_000), 2_001, &mut out), None);
-        // A batch that kept no ID (the gate closed at once) moves nothing,
-        // however late its end was read.
+        // Past the deadline the gate is still asked (it refuses); a batch
+        // that kept no ID moves nothing, however late its end was read.
+        assert_eq!(t.before(snap(true, 1, 2, 2_000), 2_001, &mut out), Some(1));
         t.after(1, 9_000, None);
         assert_eq!(span(&t.hold().unwrap()), (100, 1_200, false));
-        // A new grant ends the old period (closed) and starts a new one.
+        // A gate that let IDs through after its deadline: the period reaches
+        // the batch's start, past the deadline.
+        assert_eq!(t.before(snap(true, 1, 2, 2_000), 2_500, &mut out), Some(1));
+        t.after(1, 2_600, Some(2_000));
+        assert_eq!(span(&t.hold().unwrap()), (100, 2_500, false));
+        // A new grant ends the old period (closed); the new one starts with
+        // its first kept ID.
         out.clear();
         assert_eq!(t.before(snap(true, 2, 0, 9_000), 3_000, &mut out), Some(2));
-        assert_eq!(out.len(), 2);
-        assert_eq!(span(&out[0]), (100, 1_200, true));
-        assert_eq!(span(&out[1]), (3_000, 3_000, false));
-        // A batch of another epoch does not move this period.
+        assert_eq!(out.len(), 1);
+        assert_eq!(span(&out[0]), (100, 2_500, true));
+        // A batch of another epoch than the one begun does not count.
         t.after(1, 4_000, Some(9_000));
-        assert_eq!(span(&t.hold().unwrap()), (3_000, 3_000, false));
-        assert_eq!(span(&t.finish().unwrap()), (3_000, 3_000, true));
+        assert!(t.hold().is_none());
+        assert_eq!(t.before(snap(true, 2, 0, 9_000), 3_100, &mut out), Some(2));
+        t.after(2, 3_200, Some(9_000));
+        assert_eq!(span(&t.hold().unwrap()), (3_100, 3_200, false));
+        assert_eq!(span(&t.finish().unwrap()), (3_100, 3_200, true));
         assert!(t.hold().is_none());
     }
 

@@ -115,6 +115,9 @@ impl Timing {
     /// The local deadline of a lease of `ttl` whose request was sent at
     /// `sent_at` (DESIGN.md, timing rule 2). The one place it is computed.
     pub fn deadline(&self, sent_at: crate::MonoTime, ttl: Duration) -> crate::MonoTime {
+        if crate::plant::active(crate::plant::Plant::NoMargin) {
+            return sent_at + ttl;
+        }
         sent_at + ttl - self.safety_margin
     }
 }
@@ -397,6 +400,26 @@ mod tests {
             msg.contains("`ttl`") && msg.contains("100ms to 24h"),
             "{msg}"
         );
+    }
+
+    /// Rule 2's deadline: the send time plus the TTL, less the margin. The
+    /// campaign's planted bugs can change it only in a build with the
+    /// `planted-bugs` feature and only when one is planted; none is here.
+    #[test]
+    fn the_deadline_counts_from_the_send_time_less_the_margin() {
+        let t = LeaseConfig::builder("p")
+            .ttl(Duration::from_secs(2))
+            .safety_margin(Duration::from_millis(200))
+            .build()
+            .unwrap()
+            .timing()
+            .clone();
+        let sent = crate::MonoTime::from_nanos(5_000_000_000);
+        assert_eq!(
+            t.deadline(sent, Duration::from_secs(2)),
+            crate::MonoTime::from_nanos(6_800_000_000)
+        );
+        assert!(!crate::plant::active(crate::plant::Plant::NoMargin));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::clock::MonoTime;
+use crate::plant::{self, Plant};
 use crate::strategy::{Fence, Floor};
 
 /// How far this host's clock may be behind a slot's floor before generation
@@ -274,6 +275,12 @@ impl LeaseGate {
     #[inline]
     pub fn check(&self, now: MonoTime) -> Result<u64, Closed> {
         let deadline = self.0.hot.deadline.load(Ordering::SeqCst);
+        // Without the `planted-bugs` feature the plant is a constant false.
+        let now = if plant::active(Plant::GateIgnoresDeadline) {
+            MonoTime::ZERO
+        } else {
+            now
+        };
         if now.as_nanos() < deadline {
             Ok(self.0.hot.epoch.load(Ordering::SeqCst))
         } else {
@@ -360,7 +367,12 @@ impl LeaseGate {
             h.epoch.fetch_add(1, Ordering::SeqCst);
             h.slot.store(o.slot, Ordering::SeqCst);
             h.fence.store(o.fence.0, Ordering::SeqCst);
-            h.floor.store(o.floor.0, Ordering::SeqCst);
+            let floor = if plant::active(Plant::NoFloor) {
+                Floor::NONE
+            } else {
+                o.floor
+            };
+            h.floor.store(floor.0, Ordering::SeqCst);
             h.ceiling.store(o.ceiling.0, Ordering::SeqCst);
             h.max_skew.store(nanos(o.max_clock_skew), Ordering::SeqCst);
             h.deadline

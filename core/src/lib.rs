@@ -18,6 +18,8 @@ mod leader_config;
 mod loss;
 pub mod machine;
 mod memory;
+#[doc(hidden)]
+pub mod plant;
 mod pool;
 mod rand;
 mod strategy;

@@ -11,8 +11,21 @@ use crate::config::Timing;
 use crate::error::{AcquireError, Reason, StartError};
 use crate::gate::Opening;
 use crate::loss::{LossCause, LossEvent};
+use crate::plant::{Plant, active};
 use crate::rand::SplitMix;
 use crate::strategy::{Floor, Grant};
+
+/// What a local deadline counts from: the time the request was sent
+/// (DESIGN.md, rule 2), or, with that rule broken on purpose, the time its
+/// answer arrived.
+#[inline]
+fn counted_from(sent_at: MonoTime, arrived: MonoTime) -> MonoTime {
+    if active(Plant::DeadlineFromArrival) {
+        arrived
+    } else {
+        sent_at
+    }
+}
 
 /// An event fed to the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -211,6 +224,11 @@ impl Machine {
                 .filter(|t| *t != MonoTime::MAX)
             }
             Phase::Held {
+                renew_at,
+                in_flight,
+                ..
+            } if active(Plant::NoStopAtDeadline) => (!*in_flight).then_some(*renew_at),
+            Phase::Held {
                 deadline,
                 renew_at,
                 in_flight,
@@ -311,7 +329,7 @@ impl Machine {
                     return out;
                 }
                 // Rule 2: from the send time, never from the answer's arrival.
-                let new_deadline = self.timing.deadline(sent_at, ttl);
+                let new_deadline = self.timing.deadline(counted_from(sent_at, now), ttl);
                 if new_deadline <= now {
                     self.lose(
                         LossCause::DeadlinePassed { last_retry: None },
@@ -369,7 +387,7 @@ impl Machine {
                     *renew_at = now + delay;
                     *last_retry = Some(reason);
                     *in_flight = false;
-                    if now >= *deadline {
+                    if now >= *deadline && !active(Plant::NoStopAtDeadline) {
                         let last_retry = last_retry.take();
                         self.lose(LossCause::DeadlinePassed { last_retry }, now, &mut out);
                     }
@@ -417,7 +435,7 @@ impl Machine {
             out.push(self.release(grant, now));
             return;
         };
-        let deadline = self.timing.deadline(sent_at, grant.ttl);
+        let deadline = self.timing.deadline(counted_from(sent_at, now), grant.ttl);
         if deadline <= now {
             // The answer came too late to use any of it: hand it back and try again.
             out.push(self.release(grant, now));
@@ -490,14 +508,19 @@ impl Machine {
                 grant,
                 ..
             } => {
-                if now >= *deadline {
+                let planted = active(Plant::NoStopAtDeadline);
+                if now >= *deadline && !planted {
                     let last_retry = last_retry.take();
                     self.lose(LossCause::DeadlinePassed { last_retry }, now, out);
                 } else if !*in_flight && now >= *renew_at {
                     *in_flight = true;
                     out.push(Action::Renew {
                         grant: grant.clone(),
-                        until: *deadline,
+                        until: if planted {
+                            (*deadline).max(now + self.timing.ttl())
+                        } else {
+                            *deadline
+                        },
                     });
                 }
             }

@@ -174,7 +174,12 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         }
         // A server that keeps what it acknowledged forgets no lease on a
         // restart: only one that can forget needs the guard.
-        self.sql.guarded = guard.is_some() && config.restart_guard && forgetful;
+        // (Rule 12 broken on purpose by the campaign's planted bugs; a
+        // constant false otherwise.)
+        self.sql.guarded = guard.is_some()
+            && config.restart_guard
+            && forgetful
+            && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         if self.sql.guarded && values.last().is_none_or(Option::is_none) {
             return Err(SqlError::UnsupportedServer {
                 what: format!(

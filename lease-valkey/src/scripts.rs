@@ -522,26 +522,27 @@ end
 return out
 ";
 
-/// Sent with `WAITAOF`, in one pipeline on one connection, before a claim
-/// that must be on disk is used. KEYS: fences hash, leases hash (HSETEX
-/// path), slot key (script path). ARGV: slot, token hex. When the token
-/// still holds the slot (in either representation) it writes (`HINCRBY` of
-/// `fsync_marks` in the fences hash) and answers 1; otherwise it writes
-/// nothing and answers 0.
+/// Sent with `WAITAOF` or `WAIT`, in one pipeline on one connection, before
+/// a claim or renewal that must be on disk or on replicas is used. KEYS:
+/// fences hash, leases hash (HSETEX path), slot key (script path). ARGV:
+/// slot, token hex. When the token still holds the slot (in either
+/// representation) it writes (`HINCRBY` of `wait_marks` in the fences hash)
+/// and answers 1; otherwise it writes nothing and answers 0.
 ///
-/// `WAITAOF` answers for the writes of the connection it is sent on: one
-/// sent on a connection that wrote nothing (the claim's connection dropped
-/// and fred reconnected) answers at once and proves nothing. The mark is
-/// this connection's own write, made after the claim, while the data it
-/// sees holds the claim's lease: once the append-only file is fsynced up
-/// to the mark (the file keeps writes in order), what the claim wrote, and
-/// the pool's span and ID format it relies on, are on disk too, whatever
-/// connection made the claim.
-const MARK_CLAIM: &str = r"
+/// `WAITAOF` and `WAIT` answer for the writes of the connection they are
+/// sent on: one sent on a connection that wrote nothing (the claim's or
+/// renewal's connection dropped and fred reconnected) answers at once and
+/// proves nothing. The mark is this connection's own write, made after the
+/// claim or renewal, while the data it sees holds the lease: once the mark
+/// is fsynced, or on the replicas (the append-only file and the replication
+/// stream keep writes in order), what the claim or renewal wrote, and the
+/// pool's span and ID format a claim relies on, are too, whatever
+/// connection made it.
+const MARK_LEASE: &str = r"
 if redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[2] and redis.call('GET', KEYS[3]) ~= ARGV[2] then
   return 0
 end
-redis.call('HINCRBY', KEYS[1], 'fsync_marks', 1)
+redis.call('HINCRBY', KEYS[1], 'wait_marks', 1)
 return 1
 ";
 
@@ -569,8 +570,9 @@ pub(crate) struct Scripts {
     pub(crate) release_scripts: Script,
     pub(crate) inspect: Script,
     pub(crate) raise_fsynced_span: Script,
-    /// Sent with `EVAL` only (in a pipeline with `WAITAOF`), never loaded.
-    pub(crate) mark_claim: Script,
+    /// Sent with `EVAL` only (in a pipeline with `WAITAOF` or `WAIT`),
+    /// never loaded.
+    pub(crate) mark_lease: Script,
 }
 
 impl Scripts {
@@ -585,7 +587,7 @@ impl Scripts {
             release_scripts: Script::new("release (compare-and-delete)", RELEASE_SCRIPTS),
             inspect: Script::new("inspect", INSPECT),
             raise_fsynced_span: Script::new("raise the fsynced span", RAISE_FSYNCED_SPAN),
-            mark_claim: Script::new("mark the claim before WAITAOF", MARK_CLAIM),
+            mark_lease: Script::new("mark the lease before a wait", MARK_LEASE),
         }
     }
 

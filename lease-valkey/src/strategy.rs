@@ -103,9 +103,10 @@ struct Inner {
     /// the append-only file with `appendfsync everysec` or `no`, on a server
     /// with `WAITAOF`.
     fsync_claims: bool,
-    /// Test hook: the next claim that waits for the fsync reconnects first.
+    /// Test hook: the next wait (for the fsync or for replicas) reconnects
+    /// first.
     #[cfg(feature = "stats")]
-    reconnect_before_fsync_wait: std::sync::atomic::AtomicBool,
+    reconnect_before_wait: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Inner {
@@ -250,7 +251,7 @@ impl ValkeyStrategy {
                 identity: String::new(),
                 fsync_claims: false,
                 #[cfg(feature = "stats")]
-                reconnect_before_fsync_wait: std::sync::atomic::AtomicBool::new(false),
+                reconnect_before_wait: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let server = strategy.probe(&url).await?;
@@ -402,7 +403,10 @@ impl ValkeyStrategy {
     /// yes`, `appendfsync always`), unless [`ValkeyConfig::restart_guard`]
     /// turned the guard off.
     fn guard_on(&self) -> bool {
-        self.inner.config.restart_guard && !self.inner.durability.keeps_every_write()
+        // (Rule 12 broken on purpose by the campaign's planted bugs; a
+        // constant false otherwise.)
+        let planted = leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
+        self.inner.config.restart_guard && !self.inner.durability.keeps_every_write() && !planted
     }
 
     /// The path in use.
@@ -508,46 +512,25 @@ impl ValkeyStrategy {
         })
     }
 
-    /// With [`ValkeyConfig::wait_for_replicas`]: `WAIT replicas timeout` on
-    /// the connection (and Cluster node: `key`'s) that ran the last script,
-    /// which answers how many replicas acknowledged this client's writes so
-    /// far. `Err` says why fewer than asked did (or that the answer was lost).
-    async fn wait_for_replicas(&self, key: &str) -> Result<(), String> {
+    /// With [`ValkeyConfig::wait_for_replicas`]: proves that `grant`'s
+    /// claim or renewal reached that many replicas, by [`Self::wait_after_mark`]
+    /// with `WAIT replicas timeout`. `Err` says why fewer than asked may
+    /// have it.
+    async fn wait_for_replicas(&self, keys: &PoolKeys, grant: &Grant) -> Result<(), String> {
         let Some((replicas, timeout)) = self.inner.config.wait else {
             return Ok(());
         };
-        let ms = u64::try_from(timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let hash = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
-        match self
-            .call::<i64>(
-                "WAIT",
-                hash,
-                vec![i64::from(replicas).into(), ms.to_string().into()],
-            )
+        self.wait_after_mark(keys, grant, Wait::Replicas { replicas, timeout })
             .await
-        {
-            Ok(n) if n >= i64::from(replicas) => Ok(()),
-            Ok(n) => Err(format!(
-                "only {n} of {replicas} replicas acknowledged it within {timeout:?}"
-            )),
-            Err(f) => Err(format!("WAIT for {replicas} replicas failed: {}", f.text())),
-        }
     }
 
     /// On a server that fsyncs on request, proves that `grant`'s claim, and
-    /// the pool's recorded span and ID format it relies on, are on disk:
-    /// one pipeline on one connection (and Cluster node: the pool's) sends
-    /// the mark script (`scripts::MARK_CLAIM`: a write of this connection,
-    /// made while the lease is seen held) and `WAITAOF 1 0 t`, which answers
-    /// once this connection's writes so far are fsynced. The claim itself
-    /// may have gone out on a connection that has since been replaced:
-    /// `WAITAOF` alone, sent after it, would then answer at once for a
-    /// connection that wrote nothing. Then raises `span_fsynced` to `span`
-    /// so that later claims of no longer a span need not wait. `t` is three
-    /// quarters of the operation timeout, so the server answers before the
-    /// client gives up. `Err` says why the claim may not be on disk.
+    /// the pool's recorded span and ID format it relies on, are on disk, by
+    /// [`Self::wait_after_mark`] with `WAITAOF 1 0 t`. Then raises
+    /// `span_fsynced` to `span` so that later claims of no longer a span
+    /// need not wait. `t` is three quarters of the operation timeout, so
+    /// the server answers before the client gives up. `Err` says why the
+    /// claim may not be on disk.
     async fn wait_for_fsync(
         &self,
         keys: &PoolKeys,
@@ -555,49 +538,8 @@ impl ValkeyStrategy {
         span: &str,
     ) -> Result<(), String> {
         let timeout = self.inner.config.op_timeout * 3 / 4;
-        let ms = u64::try_from(timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        // EVAL, not EVALSHA: a lost script cache would cost a second
-        // pipeline, and a second wait for the fsync.
-        let mark = vec![
-            self.inner.scripts.mark_claim.body.into(),
-            3.into(),
-            keys.fences.as_str().into(),
-            keys.leases.as_str().into(),
-            keys.slot_key(grant.slot).into(),
-            grant.slot.to_string().into(),
-            grant.token.to_hex().into(),
-        ];
-        let waitaof = vec![1.into(), 0.into(), ms.to_string().into()];
-        let hash = ClusterHash::Custom(fred::util::redis_keyslot(keys.fences.as_bytes()));
-        let mut answers = self
-            .pipeline(vec![
-                ("EVAL", ClusterHash::Offset(2), mark),
-                ("WAITAOF", hash, waitaof),
-            ])
-            .await?
-            .into_iter();
-        match answers.next() {
-            Some(Ok(Value::Integer(1))) => {}
-            Some(Ok(Value::Integer(0))) => {
-                return Err("the lease was gone before its fsync could be confirmed".into());
-            }
-            Some(Ok(v)) => return Err(format!("the mark before WAITAOF answered {v:?}")),
-            Some(Err(f)) => return Err(format!("the mark before WAITAOF failed: {}", f.text())),
-            None => return Err("no answer to the mark before WAITAOF".into()),
-        }
-        match answers.next() {
-            Some(Ok(Value::Array(v))) if v.first().and_then(Value::as_i64) >= Some(1) => {}
-            Some(Ok(v)) => {
-                return Err(format!(
-                    "the append-only file was not fsynced within {timeout:?} (WAITAOF answered \
-                     {v:?})"
-                ));
-            }
-            Some(Err(f)) => return Err(format!("WAITAOF failed: {}", f.text())),
-            None => return Err("no answer to WAITAOF".into()),
-        }
+        self.wait_after_mark(keys, grant, Wait::Fsync { timeout })
+            .await?;
         // Only an optimisation: if it is lost, later claims wait again.
         let _ = self
             .eval(
@@ -607,6 +549,68 @@ impl ValkeyStrategy {
             )
             .await;
         Ok(())
+    }
+
+    /// Proves that what the scripts wrote for `grant` so far (its claim or
+    /// renewal, and what they rely on) reached the disk or the replicas, as
+    /// `wait` asks: one pipeline on one connection (and Cluster node: the
+    /// pool's) sends the mark script (`scripts::MARK_LEASE`: a write of
+    /// this connection, made only while the server's data holds the lease)
+    /// and the wait, which answers for this connection's writes so far. The
+    /// append-only file and the replication stream keep writes in order, so
+    /// once the mark is fsynced or on the replicas, the claim or renewal
+    /// before it is too. The claim or renewal itself may have gone out on a
+    /// connection that has since been replaced: a wait alone, sent after
+    /// it, would then answer at once for a connection that wrote nothing.
+    /// `Err` says why it may not be proven.
+    async fn wait_after_mark(
+        &self,
+        keys: &PoolKeys,
+        grant: &Grant,
+        wait: Wait,
+    ) -> Result<(), String> {
+        #[cfg(feature = "stats")]
+        if self
+            .inner
+            .reconnect_before_wait
+            .swap(false, Ordering::Relaxed)
+        {
+            let _ = self.inner.client.force_reconnection().await;
+        }
+        // EVAL, not EVALSHA: a lost script cache would cost a second
+        // pipeline, and a second wait.
+        let mark = vec![
+            self.inner.scripts.mark_lease.body.into(),
+            3.into(),
+            keys.fences.as_str().into(),
+            keys.leases.as_str().into(),
+            keys.slot_key(grant.slot).into(),
+            grant.slot.to_string().into(),
+            grant.token.to_hex().into(),
+        ];
+        let hash = ClusterHash::Custom(fred::util::redis_keyslot(keys.fences.as_bytes()));
+        let name = wait.command();
+        let mut answers = self
+            .pipeline(vec![
+                ("EVAL", ClusterHash::Offset(2), mark),
+                (name, hash, wait.args()),
+            ])
+            .await?
+            .into_iter();
+        match answers.next() {
+            Some(Ok(Value::Integer(1))) => {}
+            Some(Ok(Value::Integer(0))) => {
+                return Err(format!("the lease was gone before {}", wait.what()));
+            }
+            Some(Ok(v)) => return Err(format!("the mark before {name} answered {v:?}")),
+            Some(Err(f)) => return Err(format!("the mark before {name} failed: {}", f.text())),
+            None => return Err(format!("no answer to the mark before {name}")),
+        }
+        match answers.next() {
+            Some(Ok(v)) => wait.judge(&v),
+            Some(Err(f)) => Err(format!("{name} failed: {}", f.text())),
+            None => Err(format!("no answer to {name}")),
+        }
     }
 
     /// Commands sent together in one pipeline, one round trip, on one
@@ -639,14 +643,14 @@ impl ValkeyStrategy {
             .collect())
     }
 
-    /// Test hook: the next claim that has to wait for the fsync reconnects
-    /// (`fred`'s `force_reconnection`) between the claim and the wait, as
-    /// a dropped connection would make it do. With the `stats` feature
-    /// only.
+    /// Test hook: the next claim or renewal that waits, for the fsync
+    /// (`WAITAOF`) or for replicas (`WAIT`), reconnects (`fred`'s
+    /// `force_reconnection`) between its script and the wait, as a dropped
+    /// connection would make it do. With the `stats` feature only.
     #[cfg(feature = "stats")]
-    pub fn reconnect_before_the_next_fsync_wait(&self) {
+    pub fn reconnect_before_the_next_wait(&self) {
         self.inner
-            .reconnect_before_fsync_wait
+            .reconnect_before_wait
             .store(true, Ordering::Relaxed);
     }
 
@@ -659,6 +663,66 @@ impl ValkeyStrategy {
             fix: "upgrade the server, or use Method::Auto or Method::Scripts (the script \
                   strategy: one key per slot, SET NX PX), which works on this server"
                 .into(),
+        }
+    }
+}
+
+/// What a claim or renewal waits for after its mark
+/// ([`ValkeyStrategy::wait_after_mark`]).
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    /// `WAITAOF 1 0 timeout`: the mark fsynced on this server.
+    Fsync { timeout: Duration },
+    /// `WAIT replicas timeout`: the mark on that many replicas.
+    Replicas { replicas: u32, timeout: Duration },
+}
+
+impl Wait {
+    fn command(self) -> &'static str {
+        match self {
+            Self::Fsync { .. } => "WAITAOF",
+            Self::Replicas { .. } => "WAIT",
+        }
+    }
+
+    fn args(self) -> Vec<Value> {
+        let ms = |t: Duration| {
+            u64::try_from(t.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1)
+                .to_string()
+                .into()
+        };
+        match self {
+            Self::Fsync { timeout } => vec![1.into(), 0.into(), ms(timeout)],
+            Self::Replicas { replicas, timeout } => vec![i64::from(replicas).into(), ms(timeout)],
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Self::Fsync { .. } => "its fsync could be confirmed",
+            Self::Replicas { .. } => "replicas could acknowledge it",
+        }
+    }
+
+    /// `Ok` when the wait's answer proves enough; otherwise why not.
+    fn judge(self, answer: &Value) -> Result<(), String> {
+        match self {
+            Self::Fsync { timeout } => match answer {
+                Value::Array(v) if v.first().and_then(Value::as_i64) >= Some(1) => Ok(()),
+                v => Err(format!(
+                    "the append-only file was not fsynced within {timeout:?} (WAITAOF answered \
+                     {v:?})"
+                )),
+            },
+            Self::Replicas { replicas, timeout } => match answer.as_i64() {
+                Some(n) if n >= i64::from(replicas) => Ok(()),
+                Some(n) => Err(format!(
+                    "only {n} of {replicas} replicas acknowledged it within {timeout:?}"
+                )),
+                None => Err(format!("WAIT answered {answer:?}")),
+            },
         }
     }
 }
@@ -933,16 +997,6 @@ impl Strategy for ValkeyStrategy {
                 let grant = Grant::new(slot, token, Fence(fence), applied)
                     .with_floor(floor)
                     .with_store_time(at);
-                #[cfg(feature = "stats")]
-                if self.inner.fsync_claims
-                    && unconfirmed
-                    && self
-                        .inner
-                        .reconnect_before_fsync_wait
-                        .swap(false, Ordering::Relaxed)
-                {
-                    let _ = self.inner.client.force_reconnection().await;
-                }
                 if self.inner.fsync_claims
                     && unconfirmed
                     && let Err(why) = self.wait_for_fsync(&wait_keys, &grant, &span).await
@@ -956,7 +1010,7 @@ impl Strategy for ValkeyStrategy {
                         "claimed slot {slot} but {why}; released it"
                     ))));
                 }
-                if let Err(why) = self.wait_for_replicas(&fences_key).await {
+                if let Err(why) = self.wait_for_replicas(&wait_keys, &grant).await {
                     // Not on enough replicas: a failover could forget it.
                     // Nothing was issued under it, so the floor goes back.
                     let _ = self.release(pool, &grant, grant.floor).await;
@@ -1023,7 +1077,7 @@ impl Strategy for ValkeyStrategy {
             return Renewal::Lost(Reason::new("ttl below 1 ms"));
         };
         let keys = self.keys(pool.name());
-        let fences_key = keys.fences.clone();
+        let wait_keys = keys.clone();
         let slot = grant.slot.to_string();
         let ceiling = ceiling.unix_millis().to_string();
         let result: Result<Value, Failure> = match self.inner.path {
@@ -1051,7 +1105,7 @@ impl Strategy for ValkeyStrategy {
             }
         };
         match result.as_ref().map(parse_renewal) {
-            Ok(Some(Some(at))) => match self.wait_for_replicas(&fences_key).await {
+            Ok(Some(Some(at))) => match self.wait_for_replicas(&wait_keys, grant).await {
                 Ok(()) => Renewal::renewed(applied).with_store_time(at),
                 Err(why) => Renewal::Retry(Reason::new(format!("renewed, but {why}"))),
             },

@@ -935,6 +935,7 @@ async fn a_lost_fences_hash_refuses_claims_of_every_id_format(b: Arc<Valkey>) ->
 struct OwnServer {
     child: Child,
     url: String,
+    port: u16,
     dir: PathBuf,
 }
 
@@ -965,6 +966,7 @@ impl OwnServer {
         let mut server = Self {
             child,
             url: format!("redis://127.0.0.1:{port}"),
+            port,
             dir,
         };
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -993,6 +995,51 @@ impl OwnServer {
 
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// Starts `bin` as a replica of this server (`--replicaof`), on its own
+    /// port and directory.
+    fn replica(&self, bin: &Path) -> Result<Self, String> {
+        let port = self.port.to_string();
+        Self::start(bin, &["--replicaof", "127.0.0.1", &port], &[])
+    }
+
+    /// Stops the process (`SIGSTOP`: it reads and answers nothing, but
+    /// its connections stay open) and returns once the kernel shows it
+    /// stopped.
+    fn freeze(&self) -> Outcome {
+        self.signal("-STOP")?;
+        let stat = format!("/proc/{}/stat", self.child.id());
+        let limit = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = std::fs::read_to_string(&stat).map_err(|e| format!("{stat}: {e}"))?;
+            // The state follows the parenthesised command name.
+            let state = text
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            if state == Some('T') {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < limit,
+                "the server is not stopped 30 s after SIGSTOP: {text}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Resumes a frozen process (`SIGCONT`).
+    fn thaw(&self) -> Outcome {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, which: &str) -> Outcome {
+        let status = leasehold_conformance::programs::command("kill")?
+            .args([which, &self.child.id().to_string()])
+            .status()
+            .map_err(|e| format!("kill {which}: {e}"))?;
+        ensure!(status.success(), "kill {which} answered {status}");
+        Ok(())
     }
 }
 
@@ -1301,6 +1348,38 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
     Ok(())
 }
 
+/// Expects a claim on `s` (of a fresh pool of one slot with `ttl`) that
+/// cannot be proven, for the reason its error names (`why`), to be answered
+/// as retryable `Unreachable` and released.
+async fn expect_unproven_claim(
+    s: &ValkeyStrategy,
+    ttl: Duration,
+    why: &str,
+    what: &str,
+) -> Outcome {
+    let p = fresh_pool(1, ttl)?;
+    match s.acquire(&p, Floor::NONE).await {
+        Err(e @ AcquireError::Unreachable(_)) => {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains(why) && msg.contains("released it"),
+                "{what}: {msg}"
+            );
+        }
+        other => {
+            return Err(format!(
+                "{what}: a claim that could not be proven ({why}) answered {other:?}"
+            ));
+        }
+    }
+    let slots = s.inspect(&p).await.map_err(|e| e.to_string())?;
+    ensure!(
+        slots.iter().all(|slot| slot.token_prefix.is_none()),
+        "{what}: the unproven claim was not released: {slots:?}"
+    );
+    Ok(())
+}
+
 /// `WAITAOF` answers for the writes of the connection it is sent on. A
 /// claim whose connection dropped before its fsync wait (here a reconnect
 /// the test hook forces between the two, which a real drop cannot be timed
@@ -1346,32 +1425,12 @@ async fn a_reconnect_before_the_fsync_wait_proves_nothing(b: Arc<Valkey>) -> Out
     )
     .await?;
     {
-        let unproven = async |what: &str| -> Outcome {
-            let p = fresh_pool(1, Duration::from_secs(1))?;
-            match s.acquire(&p, Floor::NONE).await {
-                Err(e @ AcquireError::Unreachable(_)) => {
-                    let msg = e.to_string();
-                    ensure!(
-                        msg.contains("fsynced") && msg.contains("released it"),
-                        "{what}: {msg}"
-                    );
-                }
-                other => {
-                    return Err(format!(
-                        "{what}: a claim the server had not fsynced answered {other:?}"
-                    ));
-                }
-            }
-            let slots = s.inspect(&p).await.map_err(|e| e.to_string())?;
-            ensure!(
-                slots.iter().all(|slot| slot.token_prefix.is_none()),
-                "{what}: the unproven claim was not released: {slots:?}"
-            );
-            Ok(())
+        let unproven = async |what: &str| {
+            expect_unproven_claim(&s, Duration::from_secs(1), "fsynced", what).await
         };
         unproven("on the claim's own connection").await?;
         let before = cmd(&s, "CLIENT", vec!["ID".into()]).await?;
-        s.reconnect_before_the_next_fsync_wait();
+        s.reconnect_before_the_next_wait();
         unproven("after a reconnect between the claim and the wait").await?;
         let after = cmd(&s, "CLIENT", vec!["ID".into()]).await?;
         ensure!(
@@ -1380,6 +1439,110 @@ async fn a_reconnect_before_the_fsync_wait_proves_nothing(b: Arc<Valkey>) -> Out
         );
         Ok(())
     }
+}
+
+/// Polls the server's `INFO replication` until it has a replica online
+/// (synchronised, receiving the write stream), for up to a minute.
+async fn a_replica_online(s: &ValkeyStrategy) -> Outcome {
+    let limit = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = cmd(s, "INFO", vec!["replication".into()]).await?;
+        let text = info.as_string().unwrap_or_default();
+        if text
+            .lines()
+            .any(|l| l.starts_with("slave0:") && l.contains("state=online"))
+        {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < limit,
+            "no replica online after 60 s: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `WAIT` answers for the writes of the connection it is sent on: sent on a
+/// connection that wrote nothing (the claim's or renewal's connection
+/// dropped and fred reconnected; here the test hook forces the reconnect
+/// between the script and the wait, which a real drop cannot be timed to
+/// hit), it counts every replica at once, and a claim or renewal no replica
+/// has would be trusted: a failover could then lose it and grant the slot to
+/// a second holder. With the only replica stopped (`SIGSTOP`: still
+/// connected, acknowledging nothing), no wait that covers the claim or
+/// renewal can succeed, so the claim is released and answered as retryable
+/// and the renewal answers `Retry`, with or without the reconnect, and the
+/// connection did change. While the replica runs, both are acknowledged.
+async fn a_reconnect_before_the_replica_wait_proves_nothing(b: Arc<Valkey>) -> Outcome {
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let primary = OwnServer::start(bin, &[], &[])?;
+    let replica = primary.replica(bin)?;
+    // The server keeps nothing on disk and starts here: no guard (as in
+    // `Valkey::strategy`). WAIT gives up after 1 s (what a stopped replica
+    // costs each operation); the operation timeout leaves room for a loaded
+    // machine.
+    let config = ValkeyConfig::new(&primary.url)
+        .restart_guard(false)
+        .method(b.method)
+        .op_timeout(Duration::from_secs(20));
+    let waiting =
+        ValkeyStrategy::connect(config.clone().wait_for_replicas(1, Duration::from_secs(1)))
+            .await
+            .map_err(|e| e.to_string())?;
+    let plain = ValkeyStrategy::connect(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    a_replica_online(&plain).await?;
+    // Acknowledged while the replica runs (a loaded machine may need more
+    // than the WAIT timeout: retried until a generous deadline).
+    let p = fresh_pool(1, Duration::from_secs(30))?;
+    let limit = Instant::now() + Duration::from_secs(120);
+    let (g, sent) = loop {
+        let sent = Instant::now();
+        match waiting.acquire(&p, Floor::NONE).await {
+            Ok(g) => break (g, sent),
+            Err(AcquireError::Unreachable(_)) if Instant::now() < limit => {}
+            Err(e) => return Err(format!("a claim with the replica running: {e}")),
+        }
+    };
+    let r = waiting.renew(&p, &g, Floor::NONE).await;
+    judge(sent, g.ttl, !matches!(r, Renewal::Lost(_)), || {
+        format!("a renewal with the replica running answered {r:?}")
+    })?;
+    let r = plain.release(&p, &g, Floor::NONE).await;
+    ensure!(r == Release::Released, "the release answered {r:?}");
+    replica.freeze()?;
+    let outcome = async {
+        let unproven_claim = async |what: &str| {
+            expect_unproven_claim(&waiting, Duration::from_secs(30), "0 of 1 replicas", what).await
+        };
+        let unproven_renewal = async |what: &str| -> Outcome {
+            let p = fresh_pool(1, Duration::from_secs(30))?;
+            let (g, sent) = hold(&plain, &p, 0).await?;
+            let r = waiting.renew(&p, &g, Floor::NONE).await;
+            judge(sent, g.ttl, matches!(r, Renewal::Retry(_)), || {
+                format!("{what}: a renewal no replica received answered {r:?}")
+            })
+        };
+        let client_id = async || cmd(&waiting, "CLIENT", vec!["ID".into()]).await;
+        unproven_claim("a claim on its own connection").await?;
+        let before = client_id().await?;
+        waiting.reconnect_before_the_next_wait();
+        unproven_claim("a claim after a reconnect before the wait").await?;
+        let between = client_id().await?;
+        unproven_renewal("a renewal on its own connection").await?;
+        waiting.reconnect_before_the_next_wait();
+        unproven_renewal("a renewal after a reconnect before the wait").await?;
+        let after = client_id().await?;
+        ensure!(
+            before != between && between != after,
+            "the hook did not reconnect: client ids {before:?}, {between:?}, {after:?}"
+        );
+        Ok(())
+    }
+    .await;
+    replica.thaw()?;
+    outcome
 }
 
 /// The password in the URL never shows — not in `Debug` of
@@ -1696,6 +1859,11 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
     // WAITAOF: Redis and Valkey 7.2+.
     let t = if find_binary(kind).is_some() && version_at_least(&server.version, 7, 2) {
         trials!(t; a_reconnect_before_the_fsync_wait_proves_nothing)
+    } else {
+        t
+    };
+    let t = if find_binary(kind).is_some() {
+        trials!(t; a_reconnect_before_the_replica_wait_proves_nothing)
     } else {
         t
     };

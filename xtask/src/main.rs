@@ -709,8 +709,17 @@ fn campaign(args: &[String]) -> Result {
         "etcd-cluster",
         "k8s-fake",
     ];
+    // A run with a planted bug needs the build that can plant one; every
+    // other run the ordinary build.
+    let features: &[&str] = if args.iter().any(|a| a == "--plant") {
+        &["--features", "planted-bugs"]
+    } else {
+        &[]
+    };
     let mut build = cargo();
-    build.args(["build", "-q", "-p", "leasehold-campaign", "--bins"]);
+    build
+        .args(["build", "-q", "-p", "leasehold-campaign", "--bins"])
+        .args(features);
     let status = build.status().map_err(|e| format!("cargo build: {e}"))?;
     if !status.success() {
         return Err("building the campaign failed".into());
@@ -726,16 +735,10 @@ fn campaign(args: &[String]) -> Result {
     let mut failed = Vec::new();
     for backend in backends {
         let mut run = cargo();
-        run.args([
-            "run",
-            "-q",
-            "-p",
-            "leasehold-campaign",
-            "--bin",
-            "campaign",
-            "--",
-        ])
-        .args(args);
+        run.args(["run", "-q", "-p", "leasehold-campaign", "--bin", "campaign"])
+            .args(features)
+            .arg("--")
+            .args(args);
         if chosen.is_none() {
             run.args(["--backend", backend]);
         }

@@ -6,8 +6,11 @@
 //! campaign-worker --url URL --pool NAME --slots N --log FILE [--ttl-ms T]
 //!                 [--skew-ms S] [--max-clock-skew-ms M] [--generators N] [--unsafe]
 //!                 [--no-restart-guard] [--no-one-timing]
-//!                 [--unsafe-keep-server-synchronous-commit]
+//!                 [--unsafe-keep-server-synchronous-commit] [--plant NAME[,NAME]]
 //! ```
+//!
+//! `--plant` breaks timing rules on purpose (`leasehold_core::plant`); only
+//! a build with the `planted-bugs` feature accepts it.
 //!
 //! SIGTERM stops generation, writes the log out and releases the leases.
 
@@ -20,6 +23,7 @@ use std::time::Duration;
 use leasehold_campaign::record::{Kind, Record, Recorder, RunBuilder};
 use leasehold_campaign::store::{FenceWriter, Options, start_manager};
 use leasehold_campaign::worker::{Skewed, Snapshot, Tracker};
+use leasehold_core::plant::Plant;
 use leasehold_core::{LeaseConfig, LeaseGate, MonoTime};
 use leasehold_nonce::{Counter64, GenerateError, Layout, Sortable64};
 
@@ -74,6 +78,17 @@ fn parse_args() -> Result<Args, String> {
             "--unsafe-keep-server-synchronous-commit" => {
                 a.options.keep_server_synchronous_commit = true;
             }
+            "--plant" => {
+                for name in value()?.split(',') {
+                    let p = Plant::from_name(name).ok_or_else(|| {
+                        format!(
+                            "--plant {name:?}: one of {}",
+                            Plant::ALL.map(Plant::name).join(", ")
+                        )
+                    })?;
+                    leasehold_core::plant::plant(p).map_err(|e| e.to_string())?;
+                }
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -82,7 +97,7 @@ fn parse_args() -> Result<Args, String> {
             "usage: campaign-worker --url URL --log FILE [--pool NAME] [--slots N] \
                     [--ttl-ms T] [--skew-ms S] [--max-clock-skew-ms M] [--generators N] \
                     [--unsafe] [--no-restart-guard] [--no-one-timing] \
-                    [--unsafe-keep-server-synchronous-commit]"
+                    [--unsafe-keep-server-synchronous-commit] [--plant NAME[,NAME]]"
                 .into(),
         );
     }
@@ -164,6 +179,7 @@ fn generate(kind: Kind, gate: LeaseGate, generator: Gen, shared: Arc<Shared>, bu
         let view = Snapshot::from(&gate.view());
         let t0 = MonoTime::now().as_nanos();
         let mut made_now = 0u32;
+        runs.set_time(t0);
         if let Some(epoch) = tracker.before(view, t0, &mut pending) {
             let mut last_deadline = None;
             for _ in 0..batch {

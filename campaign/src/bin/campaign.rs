@@ -31,6 +31,7 @@ use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
 use leasehold_conformance::proxy::{Fault as Net, FaultProxy};
 use leasehold_conformance::servers::{self, ServerKind, Settings};
+use leasehold_core::plant::Plant;
 use leasehold_core::{LeaseConfig, MonoTime};
 use leasehold_k8s_fake::{FakeApiServer, Fault as FakeFault, Verb as FakeVerb};
 use std::net::SocketAddr;
@@ -66,6 +67,8 @@ struct Args {
     keep_server_synchronous_commit: bool,
     /// Keep the logs of a clean run too.
     keep: bool,
+    /// Timing rules the workers break on purpose (`--plant`).
+    plants: Vec<Plant>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -88,6 +91,7 @@ fn parse_args() -> Result<Args, String> {
         no_restart_guard: false,
         keep_server_synchronous_commit: false,
         keep: false,
+        plants: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -123,6 +127,16 @@ fn parse_args() -> Result<Args, String> {
             "--no-restart-guard" => a.no_restart_guard = true,
             "--unsafe-keep-server-synchronous-commit" => a.keep_server_synchronous_commit = true,
             "--keep" => a.keep = true,
+            "--plant" => {
+                for name in value()?.split(',') {
+                    a.plants.push(Plant::from_name(name).ok_or_else(|| {
+                        format!(
+                            "--plant {name:?}: one of {}",
+                            Plant::ALL.map(Plant::name).join(", ")
+                        )
+                    })?);
+                }
+            }
             "-h" | "--help" => {
                 return Err(
                     "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
@@ -130,7 +144,8 @@ fn parse_args() -> Result<Args, String> {
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
                             [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
                             [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
-                            [--unsafe-keep-server-synchronous-commit] [--keep]\n\
+                            [--unsafe-keep-server-synchronous-commit] [--keep] \
+                            [--plant NAME[,NAME]]\n\
                             \x20      campaign --dump FILE.rec   (a worker's log as text)"
                         .into(),
                 );
@@ -141,6 +156,15 @@ fn parse_args() -> Result<Args, String> {
     if a.assume_one_timing && !a.mixed_fleet {
         return Err(
             "--assume-one-timing goes with --mixed-fleet (every other run has one timing)".into(),
+        );
+    }
+    if !a.plants.is_empty() && !leasehold_core::plant::BUILT {
+        return Err(format!("--plant: {}", leasehold_core::plant::NotBuilt));
+    }
+    if !a.plants.is_empty() && (a.unsafe_mode || a.keep_server_synchronous_commit) {
+        return Err(
+            "--plant goes alone: --unsafe and the control runs look for duplicates of their own"
+                .into(),
         );
     }
     if a.workers <= a.slots as usize || a.slots == 0 {
@@ -607,6 +631,9 @@ impl Run {
         if self.options.keep_server_synchronous_commit {
             cmd.arg("--unsafe-keep-server-synchronous-commit");
         }
+        if !self.args.plants.is_empty() {
+            cmd.args(["--plant", &plant_names(&self.args.plants)]);
+        }
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
@@ -913,7 +940,17 @@ fn run(args: Args) -> Result<ExitCode, String> {
             }
         }
     }
-    let mode = if args.unsafe_mode {
+    let mode = if !args.plants.is_empty() {
+        format!(
+            "PLANTED BUG {} (rule {}; must be found)",
+            plant_names(&args.plants),
+            args.plants
+                .iter()
+                .map(|p| p.rule().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else if args.unsafe_mode {
         "unsafe".to_owned()
     } else if args.keep_server_synchronous_commit {
         format!(
@@ -1334,6 +1371,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
         &report,
         &Summary {
             mode,
+            start_ns,
             margin,
             wall,
             refused,
@@ -1361,8 +1399,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
     }
     // Unsafe and control runs must find duplicates; a run unsafe by design
     // shows what it risks, and its duplicates are reported, not judged.
-    let must_fail = run.args.unsafe_mode || run.args.keep_server_synchronous_commit;
-    let ok = if must_fail {
+    let planted = !run.args.plants.is_empty();
+    let must_fail = run.args.unsafe_mode || run.args.keep_server_synchronous_commit || planted;
+    let ok = if planted {
+        !report.is_clean()
+    } else if must_fail {
         report.duplicates > 0
     } else if unsafe_by_design.is_some() {
         println!(
@@ -1376,7 +1417,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
         report.is_clean()
     };
     if !ok {
-        if must_fail {
+        if planted {
+            println!(
+                "FAILED: the {mode} run found nothing: the campaign did not catch the planted bug"
+            );
+        } else if must_fail {
             println!(
                 "FAILED: the {mode} run found no duplicate: the check did not show it can fail"
             );
@@ -1422,6 +1467,8 @@ fn png_of(svg: &Path) -> String {
 
 struct Summary<'a> {
     mode: &'a str,
+    /// When the run started (BOOTTIME ns).
+    start_ns: u64,
     margin: Duration,
     wall: Duration,
     refused: u64,
@@ -1468,8 +1515,21 @@ fn replay_command(a: &Args) -> String {
     );
     value("--workers", (a.workers != 5).then(|| a.workers.to_string()));
     value("--slots", (a.slots != 2).then(|| a.slots.to_string()));
+    value(
+        "--plant",
+        (!a.plants.is_empty()).then(|| plant_names(&a.plants)),
+    );
     value("--seed", Some(a.seed.to_string()));
     c
+}
+
+/// The names of `plants`, as `--plant` takes them.
+fn plant_names(plants: &[Plant]) -> String {
+    plants
+        .iter()
+        .map(|p| p.name())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
@@ -1504,6 +1564,15 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
         ("duplicates", r.duplicates.to_string()),
         ("IDs outside the pool", r.outside_pool.to_string()),
         ("overlapping holding periods", r.overlaps.len().to_string()),
+        (
+            "first found",
+            r.first_found.map_or("nothing".into(), |(at, what)| {
+                format!(
+                    "{what}, {:.1} s after the start",
+                    at.saturating_sub(s.start_ns) as f64 / 1e9
+                )
+            }),
+        ),
         (
             "fences issued again (not above an earlier grant's on the slot)",
             r.fences_reissued.to_string(),
