@@ -203,20 +203,7 @@ impl StoreUrl {
     /// Removes the query option `key` and reads it as a duration: a whole
     /// number with the unit `ms` or `s` (`500ms`, `2s`), more than zero.
     pub fn take_duration(&mut self, key: &'static str) -> Result<Option<Duration>, ConfigError> {
-        self.take(key)
-            .map(|v| {
-                parse_duration(&v).ok_or_else(|| {
-                    ConfigError::new(
-                        key,
-                        format!("{v:?}"),
-                        format!(
-                            "a whole number of milliseconds or seconds above zero, with its \
-                             unit: {key}=500ms or {key}=2s"
-                        ),
-                    )
-                })
-            })
-            .transpose()
+        self.take(key).map(|v| duration_option(key, &v)).transpose()
     }
 
     /// The options not taken so far, decoded, in order.
@@ -305,6 +292,21 @@ fn check_host(host: &str, form: &str) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// The value of the duration option `key`: a whole number with the unit
+/// `ms` or `s` (`500ms`, `2s`), more than zero.
+pub fn duration_option(key: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    parse_duration(value).ok_or_else(|| {
+        ConfigError::new(
+            key,
+            format!("{value:?}"),
+            format!(
+                "a whole number of milliseconds or seconds above zero, with its unit: \
+                 {key}=500ms or {key}=2s"
+            ),
+        )
+    })
 }
 
 fn parse_duration(text: &str) -> Option<Duration> {
