@@ -1,7 +1,6 @@
-//! Store URLs → strategies: one scheme per store, connected with short
-//! timeouts, every failure classified into an exit code.
+//! Store URLs → strategies: each backend crate reads the URLs of its schemes;
+//! connected with short timeouts, every failure classified into an exit code.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold_core::{InspectError, PoolName, PoolSpec, SlotInfo, Strategy};
@@ -14,28 +13,13 @@ use crate::StoreArgs;
 use crate::error::{CliError, Exit};
 use crate::redact;
 
-/// The schemes, for error messages.
-const SCHEMES: &str = "postgres://, mysql:// (MariaDB too), sqlite://FILE, redis:// or valkey://, \
-     etcd://HOST:PORT, k8s://HOST:PORT (or k8s:// with a kubeconfig)";
-
-/// Which store a URL names, and how to reach it.
+/// Which store a URL names, read by that store's backend crate.
 #[derive(Clone, Debug)]
 pub(crate) enum Target {
-    /// A sqlx URL (`sqlite://` has been checked to name an existing file).
-    Sql(String),
-    /// A `redis://` / `rediss://` URL for fred.
-    Valkey(String),
-    /// `http://host:port` endpoints, and a user and password.
-    Etcd(Vec<String>, Option<(String, String)>),
-    /// Kubernetes.
-    Kube(KubeSource),
-}
-
-#[derive(Clone, Debug)]
-pub(crate) enum KubeSource {
-    Url(String),
-    Kubeconfig(PathBuf),
-    Infer,
+    Sql(SqlConfig),
+    Valkey(ValkeyConfig),
+    Etcd(EtcdConfig),
+    Kube(KubeConfig),
 }
 
 /// A connected store.
@@ -46,6 +30,23 @@ pub(crate) enum Store {
     Kube(KubeStrategy),
 }
 
+/// Every backend's schemes, with the store they name.
+const BACKENDS: [(&str, &[&str]); 4] = [
+    ("SQL", SqlConfig::SCHEMES),
+    ("Valkey/Redis", ValkeyConfig::SCHEMES),
+    ("etcd", EtcdConfig::SCHEMES),
+    ("Kubernetes", KubeConfig::SCHEMES),
+];
+
+/// The schemes, for error messages.
+fn schemes() -> String {
+    BACKENDS
+        .iter()
+        .map(|(store, schemes)| format!("{} ({store})", schemes.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn bad_url(url: &str, why: impl std::fmt::Display) -> CliError {
     CliError::new(
         Exit::BadUrl,
@@ -53,114 +54,88 @@ fn bad_url(url: &str, why: impl std::fmt::Display) -> CliError {
     )
 }
 
-/// Reads a store URL (no network).
-pub(crate) fn parse(args: &StoreArgs) -> Result<(Target, Option<String>), CliError> {
+/// Reads a store URL (no network): the backend whose schemes include the
+/// URL's reads it.
+pub(crate) fn parse(args: &StoreArgs) -> Result<Target, CliError> {
     let url = args.url.trim();
-    let Some((scheme, rest)) = url.split_once("://") else {
-        if let Some(path) = url.strip_prefix("sqlite:") {
-            return sqlite(url, path).map(|t| (t, None));
+    let scheme = match url.split_once("://") {
+        Some((scheme, _)) => scheme.to_ascii_lowercase(),
+        // sqlx's `sqlite:PATH`.
+        None if url
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:")) =>
+        {
+            "sqlite".to_owned()
         }
-        return Err(bad_url(
-            url,
-            format!("it has no scheme; use one of {SCHEMES}"),
-        ));
+        None => {
+            return Err(bad_url(
+                url,
+                format!("it has no scheme; use one of {}", schemes()),
+            ));
+        }
     };
-    let host_part = rest.split(['/', '?']).next().unwrap_or("");
-    let needs_host = |what: &str| {
-        if host_part.rsplit('@').next().unwrap_or("").is_empty() {
-            Err(bad_url(url, format!("{what} needs a host")))
-        } else {
-            Ok(())
+    let bad = |e: &dyn std::fmt::Display| bad_url(url, e);
+    if SqlConfig::SCHEMES.contains(&scheme.as_str()) {
+        let config = SqlConfig::from_url(url).map_err(|e| match e {
+            SqlError::Config(c) => bad(&c),
+            other => bad(&other),
+        })?;
+        if let Some(file) = config.sqlite_path() {
+            sqlite_file(url, file)?;
         }
-    };
-    match scheme.to_ascii_lowercase().as_str() {
-        "postgres" | "postgresql" | "mysql" | "mariadb" => {
-            needs_host(scheme)?;
-            Ok((Target::Sql(url.to_owned()), None))
-        }
-        "sqlite" => sqlite(url, rest).map(|t| (t, None)),
-        "redis" | "rediss" | "valkey" | "valkeys" => {
-            needs_host(scheme)?;
-            let fred = match scheme {
-                "valkey" => format!("redis://{rest}"),
-                "valkeys" => format!("rediss://{rest}"),
-                _ => url.to_owned(),
-            };
-            Ok((Target::Valkey(fred), None))
-        }
-        "etcd" | "etcds" => {
-            needs_host(scheme)?;
-            let (auth, hosts) = match host_part.rsplit_once('@') {
-                Some((userinfo, hosts)) => {
-                    let (u, p) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-                    (
-                        Some((redact::percent_decode(u), redact::percent_decode(p))),
-                        hosts,
-                    )
-                }
-                None => (None, host_part),
-            };
-            let proto = if scheme == "etcds" { "https" } else { "http" };
-            let endpoints = hosts
-                .split(',')
-                .filter(|h| !h.is_empty())
-                .map(|h| format!("{proto}://{h}"))
-                .collect();
-            Ok((Target::Etcd(endpoints, auth), None))
-        }
-        "k8s" | "k8s+http" | "k8s+https" | "kubernetes" => {
-            let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
-            let namespace = Some(path.trim_matches('/'))
-                .filter(|p| !p.is_empty())
-                .map(str::to_owned);
-            if hosts.contains('@') {
-                return Err(bad_url(
-                    url,
-                    "k8s:// URLs carry no credentials; use --kubeconfig FILE",
-                ));
-            }
-            let source = if hosts.is_empty() {
-                match &args.kubeconfig {
-                    Some(path) => KubeSource::Kubeconfig(path.clone()),
-                    None => KubeSource::Infer,
-                }
-            } else {
-                let proto = if scheme == "k8s+https" {
-                    "https"
-                } else {
-                    "http"
-                };
-                KubeSource::Url(format!("{proto}://{hosts}"))
-            };
-            Ok((Target::Kube(source), namespace))
-        }
-        "http" | "https" => Err(bad_url(
+        Ok(Target::Sql(config))
+    } else if ValkeyConfig::SCHEMES.contains(&scheme.as_str()) {
+        ValkeyConfig::from_url(url)
+            .map(Target::Valkey)
+            .map_err(|e| match e {
+                ValkeyError::Config(c) => bad(&c),
+                other => bad(&other),
+            })
+    } else if EtcdConfig::SCHEMES.contains(&scheme.as_str()) {
+        EtcdConfig::from_url(url)
+            .map(Target::Etcd)
+            .map_err(|e| match e {
+                EtcdError::Config(c) => bad(&c),
+                other => bad(&other),
+            })
+    } else if KubeConfig::SCHEMES.contains(&scheme.as_str()) {
+        let config = KubeConfig::from_url(url).map_err(|e| match e {
+            KubeError::Config(c) => bad(&c),
+            other => bad(&other),
+        })?;
+        Ok(Target::Kube(match &args.kubeconfig {
+            Some(path) => config.or_kubeconfig(path),
+            None => config,
+        }))
+    } else if matches!(scheme.as_str(), "http" | "https") {
+        Err(bad_url(
             url,
             "say which store: etcd://HOST:PORT for etcd, k8s://HOST:PORT for a Kubernetes API server",
-        )),
-        other => Err(bad_url(
+        ))
+    } else {
+        Err(bad_url(
             url,
-            format!("unknown scheme {other:?}; use one of {SCHEMES}"),
-        )),
+            format!("unknown scheme {scheme:?}; use one of {}", schemes()),
+        ))
     }
 }
 
-fn sqlite(url: &str, path: &str) -> Result<Target, CliError> {
-    let file = path.split('?').next().unwrap_or("");
-    if file.is_empty() || file.contains(":memory:") {
+/// The SQLite file must be the one the holders use: sqlx would create a
+/// missing file, and a tool that looks at leases must not.
+fn sqlite_file(url: &str, file: &str) -> Result<(), CliError> {
+    if file.contains(":memory:") {
         return Err(bad_url(
             url,
             "give the path of the SQLite file the holders use (sqlite://PATH)",
         ));
     }
-    // sqlx would create a missing file; a tool that looks at leases must not.
     if !std::path::Path::new(file).is_file() {
         return Err(CliError::new(
             Exit::Unreachable,
             format!("no SQLite file at {file}; give the file the holders use"),
         ));
     }
-    Ok(Target::Sql(url.to_owned()))
+    Ok(())
 }
 
 impl Store {
@@ -172,12 +147,12 @@ impl Store {
     /// Connects; `preflight` runs the Kubernetes RBAC checks at connect.
     pub(crate) async fn connect_with(args: &StoreArgs, preflight: bool) -> Result<Self, CliError> {
         let timeout = args.timeout()?;
-        let (target, namespace) = parse(args)?;
+        let target = parse(args)?;
         let shown = redact::url(&args.url);
         let connecting = async {
             match target {
-                Target::Sql(url) => {
-                    let mut config = SqlConfig::new(url)
+                Target::Sql(config) => {
+                    let mut config = config
                         .op_timeout(timeout)
                         .max_connections(2)
                         .restart_guard(false);
@@ -189,8 +164,8 @@ impl Store {
                         .map(Store::Sql)
                         .map_err(|e| sql_error(&shown, e))
                 }
-                Target::Valkey(url) => {
-                    let mut config = ValkeyConfig::new(url)
+                Target::Valkey(config) => {
+                    let mut config = config
                         .op_timeout(timeout)
                         // Look at an evicting server too: doctor says what is wrong.
                         .allow_eviction(true)
@@ -206,13 +181,8 @@ impl Store {
                         .map(Store::Valkey)
                         .map_err(|e| valkey_error(&shown, e))
                 }
-                Target::Etcd(endpoints, auth) => {
-                    let mut config = EtcdConfig::new(endpoints)
-                        .op_timeout(timeout)
-                        .connect_timeout(timeout);
-                    if let Some((user, password)) = auth {
-                        config = config.user(user, password);
-                    }
+                Target::Etcd(config) => {
+                    let mut config = config.op_timeout(timeout).connect_timeout(timeout);
                     if let Some(p) = &args.prefix {
                         config = config.prefix(p.clone());
                     }
@@ -235,15 +205,9 @@ impl Store {
                         )),
                     }
                 }
-                Target::Kube(source) => {
-                    let mut config = match source {
-                        KubeSource::Url(u) => KubeConfig::url(u),
-                        KubeSource::Kubeconfig(p) => KubeConfig::from_kubeconfig(p),
-                        KubeSource::Infer => KubeConfig::infer(),
-                    }
-                    .op_timeout(timeout)
-                    .preflight(preflight);
-                    if let Some(ns) = args.namespace.clone().or(namespace) {
+                Target::Kube(config) => {
+                    let mut config = config.op_timeout(timeout).preflight(preflight);
+                    if let Some(ns) = args.namespace.clone() {
                         config = config.namespace(ns);
                     }
                     KubeStrategy::connect(config)
@@ -395,4 +359,95 @@ fn kube_error(shown: &str, e: KubeError) -> CliError {
         _ => Exit::Store,
     };
     CliError::new(code, format!("{shown}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: &str) -> StoreArgs {
+        StoreArgs {
+            url: url.to_owned(),
+            timeout: 5.0,
+            table: None,
+            prefix: None,
+            namespace: None,
+            kubeconfig: None,
+            size: 512,
+        }
+    }
+
+    fn refusal(url: &str) -> (Exit, String) {
+        match parse(&args(url)) {
+            Ok(t) => panic!("{url} was accepted: {t:?}"),
+            Err(e) => (e.code, e.message),
+        }
+    }
+
+    /// Each scheme reaches the backend that owns it.
+    #[test]
+    fn schemes_reach_their_backend() {
+        for (url, store) in [
+            ("postgres://u@h/db", "sql"),
+            ("MARIADB://u@h/db", "sql"),
+            ("redis://h:6379", "valkey"),
+            ("valkey://h", "valkey"),
+            ("etcd://a:2379,b:2379", "etcd"),
+            ("k8s://h:8001/ids", "kube"),
+            ("k8s+https://h:6443", "kube"),
+            ("kubernetes://", "kube"),
+        ] {
+            let got = match parse(&args(url)).unwrap_or_else(|e| panic!("{url}: {e:?}")) {
+                Target::Sql(_) => "sql",
+                Target::Valkey(_) => "valkey",
+                Target::Etcd(_) => "etcd",
+                Target::Kube(_) => "kube",
+            };
+            assert_eq!(got, store, "{url}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_fix() {
+        for (url, code, needle) in [
+            (
+                "postgress://u@h/db",
+                Exit::BadUrl,
+                "unknown scheme \"postgress\"; use one of postgres, postgresql, mysql, mariadb, \
+                 sqlite (SQL); redis,",
+            ),
+            (
+                "localhost:5432",
+                Exit::BadUrl,
+                "it has no scheme; use one of postgres",
+            ),
+            (
+                "https://h:2379",
+                Exit::BadUrl,
+                "say which store: etcd://HOST:PORT",
+            ),
+            ("postgres:///db", Exit::BadUrl, "postgres:// needs a host"),
+            ("redis://h:99999", Exit::BadUrl, "bad port \"99999\""),
+            (
+                "etcd://h?tabel=x",
+                Exit::BadUrl,
+                "unknown query option \"tabel\"",
+            ),
+            ("k8s://u:p@h", Exit::BadUrl, "carry no credentials"),
+            (
+                "sqlite::memory:",
+                Exit::BadUrl,
+                "the SQLite file the holders use",
+            ),
+            (
+                "sqlite:///nonexistent/x.db",
+                Exit::Unreachable,
+                "no SQLite file at /nonexistent/x.db",
+            ),
+        ] {
+            let (got, message) = refusal(url);
+            assert_eq!(got, code, "{url}: {message}");
+            assert!(message.contains(needle), "{url}: {message}");
+        }
+    }
 }

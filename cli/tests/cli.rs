@@ -1066,8 +1066,9 @@ fn offline_trials() -> Vec<Trial> {
             same(
                 &one_line_error(&o)?,
                 "leasehold: bad store URL ftp://h/x: unknown scheme \"ftp\"; use one of \
-                 postgres://, mysql:// (MariaDB too), sqlite://FILE, redis:// or valkey://, \
-                 etcd://HOST:PORT, k8s://HOST:PORT (or k8s:// with a kubeconfig)",
+                 postgres, postgresql, mysql, mariadb, sqlite (SQL); redis, rediss, valkey, \
+                 valkeys (Valkey/Redis); etcd, etcds (etcd); k8s, k8s+http, k8s+https, \
+                 kubernetes (Kubernetes)",
             )
         }),
         t("url_without_scheme_exit_3", || {

@@ -27,6 +27,17 @@ impl ConfigError {
         }
     }
 
+    /// `field` is invalid, as `text` says in full (what is wrong and what
+    /// is accepted), for a mistake that is not one value outside a range,
+    /// such as a store URL's unknown scheme.
+    pub fn described(field: &'static str, text: impl Into<String>) -> Self {
+        Self {
+            field,
+            value: text.into(),
+            allowed: Cow::Borrowed(""),
+        }
+    }
+
     /// The configuration field that was rejected (`ttl`, `pool_size`, ...).
     pub fn field(&self) -> &'static str {
         self.field
@@ -35,6 +46,9 @@ impl ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.allowed.is_empty() {
+            return write!(f, "invalid `{}`: {}", self.field, self.value);
+        }
         write!(
             f,
             "invalid `{}`: {} is not allowed; use {}",

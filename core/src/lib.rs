@@ -26,6 +26,7 @@ mod strategy;
 #[cfg(feature = "tokio")]
 mod telemetry;
 mod token;
+pub mod url;
 #[cfg(feature = "tokio")]
 mod wait;
 

@@ -6,6 +6,7 @@ mod config;
 mod error;
 mod keys;
 mod strategy;
+mod url;
 mod watch;
 
 pub use config::{DEFAULT_CANDIDATES, DEFAULT_PREFIX, EtcdConfig, MAX_CANDIDATES};

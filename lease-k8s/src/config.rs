@@ -47,7 +47,7 @@ pub struct KubeConfig {
 }
 
 impl KubeConfig {
-    fn with(source: Source) -> Self {
+    pub(crate) fn with(source: Source) -> Self {
         Self {
             source,
             namespace: None,
@@ -69,10 +69,18 @@ impl KubeConfig {
         Self::with(Source::Kubeconfig(path.into()))
     }
 
-    /// A plain `http://` or `https://` URL that needs no credentials, such as
-    /// `kubectl proxy` (`http://127.0.0.1:8001`) or a test server.
-    pub fn url(url: impl Into<String>) -> Self {
+    /// The API server at a plain `http://` or `https://` URL that needs no
+    /// credentials, such as `kubectl proxy` (`http://127.0.0.1:8001`) or a
+    /// test server. For a store URL (`k8s://…`), see [`KubeConfig::from_url`].
+    pub fn from_server_url(url: impl Into<String>) -> Self {
         Self::with(Source::Url(url.into()))
+    }
+
+    /// The same as [`KubeConfig::from_server_url`], under its older name:
+    /// it constructs, it is no getter, and it takes the API server's own
+    /// `http(s)://` URL, not a store URL ([`KubeConfig::from_url`]).
+    pub fn url(url: impl Into<String>) -> Self {
+        Self::from_server_url(url)
     }
 
     /// A `kube::Config` built by the caller. Its retries are turned off and

@@ -12,6 +12,7 @@ mod preflight;
 mod stats;
 mod strategy;
 mod time;
+mod url;
 
 pub use config::{DEFAULT_TAKEOVER_MARGIN, KubeConfig};
 pub use error::KubeError;

@@ -18,6 +18,7 @@ mod fence;
 mod ident;
 mod statements;
 mod strategy;
+mod url;
 
 pub use config::SqlConfig;
 pub use dialect::SqlDatabase;

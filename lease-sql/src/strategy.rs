@@ -42,6 +42,18 @@ impl SqlStrategy {
     /// `SKIP LOCKED`/`RETURNING` (final).
     pub async fn connect(config: SqlConfig) -> Result<Self, SqlError> {
         let table = TableName::new(config.table.clone())?;
+        // A mistyped scheme is not a file path: without this it would be
+        // taken for SQLite, whose error would mislead.
+        if let Some((scheme, _)) = config.url.split_once("://")
+            && !SqlConfig::SCHEMES.contains(&scheme.to_ascii_lowercase().as_str())
+        {
+            return Err(leasehold_core::url::unknown_scheme(
+                scheme,
+                SqlConfig::SCHEMES,
+                "postgres://USER@HOST/DB, mysql://… or sqlite://PATH",
+            )
+            .into());
+        }
         let ops: Arc<dyn Ops> = match Engine::from_url(&config.url) {
             #[cfg(feature = "postgres")]
             Engine::Postgres => Arc::new(Backend::<sqlx::Postgres>::connect(&config, table).await?),

@@ -220,6 +220,18 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
+/// The key prefix, or an error that says which are accepted.
+pub(crate) fn check_prefix(prefix: &str) -> Result<(), leasehold_core::ConfigError> {
+    if valid_prefix(prefix) {
+        return Ok(());
+    }
+    Err(leasehold_core::ConfigError::new(
+        "key_prefix",
+        format!("{prefix:?}"),
+        format!("1 to {MAX_PREFIX_LEN} characters of A-Z, a-z, 0-9, '_', '-', '.' or ':'"),
+    ))
+}
+
 pub(crate) fn valid_prefix(prefix: &str) -> bool {
     (1..=MAX_PREFIX_LEN).contains(&prefix.len())
         && prefix

@@ -8,6 +8,7 @@ mod error;
 mod scripts;
 mod server;
 mod strategy;
+mod url;
 
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
 pub use durability::Durability;

@@ -13,9 +13,7 @@ use leasehold_core::{
     Reason, Release, Renewal, SlotInfo, Strategy, Token,
 };
 
-use crate::config::{
-    DEFAULT_OP_TIMEOUT, MAX_PREFIX_LEN, Method, ValkeyConfig, redact, valid_prefix,
-};
+use crate::config::{DEFAULT_OP_TIMEOUT, Method, ValkeyConfig, check_prefix, redact};
 use crate::durability::Durability;
 use crate::error::{Failure, ValkeyError, classify};
 use crate::scripts::{Script, Scripts};
@@ -170,14 +168,7 @@ impl ValkeyStrategy {
     /// unresponsive connection is closed and reopened in the background, and
     /// a `tokio` timeout wraps every call as a backstop.
     pub async fn connect(config: ValkeyConfig) -> Result<Self, ValkeyError> {
-        if !valid_prefix(&config.prefix) {
-            return Err(ConfigError::new(
-                "key_prefix",
-                format!("{:?}", config.prefix),
-                format!("1 to {MAX_PREFIX_LEN} characters of A-Z, a-z, 0-9, '_', '-', '.' or ':'"),
-            )
-            .into());
-        }
+        check_prefix(&config.prefix)?;
         if config.op_timeout.is_zero() {
             return Err(ConfigError::new(
                 "op_timeout",

@@ -1,0 +1,325 @@
+//! Store URLs: the schemes this backend accepts and what their parts mean.
+
+use leasehold_core::ConfigError;
+use leasehold_core::url::{StoreUrl, duration_option, percent_decode, scheme_of, unknown_option};
+
+use crate::config::SqlConfig;
+use crate::error::SqlError;
+use crate::ident::TableName;
+
+/// The accepted shapes, quoted by every URL error.
+const FORM: &str = "postgres://USER[:PASSWORD]@HOST[:PORT]/DB, mysql://… (MariaDB too) or \
+                    sqlite://PATH, with options ?table=NAME&op_timeout=2s";
+
+/// The options leasehold reads from the query (and removes before sqlx sees it).
+const OWN_OPTIONS: &str = "table, op_timeout";
+
+/// sqlx 0.8's own connection options, per engine: passed through as written.
+const POSTGRES_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+const MYSQL_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslca",
+    "ssl-ca",
+    "charset",
+    "collation",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "socket",
+    "timezone",
+    "time-zone",
+];
+const SQLITE_OPTIONS: &[&str] = &["mode", "cache", "immutable", "vfs"];
+
+impl SqlConfig {
+    /// The URL schemes [`SqlConfig::from_url`] accepts.
+    pub const SCHEMES: &[&str] = &["postgres", "postgresql", "mysql", "mariadb", "sqlite"];
+
+    /// Settings from a store URL (see the crate README, "URL"):
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (or `postgresql://`),
+    /// `mysql://…` or `mariadb://…`, `sqlite://PATH` (or `sqlite:PATH`),
+    /// with the options `table=NAME` ([`SqlConfig::table`]) and
+    /// `op_timeout=500ms` or `=2s` ([`SqlConfig::op_timeout`]). sqlx's own
+    /// options (`sslmode`, `application_name`, SQLite's `mode`, …) pass
+    /// through to it as written.
+    ///
+    /// Errors ([`SqlError::Config`]) name what is accepted: an unknown
+    /// scheme, a missing host, a bad port, an unknown option, an invalid
+    /// table name.
+    ///
+    /// ```
+    /// use leasehold_sql::SqlConfig;
+    /// let config = SqlConfig::from_url("postgres://app@db.internal/app?table=machine_ids")?;
+    /// assert_eq!(config.url(), "postgres://app@db.internal/app");
+    /// let e = SqlConfig::from_url("postgress://app@db.internal/app").unwrap_err();
+    /// assert!(e.to_string().contains("expected one of postgres, postgresql,"));
+    /// # Ok::<(), leasehold_sql::SqlError>(())
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, SqlError> {
+        // `sqlite:PATH` (sqlx's form without `//`) carries no authority.
+        let sqlite_short = url
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"))
+            && !url[7..].starts_with("//");
+        let scheme = if sqlite_short {
+            "sqlite".to_owned()
+        } else {
+            scheme_of(url, Self::SCHEMES, FORM)?
+        };
+        let (passed_on, table, op_timeout) = if scheme == "sqlite" {
+            sqlite(url)?
+        } else {
+            let mut parts = StoreUrl::parse(url, Self::SCHEMES, FORM)?;
+            parts.require_one_host(FORM)?;
+            let table = parts.take("table");
+            let op_timeout = parts.take_duration("op_timeout")?;
+            let theirs = match scheme.as_str() {
+                "postgres" | "postgresql" => POSTGRES_OPTIONS,
+                _ => MYSQL_OPTIONS,
+            };
+            check_options(parts.options().map(|(k, _)| k), theirs, &scheme)?;
+            (parts.rebuild(parts.written_scheme()), table, op_timeout)
+        };
+        let mut config = Self::new(passed_on);
+        if let Some(table) = table {
+            config = config.table(TableName::new(table)?.as_str());
+        }
+        if let Some(timeout) = op_timeout {
+            config = config.op_timeout(timeout);
+        }
+        Ok(config)
+    }
+
+    /// The SQLite database file (or `:memory:`) this configuration names;
+    /// `None` for the other engines.
+    pub fn sqlite_path(&self) -> Option<&str> {
+        sqlite_path(&self.url)
+    }
+}
+
+/// The part of an SQLite URL (or plain path) that names the file.
+pub(crate) fn sqlite_path(url: &str) -> Option<&str> {
+    let rest = match url.split_once("://") {
+        Some((s, rest)) if s.eq_ignore_ascii_case("sqlite") => rest,
+        Some(_) => return None,
+        None if url.len() >= 7 && url[..7].eq_ignore_ascii_case("sqlite:") => &url[7..],
+        None => url,
+    };
+    Some(rest.split('?').next().unwrap_or(""))
+}
+
+/// An SQLite URL: the file, then the options (leasehold's taken out).
+fn sqlite(url: &str) -> Result<(String, Option<String>, Option<std::time::Duration>), SqlError> {
+    let file = sqlite_path(url).unwrap_or("");
+    if file.is_empty() {
+        return Err(ConfigError::described(
+            "url",
+            "sqlite:// needs the path of the database file: sqlite://PATH (sqlite://./ids.db, \
+             sqlite:///var/lib/app/ids.db) or sqlite::memory:",
+        )
+        .into());
+    }
+    let (before, query) = url.split_once('?').unwrap_or((url, ""));
+    let (mut table, mut op_timeout, mut kept) = (None, None, Vec::new());
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value);
+        match key {
+            "table" => table = Some(value),
+            "op_timeout" => op_timeout = Some(duration_option("op_timeout", &value)?),
+            _ => kept.push(pair),
+        }
+    }
+    check_options(
+        kept.iter()
+            .map(|p| p.split_once('=').map_or(*p, |(k, _)| k)),
+        SQLITE_OPTIONS,
+        "sqlite",
+    )?;
+    let passed_on = if kept.is_empty() {
+        before.to_owned()
+    } else {
+        format!("{before}?{}", kept.join("&"))
+    };
+    Ok((passed_on, table, op_timeout))
+}
+
+fn check_options<'a>(
+    mut keys: impl Iterator<Item = &'a str>,
+    theirs: &[&str],
+    scheme: &str,
+) -> Result<(), SqlError> {
+    match keys.find(|k| !theirs.contains(k) && !k.starts_with("options[")) {
+        None => Ok(()),
+        Some(key) => Err(unknown_option(
+            key,
+            &format!(
+                "{OWN_OPTIONS}, and sqlx's options for {scheme}: {}",
+                theirs.join(", ")
+            ),
+        )
+        .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::DEFAULT_OP_TIMEOUT;
+    use crate::ident::DEFAULT_TABLE;
+
+    #[test]
+    fn accepted_urls_set_the_fields() {
+        let s = |ms| Duration::from_millis(ms);
+        for (url, passed_on, table, op_timeout) in [
+            (
+                "postgres://app:pw@db.internal/app",
+                "postgres://app:pw@db.internal/app",
+                DEFAULT_TABLE,
+                DEFAULT_OP_TIMEOUT,
+            ),
+            (
+                "postgresql://app@db:5433/app?sslmode=require&table=ids&op_timeout=2s",
+                "postgresql://app@db:5433/app?sslmode=require",
+                "ids",
+                s(2000),
+            ),
+            (
+                "POSTGRES://app@[::1]:5432/app?op_timeout=250ms",
+                "POSTGRES://app@[::1]:5432/app",
+                DEFAULT_TABLE,
+                s(250),
+            ),
+            (
+                "mysql://root@127.0.0.1:3306/x?ssl-mode=disabled",
+                "mysql://root@127.0.0.1:3306/x?ssl-mode=disabled",
+                DEFAULT_TABLE,
+                DEFAULT_OP_TIMEOUT,
+            ),
+            (
+                "mariadb://root@h/x?table=machine_ids",
+                "mariadb://root@h/x",
+                "machine_ids",
+                DEFAULT_OP_TIMEOUT,
+            ),
+            (
+                "sqlite://./ids.db?mode=rwc&table=t1",
+                "sqlite://./ids.db?mode=rwc",
+                "t1",
+                DEFAULT_OP_TIMEOUT,
+            ),
+            (
+                "sqlite:///var/lib/app/ids.db",
+                "sqlite:///var/lib/app/ids.db",
+                DEFAULT_TABLE,
+                DEFAULT_OP_TIMEOUT,
+            ),
+            (
+                "sqlite:ids.db?op_timeout=3s",
+                "sqlite:ids.db",
+                DEFAULT_TABLE,
+                s(3000),
+            ),
+            (
+                "sqlite::memory:",
+                "sqlite::memory:",
+                DEFAULT_TABLE,
+                DEFAULT_OP_TIMEOUT,
+            ),
+        ] {
+            let c = SqlConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(
+                (c.url(), c.table.as_str(), c.op_timeout),
+                (passed_on, table, op_timeout),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn refused_urls_say_what_is_accepted() {
+        for (url, needle) in [
+            (
+                "postgress://app@db/app",
+                "unknown scheme \"postgress\"; expected one of postgres, postgresql, mysql, \
+                 mariadb, sqlite",
+            ),
+            ("mysqll://root@h/x", "unknown scheme \"mysqll\""),
+            (
+                "db.internal:5432/app",
+                "it has no scheme; expected one of postgres",
+            ),
+            ("postgres:///app", "postgres:// needs a host"),
+            ("mysql://root@/x", "mysql:// needs a host"),
+            (
+                "postgres://app@db:5x432/app",
+                "bad port \"5x432\" of host \"db\"",
+            ),
+            ("postgres://a@h1,h2/app", "takes one host"),
+            (
+                "postgres://app@db/app?tabel=ids",
+                "unknown query option \"tabel\"; this URL takes table, op_timeout, and sqlx's \
+                 options for postgres: sslmode",
+            ),
+            (
+                "mysql://root@h/x?prefix=a",
+                "unknown query option \"prefix\"",
+            ),
+            (
+                "sqlite://./x.db?sslmode=require",
+                "sqlx's options for sqlite: mode",
+            ),
+            (
+                "postgres://app@db/app?op_timeout=2",
+                "op_timeout=500ms or op_timeout=2s",
+            ),
+            (
+                "sqlite://x.db?op_timeout=soon",
+                "op_timeout=500ms or op_timeout=2s",
+            ),
+            ("postgres://app@db/app?table=Bad-Name", "invalid `table`"),
+            ("sqlite://", "sqlite:// needs the path of the database file"),
+            ("sqlite:?mode=ro", "needs the path"),
+        ] {
+            let e = SqlConfig::from_url(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+            assert!(!e.contains("feature"), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn sqlite_paths() {
+        for (url, path) in [
+            ("sqlite://./x.db?mode=ro", Some("./x.db")),
+            ("sqlite:x.db", Some("x.db")),
+            ("./x.sqlite", Some("./x.sqlite")),
+            ("postgres://h/db", None),
+        ] {
+            assert_eq!(SqlConfig::new(url).sqlite_path(), path, "{url}");
+        }
+    }
+}
