@@ -373,7 +373,7 @@ mod tests {
             prefix: None,
             namespace: None,
             kubeconfig: None,
-            size: 512,
+            size: None,
         }
     }
 
