@@ -104,6 +104,13 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// The layout every generator of this worker uses, and the ID format its
+/// leases declare: the store records a pool's format with its first claim
+/// and refuses a claim that declares another.
+fn layout() -> Layout {
+    Layout::default64()
+}
+
 /// One generator of either kind, with the skewed clock.
 #[derive(Clone)]
 enum Gen {
@@ -113,7 +120,7 @@ enum Gen {
 
 impl Gen {
     fn build(kind: Kind, gate: LeaseGate, skew_ms: i64) -> Result<Self, String> {
-        let (layout, time) = (Layout::default64(), Skewed::new(skew_ms));
+        let (layout, time) = (layout(), Skewed::new(skew_ms));
         match kind {
             Kind::Sortable => Sortable64::with_time(gate, layout, time).map(Gen::Sortable),
             Kind::Counter => Counter64::with_time(gate, layout, time).map(Gen::Counter),
@@ -303,6 +310,7 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
         let b = LeaseConfig::builder(format!("{}-{}", args.pool, kind.name()))
             .pool_size(args.slots)
             .ttl(args.ttl)
+            .id_format(layout().id_format())
             .acquire_timeout(Duration::from_secs(3600));
         match args.max_clock_skew {
             Some(skew) => b.max_clock_skew(skew),
