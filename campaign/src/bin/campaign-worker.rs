@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! campaign-worker --url URL --pool NAME --slots N --log FILE [--ttl-ms T]
-//!                 [--skew-ms S] [--max-clock-skew-ms M] [--generators N] [--unsafe]
+//!                 [--skew-ms S] [--max-clock-skew-ms M] [--margin-us U] [--generators N] [--unsafe]
 //!                 [--no-restart-guard] [--no-one-timing]
 //!                 [--unsafe-keep-server-synchronous-commit] [--plant NAME[,NAME]]
 //! ```
@@ -36,6 +36,8 @@ struct Args {
     skew_ms: i64,
     /// The `max_clock_skew` of the leases (default: the library's).
     max_clock_skew: Option<Duration>,
+    /// The leases' safety margin (default: the library's).
+    margin: Option<Duration>,
     generators: u32,
     unsafe_mode: bool,
     /// How the strategies accept the store.
@@ -51,6 +53,7 @@ fn parse_args() -> Result<Args, String> {
         ttl: Duration::from_secs(2),
         skew_ms: 0,
         max_clock_skew: None,
+        margin: None,
         generators: 1,
         unsafe_mode: false,
         options: Options::default(),
@@ -68,6 +71,9 @@ fn parse_args() -> Result<Args, String> {
             "--skew-ms" => a.skew_ms = num(value()?)?,
             "--max-clock-skew-ms" => {
                 a.max_clock_skew = Some(Duration::from_millis(num(value()?)?.max(0) as u64));
+            }
+            "--margin-us" => {
+                a.margin = Some(Duration::from_micros(num(value()?)?.max(0) as u64));
             }
             "--generators" => a.generators = num(value()?)?.max(1) as u32,
             "--unsafe" => a.unsafe_mode = true,
@@ -95,7 +101,8 @@ fn parse_args() -> Result<Args, String> {
     if a.url.is_empty() || a.log.as_os_str().is_empty() {
         return Err(
             "usage: campaign-worker --url URL --log FILE [--pool NAME] [--slots N] \
-                    [--ttl-ms T] [--skew-ms S] [--max-clock-skew-ms M] [--generators N] \
+                    [--ttl-ms T] [--skew-ms S] [--max-clock-skew-ms M] [--margin-us U] \
+                    [--generators N] \
                     [--unsafe] [--no-restart-guard] [--no-one-timing] \
                     [--unsafe-keep-server-synchronous-commit] [--plant NAME[,NAME]]"
                 .into(),
@@ -312,8 +319,12 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
             .ttl(args.ttl)
             .id_format(layout().id_format())
             .acquire_timeout(Duration::from_secs(3600));
-        match args.max_clock_skew {
+        let b = match args.max_clock_skew {
             Some(skew) => b.max_clock_skew(skew),
+            None => b,
+        };
+        match args.margin {
+            Some(margin) => b.safety_margin(margin),
             None => b,
         }
         .build()
