@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! campaign-worker --url URL --pool NAME --slots N --log FILE [--ttl-ms T]
-//!                 [--skew-ms S] [--max-clock-skew-ms M] [--margin-us U] [--generators N] [--unsafe]
+//!                 [--skew-ms S] [--max-clock-skew-ms M] [--margin-us U] [--backoff-max-ms B]
+//!                 [--generators N] [--unsafe]
 //!                 [--no-restart-guard] [--no-one-timing]
 //!                 [--unsafe-keep-server-synchronous-commit] [--plant NAME[,NAME]]
 //! ```
@@ -38,6 +39,9 @@ struct Args {
     max_clock_skew: Option<Duration>,
     /// The leases' safety margin (default: the library's).
     margin: Option<Duration>,
+    /// The largest delay between claims while waiting (default: the
+    /// library's).
+    backoff_max: Option<Duration>,
     generators: u32,
     unsafe_mode: bool,
     /// How the strategies accept the store.
@@ -54,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
         skew_ms: 0,
         max_clock_skew: None,
         margin: None,
+        backoff_max: None,
         generators: 1,
         unsafe_mode: false,
         options: Options::default(),
@@ -74,6 +79,9 @@ fn parse_args() -> Result<Args, String> {
             }
             "--margin-us" => {
                 a.margin = Some(Duration::from_micros(num(value()?)?.max(0) as u64));
+            }
+            "--backoff-max-ms" => {
+                a.backoff_max = Some(Duration::from_millis(num(value()?)?.max(1) as u64));
             }
             "--generators" => a.generators = num(value()?)?.max(1) as u32,
             "--unsafe" => a.unsafe_mode = true,
@@ -102,7 +110,7 @@ fn parse_args() -> Result<Args, String> {
         return Err(
             "usage: campaign-worker --url URL --log FILE [--pool NAME] [--slots N] \
                     [--ttl-ms T] [--skew-ms S] [--max-clock-skew-ms M] [--margin-us U] \
-                    [--generators N] \
+                    [--backoff-max-ms B] [--generators N] \
                     [--unsafe] [--no-restart-guard] [--no-one-timing] \
                     [--unsafe-keep-server-synchronous-commit] [--plant NAME[,NAME]]"
                 .into(),
@@ -321,6 +329,12 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
             .acquire_timeout(Duration::from_secs(3600));
         let b = match args.max_clock_skew {
             Some(skew) => b.max_clock_skew(skew),
+            None => b,
+        };
+        let b = match args.backoff_max {
+            Some(most) => b
+                .backoff_initial(most.min(Duration::from_millis(100)))
+                .backoff_max(most),
             None => b,
         };
         match args.margin {

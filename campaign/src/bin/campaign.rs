@@ -76,6 +76,9 @@ struct Args {
     /// The leases' safety margin (`--margin-ms`; default: the library's
     /// for the TTL).
     margin: Option<Margin>,
+    /// The largest delay between a spare's claims (`--backoff-max-ms`;
+    /// default: the library's, a quarter of the TTL).
+    backoff_max_ms: Option<u64>,
 }
 
 /// A safety margin given on the command line.
@@ -111,6 +114,7 @@ fn parse_args() -> Result<Args, String> {
         plants: Vec::new(),
         drift_ppm: 0,
         margin: None,
+        backoff_max_ms: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -154,6 +158,7 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or("--clock-rate-ppm: at most 500000")?
                     .unsigned_abs();
             }
+            "--backoff-max-ms" => a.backoff_max_ms = Some(num(value()?)?),
             "--margin-ms" => {
                 a.margin = Some(match value()?.as_str() {
                     "min" => Margin::Min,
@@ -178,7 +183,8 @@ fn parse_args() -> Result<Args, String> {
                             [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
                             [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
                             [--unsafe-keep-server-synchronous-commit] [--keep] \
-                            [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min]\n\
+                            [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
+                            [--backoff-max-ms B]\n\
                             \x20      campaign --dump FILE.rec   (a worker's log as text)"
                         .into(),
                 );
@@ -693,6 +699,9 @@ impl Run {
         }
         if let Some(m) = self.margin {
             cmd.args(["--margin-us", &m.as_micros().to_string()]);
+        }
+        if let Some(b) = self.args.backoff_max_ms {
+            cmd.args(["--backoff-max-ms", &b.to_string()]);
         }
         // Clock rate drift: every other worker index (the first, the third,
         // ...) slow, the rest fast; the slow ones are what the margin must
@@ -1646,6 +1655,7 @@ fn replay_command(a: &Args) -> String {
             Margin::Min => "min".into(),
         }),
     );
+    value("--backoff-max-ms", a.backoff_max_ms.map(|b| b.to_string()));
     value("--seed", Some(a.seed.to_string()));
     c
 }
