@@ -4,6 +4,7 @@
 #![deny(missing_docs)]
 
 pub mod check;
+pub mod drift;
 pub mod plan;
 pub mod record;
 pub mod store;

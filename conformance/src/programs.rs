@@ -121,7 +121,8 @@ pub const PROGRAMS: &[Program] = &[
             "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
         ]),
         package: "faketime",
-        used_by: "the Valkey/Redis tests whose server's clock jumps (preloaded into the server)",
+        used_by: "the Valkey/Redis tests whose server's clock jumps (preloaded into the server), \
+                  and the fault campaign's workers whose clocks drift (`--clock-rate-ppm`)",
     },
     Program {
         name: "rsvg-convert",

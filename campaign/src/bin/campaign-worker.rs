@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! campaign-worker --url URL --pool NAME --slots N --log FILE [--ttl-ms T]
-//!                 [--skew-ms S] [--max-clock-skew-ms M] [--generators N] [--unsafe]
+//!                 [--skew-ms S] [--max-clock-skew-ms M] [--margin-us U] [--backoff-max-ms B]
+//!                 [--generators N] [--unsafe]
 //!                 [--no-restart-guard] [--no-one-timing]
 //!                 [--unsafe-keep-server-synchronous-commit] [--plant NAME[,NAME]]
 //! ```
@@ -36,6 +37,11 @@ struct Args {
     skew_ms: i64,
     /// The `max_clock_skew` of the leases (default: the library's).
     max_clock_skew: Option<Duration>,
+    /// The leases' safety margin (default: the library's).
+    margin: Option<Duration>,
+    /// The largest delay between claims while waiting (default: the
+    /// library's).
+    backoff_max: Option<Duration>,
     generators: u32,
     unsafe_mode: bool,
     /// How the strategies accept the store.
@@ -51,6 +57,8 @@ fn parse_args() -> Result<Args, String> {
         ttl: Duration::from_secs(2),
         skew_ms: 0,
         max_clock_skew: None,
+        margin: None,
+        backoff_max: None,
         generators: 1,
         unsafe_mode: false,
         options: Options::default(),
@@ -68,6 +76,12 @@ fn parse_args() -> Result<Args, String> {
             "--skew-ms" => a.skew_ms = num(value()?)?,
             "--max-clock-skew-ms" => {
                 a.max_clock_skew = Some(Duration::from_millis(num(value()?)?.max(0) as u64));
+            }
+            "--margin-us" => {
+                a.margin = Some(Duration::from_micros(num(value()?)?.max(0) as u64));
+            }
+            "--backoff-max-ms" => {
+                a.backoff_max = Some(Duration::from_millis(num(value()?)?.max(1) as u64));
             }
             "--generators" => a.generators = num(value()?)?.max(1) as u32,
             "--unsafe" => a.unsafe_mode = true,
@@ -95,13 +109,21 @@ fn parse_args() -> Result<Args, String> {
     if a.url.is_empty() || a.log.as_os_str().is_empty() {
         return Err(
             "usage: campaign-worker --url URL --log FILE [--pool NAME] [--slots N] \
-                    [--ttl-ms T] [--skew-ms S] [--max-clock-skew-ms M] [--generators N] \
+                    [--ttl-ms T] [--skew-ms S] [--max-clock-skew-ms M] [--margin-us U] \
+                    [--backoff-max-ms B] [--generators N] \
                     [--unsafe] [--no-restart-guard] [--no-one-timing] \
                     [--unsafe-keep-server-synchronous-commit] [--plant NAME[,NAME]]"
                 .into(),
         );
     }
     Ok(a)
+}
+
+/// The layout every generator of this worker uses, and the ID format its
+/// leases declare: the store records a pool's format with its first claim
+/// and refuses a claim that declares another.
+fn layout() -> Layout {
+    Layout::default64()
 }
 
 /// One generator of either kind, with the skewed clock.
@@ -113,7 +135,7 @@ enum Gen {
 
 impl Gen {
     fn build(kind: Kind, gate: LeaseGate, skew_ms: i64) -> Result<Self, String> {
-        let (layout, time) = (Layout::default64(), Skewed::new(skew_ms));
+        let (layout, time) = (layout(), Skewed::new(skew_ms));
         match kind {
             Kind::Sortable => Sortable64::with_time(gate, layout, time).map(Gen::Sortable),
             Kind::Counter => Counter64::with_time(gate, layout, time).map(Gen::Counter),
@@ -303,9 +325,20 @@ async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<()
         let b = LeaseConfig::builder(format!("{}-{}", args.pool, kind.name()))
             .pool_size(args.slots)
             .ttl(args.ttl)
+            .id_format(layout().id_format())
             .acquire_timeout(Duration::from_secs(3600));
-        match args.max_clock_skew {
+        let b = match args.max_clock_skew {
             Some(skew) => b.max_clock_skew(skew),
+            None => b,
+        };
+        let b = match args.backoff_max {
+            Some(most) => b
+                .backoff_initial(most.min(Duration::from_millis(100)))
+                .backoff_max(most),
+            None => b,
+        };
+        match args.margin {
+            Some(margin) => b.safety_margin(margin),
             None => b,
         }
         .build()

@@ -23,6 +23,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold_campaign::check::{Report, check, duplicate_sources};
+use leasehold_campaign::drift::{Drifted, Rate};
 use leasehold_campaign::plan::{Fault, Planned, Rng, StoreFaults, plan};
 use leasehold_campaign::record::{self, Kind, Record};
 use leasehold_campaign::store::{FenceWriter, Options, probe};
@@ -69,6 +70,25 @@ struct Args {
     keep: bool,
     /// Timing rules the workers break on purpose (`--plant`).
     plants: Vec<Plant>,
+    /// Clock rate drift (`--clock-rate-ppm`): every other worker start runs
+    /// its clocks this many ppm slow, the rest this many fast.
+    drift_ppm: u32,
+    /// The leases' safety margin (`--margin-ms`; default: the library's
+    /// for the TTL).
+    margin: Option<Margin>,
+    /// The largest delay between a spare's claims (`--backoff-max-ms`;
+    /// default: the library's, a quarter of the TTL).
+    backoff_max_ms: Option<u64>,
+}
+
+/// A safety margin given on the command line.
+#[derive(Clone, Copy, Debug)]
+enum Margin {
+    /// This many milliseconds.
+    Ms(u64),
+    /// The least timing rule 2 accepts for the run's TTL on a store whose
+    /// clock ticks in milliseconds (the coarsest of the campaign's stores).
+    Min,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -92,6 +112,9 @@ fn parse_args() -> Result<Args, String> {
         keep_server_synchronous_commit: false,
         keep: false,
         plants: Vec::new(),
+        drift_ppm: 0,
+        margin: None,
+        backoff_max_ms: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -127,6 +150,21 @@ fn parse_args() -> Result<Args, String> {
             "--no-restart-guard" => a.no_restart_guard = true,
             "--unsafe-keep-server-synchronous-commit" => a.keep_server_synchronous_commit = true,
             "--keep" => a.keep = true,
+            "--clock-rate-ppm" => {
+                a.drift_ppm = num(value()?)?
+                    .try_into()
+                    .ok()
+                    .filter(|p| Rate::from_ppm(*p).is_some())
+                    .ok_or("--clock-rate-ppm: at most 500000")?
+                    .unsigned_abs();
+            }
+            "--backoff-max-ms" => a.backoff_max_ms = Some(num(value()?)?),
+            "--margin-ms" => {
+                a.margin = Some(match value()?.as_str() {
+                    "min" => Margin::Min,
+                    v => Margin::Ms(num(v.to_owned())?),
+                });
+            }
             "--plant" => {
                 for name in value()?.split(',') {
                     a.plants.push(Plant::from_name(name).ok_or_else(|| {
@@ -145,7 +183,8 @@ fn parse_args() -> Result<Args, String> {
                             [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
                             [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
                             [--unsafe-keep-server-synchronous-commit] [--keep] \
-                            [--plant NAME[,NAME]]\n\
+                            [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
+                            [--backoff-max-ms B]\n\
                             \x20      campaign --dump FILE.rec   (a worker's log as text)"
                         .into(),
                 );
@@ -164,6 +203,23 @@ fn parse_args() -> Result<Args, String> {
     if !a.plants.is_empty() && (a.unsafe_mode || a.keep_server_synchronous_commit) {
         return Err(
             "--plant goes alone: --unsafe and the control runs look for duplicates of their own"
+                .into(),
+        );
+    }
+    if a.drift_ppm != 0 && a.backend == "sqlite" {
+        // SQLite's clock is the wall clock of the process running the
+        // statement: a drifting worker would drift the store's clock for its
+        // own claims only, which no real machine can do (every holder runs
+        // on the file's machine, and its processes share one clock).
+        return Err(
+            "--clock-rate-ppm needs a store with a clock of its own: SQLite's is each \
+             worker's, which would drift with it"
+                .into(),
+        );
+    }
+    if a.margin.is_some() && a.mixed_fleet {
+        return Err(
+            "--margin-ms goes without --mixed-fleet (its workers' TTLs need margins of their own)"
                 .into(),
         );
     }
@@ -558,6 +614,13 @@ struct Run {
     marks: Vec<FaultMark>,
     counts: BTreeMap<&'static str, u64>,
     skews: Vec<i64>,
+    /// Per start: its clocks' rate, and a real reading (BOOTTIME ns) taken
+    /// just before it started, from which its clocks drift.
+    rates: Vec<Drifted>,
+    /// libfaketime, preloaded into the workers whose clocks drift.
+    faketime: Option<PathBuf>,
+    /// The safety margin given to the workers (`None`: the library's).
+    margin: Option<Duration>,
     /// Per start, in a mixed fleet: the worker's TTL and `max_clock_skew`.
     timings: Vec<(Duration, Duration)>,
     /// How the workers' strategies accept the store.
@@ -634,6 +697,26 @@ impl Run {
         if !self.args.plants.is_empty() {
             cmd.args(["--plant", &plant_names(&self.args.plants)]);
         }
+        if let Some(m) = self.margin {
+            cmd.args(["--margin-us", &m.as_micros().to_string()]);
+        }
+        if let Some(b) = self.args.backoff_max_ms {
+            cmd.args(["--backoff-max-ms", &b.to_string()]);
+        }
+        // Clock rate drift: every other worker index (the first, the third,
+        // ...) slow, the rest fast; the slow ones are what the margin must
+        // cover (a holder's deadline comes late by its own reckoning).
+        let ppm = self.args.drift_ppm as i32;
+        let rate = match self.faketime.as_ref() {
+            Some(lib) if ppm != 0 => {
+                let rate = Rate::from_ppm(if idx.is_multiple_of(2) { -ppm } else { ppm })
+                    .unwrap_or(Rate::EXACT);
+                cmd.env("LD_PRELOAD", lib).env("FAKETIME", rate.faketime());
+                rate
+            }
+            _ => Rate::EXACT,
+        };
+        self.rates.push(drifted_from_now(rate));
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", self.exe.display()))?;
@@ -845,10 +928,21 @@ fn run(args: Args) -> Result<ExitCode, String> {
     } else {
         600
     }));
-    let config = LeaseConfig::builder("probe")
-        .ttl(ttl)
-        .build()
-        .map_err(|e| e.to_string())?;
+    let margin = match args.margin {
+        None => None,
+        Some(Margin::Ms(ms)) => Some(Duration::from_millis(ms)),
+        Some(Margin::Min) => Some(leasehold_core::min_safety_margin(
+            ttl,
+            Duration::from_millis(1),
+        )),
+    };
+    let config = LeaseConfig::builder("probe").ttl(ttl);
+    let config = match margin {
+        Some(m) => config.safety_margin(m),
+        None => config,
+    }
+    .build()
+    .map_err(|e| e.to_string())?;
     let margin = config.timing().safety_margin();
     // The largest skew: the default `max_clock_skew`, or in a mixed fleet
     // the largest the run's TTL accepts (the workers' own bounds go up to it).
@@ -1042,6 +1136,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
             store.describe
         ));
     }
+    let faketime = if args.drift_ppm == 0 {
+        None
+    } else {
+        Some(programs::require("libfaketime").map_err(|e| format!("--clock-rate-ppm: {e}"))?)
+    };
     let mut run = Run {
         url: store.url.clone(),
         cut_until: vec![None; proxies.len()],
@@ -1056,6 +1155,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
         marks: Vec::new(),
         counts: BTreeMap::new(),
         skews: Vec::new(),
+        rates: Vec::new(),
+        faketime,
+        margin: args.margin.map(|_| margin),
         timings: Vec::new(),
         options,
         crashes: Vec::new(),
@@ -1317,7 +1419,14 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let end_ns = MonoTime::now().as_nanos();
     let wall = started.elapsed();
     let load_after = loadavg();
-    let logs = read_logs(&dir);
+    let mut logs = read_logs(&dir);
+    // Workers whose clocks drifted recorded their own timeline: put their
+    // times onto the real one, where the holding periods are compared.
+    for (id, records) in &mut logs {
+        if let Some(d) = run.rates.get((*id as usize).wrapping_sub(1)) {
+            d.retime(records);
+        }
+    }
     // The fence logs, through a fresh connection: the one that prepared
     // them sat idle through the run (and through any store restart).
     let fence_logs = match &fences {
@@ -1479,6 +1588,22 @@ struct Summary<'a> {
     store: &'a str,
 }
 
+/// A worker about to start with clocks at `rate`: the real BOOTTIME now, and
+/// the wall clock's offset from it (read between two BOOTTIME readings, so a
+/// stall between the reads shows as at most their gap).
+fn drifted_from_now(rate: Rate) -> Drifted {
+    let before = MonoTime::now().as_nanos();
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let after = MonoTime::now().as_nanos();
+    Drifted {
+        rate,
+        anchor_ns: before,
+        unix_offset_ns: wall.saturating_sub(before / 2 + after / 2),
+    }
+}
+
 /// The command that runs `a` again (the same faults and clocks).
 fn replay_command(a: &Args) -> String {
     let mut c = format!("cargo xtask campaign --backend {}", a.backend);
@@ -1519,6 +1644,18 @@ fn replay_command(a: &Args) -> String {
         "--plant",
         (!a.plants.is_empty()).then(|| plant_names(&a.plants)),
     );
+    value(
+        "--clock-rate-ppm",
+        (a.drift_ppm != 0).then(|| a.drift_ppm.to_string()),
+    );
+    value(
+        "--margin-ms",
+        a.margin.map(|m| match m {
+            Margin::Ms(ms) => ms.to_string(),
+            Margin::Min => "min".into(),
+        }),
+    );
+    value("--backoff-max-ms", a.backoff_max_ms.map(|b| b.to_string()));
     value("--seed", Some(a.seed.to_string()));
     c
 }
@@ -1660,6 +1797,19 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
                     .iter()
                     .enumerate()
                     .map(|(i, (t, k))| format!("w{} {t:?}/{}ms", i + 1, k.as_millis()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        (
+            "worker clock rates",
+            if run.rates.iter().all(|d| d.rate.is_exact()) {
+                "exact".into()
+            } else {
+                run.rates
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| format!("w{} {}", i + 1, d.rate))
                     .collect::<Vec<_>>()
                     .join(", ")
             },
