@@ -33,7 +33,7 @@ pub(crate) fn secrets(url: &str) -> Vec<String> {
         return Vec::new();
     }
     let mut out = vec![password.to_owned()];
-    let decoded = percent_decode(password);
+    let decoded = leasehold_core::url::percent_decode(password);
     if decoded != password {
         out.push(decoded);
     }
@@ -52,25 +52,6 @@ pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
         }
     }
     text
-}
-
-pub(crate) fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(v) = u8::from_str_radix(s.get(i + 1..i + 3).unwrap_or("x"), 16)
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
