@@ -7,6 +7,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// How far this host's clock may be behind a slot's floor before generation
+/// refuses, unless configured otherwise (`LeaseConfig::max_clock_skew`). It
+/// also bounds the wall-clock steps the Unix offset follows at once (rule 10).
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
+
 /// A point on a monotonic clock: nanoseconds since an arbitrary anchor.
 ///
 /// For [`SystemClock`] with `CLOCK_BOOTTIME` the anchor is the machine's boot
@@ -376,7 +381,7 @@ impl UnixOffset {
     }
 }
 
-const DEFAULT_SKEW_NANOS: u64 = crate::gate::DEFAULT_MAX_CLOCK_SKEW.as_nanos() as u64;
+const DEFAULT_SKEW_NANOS: u64 = DEFAULT_MAX_CLOCK_SKEW.as_nanos() as u64;
 
 /// The best lower bound of `wall − mono` from up to eight brackets
 /// `(mono before, wall, mono after)`; at least 1 (0 means "not measured").

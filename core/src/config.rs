@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::gate::DEFAULT_MAX_CLOCK_SKEW;
+use crate::clock::DEFAULT_MAX_CLOCK_SKEW;
 use crate::loss::LossEvent;
 use crate::pool::{IdFormat, MAX_TTL, PoolName, PoolSpec, check_size, check_ttl, default_holder};
 

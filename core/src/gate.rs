@@ -10,9 +10,7 @@ use crate::clock::MonoTime;
 use crate::plant::{self, Plant};
 use crate::strategy::{Fence, Floor};
 
-/// How far this host's clock may be behind a slot's floor before generation
-/// refuses, unless configured otherwise (`LeaseConfig::max_clock_skew`).
-pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_secs(1);
+pub use crate::clock::DEFAULT_MAX_CLOCK_SKEW;
 
 /// A shared, lock-free view of the current lease: slot, fence, local deadline,
 /// hand-over floor and ceiling, open or closed. Cloning shares the view.

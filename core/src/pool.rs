@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::error::ConfigError;
-use crate::gate::DEFAULT_MAX_CLOCK_SKEW;
+use crate::clock::DEFAULT_MAX_CLOCK_SKEW;
 
 /// The largest pool a [`PoolSpec`] accepts.
 pub const MAX_POOL_SIZE: u32 = 1 << 20;
