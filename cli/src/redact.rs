@@ -1,20 +1,6 @@
 //! Keeping passwords in URLs out of every line the tool prints.
 
-/// The URL with its password replaced by `***` (user and host kept).
-pub(crate) fn url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => format!("{scheme}://{userinfo}@{host}{tail}"),
-        },
-        None => url.to_owned(),
-    }
-}
+pub(crate) use leasehold_core::url::masked as url;
 
 /// The password of `url` as written and percent-decoded: the strings no
 /// output may contain.

@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::ConfigError;
 use crate::clock::DEFAULT_MAX_CLOCK_SKEW;
+use crate::error::ConfigError;
 use crate::loss::LossEvent;
 use crate::pool::{IdFormat, MAX_TTL, PoolName, PoolSpec, check_size, check_ttl, default_holder};
 

@@ -3,8 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::error::ConfigError;
 use crate::clock::DEFAULT_MAX_CLOCK_SKEW;
+use crate::error::ConfigError;
 
 /// The largest pool a [`PoolSpec`] accepts.
 pub const MAX_POOL_SIZE: u32 = 1 << 20;

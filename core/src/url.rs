@@ -342,6 +342,65 @@ pub fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `url` as a library may show it (in `Debug`, identities, errors, logs):
+/// without user info, query string or fragment, since a password can hide
+/// in any of them; scheme, hosts and path kept. A URL without a scheme (a
+/// plain SQLite path) loses only what precedes an `@` and what follows a
+/// `?` or `#`.
+///
+/// ```
+/// use leasehold_core::url::shown;
+/// assert_eq!(shown("postgres://u:secret@h:5/db?sslmode=require"), "postgres://h:5/db");
+/// assert_eq!(shown("redis://:pw@h:1#x"), "redis://h:1");
+/// assert_eq!(shown("sqlite:///tmp/ids.sqlite?mode=rwc"), "sqlite:///tmp/ids.sqlite");
+/// ```
+pub fn shown(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, url),
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or("");
+    let (authority, path) = match rest.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (rest, None),
+    };
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let mut out = String::with_capacity(url.len());
+    if let Some(scheme) = scheme {
+        out.push_str(scheme);
+        out.push_str("://");
+    }
+    out.push_str(host);
+    if let Some(path) = path {
+        out.push('/');
+        out.push_str(path);
+    }
+    out
+}
+
+/// `url` as an operator's tool prints it: the password replaced by `***`,
+/// the user, hosts, path and options kept (they say which store was meant).
+///
+/// ```
+/// use leasehold_core::url::masked;
+/// assert_eq!(masked("postgres://ids:s3cret@h/db?sslmode=require"), "postgres://ids:***@h/db?sslmode=require");
+/// assert_eq!(masked("etcd://h:2379"), "etcd://h:2379");
+/// ```
+pub fn masked(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => format!("{scheme}://{userinfo}@{host}{tail}"),
+        },
+        None => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -178,21 +178,7 @@ impl fmt::Debug for KubeConfig {
     }
 }
 
-/// `url` without any user-info part.
-pub(crate) fn public_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
-            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-            if path.is_empty() {
-                format!("{scheme}://{host}")
-            } else {
-                format!("{scheme}://{host}/{path}")
-            }
-        }
-        None => url.rsplit_once('@').map_or(url, |(_, h)| h).to_owned(),
-    }
-}
+pub(crate) use leasehold_core::url::shown as public_url;
 
 #[cfg(test)]
 mod tests {

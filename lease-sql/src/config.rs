@@ -43,7 +43,7 @@ pub struct SqlConfig {
 impl std::fmt::Debug for SqlConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlConfig")
-            .field("url", &crate::dialect::redact(&self.url))
+            .field("url", &leasehold_core::url::shown(&self.url))
             .field("table", &self.table)
             .field("op_timeout", &self.op_timeout)
             .field("max_connections", &self.max_connections)

@@ -207,18 +207,7 @@ impl ValkeyConfig {
     }
 }
 
-/// The URL without user info or query string.
-pub(crate) fn redact(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
-    let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if path.is_empty() {
-        format!("{scheme}://{host}")
-    } else {
-        format!("{scheme}://{host}/{path}")
-    }
-}
+pub(crate) use leasehold_core::url::shown as redact;
 
 /// The key prefix, or an error that says which are accepted.
 pub(crate) fn check_prefix(prefix: &str) -> Result<(), leasehold_core::ConfigError> {

@@ -538,22 +538,7 @@ pub(crate) fn connect_budget(op: Duration) -> Duration {
     op.max(Duration::from_secs(1)) * 2
 }
 
-/// The URL without credentials or query parameters.
-pub(crate) fn redact(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let rest = rest.split('?').next().unwrap_or("");
-            let (auth, host) = rest.split_once('/').map_or((rest, ""), |(a, h)| (a, h));
-            let auth = auth.rsplit_once('@').map_or(auth, |(_, hp)| hp);
-            if host.is_empty() && !rest.contains('/') {
-                format!("{scheme}://{auth}")
-            } else {
-                format!("{scheme}://{auth}/{host}")
-            }
-        }
-        None => url.to_owned(),
-    }
-}
+pub(crate) use leasehold_core::url::shown as redact;
 
 #[cfg(test)]
 mod tests {
