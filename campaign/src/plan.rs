@@ -3,28 +3,25 @@
 
 use std::time::Duration;
 
-/// A small deterministic generator (SplitMix64).
+/// A small deterministic generator (core's SplitMix64): the same seed gives
+/// the same plan.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(leasehold_core::rand::SplitMix);
 
 impl Rng {
     /// Seeded.
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(leasehold_core::rand::SplitMix::new(seed))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
+        self.0.below(n)
     }
 
     /// Uniform in `-limit..=limit`.

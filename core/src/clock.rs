@@ -435,6 +435,24 @@ impl Clock for ManualClock {
     }
 }
 
+/// Wall-clock microseconds since the Unix epoch, strictly growing within
+/// the process: two calls never return the same number, even when the wall
+/// clock stands still or steps back (then it counts on from the last one).
+/// For values that must change on every write (a Kubernetes `renewTime`,
+/// a fixed slot's fence), never for deciding expiry.
+pub fn unique_wall_micros() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let prev = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or(0);
+    now.max(prev + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,5 @@
 //! Deterministic slots: fixed by configuration or by the environment.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::error::{AcquireError, ConfigError};
 use crate::pool::PoolSpec;
 use crate::strategy::{Capabilities, Fence, Floor, Grant, Release, Renewal, Strategy};
@@ -12,16 +9,7 @@ use crate::token::Token;
 /// strictly growing within the process. It grows across restarts only as far as
 /// the wall clock does; a deterministic slot has no store to do better.
 fn wall_clock_fence() -> Fence {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-    let prev = LAST
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
-            Some(now.max(last + 1))
-        })
-        .unwrap_or(0);
-    Fence(now.max(prev + 1))
+    Fence(crate::clock::unique_wall_micros())
 }
 
 fn fixed_acquire(slot: u32, pool: &PoolSpec, source: &str) -> Result<Grant, AcquireError> {

@@ -21,7 +21,7 @@ mod memory;
 #[doc(hidden)]
 pub mod plant;
 mod pool;
-mod rand;
+pub mod rand;
 mod strategy;
 #[cfg(feature = "tokio")]
 mod telemetry;
@@ -30,7 +30,7 @@ pub mod url;
 #[cfg(feature = "tokio")]
 mod wait;
 
-pub use clock::{Clock, ManualClock, MonoTime, SystemClock, UnixOffset};
+pub use clock::{Clock, ManualClock, MonoTime, SystemClock, UnixOffset, unique_wall_micros};
 pub use config::{
     CLOCK_RATE_BOUND_PPM, COARSE_CLOCK_SLACK, LeaseConfig, LeaseConfigBuilder, OnLost, Timing,
     min_safety_margin,

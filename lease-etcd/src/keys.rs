@@ -114,26 +114,9 @@ pub(crate) fn lease_id(token: &Token) -> Option<i64> {
     (id != 0).then_some(id)
 }
 
-/// A small xorshift generator seeded from the OS random source, for picking
-/// candidate slots (no cryptographic need: only spreading acquirers apart).
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new() -> Self {
-        let b = Token::random();
-        let mut s = [0u8; 8];
-        s.copy_from_slice(&b.as_bytes()[..8]);
-        Self(u64::from_le_bytes(s) | 1)
-    }
-
-    pub(crate) fn below(&mut self, n: u32) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        // Multiply-shift: unbiased enough for spreading candidates.
-        ((u128::from(self.0 >> 32) * u128::from(n)) >> 32) as u32
-    }
-}
+/// The generator that picks candidate slots (no cryptographic need: only
+/// spreading acquirers apart), seeded from the OS random source.
+pub(crate) type Rng = leasehold_core::rand::SplitMix;
 
 /// Up to `k` distinct slots to try, in random order: from `free` when the
 /// pool's occupancy is known, else from the whole pool `0..size`.
@@ -146,7 +129,7 @@ pub(crate) fn candidates(rng: &mut Rng, size: u32, free: Option<&[u32]>, k: u32)
             // A large pool: rejection-sample k distinct slots.
             let mut picked = Vec::with_capacity(k);
             while picked.len() < k {
-                let s = rng.below(size);
+                let s = rng.below(u64::from(size)) as u32;
                 if !picked.contains(&s) {
                     picked.push(s);
                 }
@@ -156,7 +139,7 @@ pub(crate) fn candidates(rng: &mut Rng, size: u32, free: Option<&[u32]>, k: u32)
     };
     let take = k.min(pool.len());
     for i in 0..take {
-        let j = i + rng.below((pool.len() - i) as u32) as usize;
+        let j = i + rng.below((pool.len() - i) as u64) as usize;
         pool.swap(i, j);
     }
     pool.truncate(take);
@@ -170,7 +153,7 @@ mod tests {
 
     #[test]
     fn candidates_are_distinct_and_in_range() {
-        let mut rng = Rng::new();
+        let mut rng = Rng::from_os();
         for size in [1, 3, 16, 64, 65, 512, 100_000] {
             let c = candidates(&mut rng, size, None, 16);
             assert_eq!(c.len(), (size as usize).min(16));

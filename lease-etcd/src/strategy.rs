@@ -726,7 +726,7 @@ impl Strategy for EtcdStrategy {
             return Err(e);
         }
         let mut value = keys::value(&token, pool);
-        let mut rng = keys::Rng::new();
+        let mut rng = keys::Rng::from_os();
         let mut free: Option<Vec<u32>> = None;
         // Starting over after a broken connection is allowed for one
         // operation timeout (and within the rounds).

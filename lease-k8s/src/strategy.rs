@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use leasehold_core::rand::SplitMix;
 use leasehold_core::{
     AcquireError, Capabilities, Fence, Floor, Grant, InspectError, PoolName, PoolSpec, Reason,
     Release, Renewal, SlotInfo, Strategy, Token,
@@ -533,7 +534,7 @@ impl KubeStrategy {
         // operation timeout too.
         let deadline = Instant::now() + pool.ttl();
         let mut sent = 0u32;
-        let mut rng = Rng::new();
+        let mut rng = SplitMix::from_os();
         for _ in 0..MAX_LISTS {
             sent += 1;
             let Listed { slots, raw, format } = self.list_pool(pool, deadline).await?;
@@ -1170,31 +1171,6 @@ pub(crate) fn ttl_secs(ttl: Duration) -> Result<i32, AcquireError> {
     }
     let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
     Ok(i32::try_from(secs).unwrap_or(i32::MAX))
-}
-
-/// A small xorshift generator seeded from the OS (through a token).
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Self {
-        let b = *Token::random().as_bytes();
-        let seed = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-        Self(seed | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = usize::try_from(self.next() % (i as u64 + 1)).unwrap_or(0);
-            items.swap(i, j);
-        }
-    }
 }
 
 impl Strategy for KubeStrategy {

@@ -5,22 +5,7 @@
 //! README). They only have to change on every renewal, so that a renewal is
 //! never a no-op write that keeps the resourceVersion.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Wall-clock microseconds, strictly growing within the process.
-pub(crate) fn unique_micros() -> u64 {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-    let prev = LAST
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
-            Some(now.max(last + 1))
-        })
-        .unwrap_or(0);
-    now.max(prev + 1)
-}
+pub(crate) use leasehold_core::unique_wall_micros as unique_micros;
 
 /// `2006-01-02T15:04:05.000000Z`: RFC 3339 with exactly six fractional
 /// digits, as the API server's MicroTime wants.
