@@ -11,7 +11,7 @@ use crate::cache;
 use crate::clock::{MonoTime, SystemClock};
 use crate::config::{LeaseConfig, OnLost, check_margin};
 use crate::error::{ConfigError, Reason, StartError};
-use crate::gate::LeaseGate;
+use crate::gate::{LeaseGate, Opening};
 use crate::loss::LossEvent;
 use crate::machine::{Action, Input, Machine};
 use crate::pool::PoolSpec;
@@ -130,6 +130,8 @@ impl LeaseManager {
             cached: None,
             telemetry: Telemetry::new(&config.pool),
             acquire_latency: std::time::Duration::ZERO,
+            orphan: None,
+            released: None,
         };
         #[cfg(feature = "tracing")]
         let run = tracing::Instrument::instrument(
@@ -331,6 +333,11 @@ struct Driver<S> {
     telemetry: Telemetry,
     /// How long the last acquisition took.
     acquire_latency: std::time::Duration,
+    /// A grant a dropped predecessor in this process left in the lease
+    /// cache, given back before the first acquisition.
+    orphan: Option<(Grant, LeaseGate)>,
+    /// The outcome of the last release, returned by `shutdown`.
+    released: Option<Release>,
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -341,189 +348,250 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
+/// What the driver does after performing one action.
+enum Step {
+    /// Nothing to tell the machine.
+    Done,
+    /// Feed this input to the machine; its actions follow the queued ones.
+    Feed(Input),
+    /// Shutdown interrupted a call: the queued actions no longer apply, so
+    /// they are dropped and the machine's answer to this input replaces them.
+    Interrupt(Input),
+    /// The driver ends with this outcome.
+    Exit(Option<Release>),
+}
+
+/// What the driver listens to while it waits or calls the store.
+struct Inbox {
+    shutdown: watch::Receiver<bool>,
+    losses: mpsc::UnboundedReceiver<(u64, Reason)>,
+}
+
 impl<S: Strategy> Driver<S> {
+    /// Asks the machine for its actions and performs them one at a time;
+    /// with none left, waits for the next wakeup, loss report or shutdown.
     async fn run(
         mut self,
-        mut shutdown: watch::Receiver<bool>,
-        mut losses: mpsc::UnboundedReceiver<(u64, Reason)>,
+        shutdown: watch::Receiver<bool>,
+        losses: mpsc::UnboundedReceiver<(u64, Reason)>,
     ) -> Option<Release> {
+        let mut inbox = Inbox { shutdown, losses };
         let mut pending: VecDeque<Action> =
             self.machine.handle(Input::Start, MonoTime::now()).into();
-        let mut orphan = cache::take_orphan(&self.cache_key);
-        let mut released = None;
+        self.orphan = cache::take_orphan(&self.cache_key);
         loop {
             while let Some(action) = pending.pop_front() {
-                let input = match action {
-                    Action::Acquire { until } => {
-                        let started = MonoTime::now();
-                        let input = tokio::select! {
-                            input = self.acquire(orphan.take()) => input,
-                            _ = tokio::time::sleep_until(until.to_instant().into()) => Input::AcquireFailed(
-                                crate::AcquireError::Unreachable(Reason::new("acquire did not answer in time")),
-                            ),
-                            _ = shutdown_requested(&mut shutdown) => Input::Shutdown,
-                        };
-                        self.acquire_latency = MonoTime::now().saturating_since(started);
-                        if let Input::AcquireFailed(e) = &input {
-                            self.telemetry.acquire_failed(e, self.acquire_latency);
-                        }
-                        Some(input)
+                match self.perform(action, &mut inbox).await {
+                    Step::Done => {}
+                    Step::Feed(input) => {
+                        pending.extend(self.machine.handle(input, MonoTime::now()));
                     }
-                    Action::Renew { grant, until } => {
-                        let sent_at = MonoTime::now();
-                        let ceiling = self.ceiling(sent_at);
-                        let answer = tokio::select! {
-                            r = self.strategy.renew(&self.pool, &grant, ceiling) => r,
-                            _ = tokio::time::sleep_until(until.to_instant().into()) => Renewal::Retry(
-                                Reason::new("renewal did not answer before the local deadline"),
-                            ),
-                            reason = self.current_loss(&mut losses) => Renewal::Lost(reason),
-                            _ = shutdown_requested(&mut shutdown) => {
-                                pending.clear();
-                                pending.extend(self.machine.handle(Input::Shutdown, MonoTime::now()));
-                                continue;
-                            }
-                        };
-                        let now = MonoTime::now();
-                        let deadline = match &answer {
-                            Renewal::Renewed { ttl, .. } => {
-                                self.machine.timing().deadline(sent_at, *ttl)
-                            }
-                            _ => until,
-                        };
-                        self.telemetry.renewal(
-                            grant.slot,
-                            &answer,
-                            now.saturating_since(sent_at),
-                            deadline.saturating_since(now),
-                        );
-                        self.telemetry.refused(self.gate.refused());
-                        Some(match answer {
-                            Renewal::Renewed { ttl, store_time } => Input::Renewed {
-                                ttl,
-                                sent_at,
-                                ceiling,
-                                store_time,
-                            },
-                            Renewal::Lost(r) => Input::RenewLost(r),
-                            Renewal::Retry(r) => Input::RenewRetry(r),
-                        })
+                    Step::Interrupt(input) => {
+                        pending.clear();
+                        pending.extend(self.machine.handle(input, MonoTime::now()));
                     }
-                    Action::Open(opening) => {
-                        self.gate.open_with(opening);
-                        if let Some((grant, _)) = self.machine.held() {
-                            self.opened = Some(grant.token);
-                            if cache::put(
-                                self.cache_key.clone(),
-                                grant.clone(),
-                                &self.gate,
-                                &self.alive,
-                            ) {
-                                self.cached = Some(grant.token);
-                            }
-                        }
-                        let (slot, fence, deadline) =
-                            (opening.slot, opening.fence, opening.deadline);
-                        self.telemetry.acquired(
-                            slot,
-                            fence,
-                            opening.floor,
-                            self.acquire_latency,
-                            deadline.saturating_since(MonoTime::now()),
-                        );
-                        #[cfg(feature = "tracing")]
-                        warn_if_behind(&self.pool, opening.floor);
-                        self.state.send_replace(LeaseState::Held {
-                            slot,
-                            fence,
-                            deadline,
-                        });
-                        match self.started.take().map(|tx| tx.send(Ok(()))) {
-                            // `start` was cancelled before the lease arrived:
-                            // nobody will ever use or release it, so give it back.
-                            Some(Err(_)) => Some(Input::Shutdown),
-                            _ => None,
-                        }
-                    }
-                    Action::Extend { deadline, ceiling } => {
-                        self.gate.extend(deadline, ceiling);
-                        self.state.send_modify(|s| {
-                            if let LeaseState::Held { deadline: d, .. } = s {
-                                *d = deadline;
-                            }
-                        });
-                        None
-                    }
-                    Action::Close => {
-                        self.gate.close();
-                        None
-                    }
-                    Action::NotifyLost(event) => {
-                        self.forget_cached();
-                        self.telemetry.lost(&event);
-                        if let Some(cb) = &self.on_lost {
-                            // A panicking callback must not kill the driver: the
-                            // state would stay `Held` and nothing would re-acquire.
-                            let outcome =
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                    cb(&event)
-                                }));
-                            if let Err(payload) = outcome {
-                                self.telemetry
-                                    .callback_panicked(event.slot, &panic_message(payload));
-                            }
-                        }
-                        let reacquiring = event.reacquiring;
-                        self.state.send_replace(LeaseState::Lost(event));
-                        if reacquiring {
-                            self.state.send_replace(LeaseState::Acquiring);
-                        }
-                        None
-                    }
-                    Action::Release { grant, until } => {
-                        let started = MonoTime::now();
-                        if let Some((outcome, issued)) = self.release(&grant, until).await {
-                            self.telemetry.released(
-                                grant.slot,
-                                &outcome,
-                                issued,
-                                MonoTime::now().saturating_since(started),
-                            );
-                            self.telemetry.refused(self.gate.refused());
-                            released = Some(outcome);
-                        }
-                        None
-                    }
-                    Action::Fail(error) => {
-                        self.state.send_replace(LeaseState::Stopped);
-                        if let Some(tx) = self.started.take() {
-                            let _ = tx.send(Err(error));
-                        }
-                        return None;
-                    }
-                    Action::Stop => {
-                        self.gate.close();
-                        self.state.send_replace(LeaseState::Stopped);
-                        return released;
-                    }
-                };
-                if let Some(input) = input {
-                    pending.extend(self.machine.handle(input, MonoTime::now()));
+                    Step::Exit(outcome) => return outcome,
                 }
             }
-            let input = match self.machine.next_wakeup() {
-                Some(at) => tokio::select! {
-                    _ = tokio::time::sleep_until(at.to_instant().into()) => Input::Tick,
-                    reason = self.current_loss(&mut losses) => Input::RenewLost(reason),
-                    _ = shutdown_requested(&mut shutdown) => Input::Shutdown,
-                },
-                None => tokio::select! {
-                    reason = self.current_loss(&mut losses) => Input::RenewLost(reason),
-                    _ = shutdown_requested(&mut shutdown) => Input::Shutdown,
-                },
-            };
+            let input = self.wait(&mut inbox).await;
             pending.extend(self.machine.handle(input, MonoTime::now()));
         }
+    }
+
+    /// Performs one action of the machine.
+    async fn perform(&mut self, action: Action, inbox: &mut Inbox) -> Step {
+        match action {
+            Action::Acquire { until } => self.acquire(until, inbox).await,
+            Action::Renew { grant, until } => self.renew(grant, until, inbox).await,
+            Action::Open(opening) => self.open(opening),
+            Action::Extend { deadline, ceiling } => self.extend(deadline, ceiling),
+            Action::Close => self.close(),
+            Action::NotifyLost(event) => self.notify_lost(event),
+            Action::Release { grant, until } => self.release(grant, until).await,
+            Action::Fail(error) => self.fail(error),
+            Action::Stop => self.stop(),
+        }
+    }
+
+    /// No action is due: waits for the machine's next wakeup, a loss report
+    /// for the lease held now, or shutdown.
+    async fn wait(&self, inbox: &mut Inbox) -> Input {
+        match self.machine.next_wakeup() {
+            Some(at) => tokio::select! {
+                _ = tokio::time::sleep_until(at.to_instant().into()) => Input::Tick,
+                reason = self.current_loss(&mut inbox.losses) => Input::RenewLost(reason),
+                _ = shutdown_requested(&mut inbox.shutdown) => Input::Shutdown,
+            },
+            None => tokio::select! {
+                reason = self.current_loss(&mut inbox.losses) => Input::RenewLost(reason),
+                _ = shutdown_requested(&mut inbox.shutdown) => Input::Shutdown,
+            },
+        }
+    }
+
+    /// Asks the store for a grant, bounded by `until`; shutdown interrupts it.
+    async fn acquire(&mut self, until: MonoTime, inbox: &mut Inbox) -> Step {
+        let started = MonoTime::now();
+        let orphan = self.orphan.take();
+        let input = tokio::select! {
+            input = self.request_grant(orphan) => input,
+            _ = tokio::time::sleep_until(until.to_instant().into()) => Input::AcquireFailed(
+                crate::AcquireError::Unreachable(Reason::new("acquire did not answer in time")),
+            ),
+            _ = shutdown_requested(&mut inbox.shutdown) => Input::Shutdown,
+        };
+        self.acquire_latency = MonoTime::now().saturating_since(started);
+        if let Input::AcquireFailed(e) = &input {
+            self.telemetry.acquire_failed(e, self.acquire_latency);
+        }
+        Step::Feed(input)
+    }
+
+    /// Renews `grant`, bounded by the local deadline `until`. A loss report
+    /// for the lease ends the wait as a loss; shutdown abandons the renewal.
+    async fn renew(&mut self, grant: Grant, until: MonoTime, inbox: &mut Inbox) -> Step {
+        let sent_at = MonoTime::now();
+        let ceiling = self.ceiling(sent_at);
+        let answer = tokio::select! {
+            r = self.strategy.renew(&self.pool, &grant, ceiling) => r,
+            _ = tokio::time::sleep_until(until.to_instant().into()) => Renewal::Retry(
+                Reason::new("renewal did not answer before the local deadline"),
+            ),
+            reason = self.current_loss(&mut inbox.losses) => Renewal::Lost(reason),
+            _ = shutdown_requested(&mut inbox.shutdown) => return Step::Interrupt(Input::Shutdown),
+        };
+        let now = MonoTime::now();
+        let deadline = match &answer {
+            Renewal::Renewed { ttl, .. } => self.machine.timing().deadline(sent_at, *ttl),
+            _ => until,
+        };
+        self.telemetry.renewal(
+            grant.slot,
+            &answer,
+            now.saturating_since(sent_at),
+            deadline.saturating_since(now),
+        );
+        self.telemetry.refused(self.gate.refused());
+        Step::Feed(match answer {
+            Renewal::Renewed { ttl, store_time } => Input::Renewed {
+                ttl,
+                sent_at,
+                ceiling,
+                store_time,
+            },
+            Renewal::Lost(r) => Input::RenewLost(r),
+            Renewal::Retry(r) => Input::RenewRetry(r),
+        })
+    }
+
+    /// Opens the gate with a new grant, records it in the lease cache and
+    /// answers `start` if it is still waiting.
+    fn open(&mut self, opening: Opening) -> Step {
+        self.gate.open_with(opening);
+        if let Some((grant, _)) = self.machine.held() {
+            self.opened = Some(grant.token);
+            if cache::put(
+                self.cache_key.clone(),
+                grant.clone(),
+                &self.gate,
+                &self.alive,
+            ) {
+                self.cached = Some(grant.token);
+            }
+        }
+        let (slot, fence, deadline) = (opening.slot, opening.fence, opening.deadline);
+        self.telemetry.acquired(
+            slot,
+            fence,
+            opening.floor,
+            self.acquire_latency,
+            deadline.saturating_since(MonoTime::now()),
+        );
+        #[cfg(feature = "tracing")]
+        warn_if_behind(&self.pool, opening.floor);
+        self.state.send_replace(LeaseState::Held {
+            slot,
+            fence,
+            deadline,
+        });
+        match self.started.take().map(|tx| tx.send(Ok(()))) {
+            // `start` was cancelled before the lease arrived: nobody will
+            // ever use or release it, so give it back.
+            Some(Err(_)) => Step::Feed(Input::Shutdown),
+            _ => Step::Done,
+        }
+    }
+
+    /// A renewal moved the local deadline and the ceiling.
+    fn extend(&mut self, deadline: MonoTime, ceiling: Floor) -> Step {
+        self.gate.extend(deadline, ceiling);
+        self.state.send_modify(|s| {
+            if let LeaseState::Held { deadline: d, .. } = s {
+                *d = deadline;
+            }
+        });
+        Step::Done
+    }
+
+    /// Stops generation.
+    fn close(&mut self) -> Step {
+        self.gate.close();
+        Step::Done
+    }
+
+    /// Runs the loss callback (the gate is already closed) and publishes the
+    /// loss, then `Acquiring` when a new lease is sought.
+    fn notify_lost(&mut self, event: LossEvent) -> Step {
+        self.forget_cached();
+        self.telemetry.lost(&event);
+        if let Some(cb) = &self.on_lost {
+            // A panicking callback must not kill the driver: the state would
+            // stay `Held` and nothing would re-acquire.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&event)));
+            if let Err(payload) = outcome {
+                self.telemetry
+                    .callback_panicked(event.slot, &panic_message(payload));
+            }
+        }
+        let reacquiring = event.reacquiring;
+        self.state.send_replace(LeaseState::Lost(event));
+        if reacquiring {
+            self.state.send_replace(LeaseState::Acquiring);
+        }
+        Step::Done
+    }
+
+    /// Gives `grant` back, bounded by `until`, and keeps the outcome for
+    /// `shutdown` to return.
+    async fn release(&mut self, grant: Grant, until: MonoTime) -> Step {
+        let started = MonoTime::now();
+        if let Some((outcome, issued)) = self.give_back(&grant, until).await {
+            self.telemetry.released(
+                grant.slot,
+                &outcome,
+                issued,
+                MonoTime::now().saturating_since(started),
+            );
+            self.telemetry.refused(self.gate.refused());
+            self.released = Some(outcome);
+        }
+        Step::Done
+    }
+
+    /// Startup failed: `start` returns this error.
+    fn fail(&mut self, error: StartError) -> Step {
+        self.state.send_replace(LeaseState::Stopped);
+        if let Some(tx) = self.started.take() {
+            let _ = tx.send(Err(error));
+        }
+        Step::Exit(None)
+    }
+
+    /// The machine stopped: generation stays off for good.
+    fn stop(&mut self) -> Step {
+        self.gate.close();
+        self.state.send_replace(LeaseState::Stopped);
+        Step::Exit(self.released.take())
     }
 
     /// The next reported loss that concerns the lease held now (reports for
@@ -579,7 +647,7 @@ impl<S: Strategy> Driver<S> {
     /// Releases `grant`, bounded by `until`. `None` when the grant is no
     /// longer this driver's to release: a successor manager in this process
     /// took it over from the lease cache and is renewing it.
-    async fn release(&mut self, grant: &Grant, until: MonoTime) -> Option<(Release, Floor)> {
+    async fn give_back(&mut self, grant: &Grant, until: MonoTime) -> Option<(Release, Floor)> {
         if self.cached == Some(grant.token) && !self.forget_cached() {
             return None;
         }
@@ -593,7 +661,9 @@ impl<S: Strategy> Driver<S> {
         Some((outcome, issued))
     }
 
-    async fn acquire(&self, orphan: Option<(Grant, LeaseGate)>) -> Input {
+    /// Asks the store for a grant, after giving back `orphan`, a grant a
+    /// dropped predecessor in this process left behind.
+    async fn request_grant(&self, orphan: Option<(Grant, LeaseGate)>) -> Input {
         if let Some((grant, old_gate)) = orphan {
             // A predecessor in this process (same store, pool and holder) was
             // dropped holding this grant. Its generators stopped (its gate is

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -254,15 +255,18 @@ impl<S: Strategy> LeaderBuilder<S> {
             stop_rx.clone(),
         ));
         let term: Arc<Mutex<Option<AbortHandle>>> = Arc::default();
-        let task = tokio::spawn(run(
-            self,
-            term.clone(),
-            lead,
-            stop_rx,
-            leading_tx,
-            leader_tx,
-            error_tx,
-        ));
+        let task = tokio::spawn(
+            Campaign {
+                b: self,
+                current_term: term.clone(),
+                lead,
+                stop: stop_rx,
+                leading: leading_tx,
+                leader: leader_tx,
+                error: error_tx,
+            }
+            .run(),
+        );
         Elector {
             stop: stop_tx,
             task: Some(task),
@@ -406,129 +410,170 @@ enum TermEnd {
     Returned,
 }
 
-/// Campaigns until stopped: a lease manager per attempt; a term per grant.
-async fn run<S, F, Fut>(
+/// What a campaign owns: the builder's settings and callbacks, the leader's
+/// future, and the channels through which the elector sees it.
+struct Campaign<S, F> {
     b: LeaderBuilder<S>,
     current_term: Arc<Mutex<Option<AbortHandle>>>,
-    mut lead: F,
-    mut stop: watch::Receiver<bool>,
+    lead: F,
+    stop: watch::Receiver<bool>,
     leading: watch::Sender<Option<LeaseGate>>,
     leader: watch::Sender<Option<LeaderInfo>>,
     error: watch::Sender<Option<StartError>>,
-) where
+}
+
+impl<S, F, Fut> Campaign<S, F>
+where
     S: Strategy,
     F: FnMut(Leadership) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    'campaign: while !*stop.borrow() {
-        let manager = if b.strategy.capabilities().coordinated {
-            let start = LeaseManager::start(b.strategy.clone(), b.config.lease().clone());
+    /// Campaigns until stopped: a lease manager per attempt; a term per grant.
+    async fn run(mut self) {
+        while !*self.stop.borrow() {
+            let manager = match self.start_manager().await {
+                Some(Ok(m)) => m,
+                // A follower: the slot is held elsewhere. Keep asking.
+                Some(Err(StartError::Timeout { .. })) => continue,
+                Some(Err(e)) => {
+                    self.give_up(&e);
+                    return;
+                }
+                None => return,
+            };
+            if self.follow(manager).await.is_break() {
+                return;
+            }
+        }
+    }
+
+    /// Asks for the lease; `None` when the elector stopped meanwhile. A
+    /// fixed slot is refused: every replica configured with it would lead.
+    async fn start_manager(&mut self) -> Option<Result<LeaseManager, StartError>> {
+        if self.b.strategy.capabilities().coordinated {
+            let start = LeaseManager::start(self.b.strategy.clone(), self.b.config.lease().clone());
             tokio::select! {
-                m = start => m,
-                () = stopped(&mut stop) => return,
+                m = start => Some(m),
+                () = stopped(&mut self.stop) => None,
             }
         } else {
-            Err(StartError::Config(ConfigError::new(
+            Some(Err(StartError::Config(ConfigError::new(
                 "strategy",
                 "a fixed slot (StaticSlot, PodOrdinal)",
                 "a strategy that coordinates through a store (SQL, Valkey/Redis, etcd, \
                  Kubernetes; Memory within one process): a fixed slot is held by every replica \
                  configured with it, so every one of them would lead",
-            )))
-        };
-        let manager = match manager {
-            Ok(m) => m,
-            // A follower: the slot is held elsewhere. Keep asking.
-            Err(StartError::Timeout { .. }) => continue,
-            Err(e) => {
-                crate::telemetry::Telemetry::new(b.config.pool()).campaign_stopped(&e);
-                error.send_replace(Some(e.clone()));
-                call(&b.on_error, &e);
-                return;
-            }
-        };
+            ))))
+        }
+    }
+
+    /// A final error stops the campaign: reported to `wait_leading`,
+    /// `error()` and the `on_error` callback.
+    fn give_up(&self, e: &StartError) {
+        crate::telemetry::Telemetry::new(self.b.config.pool()).campaign_stopped(e);
+        self.error.send_replace(Some(e.clone()));
+        call(&self.b.on_error, e);
+    }
+
+    /// Follows `manager`'s states, leading a term per grant. Continues when
+    /// the campaign should ask for a lease again; breaks when it stops.
+    async fn follow(&mut self, manager: LeaseManager) -> ControlFlow<()> {
         let mut states = manager.subscribe();
         loop {
             let state = states.borrow_and_update().clone();
             match state {
-                LeaseState::Held { .. } => {
-                    // Fence and epoch from one snapshot: the same grant.
-                    let view = manager.gate().view();
-                    let (fence, epoch) = (view.fence, view.epoch);
-                    let (lost_tx, lost_rx) = watch::channel(false);
-                    let leadership = Leadership {
-                        stamp: FenceStamp::new(b.config.pool().name().clone(), view.slot, fence),
-                        gate: manager.gate(),
-                        epoch,
-                        lost: lost_rx,
-                    };
-                    // Read before anyone can see this process leading.
-                    let began = Instant::now();
-                    leading.send_replace(Some(manager.gate()));
-                    let me = LeaderInfo {
-                        holder: b.config.pool().holder().to_owned(),
-                        fence,
-                        held: Some((Duration::ZERO, began)),
-                    };
-                    if leader.send_if_modified(|l| replace_if_new(l, &me)) {
-                        call(&b.on_new_leader, &me);
+                LeaseState::Held { .. } => match self.term(&manager, &mut states).await {
+                    TermEnd::Lost => {}
+                    TermEnd::Stopping => {
+                        manager.shutdown().await;
+                        return ControlFlow::Break(());
                     }
-                    call(&b.on_started, &leadership);
-                    let mut term = tokio::spawn(lead(leadership));
-                    *current_term.lock().unwrap_or_else(PoisonError::into_inner) =
-                        Some(term.abort_handle());
-                    let end = tokio::select! {
-                        () = term_over(&mut states, epoch, &manager) => TermEnd::Lost,
-                        () = stopped(&mut stop) => TermEnd::Stopping,
-                        _ = &mut term => TermEnd::Returned,
-                    };
-                    if !matches!(end, TermEnd::Lost) {
-                        // Close the gate before telling the future.
-                        manager.gate().close();
-                    }
-                    lost_tx.send_replace(true);
-                    leading.send_replace(None);
-                    if !matches!(end, TermEnd::Returned)
-                        && tokio::time::timeout(b.grace, &mut term).await.is_err()
-                    {
-                        term.abort();
-                    }
-                    current_term
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .take();
-                    call(&b.on_stopped, &());
-                    match end {
-                        TermEnd::Lost => {}
-                        TermEnd::Stopping => {
-                            manager.shutdown().await;
-                            return;
-                        }
-                        TermEnd::Returned => {
-                            // The term is over: give the lease back, and
-                            // stand back for a TTL so that a follower, which
-                            // asks at least every `backoff_max` (at most a
-                            // TTL), takes over.
-                            manager.shutdown().await;
-                            tokio::select! {
-                                () = tokio::time::sleep(b.config.timing().ttl()) => {}
-                                () = stopped(&mut stop) => return,
-                            }
-                            continue 'campaign;
-                        }
-                    }
-                }
-                LeaseState::Stopped => break,
+                    TermEnd::Returned => return self.stand_back(manager).await,
+                },
+                LeaseState::Stopped => return ControlFlow::Continue(()),
                 LeaseState::Acquiring | LeaseState::Lost(_) => {
                     tokio::select! {
-                        changed = states.changed() => if changed.is_err() { break },
-                        () = stopped(&mut stop) => {
+                        changed = states.changed() => if changed.is_err() {
+                            return ControlFlow::Continue(());
+                        },
+                        () = stopped(&mut self.stop) => {
                             manager.shutdown().await;
-                            return;
+                            return ControlFlow::Break(());
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// Leads one term of the grant `manager` holds now, until the lease is
+    /// lost, the elector stops or the leader's future returns. The gate is
+    /// closed before the future is told, and the future has a grace period
+    /// to return unless it already did.
+    async fn term(
+        &mut self,
+        manager: &LeaseManager,
+        states: &mut watch::Receiver<LeaseState>,
+    ) -> TermEnd {
+        // Fence and epoch from one snapshot: the same grant.
+        let view = manager.gate().view();
+        let (fence, epoch) = (view.fence, view.epoch);
+        let (lost_tx, lost_rx) = watch::channel(false);
+        let leadership = Leadership {
+            stamp: FenceStamp::new(self.b.config.pool().name().clone(), view.slot, fence),
+            gate: manager.gate(),
+            epoch,
+            lost: lost_rx,
+        };
+        // Read before anyone can see this process leading.
+        let began = Instant::now();
+        self.leading.send_replace(Some(manager.gate()));
+        let me = LeaderInfo {
+            holder: self.b.config.pool().holder().to_owned(),
+            fence,
+            held: Some((Duration::ZERO, began)),
+        };
+        if self.leader.send_if_modified(|l| replace_if_new(l, &me)) {
+            call(&self.b.on_new_leader, &me);
+        }
+        call(&self.b.on_started, &leadership);
+        let mut term = tokio::spawn((self.lead)(leadership));
+        *self
+            .current_term
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(term.abort_handle());
+        let end = tokio::select! {
+            () = term_over(states, epoch, manager) => TermEnd::Lost,
+            () = stopped(&mut self.stop) => TermEnd::Stopping,
+            _ = &mut term => TermEnd::Returned,
+        };
+        if !matches!(end, TermEnd::Lost) {
+            // Close the gate before telling the future.
+            manager.gate().close();
+        }
+        lost_tx.send_replace(true);
+        self.leading.send_replace(None);
+        if !matches!(end, TermEnd::Returned)
+            && tokio::time::timeout(self.b.grace, &mut term).await.is_err()
+        {
+            term.abort();
+        }
+        self.current_term
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        call(&self.b.on_stopped, &());
+        end
+    }
+
+    /// The leader's future returned, so the term is over: give the lease
+    /// back, and stand back for a TTL so that a follower, which asks at
+    /// least every `backoff_max` (at most a TTL), takes over.
+    async fn stand_back(&mut self, manager: LeaseManager) -> ControlFlow<()> {
+        manager.shutdown().await;
+        tokio::select! {
+            () = tokio::time::sleep(self.b.config.timing().ttl()) => ControlFlow::Continue(()),
+            () = stopped(&mut self.stop) => ControlFlow::Break(()),
         }
     }
 }

@@ -288,19 +288,7 @@ impl Machine {
     pub fn handle(&mut self, input: Input, now: MonoTime) -> Vec<Action> {
         let mut out = Vec::new();
         match input {
-            Input::Start => {
-                if matches!(self.phase, Phase::Idle) {
-                    let give_up_at = now + self.timing.acquire_timeout();
-                    self.phase = Phase::Acquiring {
-                        next_at: now,
-                        attempt: 0,
-                        give_up_at: Some(give_up_at),
-                        last_error: None,
-                        in_flight: true,
-                    };
-                    out.push(Action::Acquire { until: give_up_at });
-                }
-            }
+            Input::Start => self.on_start(now, &mut out),
             Input::Acquired {
                 grant,
                 sent_at,
@@ -312,102 +300,131 @@ impl Machine {
                 sent_at,
                 ceiling,
                 store_time,
-            } => {
-                if !matches!(
-                    self.phase,
-                    Phase::Held {
-                        in_flight: true,
-                        ..
-                    }
-                ) {
-                    return out;
-                }
-                if let Some(by) = self.store_jumped(store_time, now) {
-                    // Rule 11: the store's clock jumped forward; its expiry may
-                    // come before the local deadline.
-                    self.lose(LossCause::StoreClockJumped { by }, now, &mut out);
-                    return out;
-                }
-                // Rule 2: from the send time, never from the answer's arrival.
-                let new_deadline = self.timing.deadline(counted_from(sent_at, now), ttl);
-                if new_deadline <= now {
-                    self.lose(
-                        LossCause::DeadlinePassed { last_retry: None },
-                        now,
-                        &mut out,
-                    );
-                    return out;
-                }
-                let every = self.renew_every(ttl);
-                if let Phase::Held {
-                    deadline,
-                    renew_at,
-                    attempt,
-                    last_retry,
-                    in_flight,
-                    store_mark,
-                    ..
-                } = &mut self.phase
-                {
-                    *deadline = new_deadline;
-                    *renew_at = sent_at + every;
-                    *attempt = 0;
-                    *last_retry = None;
-                    *in_flight = false;
-                    if let Some(t) = store_time {
-                        *store_mark = Some((t, sent_at));
-                    }
-                }
-                out.push(Action::Extend {
-                    deadline: new_deadline,
-                    ceiling,
-                });
-            }
+            } => self.on_renewed(ttl, sent_at, ceiling, store_time, now, &mut out),
             Input::RenewLost(reason) => {
                 if matches!(self.phase, Phase::Held { .. }) {
                     self.lose(LossCause::Rejected(reason), now, &mut out);
                 }
             }
-            Input::RenewRetry(reason) => {
-                let attempt = match &self.phase {
-                    Phase::Held { attempt, .. } => attempt + 1,
-                    _ => return out,
-                };
-                let delay = self.backoff(attempt);
-                if let Phase::Held {
-                    renew_at,
-                    attempt: a,
-                    last_retry,
-                    in_flight,
-                    deadline,
-                    ..
-                } = &mut self.phase
-                {
-                    *a = attempt;
-                    *renew_at = now + delay;
-                    *last_retry = Some(reason);
-                    *in_flight = false;
-                    if now >= *deadline && !active(Plant::NoStopAtDeadline) {
-                        let last_retry = last_retry.take();
-                        self.lose(LossCause::DeadlinePassed { last_retry }, now, &mut out);
-                    }
-                }
-            }
+            Input::RenewRetry(reason) => self.on_renew_retry(reason, now, &mut out),
             Input::Tick => self.on_tick(now, &mut out),
-            Input::Shutdown => {
-                match std::mem::replace(&mut self.phase, Phase::Stopped) {
-                    Phase::Held { grant, .. } => {
-                        // Close first, then release: nothing generated after the slot is freed.
-                        out.push(Action::Close);
-                        out.push(self.release(grant, now));
-                    }
-                    Phase::Stopped => return out,
-                    _ => {}
-                }
-                out.push(Action::Stop);
-            }
+            Input::Shutdown => self.on_shutdown(now, &mut out),
         }
         out
+    }
+
+    /// The first acquisition, bounded by the acquire timeout.
+    fn on_start(&mut self, now: MonoTime, out: &mut Vec<Action>) {
+        if matches!(self.phase, Phase::Idle) {
+            let give_up_at = now + self.timing.acquire_timeout();
+            self.phase = Phase::Acquiring {
+                next_at: now,
+                attempt: 0,
+                give_up_at: Some(give_up_at),
+                last_error: None,
+                in_flight: true,
+            };
+            out.push(Action::Acquire { until: give_up_at });
+        }
+    }
+
+    /// A renewal answered: move the deadline, or lose the lease when the
+    /// answer cannot be trusted to extend it.
+    fn on_renewed(
+        &mut self,
+        ttl: Duration,
+        sent_at: MonoTime,
+        ceiling: Floor,
+        store_time: Option<Duration>,
+        now: MonoTime,
+        out: &mut Vec<Action>,
+    ) {
+        if !matches!(
+            self.phase,
+            Phase::Held {
+                in_flight: true,
+                ..
+            }
+        ) {
+            return;
+        }
+        if let Some(by) = self.store_jumped(store_time, now) {
+            // Rule 11: the store's clock jumped forward; its expiry may
+            // come before the local deadline.
+            self.lose(LossCause::StoreClockJumped { by }, now, out);
+            return;
+        }
+        // Rule 2: from the send time, never from the answer's arrival.
+        let new_deadline = self.timing.deadline(counted_from(sent_at, now), ttl);
+        if new_deadline <= now {
+            self.lose(LossCause::DeadlinePassed { last_retry: None }, now, out);
+            return;
+        }
+        let every = self.renew_every(ttl);
+        if let Phase::Held {
+            deadline,
+            renew_at,
+            attempt,
+            last_retry,
+            in_flight,
+            store_mark,
+            ..
+        } = &mut self.phase
+        {
+            *deadline = new_deadline;
+            *renew_at = sent_at + every;
+            *attempt = 0;
+            *last_retry = None;
+            *in_flight = false;
+            if let Some(t) = store_time {
+                *store_mark = Some((t, sent_at));
+            }
+        }
+        out.push(Action::Extend {
+            deadline: new_deadline,
+            ceiling,
+        });
+    }
+
+    /// A renewal may succeed later: back off, unless the deadline has passed.
+    fn on_renew_retry(&mut self, reason: Reason, now: MonoTime, out: &mut Vec<Action>) {
+        let attempt = match &self.phase {
+            Phase::Held { attempt, .. } => attempt + 1,
+            _ => return,
+        };
+        let delay = self.backoff(attempt);
+        if let Phase::Held {
+            renew_at,
+            attempt: a,
+            last_retry,
+            in_flight,
+            deadline,
+            ..
+        } = &mut self.phase
+        {
+            *a = attempt;
+            *renew_at = now + delay;
+            *last_retry = Some(reason);
+            *in_flight = false;
+            if now >= *deadline && !active(Plant::NoStopAtDeadline) {
+                let last_retry = last_retry.take();
+                self.lose(LossCause::DeadlinePassed { last_retry }, now, out);
+            }
+        }
+    }
+
+    /// Stops for good, giving back a lease it holds.
+    fn on_shutdown(&mut self, now: MonoTime, out: &mut Vec<Action>) {
+        match std::mem::replace(&mut self.phase, Phase::Stopped) {
+            Phase::Held { grant, .. } => {
+                // Close first, then release: nothing generated after the slot is freed.
+                out.push(Action::Close);
+                out.push(self.release(grant, now));
+            }
+            Phase::Stopped => return,
+            _ => {}
+        }
+        out.push(Action::Stop);
     }
 
     fn release(&self, grant: Grant, now: MonoTime) -> Action {
