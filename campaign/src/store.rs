@@ -1,14 +1,19 @@
 //! The one place that turns a store URL into a running [`LeaseManager`]: the
 //! glue to each backend crate's public API (adapt it here when those APIs
-//! change). Schemes: `sqlite://`, `postgres://`, `mysql://`, `redis://`
-//! (also `rediss://`, `valkey://`), `etcd://host:port[,host:port…]` (or
-//! `http://`: etcd endpoints, one per member), `k8s://host:port` (a
-//! Kubernetes API server without TLS or credentials: the fake API server).
+//! change). Each backend reads the URLs of its own schemes (its
+//! `SCHEMES` and `from_url`); the campaign adds its own settings on top.
+//! The runs use `sqlite://`, `postgres://`, `mysql://`, `redis://`,
+//! `etcd://host:port[,host:port…]` and `k8s://host:port` (a Kubernetes API
+//! server without TLS or credentials: the fake API server).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_core::{FenceStamp, LeaseConfig, LeaseManager, MonoTime};
+use leasehold_etcd::EtcdConfig;
+use leasehold_k8s::KubeConfig;
+use leasehold_sql::SqlConfig;
+use leasehold_valkey::ValkeyConfig;
 
 /// How a worker's strategies accept the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,11 +42,82 @@ impl Default for Options {
 }
 
 impl Options {
-    fn sql(&self, url: &str) -> leasehold_sql::SqlConfig {
-        leasehold_sql::SqlConfig::new(url)
+    fn sql(&self, config: SqlConfig) -> SqlConfig {
+        config
             .assume_one_timing_per_pool(self.assume_one_timing)
             .restart_guard(self.restart_guard)
             .unsafe_keep_server_synchronous_commit(self.keep_server_synchronous_commit)
+    }
+
+    fn valkey(&self, config: ValkeyConfig) -> ValkeyConfig {
+        config
+            .restart_guard(self.restart_guard)
+            // A usual run's workers share one TTL and skew, so a server
+            // that forgets (the lossy runs) is accepted with the guard
+            // waiting out that one span; a mixed fleet cannot promise it
+            // and is refused there.
+            .assume_one_timing_per_pool(self.restart_guard && self.assume_one_timing)
+    }
+}
+
+/// The key prefix of the campaign's Valkey/Redis keys (the lease strategy's
+/// too) and of its etcd lease keys.
+const PREFIX: &str = "campaign";
+
+/// The namespace of the campaign's Kubernetes Leases (its fence objects'
+/// too).
+const K8S_NAMESPACE: &str = "default";
+
+/// A store URL as the backend whose schemes include its scheme reads it,
+/// before the campaign's settings.
+enum Target {
+    Sql(SqlConfig),
+    Valkey(ValkeyConfig),
+    Etcd(EtcdConfig),
+    Kube(KubeConfig),
+}
+
+/// Every backend's schemes.
+const SCHEMES: [&[&str]; 4] = [
+    SqlConfig::SCHEMES,
+    ValkeyConfig::SCHEMES,
+    EtcdConfig::SCHEMES,
+    KubeConfig::SCHEMES,
+];
+
+/// The scheme of `url`, lowercased (`sqlite:PATH` has one too).
+fn scheme(url: &str) -> String {
+    url.split_once(':')
+        .map_or("", |(s, _)| s)
+        .to_ascii_lowercase()
+}
+
+impl Target {
+    /// Reads `url` (no network) with the backend its scheme names.
+    fn parse(url: &str) -> Result<Self, String> {
+        let scheme = scheme(url);
+        let s = scheme.as_str();
+        let bad = |e: &dyn std::fmt::Display| format!("store URL {url}: {e}");
+        if SqlConfig::SCHEMES.contains(&s) {
+            SqlConfig::from_url(url).map(Self::Sql).map_err(|e| bad(&e))
+        } else if ValkeyConfig::SCHEMES.contains(&s) {
+            ValkeyConfig::from_url(url)
+                .map(Self::Valkey)
+                .map_err(|e| bad(&e))
+        } else if EtcdConfig::SCHEMES.contains(&s) {
+            EtcdConfig::from_url(url)
+                .map(Self::Etcd)
+                .map_err(|e| bad(&e))
+        } else if KubeConfig::SCHEMES.contains(&s) {
+            KubeConfig::from_url(url)
+                .map(Self::Kube)
+                .map_err(|e| bad(&e))
+        } else {
+            Err(format!(
+                "unsupported store scheme {scheme:?}: use one of {}",
+                SCHEMES.concat().join(", ")
+            ))
+        }
     }
 }
 
@@ -54,12 +130,12 @@ pub async fn start_manager(
     options: &Options,
 ) -> Result<LeaseManager, String> {
     let op_timeout = (config.timing().ttl() / 4).max(Duration::from_millis(100));
-    let scheme = url.split_once("://").map_or(url, |(s, _)| s);
+    let scheme = scheme(url);
     let connect = |e: &dyn std::fmt::Display| format!("connect {scheme}: {e}");
-    match scheme {
-        "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
+    match Target::parse(url)? {
+        Target::Sql(sql) => {
             let strategy =
-                leasehold_sql::SqlStrategy::connect(options.sql(url).op_timeout(op_timeout))
+                leasehold_sql::SqlStrategy::connect(options.sql(sql).op_timeout(op_timeout))
                     .await
                     .map_err(|e| connect(&e))?;
             strategy
@@ -68,17 +144,9 @@ pub async fn start_manager(
                 .map_err(|e| format!("ensure pool: {e}"))?;
             start(strategy, config).await
         }
-        "redis" | "rediss" | "valkey" => {
+        Target::Valkey(valkey) => {
             let strategy = leasehold_valkey::ValkeyStrategy::connect(
-                leasehold_valkey::ValkeyConfig::new(valkey_url(url))
-                    .key_prefix(VALKEY_PREFIX)
-                    .op_timeout(op_timeout)
-                    .restart_guard(options.restart_guard)
-                    // A usual run's workers share one TTL and skew, so a
-                    // server that forgets (the lossy runs) is accepted with
-                    // the guard waiting out that one span; a mixed fleet
-                    // cannot promise it and is refused there.
-                    .assume_one_timing_per_pool(options.restart_guard && options.assume_one_timing),
+                options.valkey(valkey.key_prefix(PREFIX).op_timeout(op_timeout)),
             )
             .await
             .map_err(|e| connect(&e))?;
@@ -86,30 +154,21 @@ pub async fn start_manager(
         }
         // etcd, and etcd behind the API server, keep every acknowledged
         // write (Raft, fsync): no restart guard to turn off.
-        "etcd" | "http" => {
-            let strategy = leasehold_etcd::EtcdStrategy::connect(
-                leasehold_etcd::EtcdConfig::new(etcd_endpoints(url))
-                    .prefix("campaign")
-                    .op_timeout(op_timeout),
-            )
-            .await
-            .map_err(|e| connect(&e))?;
+        Target::Etcd(etcd) => {
+            let strategy =
+                leasehold_etcd::EtcdStrategy::connect(etcd.prefix(PREFIX).op_timeout(op_timeout))
+                    .await
+                    .map_err(|e| connect(&e))?;
             start(strategy, config).await
         }
-        "k8s" => {
+        Target::Kube(kube) => {
             let strategy = leasehold_k8s::KubeStrategy::connect(
-                leasehold_k8s::KubeConfig::url(url.replacen("k8s://", "http://", 1))
-                    .namespace("default")
-                    .op_timeout(op_timeout),
+                kube.namespace(K8S_NAMESPACE).op_timeout(op_timeout),
             )
             .await
             .map_err(|e| connect(&e))?;
             start(strategy, config).await
         }
-        other => Err(format!(
-            "unsupported store scheme {other:?}: use sqlite://, postgres://, mysql://, \
-             redis://, etcd://host:port[,host:port…] or k8s://host:port"
-        )),
     }
 }
 
@@ -127,16 +186,17 @@ pub struct Probe {
 /// Connects to the store at `url` twice: once accepting anything, to read
 /// whether it can forget, and once as a worker with `options` would.
 pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
-    let scheme = url.split_once("://").map_or(url, |(s, _)| s);
+    let scheme = scheme(url);
     let connect = |e: &dyn std::fmt::Display| format!("probing {scheme}: {e}");
-    match scheme {
-        "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
-            let any = leasehold_sql::SqlStrategy::connect(options.sql(url).restart_guard(false))
-                .await
-                .map_err(|e| connect(&e))?;
+    match Target::parse(url)? {
+        Target::Sql(sql) => {
+            let any =
+                leasehold_sql::SqlStrategy::connect(options.sql(sql.clone()).restart_guard(false))
+                    .await
+                    .map_err(|e| connect(&e))?;
             let can_forget = !any.durability().is_durable();
             any.close().await;
-            let refused = match leasehold_sql::SqlStrategy::connect(options.sql(url)).await {
+            let refused = match leasehold_sql::SqlStrategy::connect(options.sql(sql)).await {
                 Ok(s) => {
                     s.close().await;
                     None
@@ -148,21 +208,17 @@ pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
                 refused,
             })
         }
-        "redis" | "rediss" | "valkey" => {
-            let config =
-                || leasehold_valkey::ValkeyConfig::new(valkey_url(url)).key_prefix(VALKEY_PREFIX);
-            let any = leasehold_valkey::ValkeyStrategy::connect(config().restart_guard(false))
-                .await
-                .map_err(|e| connect(&e))?;
+        Target::Valkey(valkey) => {
+            let valkey = valkey.key_prefix(PREFIX);
+            let any =
+                leasehold_valkey::ValkeyStrategy::connect(valkey.clone().restart_guard(false))
+                    .await
+                    .map_err(|e| connect(&e))?;
             let can_forget = !any.durability().keeps_every_write();
-            let refused = leasehold_valkey::ValkeyStrategy::connect(
-                config()
-                    .restart_guard(options.restart_guard)
-                    .assume_one_timing_per_pool(options.restart_guard && options.assume_one_timing),
-            )
-            .await
-            .err()
-            .map(|e| e.to_string());
+            let refused = leasehold_valkey::ValkeyStrategy::connect(options.valkey(valkey))
+                .await
+                .err()
+                .map(|e| e.to_string());
             Ok(Probe {
                 can_forget,
                 refused,
@@ -170,7 +226,7 @@ pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
         }
         // etcd (Raft, fsync) and Kubernetes (etcd behind the API server)
         // keep what they acknowledged.
-        _ => Ok(Probe {
+        Target::Etcd(_) | Target::Kube(_) => Ok(Probe {
             can_forget: false,
             refused: None,
         }),
@@ -186,16 +242,6 @@ async fn start<S: leasehold_core::Strategy + 'static>(
         .map_err(|e| format!("start: {e}"))
 }
 
-/// The endpoints of an `etcd://a:1,b:2` (or `http://a:1`) URL: one member
-/// each.
-fn etcd_endpoints(url: &str) -> Vec<String> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    rest.split(',')
-        .filter(|e| !e.is_empty())
-        .map(|e| format!("http://{e}"))
-        .collect()
-}
-
 /// The table where workers log the fenced writes the store accepted, in the
 /// store's order (its id grows in commit order per resource: the fence row
 /// is locked before the log row is inserted).
@@ -208,9 +254,9 @@ struct SqlFences {
 }
 
 impl SqlFences {
-    async fn connect(url: &str, options: &Options) -> Result<Self, String> {
+    async fn connect(config: SqlConfig, options: &Options) -> Result<Self, String> {
         let strategy = leasehold_sql::SqlStrategy::connect(
-            leasehold_sql::SqlConfig::new(url)
+            config
                 .unsafe_keep_server_synchronous_commit(options.keep_server_synchronous_commit)
                 .op_timeout(Duration::from_secs(2))
                 .max_connections(1)
@@ -366,24 +412,16 @@ return 1
 ";
 
 fn valkey_keys(pool: &str, slot: u32) -> (String, String) {
-    let resource = format!("{{{VALKEY_PREFIX}:{pool}}}:resource:{slot}");
+    let resource = format!("{{{PREFIX}:{pool}}}:resource:{slot}");
     let log = format!("{resource}:log");
     (resource, log)
 }
 
-/// The key prefix of the campaign's Valkey/Redis keys (the lease strategy's
-/// too).
-const VALKEY_PREFIX: &str = "campaign";
-
-fn valkey_url(url: &str) -> String {
-    url.replacen("valkey://", "redis://", 1)
-}
-
 impl ValkeyFences {
-    async fn connect(url: &str) -> Result<Self, String> {
+    async fn connect(config: ValkeyConfig) -> Result<Self, String> {
         let strategy = leasehold_valkey::ValkeyStrategy::connect(
-            leasehold_valkey::ValkeyConfig::new(valkey_url(url))
-                .key_prefix(VALKEY_PREFIX)
+            config
+                .key_prefix(PREFIX)
                 .op_timeout(Duration::from_secs(2))
                 // Only the fenced writes go through this connection, never
                 // a claim: no claim for the restart guard to hold back.
@@ -460,11 +498,9 @@ struct EtcdFences {
 const ETCD_FENCES: &str = "campaign-fences";
 
 impl EtcdFences {
-    async fn connect(url: &str) -> Result<Self, String> {
+    async fn connect(config: EtcdConfig) -> Result<Self, String> {
         let strategy = leasehold_etcd::EtcdStrategy::connect(
-            leasehold_etcd::EtcdConfig::new(etcd_endpoints(url))
-                .prefix("campaign")
-                .op_timeout(Duration::from_secs(2)),
+            config.prefix(PREFIX).op_timeout(Duration::from_secs(2)),
         )
         .await
         .map_err(|e| format!("fence connect: {e}"))?;
@@ -553,14 +589,18 @@ const FENCE_ANNOTATION: &str = "campaign.leasehold.dev/fence";
 const LOG_ANNOTATION: &str = "campaign.leasehold.dev/log";
 
 impl KubeFences {
-    async fn connect(url: &str) -> Result<Self, String> {
+    /// A client of its own on the API server `config` names, with the
+    /// defaults of `kube` (its retries too) and short timeouts.
+    async fn connect(config: KubeConfig) -> Result<Self, String> {
         use leasehold_k8s::kube::core::{ApiResource, GroupVersionKind};
-        let uri = url
-            .replacen("k8s://", "http://", 1)
+        let server = config.server_url().ok_or(
+            "fence connect: the fenced writes need the API server's address (k8s://HOST:PORT)",
+        )?;
+        let uri = server
             .parse()
-            .map_err(|e| format!("fence connect: {url}: {e}"))?;
+            .map_err(|e| format!("fence connect: {server}: {e}"))?;
         let mut config = leasehold_k8s::kube::Config::new(uri);
-        config.default_namespace = "default".into();
+        config.default_namespace = K8S_NAMESPACE.into();
         config.read_timeout = Some(Duration::from_secs(2));
         config.write_timeout = Some(Duration::from_secs(2));
         let client = leasehold_k8s::kube::Client::try_from(config)
@@ -568,7 +608,7 @@ impl KubeFences {
         let kind =
             ApiResource::from_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"));
         Ok(Self {
-            api: leasehold_k8s::kube::Api::namespaced_with(client, "default", &kind),
+            api: leasehold_k8s::kube::Api::namespaced_with(client, K8S_NAMESPACE, &kind),
         })
     }
 
@@ -685,11 +725,6 @@ pub fn resource(pool: &str, slot: u32) -> String {
     format!("{pool}-{slot}")
 }
 
-/// The store of `url`, by its scheme.
-fn scheme(url: &str) -> &str {
-    url.split_once("://").map_or(url, |(s, _)| s)
-}
-
 /// Fenced writes through the store's fenced-write helper: the SQL
 /// [`FenceTable`](leasehold_sql::FenceTable), or a fenced key on
 /// Valkey/Redis (a script), etcd (a transaction) or Kubernetes (a
@@ -704,22 +739,11 @@ enum Fences {
 }
 
 impl FenceWriter {
-    /// Whether the store at `url` has a fenced-write helper here.
+    /// Whether the store at `url` has a fenced-write helper here: every
+    /// backend's has one.
     pub fn supported(url: &str) -> bool {
-        matches!(
-            scheme(url),
-            "sqlite"
-                | "postgres"
-                | "postgresql"
-                | "mysql"
-                | "mariadb"
-                | "redis"
-                | "rediss"
-                | "valkey"
-                | "etcd"
-                | "http"
-                | "k8s"
-        )
+        let scheme = scheme(url);
+        SCHEMES.iter().any(|s| s.contains(&scheme.as_str()))
     }
 
     /// Connects for fenced writes, or `None` when the store has no helper.
@@ -730,14 +754,14 @@ impl FenceWriter {
     /// As [`FenceWriter::connect`], with a worker's `options` (a control
     /// run's SQL sessions keep the server's `synchronous_commit` too).
     pub async fn connect_with(url: &str, options: &Options) -> Result<Option<Self>, String> {
-        Ok(Some(Self(match scheme(url) {
-            "sqlite" | "postgres" | "postgresql" | "mysql" | "mariadb" => {
-                Fences::Sql(SqlFences::connect(url, options).await?)
-            }
-            "redis" | "rediss" | "valkey" => Fences::Valkey(ValkeyFences::connect(url).await?),
-            "etcd" | "http" => Fences::Etcd(Box::new(EtcdFences::connect(url).await?)),
-            "k8s" => Fences::Kube(Box::new(KubeFences::connect(url).await?)),
-            _ => return Ok(None),
+        if !Self::supported(url) {
+            return Ok(None);
+        }
+        Ok(Some(Self(match Target::parse(url)? {
+            Target::Sql(sql) => Fences::Sql(SqlFences::connect(sql, options).await?),
+            Target::Valkey(valkey) => Fences::Valkey(ValkeyFences::connect(valkey).await?),
+            Target::Etcd(etcd) => Fences::Etcd(Box::new(EtcdFences::connect(etcd).await?)),
+            Target::Kube(kube) => Fences::Kube(Box::new(KubeFences::connect(kube).await?)),
         })))
     }
 
@@ -800,5 +824,37 @@ impl FenceWriter {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_url_goes_to_the_backend_of_its_scheme() {
+        for (url, store) in [
+            ("sqlite:///tmp/run/leases.sqlite", "sql"),
+            ("postgres://postgres@127.0.0.1:5432/postgres", "sql"),
+            ("mysql://root@127.0.0.1:3306/leasehold", "sql"),
+            ("redis://127.0.0.1:6379", "valkey"),
+            ("valkey://127.0.0.1:6379", "valkey"),
+            ("etcd://127.0.0.1:2379,127.0.0.1:2380", "etcd"),
+            ("k8s://127.0.0.1:8001", "k8s"),
+        ] {
+            let target = Target::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            let got = match target {
+                Target::Sql(_) => "sql",
+                Target::Valkey(_) => "valkey",
+                Target::Etcd(_) => "etcd",
+                Target::Kube(_) => "k8s",
+            };
+            assert_eq!(got, store, "{url}");
+            assert!(FenceWriter::supported(url), "{url}");
+        }
+        for url in ["http://127.0.0.1:2379", "memory://", "127.0.0.1:6379"] {
+            assert!(Target::parse(url).is_err(), "{url}");
+            assert!(!FenceWriter::supported(url), "{url}");
+        }
     }
 }

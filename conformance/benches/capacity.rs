@@ -539,7 +539,8 @@ async fn sql_store(
     for _ in 0..clients {
         v.push(Arc::new(
             SqlStrategy::connect(
-                SqlConfig::new(url)
+                SqlConfig::from_url(url)
+                    .map_err(|e| e.to_string())?
                     .max_connections(conns)
                     .op_timeout(Duration::from_secs(30))
                     // A server started for the bench, never restarted.
@@ -573,7 +574,8 @@ async fn valkey_store(
     for _ in 0..CLIENTS {
         v.push(Arc::new(
             ValkeyStrategy::connect(
-                ValkeyConfig::new(&server.url)
+                ValkeyConfig::from_url(&server.url)
+                    .map_err(|e| e.to_string())?
                     .restart_guard(false)
                     .op_timeout(Duration::from_secs(30)),
             )
@@ -604,11 +606,16 @@ async fn etcd_store(
     rows: &mut Vec<Row>,
     rts: &mut Vec<(String, Duration)>,
 ) -> Result<(), String> {
+    // The server hands out its member's `http://` endpoint; the store URL
+    // names the member's address.
+    let member = server.addr().ok_or("the etcd server has no address")?;
     let mut v = Vec::new();
     for _ in 0..CLIENTS {
         v.push(Arc::new(
             EtcdStrategy::connect(
-                EtcdConfig::new([server.url.clone()]).op_timeout(Duration::from_secs(30)),
+                EtcdConfig::from_url(&format!("etcd://{member}"))
+                    .map_err(|e| e.to_string())?
+                    .op_timeout(Duration::from_secs(30)),
             )
             .await
             .map_err(|e| e.to_string())?,
@@ -673,13 +680,13 @@ fn main() -> std::process::ExitCode {
         };
         let dir = std::env::temp_dir().join(format!("leasehold-capacity-{}", std::process::id()));
         let result = rt.block_on(async {
-            match (name, &server) {
-                ("sqlite", _) => {
+            match (kind, &server) {
+                (None, _) => {
                     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
                     let url = format!("sqlite://{}", dir.join("leases.sqlite").display());
                     sql_store(&url, None, 1, 8, &mut rows, &mut rts).await
                 }
-                (_, Some(s)) if name.starts_with("postgres") || name == "mariadb" => {
+                (Some(ServerKind::Postgres15 | ServerKind::MariaDb), Some(s)) => {
                     sql_store(
                         &s.url,
                         server_pid(s),
@@ -690,9 +697,7 @@ fn main() -> std::process::ExitCode {
                     )
                     .await
                 }
-                (_, Some(s)) if name.starts_with("etcd") => {
-                    etcd_store(s, &mut rows, &mut rts).await
-                }
+                (Some(ServerKind::Etcd35), Some(s)) => etcd_store(s, &mut rows, &mut rts).await,
                 (_, Some(s)) => valkey_store(s, &mut rows, &mut rts).await,
                 _ => Err("no server".to_owned()),
             }

@@ -89,6 +89,18 @@ impl KubeConfig {
         Self::with(Source::Config(Box::new(config)))
     }
 
+    /// The API server's own `http(s)://` URL when this configuration names
+    /// one (`k8s://HOST:PORT` names `http://HOST:PORT`); `None` when the
+    /// server comes from a kubeconfig, the cluster, or a `kube::Config`.
+    /// For a client that talks to the same server beside the strategy.
+    #[must_use]
+    pub fn server_url(&self) -> Option<&str> {
+        match &self.source {
+            Source::Url(url) => Some(url),
+            _ => None,
+        }
+    }
+
     /// The namespace that holds the Leases (default: the source's).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());

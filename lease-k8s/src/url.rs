@@ -141,6 +141,11 @@ mod tests {
             .unwrap()
             .or_kubeconfig("/k");
         assert_eq!(source(&c), "http://h:1");
+        assert_eq!(c.server_url(), Some("http://h:1"));
+        assert_eq!(
+            KubeConfig::from_url("k8s:///ids").unwrap().server_url(),
+            None
+        );
     }
 
     #[test]

@@ -147,19 +147,21 @@ enum Raw {
 impl Raw {
     async fn connect(url: &str) -> Result<Self, String> {
         use sqlx::Connection;
-        Ok(if url.starts_with("postgres") {
-            Self::Pg(
-                sqlx::PgConnection::connect(url)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
-        } else {
-            Self::My(
-                sqlx::MySqlConnection::connect(url)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
-        })
+        Ok(
+            if leasehold_sql::Engine::from_url(url) == leasehold_sql::Engine::Postgres {
+                Self::Pg(
+                    sqlx::PgConnection::connect(url)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
+            } else {
+                Self::My(
+                    sqlx::MySqlConnection::connect(url)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
+            },
+        )
     }
 
     async fn close(self) {

@@ -28,14 +28,15 @@ impl Sql {
     /// restart guard would refuse every claim for a TTL. They are never
     /// restarted while these tests hold leases, so the guard is off here;
     /// `the_restart_guard_*` below and `tests/restarts.rs` test it.
-    fn config(&self) -> SqlConfig {
-        SqlConfig::new(&self.url)
+    fn config(&self) -> Result<SqlConfig, String> {
+        Ok(SqlConfig::from_url(&self.url)
+            .map_err(|e| e.to_string())?
             .max_connections(4)
-            .restart_guard(false)
+            .restart_guard(false))
     }
 
     async fn strategy(&self) -> Result<SqlStrategy, String> {
-        SqlStrategy::connect(self.config())
+        SqlStrategy::connect(self.config()?)
             .await
             .map_err(|e| e.to_string())
     }
@@ -55,7 +56,8 @@ impl Backend for Sql {
             let orig = self.addr.ok_or("not networked")?;
             let url = self.url.replacen(&orig.to_string(), &addr.to_string(), 1);
             let s = SqlStrategy::connect(
-                SqlConfig::new(url)
+                SqlConfig::from_url(&url)
+                    .map_err(|e| e.to_string())?
                     .op_timeout(op_timeout)
                     .restart_guard(false),
             )
@@ -101,7 +103,7 @@ fn fresh_table(prefix: &str) -> String {
 
 /// A lease table that does not exist is a final error naming the call that creates it.
 async fn missing_table_is_final_and_names_ensure_pool(b: Arc<Sql>) -> Result<(), String> {
-    let s = SqlStrategy::connect(b.config().table(fresh_table("missing")))
+    let s = SqlStrategy::connect(b.config()?.table(fresh_table("missing")))
         .await
         .map_err(|e| e.to_string())?;
     let r = s
@@ -124,7 +126,7 @@ async fn missing_table_is_final_and_names_ensure_pool(b: Arc<Sql>) -> Result<(),
 async fn an_elector_that_can_never_lead_reports_its_final_error(b: Arc<Sql>) -> Result<(), String> {
     use leasehold_core::{Leader, LeaderConfig, StartError};
     use std::sync::Mutex;
-    let s = SqlStrategy::connect(b.config().table(fresh_table("missing")))
+    let s = SqlStrategy::connect(b.config()?.table(fresh_table("missing")))
         .await
         .map_err(|e| e.to_string())?;
     let name = fresh_pool(1, Duration::from_secs(5))?.name().clone();
@@ -164,7 +166,7 @@ async fn an_elector_that_can_never_lead_reports_its_final_error(b: Arc<Sql>) -> 
 /// A table of that name that is not a lease table is reported, with its missing columns.
 async fn foreign_table_is_reported(b: Arc<Sql>) -> Result<(), String> {
     let name = fresh_table("foreign");
-    let s = SqlStrategy::connect(b.config().table(name.clone()))
+    let s = SqlStrategy::connect(b.config()?.table(name.clone()))
         .await
         .map_err(|e| e.to_string())?;
     raw(
@@ -274,7 +276,7 @@ async fn table_0_1(
 /// floor is kept and handed over.
 async fn a_0_1_table_is_refused_then_migrated_by_ensure_pool(b: Arc<Sql>) -> Result<(), String> {
     let table = fresh_table("v01");
-    let s = SqlStrategy::connect(b.config().table(table.clone()))
+    let s = SqlStrategy::connect(b.config()?.table(table.clone()))
         .await
         .map_err(|e| e.to_string())?;
     let pool = fresh_pool(2, Duration::from_secs(30))?;
@@ -349,7 +351,7 @@ async fn a_0_1_table_is_refused_then_migrated_by_ensure_pool(b: Arc<Sql>) -> Res
 /// with a final error naming it; one declaring none still gets a slot.
 async fn the_shipped_migrations_make_a_floor_table(b: Arc<Sql>) -> Result<(), String> {
     let table = fresh_table("shipped");
-    let s = SqlStrategy::connect(b.config().table(table.clone()))
+    let s = SqlStrategy::connect(b.config()?.table(table.clone()))
         .await
         .map_err(|e| e.to_string())?;
     raw(&s, &migration(&s, "0001", &table)).await?;
@@ -616,7 +618,7 @@ async fn a_server_that_can_forget_is_reported_and_refused_when_durability_is_req
         Engine::MySql => "innodb_flush_log_at_trx_commit",
         _ => {
             ensure!(durability.is_durable(), "SQLite reported {durability}");
-            let strict = SqlStrategy::connect(b.config().require_durable(true)).await;
+            let strict = SqlStrategy::connect(b.config()?.require_durable(true)).await;
             ensure!(strict.is_ok(), "SQLite refused as not durable: {strict:?}");
             return Ok(());
         }
@@ -668,7 +670,7 @@ async fn a_server_that_can_forget_is_reported_and_refused_when_durability_is_req
 
 /// A table name that is not a plain identifier is refused before any SQL runs.
 async fn bad_table_name_is_refused(b: Arc<Sql>) -> Result<(), String> {
-    match SqlStrategy::connect(b.config().table("leases; DROP TABLE x")).await {
+    match SqlStrategy::connect(b.config()?.table("leases; DROP TABLE x")).await {
         Err(SqlError::Config(_)) => Ok(()),
         other => Err(format!("expected a configuration error, got {other:?}")),
     }
@@ -1230,7 +1232,7 @@ async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(
     // retryable, so it is retried (bounded).
     let started = std::time::Instant::now();
     let s = loop {
-        match SqlStrategy::connect(b.config().op_timeout(op)).await {
+        match SqlStrategy::connect(b.config()?.op_timeout(op)).await {
             Ok(s) => break s,
             Err(e) if e.is_retryable() && started.elapsed() < Duration::from_secs(60) => {}
             Err(e) => return Err(e.to_string()),

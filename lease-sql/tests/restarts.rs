@@ -41,7 +41,7 @@ async fn connect_with(config: SqlConfig) -> Result<SqlStrategy, String> {
 
 /// Runs `sql` on a connection of its own to the server at `url`.
 async fn run_sql(url: &str, sql: &str) -> Result<(), String> {
-    if url.starts_with("postgres") {
+    if leasehold_sql::Engine::from_url(url) == leasehold_sql::Engine::Postgres {
         run_on::<sqlx::Postgres>(url, sql).await
     } else {
         run_on::<sqlx::MySql>(url, sql).await
@@ -124,7 +124,7 @@ impl Stores for Sql {
     /// to that commit, every earlier one included.
     fn make_durable_now<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            if url.starts_with("postgres") {
+            if leasehold_sql::Engine::from_url(url) == leasehold_sql::Engine::Postgres {
                 return run_sql(url, "CHECKPOINT").await;
             }
             run_sql(

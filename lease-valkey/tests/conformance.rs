@@ -39,7 +39,8 @@ impl Valkey {
     /// here (and in every config below but the guard's own test).
     async fn strategy(&self, method: Method) -> Result<ValkeyStrategy, String> {
         ValkeyStrategy::connect(
-            ValkeyConfig::new(&self.url)
+            ValkeyConfig::from_url(&self.url)
+                .map_err(|e| e.to_string())?
                 .restart_guard(false)
                 .key_prefix(&self.prefix)
                 .method(method),
@@ -64,7 +65,8 @@ impl Backend for Valkey {
             .replacen(&self.addr.to_string(), &addr.to_string(), 1);
         Box::pin(async move {
             let s = ValkeyStrategy::connect(
-                ValkeyConfig::new(url)
+                ValkeyConfig::from_url(&url)
+                    .map_err(|e| e.to_string())?
                     .restart_guard(false)
                     .key_prefix(&self.prefix)
                     .method(self.method)

@@ -208,17 +208,16 @@ async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
     let cluster = start_cluster(b.kind).await?;
     let leader = leader(&cluster, Duration::from_secs(10)).await?;
     let victim = (leader + 1) % 3;
-    let mut endpoints = cluster.endpoints();
-    let upstream: std::net::SocketAddr = endpoints[victim]
-        .trim_start_matches("http://")
-        .parse()
-        .map_err(|e| format!("member address: {e}"))?;
-    let proxy = FaultProxy::start(upstream)
+    let mut members = cluster.addrs();
+    let proxy = FaultProxy::start(members[victim])
         .await
         .map_err(|e| e.to_string())?;
-    endpoints[victim] = format!("http://{}", proxy.addr());
+    members[victim] = proxy.addr();
+    let hosts: Vec<String> = members.iter().map(ToString::to_string).collect();
     let leases = EtcdStrategy::connect(
-        EtcdConfig::new(endpoints).op_timeout(EtcdStrategy::DEFAULT_OP_TIMEOUT),
+        EtcdConfig::from_url(&format!("etcd://{}", hosts.join(",")))
+            .map_err(|e| e.to_string())?
+            .op_timeout(EtcdStrategy::DEFAULT_OP_TIMEOUT),
     )
     .await
     .map_err(|e| e.to_string())?;

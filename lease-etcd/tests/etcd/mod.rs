@@ -48,7 +48,9 @@ impl Backend for EtcdBackend {
     ) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
             let leases = EtcdStrategy::connect(
-                EtcdConfig::new([format!("http://{addr}")]).op_timeout(op_timeout),
+                EtcdConfig::from_url(&format!("etcd://{addr}"))
+                    .map_err(|e| e.to_string())?
+                    .op_timeout(op_timeout),
             )
             .await
             .map_err(|e| e.to_string())?;

@@ -64,7 +64,8 @@ impl Backend for FakeBackend {
         op_timeout: Duration,
     ) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
-            let config = KubeConfig::url(format!("http://{addr}"))
+            let config = KubeConfig::from_url(&format!("k8s://{addr}"))
+                .map_err(|e| e.to_string())?
                 .namespace("default")
                 .op_timeout(op_timeout);
             let s: Store = Arc::new(
