@@ -68,7 +68,9 @@ impl std::fmt::Debug for ValkeyConfig {
 
 impl ValkeyConfig {
     /// A server URL as `fred` reads it: `redis://[user:pass@]host:port[/db]`,
-    /// `rediss://…`, `redis-cluster://…`, `redis-sentinel://…`.
+    /// `redis-cluster://…`, `redis-sentinel://…` (`rediss://` and `valkeys://`
+    /// are refused at `connect`: this build has no TLS, and would connect in
+    /// plain text).
     /// Key prefix `leasehold`, [`Method::Auto`], operation timeout 1 s.
     pub fn new(url: impl Into<String>) -> Self {
         Self {

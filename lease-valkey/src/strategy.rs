@@ -169,6 +169,7 @@ impl ValkeyStrategy {
     /// a `tokio` timeout wraps every call as a backstop.
     pub async fn connect(config: ValkeyConfig) -> Result<Self, ValkeyError> {
         check_prefix(&config.prefix)?;
+        crate::url::refuse_tls(config.url.split_once("://").map_or("", |(s, _)| s))?;
         if config.op_timeout.is_zero() {
             return Err(ConfigError::new(
                 "op_timeout",

@@ -36,18 +36,7 @@ impl ValkeyConfig {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, ValkeyError> {
         let mut parts = StoreUrl::parse(url, Self::SCHEMES, FORM)?;
-        if matches!(parts.scheme(), "rediss" | "valkeys") {
-            return Err(ConfigError::described(
-                "url",
-                format!(
-                    "{}:// asks for TLS, which this build of leasehold-valkey cannot do (it \
-                     would connect in plain text); use redis:// or valkey:// on a trusted \
-                     network or through a TLS tunnel",
-                    parts.scheme()
-                ),
-            )
-            .into());
-        }
+        refuse_tls(parts.scheme())?;
         parts.require_one_host(FORM)?;
         let db = parts.path().trim_end_matches('/');
         if !db.is_empty() && db.parse::<u8>().is_err() {
@@ -71,6 +60,26 @@ impl ValkeyConfig {
         }
         Ok(config)
     }
+}
+
+/// Refuses a scheme that asks for TLS (`rediss`, `valkeys`): this build of
+/// leasehold-valkey has none, and fred would connect in plain text, password
+/// included. Checked by [`ValkeyConfig::from_url`] and again at `connect`,
+/// whatever built the config.
+pub(crate) fn refuse_tls(scheme: &str) -> Result<(), ValkeyError> {
+    let scheme = scheme.to_ascii_lowercase();
+    if matches!(scheme.as_str(), "rediss" | "valkeys") {
+        return Err(ConfigError::described(
+            "url",
+            format!(
+                "{scheme}:// asks for TLS, which this build of leasehold-valkey cannot do (it \
+                 would connect in plain text); use redis:// or valkey:// on a trusted \
+                 network or through a TLS tunnel"
+            ),
+        )
+        .into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -136,9 +145,22 @@ mod tests {
             ),
             ("rediss://h:6379", "rediss:// asks for TLS"),
             ("valkeys://h:6379", "valkeys:// asks for TLS"),
+            ("REDISS://h:6379", "rediss:// asks for TLS"),
         ] {
             let e = ValkeyConfig::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");
+        }
+    }
+
+    /// A config built without `from_url` is refused at `connect` too, before
+    /// anything is sent: fred would otherwise connect in plain text.
+    #[tokio::test]
+    async fn connect_refuses_a_tls_url_it_cannot_honour() {
+        for url in ["rediss://:pw@127.0.0.1:1", "valkeys://127.0.0.1:1"] {
+            match crate::ValkeyStrategy::connect(ValkeyConfig::new(url)).await {
+                Err(e) => assert!(e.to_string().contains("asks for TLS"), "{url}: {e}"),
+                Ok(_) => panic!("{url}: connected"),
+            }
         }
     }
 }
