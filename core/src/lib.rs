@@ -18,6 +18,7 @@ mod leader_config;
 mod loss;
 pub mod machine;
 mod memory;
+pub mod operate;
 #[doc(hidden)]
 pub mod plant;
 mod pool;
@@ -48,6 +49,7 @@ pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};
 pub use leader_config::{LeaderConfig, LeaderConfigBuilder};
 pub use loss::{LossCause, LossEvent};
 pub use memory::Memory;
+pub use operate::{Check, Operate, OperateError, Verdict};
 pub use pool::{IdFormat, MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};
 pub use strategy::{
     BoxFuture, Capabilities, DynStrategy, Fence, FenceStamp, Floor, Grant, InspectError, Release,

@@ -7,10 +7,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::clock::{Clock, MonoTime, SystemClock};
-use crate::error::{AcquireError, Reason};
+use crate::error::{AcquireError, Durability, Reason};
+use crate::operate::{Check, Operate, OperateError, Verdict};
 use crate::pool::PoolSpec;
 use crate::strategy::{
-    Capabilities, Fence, Floor, Grant, InspectError, Release, Renewal, SlotInfo, Strategy,
+    BoxFuture, Capabilities, Fence, Floor, Grant, InspectError, Release, Renewal, SlotInfo,
+    Strategy,
 };
 use crate::token::Token;
 
@@ -258,5 +260,86 @@ impl Strategy for Memory {
 
     fn identity(&self) -> String {
         format!("memory:{}", self.id)
+    }
+}
+
+/// An in-process store's operator handle: its pools, slots and revokes are
+/// the same as the [`Memory`] calls of those names.
+impl Operate for Memory {
+    fn describe(&self) -> String {
+        format!("in-process memory store {}", self.id)
+    }
+
+    fn round_trip(&self) -> &'static str {
+        "lock of the store"
+    }
+
+    fn durability(&self) -> Durability {
+        // Nothing outlives the process, and no holder outside it can hold a
+        // slot: every lease ends with the process that could generate under it.
+        Durability::default()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {
+        drop(self.pools.lock().unwrap_or_else(PoisonError::into_inner));
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn store_time(&self) -> BoxFuture<'_, Result<Option<std::time::SystemTime>, OperateError>> {
+        // Expiry runs on the store's monotonic clock in this process; holders
+        // share the host's wall clock.
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    fn slots<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
+        Box::pin(self.inspect(pool))
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> BoxFuture<'a, Result<bool, OperateError>> {
+        Box::pin(std::future::ready(Ok(Memory::revoke(
+            self,
+            pool.name.as_str(),
+            slot,
+        ))))
+    }
+
+    fn pools(&self) -> BoxFuture<'_, Result<Vec<String>, OperateError>> {
+        let mut names: Vec<String> = self
+            .pools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, slots)| slots.iter().any(|s| s.fence > 0))
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        Box::pin(std::future::ready(Ok(names)))
+    }
+
+    fn prepare<'a>(&'a self, _: Option<&'a PoolSpec>) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
+        Box::pin(std::future::ready(vec![
+            Check::new(Verdict::Ok, "server", self.describe()),
+            Check::new(
+                Verdict::Ok,
+                "path",
+                "one lock per call; expiry on this process's monotonic clock",
+            ),
+            Check::new(
+                Verdict::NotApplicable,
+                "durability",
+                "the leases live and die with this process, and so does every holder",
+            ),
+        ]))
     }
 }
