@@ -214,7 +214,7 @@ pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
                 leasehold_valkey::ValkeyStrategy::connect(valkey.clone().restart_guard(false))
                     .await
                     .map_err(|e| connect(&e))?;
-            let can_forget = !any.durability().keeps_every_write();
+            let can_forget = !any.persistence().keeps_every_write();
             let refused = leasehold_valkey::ValkeyStrategy::connect(options.valkey(valkey))
                 .await
                 .err()

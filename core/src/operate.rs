@@ -57,8 +57,11 @@ pub trait Operate: Send + Sync + 'static {
     /// ever granting the slot twice: the slot stays taken until the revoked
     /// lease would have expired, and the holder's next renewal is refused.
     /// `Ok(false)` when there was no live lease to revoke.
-    fn revoke<'a>(&'a self, pool: &'a PoolSpec, slot: u32)
-    -> BoxFuture<'a, Result<bool, OperateError>>;
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> BoxFuture<'a, Result<bool, OperateError>>;
 
     /// The pools the store holds leases for, sorted, when it can list them.
     fn pools(&self) -> BoxFuture<'_, Result<Vec<String>, OperateError>> {
@@ -69,7 +72,8 @@ pub trait Operate: Send + Sync + 'static {
     /// Creates what the store needs before leases can be claimed (a table,
     /// its migrations, the rows of `pool`'s slots), idempotently. A store
     /// that needs nothing answers `Ok` at once.
-    fn prepare<'a>(&'a self, pool: Option<&'a PoolSpec>) -> BoxFuture<'a, Result<(), OperateError>>;
+    fn prepare<'a>(&'a self, pool: Option<&'a PoolSpec>)
+    -> BoxFuture<'a, Result<(), OperateError>>;
 
     /// The store's own checks (server, the lease path, schema, persistence,
     /// permissions), each with a verdict and a fix. [`doctor`] adds the
@@ -197,7 +201,10 @@ pub fn durability_check(d: &Durability, refused: &str) -> Check {
     Check::new(
         Verdict::Warn,
         "durability",
-        format!("can forget acknowledged writes: {}; {refused}", risks.join("; ")),
+        format!(
+            "can forget acknowledged writes: {}; {refused}",
+            risks.join("; ")
+        ),
     )
     .fix(fixes.join("; "))
 }

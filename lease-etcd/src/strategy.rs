@@ -204,6 +204,11 @@ impl EtcdStrategy {
         })
     }
 
+    /// The per-request timeout.
+    pub(crate) fn op_timeout(&self) -> Duration {
+        self.inner.op_timeout
+    }
+
     /// The underlying `etcd-client` client (shared).
     pub fn client(&self) -> &Client {
         &self.inner.client

@@ -6,6 +6,7 @@ mod api;
 mod config;
 mod error;
 mod names;
+mod operate;
 mod ordinal;
 mod preflight;
 #[cfg(feature = "stats")]

@@ -158,6 +158,11 @@ impl KubeStrategy {
         Ok(strategy)
     }
 
+    /// The HTTP client of the API server.
+    pub(crate) fn api(&self) -> &Api {
+        &self.inner.api
+    }
+
     /// The bound on a single request.
     pub(crate) fn op_timeout(&self) -> Duration {
         self.inner.api.op_timeout

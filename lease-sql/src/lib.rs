@@ -16,6 +16,7 @@ mod error;
 mod failure;
 mod fence;
 mod ident;
+mod operate;
 mod statements;
 mod strategy;
 mod url;

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use leasehold_core::DurabilityRisk;
+
 /// What the server's configuration, read at connect (`CONFIG GET`), says
 /// about keeping the pool's keys. `None` fields are unknown: `CONFIG` is
 /// disabled, renamed or denied (managed services often do that).
@@ -10,7 +12,7 @@ use std::time::Duration;
 /// See the crate README's durability table for what each setting guarantees.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Durability {
+pub struct Persistence {
     /// `maxmemory-policy`: anything but `noeviction` may evict leases and the
     /// fences hash.
     pub maxmemory_policy: Option<String>,
@@ -27,7 +29,7 @@ pub struct Durability {
     pub wait: Option<(u32, Duration)>,
 }
 
-impl Durability {
+impl Persistence {
     /// Nothing known (before the probe, or with `CONFIG` unavailable).
     pub(crate) fn unknown(wait: Option<(u32, Duration)>) -> Self {
         Self {
@@ -98,6 +100,46 @@ impl Durability {
         )
     }
 
+    /// The settings that can lose an acknowledged write, in core's terms,
+    /// each with what it loses and its fix. Unknown settings are not
+    /// counted: [`Persistence`]'s `Display` shows them as `unknown`.
+    pub fn durability(&self) -> leasehold_core::Durability {
+        let mut risks = Vec::new();
+        if let (Some(true), Some(policy)) = (self.evicts(), self.maxmemory_policy.as_deref()) {
+            risks.push(DurabilityRisk {
+                setting: "maxmemory-policy".into(),
+                value: policy.into(),
+                loses: "a lease or the fences hash, when memory is short".into(),
+                fix: "CONFIG SET maxmemory-policy noeviction, and set it in the config file".into(),
+            });
+        }
+        if self.persists() == Some(false) {
+            risks.push(DurabilityRisk {
+                setting: "appendonly/save".into(),
+                value: "no persistence".into(),
+                loses: "every lease, fence and floor at a restart".into(),
+                fix: "appendonly yes and appendfsync always".into(),
+            });
+        } else if self.appendonly != Some(true) && self.persists() == Some(true) {
+            risks.push(DurabilityRisk {
+                setting: "save".into(),
+                value: self.save.clone().unwrap_or_default(),
+                loses: "the writes since the last snapshot, at a restart".into(),
+                fix: "appendonly yes and appendfsync always".into(),
+            });
+        } else if self.appendonly == Some(true) && !self.keeps_every_write() {
+            risks.push(DurabilityRisk {
+                setting: "appendfsync".into(),
+                value: self.appendfsync.clone().unwrap_or_else(|| "unknown".into()),
+                loses: "the writes not yet fsynced (about the last second), at a crash of the \
+                        machine"
+                    .into(),
+                fix: "appendfsync always".into(),
+            });
+        }
+        leasehold_core::Durability { risks }
+    }
+
     /// The warning to show when the server may lose leases by eviction
     /// (set only when [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
     /// let the connection through).
@@ -113,7 +155,7 @@ impl Durability {
     }
 }
 
-impl fmt::Display for Durability {
+impl fmt::Display for Persistence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let unknown = "unknown";
         write!(
@@ -155,7 +197,7 @@ mod tests {
 
     #[test]
     fn describes_settings() {
-        let mut d = Durability::unknown(None);
+        let mut d = Persistence::unknown(None);
         assert_eq!(d.evicts(), None);
         assert_eq!(d.persists(), None);
         assert!(d.to_string().starts_with("maxmemory-policy unknown"));

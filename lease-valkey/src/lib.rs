@@ -5,13 +5,14 @@
 mod config;
 mod durability;
 mod error;
+mod operate;
 mod scripts;
 mod server;
 mod strategy;
 mod url;
 
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
-pub use durability::Durability;
+pub use durability::Persistence;
 pub use error::ValkeyError;
 pub use server::{Product, ServerInfo};
 pub use strategy::{ActivePath, PoolKeys, ValkeyStrategy};

@@ -14,7 +14,7 @@ use leasehold_core::{
 };
 
 use crate::config::{DEFAULT_OP_TIMEOUT, Method, ValkeyConfig, check_prefix, redact};
-use crate::durability::Durability;
+use crate::durability::Persistence;
 use crate::error::{Failure, ValkeyError, classify};
 use crate::scripts::{Script, Scripts};
 use crate::server::ServerInfo;
@@ -92,7 +92,7 @@ struct Inner {
     client: fred::clients::Client,
     config: ValkeyConfig,
     server: ServerInfo,
-    durability: Durability,
+    durability: Persistence,
     path: ActivePath,
     scripts: Scripts,
     round_trips: AtomicU64,
@@ -236,7 +236,7 @@ impl ValkeyStrategy {
                 client,
                 config,
                 server: ServerInfo::from_info(""),
-                durability: Durability::unknown(wait),
+                durability: Persistence::unknown(wait),
                 path: ActivePath::Scripts,
                 scripts: Scripts::new(),
                 round_trips: AtomicU64::new(0),
@@ -338,8 +338,8 @@ impl ValkeyStrategy {
     /// `CONFIG GET` each (Redis 6 takes one pattern per call). A server that
     /// refuses `CONFIG` (disabled, renamed, denied by an ACL) leaves them
     /// unknown.
-    async fn read_durability(&self, url: &str) -> Result<Durability, ValkeyError> {
-        let mut d = Durability::unknown(self.inner.config.wait);
+    async fn read_durability(&self, url: &str) -> Result<Persistence, ValkeyError> {
+        let mut d = Persistence::unknown(self.inner.config.wait);
         for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
             let value = match self
                 .call::<Value>(
@@ -378,6 +378,11 @@ impl ValkeyStrategy {
         }
     }
 
+    /// The per-command timeout.
+    pub(crate) fn op_timeout(&self) -> Duration {
+        self.inner.config.op_timeout
+    }
+
     /// What the probe found.
     pub fn server(&self) -> &ServerInfo {
         &self.inner.server
@@ -386,7 +391,7 @@ impl ValkeyStrategy {
     /// What the server's configuration says about keeping leases, fences
     /// and floors (read at connect), with the warning when
     /// [`ValkeyConfig::allow_eviction`] let an evicting server through.
-    pub fn durability(&self) -> &Durability {
+    pub fn persistence(&self) -> &Persistence {
         &self.inner.durability
     }
 

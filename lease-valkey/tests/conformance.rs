@@ -1144,9 +1144,9 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
         .await
         .map_err(|e| e.to_string())?;
     ensure!(
-        durable.durability().keeps_every_write(),
+        durable.persistence().keeps_every_write(),
         "appendfsync always not seen: {}",
-        durable.durability()
+        durable.persistence()
     );
     durable
         .acquire(&fresh_pool(2, hour)?, Floor::NONE)
@@ -1262,10 +1262,10 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
     }
     let s = r.map_err(|e| format!("appendfsync everysec on a server with WAITAOF: {e}"))?;
     ensure!(
-        s.server().waitaof && !s.durability().keeps_every_write(),
+        s.server().waitaof && !s.persistence().keeps_every_write(),
         "probe {:?}, durability {}",
         s.server(),
-        s.durability()
+        s.persistence()
     );
     // The server started a moment ago: the guard holds claims for the span.
     // An fsync slower than the wait (a loaded machine) is tried again where
@@ -1625,7 +1625,7 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
     )
     .await
     .map_err(|e| format!("with allow_eviction(true): {e}"))?;
-    let d = s.durability();
+    let d = s.persistence();
     ensure!(
         d.evicts() == Some(true) && d.eviction_allowed && d.warning().is_some(),
         "durability {d:?}"
@@ -1641,7 +1641,7 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
     let s = ValkeyStrategy::connect(ValkeyConfig::new(&own.url).restart_guard(false))
         .await
         .map_err(|e| format!("without CONFIG: {e}"))?;
-    let d = s.durability();
+    let d = s.persistence();
     ensure!(
         d.maxmemory_policy.is_none() && d.evicts().is_none() && d.persists().is_none(),
         "without CONFIG: {d:?}"
@@ -1654,7 +1654,7 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
     drop(s);
 
     let s = b.strategy(b.method).await?;
-    let d = s.durability();
+    let d = s.persistence();
     ensure!(
         d.evicts() == Some(false)
             && d.appendonly == Some(false)

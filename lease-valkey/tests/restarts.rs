@@ -68,7 +68,7 @@ impl Stores for Valkey {
     fn reports_lossy<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Option<bool>, String>> {
         Box::pin(async move {
             let s = connect(url).await?;
-            Ok(Some(!s.durability().keeps_every_write()))
+            Ok(Some(!s.persistence().keeps_every_write()))
         })
     }
 }

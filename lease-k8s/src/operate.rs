@@ -1,0 +1,133 @@
+//! The operator's handle on Leases in a Kubernetes namespace: what
+//! `leasehold status`, `revoke` and `doctor` do, through core's [`Operate`].
+
+use std::time::{Instant, SystemTime};
+
+use leasehold_core::{
+    BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolSpec, Reason, SlotInfo,
+    Strategy, Verdict,
+};
+
+use crate::{KubeError, KubeStrategy};
+
+/// A Lease name no slot, pool format or preflight uses: a GET of it is a
+/// round trip that reads nothing (its answer is 404).
+const PING: &str = "leasehold-ping";
+
+fn from_kube(e: KubeError) -> OperateError {
+    match e {
+        e @ KubeError::Connect { .. } => OperateError::Unreachable(Reason::new(e.to_string())),
+        other => OperateError::Store(Reason::new(other.to_string())),
+    }
+}
+
+fn duration(d: std::time::Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+impl Operate for KubeStrategy {
+    fn describe(&self) -> String {
+        format!("Kubernetes (namespace {})", self.namespace())
+    }
+
+    fn round_trip(&self) -> &'static str {
+        "GET of a Lease"
+    }
+
+    fn durability(&self) -> Durability {
+        // The API server keeps Leases in etcd.
+        Durability::default()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + self.op_timeout();
+            match self.api().get(PING, deadline).await {
+                Ok(resp) if resp.ok() || resp.status == 404 => Ok(()),
+                Ok(resp) => Err(OperateError::Store(Reason::new(resp.message()))),
+                Err(e) => Err(OperateError::Unreachable(Reason::new(e.text().to_owned()))),
+            }
+        })
+    }
+
+    fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>> {
+        // Each observer times a Lease's expiry on its own monotonic clock.
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    fn slots<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
+        Box::pin(self.inspect(pool))
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> BoxFuture<'a, Result<bool, OperateError>> {
+        Box::pin(async move {
+            KubeStrategy::revoke(self, pool, slot)
+                .await
+                .map_err(from_kube)
+        })
+    }
+
+    fn prepare<'a>(&'a self, _: Option<&'a PoolSpec>) -> BoxFuture<'a, Result<(), OperateError>> {
+        // Leases are created by the claims; the namespace and the Role are
+        // the cluster admin's (lease-k8s/deploy/rbac.yaml), checked by
+        // `checks`.
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
+        Box::pin(async move {
+            let server = Check::new(
+                Verdict::Ok,
+                "server",
+                format!(
+                    "the API server answers; Leases in namespace {} (its version is not read)",
+                    self.namespace()
+                ),
+            );
+            // The connect preflight: one access review per verb, a LIST
+            // (resourceVersion format) and a dry-run create (the namespace).
+            let t = Instant::now();
+            let rbac = match crate::preflight::run(self.api()).await {
+                Ok(()) => Check::new(
+                    Verdict::Ok,
+                    "rbac",
+                    format!(
+                        "get, list, create and patch on leases allowed; resourceVersions are \
+                         integers; the namespace exists (preflight took {})",
+                        duration(t.elapsed())
+                    ),
+                ),
+                // Its errors say what to do already.
+                Err(e @ (KubeError::Forbidden { .. } | KubeError::MissingNamespace { .. })) => {
+                    Check::new(Verdict::Fail, "rbac", e.to_string())
+                }
+                Err(e) => Check::new(Verdict::Fail, "rbac", e.to_string()).fix(
+                    "apply lease-k8s/deploy/rbac.yaml (a Role with get, list, create, patch on \
+                     coordination.k8s.io leases) bound to this identity",
+                ),
+            };
+            vec![
+                server,
+                rbac,
+                Check::new(
+                    Verdict::NotApplicable,
+                    "durability",
+                    "the API server keeps Leases in etcd",
+                ),
+                Check::new(
+                    Verdict::NotApplicable,
+                    "clock",
+                    "each observer times a Lease's expiry on its own monotonic clock from when it \
+                     saw renewTime change; wall clocks are not compared",
+                ),
+            ]
+        })
+    }
+}

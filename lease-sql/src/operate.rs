@@ -1,0 +1,222 @@
+//! The operator's handle on a SQL lease table: what `leasehold status`,
+//! `revoke` and `doctor` do, through core's [`Operate`].
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use leasehold_core::operate::durability_check;
+use leasehold_core::{
+    AcquireError, BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolSpec,
+    Reason, SlotInfo, Strategy, Verdict,
+};
+
+use crate::{Engine, SqlError, SqlStrategy, sqlx};
+
+fn store_error(e: impl std::fmt::Display) -> OperateError {
+    OperateError::Store(Reason::new(e.to_string()))
+}
+
+fn from_acquire(e: AcquireError) -> OperateError {
+    match e {
+        AcquireError::MissingSchema { what, fix } => OperateError::NeedsFix { what, fix },
+        AcquireError::Unreachable(r) => OperateError::Unreachable(r),
+        other => store_error(other),
+    }
+}
+
+fn from_sql(e: SqlError) -> OperateError {
+    if e.is_retryable() {
+        OperateError::Unreachable(Reason::new(e.to_string()))
+    } else {
+        store_error(e)
+    }
+}
+
+impl SqlStrategy {
+    /// One `i64` the server computes, on the sqlx pool.
+    async fn scalar_i64(&self, sql: &str) -> Result<i64, sqlx::Error> {
+        #[cfg(feature = "postgres")]
+        if let Some(p) = self.postgres() {
+            return sqlx::query_scalar(sql).fetch_one(p).await;
+        }
+        #[cfg(feature = "mysql")]
+        if let Some(p) = self.mysql() {
+            return sqlx::query_scalar(sql).fetch_one(p).await;
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(p) = self.sqlite() {
+            return sqlx::query_scalar(sql).fetch_one(p).await;
+        }
+        let _ = sql;
+        Err(sqlx::Error::PoolClosed)
+    }
+
+    /// The distinct pools of the lease table.
+    async fn pool_names(&self) -> Result<Vec<String>, sqlx::Error> {
+        let sql = format!(
+            "SELECT DISTINCT pool FROM {} ORDER BY pool",
+            self.table().as_str()
+        );
+        #[cfg(feature = "postgres")]
+        if let Some(p) = self.postgres() {
+            let rows: Vec<(String,)> = sqlx::query_as(&sql).fetch_all(p).await?;
+            return Ok(rows.into_iter().map(|(p,)| p).collect());
+        }
+        #[cfg(feature = "mysql")]
+        if let Some(p) = self.mysql() {
+            // The pool column is VARBINARY on MySQL/MariaDB.
+            let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&sql).fetch_all(p).await?;
+            return Ok(rows
+                .into_iter()
+                .map(|(b,)| String::from_utf8_lossy(&b).into_owned())
+                .collect());
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(p) = self.sqlite() {
+            let rows: Vec<(String,)> = sqlx::query_as(&sql).fetch_all(p).await?;
+            return Ok(rows.into_iter().map(|(p,)| p).collect());
+        }
+        Err(sqlx::Error::PoolClosed)
+    }
+
+    async fn schema_check(&self) -> Check {
+        let table = self.table().as_str();
+        match self.check_schema().await {
+            Ok(()) => Check::new(
+                Verdict::Ok,
+                "schema",
+                format!(
+                    "lease table {table} present, with the floor, restart-span and ID-format \
+                     columns"
+                ),
+            ),
+            Err(AcquireError::MissingSchema { what, fix }) => {
+                Check::new(Verdict::Fail, "schema", what).fix(fix)
+            }
+            Err(e) => Check::new(
+                Verdict::Fail,
+                "schema",
+                format!("cannot read the columns of {table}: {e}"),
+            ),
+        }
+    }
+}
+
+impl Operate for SqlStrategy {
+    fn describe(&self) -> String {
+        self.server_version().to_owned()
+    }
+
+    fn round_trip(&self) -> &'static str {
+        "SELECT 1"
+    }
+
+    fn durability(&self) -> Durability {
+        SqlStrategy::durability(self).clone()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {
+        Box::pin(async move {
+            self.ping().await.map_err(|e| match e {
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
+                    OperateError::Unreachable(Reason::new(e.to_string()))
+                }
+                other => store_error(other),
+            })
+        })
+    }
+
+    fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>> {
+        Box::pin(async move {
+            // The server's clock, read as each engine's lease statements read it.
+            let sql = match self.engine() {
+                Engine::Postgres => {
+                    "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+                }
+                Engine::MySql => "SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)",
+                // No server: every holder reads its own host's clock, on
+                // the one machine that has the file.
+                _ => return Ok(None),
+            };
+            let micros = self.scalar_i64(sql).await.map_err(store_error)?;
+            let micros = u64::try_from(micros).map_err(|_| {
+                store_error(format!(
+                    "the server's clock reads before 1970 ({micros} µs)"
+                ))
+            })?;
+            Ok(Some(UNIX_EPOCH + Duration::from_micros(micros)))
+        })
+    }
+
+    fn slots<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
+        Box::pin(self.inspect(pool))
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> BoxFuture<'a, Result<bool, OperateError>> {
+        Box::pin(async move {
+            SqlStrategy::revoke(self, pool, slot)
+                .await
+                .map_err(from_sql)
+        })
+    }
+
+    fn pools(&self) -> BoxFuture<'_, Result<Vec<String>, OperateError>> {
+        Box::pin(async move {
+            self.pool_names().await.map_err(|e| {
+                store_error(format!(
+                    "cannot list the pools in table {} ({}): {e}; is this the lease table?",
+                    self.table().as_str(),
+                    self.server_version()
+                ))
+            })
+        })
+    }
+
+    fn prepare<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move {
+            match pool {
+                Some(pool) => self.ensure_pool(pool).await.map_err(from_acquire),
+                None => self.ensure_table().await.map_err(from_acquire),
+            }
+        })
+    }
+
+    fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
+        Box::pin(async move {
+            let engine = self.engine();
+            let table = self.table().as_str().to_owned();
+            let mut checks = vec![
+                Check::new(Verdict::Ok, "server", self.server_version()),
+                Check::new(
+                    Verdict::Ok,
+                    "path",
+                    format!("SQL lease table {table} ({engine}), one statement per operation"),
+                ),
+                self.schema_check().await,
+                durability_check(
+                    SqlStrategy::durability(self),
+                    "applications are refused unless they opt in \
+                     (SqlConfig::assume_one_timing_per_pool or restart_guard(false))",
+                ),
+            ];
+            if engine == Engine::Sqlite {
+                checks.push(Check::new(
+                    Verdict::NotApplicable,
+                    "clock",
+                    "SQLite has no server: every holder reads its own host's clock, on the one \
+                     machine that has the file",
+                ));
+            }
+            checks
+        })
+    }
+}

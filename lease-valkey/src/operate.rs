@@ -1,0 +1,231 @@
+//! The operator's handle on a Valkey/Redis lease store: what `leasehold
+//! status`, `revoke` and `doctor` do, through core's [`Operate`].
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fred::prelude::ClientLike;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use leasehold_core::{
+    BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolSpec, Reason, SlotInfo,
+    Strategy, Verdict,
+};
+
+use crate::{ActivePath, Persistence, ValkeyError, ValkeyStrategy};
+
+impl ValkeyStrategy {
+    /// One argument-less command on any node, bounded by the operation timeout.
+    async fn bare(&self, cmd: &'static str) -> Result<Value, OperateError> {
+        let command = CustomCommand::new_static(cmd, ClusterHash::Random, false);
+        let call = self.client().custom::<Value, Value>(command, Vec::new());
+        match tokio::time::timeout(self.op_timeout(), call).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(OperateError::Unreachable(Reason::new(format!(
+                "{cmd}: {e}"
+            )))),
+            Err(_) => Err(OperateError::Unreachable(Reason::new(format!(
+                "{cmd}: no answer within {:?} (op_timeout)",
+                self.op_timeout()
+            )))),
+        }
+    }
+
+    fn path_check(&self) -> Check {
+        match self.path() {
+            ActivePath::Hsetex => Check::new(
+                Verdict::Ok,
+                "path",
+                "HSETEX: one hash per pool with per-field TTLs",
+            ),
+            ActivePath::Scripts => Check::new(
+                Verdict::Ok,
+                "path",
+                "scripts: one key per slot (SET NX PX and Lua); HSETEX needs Redis 8+ or \
+                 Valkey 9+",
+            ),
+            ActivePath::Unsupported => Check::new(
+                Verdict::Fail,
+                "path",
+                "HSETEX forced on a server without it",
+            )
+            .fix("use Method::Auto or Method::Scripts"),
+        }
+    }
+
+    fn persistence_check(&self) -> Check {
+        let d = self.persistence();
+        let fix = "appendonly yes and appendfsync always (CONFIG SET and the config file)";
+        if d.keeps_every_write() {
+            return Check::new(
+                Verdict::Ok,
+                "persistence",
+                "AOF with appendfsync always: every acknowledged write survives a restart",
+            );
+        }
+        let (aof, rdb) = settings(d);
+        let detail = match d.persists() {
+            Some(true) if d.fsyncs_on_request() && self.server().waitaof => format!(
+                "{aof}, {rdb}: a crash of the machine can lose the last acknowledged writes; \
+                 claims wait for the fsync of the pool's restart span (WAITAOF), and the \
+                 restart guard holds claims back after a restart"
+            ),
+            Some(true) => format!(
+                "{aof}, {rdb}: a crash can lose the last acknowledged writes; processes are \
+                 refused unless they opt in (assume_one_timing_per_pool or \
+                 restart_guard(false)), and the restart guard then holds claims back after a \
+                 restart"
+            ),
+            Some(false) => format!(
+                "{aof}, {rdb}: a restart loses every lease and floor; processes are refused \
+                 unless they opt in (assume_one_timing_per_pool or restart_guard(false)), and \
+                 the restart guard then holds claims back after a restart"
+            ),
+            None => format!("{aof}, {rdb} (CONFIG GET is disabled or denied)"),
+        };
+        Check::new(Verdict::Warn, "persistence", detail).fix(fix)
+    }
+}
+
+/// `AOF on (appendfsync everysec)`, `RDB snapshots off`.
+fn settings(d: &Persistence) -> (String, String) {
+    let aof = match (d.appendonly, d.appendfsync.as_deref()) {
+        (Some(true), Some(f)) => format!("AOF on (appendfsync {f})"),
+        (Some(true), None) => "AOF on".to_owned(),
+        (Some(false), _) => "AOF off".to_owned(),
+        (None, _) => "AOF unknown".to_owned(),
+    };
+    let rdb = match d.save.as_deref() {
+        Some(s) if s.trim().is_empty() => "RDB snapshots off".to_owned(),
+        Some(s) => format!("RDB snapshots (save {s:?})"),
+        None => "RDB snapshots unknown".to_owned(),
+    };
+    (aof, rdb)
+}
+
+fn eviction_check(d: &Persistence) -> Check {
+    match (d.evicts(), d.maxmemory_policy.as_deref()) {
+        (Some(false), Some(p)) => {
+            Check::new(Verdict::Ok, "eviction", format!("maxmemory-policy {p}"))
+        }
+        (Some(true), Some(p)) => Check::new(
+            Verdict::Fail,
+            "eviction",
+            format!(
+                "maxmemory-policy {p}: the server may evict a lease (two holders of one slot) \
+                 or the fences hash"
+            ),
+        )
+        .fix(
+            "CONFIG SET maxmemory-policy noeviction, and set it in valkey.conf / redis.conf; or \
+             give the leases a server of their own",
+        ),
+        _ => Check::new(
+            Verdict::Warn,
+            "eviction",
+            "maxmemory-policy unknown (CONFIG GET is disabled or denied)",
+        )
+        .fix("make sure the server runs with maxmemory-policy noeviction"),
+    }
+}
+
+/// `TIME`'s answer: seconds and microseconds, as integers or strings.
+fn time_of(v: &Value) -> Option<SystemTime> {
+    let Value::Array(parts) = v else { return None };
+    let num = |v: &Value| -> Option<u64> {
+        match v {
+            Value::Integer(i) => u64::try_from(*i).ok(),
+            other => other.as_string()?.parse().ok(),
+        }
+    };
+    let secs = num(parts.first()?)?;
+    let micros = num(parts.get(1)?)?;
+    Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+}
+
+fn from_valkey(e: ValkeyError) -> OperateError {
+    match e {
+        e @ ValkeyError::Unreachable { .. } => {
+            OperateError::Unreachable(Reason::new(e.to_string()))
+        }
+        other => OperateError::Store(Reason::new(other.to_string())),
+    }
+}
+
+impl Operate for ValkeyStrategy {
+    fn describe(&self) -> String {
+        self.server().to_string()
+    }
+
+    fn round_trip(&self) -> &'static str {
+        "PING"
+    }
+
+    fn durability(&self) -> Durability {
+        self.persistence().durability()
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {
+        Box::pin(async move { self.bare("PING").await.map(drop) })
+    }
+
+    fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>> {
+        Box::pin(async move {
+            let v = self.bare("TIME").await?;
+            time_of(&v)
+                .map(Some)
+                .ok_or_else(|| OperateError::Store(Reason::new(format!("TIME answered {v:?}"))))
+        })
+    }
+
+    fn slots<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
+        Box::pin(self.inspect(pool))
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> BoxFuture<'a, Result<bool, OperateError>> {
+        Box::pin(async move {
+            ValkeyStrategy::revoke(self, pool, slot)
+                .await
+                .map_err(from_valkey)
+        })
+    }
+
+    fn prepare<'a>(&'a self, _: Option<&'a PoolSpec>) -> BoxFuture<'a, Result<(), OperateError>> {
+        // Keys are created by the claims themselves.
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
+        Box::pin(async move {
+            vec![
+                Check::new(Verdict::Ok, "server", self.server().to_string()),
+                self.path_check(),
+                eviction_check(self.persistence()),
+                self.persistence_check(),
+            ]
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_reads_integers_and_strings() {
+        let at = UNIX_EPOCH + Duration::from_micros(1_700_000_000_000_042);
+        let ints = Value::Array(vec![Value::Integer(1_700_000_000), Value::Integer(42)]);
+        let strings = Value::Array(vec![
+            Value::String("1700000000".into()),
+            Value::String("42".into()),
+        ]);
+        assert_eq!(time_of(&ints), Some(at));
+        assert_eq!(time_of(&strings), Some(at));
+        assert_eq!(time_of(&Value::Null), None);
+    }
+}
