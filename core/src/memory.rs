@@ -88,12 +88,13 @@ impl Memory {
     /// and keeps the lease's expiry, so the holder's next renewal is `Lost`
     /// and the slot is granted again (with a bigger fence, the floor kept)
     /// only once the revoked lease would have ended. Returns whether a live
-    /// lease was revoked.
+    /// lease was revoked (false for a free, expired or revoked slot).
     pub fn revoke(&self, pool: &str, slot: u32) -> bool {
         let now = self.clock.now();
         let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
         match pools.get_mut(pool).and_then(|p| p.get_mut(slot as usize)) {
-            Some(s) if s.token.is_some() && s.expires > now => {
+            // A revoked lease is not revoked twice: the backends answer false too.
+            Some(s) if s.token.is_some_and(|t| t != TOMBSTONE) && s.expires > now => {
                 s.token = Some(TOMBSTONE);
                 true
             }

@@ -249,6 +249,7 @@ pub(crate) trait Dialect: sqlx::Database {
         Self::holder_literal(hex)
     }
     /// The `id_format` expression `expr` as text the driver decodes.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     fn format_text(expr: &str) -> String {
         expr.to_owned()
     }
@@ -365,7 +366,8 @@ pub(crate) trait Dialect: sqlx::Database {
     }
 }
 
-/// A risk: `setting` is `value`, which `loses`; `fix`.
+/// A risk: `setting` is `value`, which `loses`; `fix`. (SQLite has none.)
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn risk(
     setting: &str,
     value: &str,

@@ -17,8 +17,8 @@ fn quickstart() -> PathBuf {
     let bin = dir.join("examples").join("quickstart");
     assert!(
         bin.is_file(),
-        "{} not found: run the whole package's tests (`cargo test -p leasehold-sql`), which \
-         builds the examples, or `cargo build -p leasehold-sql --example quickstart` first",
+        "{} not found: run the whole package's tests (`cargo test -p leasehold`), which \
+         builds the examples, or `cargo build -p leasehold --example quickstart` first",
         bin.display()
     );
     bin

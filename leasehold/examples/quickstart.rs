@@ -1,19 +1,18 @@
-//! The quickstart: a machine ID from a lease in a SQLite file (or PostgreSQL /
-//! MySQL with `--url`), a few nonces made with it, renewal in the background,
-//! release on Ctrl-C.
+//! The quickstart: a machine ID from a lease in a SQLite file (or any store
+//! with `--url`, whose feature is on), a few nonces made with it, renewal in
+//! the background, release on Ctrl-C.
 //!
 //! ```sh
 //! cargo run --example quickstart
-//! cargo run --example quickstart -- --url postgres://postgres@127.0.0.1:5432/postgres
+//! cargo run --example quickstart --features postgres -- --url postgres://postgres@127.0.0.1:5432/postgres
 //! cargo run --example quickstart -- --for-secs 10      # exits (and releases) by itself
 //! ```
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use leasehold_core::{LeaseConfig, LeaseManager, MonoTime};
-use leasehold_nonce::{Layout, Sortable64};
-use leasehold_sql::{SqlConfig, SqlStrategy};
+use leasehold::nonce::{Layout, Sortable64};
+use leasehold::{LeaseConfig, LeaseManager, MonoTime, StoreConfig, Strategy};
 
 const DEFAULT_URL: &str = "sqlite://leasehold-quickstart.sqlite";
 
@@ -43,7 +42,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 return Err(
-                    "usage: quickstart [--url postgres://…|mysql://…|sqlite://file] \
+                    "usage: quickstart [--url sqlite://FILE|postgres://…|mysql://…|redis://…|etcd://…] \
                             [--pool NAME] [--size N] [--for-secs N]"
                         .to_owned(),
                 );
@@ -67,8 +66,11 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
-    let strategy =
-        SqlStrategy::connect(SqlConfig::new(&args.url).op_timeout(Duration::from_secs(2))).await?;
+    // The scheme picks the store; its cargo feature compiles it in.
+    let store = StoreConfig::from_url(&args.url)?
+        .op_timeout(Duration::from_secs(2))
+        .connect()
+        .await?;
     // The ID layout is declared with the lease: the store records it for
     // the pool and refuses a process of another layout, whose IDs could be
     // equal to these.
@@ -78,18 +80,18 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .ttl(Duration::from_secs(15))
         .id_format(layout.id_format())
         .build()?;
-    // Idempotent: creates the table and the pool's rows the first time only.
-    strategy.ensure_pool(config.pool()).await?;
+    // Idempotent: creates what the store needs (a SQL table and the pool's
+    // rows) the first time only.
+    store.operator().prepare(Some(config.pool())).await?;
     println!(
-        "store: {} ({}), table {}, pool {:?} of {} slots",
-        strategy.server_version(),
-        leasehold_core::Strategy::identity(&strategy),
-        strategy.table(),
+        "store: {} ({}), pool {:?} of {} slots",
+        store.operator().describe(),
+        store.identity(),
         args.pool,
         args.size
     );
     let timing = config.timing().clone();
-    let manager = LeaseManager::start(strategy, config).await?;
+    let manager = LeaseManager::start(store, config).await?;
     let gate = manager.gate();
     let view = gate.view();
     let left = view.deadline.saturating_since(MonoTime::now());

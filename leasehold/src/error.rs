@@ -1,0 +1,60 @@
+//! Why a store could not be opened.
+
+/// Why [`connect`](crate::connect) or
+/// [`StoreConfig::from_url`](crate::StoreConfig::from_url) failed. Every
+/// message names the store by its URL with the password masked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The URL names no store this build can open: no or an unknown scheme,
+    /// a store whose feature is off, a bad host, port or option. Final.
+    #[error("bad store URL {url}: {why}")]
+    BadUrl {
+        /// The URL, password masked.
+        url: String,
+        /// What is wrong and the accepted form.
+        why: String,
+    },
+    /// The store did not answer, or not in time. Nothing retries a failed
+    /// connect by itself: check that the store runs and try again.
+    #[error("{message}")]
+    Unreachable {
+        /// The URL, password masked.
+        url: String,
+        /// What failed, naming the URL.
+        message: String,
+    },
+    /// The store answered, and refused: credentials, permissions, a server
+    /// too old, or settings that can lose leases. Final until fixed; the
+    /// message says how.
+    #[error("{message}")]
+    Refused {
+        /// The URL, password masked.
+        url: String,
+        /// What the store answered and the fix, naming the URL.
+        message: String,
+    },
+}
+
+impl ConnectError {
+    /// True when trying again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unreachable { .. })
+    }
+
+    /// The store's URL, password masked.
+    pub fn url(&self) -> &str {
+        match self {
+            Self::BadUrl { url, .. }
+            | Self::Unreachable { url, .. }
+            | Self::Refused { url, .. } => url,
+        }
+    }
+
+    pub(crate) fn bad_url(url: &str, why: impl std::fmt::Display) -> Self {
+        Self::BadUrl {
+            url: leasehold_core::url::masked(url),
+            why: why.to_string(),
+        }
+    }
+}

@@ -1,0 +1,49 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod config;
+mod error;
+mod store;
+
+pub use config::{STORES, StoreConfig, StoreKind, StoreSchemes, schemes_text};
+pub use error::ConnectError;
+pub use store::Store;
+
+/// Everything of the core crate: the lease manager, leader election, the
+/// strategy and operator traits, the in-process [`Memory`] store.
+pub use leasehold_core::*;
+
+/// Machine IDs, nonces and UUIDv7 generated under a lease.
+pub use leasehold_nonce as nonce;
+
+/// PostgreSQL, MySQL/MariaDB and SQLite (features `postgres`, `mysql`, `sqlite`).
+#[cfg(feature = "_sql")]
+pub use leasehold_sql as sql;
+
+/// Valkey and Redis (feature `valkey`).
+#[cfg(feature = "valkey")]
+pub use leasehold_valkey as valkey;
+
+/// etcd v3 (feature `etcd`).
+#[cfg(feature = "etcd")]
+pub use leasehold_etcd as etcd;
+
+/// Kubernetes Leases (feature `k8s`).
+#[cfg(feature = "k8s")]
+pub use leasehold_k8s as k8s;
+
+/// Opens the store `url` names: [`StoreConfig::from_url`], then
+/// [`StoreConfig::connect`]. The scheme picks the backend (see [`STORES`]);
+/// each store's backend is compiled in by its cargo feature.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = leasehold::connect("memory://doc").await?;
+/// assert!(store.operator().describe().contains("memory"));
+/// # Ok::<(), leasehold::ConnectError>(()) }).unwrap();
+/// ```
+pub async fn connect(url: &str) -> Result<Store, ConnectError> {
+    StoreConfig::from_url(url)?.connect().await
+}

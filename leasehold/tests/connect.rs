@@ -1,0 +1,192 @@
+//! URLs reach the backend that owns their scheme, refusals say what to do,
+//! and a connected store is both a lease strategy and an operator handle.
+
+use std::time::Duration;
+
+use leasehold::operate::doctor;
+use leasehold::{
+    ConnectError, Floor, LeaseConfig, LeaseManager, PoolName, PoolSpec, STORES, StoreConfig,
+    StoreKind, Strategy, Verdict, schemes_text,
+};
+
+fn kind(url: &str) -> &'static str {
+    match StoreConfig::from_url(url)
+        .unwrap_or_else(|e| panic!("{url}: {e}"))
+        .kind()
+    {
+        StoreKind::Memory(_) => "memory",
+        #[cfg(feature = "_sql")]
+        StoreKind::Sql(_) => "sql",
+        #[cfg(feature = "valkey")]
+        StoreKind::Valkey(_) => "valkey",
+        #[cfg(feature = "etcd")]
+        StoreKind::Etcd(_) => "etcd",
+        #[cfg(feature = "k8s")]
+        StoreKind::Kube(_) => "kube",
+        _ => "other",
+    }
+}
+
+fn refusal(url: &str) -> ConnectError {
+    match StoreConfig::from_url(url) {
+        Ok(c) => panic!("{url} was accepted: {c:?}"),
+        Err(e) => e,
+    }
+}
+
+/// The table of schemes is the backends' own: a scheme a backend reads is
+/// listed under its feature, and nothing else is.
+#[test]
+fn the_scheme_table_is_each_backends_own() {
+    let listed = |feature: &str| -> Vec<&str> {
+        STORES
+            .iter()
+            .filter(|r| r.feature == feature)
+            .flat_map(|r| r.schemes.iter().copied())
+            .collect()
+    };
+    #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+    {
+        let mut sql = [listed("postgres"), listed("mysql"), listed("sqlite")].concat();
+        let mut theirs = leasehold::sql::SqlConfig::SCHEMES.to_vec();
+        sql.sort_unstable();
+        theirs.sort_unstable();
+        assert_eq!(sql, theirs);
+    }
+    #[cfg(feature = "valkey")]
+    assert_eq!(listed("valkey"), leasehold::valkey::ValkeyConfig::SCHEMES);
+    #[cfg(feature = "etcd")]
+    assert_eq!(listed("etcd"), leasehold::etcd::EtcdConfig::SCHEMES);
+    #[cfg(feature = "k8s")]
+    assert_eq!(listed("k8s"), leasehold::k8s::KubeConfig::SCHEMES);
+    let _ = listed;
+}
+
+#[test]
+fn each_scheme_reaches_its_backend() {
+    let mut cases = vec![("memory://x", "memory"), ("MEMORY://", "memory")];
+    if cfg!(feature = "sqlite") {
+        cases.extend([("sqlite://ids.sqlite", "sql"), ("sqlite:ids.sqlite", "sql")]);
+    }
+    if cfg!(feature = "postgres") {
+        cases.extend([("postgres://u@h/db", "sql"), ("POSTGRESQL://u@h/db", "sql")]);
+    }
+    if cfg!(feature = "mysql") {
+        cases.extend([("mysql://u@h/db", "sql"), ("mariadb://u@h/db", "sql")]);
+    }
+    if cfg!(feature = "valkey") {
+        cases.extend([("redis://h:6379", "valkey"), ("valkey://h", "valkey")]);
+    }
+    if cfg!(feature = "etcd") {
+        cases.push(("etcd://a:2379,b:2379", "etcd"));
+    }
+    if cfg!(feature = "k8s") {
+        cases.extend([("k8s://h:8001/ids", "kube"), ("kubernetes://", "kube")]);
+    }
+    for (url, want) in cases {
+        assert_eq!(kind(url), want, "{url}");
+    }
+}
+
+#[test]
+fn refusals_name_the_fix() {
+    let e = refusal("postgress://u:secret@h/db");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "bad store URL postgress://u:***@h/db: unknown scheme \"postgress\"; use one of {}",
+            schemes_text()
+        )
+    );
+    assert!(!e.is_retryable());
+    assert!(refusal("localhost:5432").to_string().contains(
+        "it has no scheme; use one of postgres, postgresql, mysql, mariadb, sqlite (SQL); redis,"
+    ));
+    assert!(
+        refusal("https://h:2379")
+            .to_string()
+            .contains("say which store: etcd://HOST:PORT")
+    );
+    // The backends' own refusals come through, naming the accepted form.
+    #[cfg(feature = "valkey")]
+    assert!(
+        refusal("redis://h:99999")
+            .to_string()
+            .contains("bad port \"99999\"")
+    );
+    #[cfg(feature = "etcd")]
+    assert!(
+        refusal("etcd://h?tabel=x")
+            .to_string()
+            .contains("unknown query option \"tabel\"")
+    );
+}
+
+/// Every store whose feature is off is refused with the feature to turn on.
+#[test]
+fn a_store_left_out_of_the_build_names_its_feature() {
+    for row in STORES.iter().filter(|r| !r.compiled()) {
+        let url = format!("{}://h/x", row.schemes[0]);
+        let text = refusal(&url).to_string();
+        assert!(
+            text.contains(&format!("enable the `{}` feature", row.feature)),
+            "{text}"
+        );
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn an_unreachable_store_is_retryable_and_names_the_url() {
+    let e = StoreConfig::from_url("postgres://u:secret@127.0.0.1:1/db")
+        .unwrap()
+        .op_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    let text = e.to_string();
+    assert!(text.contains("postgres://u:***@127.0.0.1:1/db"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+}
+
+/// One URL gives a lease strategy and an operator handle on the same store:
+/// what the manager holds, the operator sees and can revoke.
+#[tokio::test]
+async fn a_memory_store_holds_leases_and_answers_its_operator() {
+    let store = leasehold::connect("memory://shared").await.unwrap();
+    let again = leasehold::connect("memory://shared").await.unwrap();
+    let other = leasehold::connect("memory://other").await.unwrap();
+    let config = LeaseConfig::builder("ids")
+        .pool_size(4)
+        .ttl(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let pool = config.pool().clone();
+    let manager = LeaseManager::start(store.clone(), config).await.unwrap();
+    let slot = manager.gate().view().slot;
+    let seen = again.operator().slots(&pool).await.unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].slot, slot);
+    assert!(seen[0].holder.is_some());
+    assert!(other.operator().slots(&pool).await.unwrap().is_empty());
+    assert_eq!(again.operator().pools().await.unwrap(), ["ids"]);
+    assert!(again.operator().revoke(&pool, slot).await.unwrap());
+    assert!(!again.operator().revoke(&pool, slot).await.unwrap());
+    for check in doctor(store.operator()).await {
+        assert_ne!(check.verdict, Verdict::Fail, "{check}");
+    }
+    drop(manager);
+}
+
+/// The store is a strategy: a direct claim through it answers like the
+/// backend's own.
+#[tokio::test]
+async fn a_store_claims_through_its_backend() {
+    let store = leasehold::connect("memory://direct").await.unwrap();
+    let pool = PoolSpec::new(PoolName::new("p").unwrap(), 1, Duration::from_secs(5)).unwrap();
+    let grant = store.acquire(&pool, Floor(1)).await.unwrap();
+    assert_eq!(grant.slot, 0);
+    assert!(store.acquire(&pool, Floor(1)).await.is_err());
+    assert!(store.identity().starts_with("memory:"));
+}
