@@ -72,16 +72,16 @@ pub struct StoreSchemes {
 impl StoreSchemes {
     /// Whether this build has the store.
     pub fn compiled(&self) -> bool {
-        match self.feature {
-            "" => true,
-            "postgres" => cfg!(feature = "postgres"),
-            "mysql" => cfg!(feature = "mysql"),
-            "sqlite" => cfg!(feature = "sqlite"),
-            "valkey" => cfg!(feature = "valkey"),
-            "etcd" => cfg!(feature = "etcd"),
-            "k8s" => cfg!(feature = "k8s"),
-            _ => false,
-        }
+        const ON: [(&str, bool); 7] = [
+            ("", true),
+            ("postgres", cfg!(feature = "postgres")),
+            ("mysql", cfg!(feature = "mysql")),
+            ("sqlite", cfg!(feature = "sqlite")),
+            ("valkey", cfg!(feature = "valkey")),
+            ("etcd", cfg!(feature = "etcd")),
+            ("k8s", cfg!(feature = "k8s")),
+        ];
+        ON.iter().any(|&(feature, on)| on && feature == self.feature)
     }
 }
 
