@@ -4,8 +4,8 @@ use std::io::BufRead;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use leasehold_core::LeaseGate;
-use leasehold_nonce::{
+use leasehold::LeaseGate;
+use leasehold::nonce::{
     BaseKey, Counter64, Counter96, Counter128, Encrypted, Layout, Nonce64, Nonce96, Nonce128, Uuid7,
 };
 
@@ -135,7 +135,7 @@ fn parse(text: &str) -> Result<Parsed, String> {
 /// derivation as `Encrypted` (a generator on a closed, private gate never
 /// generates; it only carries the width and layout).
 fn decrypt(key: &BaseKey, layout: Layout, value: u128) -> Result<u128, String> {
-    let built = |e: leasehold_nonce::BuildError| e.to_string();
+    let built = |e: leasehold::nonce::BuildError| e.to_string();
     Ok(match layout.bits() {
         64 => {
             let ids = Encrypted::new(

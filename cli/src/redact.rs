@@ -1,6 +1,6 @@
 //! Keeping passwords in URLs out of every line the tool prints.
 
-pub(crate) use leasehold_core::url::masked as url;
+pub(crate) use leasehold::url::masked as url;
 
 /// The password of `url` as written and percent-decoded: the strings no
 /// output may contain.
@@ -19,7 +19,7 @@ pub(crate) fn secrets(url: &str) -> Vec<String> {
         return Vec::new();
     }
     let mut out = vec![password.to_owned()];
-    let decoded = leasehold_core::url::percent_decode(password);
+    let decoded = leasehold::url::percent_decode(password);
     if decoded != password {
         out.push(decoded);
     }

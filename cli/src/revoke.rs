@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use crate::StoreArgs;
 use crate::error::{CliError, Exit};
-use crate::store::{Store, pool_spec};
+use crate::store::{self, pool_spec};
 use crate::table;
 
 pub(crate) async fn revoke(
@@ -24,12 +24,12 @@ pub(crate) async fn revoke(
             ),
         ));
     }
-    let store = Store::connect(args).await?;
+    let store = store::connect(args).await?;
     if !yes {
         eprint!(
             "revoke slot {slot} of pool {pool} on {}? Its holder loses the lease at its next \
              renewal; the slot stays taken until the lease would have expired. [y/N] ",
-            store.describe()
+            store.operator().describe()
         );
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
@@ -41,13 +41,7 @@ pub(crate) async fn revoke(
             ));
         }
     }
-    let revoked = match &store {
-        Store::Sql(s) => s.revoke(&spec, slot).await.map_err(|e| e.to_string()),
-        Store::Valkey(s) => s.revoke(&spec, slot).await.map_err(|e| e.to_string()),
-        Store::Etcd(s) => s.revoke(&spec, slot).await.map_err(|e| e.to_string()),
-        Store::Kube(s) => s.revoke(&spec, slot).await.map_err(|e| e.to_string()),
-    }
-    .map_err(|e| {
+    let revoked = store.operator().revoke(&spec, slot).await.map_err(|e| {
         CliError::new(
             Exit::Store,
             format!("revoking slot {slot} of pool {pool} failed: {e}"),
@@ -60,7 +54,7 @@ pub(crate) async fn revoke(
         return Ok(Exit::Ok);
     }
     // How long the tombstone keeps the slot taken, when the store can say.
-    let left = match store.inspect(&spec).await {
+    let left = match store::inspect(&store, &spec).await {
         Ok(slots) => slots
             .iter()
             .find(|s| s.slot == slot)

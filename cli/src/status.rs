@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::StoreArgs;
 use crate::error::{CliError, Exit};
-use crate::store::{Store, pool_spec};
+use leasehold::Store;
+
+use crate::store::{self, pool_spec};
 use crate::table;
 
 /// Prints the pool's slots (or the store's pools).
@@ -17,17 +19,23 @@ pub(crate) async fn status(
 ) -> Result<Exit, CliError> {
     let size = args.pool_size();
     let spec = pool.map(|p| pool_spec(p, size.slots)).transpose()?;
-    let store = Store::connect(args).await?;
+    let store = store::connect(args).await?;
     let Some(spec) = spec else {
         return list_pools(&store, json).await;
     };
-    let slots = store.inspect(&spec).await?;
+    let slots = store::inspect(&store, &spec).await?;
     let name = spec.name().as_str();
     if json {
-        println!("{:#}", table::json(name, &store.describe(), &slots, size));
+        println!(
+            "{:#}",
+            table::json(name, &store.operator().describe(), &slots, size)
+        );
         return Ok(Exit::Ok);
     }
-    println!("{}", table::summary(name, &store.describe(), &slots, size));
+    println!(
+        "{}",
+        table::summary(name, &store.operator().describe(), &slots, size)
+    );
     let rows: Vec<Vec<String>> = slots.iter().map(table::row).collect();
     print!("{}", table::render(&rows, &|_, _| false, &|c| c.to_owned()));
     if slots.is_empty() {
@@ -37,24 +45,27 @@ pub(crate) async fn status(
 }
 
 async fn list_pools(store: &Store, json: bool) -> Result<Exit, CliError> {
-    let Some(pools) = store.pools().await? else {
+    let Some(pools) = store::pools(store).await? else {
         return Err(CliError::new(
             Exit::Usage,
             format!(
                 "{} cannot list its pools: give the pool with --pool NAME",
-                store.describe()
+                store.operator().describe()
             ),
         ));
     };
     if json {
         println!(
             "{:#}",
-            serde_json::json!({"store": store.describe(), "pools": pools})
+            serde_json::json!({"store": store.operator().describe(), "pools": pools})
         );
     } else if pools.is_empty() {
-        println!("no pools on {} yet", store.describe());
+        println!("no pools on {} yet", store.operator().describe());
     } else {
-        println!("pools on {} (show one with --pool NAME):", store.describe());
+        println!(
+            "pools on {} (show one with --pool NAME):",
+            store.operator().describe()
+        );
         for p in pools {
             println!("  {p}");
         }
@@ -71,16 +82,16 @@ pub(crate) async fn watch(
 ) -> Result<Exit, CliError> {
     let size = args.pool_size();
     let spec = pool_spec(pool, size.slots)?;
-    let store = Store::connect(args).await?;
+    let store = store::connect(args).await?;
     let tty = std::io::stdout().is_terminal();
     let mut before: Option<BTreeMap<u32, Vec<String>>> = None;
     let mut reads = 0u64;
     loop {
-        let slots = store.inspect(&spec).await?;
+        let slots = store::inspect(&store, &spec).await?;
         reads += 1;
         let now: BTreeMap<u32, Vec<String>> =
             slots.iter().map(|s| (s.slot, table::stable(s))).collect();
-        let summary = table::summary(pool, &store.describe(), &slots, size);
+        let summary = table::summary(pool, &store.operator().describe(), &slots, size);
         draw(&slots, before.as_ref(), &now, &summary, tty, interval);
         before = Some(now);
         if count.is_some_and(|n| reads >= n) {
@@ -94,7 +105,7 @@ pub(crate) async fn watch(
 /// reverse video; elsewhere the table only when a slot changed, and what
 /// changed.
 fn draw(
-    slots: &[leasehold_core::SlotInfo],
+    slots: &[leasehold::SlotInfo],
     before: Option<&BTreeMap<u32, Vec<String>>>,
     now: &BTreeMap<u32, Vec<String>>,
     summary: &str,

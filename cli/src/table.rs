@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::SlotInfo;
+use leasehold::SlotInfo;
 
 /// The columns of the status table.
 pub(crate) const HEADER: [&str; 8] = [
@@ -239,7 +239,7 @@ mod tests {
     }
 
     fn held(slot: u32) -> SlotInfo {
-        let mut s = SlotInfo::free(slot, leasehold_core::Fence(1), leasehold_core::Floor(0));
+        let mut s = SlotInfo::free(slot, leasehold::Fence(1), leasehold::Floor(0));
         s.holder = Some(format!("worker-{slot}"));
         s.expires_in = Some(Duration::from_secs(20));
         s
@@ -267,7 +267,7 @@ mod tests {
         // A released slot is listed, and free either way.
         let slots = [
             held(0),
-            SlotInfo::free(1, leasehold_core::Fence(2), leasehold_core::Floor(0)),
+            SlotInfo::free(1, leasehold::Fence(2), leasehold::Floor(0)),
         ];
         let size = Size {
             slots: 4,

@@ -16,8 +16,10 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use leasehold::{
+    DynStrategy, Floor, Grant, InspectError, OperateError, PoolName, PoolSpec, Renewal, StoreConfig,
+};
 use leasehold_conformance::servers::{self, ServerKind};
-use leasehold_core::{DynStrategy, Floor, Grant, InspectError, PoolName, PoolSpec, Renewal};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
@@ -257,7 +259,7 @@ fn three_slots(env: &Env) -> Result<(String, [Grant; 3]), String> {
             .strategy
             .release_dyn(&spec(&pool, 3, "worker-c"), &grants[2], ISSUED)
             .await;
-        if !matches!(release, leasehold_core::Release::Released) {
+        if !matches!(release, leasehold::Release::Released) {
             return Err(format!("release: {release:?}"));
         }
         let [a, b, c]: [Grant; 3] = grants.try_into().map_err(|_| "three grants")?;
@@ -703,26 +705,40 @@ fn doctor_expect(env: &Env, want: &[(&str, &str)], code: i32) -> TestResult {
 
 // ---- stores ----
 
-fn sql_env(
+/// The store at `url`, connected through `leasehold`'s URL table as the
+/// tool connects (prepared, with no restart guard: these private servers are
+/// never restarted under a test's leases).
+fn store_env(
     label: &str,
     url: String,
     keep: Vec<Box<dyn std::any::Any + Send + Sync>>,
 ) -> Result<Env, String> {
-    let strategy = rt().block_on(async {
-        let s = leasehold_sql::SqlStrategy::connect(
-            leasehold_sql::SqlConfig::new(url.clone()).restart_guard(false),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
-        s.ensure_table().await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(s)
+    let store = rt().block_on(async {
+        let store = StoreConfig::from_url(&url)
+            .map_err(|e| e.to_string())?
+            .map_sql(|c| c.restart_guard(false))
+            .map_valkey(|c| c.restart_guard(false))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        store
+            .operator()
+            .prepare(None)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(store)
     })?;
+    let lists_pools = !matches!(
+        rt().block_on(store.operator().pools()),
+        Err(OperateError::Unsupported(_))
+    );
+    let strategy: Arc<dyn DynStrategy> = Arc::new(store);
     Ok(Env {
         label: label.into(),
         url,
-        inspect: true,
-        lists_pools: true,
-        strategy: Arc::new(strategy),
+        inspect: can_inspect(strategy.as_ref()),
+        lists_pools,
+        strategy,
         _keep: keep,
         sqlite_dir: None,
     })
@@ -745,72 +761,25 @@ fn sqlite_env() -> Result<Env, String> {
     let dir = std::env::temp_dir().join(format!("leasehold-cli-{}", unique_pool()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let url = format!("sqlite://{}/leases.db", dir.display());
-    let mut env = sql_env("sqlite", url, Vec::new())?;
+    let mut env = store_env("sqlite", url, Vec::new())?;
     env.sqlite_dir = Some(dir);
     Ok(env)
 }
 
 fn server_env(label: &str, kind: ServerKind) -> Result<Env, String> {
     let server = provide(kind)?;
-    let url = server.url.clone();
-    match label {
-        l if l.starts_with("postgres") || l == "mariadb" => {
-            sql_env(label, url, vec![Box::new(server)])
-        }
-        l if l.starts_with("redis") || l.starts_with("valkey") => {
-            let strategy = rt().block_on(leasehold_valkey::ValkeyStrategy::connect(
-                leasehold_valkey::ValkeyConfig::new(url.clone()).restart_guard(false),
-            ));
-            let strategy = Arc::new(strategy.map_err(|e| e.to_string())?);
-            let url = if l.starts_with("valkey") {
-                url.replacen("redis://", "valkey://", 1)
-            } else {
-                url
-            };
-            Ok(Env {
-                label: label.into(),
-                url,
-                inspect: can_inspect(strategy.as_ref()),
-                lists_pools: false,
-                strategy,
-                _keep: vec![Box::new(server)],
-                sqlite_dir: None,
-            })
-        }
-        _ => {
-            let strategy = rt().block_on(leasehold_etcd::EtcdStrategy::connect(
-                leasehold_etcd::EtcdConfig::new([url.clone()]),
-            ));
-            let strategy = Arc::new(strategy.map_err(|e| e.to_string())?);
-            Ok(Env {
-                label: label.into(),
-                url: url.replacen("http://", "etcd://", 1),
-                inspect: can_inspect(strategy.as_ref()),
-                lists_pools: false,
-                strategy,
-                _keep: vec![Box::new(server)],
-                sqlite_dir: None,
-            })
-        }
-    }
+    let url = server.store_url();
+    store_env(label, url, vec![Box::new(server)])
 }
 
 fn k8s_fake_env() -> Result<Env, String> {
     let fake = Arc::new(leasehold_k8s_fake::FakeApiServer::start().map_err(|e| e.to_string())?);
     eprintln!("leasehold-cli tests: {}", fake.describe());
-    let strategy = rt().block_on(leasehold_k8s::KubeStrategy::connect(
-        leasehold_k8s::KubeConfig::url(fake.url()),
-    ));
-    let strategy = Arc::new(strategy.map_err(|e| e.to_string())?);
-    Ok(Env {
-        label: "k8s-fake".into(),
-        url: format!("k8s://{}", fake.addr()),
-        inspect: can_inspect(strategy.as_ref()),
-        lists_pools: false,
-        strategy,
-        _keep: vec![Box::new(fake)],
-        sqlite_dir: None,
-    })
+    store_env(
+        "k8s-fake",
+        format!("k8s://{}", fake.addr()),
+        vec![Box::new(fake)],
+    )
 }
 
 // ---- store-specific tests ----
@@ -907,7 +876,7 @@ fn valkey_doctor(env: &Env) -> TestResult {
 fn valkey_eviction_fails(_env: &Env) -> TestResult {
     let server = provide(ServerKind::Valkey8)?;
     let url = server.url.clone();
-    let cli_url = url.replacen("redis://", "valkey://", 1);
+    let cli_url = server.store_url();
     let set = |policy: &str| {
         rt().block_on(async {
             use fred::prelude::*;
@@ -970,6 +939,7 @@ fn k8s_fake_doctor(env: &Env) -> TestResult {
             ("ok", "rbac"),
             ("n/a", "durability"),
             ("n/a", "clock"),
+            ("ok|warn", "latency"),
         ],
         0,
     )
@@ -1068,7 +1038,7 @@ fn offline_trials() -> Vec<Trial> {
                 "leasehold: bad store URL ftp://h/x: unknown scheme \"ftp\"; use one of \
                  postgres, postgresql, mysql, mariadb, sqlite (SQL); redis, rediss, valkey, \
                  valkeys (Valkey/Redis); etcd, etcds (etcd); k8s, k8s+http, k8s+https, \
-                 kubernetes (Kubernetes)",
+                 kubernetes (Kubernetes); memory (in-process)",
             )
         }),
         t("url_without_scheme_exit_3", || {
@@ -1165,7 +1135,7 @@ fn offline_trials() -> Vec<Trial> {
         t("decode_u64_hex_base32", || {
             // slot 7, counter 42, 1000 ms after the default epoch.
             let v: u64 = (1000 << 22) | (7 << 13) | 42;
-            let b32 = leasehold_nonce::Nonce64(v).base32().to_string();
+            let b32 = leasehold::nonce::Nonce64(v).base32().to_string();
             let hex = format!("0x{v:x}");
             let dec = v.to_string();
             let o = run(&["decode", &dec, &hex, &b32]);
@@ -1179,7 +1149,7 @@ fn offline_trials() -> Vec<Trial> {
             )
         }),
         t("decode_snowflake_and_stdin", || {
-            let l = leasehold_nonce::Layout::snowflake();
+            let l = leasehold::nonce::Layout::snowflake();
             let v: u64 = (5000 << 22) | (1023 << 12) | 4095;
             assert_eq!(l.decode(v).slot, 1023);
             let o = run_with(
@@ -1218,10 +1188,10 @@ fn offline_trials() -> Vec<Trial> {
 /// A UUIDv7 and an encrypted 64-bit nonce made by leasehold-nonce itself,
 /// decoded by the binary.
 fn decode_uuid7_and_encrypted() -> TestResult {
-    use leasehold_core::{Fence, LeaseGate, MonoTime};
+    use leasehold::{Fence, LeaseGate, MonoTime};
     let gate = LeaseGate::new();
     gate.open(5, Fence(1), MonoTime::now() + Duration::from_secs(60));
-    let ids = leasehold_nonce::Sortable128::new(gate.clone()).map_err(|e| e.to_string())?;
+    let ids = leasehold::nonce::Sortable128::new(gate.clone()).map_err(|e| e.to_string())?;
     let uuid = ids.next_uuid7().map_err(|e| e.to_string())?;
     drop(ids);
     let o = run(&["decode", &uuid.to_string()]);
@@ -1236,11 +1206,11 @@ fn decode_uuid7_and_encrypted() -> TestResult {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let key_file = dir.join("key");
     std::fs::write(&key_file, [0x5a; 32]).map_err(|e| e.to_string())?;
-    let key = leasehold_nonce::BaseKey::new(&[0x5a; 32]).map_err(|e| e.to_string())?;
+    let key = leasehold::nonce::BaseKey::new(&[0x5a; 32]).map_err(|e| e.to_string())?;
     let gate = LeaseGate::new();
     gate.open(9, Fence(1), MonoTime::now() + Duration::from_secs(60));
-    let enc = leasehold_nonce::Encrypted::new(
-        leasehold_nonce::Counter64::new(gate).map_err(|e| e.to_string())?,
+    let enc = leasehold::nonce::Encrypted::new(
+        leasehold::nonce::Counter64::new(gate).map_err(|e| e.to_string())?,
         &key,
     );
     let n = enc.next().map_err(|e| e.to_string())?;

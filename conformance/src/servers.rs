@@ -496,6 +496,20 @@ impl Server {
             .next()
     }
 
+    /// The URL in the scheme `leasehold::connect` reads for this server:
+    /// `etcd://` for etcd (whose own URL is `http://`), `valkey://` for
+    /// Valkey, the server's URL otherwise.
+    pub fn store_url(&self) -> String {
+        let name = self.kind.name();
+        if name.starts_with("etcd") {
+            self.url.replacen("http://", "etcd://", 1)
+        } else if name.starts_with("valkey") {
+            self.url.replacen("redis://", "valkey://", 1)
+        } else {
+            self.url.clone()
+        }
+    }
+
     /// The URL with a different address (to go through the fault proxy).
     pub fn url_via(&self, addr: SocketAddr) -> String {
         match self.addr() {

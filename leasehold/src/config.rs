@@ -81,7 +81,8 @@ impl StoreSchemes {
             ("etcd", cfg!(feature = "etcd")),
             ("k8s", cfg!(feature = "k8s")),
         ];
-        ON.iter().any(|&(feature, on)| on && feature == self.feature)
+        ON.iter()
+            .any(|&(feature, on)| on && feature == self.feature)
     }
 }
 
@@ -185,6 +186,7 @@ impl StoreConfig {
                 ),
             ));
         }
+        #[allow(unused_variables)] // with no networked store compiled in
         let bad = |e: &dyn std::fmt::Display| ConnectError::bad_url(url, e);
         let kind = match row.feature {
             "" => StoreKind::Memory(memory_name(url)),
@@ -230,6 +232,7 @@ impl StoreConfig {
 
     /// The bound on each store operation, whatever the store.
     pub fn op_timeout(self, timeout: Duration) -> Self {
+        let _ = timeout; // unused with no networked store compiled in
         self.map(|kind| match kind {
             StoreKind::Memory(name) => StoreKind::Memory(name),
             #[cfg(feature = "_sql")]
