@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use leasehold_core::{FenceStamp, LeaseConfig, LeaseManager, MonoTime};
-use leasehold_etcd::EtcdConfig;
-use leasehold_k8s::KubeConfig;
-use leasehold_sql::SqlConfig;
-use leasehold_valkey::ValkeyConfig;
+use leasehold::etcd::{self as leasehold_etcd, EtcdConfig};
+use leasehold::k8s::{self as leasehold_k8s, KubeConfig};
+use leasehold::sql::{self as leasehold_sql, SqlConfig};
+use leasehold::valkey::{self as leasehold_valkey, ValkeyConfig};
+use leasehold::{FenceStamp, LeaseConfig, LeaseManager, MonoTime, StoreConfig, StoreKind};
 
 /// How a worker's strategies accept the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,57 +68,21 @@ const PREFIX: &str = "campaign";
 /// too).
 const K8S_NAMESPACE: &str = "default";
 
-/// A store URL as the backend whose schemes include its scheme reads it,
-/// before the campaign's settings.
-enum Target {
-    Sql(SqlConfig),
-    Valkey(ValkeyConfig),
-    Etcd(EtcdConfig),
-    Kube(KubeConfig),
-}
-
-/// Every backend's schemes.
-const SCHEMES: [&[&str]; 4] = [
-    SqlConfig::SCHEMES,
-    ValkeyConfig::SCHEMES,
-    EtcdConfig::SCHEMES,
-    KubeConfig::SCHEMES,
-];
-
-/// The scheme of `url`, lowercased (`sqlite:PATH` has one too).
-fn scheme(url: &str) -> String {
-    url.split_once(':')
-        .map_or("", |(s, _)| s)
-        .to_ascii_lowercase()
-}
-
-impl Target {
-    /// Reads `url` (no network) with the backend its scheme names.
-    fn parse(url: &str) -> Result<Self, String> {
-        let scheme = scheme(url);
-        let s = scheme.as_str();
-        let bad = |e: &dyn std::fmt::Display| format!("store URL {url}: {e}");
-        if SqlConfig::SCHEMES.contains(&s) {
-            SqlConfig::from_url(url).map(Self::Sql).map_err(|e| bad(&e))
-        } else if ValkeyConfig::SCHEMES.contains(&s) {
-            ValkeyConfig::from_url(url)
-                .map(Self::Valkey)
-                .map_err(|e| bad(&e))
-        } else if EtcdConfig::SCHEMES.contains(&s) {
-            EtcdConfig::from_url(url)
-                .map(Self::Etcd)
-                .map_err(|e| bad(&e))
-        } else if KubeConfig::SCHEMES.contains(&s) {
-            KubeConfig::from_url(url)
-                .map(Self::Kube)
-                .map_err(|e| bad(&e))
-        } else {
-            Err(format!(
-                "unsupported store scheme {scheme:?}: use one of {}",
-                SCHEMES.concat().join(", ")
-            ))
-        }
+/// Reads `url` (no network) through `leasehold`'s URL table, with the
+/// campaign's key prefix and namespace. An in-process store cannot be
+/// shared by the workers, which are processes.
+fn parse(url: &str) -> Result<StoreConfig, String> {
+    let config = StoreConfig::from_url(url).map_err(|e| e.to_string())?;
+    if let StoreKind::Memory(_) = config.kind() {
+        return Err(format!(
+            "store URL {url}: the workers are processes of their own and cannot share an \
+             in-process store"
+        ));
     }
+    Ok(config
+        .map_valkey(|c| c.key_prefix(PREFIX))
+        .map_etcd(|c| c.prefix(PREFIX))
+        .map_kube(|c| c.namespace(K8S_NAMESPACE)))
 }
 
 /// Connects to the store at `url`, prepares `config`'s pool where the store
@@ -130,46 +94,23 @@ pub async fn start_manager(
     options: &Options,
 ) -> Result<LeaseManager, String> {
     let op_timeout = (config.timing().ttl() / 4).max(Duration::from_millis(100));
-    let scheme = scheme(url);
-    let connect = |e: &dyn std::fmt::Display| format!("connect {scheme}: {e}");
-    match Target::parse(url)? {
-        Target::Sql(sql) => {
-            let strategy =
-                leasehold_sql::SqlStrategy::connect(options.sql(sql).op_timeout(op_timeout))
-                    .await
-                    .map_err(|e| connect(&e))?;
-            strategy
-                .ensure_pool(config.pool())
-                .await
-                .map_err(|e| format!("ensure pool: {e}"))?;
-            start(strategy, config).await
-        }
-        Target::Valkey(valkey) => {
-            let strategy = leasehold_valkey::ValkeyStrategy::connect(
-                options.valkey(valkey.key_prefix(PREFIX).op_timeout(op_timeout)),
-            )
-            .await
-            .map_err(|e| connect(&e))?;
-            start(strategy, config).await
-        }
-        // etcd, and etcd behind the API server, keep every acknowledged
-        // write (Raft, fsync): no restart guard to turn off.
-        Target::Etcd(etcd) => {
-            let strategy =
-                leasehold_etcd::EtcdStrategy::connect(etcd.prefix(PREFIX).op_timeout(op_timeout))
-                    .await
-                    .map_err(|e| connect(&e))?;
-            start(strategy, config).await
-        }
-        Target::Kube(kube) => {
-            let strategy = leasehold_k8s::KubeStrategy::connect(
-                kube.namespace(K8S_NAMESPACE).op_timeout(op_timeout),
-            )
-            .await
-            .map_err(|e| connect(&e))?;
-            start(strategy, config).await
-        }
-    }
+    // etcd, and etcd behind the API server, keep every acknowledged write
+    // (Raft, fsync): no restart guard to turn off there.
+    let store = parse(url)?
+        .op_timeout(op_timeout)
+        .map_sql(|c| options.sql(c))
+        .map_valkey(|c| options.valkey(c))
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    store
+        .operator()
+        .prepare(Some(config.pool()))
+        .await
+        .map_err(|e| format!("ensure pool: {e}"))?;
+    LeaseManager::start(store, config)
+        .await
+        .map_err(|e| format!("start: {e}"))
 }
 
 /// What a store's strategy says of it, before a run.
@@ -186,60 +127,42 @@ pub struct Probe {
 /// Connects to the store at `url` twice: once accepting anything, to read
 /// whether it can forget, and once as a worker with `options` would.
 pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
-    let scheme = scheme(url);
-    let connect = |e: &dyn std::fmt::Display| format!("probing {scheme}: {e}");
-    match Target::parse(url)? {
-        Target::Sql(sql) => {
-            let any =
-                leasehold_sql::SqlStrategy::connect(options.sql(sql.clone()).restart_guard(false))
-                    .await
-                    .map_err(|e| connect(&e))?;
-            let can_forget = !any.durability().is_durable();
-            any.close().await;
-            let refused = match leasehold_sql::SqlStrategy::connect(options.sql(sql)).await {
-                Ok(s) => {
-                    s.close().await;
-                    None
-                }
-                Err(e) => Some(e.to_string()),
-            };
-            Ok(Probe {
-                can_forget,
-                refused,
-            })
-        }
-        Target::Valkey(valkey) => {
-            let valkey = valkey.key_prefix(PREFIX);
-            let any =
-                leasehold_valkey::ValkeyStrategy::connect(valkey.clone().restart_guard(false))
-                    .await
-                    .map_err(|e| connect(&e))?;
-            let can_forget = !any.persistence().keeps_every_write();
-            let refused = leasehold_valkey::ValkeyStrategy::connect(options.valkey(valkey))
-                .await
-                .err()
-                .map(|e| e.to_string());
-            Ok(Probe {
-                can_forget,
-                refused,
-            })
-        }
+    let config = parse(url)?.map_sql(|c| options.sql(c));
+    if matches!(config.kind(), StoreKind::Etcd(_) | StoreKind::Kube(_)) {
         // etcd (Raft, fsync) and Kubernetes (etcd behind the API server)
         // keep what they acknowledged.
-        Target::Etcd(_) | Target::Kube(_) => Ok(Probe {
+        return Ok(Probe {
             can_forget: false,
             refused: None,
-        }),
+        });
     }
+    let any = config
+        .clone()
+        .map_sql(|c| c.restart_guard(false))
+        .map_valkey(|c| c.restart_guard(false))
+        .connect()
+        .await
+        .map_err(|e| format!("probing: {e}"))?;
+    let can_forget = !any.operator().durability().is_durable();
+    close(any).await;
+    let refused = match config.map_valkey(|c| options.valkey(c)).connect().await {
+        Ok(store) => {
+            close(store).await;
+            None
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    Ok(Probe {
+        can_forget,
+        refused,
+    })
 }
 
-async fn start<S: leasehold_core::Strategy + 'static>(
-    strategy: S,
-    config: LeaseConfig,
-) -> Result<LeaseManager, String> {
-    LeaseManager::start(strategy, config)
-        .await
-        .map_err(|e| format!("start: {e}"))
+/// Closes a SQL store's connections at once (the others close on drop).
+async fn close(store: leasehold::Store) {
+    if let Some(s) = store.sql() {
+        s.close().await;
+    }
 }
 
 /// The table where workers log the fenced writes the store accepted, in the
@@ -742,8 +665,7 @@ impl FenceWriter {
     /// Whether the store at `url` has a fenced-write helper here: every
     /// backend's has one.
     pub fn supported(url: &str) -> bool {
-        let scheme = scheme(url);
-        SCHEMES.iter().any(|s| s.contains(&scheme.as_str()))
+        parse(url).is_ok()
     }
 
     /// Connects for fenced writes, or `None` when the store has no helper.
@@ -754,14 +676,15 @@ impl FenceWriter {
     /// As [`FenceWriter::connect`], with a worker's `options` (a control
     /// run's SQL sessions keep the server's `synchronous_commit` too).
     pub async fn connect_with(url: &str, options: &Options) -> Result<Option<Self>, String> {
-        if !Self::supported(url) {
+        let Ok(config) = parse(url) else {
             return Ok(None);
-        }
-        Ok(Some(Self(match Target::parse(url)? {
-            Target::Sql(sql) => Fences::Sql(SqlFences::connect(sql, options).await?),
-            Target::Valkey(valkey) => Fences::Valkey(ValkeyFences::connect(valkey).await?),
-            Target::Etcd(etcd) => Fences::Etcd(Box::new(EtcdFences::connect(etcd).await?)),
-            Target::Kube(kube) => Fences::Kube(Box::new(KubeFences::connect(kube).await?)),
+        };
+        Ok(Some(Self(match config.kind().clone() {
+            StoreKind::Sql(sql) => Fences::Sql(SqlFences::connect(sql, options).await?),
+            StoreKind::Valkey(valkey) => Fences::Valkey(ValkeyFences::connect(valkey).await?),
+            StoreKind::Etcd(etcd) => Fences::Etcd(Box::new(EtcdFences::connect(etcd).await?)),
+            StoreKind::Kube(kube) => Fences::Kube(Box::new(KubeFences::connect(kube).await?)),
+            _ => return Ok(None),
         })))
     }
 
@@ -784,8 +707,8 @@ impl FenceWriter {
     pub async fn write(&self, pool: &str, slot: u32, fence: u64) -> Result<bool, String> {
         match &self.0 {
             Fences::Sql(f) => {
-                let name = leasehold_core::PoolName::new(pool).map_err(|e| e.to_string())?;
-                let stamp = FenceStamp::new(name, slot, leasehold_core::Fence(fence));
+                let name = leasehold::PoolName::new(pool).map_err(|e| e.to_string())?;
+                let stamp = FenceStamp::new(name, slot, leasehold::Fence(fence));
                 f.write(&resource(pool, slot), &stamp).await
             }
             Fences::Valkey(f) => f.write(pool, slot, fence).await,
@@ -842,18 +765,19 @@ mod tests {
             ("etcd://127.0.0.1:2379,127.0.0.1:2380", "etcd"),
             ("k8s://127.0.0.1:8001", "k8s"),
         ] {
-            let target = Target::parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
-            let got = match target {
-                Target::Sql(_) => "sql",
-                Target::Valkey(_) => "valkey",
-                Target::Etcd(_) => "etcd",
-                Target::Kube(_) => "k8s",
+            let config = parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            let got = match config.kind() {
+                StoreKind::Sql(_) => "sql",
+                StoreKind::Valkey(_) => "valkey",
+                StoreKind::Etcd(_) => "etcd",
+                StoreKind::Kube(_) => "k8s",
+                _ => "other",
             };
             assert_eq!(got, store, "{url}");
             assert!(FenceWriter::supported(url), "{url}");
         }
         for url in ["http://127.0.0.1:2379", "memory://", "127.0.0.1:6379"] {
-            assert!(Target::parse(url).is_err(), "{url}");
+            assert!(parse(url).is_err(), "{url}");
             assert!(!FenceWriter::supported(url), "{url}");
         }
     }

@@ -101,8 +101,8 @@ impl Persistence {
     }
 
     /// The settings that can lose an acknowledged write, in core's terms,
-    /// each with what it loses and its fix. Unknown settings are not
-    /// counted: [`Persistence`]'s `Display` shows them as `unknown`.
+    /// each with what it loses and its fix. Settings `CONFIG GET` could not
+    /// read count as a risk: nothing shows that they keep the writes.
     pub fn durability(&self) -> leasehold_core::Durability {
         let mut risks = Vec::new();
         if let (Some(true), Some(policy)) = (self.evicts(), self.maxmemory_policy.as_deref()) {
@@ -113,7 +113,14 @@ impl Persistence {
                 fix: "CONFIG SET maxmemory-policy noeviction, and set it in the config file".into(),
             });
         }
-        if self.persists() == Some(false) {
+        if self.appendonly.is_none() && self.save.is_none() {
+            risks.push(DurabilityRisk {
+                setting: "appendonly/appendfsync".into(),
+                value: "unknown (CONFIG GET is disabled or denied)".into(),
+                loses: "possibly every lease, fence and floor at a restart".into(),
+                fix: "check with the provider that appendonly is yes and appendfsync always".into(),
+            });
+        } else if self.persists() == Some(false) {
             risks.push(DurabilityRisk {
                 setting: "appendonly/save".into(),
                 value: "no persistence".into(),
@@ -194,6 +201,33 @@ impl fmt::Display for Persistence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What can lose a write is a risk, and so is what could not be read.
+    #[test]
+    fn durability_names_each_setting_that_can_lose_a_write() {
+        let mut d = Persistence::unknown(None);
+        let risks = |d: &Persistence| -> Vec<String> {
+            d.durability()
+                .risks
+                .into_iter()
+                .map(|r| r.setting)
+                .collect()
+        };
+        assert_eq!(risks(&d), ["appendonly/appendfsync"]);
+        d.maxmemory_policy = Some("noeviction".into());
+        d.appendonly = Some(true);
+        d.appendfsync = Some("always".into());
+        d.save = Some(String::new());
+        assert!(d.durability().is_durable(), "{:?}", d.durability());
+        d.appendfsync = Some("everysec".into());
+        assert_eq!(risks(&d), ["appendfsync"]);
+        d.appendonly = Some(false);
+        assert_eq!(risks(&d), ["appendonly/save"]);
+        d.save = Some("3600 1".into());
+        assert_eq!(risks(&d), ["save"]);
+        d.maxmemory_policy = Some("allkeys-lru".into());
+        assert_eq!(risks(&d), ["maxmemory-policy", "save"]);
+    }
 
     #[test]
     fn describes_settings() {

@@ -360,7 +360,7 @@ impl Store {
     /// once the server accepts connections again (it ends every other
     /// backend and replays its WAL in place), at most 60 s later.
     fn crash_backend(&self, which: usize, aim: Duration) -> Result<Option<Crash>, String> {
-        use leasehold_sql::sqlx::{self, Connection, Row};
+        use leasehold::sql::sqlx::{self, Connection, Row};
         let url = self.url.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
