@@ -27,7 +27,7 @@ const BENCHES: &[(&str, &str, &str)] = &[
     ("valkey", "leasehold-valkey", "acquire"),
     ("etcd", "leasehold-etcd", "acquire"),
     ("k8s", "leasehold-k8s", "acquire"),
-    ("capacity", "leasehold-conformance", "capacity"),
+    ("capacity", "leasehold", "capacity"),
 ];
 
 type Result<T = ()> = std::result::Result<T, String>;
@@ -571,6 +571,10 @@ fn bench(which: &str, args: &[String]) -> Result {
         if *name == "k8s" {
             // Its round-trip counters are bench-only, behind a feature.
             c.args(["--features", "stats"]);
+        }
+        if *name == "capacity" {
+            // Every store, opened by URL through the facade.
+            c.args(["--features", "full"]);
         }
         if !args.is_empty() {
             c.arg("--").args(args);

@@ -1,7 +1,7 @@
 //! Store capacity: how many renewals and acquisitions per second one server
 //! sustains on this machine, at 64, 512 and 4,096 concurrent holders, through
-//! each backend's real strategy (`SqlStrategy`, `ValkeyStrategy`,
-//! `EtcdStrategy`), as a user would call it.
+//! each backend's real strategy, opened with `leasehold::StoreConfig` from
+//! the store's URL as a user would open it.
 //!
 //! For each store and each N: a fresh pool of N slots (TTL 30 s); N holders
 //! each acquire one slot; then for a fixed window every holder renews back to
@@ -17,12 +17,12 @@
 //! granted while another holder here still holds it is reported as a
 //! duplicate (and fails the run).
 //!
-//! Also measured, per store: the median of 2,000 sequential `SELECT 1` /
-//! `PING` / etcd range reads on one connection (the store's round trip on
-//! loopback), and the CPU the server process tree and this process used
+//! Also measured, per store: the median of 2,000 sequential pings of the
+//! store's operator handle (`SELECT 1`, `PING`, etcd `STATUS`) on one client
+//! (the store's round trip on loopback), and the CPU the server process tree and this process used
 //! during each window (`/proc/<pid>/stat` utime + stime).
 //!
-//! `cargo bench -p leasehold-conformance --bench capacity`
+//! `cargo bench -p leasehold --features full --bench capacity`
 //! (`cargo xtask bench capacity`). Environment:
 //! `LEASEHOLD_CAPACITY_STORES=postgres15,sqlite` (a subset),
 //! `LEASEHOLD_CAPACITY_HOLDERS=64,512` (a subset of holder counts),
@@ -33,12 +33,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use leasehold::{Floor, Grant, PoolSpec, Release, Renewal, StoreConfig, Strategy};
 use leasehold_conformance::servers::{Server, ServerKind, Settings, provide_with, short_version};
 use leasehold_conformance::suite::fresh_pool_name;
-use leasehold_core::{Floor, Grant, PoolSpec, Release, Renewal, Strategy};
-use leasehold_etcd::{EtcdConfig, EtcdStrategy};
-use leasehold_sql::{SqlConfig, SqlStrategy};
-use leasehold_valkey::{ValkeyConfig, ValkeyStrategy};
 
 /// Requests in flight at once (worker tasks; `LEASEHOLD_CAPACITY_workers()`
 /// overrides).
@@ -273,13 +270,17 @@ struct Store<S> {
 async fn measure<S: Strategy>(
     store: &Store<S>,
     n: u32,
-    sql: Option<&SqlStrategy>,
+    setup: &leasehold::Store,
 ) -> Result<Row, String> {
     let load0 = loadavg();
     let pool = PoolSpec::new(fresh_pool_name(), n, TTL).map_err(|e| e.to_string())?;
-    if let Some(sql) = sql {
+    {
         // The slots' rows, as at deployment (not timed).
-        sql.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+        setup
+            .operator()
+            .prepare(Some(&pool))
+            .await
+            .map_err(|e| e.to_string())?;
     }
     let occupancy = Arc::new(Occupancy::new(n));
 
@@ -506,141 +507,65 @@ fn cores(c: (Option<f64>, f64), per_sec: f64) -> String {
 }
 
 /// Runs every holder count on one store.
-async fn run_store<S: Strategy>(
-    store: Store<S>,
-    rt_median: Duration,
-    sql: Option<&SqlStrategy>,
-    rows: &mut Vec<Row>,
-    rts: &mut Vec<(String, Duration)>,
-) -> Result<(), String> {
-    eprintln!(
-        "{}: round trip median {:.1} µs",
-        store.name,
-        rt_median.as_secs_f64() * 1e6
-    );
-    rts.push((store.name.clone(), rt_median));
-    for n in holder_counts() {
-        let r = measure(&store, n, sql).await?;
-        progress(&r);
-        rows.push(r);
-    }
-    Ok(())
-}
-
-async fn sql_store(
+/// Measures the store at `url` (server process `pid`) through `clients`
+/// strategies, each with `sql_conns` connections on SQL (one multiplexed
+/// connection elsewhere).
+async fn store_rows(
     url: &str,
     pid: Option<u32>,
     clients: usize,
-    conns: u32,
+    sql_conns: u32,
     rows: &mut Vec<Row>,
     rts: &mut Vec<(String, Duration)>,
 ) -> Result<(), String> {
     let mut v = Vec::new();
     for _ in 0..clients {
-        v.push(Arc::new(
-            SqlStrategy::connect(
-                SqlConfig::from_url(url)
-                    .map_err(|e| e.to_string())?
-                    .max_connections(conns)
-                    .op_timeout(Duration::from_secs(30))
-                    // A server started for the bench, never restarted.
-                    .restart_guard(false),
-            )
+        let store = StoreConfig::from_url(url)
+            .map_err(|e| e.to_string())?
+            .op_timeout(Duration::from_secs(30))
+            // A server started for the bench, never restarted.
+            .map_sql(|c| c.max_connections(sql_conns).restart_guard(false))
+            .map_valkey(|c| c.restart_guard(false))
+            .connect()
             .await
-            .map_err(|e| e.to_string())?,
-        ));
+            .map_err(|e| e.to_string())?;
+        v.push(Arc::new(store));
     }
     let setup = v[0].clone();
-    let version = setup.server_version().to_owned();
-    let short = short_version(&version);
-    let rt = round_trip(async || setup.ping().await.map_err(|e| e.to_string())).await?;
+    let name = match setup.etcd() {
+        Some(etcd) => {
+            let version = etcd
+                .client()
+                .clone()
+                .status()
+                .await
+                .map(|s| s.version().to_owned())
+                .unwrap_or_default();
+            format!("etcd {version}")
+        }
+        None => short_version(&setup.operator().describe()),
+    };
+    let rt_median =
+        round_trip(async || setup.operator().ping().await.map_err(|e| e.to_string())).await?;
+    eprintln!(
+        "{name}: round trip median {:.1} µs",
+        rt_median.as_secs_f64() * 1e6
+    );
+    rts.push((name.clone(), rt_median));
     let store = Store {
-        name: short,
+        name,
         clients: v,
         pid,
     };
-    run_store(store, rt, Some(&setup), rows, rts).await?;
-    setup.close().await;
+    for n in holder_counts() {
+        let r = measure(&store, n, &setup).await?;
+        progress(&r);
+        rows.push(r);
+    }
+    if let Some(sql) = setup.sql() {
+        sql.close().await;
+    }
     Ok(())
-}
-
-async fn valkey_store(
-    server: &Server,
-    rows: &mut Vec<Row>,
-    rts: &mut Vec<(String, Duration)>,
-) -> Result<(), String> {
-    use fred::prelude::ClientLike;
-    let mut v = Vec::new();
-    for _ in 0..CLIENTS {
-        v.push(Arc::new(
-            ValkeyStrategy::connect(
-                ValkeyConfig::from_url(&server.url)
-                    .map_err(|e| e.to_string())?
-                    .restart_guard(false)
-                    .op_timeout(Duration::from_secs(30)),
-            )
-            .await
-            .map_err(|e| e.to_string())?,
-        ));
-    }
-    let info = v[0].server().clone();
-    let client = v[0].client().clone();
-    let rt = round_trip(async || {
-        client
-            .ping::<String>(None)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    })
-    .await?;
-    let store = Store {
-        name: format!("{info}"),
-        clients: v,
-        pid: server_pid(server),
-    };
-    run_store(store, rt, None, rows, rts).await
-}
-
-async fn etcd_store(
-    server: &Server,
-    rows: &mut Vec<Row>,
-    rts: &mut Vec<(String, Duration)>,
-) -> Result<(), String> {
-    // The server hands out its member's `http://` endpoint; the store URL
-    // names the member's address.
-    let member = server.addr().ok_or("the etcd server has no address")?;
-    let mut v = Vec::new();
-    for _ in 0..CLIENTS {
-        v.push(Arc::new(
-            EtcdStrategy::connect(
-                EtcdConfig::from_url(&format!("etcd://{member}"))
-                    .map_err(|e| e.to_string())?
-                    .op_timeout(Duration::from_secs(30)),
-            )
-            .await
-            .map_err(|e| e.to_string())?,
-        ));
-    }
-    let mut client = v[0].client().clone();
-    let version = client
-        .status()
-        .await
-        .map(|s| s.version().to_owned())
-        .unwrap_or_default();
-    let rt = round_trip(async || {
-        client
-            .get("leasehold-capacity-ping", None)
-            .await
-            .map(drop)
-            .map_err(|e| e.to_string())
-    })
-    .await?;
-    let store = Store {
-        name: format!("etcd {version}"),
-        clients: v,
-        pid: server_pid(server),
-    };
-    run_store(store, rt, None, rows, rts).await
 }
 
 fn main() -> std::process::ExitCode {
@@ -680,16 +605,18 @@ fn main() -> std::process::ExitCode {
         };
         let dir = std::env::temp_dir().join(format!("leasehold-capacity-{}", std::process::id()));
         let result = rt.block_on(async {
-            match (kind, &server) {
-                (None, _) => {
+            match &server {
+                None => {
                     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
                     let url = format!("sqlite://{}", dir.join("leases.sqlite").display());
-                    sql_store(&url, None, 1, 8, &mut rows, &mut rts).await
+                    store_rows(&url, None, 1, 8, &mut rows, &mut rts).await
                 }
-                (Some(ServerKind::Postgres15 | ServerKind::MariaDb), Some(s)) => {
-                    sql_store(
-                        &s.url,
-                        server_pid(s),
+                Some(s) => {
+                    let url = s.store_url();
+                    let pid = server_pid(s);
+                    store_rows(
+                        &url,
+                        pid,
                         CLIENTS,
                         SQL_CONNS_PER_CLIENT,
                         &mut rows,
@@ -697,9 +624,6 @@ fn main() -> std::process::ExitCode {
                     )
                     .await
                 }
-                (Some(ServerKind::Etcd35), Some(s)) => etcd_store(s, &mut rows, &mut rts).await,
-                (_, Some(s)) => valkey_store(s, &mut rows, &mut rts).await,
-                _ => Err("no server".to_owned()),
             }
         });
         let _ = std::fs::remove_dir_all(&dir);
