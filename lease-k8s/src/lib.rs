@@ -2,12 +2,18 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod acquire;
 mod api;
+mod cache;
 mod config;
 mod error;
+mod hold;
+mod inspect;
+mod lease;
 mod names;
 mod ordinal;
 mod preflight;
+mod protocol;
 #[cfg(feature = "stats")]
 mod stats;
 mod strategy;
