@@ -389,3 +389,5 @@ pub(crate) fn revoke_patch(lease: &Lease) -> Option<Value> {
     Some(patch)
 }
 
+#[cfg(test)]
+mod tests;
