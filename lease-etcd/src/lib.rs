@@ -5,6 +5,7 @@
 mod config;
 mod error;
 mod keys;
+mod lost;
 mod strategy;
 mod url;
 mod watch;

@@ -18,7 +18,7 @@ use leasehold_core::{
 use crate::config::{DEFAULT_OP_TIMEOUT, EtcdConfig};
 use crate::error::{Class, EtcdError, broken_connection, classify, never_sent, timed_out};
 use crate::keys;
-use crate::watch::LostFlags;
+use crate::lost::LostFlags;
 
 /// Transactions one acquisition sends before it answers `Contention`.
 const MAX_ROUNDS: u32 = 8;
