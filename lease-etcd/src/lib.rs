@@ -2,8 +2,12 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod acquire;
+mod call;
 mod config;
 mod error;
+mod hold;
+mod inspect;
 mod keys;
 mod lost;
 mod strategy;
