@@ -54,7 +54,7 @@ impl KubeStrategy {
     pub const MIN_TTL: Duration = protocol::MIN_TTL;
 
     /// The default bound on any single request.
-    pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(3);
+    pub const DEFAULT_OP_TIMEOUT: Duration = crate::config::DEFAULT_OP_TIMEOUT;
 
     /// The largest pool: one LIST reads every Lease of the pool.
     pub const MAX_POOL_SIZE: u32 = protocol::MAX_POOL_SIZE;
@@ -94,6 +94,12 @@ impl KubeStrategy {
     /// The bound on a single request.
     pub(crate) fn op_timeout(&self) -> Duration {
         self.inner.api.op_timeout
+    }
+
+    /// Request counts since connect (feature `stats`).
+    #[cfg(feature = "stats")]
+    pub fn stats(&self) -> crate::stats::Stats {
+        self.inner.stats.read(&self.inner.api.requests)
     }
 
     /// The namespace holding the Leases.
