@@ -135,3 +135,42 @@ impl Caches {
         mine
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unchanged_resource_version_keeps_its_first_sighting() {
+        let caches = Caches::default();
+        let pool = PoolName::new("ids").unwrap();
+        let t0 = Instant::now();
+        let later = |s| t0 + Duration::from_secs(s);
+        assert!(caches.seen(&pool, 0).is_none());
+        caches.observe(&pool, 0, "41", t0);
+        caches.observe(&pool, 0, "41", later(5));
+        let seen = caches.seen(&pool, 0).unwrap();
+        assert_eq!((seen.rv.as_str(), seen.at), ("41", t0));
+        // A write moved it on: the observer's clock starts again.
+        caches.observe(&pool, 0, "42", later(6));
+        let seen = caches.seen(&pool, 0).unwrap();
+        assert_eq!((seen.rv.as_str(), seen.at), ("42", later(6)));
+        // Each slot of each pool has its own clock.
+        assert!(caches.seen(&pool, 1).is_none());
+        assert!(caches.seen(&PoolName::new("other").unwrap(), 0).is_none());
+    }
+
+    #[test]
+    fn a_suspect_is_checked_once() {
+        let caches = Caches::default();
+        let pool = PoolName::new("ids").unwrap();
+        caches.suspect(&pool, 3);
+        caches.suspect(&PoolName::new("other").unwrap(), 4);
+        assert_eq!(caches.take_suspects(&pool), vec![3]);
+        assert!(caches.take_suspects(&pool).is_empty());
+        assert_eq!(
+            caches.take_suspects(&PoolName::new("other").unwrap()),
+            vec![4]
+        );
+    }
+}
