@@ -40,18 +40,7 @@ impl EtcdStrategy {
         pool: &PoolSpec,
         ceiling: Floor,
     ) -> Result<Grant, AcquireError> {
-        if pool.size() > Self::MAX_POOL_SIZE {
-            return Err(AcquireError::Misconfigured {
-                what: format!(
-                    "pool {} has {} slots; the etcd strategy supports up to {}",
-                    pool.name(),
-                    pool.size(),
-                    Self::MAX_POOL_SIZE
-                ),
-                fix: format!("use a pool of at most {} slots", Self::MAX_POOL_SIZE),
-            });
-        }
-        let secs = ttl_secs(pool.ttl())?;
+        let secs = check_request(pool)?;
         let mut sent = Sent::default();
         // The format check rides beside the lease grant: no extra round trip.
         let (granted, format) =
@@ -378,6 +367,26 @@ pub(crate) fn acquire_error(class: Class) -> AcquireError {
                 .to_owned(),
         },
     }
+}
+
+/// Checks what an acquisition of `pool` asks before anything is sent;
+/// returns the TTL to ask etcd for.
+fn check_request(pool: &PoolSpec) -> Result<i64, AcquireError> {
+    if pool.size() > EtcdStrategy::MAX_POOL_SIZE {
+        return Err(AcquireError::Misconfigured {
+            what: format!(
+                "pool {} has {} slots; the etcd strategy supports up to {}",
+                pool.name(),
+                pool.size(),
+                EtcdStrategy::MAX_POOL_SIZE
+            ),
+            fix: format!(
+                "use a pool of at most {} slots",
+                EtcdStrategy::MAX_POOL_SIZE
+            ),
+        });
+    }
+    ttl_secs(pool.ttl())
 }
 
 /// The TTL to ask etcd for, in whole seconds (rounded up).
