@@ -13,7 +13,7 @@
 //!   text), on no lease, written by the first claim that declares one.
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use leasehold_core::{Floor, PoolName, PoolSpec, Token};
+use leasehold_core::{Fence, Floor, PoolName, PoolSpec, Token};
 
 /// The value a revoke leaves in a slot key: on the revoked holder's etcd
 /// lease, so the slot stays taken until that lease expires. It carries no
@@ -144,6 +144,11 @@ pub(crate) fn candidates(rng: &mut Rng, size: u32, free: Option<&[u32]>, k: u32)
     }
     pool.truncate(take);
     pool
+}
+
+/// A revision as a fence (revisions are positive; anything else is 0).
+pub(crate) fn positive_fence(revision: i64) -> Fence {
+    Fence(u64::try_from(revision).unwrap_or(0))
 }
 
 #[cfg(test)]

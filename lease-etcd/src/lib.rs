@@ -2,9 +2,14 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod acquire;
+mod call;
 mod config;
 mod error;
+mod hold;
+mod inspect;
 mod keys;
+mod lost;
 mod operate;
 mod strategy;
 mod url;

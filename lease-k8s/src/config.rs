@@ -51,7 +51,7 @@ impl KubeConfig {
         Self {
             source,
             namespace: None,
-            op_timeout: crate::KubeStrategy::DEFAULT_OP_TIMEOUT,
+            op_timeout: DEFAULT_OP_TIMEOUT,
             takeover_margin: DEFAULT_TAKEOVER_MARGIN,
             preflight: true,
         }
@@ -150,6 +150,10 @@ impl KubeConfig {
 
 /// Waited past a Lease's duration before a takeover, by default.
 pub const DEFAULT_TAKEOVER_MARGIN: Duration = Duration::from_secs(1);
+
+/// The default bound on any single request
+/// ([`KubeStrategy::DEFAULT_OP_TIMEOUT`](crate::KubeStrategy::DEFAULT_OP_TIMEOUT)).
+pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(3);
 
 pub(crate) fn check_namespace(ns: &str) -> Result<(), ConfigError> {
     let b = ns.as_bytes();

@@ -2,13 +2,19 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod acquire;
 mod api;
+mod cache;
 mod config;
 mod error;
+mod hold;
+mod inspect;
+mod lease;
 mod names;
 mod operate;
 mod ordinal;
 mod preflight;
+mod protocol;
 #[cfg(feature = "stats")]
 mod stats;
 mod strategy;

@@ -3,8 +3,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::KubeStrategy;
-
 #[derive(Default)]
 pub(crate) struct Counters {
     acquisitions: AtomicU64,
@@ -42,17 +40,16 @@ pub struct Stats {
     pub histogram: [u64; 16],
 }
 
-impl KubeStrategy {
-    /// Request counts since connect (feature `stats`).
-    pub fn stats(&self) -> Stats {
-        let c = &self.inner.stats;
+impl Counters {
+    /// The counts so far; `requests` counts every request sent.
+    pub(crate) fn read(&self, requests: &AtomicU64) -> Stats {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
-            requests: load(&self.inner.api.requests),
-            acquisitions: load(&c.acquisitions),
-            acquire_requests: load(&c.acquire_requests),
-            max_acquire_requests: load(&c.max_acquire_requests),
-            histogram: std::array::from_fn(|i| load(&c.histogram[i])),
+            requests: load(requests),
+            acquisitions: load(&self.acquisitions),
+            acquire_requests: load(&self.acquire_requests),
+            max_acquire_requests: load(&self.max_acquire_requests),
+            histogram: std::array::from_fn(|i| load(&self.histogram[i])),
         }
     }
 }

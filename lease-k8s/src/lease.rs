@@ -1,0 +1,187 @@
+//! Reading Leases: the holder, the floor and fence annotations, the
+//! resourceVersion as a fence, and what one LIST says about each slot.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use leasehold_core::{AcquireError, PoolSpec, Reason};
+use serde_json::Value;
+
+use crate::names::{
+    FENCE_ANNOTATION, FLOOR_ANNOTATION, FORMAT_ANNOTATION, POOL_LABEL, SLOT_LABEL, format_name,
+    lease_name,
+};
+
+/// What one LIST says about one slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// No Lease: POST.
+    Absent,
+    /// A Lease nobody holds (released): merge PATCH on its resourceVersion.
+    Free {
+        rv: String,
+        floor: u64,
+        transitions: i32,
+    },
+    /// Somebody holds it (or a revoked holder's tombstone).
+    Held {
+        rv: String,
+        holder: String,
+        duration: Duration,
+        floor: u64,
+        transitions: i32,
+    },
+}
+
+/// What one LIST of a pool's Leases found.
+#[derive(Debug, Default)]
+pub(crate) struct Listed {
+    /// Each slot's state.
+    pub(crate) slots: HashMap<u32, Slot>,
+    /// Each slot's Lease as read.
+    pub(crate) raw: Vec<(u32, Lease)>,
+    /// The pool's recorded ID format, if it has a format record.
+    pub(crate) format: Option<String>,
+}
+
+/// Reads the items of a LIST answer for `pool`. The pool's format record
+/// (`leasehold-<pool>-format`) gives the recorded ID format and is never a
+/// slot; an item is a slot only when its name is the one its slot label
+/// gives (labels copied onto another object do not make it a slot); slots
+/// outside the pool are left out, after their resourceVersion was checked.
+pub(crate) fn parse_list(pool: &PoolSpec, list: &Value) -> Result<Listed, AcquireError> {
+    let mut listed = Listed::default();
+    for item in list["items"].as_array().into_iter().flatten() {
+        let name = item["metadata"]["name"].as_str().unwrap_or("");
+        if name == format_name(pool.name()) {
+            listed.format = Some(
+                item["metadata"]["annotations"][FORMAT_ANNOTATION]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            );
+            continue;
+        }
+        // Labels copied onto another object do not make it a slot.
+        let Some(slot) = item["metadata"]["labels"][SLOT_LABEL]
+            .as_str()
+            .and_then(|d| d.parse::<u32>().ok())
+            .filter(|s| name == lease_name(pool.name(), *s))
+        else {
+            continue;
+        };
+        let lease: Lease = serde_json::from_value(item.clone()).map_err(|e| {
+            AcquireError::Unreachable(Reason::new(format!(
+                "LIST leases: unreadable Lease {name}: {e}"
+            )))
+        })?;
+        parse_rv(lease.metadata.resource_version.as_deref().unwrap_or(""))?;
+        if slot >= pool.size() {
+            continue;
+        }
+        listed.slots.insert(slot, slot_state(&lease));
+        listed.raw.push((slot, lease));
+    }
+    Ok(listed)
+}
+
+/// A slot's state as its Lease says: free when nobody holds it, else held
+/// (a revoked holder's tombstone is held too).
+pub(crate) fn slot_state(lease: &Lease) -> Slot {
+    let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+    let holder = holder_of(lease);
+    let floor = floor_of(lease);
+    let spec = lease.spec.as_ref();
+    let transitions = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
+    if holder.is_empty() {
+        return Slot::Free {
+            rv,
+            floor,
+            transitions,
+        };
+    }
+    let secs = spec.and_then(|s| s.lease_duration_seconds).unwrap_or(0);
+    Slot::Held {
+        rv,
+        holder: holder.to_owned(),
+        duration: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+        floor,
+        transitions,
+    }
+}
+
+/// `holderIdentity`, or "" when nobody holds the Lease.
+pub(crate) fn holder_of(lease: &Lease) -> &str {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .unwrap_or("")
+}
+
+/// The floor annotation; 0 when absent or unreadable.
+pub(crate) fn floor_of(lease: &Lease) -> u64 {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(FLOOR_ANNOTATION))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The fence annotation: the first 8 hex digits of the recording holder's
+/// token and its fence.
+pub(crate) fn fence_of(lease: &Lease) -> Option<(String, u64)> {
+    let v = lease.metadata.annotations.as_ref()?.get(FENCE_ANNOTATION)?;
+    let (prefix, fence) = v.split_once(' ')?;
+    Some((prefix.to_owned(), fence.parse().ok()?))
+}
+
+/// Microseconds since the Unix epoch of a MicroTime, if set.
+pub(crate) fn micros_of(t: Option<&MicroTime>) -> Option<i64> {
+    t.map(|t| t.0.as_microsecond())
+}
+
+/// A resourceVersion as a fence; not an integer is final.
+pub(crate) fn parse_rv(rv: &str) -> Result<u64, AcquireError> {
+    rv.parse::<u64>().map_err(|_| AcquireError::UnsupportedServer {
+        what: format!(
+            "the API server answered resourceVersion {rv:?}, which is not an integer, so it cannot \
+             be a fence"
+        ),
+        fix: "use a kube-apiserver backed by etcd (every release so far; guaranteed from \
+              Kubernetes 1.35, KEP-5504), or another lease store"
+            .to_owned(),
+    })
+}
+
+/// A Lease named like our slot must carry our labels.
+pub(crate) fn check_ours(
+    lease: &Lease,
+    pool: &PoolSpec,
+    slot: u32,
+    namespace: &str,
+) -> Result<(), AcquireError> {
+    let labels = lease.metadata.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    if label(POOL_LABEL) == Some(pool.name().as_str())
+        && label(SLOT_LABEL) == Some(&slot.to_string())
+    {
+        return Ok(());
+    }
+    let name = lease_name(pool.name(), slot);
+    Err(AcquireError::BadIdentifier {
+        what: format!(
+            "Lease {name} in namespace {namespace} was not made by leasehold (it lacks the labels \
+             {POOL_LABEL}={} and {SLOT_LABEL}={slot}); something else owns this name",
+            pool.name()
+        ),
+        fix: format!(
+            "choose another pool name, or delete the foreign Lease if nothing uses it (kubectl \
+             delete lease -n {namespace} {name})"
+        ),
+    })
+}
