@@ -41,68 +41,9 @@ impl ValkeyStrategy {
     /// unresponsive connection is closed and reopened in the background, and
     /// a `tokio` timeout wraps every call as a backstop.
     pub async fn connect(config: ValkeyConfig) -> Result<Self, ValkeyError> {
-        check_prefix(&config.prefix)?;
-        crate::url::refuse_tls(config.url.split_once("://").map_or("", |(s, _)| s))?;
-        if config.op_timeout.is_zero() {
-            return Err(ConfigError::new(
-                "op_timeout",
-                "0s",
-                "a timeout above zero, well below the renewal interval",
-            )
-            .into());
-        }
-        if let Some((replicas, wait)) = config.wait
-            && (replicas == 0 || wait < Duration::from_millis(1) || wait >= config.op_timeout)
-        {
-            return Err(ConfigError::new(
-                "wait_for_replicas",
-                format!("{replicas} replicas within {wait:?}"),
-                format!(
-                    "at least 1 replica, within 1 ms to less than the operation timeout ({:?})",
-                    config.op_timeout
-                ),
-            )
-            .into());
-        }
+        check_settings(&config)?;
         let url = redact(&config.url);
-        let timeout = config.op_timeout;
-        let bad_url = |source: fred::error::Error| {
-            ValkeyError::from(ConfigError::new(
-                "url",
-                format!("{url} ({source})"),
-                "redis://[user:pass@]host:port[/db]",
-            ))
-        };
-        let mut fred_config = Config::from_url(&config.url).map_err(bad_url)?;
-        fred_config.fail_fast = true;
-        let client = Builder::from_config(fred_config)
-            .with_connection_config(|c| {
-                c.connection_timeout = timeout;
-                c.internal_command_timeout = timeout;
-                c.max_command_attempts = 1;
-                c.unresponsive = UnresponsiveConfig {
-                    max_timeout: Some(timeout),
-                    interval: (timeout / 4).max(Duration::from_millis(10)),
-                };
-                c.tcp.nodelay = Some(true);
-            })
-            .with_performance_config(|p| p.default_command_timeout = timeout)
-            .set_policy(ReconnectPolicy::new_exponential(0, 20, 1000, 2))
-            .build()
-            .map_err(bad_url)?;
-        let unreachable = |reason: String| ValkeyError::Unreachable {
-            url: url.clone(),
-            timeout,
-            reason,
-        };
-        match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
-            Ok(Ok(_task)) => {}
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
-            Err(_) => {
-                let _ = client.quit().await;
-                return Err(unreachable("no answer".into()));
-            }
-        }
+        let client = open_client(&config, &url).await?;
         let wait = config.wait;
         let mut strategy = Self {
             inner: Arc::new(Inner {
@@ -120,36 +61,8 @@ impl ValkeyStrategy {
             }),
         };
         let server = strategy.probe(&url).await?;
-        let mut durability = strategy.read_durability(&url).await?;
-        if durability.evicts() == Some(true) {
-            if !strategy.inner.config.allow_eviction {
-                let _ = strategy.inner.client.quit().await;
-                return Err(ValkeyError::Eviction {
-                    server: server.to_string(),
-                    policy: durability.maxmemory_policy.unwrap_or_default(),
-                });
-            }
-            durability.eviction_allowed = true;
-        }
-        let config = &strategy.inner.config;
-        // With the append-only file and WAITAOF, a claim waits until the
-        // pool's recorded span is on disk, so the guard knows it after any
-        // restart.
-        let fsync_claims = config.restart_guard
-            && !durability.keeps_every_write()
-            && durability.fsyncs_on_request()
-            && server.waitaof;
-        let accepted = !config.restart_guard || config.one_timing || fsync_claims;
-        if !durability.keeps_every_write() && (config.require_durable || !accepted) {
-            let required = config.require_durable;
-            let _ = strategy.inner.client.quit().await;
-            return Err(ValkeyError::NotDurable {
-                server: server.to_string(),
-                settings: durability.persistence_settings(),
-                durability: durability.to_string(),
-                required,
-            });
-        }
+        let durability = strategy.read_durability(&url).await?;
+        let (durability, fsync_claims) = strategy.accept(&server, durability).await?;
         let path = match (strategy.inner.config.method, server.hsetex) {
             (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
             (Method::Auto, false) | (Method::Scripts, _) => ActivePath::Scripts,
@@ -164,19 +77,66 @@ impl ValkeyStrategy {
             inner.fsync_claims = fsync_claims;
         }
         if path != ActivePath::Unsupported {
-            for script in strategy.inner.scripts.for_path(path == ActivePath::Hsetex) {
-                strategy
-                    .call::<Value>(
-                        "SCRIPT",
-                        ClusterHash::Random,
-                        vec!["LOAD".into(), script.body.into()],
-                    )
-                    .await
-                    .map_err(|f| strategy.failure_error("SCRIPT LOAD", &url, f))?;
-            }
+            strategy.load_scripts(path, &url).await?;
         }
         strategy.inner.round_trips.store(0, Ordering::Relaxed);
         Ok(strategy)
+    }
+
+    /// Refuses a server that may evict keys, or that can forget writes it
+    /// acknowledged, unless the configuration accepts it (closing the
+    /// connection); otherwise what it keeps, and whether claims wait for
+    /// the fsync of the pool's recorded span.
+    async fn accept(
+        &self,
+        server: &ServerInfo,
+        mut durability: Durability,
+    ) -> Result<(Durability, bool), ValkeyError> {
+        let config = &self.inner.config;
+        if durability.evicts() == Some(true) {
+            if !config.allow_eviction {
+                let _ = self.inner.client.quit().await;
+                return Err(ValkeyError::Eviction {
+                    server: server.to_string(),
+                    policy: durability.maxmemory_policy.unwrap_or_default(),
+                });
+            }
+            durability.eviction_allowed = true;
+        }
+        // With the append-only file and WAITAOF, a claim waits until the
+        // pool's recorded span is on disk, so the guard knows it after any
+        // restart.
+        let fsync_claims = config.restart_guard
+            && !durability.keeps_every_write()
+            && durability.fsyncs_on_request()
+            && server.waitaof;
+        let accepted = !config.restart_guard || config.one_timing || fsync_claims;
+        if !durability.keeps_every_write() && (config.require_durable || !accepted) {
+            let required = config.require_durable;
+            let _ = self.inner.client.quit().await;
+            return Err(ValkeyError::NotDurable {
+                server: server.to_string(),
+                settings: durability.persistence_settings(),
+                durability: durability.to_string(),
+                required,
+            });
+        }
+        Ok((durability, fsync_claims))
+    }
+
+    /// Loads the scripts of `path` (`SCRIPT LOAD`), so that the first
+    /// operations find them by SHA.
+    async fn load_scripts(&self, path: ActivePath, url: &str) -> Result<(), ValkeyError> {
+        for script in self.inner.scripts.for_path(path == ActivePath::Hsetex) {
+            self.call::<Value>(
+                "SCRIPT",
+                ClusterHash::Random,
+                vec!["LOAD".into(), script.body.into()],
+            )
+            .await
+            .map_err(|f| self.failure_error("SCRIPT LOAD", url, f))?;
+        }
+        Ok(())
     }
 
     async fn probe(&self, url: &str) -> Result<ServerInfo, ValkeyError> {
@@ -255,4 +215,82 @@ impl ValkeyStrategy {
             },
         }
     }
+}
+
+/// The settings `connect` refuses before it opens anything: the key
+/// prefix, a TLS URL, a zero operation timeout, and a replica wait that
+/// cannot end before the operation timeout.
+fn check_settings(config: &ValkeyConfig) -> Result<(), ValkeyError> {
+    check_prefix(&config.prefix)?;
+    crate::url::refuse_tls(config.url.split_once("://").map_or("", |(s, _)| s))?;
+    if config.op_timeout.is_zero() {
+        return Err(ConfigError::new(
+            "op_timeout",
+            "0s",
+            "a timeout above zero, well below the renewal interval",
+        )
+        .into());
+    }
+    if let Some((replicas, wait)) = config.wait
+        && (replicas == 0 || wait < Duration::from_millis(1) || wait >= config.op_timeout)
+    {
+        return Err(ConfigError::new(
+            "wait_for_replicas",
+            format!("{replicas} replicas within {wait:?}"),
+            format!(
+                "at least 1 replica, within 1 ms to less than the operation timeout ({:?})",
+                config.op_timeout
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The `fred` client of `config`, every timeout set to the operation
+/// timeout (`url` is the URL without credentials), and its connection
+/// opened.
+async fn open_client(
+    config: &ValkeyConfig,
+    url: &str,
+) -> Result<fred::clients::Client, ValkeyError> {
+    let timeout = config.op_timeout;
+    let bad_url = |source: fred::error::Error| {
+        ValkeyError::from(ConfigError::new(
+            "url",
+            format!("{url} ({source})"),
+            "redis://[user:pass@]host:port[/db]",
+        ))
+    };
+    let mut fred_config = Config::from_url(&config.url).map_err(bad_url)?;
+    fred_config.fail_fast = true;
+    let client = Builder::from_config(fred_config)
+        .with_connection_config(|c| {
+            c.connection_timeout = timeout;
+            c.internal_command_timeout = timeout;
+            c.max_command_attempts = 1;
+            c.unresponsive = UnresponsiveConfig {
+                max_timeout: Some(timeout),
+                interval: (timeout / 4).max(Duration::from_millis(10)),
+            };
+            c.tcp.nodelay = Some(true);
+        })
+        .with_performance_config(|p| p.default_command_timeout = timeout)
+        .set_policy(ReconnectPolicy::new_exponential(0, 20, 1000, 2))
+        .build()
+        .map_err(bad_url)?;
+    let unreachable = |reason: String| ValkeyError::Unreachable {
+        url: url.to_owned(),
+        timeout,
+        reason,
+    };
+    match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
+        Ok(Ok(_task)) => {}
+        Ok(Err(e)) => return Err(unreachable(e.to_string())),
+        Err(_) => {
+            let _ = client.quit().await;
+            return Err(unreachable("no answer".into()));
+        }
+    }
+    Ok(client)
 }
