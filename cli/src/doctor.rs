@@ -5,10 +5,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use leasehold_core::AcquireError;
 use leasehold_etcd::EtcdStrategy;
 use leasehold_k8s::KubeStrategy;
-use leasehold_sql::{Engine, SqlStrategy, sqlx};
+use leasehold_sql::{Engine, SqlError, SqlStrategy, sqlx};
 use leasehold_valkey::{ActivePath, ValkeyStrategy};
 
 use crate::StoreArgs;
@@ -203,9 +202,7 @@ async fn sql(s: &SqlStrategy) -> Vec<Check> {
                 "lease table {table} present, with the floor, restart-span and ID-format columns"
             ),
         ),
-        Err(AcquireError::MissingSchema { what, fix }) => {
-            check(Verdict::Fail, "schema", what).fix(fix)
-        }
+        Err(SqlError::MissingSchema { what, fix }) => check(Verdict::Fail, "schema", what).fix(fix),
         Err(e) => check(
             Verdict::Fail,
             "schema",

@@ -24,7 +24,7 @@ use sqlx::{Connection, Execute, Executor};
 use self::schema::Schema;
 use crate::config::SqlConfig;
 use crate::conns::Conns;
-use crate::dialect::{Dialect, with_sqlx_bounds};
+use crate::dialect::{Dialect, connect_budget, guarded, with_sqlx_bounds};
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
@@ -74,9 +74,10 @@ pub(crate) trait Ops: Send + Sync {
         &'a self,
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>>;
-    fn ensure_table(&self) -> BoxFuture<'_, Result<(), AcquireError>>;
-    fn check_schema(&self) -> BoxFuture<'_, Result<(), AcquireError>>;
-    fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), AcquireError>>;
+    fn ensure_table(&self) -> BoxFuture<'_, Result<(), SqlError>>;
+    fn check_schema(&self) -> BoxFuture<'_, Result<(), SqlError>>;
+    fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), SqlError>>;
+    fn ping(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     fn ensure_fence_table<'a>(&'a self, t: &'a TableName) -> BoxFuture<'a, Result<(), SqlError>>;
     fn close(&self) -> BoxFuture<'_, ()>;
     /// The caller's `sqlx::Pool<D>`.
@@ -171,6 +172,16 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     fn ddl_budget(&self) -> Duration {
         self.info.op_timeout.max(Duration::from_secs(30))
     }
+    /// One `SELECT 1` on the sqlx pool, in the simple query protocol (one
+    /// round trip), within the budget of a connect: the pool may have to
+    /// open a connection first. Its errors are classified as connect's.
+    async fn ping(&self) -> Result<(), SqlError> {
+        let what = format!("SELECT 1 on {}", self.info.identity);
+        let budget = connect_budget(self.info.op_timeout);
+        let select = sqlx::raw_sql("SELECT 1").execute(&self.pool);
+        guarded::<D, _>(what, budget, select).await.map(drop)
+    }
+
     async fn close(&self) {
         for c in self.conns.drain().await {
             let _ = c.close().await;
@@ -225,25 +236,29 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
         Box::pin(self.inspect(pool))
     }
 
-    fn ensure_table(&self) -> BoxFuture<'_, Result<(), AcquireError>> {
+    fn ensure_table(&self) -> BoxFuture<'_, Result<(), SqlError>> {
         Box::pin(self.ensure_table())
     }
 
-    fn check_schema(&self) -> BoxFuture<'_, Result<(), AcquireError>> {
+    fn check_schema(&self) -> BoxFuture<'_, Result<(), SqlError>> {
         Box::pin(async move {
             match self.schema_problem().await {
                 Ok(None) => Ok(()),
                 Ok(Some(Schema::Broken(e) | Schema::Floorless(e))) => Err(e),
-                Err(f) => Err(self.to_acquire_error(f).await),
+                Err(f) => Err(self.to_sql_error(f).await),
             }
         })
     }
 
-    fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), AcquireError>> {
+    fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), SqlError>> {
         Box::pin(async move {
             self.ensure_table().await?;
             self.populate(pool).await
         })
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), SqlError>> {
+        Box::pin(self.ping())
     }
 
     fn ensure_fence_table<'a>(&'a self, t: &'a TableName) -> BoxFuture<'a, Result<(), SqlError>> {

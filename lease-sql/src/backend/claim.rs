@@ -12,7 +12,11 @@ use crate::failure::Failure;
 use crate::statements::POOL_ROW;
 
 with_sqlx_bounds!([impl<D> Backend<D>] {
-    pub(super) async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
+    pub(super) async fn acquire(
+        &self,
+        pool: &PoolSpec,
+        ceiling: Floor,
+    ) -> Result<Grant, AcquireError> {
         let mut populated = false;
         loop {
             let token = Token::random();
@@ -39,11 +43,11 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                             return Err(AcquireError::StoreRestarted { resume_in });
                         }
                         Ok(None) => {}
-                        Err(f) => return Err(self.to_acquire_error(f).await),
+                        Err(f) => return Err(self.to_sql_error(f).await.into()),
                     }
                     let rows = match self.count_rows(pool).await {
                         Ok(n) => n,
-                        Err(f) => return Err(self.to_acquire_error(f).await),
+                        Err(f) => return Err(self.to_sql_error(f).await.into()),
                     };
                     if rows >= u64::from(pool.size()) || populated {
                         return Err(AcquireError::PoolExhausted {
@@ -54,7 +58,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                     self.populate(pool).await?;
                     populated = true;
                 }
-                Err(f) => return Err(self.to_acquire_error(f).await),
+                Err(f) => return Err(self.to_sql_error(f).await.into()),
             }
         }
     }

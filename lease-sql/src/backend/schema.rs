@@ -1,12 +1,12 @@
 //! The lease table, the fence table and a pool's rows: creating them,
 //! migrating older tables in place, and saying what is wrong with one.
 
-use leasehold_core::{AcquireError, PoolSpec, Reason};
+use leasehold_core::{PoolSpec, Reason};
 use sqlx::Row;
 
 use super::Backend;
 use crate::dialect::with_sqlx_bounds;
-use crate::error::SqlError;
+use crate::error::{CHECK_ACCESS, SqlError};
 use crate::failure::Failure;
 use crate::ident::TableName;
 use crate::statements::{
@@ -16,7 +16,7 @@ use crate::statements::{
 /// Rows inserted per statement when a pool is populated.
 const POPULATE_CHUNK: u32 = 1000;
 with_sqlx_bounds!([impl<D> Backend<D>] {
-    pub(super) async fn ensure_table(&self) -> Result<(), AcquireError> {
+    pub(super) async fn ensure_table(&self) -> Result<(), SqlError> {
         let ddl = D::create_table(&self.sql.table);
         if let Err(f) = self
             .bounded(
@@ -30,7 +30,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             // catalog; the table then exists, which the check below confirms.
             match self.schema_problem().await {
                 Ok(None | Some(Schema::Floorless(_))) => {}
-                _ => return Err(self.to_acquire_error(f).await),
+                _ => return Err(self.to_sql_error(f).await),
             }
         }
         self.add_floor_columns().await
@@ -43,11 +43,11 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     /// format. Safe to run from many nodes at once, and beside older
     /// processes still using the table (their statements do not name the
     /// new columns).
-    async fn add_floor_columns(&self) -> Result<(), AcquireError> {
+    async fn add_floor_columns(&self) -> Result<(), SqlError> {
         let has = |columns: &[String], c: &str| columns.iter().any(|h| h.eq_ignore_ascii_case(c));
         let columns = match self.timed("schema check", self.column_names()).await {
             Ok(c) => c,
-            Err(f) => return Err(self.to_acquire_error(f).await),
+            Err(f) => return Err(self.to_sql_error(f).await),
         };
         for column in FLOOR_COLUMNS
             .iter()
@@ -71,14 +71,14 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 // Another node may have added it in the meantime.
                 match self.timed("schema check", self.column_names()).await {
                     Ok(now) if has(&now, column) => {}
-                    _ => return Err(self.to_acquire_error(f).await),
+                    _ => return Err(self.to_sql_error(f).await),
                 }
             }
         }
         Ok(())
     }
 
-    pub(super) async fn populate(&self, pool: &PoolSpec) -> Result<(), AcquireError> {
+    pub(super) async fn populate(&self, pool: &PoolSpec) -> Result<(), SqlError> {
         let mut start = 0;
         while start < pool.size() {
             let end = pool.size().min(start.saturating_add(POPULATE_CHUNK));
@@ -91,7 +91,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 )
                 .await
             {
-                return Err(self.to_acquire_error(f).await);
+                return Err(self.to_sql_error(f).await);
             }
             start = end;
         }
@@ -155,7 +155,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
              (written for the default table name leasehold_leases)"
         );
         if columns.is_empty() {
-            return Ok(Some(Schema::Broken(AcquireError::MissingSchema {
+            return Ok(Some(Schema::Broken(SqlError::MissingSchema {
                 what: format!("the lease table {table} does not exist ({engine})"),
                 fix,
             })));
@@ -169,7 +169,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         };
         let missing = lacks(&COLUMNS);
         if !missing.is_empty() {
-            return Ok(Some(Schema::Broken(AcquireError::MissingSchema {
+            return Ok(Some(Schema::Broken(SqlError::MissingSchema {
                 what: format!(
                     "table {table} is not a leasehold lease table: it lacks the columns {}",
                     missing.join(", ")
@@ -188,7 +188,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 if formatless.is_empty() {
                     return Ok(None);
                 }
-                return Ok(Some(Schema::Floorless(AcquireError::MissingSchema {
+                return Ok(Some(Schema::Floorless(SqlError::MissingSchema {
                     what: format!(
                         "the lease table {table} lacks the column {} that records the ID format \
                          of each pool, so that a process generating another format is refused \
@@ -203,7 +203,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                     ),
                 })));
             }
-            return Ok(Some(Schema::Floorless(AcquireError::MissingSchema {
+            return Ok(Some(Schema::Floorless(SqlError::MissingSchema {
                 what: format!(
                     "the lease table {table} is a leasehold-sql 0.2 table: it lacks the column \
                      {} that keeps the longest TTL and clock skew of the pool's holders, which \
@@ -217,7 +217,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 ),
             })));
         }
-        Ok(Some(Schema::Floorless(AcquireError::MissingSchema {
+        Ok(Some(Schema::Floorless(SqlError::MissingSchema {
             what: format!(
                 "the lease table {table} is a leasehold-sql 0.1 table: it lacks the hand-over \
                  floor columns {} that keep a slot's next holder from reissuing IDs when its \
@@ -233,14 +233,16 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         })))
     }
 
-    /// Turns a classified failure into the acquisition error a caller acts on.
-    pub(super) async fn to_acquire_error(&self, f: Failure) -> AcquireError {
+    /// Turns a classified failure into the error a caller acts on (what
+    /// is wrong with the table, when the failure is the schema's).
+    /// Acquisition answers it as an `AcquireError` (`From<SqlError>`).
+    pub(super) async fn to_sql_error(&self, f: Failure) -> SqlError {
         match f {
-            Failure::Transient(m) => AcquireError::Unreachable(Reason::new(m)),
-            Failure::Contention(m) => AcquireError::Contention(Reason::new(m)),
+            Failure::Transient(m) => SqlError::Unreachable(Reason::new(m)),
+            Failure::Contention(m) => SqlError::Contention(Reason::new(m)),
             Failure::Schema(m) => match self.schema_problem().await {
                 Ok(Some(Schema::Broken(e) | Schema::Floorless(e))) => e,
-                Ok(None) => AcquireError::MissingSchema {
+                Ok(None) => SqlError::MissingSchema {
                     what: format!("the lease table {} is not usable: {m}", self.info.table),
                     fix: format!(
                         "check its column types against \
@@ -248,16 +250,14 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                         D::ENGINE
                     ),
                 },
-                Err(check) => AcquireError::Unreachable(Reason::new(format!(
+                Err(check) => SqlError::Unreachable(Reason::new(format!(
                     "{m}; and checking the schema failed: {}",
                     check.text()
                 ))),
             },
-            Failure::Final(m) => AcquireError::Misconfigured {
+            Failure::Final(m) => SqlError::Refused {
                 what: m,
-                fix: "check the database URL, the user's privileges on the lease table and the \
-                      server version"
-                    .to_owned(),
+                fix: CHECK_ACCESS.to_owned(),
             },
         }
     }
@@ -266,7 +266,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
 /// What is wrong with a lease table.
 pub(super) enum Schema {
     /// Missing, or not a lease table.
-    Broken(AcquireError),
+    Broken(SqlError),
     /// A 0.1 or 0.2 table: `ensure_table` migrates it.
-    Floorless(AcquireError),
+    Floorless(SqlError),
 }
