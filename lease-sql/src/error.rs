@@ -210,4 +210,35 @@ mod tests {
         assert!(!text.contains("will retry"), "{text}");
         assert!(text.contains("try again"), "{text}");
     }
+
+    /// Acquisition answers an error of the schema calls it shares with
+    /// `ensure_pool` in the contract's terms, with the same words, and
+    /// keeps whether a retry may fix it.
+    #[test]
+    fn acquisition_answers_a_schema_error_in_the_same_words() {
+        use leasehold_core::{AcquireError, Reason};
+
+        use crate::error::CHECK_ACCESS;
+
+        let missing = SqlError::MissingSchema {
+            what: "the lease table t does not exist (sqlite)".into(),
+            fix: "create it with `SqlStrategy::ensure_pool(&pool)`".into(),
+        };
+        let text = missing.to_string();
+        let acquire = AcquireError::from(missing);
+        assert!(
+            matches!(acquire, AcquireError::MissingSchema { .. }),
+            "{acquire:?}"
+        );
+        assert_eq!(acquire.to_string(), text);
+        assert!(!acquire.is_retryable());
+        let busy = AcquireError::from(SqlError::Contention(Reason::new("database is locked")));
+        assert!(matches!(busy, AcquireError::Contention(_)) && busy.is_retryable());
+        let refused = AcquireError::from(SqlError::Refused {
+            what: "permission denied for table t".into(),
+            fix: CHECK_ACCESS.into(),
+        });
+        assert!(matches!(refused, AcquireError::Misconfigured { .. }));
+        assert!(!refused.is_retryable());
+    }
 }
