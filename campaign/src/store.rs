@@ -236,7 +236,7 @@ impl SqlFences {
     /// One fenced write to `resource` with `fence`: `Ok(true)` when the store
     /// accepted it (and logged it), `Ok(false)` when it refused it as stale.
     async fn write(&self, resource: &str, stamp: &FenceStamp) -> Result<bool, String> {
-        use leasehold_sql::{FenceError, sqlx};
+        use leasehold_sql::{SqlError, sqlx};
         let fence = stamp.fence().0;
         let log_fence = i64::try_from(fence).unwrap_or(i64::MAX);
         // Advance the fence and log it in one transaction; the engines
@@ -273,7 +273,7 @@ impl SqlFences {
         };
         match advanced {
             Ok(()) => Ok(true),
-            Err(FenceError::Stale { .. }) => Ok(false),
+            Err(SqlError::Stale { .. }) => Ok(false),
             Err(e) => Err(e.to_string()),
         }
     }

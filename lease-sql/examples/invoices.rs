@@ -15,7 +15,7 @@ use leasehold_core::Floor;
 use std::time::{Duration, Instant};
 
 use leasehold_core::{AcquireError, FenceStamp, Grant, PoolName, PoolSpec, Renewal, Strategy};
-use leasehold_sql::{FenceError, FenceTable, SqlConfig, SqlStrategy};
+use leasehold_sql::{FenceTable, SqlConfig, SqlError, SqlStrategy};
 
 const CUSTOMERS: [(&str, i64); 3] = [("acme", 1200), ("globex", 800), ("initech", 450)];
 
@@ -32,7 +32,7 @@ impl Replica {
 
     /// Bills `hour` in one transaction guarded by the leader's fence. Returns
     /// how many invoices were new.
-    async fn bill(&self, fences: &FenceTable, grant: &Grant, hour: u32) -> Result<u64, FenceError> {
+    async fn bill(&self, fences: &FenceTable, grant: &Grant, hour: u32) -> Result<u64, SqlError> {
         let db = self.store.sqlite().expect("sqlite");
         let mut tx = db.begin().await?;
         let stamp = FenceStamp::of(&self.pool, grant);
@@ -155,7 +155,7 @@ async fn act(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     println!("{} wakes up and writes what it had prepared", a.name);
     for hour in [11, 12] {
         match a.bill(&fences, &first, hour).await {
-            Err(FenceError::Stale { seen, .. }) => {
+            Err(SqlError::Stale { seen, .. }) => {
                 assert_eq!(seen, second.fence);
                 println!("  hour {hour}: refused, fence {} < {seen}", first.fence);
             }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use leasehold_conformance::scheduler::{self, Ledger, Report};
 use leasehold_core::{BoxFuture, FenceStamp, PoolName, PoolSpec};
-use leasehold_sql::{FenceError, FenceTable, SqlConfig, SqlStrategy};
+use leasehold_sql::{FenceTable, SqlConfig, SqlError, SqlStrategy};
 
 /// The leases' TTL: a takeover comes about this long after a leader died.
 const TTL: Duration = Duration::from_secs(2);
@@ -40,15 +40,15 @@ macro_rules! fenced {
             .advance(&mut *tx, &$ledger.resource, $stamp)
             .await
         {
-            Ok(()) => tx.commit().await.map(|()| true).map_err(FenceError::from),
-            Err(FenceError::Stale { .. } | FenceError::OtherWriter { .. }) => Ok(false),
+            Ok(()) => tx.commit().await.map(|()| true).map_err(SqlError::from),
+            Err(SqlError::Stale { .. } | SqlError::OtherWriter { .. }) => Ok(false),
             Err(e) => Err(e),
         }
     }};
 }
 
 impl SqlLedger {
-    async fn bill_once(&self, stamp: &FenceStamp) -> Result<bool, FenceError> {
+    async fn bill_once(&self, stamp: &FenceStamp) -> Result<bool, SqlError> {
         let s = &self.store;
         if let Some(pool) = s.sqlite() {
             fenced!(pool, self, stamp)
@@ -68,8 +68,8 @@ impl SqlLedger {
 /// the same transaction): nothing was written, and trying again is what the
 /// server asks. (Two fenced writes alone no longer deadlock on MariaDB: the
 /// fence row is locked exclusively at once.)
-fn conflict(e: &FenceError) -> bool {
-    matches!(e, FenceError::Database(sqlx::Error::Database(d)) if d.code().as_deref() == Some("40001"))
+fn conflict(e: &SqlError) -> bool {
+    matches!(e, SqlError::Database(sqlx::Error::Database(d)) if d.code().as_deref() == Some("40001"))
 }
 
 impl Ledger for SqlLedger {

@@ -12,20 +12,20 @@ use std::time::{Duration, Instant};
 
 use leasehold_core::{Elector, Leader, LeaderConfig, Leadership};
 use leasehold_sql::sqlx::{self, PgPool};
-use leasehold_sql::{FenceError, FenceTable, SqlConfig, SqlStrategy};
+use leasehold_sql::{FenceTable, SqlConfig, SqlError, SqlStrategy};
 
 const INVOICES: &str = "CREATE TABLE IF NOT EXISTS example_invoices (hour BIGINT, \
     customer TEXT, amount BIGINT, billed_by TEXT, PRIMARY KEY (hour, customer))";
 
 /// Bills the next hour in one transaction fenced by this term's stamp.
 /// `Ok(false)`: refused, a newer leader has written; stop leading.
-async fn bill(db: &PgPool, leadership: &Leadership, me: &str) -> Result<bool, FenceError> {
+async fn bill(db: &PgPool, leadership: &Leadership, me: &str) -> Result<bool, SqlError> {
     let mut tx = db.begin().await?;
     match FenceTable::default()
         .advance(&mut *tx, "invoices", leadership.stamp())
         .await
     {
-        Err(FenceError::Stale { .. } | FenceError::OtherWriter { .. }) => return Ok(false),
+        Err(SqlError::Stale { .. } | SqlError::OtherWriter { .. }) => return Ok(false),
         other => other?,
     }
     let hour: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(hour) + 1, 0) FROM example_invoices")

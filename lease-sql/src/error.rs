@@ -1,12 +1,21 @@
-//! The error of connecting and of the operator calls.
+//! The one error of every public call of the crate: connecting, the
+//! schema and operator calls, and fenced writes.
 
 use std::time::Duration;
 
-use leasehold_core::{ConfigError, Fence, FenceStamp, Reason};
+use leasehold_core::{AcquireError, ConfigError, Fence, FenceStamp, Reason};
 
-/// Why [`SqlStrategy::connect`](crate::SqlStrategy::connect) or an operator
-/// call ([`SqlStrategy::revoke`](crate::SqlStrategy::revoke), the fence table)
-/// failed. [`SqlError::is_retryable`] tells the cases a retry may fix.
+/// Why a call of this crate failed: [`SqlStrategy::connect`](crate::SqlStrategy::connect),
+/// [`SqlStrategy::ping`](crate::SqlStrategy::ping), the schema calls
+/// ([`SqlStrategy::ensure_table`](crate::SqlStrategy::ensure_table),
+/// [`SqlStrategy::check_schema`](crate::SqlStrategy::check_schema),
+/// [`SqlStrategy::ensure_pool`](crate::SqlStrategy::ensure_pool)),
+/// [`SqlStrategy::revoke`](crate::SqlStrategy::revoke), or the fence table
+/// ([`FenceTable`](crate::FenceTable): a refused fenced write is
+/// [`SqlError::Stale`] or [`SqlError::OtherWriter`]).
+/// [`SqlError::is_retryable`] tells the cases a retry may fix. Acquisition
+/// itself answers `leasehold_core::AcquireError`, the contract of every
+/// strategy.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqlError {
@@ -15,15 +24,16 @@ pub enum SqlError {
     #[error("invalid SQL lease configuration: {0}")]
     Config(#[from] ConfigError),
     /// The database did not answer, or the connection broke. Retryable:
-    /// nothing retries a failed `connect` or operator call by itself, so the
-    /// message says what to check before trying again.
+    /// nothing retries a failed `connect`, `ping`, schema or operator call
+    /// by itself, so the message says what to check before trying again.
     #[error(
         "cannot reach the database: {0}; check that it runs and that the URL's host and port \
          are right, then try again"
     )]
     Unreachable(Reason),
-    /// The database answered the connection with an error no retry fixes
-    /// (credentials, database name, privileges). Final.
+    /// The database answered the connection, a ping or a schema call with
+    /// an error no retry fixes (credentials, database name, privileges).
+    /// Final.
     #[error("{what}; {fix}")]
     Refused {
         /// What the database answered.
@@ -60,26 +70,30 @@ pub enum SqlError {
          restarted while leases are held"
     )]
     Forgetful(leasehold_core::Durability),
-    /// The database answered an operator call with an error.
+    /// The database answered an operator call or a fenced write with an
+    /// error.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     /// The database did not answer an operator call within the operation
     /// timeout. Retryable.
     #[error("no answer from the database within {0:?} (op_timeout)")]
     Timeout(Duration),
-}
-
-impl SqlError {
-    /// True when trying again later may succeed.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unreachable(_) | Self::Timeout(_))
-    }
-}
-
-/// A fenced write was refused, or the database failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FenceError {
+    /// Other sessions held what a schema call needed (a lock conflict, a
+    /// deadlock, a busy SQLite file). Retryable.
+    #[error("the database was busy: {0}; try again")]
+    Contention(Reason),
+    /// The lease table is missing, is not a lease table, or lacks columns
+    /// of this version ([`SqlStrategy::check_schema`](crate::SqlStrategy::check_schema),
+    /// and the schema calls when they cannot fix it). Final until created
+    /// or migrated: `fix` names the call or migration. Acquisition answers
+    /// the same as `AcquireError::MissingSchema`.
+    #[error("{what}; {fix}")]
+    MissingSchema {
+        /// What is missing.
+        what: String,
+        /// The call or migration that creates it.
+        fix: String,
+    },
     /// A holder with a bigger fence has written to `resource`: this holder's
     /// lease is stale. Roll the transaction back and stop acting as holder.
     #[error(
@@ -120,15 +134,56 @@ pub enum FenceError {
     /// The fence table lacks the columns fenced writes need (it was created
     /// by an older version). Final until migrated: `fix` says how.
     #[error("{what}; {fix}")]
-    Schema {
+    FenceSchema {
         /// What is missing.
         what: String,
         /// The call or migration that adds it.
         fix: String,
     },
-    /// The database answered with an error.
-    #[error("database error during a fenced write: {0}")]
-    Database(#[from] sqlx::Error),
+}
+
+/// The error type fenced writes answered before they answered [`SqlError`].
+#[deprecated(
+    note = "fenced writes answer `SqlError`; `FenceError::Schema` is `SqlError::FenceSchema`"
+)]
+pub type FenceError = SqlError;
+
+impl SqlError {
+    /// True when trying again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Self::Unreachable(_) | Self::Timeout(_) | Self::Contention(_)
+        )
+    }
+}
+
+/// What to check when the database refuses a lease operation for a
+/// reason no retry fixes.
+pub(crate) const CHECK_ACCESS: &str =
+    "check the database URL, the user's privileges on the lease table and the server version";
+
+/// What acquisition answers for an error of the schema calls it shares
+/// with [`SqlStrategy::ensure_pool`](crate::SqlStrategy::ensure_pool)
+/// (filling in a pool's rows, reading what is wrong with the lease table):
+/// the same words, in the strategy contract's terms.
+impl From<SqlError> for AcquireError {
+    fn from(e: SqlError) -> Self {
+        match e {
+            SqlError::MissingSchema { what, fix } => Self::MissingSchema { what, fix },
+            SqlError::Unreachable(r) => Self::Unreachable(r),
+            SqlError::Contention(r) => Self::Contention(r),
+            SqlError::Timeout(_) => Self::Unreachable(Reason::new(e.to_string())),
+            SqlError::UnsupportedServer { what, fix } => Self::UnsupportedServer { what, fix },
+            SqlError::Refused { what, fix } | SqlError::FenceSchema { what, fix } => {
+                Self::Misconfigured { what, fix }
+            }
+            other => Self::Misconfigured {
+                what: other.to_string(),
+                fix: CHECK_ACCESS.to_owned(),
+            },
+        }
+    }
 }
 
 #[cfg(test)]
@@ -154,5 +209,36 @@ mod tests {
         let text = e.to_string();
         assert!(!text.contains("will retry"), "{text}");
         assert!(text.contains("try again"), "{text}");
+    }
+
+    /// Acquisition answers an error of the schema calls it shares with
+    /// `ensure_pool` in the contract's terms, with the same words, and
+    /// keeps whether a retry may fix it.
+    #[test]
+    fn acquisition_answers_a_schema_error_in_the_same_words() {
+        use leasehold_core::{AcquireError, Reason};
+
+        use crate::error::CHECK_ACCESS;
+
+        let missing = SqlError::MissingSchema {
+            what: "the lease table t does not exist (sqlite)".into(),
+            fix: "create it with `SqlStrategy::ensure_pool(&pool)`".into(),
+        };
+        let text = missing.to_string();
+        let acquire = AcquireError::from(missing);
+        assert!(
+            matches!(acquire, AcquireError::MissingSchema { .. }),
+            "{acquire:?}"
+        );
+        assert_eq!(acquire.to_string(), text);
+        assert!(!acquire.is_retryable());
+        let busy = AcquireError::from(SqlError::Contention(Reason::new("database is locked")));
+        assert!(matches!(busy, AcquireError::Contention(_)) && busy.is_retryable());
+        let refused = AcquireError::from(SqlError::Refused {
+            what: "permission denied for table t".into(),
+            fix: CHECK_ACCESS.into(),
+        });
+        assert!(matches!(refused, AcquireError::Misconfigured { .. }));
+        assert!(!refused.is_retryable());
     }
 }

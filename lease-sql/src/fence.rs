@@ -5,7 +5,7 @@
 use leasehold_core::{ConfigError, FenceStamp, PoolName};
 
 use crate::dialect::SqlDatabase;
-use crate::error::{FenceError, SqlError};
+use crate::error::SqlError;
 use crate::ident::TableName;
 use crate::strategy::SqlStrategy;
 
@@ -20,8 +20,8 @@ pub const DEFAULT_FENCE_TABLE: &str = "leasehold_fences";
 /// `FenceStamp::of(&pool, &grant)` for a slot's holder). It is accepted when
 /// the resource is new, or was last written from the same pool and slot with
 /// a fence no bigger (the same holder may write many times with its fence);
-/// otherwise it answers [`FenceError::Stale`] (a newer holder of the slot
-/// has written) or [`FenceError::OtherWriter`] (another pool or slot wrote
+/// otherwise it answers [`SqlError::Stale`] (a newer holder of the slot
+/// has written) or [`SqlError::OtherWriter`] (another pool or slot wrote
 /// last: fences of different slots are not comparable, so its number says
 /// nothing), and you roll back. The row lock it takes orders a stale
 /// holder's transaction after the new holder's, so once a newer fence has
@@ -94,8 +94,8 @@ impl FenceTable {
         strategy.ensure_fence_table(&self.name()).await
     }
 
-    /// Records `stamp` for `resource`, or refuses with [`FenceError::Stale`]
-    /// or [`FenceError::OtherWriter`] (see the type's docs). Run it on the
+    /// Records `stamp` for `resource`, or refuses with [`SqlError::Stale`]
+    /// or [`SqlError::OtherWriter`] (see the type's docs). Run it on the
     /// writing transaction (`&mut *tx`), before the writes; on SQLite,
     /// `BEGIN IMMEDIATE` is best: it takes the write lock up front.
     pub async fn advance<D, C>(
@@ -103,7 +103,7 @@ impl FenceTable {
         conn: &mut C,
         resource: &str,
         stamp: &FenceStamp,
-    ) -> Result<(), FenceError>
+    ) -> Result<(), SqlError>
     where
         D: SqlDatabase + sqlx::Database<Connection = C>,
         C: sqlx::Connection<Database = D>,
@@ -118,7 +118,7 @@ impl FenceTable {
     /// the old pool or slot can write again. Accepted when `from` wrote
     /// last, when nobody did (a new resource, or a row from before the
     /// issuer columns), or as [`FenceTable::advance`] when `stamp`'s own pool
-    /// and slot did; refused with [`FenceError::OtherWriter`] when a third
+    /// and slot did; refused with [`SqlError::OtherWriter`] when a third
     /// pool or slot did.
     ///
     /// Run it once, as a deliberate step (a deploy, a migration of the
@@ -131,7 +131,7 @@ impl FenceTable {
         resource: &str,
         from: (&PoolName, u32),
         stamp: &FenceStamp,
-    ) -> Result<(), FenceError>
+    ) -> Result<(), SqlError>
     where
         D: SqlDatabase + sqlx::Database<Connection = C>,
         C: sqlx::Connection<Database = D>,

@@ -24,7 +24,9 @@ mod url;
 pub use config::SqlConfig;
 pub use dialect::SqlDatabase;
 pub use engine::Engine;
-pub use error::{FenceError, SqlError};
+#[allow(deprecated)]
+pub use error::FenceError;
+pub use error::SqlError;
 pub use fence::{DEFAULT_FENCE_TABLE, FenceTable};
 pub use ident::{DEFAULT_TABLE, TableName};
 pub use strategy::SqlStrategy;

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold_core::operate::durability_check;
 use leasehold_core::{
-    AcquireError, BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolSpec,
-    Reason, SlotInfo, Strategy, Verdict,
+    BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolSpec, Reason, SlotInfo,
+    Strategy, Verdict,
 };
 
 use crate::{Engine, SqlError, SqlStrategy, sqlx};
@@ -15,19 +15,11 @@ fn store_error(e: impl std::fmt::Display) -> OperateError {
     OperateError::Store(Reason::new(e.to_string()))
 }
 
-fn from_acquire(e: AcquireError) -> OperateError {
-    match e {
-        AcquireError::MissingSchema { what, fix } => OperateError::NeedsFix { what, fix },
-        AcquireError::Unreachable(r) => OperateError::Unreachable(r),
-        other => store_error(other),
-    }
-}
-
 fn from_sql(e: SqlError) -> OperateError {
-    if e.is_retryable() {
-        OperateError::Unreachable(Reason::new(e.to_string()))
-    } else {
-        store_error(e)
+    match e {
+        SqlError::MissingSchema { what, fix } => OperateError::NeedsFix { what, fix },
+        e if e.is_retryable() => OperateError::Unreachable(Reason::new(e.to_string())),
+        e => store_error(e),
     }
 }
 
@@ -89,7 +81,7 @@ impl SqlStrategy {
                      columns"
                 ),
             ),
-            Err(AcquireError::MissingSchema { what, fix }) => {
+            Err(SqlError::MissingSchema { what, fix }) => {
                 Check::new(Verdict::Fail, "schema", what).fix(fix)
             }
             Err(e) => Check::new(
@@ -115,14 +107,7 @@ impl Operate for SqlStrategy {
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {
-        Box::pin(async move {
-            self.ping().await.map_err(|e| match e {
-                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
-                    OperateError::Unreachable(Reason::new(e.to_string()))
-                }
-                other => store_error(other),
-            })
-        })
+        Box::pin(async move { SqlStrategy::ping(self).await.map_err(from_sql) })
     }
 
     fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>> {
@@ -184,8 +169,8 @@ impl Operate for SqlStrategy {
     ) -> BoxFuture<'a, Result<(), OperateError>> {
         Box::pin(async move {
             match pool {
-                Some(pool) => self.ensure_pool(pool).await.map_err(from_acquire),
-                None => self.ensure_table().await.map_err(from_acquire),
+                Some(pool) => self.ensure_pool(pool).await.map_err(from_sql),
+                None => self.ensure_table().await.map_err(from_sql),
             }
         })
     }

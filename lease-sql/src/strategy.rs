@@ -133,21 +133,13 @@ impl SqlStrategy {
     /// One `SELECT 1` on the sqlx pool ([`SqlStrategy::pool`]), in the
     /// simple query protocol: one round trip to the server, for health
     /// checks and for measuring the store's round trip.
-    pub async fn ping(&self) -> Result<(), sqlx::Error> {
-        const Q: &str = "SELECT 1";
-        #[cfg(feature = "postgres")]
-        if let Some(p) = self.postgres() {
-            return sqlx::raw_sql(Q).execute(p).await.map(drop);
-        }
-        #[cfg(feature = "mysql")]
-        if let Some(p) = self.mysql() {
-            return sqlx::raw_sql(Q).execute(p).await.map(drop);
-        }
-        #[cfg(feature = "sqlite")]
-        if let Some(p) = self.sqlite() {
-            return sqlx::raw_sql(Q).execute(p).await.map(drop);
-        }
-        Ok(())
+    ///
+    /// Errors as [`SqlStrategy::connect`]'s (the pool may open a connection
+    /// first): [`SqlError::Unreachable`] when the database does not answer
+    /// within the budget of a connect (retryable), [`SqlError::Refused`]
+    /// when it answers with an error no retry fixes.
+    pub async fn ping(&self) -> Result<(), SqlError> {
+        self.ops.ping().await
     }
 
     /// Closes the idle lease connections and the sqlx pool (every clone's).
@@ -158,16 +150,22 @@ impl SqlStrategy {
     /// Creates the lease table if it does not exist (idempotent, safe to run
     /// from many nodes at once). The DDL is the one shipped in
     /// `migrations/<engine>/` for the default table name.
-    pub async fn ensure_table(&self) -> Result<(), AcquireError> {
+    ///
+    /// Errors: [`SqlError::Unreachable`] or [`SqlError::Contention`]
+    /// (retryable), [`SqlError::MissingSchema`] when the table is there but
+    /// is not a lease table, [`SqlError::Refused`] when the user may not
+    /// create or alter it.
+    pub async fn ensure_table(&self) -> Result<(), SqlError> {
         self.ops.ensure_table().await
     }
 
     /// Checks the lease table without changing it: `Ok` when it is there with
-    /// every column of this version, otherwise the
-    /// [`AcquireError::MissingSchema`] acquisition would answer (what is
-    /// missing, and the call or migration that fixes it), or the error that
-    /// kept the table from being read.
-    pub async fn check_schema(&self) -> Result<(), AcquireError> {
+    /// every column of this version, otherwise [`SqlError::MissingSchema`]
+    /// with the words acquisition would answer in
+    /// `AcquireError::MissingSchema` (what is missing, and the call or
+    /// migration that fixes it), or the error that kept the table from
+    /// being read.
+    pub async fn check_schema(&self) -> Result<(), SqlError> {
         self.ops.check_schema().await
     }
 
@@ -175,7 +173,8 @@ impl SqlStrategy {
     /// (idempotent: existing rows, their fences and holders are kept). Run it
     /// at deployment or startup; acquisition also adds missing rows by itself
     /// when it finds a pool short of them, but never creates the table.
-    pub async fn ensure_pool(&self, pool: &PoolSpec) -> Result<(), AcquireError> {
+    /// Errors as [`SqlStrategy::ensure_table`]'s.
+    pub async fn ensure_pool(&self, pool: &PoolSpec) -> Result<(), SqlError> {
         self.ops.ensure_pool(pool).await
     }
 

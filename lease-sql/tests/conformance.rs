@@ -13,7 +13,7 @@ use leasehold_core::{
     AcquireError, BoxFuture, Fence, FenceStamp, PoolName, PoolSpec, Release, Renewal, Strategy,
     Token,
 };
-use leasehold_sql::{Engine, FenceError, FenceTable, SqlConfig, SqlError, SqlStrategy};
+use leasehold_sql::{Engine, FenceTable, SqlConfig, SqlError, SqlStrategy};
 
 #[derive(Clone)]
 struct Sql {
@@ -302,7 +302,7 @@ async fn a_0_1_table_is_refused_then_migrated_by_ensure_pool(b: Arc<Sql>) -> Res
     // check_schema (what `leasehold doctor` asks) says the same, and
     // changes nothing.
     match s.check_schema().await {
-        Err(AcquireError::MissingSchema { what, .. }) if what.contains("floor_ms") => {}
+        Err(SqlError::MissingSchema { what, .. }) if what.contains("floor_ms") => {}
         other => return Err(format!("check_schema on a 0.1 table: {other:?}")),
     }
     s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
@@ -359,19 +359,17 @@ async fn the_shipped_migrations_make_a_floor_table(b: Arc<Sql>) -> Result<(), St
     // A 0.2 table: refused until the restart-span column is there, with a
     // message naming the migration that adds it.
     match s.check_schema().await {
-        Err(e @ AcquireError::MissingSchema { .. })
+        Err(e @ SqlError::MissingSchema { .. })
             if e.to_string().contains("span_ms")
                 && e.to_string().contains("0003_leasehold_span.sql") => {}
         other => return Err(format!("check_schema on a 0.2 table: {other:?}")),
     }
     raw(&s, &migration(&s, "0003", &table)).await?;
-    let missing_format = |e: &AcquireError| {
-        matches!(e, AcquireError::MissingSchema { .. })
-            && e.to_string().contains("id_format")
-            && e.to_string().contains("0005_leasehold_id_format.sql")
+    let names_format = |message: String| {
+        message.contains("id_format") && message.contains("0005_leasehold_id_format.sql")
     };
     match s.check_schema().await {
-        Err(e) if missing_format(&e) => {}
+        Err(e @ SqlError::MissingSchema { .. }) if names_format(e.to_string()) => {}
         other => return Err(format!("check_schema without 0005: {other:?}")),
     }
     let before = fresh_pool(1, Duration::from_secs(30))?;
@@ -381,7 +379,8 @@ async fn the_shipped_migrations_make_a_floor_table(b: Arc<Sql>) -> Result<(), St
         .acquire(&before.clone().with_id_format(format), Floor::NONE)
         .await
     {
-        Err(e) if missing_format(&e) && !e.is_retryable() => {}
+        Err(e @ AcquireError::MissingSchema { .. })
+            if names_format(e.to_string()) && !e.is_retryable() => {}
         other => {
             return Err(format!(
                 "a claim declaring a format without 0005: {other:?}"
@@ -788,7 +787,7 @@ async fn advance_once(
     fences: &FenceTable,
     resource: &str,
     f: u64,
-) -> Result<Result<(), FenceError>, String> {
+) -> Result<Result<(), SqlError>, String> {
     write_once(s, fences, resource, None, &billing(f)).await
 }
 
@@ -800,7 +799,7 @@ async fn write_once(
     resource: &str,
     from: Option<(&PoolName, u32)>,
     stamp: &FenceStamp,
-) -> Result<Result<(), FenceError>, String> {
+) -> Result<Result<(), SqlError>, String> {
     macro_rules! in_tx {
         ($pool:expr) => {{
             let mut tx = $pool.begin().await.map_err(|e| e.to_string())?;
@@ -832,7 +831,7 @@ async fn fenced_write_refuses_a_stale_holder(b: Arc<Sql>) -> Result<(), String> 
     for (f, accepted) in steps {
         match (advance_once(&s, &fences, "billing", f).await?, accepted) {
             (Ok(()), true) => {}
-            (Err(FenceError::Stale { seen, .. }), false) => {
+            (Err(SqlError::Stale { seen, .. }), false) => {
                 ensure!(seen.0 > f, "refused fence {f} citing {seen}");
             }
             (r, _) => {
@@ -847,11 +846,11 @@ async fn fenced_write_refuses_a_stale_holder(b: Arc<Sql>) -> Result<(), String> 
 }
 
 /// The outcome of a fenced write, in short: `ok`, `stale`, `other` or the error.
-fn verdict(r: &Result<(), FenceError>) -> String {
+fn verdict(r: &Result<(), SqlError>) -> String {
     match r {
         Ok(()) => "ok".into(),
-        Err(FenceError::Stale { .. }) => "stale".into(),
-        Err(FenceError::OtherWriter { .. }) => "other".into(),
+        Err(SqlError::Stale { .. }) => "stale".into(),
+        Err(SqlError::OtherWriter { .. }) => "other".into(),
         Err(e) => e.to_string(),
     }
 }
@@ -909,7 +908,7 @@ async fn a_write_from_another_slot_or_pool_is_refused_whatever_its_fence(
             verdict(&r) == expected,
             "step {i}: a write with {stamp} answered {r:?}, expected {expected}"
         );
-        if let Err(e @ FenceError::OtherWriter { .. }) = &r {
+        if let Err(e @ SqlError::OtherWriter { .. }) = &r {
             let msg = e.to_string();
             ensure!(
                 msg.contains("take_over"),
@@ -1015,7 +1014,7 @@ async fn an_older_fence_table_is_migrated_and_keeps_its_fences(b: Arc<Sql>) -> R
         let fences = FenceTable::new(table.clone()).map_err(|e| e.to_string())?;
         let r = advance_once(&s, &fences, "billing", 7).await?;
         match &r {
-            Err(e @ FenceError::Schema { .. }) => {
+            Err(e @ SqlError::FenceSchema { .. }) => {
                 let msg = e.to_string();
                 for needle in ["FenceTable::ensure", "0004_leasehold_fence_issuer.sql"] {
                     ensure!(msg.contains(needle), "the message lacks {needle}: {msg}");
@@ -1069,7 +1068,7 @@ async fn racing_fenced_writes_never_fail(b: Arc<Sql>) -> Result<(), String> {
             for round in 0..25u64 {
                 let f = round * 8 + w;
                 match advance_once(&s, &fences, "racing", f).await {
-                    Ok(Ok(()) | Err(FenceError::Stale { .. })) => {}
+                    Ok(Ok(()) | Err(SqlError::Stale { .. })) => {}
                     Ok(Err(e)) => errors.push(format!("writer {w}, fence {f}: {e}")),
                     Err(e) => errors.push(format!("writer {w}, fence {f}: {e}")),
                 }

@@ -184,7 +184,7 @@ impl ValkeyConfig {
     /// lease lets a second holder claim its slot while the first still
     /// generates, and an evicted fences hash makes every claim of the pool
     /// refuse until an operator repairs it. When allowed, the risk is
-    /// recorded as a warning in [`ValkeyStrategy::durability`](crate::ValkeyStrategy::durability)
+    /// recorded as a warning in [`ValkeyStrategy::persistence`](crate::ValkeyStrategy::persistence)
     /// (and so in the strategy's `Debug`).
     pub fn allow_eviction(mut self, allow: bool) -> Self {
         self.allow_eviction = allow;

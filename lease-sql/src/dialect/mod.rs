@@ -5,8 +5,8 @@
 //! feature). It says how a slot, a fence and a TTL are bound and decoded,
 //! how a connection is opened, how the engine's error codes are classified,
 //! and the few statement texts that are not the same everywhere. Every
-//! operation is written once, generically, in `backend.rs`; a new engine is a
-//! new file here.
+//! operation is written once, generically, in `backend.rs` and the files of
+//! `backend/`; a new engine is a new file here.
 
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -26,7 +26,7 @@ use sqlx::{Decode, Encode, Row, Type};
 
 use crate::config::SqlConfig;
 use crate::engine::Engine;
-use crate::error::{FenceError, SqlError};
+use crate::error::SqlError;
 use crate::failure::Failure;
 
 /// A database this build of the crate speaks: `sqlx::Postgres`,
@@ -42,7 +42,7 @@ pub trait SqlDatabase: Dialect {
         t: &'c str,
         resource: &'c str,
         stamp: &'c FenceStamp,
-    ) -> BoxFuture<'c, Result<(), FenceError>>;
+    ) -> BoxFuture<'c, Result<(), SqlError>>;
 
     /// `FenceTable::take_over` on this engine.
     #[doc(hidden)]
@@ -52,7 +52,7 @@ pub trait SqlDatabase: Dialect {
         resource: &'c str,
         from: (&'c PoolName, u32),
         stamp: &'c FenceStamp,
-    ) -> BoxFuture<'c, Result<(), FenceError>>;
+    ) -> BoxFuture<'c, Result<(), SqlError>>;
 }
 
 /// Writes an item generic over a dialect `D` with the bounds the operations
@@ -83,7 +83,7 @@ with_sqlx_bounds!([impl<D> SqlDatabase for D] {
         t: &'c str,
         resource: &'c str,
         stamp: &'c FenceStamp,
-    ) -> BoxFuture<'c, Result<(), FenceError>> {
+    ) -> BoxFuture<'c, Result<(), SqlError>> {
         Box::pin(fenced_write::<D>(conn, t, resource, None, stamp))
     }
 
@@ -93,7 +93,7 @@ with_sqlx_bounds!([impl<D> SqlDatabase for D] {
         resource: &'c str,
         from: (&'c PoolName, u32),
         stamp: &'c FenceStamp,
-    ) -> BoxFuture<'c, Result<(), FenceError>> {
+    ) -> BoxFuture<'c, Result<(), SqlError>> {
         Box::pin(fenced_write::<D>(conn, t, resource, Some(from), stamp))
     }
 });
@@ -404,7 +404,7 @@ with_sqlx_bounds!([async fn fenced_write<D>(
     resource: &str,
     from: Option<(&PoolName, u32)>,
     stamp: &FenceStamp,
-) -> Result<(), FenceError>] {
+) -> Result<(), SqlError>] {
     // Taking a resource over from the stamp's own pool and slot is a plain
     // fenced write: the fences are comparable, and a smaller one is refused.
     let from = from.filter(|(pool, slot)| (*pool, *slot) != (stamp.pool(), stamp.slot()));
@@ -418,7 +418,7 @@ with_sqlx_bounds!([async fn fenced_write<D>(
     };
     let sql = D::fence_write(t);
     let schema = |e: sqlx::Error| match D::classify("a fenced write", &e) {
-        Failure::Schema(what) => FenceError::Schema {
+        Failure::Schema(what) => SqlError::FenceSchema {
             what: format!("the fence table {t} lacks what fenced writes need: {what}"),
             fix: format!(
                 "run `FenceTable::ensure` once (it adds the issuer columns pool and slot), or \
@@ -426,7 +426,7 @@ with_sqlx_bounds!([async fn fenced_write<D>(
                 D::ENGINE
             ),
         },
-        _ => FenceError::Database(e),
+        _ => SqlError::Database(e),
     };
     if let Some(prepare) = &sql.prepare {
         sqlx::query(prepare)
@@ -462,7 +462,7 @@ with_sqlx_bounds!([async fn fenced_write<D>(
     let owner = pool.zip(slot.and_then(|s| s.try_into().ok()));
     match owner {
         Some((pool, slot)) if pool != stamp.pool().as_str() || slot != stamp.slot() => {
-            Err(FenceError::OtherWriter {
+            Err(SqlError::OtherWriter {
                 resource: resource.to_owned(),
                 stamp: stamp.clone(),
                 pool,
@@ -470,7 +470,7 @@ with_sqlx_bounds!([async fn fenced_write<D>(
                 seen,
             })
         }
-        _ => Err(FenceError::Stale {
+        _ => Err(SqlError::Stale {
             resource: resource.to_owned(),
             fence: stamp.fence(),
             seen,
@@ -484,7 +484,16 @@ pub(crate) async fn guard_connect<D: Dialect, T>(
     budget: Duration,
     fut: impl Future<Output = Result<T, sqlx::Error>>,
 ) -> Result<T, SqlError> {
-    let what = format!("connecting to {}", redact(url));
+    guarded::<D, T>(format!("connecting to {}", redact(url)), budget, fut).await
+}
+
+/// Runs `fut` (`what`, which may open a connection) within `budget`; its
+/// errors as connect's: unreachable (retryable) or refused (final).
+pub(crate) async fn guarded<D: Dialect, T>(
+    what: String,
+    budget: Duration,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, SqlError> {
     match tokio::time::timeout(budget, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(match D::classify(&what, &e) {

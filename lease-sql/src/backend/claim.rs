@@ -1,0 +1,234 @@
+//! Acquisition: one round trip claims a free slot; the rare path checks the
+//! restart guard, counts the pool's rows and fills them in.
+
+use std::time::Duration;
+
+use leasehold_core::{AcquireError, Fence, Floor, Grant, PoolSpec, Token};
+use sqlx::{ColumnIndex, Row};
+
+use super::Backend;
+use crate::dialect::{Dialect, with_sqlx_bounds};
+use crate::failure::Failure;
+use crate::statements::POOL_ROW;
+
+with_sqlx_bounds!([impl<D> Backend<D>] {
+    pub(super) async fn acquire(
+        &self,
+        pool: &PoolSpec,
+        ceiling: Floor,
+    ) -> Result<Grant, AcquireError> {
+        let mut populated = false;
+        loop {
+            let token = Token::random();
+            match self.try_acquire(pool, &token, ceiling).await {
+                Ok(Attempt::OtherFormat(recorded)) => {
+                    return Err(AcquireError::OtherIdFormat {
+                        pool: pool.name().to_string(),
+                        recorded,
+                        ours: pool.id_format().map(|f| f.text().to_owned()).unwrap_or_default(),
+                    });
+                }
+                Ok(Attempt::Claimed(claim)) => {
+                    let ttl = applied_ttl::<D>(pool.ttl());
+                    return Ok(Grant::new(claim.slot, token, Fence(claim.fence), ttl)
+                        .with_floor(claim.floor)
+                        .with_store_time(store_time(claim.now)));
+                }
+                Ok(Attempt::NoFreeSlot) => {
+                    // No free slot: the restart guard holds, or the pool is
+                    // full, or it lacks rows (never prepared, or it grew).
+                    // Rare path: check, count, fill, retry once.
+                    match self.resume_in(pool).await {
+                        Ok(Some(resume_in)) => {
+                            return Err(AcquireError::StoreRestarted { resume_in });
+                        }
+                        Ok(None) => {}
+                        Err(f) => return Err(self.to_sql_error(f).await.into()),
+                    }
+                    let rows = match self.count_rows(pool).await {
+                        Ok(n) => n,
+                        Err(f) => return Err(self.to_sql_error(f).await.into()),
+                    };
+                    if rows >= u64::from(pool.size()) || populated {
+                        return Err(AcquireError::PoolExhausted {
+                            pool: pool.name().to_string(),
+                            size: pool.size(),
+                        });
+                    }
+                    self.populate(pool).await?;
+                    populated = true;
+                }
+                Err(f) => return Err(self.to_sql_error(f).await.into()),
+            }
+        }
+    }
+
+    /// One acquisition attempt.
+    async fn try_acquire(
+        &self,
+        pool: &PoolSpec,
+        token: &Token,
+        ceiling: Floor,
+    ) -> Result<Attempt, Failure> {
+        // Where a scan locks the rows it skips (`Dialect::RANDOM_START`), each
+        // attempt starts at a random slot and wraps around: a second round trip
+        // only when the upper part is full.
+        if D::RANDOM_START && pool.size() > 1 {
+            let bytes = Token::random();
+            let b = bytes.as_bytes();
+            let start = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) % pool.size();
+            let first = self
+                .try_range(pool, token, ceiling, start, pool.size())
+                .await?;
+            if !matches!(first, Attempt::NoFreeSlot) || start == 0 {
+                return Ok(first);
+            }
+            return self.try_range(pool, token, ceiling, 0, start).await;
+        }
+        self.try_range(pool, token, ceiling, 0, pool.size()).await
+    }
+
+    /// One acquisition round trip over slots `from..to`.
+    async fn try_range(
+        &self,
+        pool: &PoolSpec,
+        token: &Token,
+        ceiling: Floor,
+        from: u32,
+        to: u32,
+    ) -> Result<Attempt, Failure> {
+        let sql = self
+            .sql
+            .acquire::<D>(pool, token.as_bytes(), ceiling.0, from, to);
+        let rows = self
+            .timed("acquire", self.fetch_all(sqlx::raw_sql(&sql)))
+            .await?;
+        // The claim's row (four columns) if it claimed a slot, then, when the
+        // claim declares a format, the pool's recorded format (one column).
+        let (recorded, claimed): (Vec<_>, Vec<_>) = rows.iter().partition(|r| r.len() == 1);
+        if let Some(row) = claimed.first() {
+            return decode_grant::<D>(row).map(Attempt::Claimed);
+        }
+        let Some(ours) = pool.id_format() else {
+            return Ok(Attempt::NoFreeSlot);
+        };
+        let recorded: Option<String> = match recorded.first() {
+            Some(row) => row
+                .try_get(0)
+                .map_err(|e| D::classify("acquire: decoding the recorded ID format", &e))?,
+            None => None,
+        };
+        match recorded {
+            Some(r) if r == ours.text() => Ok(Attempt::NoFreeSlot),
+            Some(r) => Ok(Attempt::OtherFormat(r)),
+            // The claim inserts the record before it reads it: a missing
+            // one is a table someone else changed.
+            None => Err(Failure::Final(format!(
+                "acquire: the ID format of pool {} is not recorded in {} right after the claim \
+                 recorded it (the row of slot {POOL_ROW} is missing or its id_format is NULL)",
+                pool.name(),
+                self.info.table
+            ))),
+        }
+    }
+
+    /// How long the restart guard still holds for leases of `pool`, if it
+    /// does.
+    async fn resume_in(&self, pool: &PoolSpec) -> Result<Option<Duration>, Failure> {
+        let Some(expr) = self.sql.resume_in::<D>(pool) else {
+            return Ok(None);
+        };
+        let sql = format!("SELECT {expr}");
+        let micros: Option<i64> = self
+            .timed("restart guard", async {
+                self.fetch_one(sqlx::raw_sql(&sql)).await?.try_get(0)
+            })
+            .await?;
+        let micros = micros.ok_or_else(|| {
+            Failure::Final(format!(
+                "the restart guard cannot read when {} started ({sql} answered NULL)",
+                self.info.version
+            ))
+        })?;
+        Ok(u64::try_from(micros)
+            .ok()
+            .filter(|&m| m > 0)
+            .map(Duration::from_micros))
+    }
+
+    async fn count_rows(&self, pool: &PoolSpec) -> Result<u64, Failure> {
+        let q = sqlx::query(&self.sql.count)
+            .bind(pool.name().as_str())
+            .bind(D::slot(pool.size()));
+        let n: i64 = self
+            .timed("count pool rows", async {
+                self.fetch_one(q).await?.try_get(0)
+            })
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+});
+
+/// What one acquisition round trip came to.
+enum Attempt {
+    /// A slot was claimed.
+    Claimed(Claim),
+    /// No slot was free (or the restart guard holds, or the pool lacks rows).
+    NoFreeSlot,
+    /// The pool records another ID format than the claim declares (its
+    /// text): nothing was claimed.
+    OtherFormat(String),
+}
+
+/// What a claim answered: the slot, its fence, its floor from before, and
+/// the server's time (µs since the Unix epoch).
+struct Claim {
+    slot: u32,
+    fence: u64,
+    floor: Floor,
+    now: i64,
+}
+
+/// The TTL the engine applies: `ttl` cut to its resolution (SQLite keeps
+/// milliseconds), never more than asked.
+pub(super) fn applied_ttl<D: Dialect>(ttl: Duration) -> Duration {
+    let step = D::RESOLUTION.as_nanos().max(1);
+    let nanos = ttl.as_nanos() / step * step;
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// A server time in µs since the Unix epoch, as the driver compares it.
+pub(super) fn store_time(micros: i64) -> Duration {
+    Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+}
+
+fn decode_grant<D: Dialect>(row: &D::Row) -> Result<Claim, Failure>
+where
+    usize: ColumnIndex<D::Row>,
+    i64: for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
+{
+    let slot: D::Slot = row
+        .try_get(0)
+        .map_err(|e| D::classify("acquire: decoding slot", &e))?;
+    let fence: D::Fence = row
+        .try_get(1)
+        .map_err(|e| D::classify("acquire: decoding fence", &e))?;
+    let slot = slot
+        .try_into()
+        .map_err(|_| Failure::Schema("acquire: slot out of range".to_owned()))?;
+    let fence = fence
+        .try_into()
+        .map_err(|_| Failure::Schema("acquire: negative fence".to_owned()))?;
+    let floor: i64 = row
+        .try_get(2)
+        .map_err(|e| D::classify("acquire: decoding grant_floor_ms", &e))?;
+    let now: i64 = row
+        .try_get(3)
+        .map_err(|e| D::classify("acquire: decoding the server's time", &e))?;
+    Ok(Claim {
+        slot,
+        fence,
+        floor: Floor(u64::try_from(floor).unwrap_or(0)),
+        now,
+    })
+}

@@ -1,0 +1,76 @@
+//! What operators read and do: inspecting a pool's slots (one SELECT), and
+//! revoking a slot's lease behind its holder's back.
+
+use std::time::Duration;
+
+use leasehold_core::{Fence, Floor, InspectError, PoolSpec, Reason, SlotInfo, Token};
+use sqlx::{ColumnIndex, Row};
+
+use super::Backend;
+use crate::dialect::{Dialect, with_sqlx_bounds};
+use crate::error::SqlError;
+use crate::statements::TOMBSTONE;
+
+with_sqlx_bounds!([impl<D> Backend<D>] {
+    pub(super) async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, SqlError> {
+        let q = sqlx::query(&self.sql.revoke)
+            .bind(pool.name().as_str())
+            .bind(D::slot(slot));
+        let n = tokio::time::timeout(self.info.op_timeout, self.execute(q))
+            .await
+            .map_err(|_| SqlError::Timeout(self.info.op_timeout))??;
+        Ok(n > 0)
+    }
+
+    pub(super) async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
+        let q = sqlx::query(&self.sql.inspect).bind(pool.name().as_str());
+        let rows = self
+            .timed("inspect", self.fetch_all(q))
+            .await
+            .map_err(|f| InspectError::Store(Reason::new(f.text().to_owned())))?;
+        rows.iter()
+            .map(|row| slot_info::<D>(row, pool))
+            .collect::<Result<_, _>>()
+            .map_err(|e| InspectError::Store(Reason::new(format!("inspect: {e}"))))
+    }
+});
+
+/// One row of the inspect statement as a [`SlotInfo`]. A live lease shows its
+/// holder and token prefix; a revoked one (the tombstone) shows no holder
+/// but the time until its expiry, since nobody can claim it before; a free
+/// or expired one shows only its fence and floor.
+fn slot_info<D: Dialect>(row: &D::Row, _pool: &PoolSpec) -> Result<SlotInfo, sqlx::Error>
+where
+    usize: ColumnIndex<D::Row>,
+    i64: for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
+    String: for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
+    Vec<u8>: for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
+{
+    let slot: D::Slot = row.try_get(0)?;
+    let token: Option<Vec<u8>> = row.try_get(1)?;
+    let fence: D::Fence = row.try_get(2)?;
+    let holder: Option<String> = row.try_get(3)?;
+    let floor: i64 = row.try_get(4)?;
+    let micros = |i: usize| -> Result<Option<Duration>, sqlx::Error> {
+        let v: Option<i64> = row.try_get(i)?;
+        Ok(v.and_then(|v| u64::try_from(v).ok())
+            .map(Duration::from_micros))
+    };
+    let (expires_in, renewed_ago, held_for) = (micros(5)?, micros(6)?, micros(7)?);
+    let info = SlotInfo::free(
+        slot.try_into().unwrap_or(u32::MAX),
+        Fence(fence.try_into().unwrap_or(0)),
+        Floor(u64::try_from(floor).unwrap_or(0)),
+    );
+    let live = expires_in.filter(|d| !d.is_zero());
+    Ok(match (token, live) {
+        (Some(t), Some(left)) if t.as_slice() == TOMBSTONE.as_slice() => info.revoked_until(left),
+        (Some(t), Some(left)) => match <[u8; 16]>::try_from(t.as_slice()) {
+            Ok(bytes) => info
+                .held(holder.unwrap_or_default(), &Token::from_bytes(bytes), left)
+                .with_ages(renewed_ago, held_for),
+            Err(_) => info,
+        },
+        _ => info,
+    })
+}

@@ -1,0 +1,75 @@
+//! Renewal and release of a held slot: one statement each, matched on the
+//! token.
+
+use leasehold_core::{Floor, Grant, PoolSpec, Reason, Release, Renewal};
+use sqlx::Row;
+
+use super::Backend;
+use super::claim::{applied_ttl, store_time};
+use crate::dialect::with_sqlx_bounds;
+use crate::failure::Failure;
+use crate::statements::floor_value;
+
+with_sqlx_bounds!([impl<D> Backend<D>] {
+    /// One renewal: the server's time when it renewed (µs since the Unix
+    /// epoch), or `None` when the token no longer owns a live lease.
+    async fn renew_once(
+        &self,
+        pool: &PoolSpec,
+        grant: &Grant,
+        ceiling: Floor,
+    ) -> Result<Option<i64>, Failure> {
+        let decode = |row: &D::Row, at: usize| -> Result<i64, Failure> {
+            row.try_get(at)
+                .map_err(|e| D::classify("renew: decoding the answer", &e))
+        };
+        if D::RENEW_AS_TEXT {
+            let sql =
+                self.sql
+                    .renew_text::<D>(pool, grant.slot, grant.token.as_bytes(), ceiling.0);
+            let rows = self
+                .timed("renew", self.fetch_all(sqlx::raw_sql(&sql)))
+                .await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| Failure::Final("renew: no answer to the row count".to_owned()))?;
+            return (decode(row, 0)? > 0).then(|| decode(row, 1)).transpose();
+        }
+        let q = sqlx::query(&self.sql.renew)
+            .bind(D::ttl(pool.ttl()))
+            .bind(floor_value(ceiling.0))
+            .bind(pool.name().as_str())
+            .bind(D::slot(grant.slot))
+            .bind(grant.token.as_bytes().as_slice());
+        let rows = self.timed("renew", self.fetch_all(q)).await?;
+        rows.first().map(|row| decode(row, 0)).transpose()
+    }
+
+    pub(super) async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        match self.renew_once(pool, grant, ceiling).await {
+            Ok(None) => Renewal::Lost(Reason::new(format!(
+                "slot {} of pool {} is no longer held by this token in {} (expired, taken or \
+                 revoked)",
+                grant.slot,
+                pool.name(),
+                self.info.table
+            ))),
+            Ok(Some(now)) => Renewal::renewed(applied_ttl::<D>(pool.ttl()))
+                .with_store_time(store_time(now)),
+            Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
+        }
+    }
+
+    pub(super) async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
+        let q = sqlx::query(&self.sql.release)
+            .bind(floor_value(issued.0))
+            .bind(pool.name().as_str())
+            .bind(D::slot(grant.slot))
+            .bind(grant.token.as_bytes().as_slice());
+        match self.timed("release", self.execute(q)).await {
+            Ok(0) => Release::NotHeld,
+            Ok(_) => Release::Released,
+            Err(f) => Release::Retry(Reason::new(f.text().to_owned())),
+        }
+    }
+});

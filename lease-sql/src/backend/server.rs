@@ -1,0 +1,102 @@
+//! What connect checks of the server: its durability settings, and that the
+//! restart guard can read when it started.
+
+use leasehold_core::{Durability, Reason};
+use sqlx::Row;
+
+use super::Backend;
+use crate::config::SqlConfig;
+use crate::dialect::with_sqlx_bounds;
+use crate::error::SqlError;
+use crate::failure::Failure;
+
+with_sqlx_bounds!([impl<D> Backend<D>] {
+    /// Reads the durability settings and checks that the restart guard can
+    /// read the server's start, in one round trip; refuses a server that
+    /// can forget acknowledged writes when `config` requires durability.
+    pub(super) async fn check_server(&mut self, config: &SqlConfig) -> Result<(), SqlError> {
+        let version = self.info.version.clone();
+        let settings = D::durability_columns(&version);
+        let guard = D::resume_in_micros("1000000", &version);
+        let columns: Vec<String> = settings
+            .map(str::to_owned)
+            .into_iter()
+            .chain(guard.as_ref().map(|g| format!("CAST({g} AS {})", D::TEXT_TYPE)))
+            .collect();
+        if columns.is_empty() {
+            return Ok(());
+        }
+        let sql = format!("SELECT {}", columns.join(", "));
+        let row = tokio::time::timeout(self.info.op_timeout, self.fetch_one(sqlx::raw_sql(&sql)))
+            .await
+            .map_err(|_| SqlError::Timeout(self.info.op_timeout))?
+            .map_err(|e| match D::classify("reading the server's settings", &e) {
+                Failure::Transient(m) | Failure::Contention(m) => {
+                    SqlError::Unreachable(Reason::new(m))
+                }
+                Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
+                    what: m,
+                    fix: "let the lease user read the server's durability settings and its \
+                          uptime (MySQL 8: SELECT on performance_schema.global_status)"
+                        .to_owned(),
+                },
+            })?;
+        // Every column of the row: the settings (as many as the dialect's
+        // query selects), then the guard's answer when there is a guard.
+        let values = (0..row.len())
+            .map(|i| row.try_get::<Option<String>, _>(i))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SqlError::Refused {
+                what: format!("reading the server's durability settings ({sql}): {e}"),
+                fix: "report this as a leasehold bug, with the server version".to_owned(),
+            })?;
+        let settings_read: Vec<String> = values
+            .iter()
+            .take(values.len() - usize::from(guard.is_some()))
+            .map(|v| v.clone().unwrap_or_default())
+            .collect();
+        self.info.durability = Durability {
+            risks: D::durability_risks(&settings_read),
+        };
+        let forgetful = !self.info.durability.is_durable();
+        if config.require_durable && forgetful {
+            return Err(SqlError::NotDurable(self.info.durability.clone()));
+        }
+        // A server that can forget loses, in one crash, the record of the
+        // pool's longest restart span with the claims: refused unless the
+        // configuration says all holders share one timing, or turns the
+        // guard off knowingly.
+        if forgetful && config.restart_guard && !config.assume_one_timing {
+            return Err(SqlError::Forgetful(self.info.durability.clone()));
+        }
+        // A server that keeps what it acknowledged forgets no lease on a
+        // restart: only one that can forget needs the guard.
+        // (Rule 12 broken on purpose by the campaign's planted bugs; a
+        // constant false otherwise.)
+        self.sql.guarded = guard.is_some()
+            && config.restart_guard
+            && forgetful
+            && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
+        if self.sql.guarded && values.last().is_none_or(Option::is_none) {
+            return Err(SqlError::UnsupportedServer {
+                what: format!(
+                    "{version} does not tell when it started, which the restart guard needs"
+                ),
+                fix: "on MySQL 8 enable performance_schema (the default) and let the lease user \
+                      read performance_schema.global_status"
+                    .to_owned(),
+            });
+        }
+        #[cfg(feature = "tracing")]
+        if !self.info.durability.is_durable() {
+            tracing::warn!(
+                store = %self.info.identity,
+                server = %version,
+                durability = %self.info.durability,
+                "the lease store can forget leases it acknowledged after a crash; the restart \
+                 guard holds grants back after a restart, but a failover is not covered"
+            );
+        }
+        Ok(())
+    }
+});

@@ -1,0 +1,296 @@
+//! Connecting: the client's settings, the server probe (`INFO server`,
+//! `COMMAND INFO`), what it keeps (`CONFIG GET`), the path and its scripts.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use fred::prelude::{ClientLike, ReconnectPolicy};
+use fred::types::config::{Config, UnresponsiveConfig};
+use fred::types::{Builder, ClusterHash, Value};
+use leasehold_core::ConfigError;
+
+use super::answers::config_value;
+use super::{ActivePath, BACKSTOP_SLACK, Inner, ValkeyStrategy};
+use crate::config::{Method, ValkeyConfig, check_prefix, redact};
+use crate::durability::Persistence;
+use crate::error::{Failure, ValkeyError};
+use crate::scripts::Scripts;
+use crate::server::ServerInfo;
+
+impl ValkeyStrategy {
+    /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX
+    /// WAITAOF`),
+    /// reads what it keeps ([`ValkeyStrategy::persistence`]: `CONFIG GET`),
+    /// picks the path and loads its scripts. A server whose
+    /// `maxmemory-policy` may evict keys is refused with
+    /// [`ValkeyError::Eviction`] unless [`ValkeyConfig::allow_eviction`] says
+    /// otherwise. A server that can forget acknowledged writes (not
+    /// `appendonly yes` with `appendfsync always`, or unreadable) is refused
+    /// with [`ValkeyError::NotDurable`], unless it runs the append-only file
+    /// with `appendfsync everysec` or `no` and has `WAITAOF` (claims then
+    /// wait for the fsync of the pool's recorded span), or
+    /// [`ValkeyConfig::assume_one_timing_per_pool`] or
+    /// [`ValkeyConfig::restart_guard`]`(false)` accepts it (never with
+    /// [`ValkeyConfig::require_durable`]).
+    ///
+    /// Every command is bounded by the configured operation timeout: `fred`'s
+    /// command and connection timeouts are set to it, a command is sent at
+    /// most once (no silent re-send after a dropped connection), commands
+    /// fail at once while the connection is down instead of queueing, an
+    /// unresponsive connection is closed and reopened in the background, and
+    /// a `tokio` timeout wraps every call as a backstop.
+    pub async fn connect(config: ValkeyConfig) -> Result<Self, ValkeyError> {
+        check_settings(&config)?;
+        let url = redact(&config.url);
+        let client = open_client(&config, &url).await?;
+        let wait = config.wait;
+        let mut strategy = Self {
+            inner: Arc::new(Inner {
+                client,
+                config,
+                server: ServerInfo::from_info(""),
+                durability: Persistence::unknown(wait),
+                path: ActivePath::Scripts,
+                scripts: Scripts::new(),
+                round_trips: AtomicU64::new(0),
+                identity: String::new(),
+                fsync_claims: false,
+                #[cfg(feature = "stats")]
+                reconnect_before_wait: std::sync::atomic::AtomicBool::new(false),
+            }),
+        };
+        let server = strategy.probe(&url).await?;
+        let durability = strategy.read_durability(&url).await?;
+        let (durability, fsync_claims) = strategy.accept(&server, durability).await?;
+        let path = match (strategy.inner.config.method, server.hsetex) {
+            (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
+            (Method::Auto, false) | (Method::Scripts, _) => ActivePath::Scripts,
+            (Method::Hsetex, false) => ActivePath::Unsupported,
+        };
+        {
+            let inner = Arc::get_mut(&mut strategy.inner).expect("not shared yet");
+            inner.identity = format!("{url}#{}/{path}", inner.config.prefix);
+            inner.server = server;
+            inner.durability = durability;
+            inner.path = path;
+            inner.fsync_claims = fsync_claims;
+        }
+        if path != ActivePath::Unsupported {
+            strategy.load_scripts(path, &url).await?;
+        }
+        strategy.inner.round_trips.store(0, Ordering::Relaxed);
+        Ok(strategy)
+    }
+
+    /// Refuses a server that may evict keys, or that can forget writes it
+    /// acknowledged, unless the configuration accepts it (closing the
+    /// connection); otherwise what it keeps, and whether claims wait for
+    /// the fsync of the pool's recorded span.
+    async fn accept(
+        &self,
+        server: &ServerInfo,
+        mut durability: Persistence,
+    ) -> Result<(Persistence, bool), ValkeyError> {
+        let config = &self.inner.config;
+        if durability.evicts() == Some(true) {
+            if !config.allow_eviction {
+                let _ = self.inner.client.quit().await;
+                return Err(ValkeyError::Eviction {
+                    server: server.to_string(),
+                    policy: durability.maxmemory_policy.unwrap_or_default(),
+                });
+            }
+            durability.eviction_allowed = true;
+        }
+        // With the append-only file and WAITAOF, a claim waits until the
+        // pool's recorded span is on disk, so the guard knows it after any
+        // restart.
+        let fsync_claims = config.restart_guard
+            && !durability.keeps_every_write()
+            && durability.fsyncs_on_request()
+            && server.waitaof;
+        let accepted = !config.restart_guard || config.one_timing || fsync_claims;
+        if !durability.keeps_every_write() && (config.require_durable || !accepted) {
+            let required = config.require_durable;
+            let _ = self.inner.client.quit().await;
+            return Err(ValkeyError::NotDurable {
+                server: server.to_string(),
+                settings: durability.persistence_settings(),
+                durability: durability.to_string(),
+                required,
+            });
+        }
+        Ok((durability, fsync_claims))
+    }
+
+    /// Loads the scripts of `path` (`SCRIPT LOAD`), so that the first
+    /// operations find them by SHA.
+    async fn load_scripts(&self, path: ActivePath, url: &str) -> Result<(), ValkeyError> {
+        for script in self.inner.scripts.for_path(path == ActivePath::Hsetex) {
+            self.call::<Value>(
+                "SCRIPT",
+                ClusterHash::Random,
+                vec!["LOAD".into(), script.body.into()],
+            )
+            .await
+            .map_err(|f| self.failure_error("SCRIPT LOAD", url, f))?;
+        }
+        Ok(())
+    }
+
+    async fn probe(&self, url: &str) -> Result<ServerInfo, ValkeyError> {
+        let info: String = self
+            .call("INFO", ClusterHash::Random, vec!["server".into()])
+            .await
+            .map_err(|f| self.failure_error("INFO server", url, f))?;
+        let mut server = ServerInfo::from_info(&info);
+        match self
+            .call::<Value>(
+                "COMMAND",
+                ClusterHash::Random,
+                vec!["INFO".into(), "HSETEX".into(), "WAITAOF".into()],
+            )
+            .await
+        {
+            // An unknown command comes back as a nil entry.
+            Ok(Value::Array(entries)) => {
+                let known = |i: usize| entries.get(i).is_some_and(|e| !matches!(e, Value::Null));
+                server.hsetex = known(0);
+                server.waitaof = known(1);
+            }
+            Ok(_) => {}
+            // COMMAND denied by an ACL: keep the answer from the version.
+            Err(Failure::Denied(_) | Failure::Rejected(_)) => {}
+            Err(f) => return Err(self.failure_error("COMMAND INFO HSETEX WAITAOF", url, f)),
+        }
+        Ok(server)
+    }
+
+    /// Reads `maxmemory-policy`, `appendonly`, `appendfsync` and `save`, one
+    /// `CONFIG GET` each (Redis 6 takes one pattern per call). A server that
+    /// refuses `CONFIG` (disabled, renamed, denied by an ACL) leaves them
+    /// unknown.
+    async fn read_durability(&self, url: &str) -> Result<Persistence, ValkeyError> {
+        let mut d = Persistence::unknown(self.inner.config.wait);
+        for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
+            let value = match self
+                .call::<Value>(
+                    "CONFIG",
+                    ClusterHash::Random,
+                    vec!["GET".into(), name.into()],
+                )
+                .await
+            {
+                Ok(v) => config_value(&v),
+                Err(Failure::Denied(_) | Failure::Rejected(_)) => return Ok(d),
+                Err(f) => return Err(self.failure_error("CONFIG GET", url, f)),
+            };
+            match name {
+                "maxmemory-policy" => d.maxmemory_policy = value,
+                "appendonly" => d.appendonly = value.map(|v| v.eq_ignore_ascii_case("yes")),
+                "appendfsync" => d.appendfsync = value,
+                _ => d.save = value,
+            }
+        }
+        Ok(d)
+    }
+
+    pub(super) fn failure_error(
+        &self,
+        command: &'static str,
+        url: &str,
+        f: Failure,
+    ) -> ValkeyError {
+        match f {
+            Failure::Transient(reason) => ValkeyError::Unreachable {
+                url: url.to_owned(),
+                timeout: self.inner.config.op_timeout,
+                reason,
+            },
+            other => ValkeyError::Server {
+                server: self.inner.server.to_string(),
+                command,
+                reason: other.text().to_owned(),
+            },
+        }
+    }
+}
+
+/// The settings `connect` refuses before it opens anything: the key
+/// prefix, a TLS URL, a zero operation timeout, and a replica wait that
+/// cannot end before the operation timeout.
+fn check_settings(config: &ValkeyConfig) -> Result<(), ValkeyError> {
+    check_prefix(&config.prefix)?;
+    crate::url::refuse_tls(config.url.split_once("://").map_or("", |(s, _)| s))?;
+    if config.op_timeout.is_zero() {
+        return Err(ConfigError::new(
+            "op_timeout",
+            "0s",
+            "a timeout above zero, well below the renewal interval",
+        )
+        .into());
+    }
+    if let Some((replicas, wait)) = config.wait
+        && (replicas == 0 || wait < Duration::from_millis(1) || wait >= config.op_timeout)
+    {
+        return Err(ConfigError::new(
+            "wait_for_replicas",
+            format!("{replicas} replicas within {wait:?}"),
+            format!(
+                "at least 1 replica, within 1 ms to less than the operation timeout ({:?})",
+                config.op_timeout
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The `fred` client of `config`, every timeout set to the operation
+/// timeout (`url` is the URL without credentials), and its connection
+/// opened.
+async fn open_client(
+    config: &ValkeyConfig,
+    url: &str,
+) -> Result<fred::clients::Client, ValkeyError> {
+    let timeout = config.op_timeout;
+    let bad_url = |source: fred::error::Error| {
+        ValkeyError::from(ConfigError::new(
+            "url",
+            format!("{url} ({source})"),
+            "redis://[user:pass@]host:port[/db]",
+        ))
+    };
+    let mut fred_config = Config::from_url(&config.url).map_err(bad_url)?;
+    fred_config.fail_fast = true;
+    let client = Builder::from_config(fred_config)
+        .with_connection_config(|c| {
+            c.connection_timeout = timeout;
+            c.internal_command_timeout = timeout;
+            c.max_command_attempts = 1;
+            c.unresponsive = UnresponsiveConfig {
+                max_timeout: Some(timeout),
+                interval: (timeout / 4).max(Duration::from_millis(10)),
+            };
+            c.tcp.nodelay = Some(true);
+        })
+        .with_performance_config(|p| p.default_command_timeout = timeout)
+        .set_policy(ReconnectPolicy::new_exponential(0, 20, 1000, 2))
+        .build()
+        .map_err(bad_url)?;
+    let unreachable = |reason: String| ValkeyError::Unreachable {
+        url: url.to_owned(),
+        timeout,
+        reason,
+    };
+    match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
+        Ok(Ok(_task)) => {}
+        Ok(Err(e)) => return Err(unreachable(e.to_string())),
+        Err(_) => {
+            let _ = client.quit().await;
+            return Err(unreachable("no answer".into()));
+        }
+    }
+    Ok(client)
+}
