@@ -1,0 +1,291 @@
+//! A provided server: where it came from, and what can be done with it
+//! (crash, restart, detach).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Child;
+
+use super::kinds::ServerKind;
+use super::processes::Guard;
+use super::settings::Settings;
+
+/// Where a server came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A URL from this environment variable.
+    Env(&'static str),
+    /// This binary, started privately.
+    Binary(PathBuf),
+    /// This container image, through testcontainers.
+    Container(String),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Env(var) => write!(f, "${var}"),
+            Self::Binary(path) => write!(f, "local binary {}", path.display()),
+            Self::Container(image) => write!(f, "testcontainers {image}"),
+        }
+    }
+}
+
+/// A running (or externally supplied) server. A server this process started
+/// is stopped, and its data directory removed, when this is dropped.
+pub struct Server {
+    /// The kind.
+    pub kind: ServerKind,
+    /// The URL to connect to.
+    pub url: String,
+    /// The server's version as it reports it.
+    pub version: String,
+    /// Where it came from.
+    pub origin: Origin,
+    /// The settings it was started with; `None` when they were not ours to
+    /// choose (a URL from the environment, a container).
+    pub(super) settings: Option<Settings>,
+    pub(super) guard: Option<Guard>,
+}
+
+impl Server {
+    /// `host:port` of the server, for the fault proxy.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        let rest = self.url.split_once("://")?.1;
+        let host_port = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
+        let host_port = host_port.split('/').next()?;
+        std::net::ToSocketAddrs::to_socket_addrs(host_port)
+            .ok()?
+            .next()
+    }
+
+    /// The URL with a different address (to go through the fault proxy).
+    pub fn url_via(&self, addr: SocketAddr) -> String {
+        match self.addr() {
+            Some(orig) => self
+                .url
+                .replacen(&orig.to_string(), &addr.to_string(), 1)
+                .replacen(&format!("localhost:{}", orig.port()), &addr.to_string(), 1),
+            None => self.url.clone(),
+        }
+    }
+
+    /// The PID of a server this process started (for fault tests that kill it).
+    pub fn pid(&self) -> Option<u32> {
+        self.guard
+            .as_ref()
+            .and_then(|g| g.child.as_ref())
+            .map(Child::id)
+    }
+
+    /// Leaves a server this process started running after this value is
+    /// dropped (for `cargo xtask servers up`). Returns how to stop it later.
+    pub fn detach(mut self) -> Detached {
+        let guard = self.guard.take();
+        let detached = Detached {
+            pid: guard.as_ref().and_then(|g| g.child.as_ref()).map(Child::id),
+            stop: guard
+                .as_ref()
+                .and_then(|g| g.stop.clone())
+                .map(|s| {
+                    s.into_iter()
+                        .map(|a| a.to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            dir: guard.as_ref().map(|g| g.dir.clone()),
+        };
+        std::mem::forget(guard);
+        detached
+    }
+
+    /// One line for reports: `redis8 8.2.3 (local binary /path; durable)`.
+    pub fn describe(&self) -> String {
+        let settings = match (self.settings, &self.origin) {
+            (Some(s), _) => s.name(),
+            (None, Origin::Container(_)) => "image defaults",
+            (None, _) => "settings unknown",
+        };
+        format!(
+            "{} {} ({}; {settings})",
+            self.kind, self.version, self.origin
+        )
+    }
+
+    /// The settings this server was started with ([`provide_with`](super::provide_with)); `None`
+    /// for a URL from the environment or a container, which run as they were
+    /// configured.
+    pub fn settings(&self) -> Option<Settings> {
+        self.settings
+    }
+
+    /// Whether [`Server::kill`](super::Server::kill) and [`Server::restart`] work on this server:
+    /// only on one this process started from a local binary.
+    pub fn can_restart(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.relaunch.is_some())
+    }
+
+    /// Crashes the server as a power cut would crash its process: nothing is
+    /// flushed or shut down cleanly, so what survives is what its
+    /// [`Settings`] had made the server write out. PostgreSQL is stopped with
+    /// `pg_ctl stop -m immediate` (every process quits at once; the postmaster
+    /// named in `postmaster.pid` is then SIGKILLed if it is still there),
+    /// MariaDB, Redis, Valkey and etcd get SIGKILL. Returns once the server
+    /// process is gone. Killing a server that is down does nothing.
+    ///
+    /// Only for a server this process started from a local binary: for a URL
+    /// from the environment or a container it is an error that says so.
+    pub fn kill(&mut self) -> Result<(), String> {
+        self.local_guard()?.kill()
+    }
+
+    /// Starts the server again, on the same data directory, port and
+    /// settings, and waits (60 s at most) until it accepts connections (a
+    /// Redis or Valkey answers `PING`, having loaded its data). A server still
+    /// running is killed first, as by [`Server::kill`](super::Server::kill). The server is still
+    /// stopped, and its data directory removed, when this value is dropped.
+    ///
+    /// Only for a server this process started from a local binary: for a URL
+    /// from the environment or a container it is an error that says so.
+    pub fn restart(&mut self) -> Result<(), String> {
+        let guard = self.local_guard()?;
+        guard.kill()?;
+        guard.start()
+    }
+
+    fn local_guard(&mut self) -> Result<&mut Guard, String> {
+        let (kind, origin) = (self.kind, self.origin.clone());
+        self.guard
+            .as_mut()
+            .filter(|g| g.relaunch.is_some())
+            .ok_or_else(|| {
+                format!(
+                    "{kind} from {origin}: restarts need a server this process started from a \
+                     local binary ({}); unset {} to have one started",
+                    kind.install_hint(),
+                    kind.env_var()
+                )
+            })
+    }
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("kind", &self.kind)
+            .field("url", &self.url)
+            .field("version", &self.version)
+            .field("origin", &self.origin)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A server left running by [`Server::detach`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Detached {
+    /// The process to kill, if the server runs as a child process.
+    pub pid: Option<u32>,
+    /// The command that stops it (empty when killing the process is enough).
+    pub stop: Vec<String>,
+    /// Its data directory, to remove once stopped.
+    pub dir: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpStream;
+
+    use super::*;
+    use crate::servers::processes::alive;
+    use crate::servers::{find_binary, provide_with};
+
+    #[test]
+    fn restarts_need_a_local_binary() {
+        let mut server = Server {
+            kind: ServerKind::Redis7,
+            url: "redis://127.0.0.1:1".into(),
+            version: "(external)".into(),
+            origin: Origin::Env(ServerKind::Redis7.env_var()),
+            settings: None,
+            guard: None,
+        };
+        assert!(!server.can_restart());
+        for e in [server.kill().unwrap_err(), server.restart().unwrap_err()] {
+            assert!(e.contains("local binary"), "{e}");
+            assert!(e.contains("LEASEHOLD_REDIS7_URL"), "{e}");
+        }
+        assert!(
+            server.describe().ends_with("settings unknown)"),
+            "{}",
+            server.describe()
+        );
+    }
+
+    /// One command over RESP; the reply's first line.
+    fn redis(port: u16, args: &[&str]) -> String {
+        use std::io::{BufRead, BufReader, Write};
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let mut cmd = format!("*{}\r\n", args.len());
+        for a in args {
+            cmd.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        stream.write_all(cmd.as_bytes()).expect("send");
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("reply");
+        if line.starts_with('$') && line.trim_end() != "$-1" {
+            line.clear();
+            reader.read_line(&mut line).expect("bulk");
+        }
+        line.trim_end().to_owned()
+    }
+
+    /// A write a durable Redis acknowledged survives a kill and a restart on
+    /// the same port; a lossy one restarts empty. The server is stopped and its
+    /// directory removed on drop, after a restart too.
+    #[test]
+    fn a_killed_redis_restarts_with_what_its_settings_keep() {
+        let kind = ServerKind::Redis7;
+        if std::env::var_os(kind.env_var()).is_some() {
+            eprintln!(
+                "${} names a server: no local one to restart; skipped",
+                kind.env_var()
+            );
+            return;
+        }
+        if find_binary(kind).is_none() {
+            // Under CI a missing server is a failure, as everywhere.
+            assert!(
+                !crate::in_ci(),
+                "no local {kind} binary: {}",
+                kind.install_hint()
+            );
+            eprintln!("no local {kind} binary: skipped");
+            return;
+        }
+        for (settings, after) in [(Settings::Durable, "v"), (Settings::Lossy, "$-1")] {
+            let mut server = provide_with(kind, settings).expect("redis7");
+            assert!(
+                server.describe().ends_with(&format!("; {settings})")),
+                "{}",
+                server.describe()
+            );
+            assert_eq!(server.settings(), Some(settings));
+            let port = server.addr().expect("address").port();
+            let dir = server.guard.as_ref().expect("guard").dir.clone();
+            assert_eq!(redis(port, &["SET", "k", "v"]), "+OK");
+            let before = server.pid().expect("pid");
+            server.kill().expect("kill");
+            assert!(!alive(before), "{settings}: the killed server still runs");
+            server.kill().expect("killing a server that is down");
+            server.restart().expect("restart");
+            let pid = server.pid().expect("pid");
+            assert_ne!(pid, before);
+            assert_eq!(redis(port, &["GET", "k"]), after, "{settings}");
+            drop(server);
+            assert!(!alive(pid), "{settings}: still running after drop");
+            assert!(!dir.exists(), "{settings}: {} left behind", dir.display());
+        }
+    }
+}
