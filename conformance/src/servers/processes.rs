@@ -52,9 +52,62 @@ impl Guard {
         })
     }
 
+    /// The server's running processes: the child, or the daemon named in
+    /// the PID file and the daemon's children (PostgreSQL's backends).
+    /// Empty when it is down.
+    pub(super) fn pids(&self) -> Vec<u32> {
+        if let Some(child) = &self.child {
+            return vec![child.id()];
+        }
+        let Some(daemon) = self.lock_files.first().and_then(|f| read_pid(f)) else {
+            return Vec::new();
+        };
+        if !alive(daemon) {
+            return Vec::new();
+        }
+        let mut pids = vec![daemon];
+        pids.extend(children(daemon));
+        pids
+    }
+
+    /// Stops every process of the server (`SIGSTOP`): it reads and answers
+    /// nothing, but its connections stay open. A daemon is stopped before its
+    /// children, so that it starts no new one meanwhile. Returns once the
+    /// kernel shows them all stopped.
+    pub(super) fn freeze(&self) -> Result<(), String> {
+        let pids = self.pids();
+        let (&first, _) = pids.split_first().ok_or("the server is not running")?;
+        signal("STOP", &[first])?;
+        // Read again: children the daemon started before it stopped.
+        let pids = self.pids();
+        signal("STOP", &pids)?;
+        let deadline = Instant::now() + FREEZE_WAIT;
+        while let Some(&running) = pids.iter().find(|&&p| alive(p) && !stopped(p)) {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "server process {running} is not stopped {FREEZE_WAIT:?} after SIGSTOP"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
+    }
+
+    /// Resumes every process of a frozen server (`SIGCONT`). Thawing a
+    /// server that is not frozen, or down, does nothing.
+    pub(super) fn thaw(&self) -> Result<(), String> {
+        let pids = self.pids();
+        if pids.is_empty() {
+            return Ok(());
+        }
+        signal("CONT", &pids)
+    }
+
     /// Kills the server without letting it flush or shut down; returns once
-    /// its process is gone.
+    /// its process is gone. A frozen server is thawed first: a daemon's stop
+    /// command signals it, and it would not act on that while stopped.
     pub(super) fn kill(&mut self) -> Result<(), String> {
+        let _ = self.thaw();
         if let Some(mut child) = self.child.take() {
             // SIGKILL; an error means it has already exited.
             let _ = child.kill();
@@ -106,6 +159,33 @@ impl Guard {
             ))
         }
     }
+}
+
+/// How long a frozen server's processes may take to show as stopped.
+const FREEZE_WAIT: Duration = Duration::from_secs(30);
+
+/// Sends `SIGSTOP`, `SIGCONT`, ... (`which` without `SIG`) to `pids`.
+fn signal(which: &str, pids: &[u32]) -> Result<(), String> {
+    let status = programs::command("kill")?
+        .arg(format!("-{which}"))
+        .args(pids.iter().map(u32::to_string))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("kill -{which} {pids:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -{which} {pids:?} answered {status}"))
+    }
+}
+
+/// Whether process `pid` is stopped by a signal (`T` in `/proc/<pid>/stat`).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    })
 }
 
 /// Whether every process of `pids` is gone within `wait`.
@@ -163,6 +243,8 @@ pub(super) fn alive(pid: u32) -> bool {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        // A frozen server would not act on its stop command.
+        let _ = self.thaw();
         if let Some((program, args)) = self.stop.as_ref().and_then(|s| s.split_first()) {
             let _ = Command::new(program)
                 .args(args)

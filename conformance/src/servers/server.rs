@@ -119,8 +119,9 @@ impl Server {
         self.settings
     }
 
-    /// Whether [`Server::kill`](super::Server::kill) and [`Server::restart`] work on this server:
-    /// only on one this process started from a local binary.
+    /// Whether [`Server::kill`], [`Server::restart`], [`Server::freeze`] and
+    /// [`Server::thaw`] work on this server: only on one this process started
+    /// from a local binary.
     pub fn can_restart(&self) -> bool {
         self.guard.as_ref().is_some_and(|g| g.relaunch.is_some())
     }
@@ -142,7 +143,7 @@ impl Server {
     /// Starts the server again, on the same data directory, port and
     /// settings, and waits (60 s at most) until it accepts connections (a
     /// Redis or Valkey answers `PING`, having loaded its data). A server still
-    /// running is killed first, as by [`Server::kill`](super::Server::kill). The server is still
+    /// running is killed first, as by [`Server::kill`]. The server is still
     /// stopped, and its data directory removed, when this value is dropped.
     ///
     /// Only for a server this process started from a local binary: for a URL
@@ -153,19 +154,56 @@ impl Server {
         guard.start()
     }
 
+    /// Stops the server's processes (`SIGSTOP`), as a VM pause or a stalled
+    /// machine would: it reads and answers nothing, but its connections stay
+    /// open. Every process is stopped (PostgreSQL's postmaster and its backends alike),
+    /// and this returns once the kernel shows them stopped.
+    ///
+    /// A frozen server is thawed by [`Server::thaw`], and may also be killed
+    /// or restarted as it is ([`Server::kill`] and [`Server::restart`] thaw
+    /// it first), or dropped.
+    ///
+    /// Only for a server this process started from a local binary: for a URL
+    /// from the environment or a container it is an error that says so.
+    pub fn freeze(&self) -> Result<(), String> {
+        self.local("freezing needs")?.freeze()
+    }
+
+    /// Resumes a server stopped by [`Server::freeze`] (`SIGCONT`). Thawing a
+    /// server that is not frozen does nothing.
+    ///
+    /// Only for a server this process started from a local binary, as
+    /// [`Server::freeze`].
+    pub fn thaw(&self) -> Result<(), String> {
+        self.local("thawing needs")?.thaw()
+    }
+
+    fn local(&self, what: &str) -> Result<&Guard, String> {
+        self.guard
+            .as_ref()
+            .filter(|g| g.relaunch.is_some())
+            .ok_or_else(|| self.not_local(what))
+    }
+
     fn local_guard(&mut self) -> Result<&mut Guard, String> {
-        let (kind, origin) = (self.kind, self.origin.clone());
+        let why = self.not_local("restarts need");
         self.guard
             .as_mut()
             .filter(|g| g.relaunch.is_some())
-            .ok_or_else(|| {
-                format!(
-                    "{kind} from {origin}: restarts need a server this process started from a \
-                     local binary ({}); unset {} to have one started",
-                    kind.install_hint(),
-                    kind.env_var()
-                )
-            })
+            .ok_or(why)
+    }
+
+    /// Why `what` (`restarts need`, ...) a server this process started from a
+    /// local binary.
+    fn not_local(&self, what: &str) -> String {
+        let kind = self.kind;
+        format!(
+            "{kind} from {}: {what} a server this process started from a local binary \
+             ({}); unset {} to have one started",
+            self.origin,
+            kind.install_hint(),
+            kind.env_var()
+        )
     }
 }
 
@@ -195,6 +233,7 @@ pub struct Detached {
 #[cfg(test)]
 mod tests {
     use std::net::TcpStream;
+    use std::time::Duration;
 
     use super::*;
     use crate::servers::processes::alive;
@@ -211,7 +250,12 @@ mod tests {
             guard: None,
         };
         assert!(!server.can_restart());
-        for e in [server.kill().unwrap_err(), server.restart().unwrap_err()] {
+        for e in [
+            server.kill().unwrap_err(),
+            server.restart().unwrap_err(),
+            server.freeze().unwrap_err(),
+            server.thaw().unwrap_err(),
+        ] {
             assert!(e.contains("local binary"), "{e}");
             assert!(e.contains("LEASEHOLD_REDIS7_URL"), "{e}");
         }
@@ -220,6 +264,42 @@ mod tests {
             "{}",
             server.describe()
         );
+    }
+
+    /// Whether this machine can start a `kind` server of its own; says why
+    /// not (a missing binary fails under CI, as everywhere).
+    fn local_binary_here(kind: ServerKind) -> bool {
+        if std::env::var_os(kind.env_var()).is_some() {
+            eprintln!(
+                "${} names a server: no local one to restart; skipped",
+                kind.env_var()
+            );
+            return false;
+        }
+        if find_binary(kind).is_none() {
+            // Under CI a missing server is a failure, as everywhere.
+            assert!(
+                !crate::in_ci(),
+                "no local {kind} binary: {}",
+                kind.install_hint()
+            );
+            eprintln!("no local {kind} binary: skipped");
+            return false;
+        }
+        true
+    }
+
+    /// What the server on `port` answers to `request` (its first `len`
+    /// bytes), or `None` when it says nothing within `wait`.
+    fn answer(port: u16, request: &[u8], len: usize, wait: Duration) -> Option<Vec<u8>> {
+        use std::io::{Read, Write};
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut stream = TcpStream::connect_timeout(&addr, wait).ok()?;
+        stream.set_read_timeout(Some(wait)).ok()?;
+        stream.write_all(request).ok()?;
+        let mut reply = vec![0; len];
+        stream.read_exact(&mut reply).ok()?;
+        Some(reply)
     }
 
     /// One command over RESP; the reply's first line.
@@ -247,21 +327,7 @@ mod tests {
     #[test]
     fn a_killed_redis_restarts_with_what_its_settings_keep() {
         let kind = ServerKind::Redis7;
-        if std::env::var_os(kind.env_var()).is_some() {
-            eprintln!(
-                "${} names a server: no local one to restart; skipped",
-                kind.env_var()
-            );
-            return;
-        }
-        if find_binary(kind).is_none() {
-            // Under CI a missing server is a failure, as everywhere.
-            assert!(
-                !crate::in_ci(),
-                "no local {kind} binary: {}",
-                kind.install_hint()
-            );
-            eprintln!("no local {kind} binary: skipped");
+        if !local_binary_here(kind) {
             return;
         }
         for (settings, after) in [(Settings::Durable, "v"), (Settings::Lossy, "$-1")] {
@@ -286,6 +352,79 @@ mod tests {
             drop(server);
             assert!(!alive(pid), "{settings}: still running after drop");
             assert!(!dir.exists(), "{settings}: {} left behind", dir.display());
+        }
+    }
+
+    /// One handle freezes, thaws and restarts a server: a frozen Redis
+    /// answers nothing, a thawed one answers again, and a frozen one restarts
+    /// (with what it acknowledged, being durable) and answers.
+    #[test]
+    fn a_frozen_redis_thaws_and_restarts() {
+        let kind = ServerKind::Redis7;
+        if !local_binary_here(kind) {
+            return;
+        }
+        let mut server = provide_with(kind, Settings::Durable).expect("redis7");
+        let port = server.addr().expect("address").port();
+        let ping = |wait| answer(port, b"PING\r\n", 7, wait);
+        let pong = Some(b"+PONG\r\n".to_vec());
+        assert_eq!(redis(port, &["SET", "k", "v"]), "+OK");
+        server.freeze().expect("freeze");
+        assert_eq!(
+            ping(Duration::from_millis(500)),
+            None,
+            "a frozen server answered"
+        );
+        server.thaw().expect("thaw");
+        assert_eq!(ping(Duration::from_secs(10)), pong, "after the thaw");
+        server.freeze().expect("freeze again");
+        let before = server.pid().expect("pid");
+        server.restart().expect("restarting a frozen server");
+        assert_ne!(server.pid(), Some(before));
+        assert!(!alive(before), "the frozen server still runs");
+        assert_eq!(ping(Duration::from_secs(10)), pong, "after the restart");
+        assert_eq!(redis(port, &["GET", "k"]), "v");
+        server.thaw().expect("thawing a server that is not frozen");
+        let pid = server.pid().expect("pid");
+        server.freeze().expect("freeze before drop");
+        drop(server);
+        assert!(!alive(pid), "a frozen server still runs after drop");
+    }
+
+    /// PostgreSQL runs as a daemon with a process per connection: a freeze
+    /// stops them all, and the frozen daemon is still restarted (its stop
+    /// command needs it thawed).
+    #[test]
+    fn a_frozen_postgres_thaws_and_restarts() {
+        let kind = ServerKind::Postgres15;
+        if !local_binary_here(kind) {
+            return;
+        }
+        let mut server = provide_with(kind, Settings::Fast).expect("postgres15");
+        let port = server.addr().expect("address").port();
+        // An SSLRequest: the server answers one byte, `N` or `S`.
+        let probe = |wait| answer(port, &[0, 0, 0, 8, 4, 210, 22, 47], 1, wait).is_some();
+        assert!(
+            probe(Duration::from_secs(10)),
+            "a fresh server did not answer"
+        );
+        server.freeze().expect("freeze");
+        let pids = server.guard.as_ref().expect("guard").pids();
+        assert!(pids.len() > 1, "the postmaster and its processes: {pids:?}");
+        assert!(
+            !probe(Duration::from_millis(500)),
+            "a frozen server answered"
+        );
+        server.thaw().expect("thaw");
+        assert!(probe(Duration::from_secs(10)), "no answer after the thaw");
+        server.freeze().expect("freeze again");
+        server.restart().expect("restarting a frozen server");
+        assert!(
+            probe(Duration::from_secs(10)),
+            "no answer after the restart"
+        );
+        for pid in pids {
+            assert!(!alive(pid), "process {pid} of the frozen server still runs");
         }
     }
 }
