@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use super::settings::Settings;
+
 use super::local::{Local, start_etcd, start_mariadb, start_postgres, start_redis};
 
 /// Report labels of the backends that need no server: the in-process
@@ -62,6 +64,11 @@ pub enum Binary {
 pub struct Launch {
     /// The URL, with `{port}` for the port.
     pub url: &'static str,
+    /// The [`Settings`] a server of this family can be asked for
+    /// ([`provide_with`](super::provide_with)).
+    pub settings: &'static [Settings],
+    /// Why the other settings cannot be had (empty when every one can).
+    pub(super) settings_limit: &'static str,
     pub(super) local: Option<StartLocal>,
     #[cfg_attr(not(feature = "testcontainers"), allow(dead_code))]
     pub(super) container: Container,
@@ -95,6 +102,8 @@ impl Launch {
     /// PostgreSQL: `initdb`, then `pg_ctl start` (as `postgres` under root).
     pub const POSTGRES: Self = Self {
         url: "postgres://postgres@127.0.0.1:{port}/postgres",
+        settings: &Settings::ALL,
+        settings_limit: "",
         local: Some(start_postgres),
         container: Container::Generic {
             port: 5432,
@@ -105,6 +114,8 @@ impl Launch {
     /// MariaDB: `mariadb-install-db`, then `mariadbd`, then the database.
     pub const MARIADB: Self = Self {
         url: "mysql://root@127.0.0.1:{port}/leasehold",
+        settings: &Settings::ALL,
+        settings_limit: "",
         local: Some(start_mariadb),
         container: Container::Generic {
             port: 3306,
@@ -118,6 +129,8 @@ impl Launch {
     /// Redis or Valkey, without persistence.
     pub const REDIS: Self = Self {
         url: "redis://127.0.0.1:{port}",
+        settings: &Settings::ALL,
+        settings_limit: "",
         local: Some(start_redis),
         container: Container::Generic {
             port: 6379,
@@ -128,6 +141,10 @@ impl Launch {
     /// A one-member etcd cluster.
     pub const ETCD: Self = Self {
         url: "http://127.0.0.1:{port}",
+        settings: &[Settings::Fast, Settings::Durable],
+        settings_limit: "etcd has no setting that loses acknowledged writes on a process crash \
+                         (it fsyncs every commit; --unsafe-no-fsync loses writes only on an OS \
+                         crash)",
         local: Some(start_etcd),
         container: Container::Generic {
             port: 2379,
@@ -142,6 +159,9 @@ impl Launch {
     /// no local binary. The "URL" is the kubeconfig's path.
     pub const KUBERNETES: Self = Self {
         url: "",
+        settings: &[Settings::Fast],
+        settings_limit: "no local binary runs it, and a cluster named by the environment or \
+                         started in a container runs as it was configured",
         local: None,
         container: Container::K3s,
     };
@@ -342,6 +362,11 @@ impl ServerKind {
     /// How to get a binary for this kind on a machine like this one.
     pub fn install_hint(self) -> &'static str {
         self.row().install_hint
+    }
+
+    /// The [`Settings`] a server of this kind can be asked for.
+    pub fn settings(self) -> &'static [Settings] {
+        self.row().launch.settings
     }
 }
 

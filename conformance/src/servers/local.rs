@@ -298,13 +298,6 @@ fn redis_pongs(port: u16) -> bool {
 }
 
 pub(super) fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
-    if l.settings == Settings::Lossy {
-        return Err(
-            "etcd has no setting that loses acknowledged writes on a process crash \
-                    (it fsyncs every commit; --unsafe-no-fsync loses writes only on an OS crash)"
-                .into(),
-        );
-    }
     let (port, peer) = (l.port, free_port());
     let child = Command::new(l.bin)
         .args(["--name", "n0", "--data-dir"])

@@ -69,6 +69,9 @@ pub enum Settings {
 }
 
 impl Settings {
+    /// Every setting, in declaration order.
+    pub const ALL: [Self; 3] = [Self::Fast, Self::Durable, Self::Lossy];
+
     /// `fast`, `durable` or `lossy`.
     pub const fn name(self) -> &'static str {
         match self {
