@@ -289,6 +289,17 @@ mod tests {
         true
     }
 
+    /// A `kind` server this process starts with `settings`, and its port; `None`
+    /// (said) when this machine cannot start one.
+    fn own_server(kind: ServerKind, settings: Settings) -> Option<(Server, u16)> {
+        if !local_binary_here(kind) {
+            return None;
+        }
+        let server = provide_with(kind, settings).expect("a local server");
+        let port = server.addr().expect("address").port();
+        Some((server, port))
+    }
+
     /// What the server on `port` answers to `request` (its first `len`
     /// bytes), or `None` when it says nothing within `wait`.
     fn answer(port: u16, request: &[u8], len: usize, wait: Duration) -> Option<Vec<u8>> {
@@ -360,12 +371,9 @@ mod tests {
     /// (with what it acknowledged, being durable) and answers.
     #[test]
     fn a_frozen_redis_thaws_and_restarts() {
-        let kind = ServerKind::Redis7;
-        if !local_binary_here(kind) {
+        let Some((mut server, port)) = own_server(ServerKind::Redis7, Settings::Durable) else {
             return;
-        }
-        let mut server = provide_with(kind, Settings::Durable).expect("redis7");
-        let port = server.addr().expect("address").port();
+        };
         let ping = |wait| answer(port, b"PING\r\n", 7, wait);
         let pong = Some(b"+PONG\r\n".to_vec());
         assert_eq!(redis(port, &["SET", "k", "v"]), "+OK");
@@ -396,12 +404,9 @@ mod tests {
     /// command needs it thawed).
     #[test]
     fn a_frozen_postgres_thaws_and_restarts() {
-        let kind = ServerKind::Postgres15;
-        if !local_binary_here(kind) {
+        let Some((mut server, port)) = own_server(ServerKind::Postgres15, Settings::Fast) else {
             return;
-        }
-        let mut server = provide_with(kind, Settings::Fast).expect("postgres15");
-        let port = server.addr().expect("address").port();
+        };
         // An SSLRequest: the server answers one byte, `N` or `S`.
         let probe = |wait| answer(port, &[0, 0, 0, 8, 4, 210, 22, 47], 1, wait).is_some();
         assert!(
