@@ -21,7 +21,7 @@ use leasehold_core::{
     AcquireError, BoxFuture, Floor, Grant, PoolSpec, Release, Renewal, StaticSlot,
 };
 
-use crate::servers::{Missing, Server, ServerKind, Settings, provide_with};
+use crate::servers::{Missing, ProvideError, Server, ServerKind, Settings, provide_with};
 use crate::suite::{Outcome, STARVED, fresh_pool};
 use crate::{Backend, Store, Target};
 
@@ -567,12 +567,21 @@ pub async fn a_larger_clock_skew_lengthens_the_restart_guard<S: Stores>(
 
 /// A private server of `kind` with `settings` that this process can crash and
 /// restart, or the target labelled `label` that says why there is none.
+///
+/// # Panics
+///
+/// When `kind` cannot run with `settings` ([`ServerKind::settings`]): the
+/// test asks for a server that cannot exist, which no machine would mend.
 pub fn restartable_server(
     kind: ServerKind,
     settings: Settings,
     label: &str,
 ) -> Result<Server, Target> {
-    let server = provide_with(kind, settings).map_err(|missing| Target::missing(label, missing))?;
+    let server = match provide_with(kind, settings) {
+        Ok(server) => server,
+        Err(ProvideError::Missing(missing)) => return Err(Target::missing(label, missing)),
+        Err(e) => panic!("{label}: {e}"),
+    };
     if !server.can_restart() {
         let tried = vec![format!(
             "{}: restart tests need a server this process starts from a local binary",

@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -136,8 +137,28 @@ pub fn in_ci() -> bool {
 
 /// Runs every selected behaviour of every target, then writes
 /// `$LEASEHOLD_REPORT_DIR/<label>.tsv` lines when that variable is set.
+///
+/// Arguments it rejects (or `--help`) are answered on the terminal and
+/// returned as the exit code, never by exiting the process: the caller's
+/// servers, started before, are then still stopped as it returns (an exit
+/// runs no destructor and would leave them running).
 pub fn run(targets: Vec<Target>) -> ExitCode {
-    let args = Arguments::from_args();
+    run_with(std::env::args_os(), targets)
+}
+
+/// [`run`] with the command line `args` (the program's name first).
+fn run_with<I>(args: I, targets: Vec<Target>) -> ExitCode
+where
+    I: IntoIterator,
+    I::Item: Into<OsString> + Clone,
+{
+    let args = match <Arguments as clap::Parser>::try_parse_from(args) {
+        Ok(args) => args,
+        Err(rejected) => {
+            let _ = rejected.print();
+            return ExitCode::from(u8::try_from(rejected.exit_code()).unwrap_or(2));
+        }
+    };
     let tallies: Arc<Mutex<BTreeMap<String, Tally>>> = Arc::default();
     let mut trials = Vec::new();
     let mut servers = BTreeMap::new();
@@ -255,5 +276,44 @@ fn record(tallies: &Mutex<BTreeMap<String, Tally>>, label: &str, ok: bool) {
         tally.passed += 1;
     } else {
         tally.failed += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use leasehold_core::BoxFuture;
+
+    use super::*;
+    use crate::Store;
+
+    /// A backend that notes when it is dropped, as a server would be stopped.
+    struct Noted(Arc<AtomicBool>);
+
+    impl Backend for Noted {
+        fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
+            Box::pin(async { Err("never connected".to_owned()) })
+        }
+    }
+
+    impl Drop for Noted {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A bad argument is answered with an exit code, after the targets are
+    /// dropped, and the call returns: a caller's servers are stopped too.
+    #[test]
+    fn rejected_arguments_return_and_drop_the_targets() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let target = Target::new("noted", "nothing", Arc::new(Noted(dropped.clone())));
+        let code = run_with(["conformance", "--no-such-flag"], vec![target]);
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the target outlived the refusal"
+        );
+        assert_eq!(format!("{code:?}"), format!("{:?}", ExitCode::from(2)));
     }
 }

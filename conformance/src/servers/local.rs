@@ -1,0 +1,318 @@
+//! Starting a server from a local binary, privately, on a free loopback
+//! port with a temporary data directory: one recipe per family.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::discovery::version_of;
+use super::kinds::ServerKind;
+use super::processes::{Guard, Relaunch};
+use super::server::{Origin, Server};
+use super::settings::Settings;
+use crate::programs;
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+pub(super) fn temp_dir(kind: ServerKind) -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-{kind}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+pub(super) fn wait_for_port(
+    port: u16,
+    child: &mut Option<Child>,
+    timeout: Duration,
+    log: &Path,
+) -> Result<(), String> {
+    let start = Instant::now();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    while start.elapsed() < timeout {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if let Some(c) = child.as_mut()
+            && let Ok(Some(status)) = c.try_wait()
+        {
+            return Err(format!("exited with {status}: {}", tail(log)));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!(
+        "port {port} not open after {timeout:?}: {}",
+        tail(log)
+    ))
+}
+
+pub(super) fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+pub(super) fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} failed: {}{}",
+            cmd.get_program(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// How long a local server may take to accept connections, after a start or
+/// a restart (crash recovery included). Generous: the machine may be loaded.
+pub(super) const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// What a family's start function works with. The same function starts the
+/// server again after [`Server::kill`]: it then finds its data directory
+/// initialised and reuses it.
+pub(super) struct Local<'a> {
+    pub(super) bin: &'a Path,
+    pub(super) dir: PathBuf,
+    pub(super) port: u16,
+    pub(super) log: PathBuf,
+    pub(super) settings: Settings,
+    pub(super) guard: &'a mut Guard,
+}
+
+impl Local<'_> {
+    /// The server log, opened for appending (stdout and stderr of a child).
+    fn log_file(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null())
+    }
+}
+
+pub(super) fn start_local(
+    kind: ServerKind,
+    bin: &Path,
+    settings: Settings,
+) -> Result<Server, String> {
+    let launch = kind.row().launch;
+    let start = launch
+        .local
+        .ok_or_else(|| format!("no local {kind} binary is supported"))?;
+    let dir = temp_dir(kind).map_err(|e| e.to_string())?;
+    let port = free_port();
+    let mut guard = Guard {
+        child: None,
+        stop: None,
+        lock_files: Vec::new(),
+        dir,
+        relaunch: Some(Relaunch {
+            start,
+            bin: bin.to_path_buf(),
+            port,
+            settings,
+        }),
+        #[cfg(feature = "testcontainers")]
+        _container: None,
+    };
+    let version = version_of(bin, "--version");
+    guard.start()?;
+    Ok(Server {
+        kind,
+        url: launch.url_at(port),
+        version,
+        origin: Origin::Binary(bin.to_path_buf()),
+        settings: Some(settings),
+        guard: Some(guard),
+    })
+}
+
+pub(super) fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
+    let bindir = l.bin.parent().ok_or("no bin dir")?;
+    let data = l.dir.join("data");
+    // initdb refuses to run as root: run the server as `postgres` then.
+    let runuser = if programs::is_root() {
+        Some(programs::require("runuser")?)
+    } else {
+        None
+    };
+    let as_user = |program: PathBuf| -> Command {
+        if let Some(runuser) = &runuser {
+            let mut c = Command::new(runuser);
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    };
+    // A restart finds the cluster initialised.
+    if !data.join("PG_VERSION").is_file() {
+        if programs::is_root() {
+            run(programs::command("chown")?
+                .args(["-R", "postgres"])
+                .arg(&l.dir))?;
+        }
+        run(as_user(bindir.join("initdb")).arg("-D").arg(&data).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+        ]))?;
+    }
+    let settings = match l.settings {
+        Settings::Fast => "-c fsync=off",
+        Settings::Durable => "-c fsync=on -c synchronous_commit=on -c full_page_writes=on",
+        Settings::Lossy => "-c fsync=on -c synchronous_commit=off -c wal_writer_delay=10000ms",
+    };
+    let opts = format!(
+        "-p {} -k {} -c listen_addresses=127.0.0.1 {settings} -c max_connections=600",
+        l.port,
+        l.dir.display()
+    );
+    // Set before starting, so that a start that times out is stopped too.
+    let stop = as_user(bindir.join("pg_ctl"));
+    let mut stop_cmd = vec![stop.get_program().to_owned()];
+    stop_cmd.extend(stop.get_args().map(ToOwned::to_owned));
+    stop_cmd.extend(["-D".into(), data.clone().into_os_string()]);
+    stop_cmd.extend(["-m", "immediate", "-w", "stop"].map(Into::into));
+    l.guard.stop = Some(stop_cmd);
+    l.guard.lock_files = vec![
+        data.join("postmaster.pid"),
+        l.dir.join(format!(".s.PGSQL.{}.lock", l.port)),
+    ];
+    let wait = READY_WAIT.as_secs().to_string();
+    run(as_user(bindir.join("pg_ctl"))
+        .arg("-D")
+        .arg(&data)
+        .arg("-l")
+        .arg(&l.log)
+        .args(["-w", "-t", &wait, "-o", &opts, "start"]))
+}
+
+pub(super) fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
+    let data = l.dir.join("data");
+    // A restart finds the data directory installed.
+    if !data.join("mysql").is_dir() {
+        let install = programs::require("mariadb-install-db")?;
+        run(Command::new(install)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args([
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ]))?;
+    }
+    let settings: &[&str] = match l.settings {
+        Settings::Fast => &["--innodb-flush-log-at-trx-commit=0"],
+        // With the binary log on, durability would also take --sync-binlog=1.
+        Settings::Durable => &["--innodb-flush-log-at-trx-commit=1"],
+        Settings::Lossy => &[
+            "--innodb-flush-log-at-trx-commit=0",
+            "--innodb-flush-log-at-timeout=2700",
+        ],
+    };
+    let child = Command::new(l.bin)
+        .arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--port={}", l.port))
+        .arg("--bind-address=127.0.0.1")
+        .arg(format!("--socket={}", l.dir.join("sock").display()))
+        .arg(format!("--pid-file={}", l.dir.join("pid").display()))
+        .arg(format!("--log-error={}", l.log.display()))
+        .args(["--user=root", "--skip-log-bin", "--max-connections=1000"])
+        .args(settings)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    l.guard.child = Some(child);
+    wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
+    let client = programs::require("mariadb")?;
+    run(Command::new(client)
+        .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
+        .arg(format!("-P{}", l.port))
+        .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]))
+}
+
+pub(super) fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
+    let persistence: &[&str] = match l.settings {
+        Settings::Fast | Settings::Lossy => &["--appendonly", "no"],
+        Settings::Durable => &["--appendonly", "yes", "--appendfsync", "always"],
+    };
+    let child = Command::new(l.bin)
+        .args(["--port", &l.port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(persistence)
+        .arg("--dir")
+        .arg(&l.dir)
+        .stdout(l.log_file())
+        .stderr(l.log_file())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    l.guard.child = Some(child);
+    let start = Instant::now();
+    wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
+    // The port opens before the data is loaded (`-LOADING` until then).
+    while !redis_pongs(l.port) {
+        if start.elapsed() > READY_WAIT {
+            return Err(format!(
+                "no PONG on port {} after {READY_WAIT:?}: {}",
+                l.port,
+                tail(&l.log)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// Whether a Redis or Valkey on `port` answers `PING` with `+PONG`.
+fn redis_pongs(port: u16) -> bool {
+    use std::io::{BufRead, BufReader, Write};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    stream.write_all(b"PING\r\n").is_ok()
+        && BufReader::new(stream).read_line(&mut line).is_ok()
+        && line.trim_end() == "+PONG"
+}
+
+pub(super) fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
+    let (port, peer) = (l.port, free_port());
+    let child = Command::new(l.bin)
+        .args(["--name", "n0", "--data-dir"])
+        .arg(l.dir.join("data"))
+        .arg(format!("--listen-client-urls=http://127.0.0.1:{port}"))
+        .arg(format!("--advertise-client-urls=http://127.0.0.1:{port}"))
+        .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
+        .arg(format!(
+            "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
+        ))
+        .arg(format!("--initial-cluster=n0=http://127.0.0.1:{peer}"))
+        .stdout(l.log_file())
+        .stderr(l.log_file())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    l.guard.child = Some(child);
+    wait_for_port(port, &mut l.guard.child, READY_WAIT, &l.log)
+}

@@ -1,0 +1,229 @@
+//! Test servers, one provider chain for every backend (DESIGN.md, "Servers for
+//! tests"): an explicit URL in the environment → a server binary on this
+//! machine, started privately on a free loopback port with a temporary data
+//! directory → testcontainers when a Docker daemon answers (feature
+//! `testcontainers`). What was used is reported loudly; when nothing works the
+//! error names every piece that was tried and how to supply one.
+//!
+//! A server started from a local binary is started with the [`Settings`]
+//! asked for at provisioning ([`provide_with`]; [`provide`] is
+//! [`Settings::Fast`]), and can be crashed ([`Server::kill`]) and started
+//! again on the same data ([`Server::restart`]): what survives is what the
+//! settings promise.
+
+use std::fmt;
+
+mod containers;
+mod discovery;
+mod kinds;
+mod local;
+mod processes;
+mod server;
+mod settings;
+
+pub use discovery::{find_binary, servers_dir, short_version};
+pub use kinds::{
+    Binary, IN_PROCESS_LABELS, K8S_FAKE_LABEL, K8S_REAL_LABEL, KINDS, Kind, Launch, ServerKind,
+    labels, wheels,
+};
+pub use local::free_port;
+pub use server::{Detached, Origin, Server};
+pub use settings::Settings;
+
+use containers::{docker_probe, start_container};
+use local::start_local;
+
+/// No server could be provided. The message lists what was tried.
+#[derive(Clone, Debug)]
+pub struct Missing {
+    /// The kind asked for.
+    pub kind: ServerKind,
+    /// One line per link of the chain.
+    pub tried: Vec<String>,
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "no {} server available; tried:", self.kind)?;
+        for t in &self.tried {
+            writeln!(f, "  - {t}")?;
+        }
+        write!(
+            f,
+            "fix: set {} to a server URL, or install one: {}",
+            self.kind.env_var(),
+            self.kind.install_hint()
+        )
+    }
+}
+
+impl std::error::Error for Missing {}
+
+/// A kind asked for with settings no server of that kind can run with
+/// ([`ServerKind::settings`]): a mistake in the asking, which no installed
+/// program or container would mend. Nothing is looked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The kind asked for.
+    pub kind: ServerKind,
+    /// The settings asked for.
+    pub settings: Settings,
+}
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self { kind, settings } = *self;
+        let names = |list: Vec<&str>| list.join(", ");
+        let theirs = names(kind.settings().iter().map(|s| s.name()).collect());
+        let others = names(
+            ServerKind::ALL
+                .iter()
+                .filter(|k| k.settings().contains(&settings))
+                .map(|k| k.name())
+                .collect(),
+        );
+        write!(
+            f,
+            "{kind} cannot run with {settings} settings: {}; {kind} runs with: {theirs}; \
+             {settings} settings exist for: {others}",
+            kind.row().launch.settings_limit
+        )
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// Why [`provide_with`] gave no server.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum ProvideError {
+    /// The kind cannot run with the settings asked for; nothing was tried.
+    Unsupported(Unsupported),
+    /// No server of the kind could be had here; the chain was tried.
+    Missing(Missing),
+}
+
+impl fmt::Display for ProvideError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported(e) => e.fmt(f),
+            Self::Missing(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ProvideError {}
+
+/// Runs the provider chain for `kind`, starting a local binary with
+/// [`Settings::Fast`] (which every kind runs with): for tests that never
+/// restart the store. Prints one loud line saying what was used.
+pub fn provide(kind: ServerKind) -> Result<Server, Missing> {
+    chain(kind, Settings::Fast)
+}
+
+/// Runs the provider chain for `kind`, starting a local binary with
+/// `settings` (see [`Settings`] for what each means per family and which tests
+/// may use it). A URL from the environment is used as it is, and a container
+/// runs with its image's defaults: [`Server::settings`] is `None` then, and the
+/// server cannot be restarted. Prints one loud line saying what was used.
+///
+/// Settings the kind cannot run with ([`ServerKind::settings`]: a lossy etcd)
+/// are [`ProvideError::Unsupported`], whatever this machine has.
+pub fn provide_with(kind: ServerKind, settings: Settings) -> Result<Server, ProvideError> {
+    if !kind.settings().contains(&settings) {
+        let unsupported = Unsupported { kind, settings };
+        eprintln!("leasehold: {unsupported}");
+        return Err(ProvideError::Unsupported(unsupported));
+    }
+    chain(kind, settings).map_err(ProvideError::Missing)
+}
+
+/// The provider chain: the environment, a local binary, a container.
+fn chain(kind: ServerKind, settings: Settings) -> Result<Server, Missing> {
+    let mut tried = Vec::new();
+    let var = kind.env_var();
+    match std::env::var(var) {
+        Ok(url) if !url.is_empty() => {
+            let server = Server {
+                kind,
+                version: "(external)".into(),
+                url,
+                origin: Origin::Env(var),
+                settings: None,
+                guard: None,
+            };
+            eprintln!("leasehold: {kind}: using {} from ${var}", server.url);
+            return Ok(server);
+        }
+        _ => tried.push(format!("${var}: unset")),
+    }
+    match find_binary(kind) {
+        Some(bin) => match start_local(kind, &bin, settings) {
+            Ok(server) => {
+                eprintln!("leasehold: {kind}: started {}", server.describe());
+                return Ok(server);
+            }
+            Err(e) => tried.push(format!(
+                "local binary {}: failed to start: {e}",
+                bin.display()
+            )),
+        },
+        None => tried.push(format!("local binary: not found ({})", kind.install_hint())),
+    }
+    match docker_probe() {
+        Err(why) => tried.push(format!("testcontainers: {why}")),
+        Ok(()) => match start_container(kind) {
+            Ok(server) => {
+                eprintln!("leasehold: {kind}: started {}", server.describe());
+                return Ok(server);
+            }
+            Err(e) => tried.push(format!("testcontainers: {e}")),
+        },
+    }
+    let missing = Missing { kind, tried };
+    eprintln!("leasehold: {missing}");
+    Err(missing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`provide`] asks every kind for [`Settings::Fast`].
+    #[test]
+    fn every_kind_runs_fast() {
+        for kind in ServerKind::ALL {
+            assert!(kind.settings().contains(&Settings::Fast), "{kind}");
+        }
+    }
+
+    /// A lossy etcd is no missing server: the error names the kind and the
+    /// settings, says why, and which combinations exist. Nothing is started.
+    #[test]
+    fn an_unsupported_pair_is_no_missing_server() {
+        let e = match provide_with(ServerKind::Etcd35, Settings::Lossy) {
+            Err(ProvideError::Unsupported(e)) => e,
+            Err(e) => panic!("another error: {e}"),
+            Ok(s) => panic!("a lossy etcd was provided: {}", s.describe()),
+        };
+        assert_eq!(
+            e,
+            Unsupported {
+                kind: ServerKind::Etcd35,
+                settings: Settings::Lossy
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "etcd35 cannot run with lossy settings: etcd has no setting that loses acknowledged \
+             writes on a process crash (it fsyncs every commit; --unsafe-no-fsync loses writes \
+             only on an OS crash); etcd35 runs with: fast, durable; lossy settings exist for: \
+             postgres15, postgres-latest, mariadb, redis8, redis7, valkey8"
+        );
+        let k8s = Unsupported {
+            kind: ServerKind::K8s,
+            settings: Settings::Durable,
+        };
+        assert!(k8s.to_string().contains("k8s runs with: fast;"), "{k8s}");
+    }
+}
