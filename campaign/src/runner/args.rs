@@ -1,0 +1,270 @@
+//! The runner's command line: what a run is asked to do, and the command
+//! that replays it.
+
+use std::time::Duration;
+
+use leasehold_conformance::servers::Settings;
+use leasehold_core::MonoTime;
+use leasehold_core::plant::Plant;
+
+use crate::drift::Rate;
+
+/// What a run is asked to do (`campaign --help`).
+pub struct Args {
+    pub(crate) backend: String,
+    pub(crate) short: bool,
+    pub(crate) unsafe_mode: bool,
+    pub(crate) seed: u64,
+    pub(crate) secs: Option<u64>,
+    pub(crate) ids: Option<u64>,
+    pub(crate) workers: usize,
+    pub(crate) slots: u32,
+    pub(crate) ttl: Duration,
+    /// The largest clock offset given to workers (default: `max_clock_skew`).
+    pub(crate) skew_ms: Option<u64>,
+    /// How the store's server keeps what it acknowledged.
+    pub(crate) store: Settings,
+    /// Every other fault a store restart.
+    pub(crate) restart_heavy: bool,
+    /// Every other fault a backend crash (PostgreSQL).
+    pub(crate) crash_heavy: bool,
+    /// Workers of one pool with different timings: every other worker at
+    /// 10 × the TTL, each with its own `max_clock_skew` up to the largest.
+    pub(crate) mixed_fleet: bool,
+    /// A mixed fleet's workers promise one timing per pool anyway: on a
+    /// store that can forget, unsafe by design.
+    pub(crate) assume_one_timing: bool,
+    /// The workers' stores run without the restart guard (a control run).
+    pub(crate) no_restart_guard: bool,
+    /// PostgreSQL sessions keep the server's `synchronous_commit` (a
+    /// control run: a crashed backend then loses acknowledged leases).
+    pub(crate) keep_server_synchronous_commit: bool,
+    /// Keep the logs of a clean run too.
+    pub(crate) keep: bool,
+    /// Timing rules the workers break on purpose (`--plant`).
+    pub(crate) plants: Vec<Plant>,
+    /// Clock rate drift (`--clock-rate-ppm`): every other worker start runs
+    /// its clocks this many ppm slow, the rest this many fast.
+    pub(crate) drift_ppm: u32,
+    /// The leases' safety margin (`--margin-ms`; default: the library's
+    /// for the TTL).
+    pub(crate) margin: Option<Margin>,
+    /// The largest delay between a spare's claims (`--backoff-max-ms`;
+    /// default: the library's, a quarter of the TTL).
+    pub(crate) backoff_max_ms: Option<u64>,
+}
+
+/// A safety margin given on the command line.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Margin {
+    /// This many milliseconds.
+    Ms(u64),
+    /// The least timing rule 2 accepts for the run's TTL on a store whose
+    /// clock ticks in milliseconds (the coarsest of the campaign's stores).
+    Min,
+}
+
+/// Parses the runner's arguments (without the program's name); the error
+/// says what is wrong, or is the usage text for `--help`.
+pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
+    let mut a = Args {
+        backend: "sqlite".into(),
+        short: false,
+        unsafe_mode: false,
+        seed: MonoTime::now().as_nanos() ^ u64::from(std::process::id()) << 32,
+        secs: None,
+        ids: None,
+        workers: 5,
+        slots: 2,
+        ttl: Duration::from_secs(2),
+        skew_ms: None,
+        store: Settings::Fast,
+        restart_heavy: false,
+        crash_heavy: false,
+        mixed_fleet: false,
+        assume_one_timing: false,
+        no_restart_guard: false,
+        keep_server_synchronous_commit: false,
+        keep: false,
+        plants: Vec::new(),
+        drift_ppm: 0,
+        margin: None,
+        backoff_max_ms: None,
+    };
+    let mut it = argv.into_iter();
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let num = |v: String| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--backend" => a.backend = value()?,
+            "--short" => a.short = true,
+            "--unsafe" => a.unsafe_mode = true,
+            "--seed" => a.seed = num(value()?)?,
+            "--secs" => a.secs = Some(num(value()?)?),
+            "--ids" => a.ids = Some(num(value()?)?),
+            "--workers" => a.workers = num(value()?)? as usize,
+            "--slots" => a.slots = num(value()?)? as u32,
+            "--ttl-ms" => a.ttl = Duration::from_millis(num(value()?)?),
+            "--skew-ms" => a.skew_ms = Some(num(value()?)?),
+            "--store" => {
+                a.store = match value()?.as_str() {
+                    "fast" => Settings::Fast,
+                    "durable" => Settings::Durable,
+                    "lossy" => Settings::Lossy,
+                    other => {
+                        return Err(format!(
+                            "--store {other:?}: fast (speed-tuned), durable or lossy"
+                        ));
+                    }
+                }
+            }
+            "--restart-heavy" => a.restart_heavy = true,
+            "--crash-heavy" => a.crash_heavy = true,
+            "--mixed-fleet" => a.mixed_fleet = true,
+            "--assume-one-timing" => a.assume_one_timing = true,
+            "--no-restart-guard" => a.no_restart_guard = true,
+            "--unsafe-keep-server-synchronous-commit" => a.keep_server_synchronous_commit = true,
+            "--keep" => a.keep = true,
+            "--clock-rate-ppm" => {
+                a.drift_ppm = num(value()?)?
+                    .try_into()
+                    .ok()
+                    .filter(|p| Rate::from_ppm(*p).is_some())
+                    .ok_or("--clock-rate-ppm: at most 500000")?
+                    .unsigned_abs();
+            }
+            "--backoff-max-ms" => a.backoff_max_ms = Some(num(value()?)?),
+            "--margin-ms" => {
+                a.margin = Some(match value()?.as_str() {
+                    "min" => Margin::Min,
+                    v => Margin::Ms(num(v.to_owned())?),
+                });
+            }
+            "--plant" => {
+                for name in value()?.split(',') {
+                    a.plants.push(Plant::from_name(name).ok_or_else(|| {
+                        format!(
+                            "--plant {name:?}: one of {}",
+                            Plant::ALL.map(Plant::name).join(", ")
+                        )
+                    })?);
+                }
+            }
+            "-h" | "--help" => {
+                return Err(
+                    "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
+                            valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
+                            [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
+                            [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
+                            [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
+                            [--unsafe-keep-server-synchronous-commit] [--keep] \
+                            [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
+                            [--backoff-max-ms B]\n\
+                            \x20      campaign --dump FILE.rec   (a worker's log as text)"
+                        .into(),
+                );
+            }
+            other => return Err(format!("unknown argument {other:?} (try --help)")),
+        }
+    }
+    if a.assume_one_timing && !a.mixed_fleet {
+        return Err(
+            "--assume-one-timing goes with --mixed-fleet (every other run has one timing)".into(),
+        );
+    }
+    if !a.plants.is_empty() && !leasehold_core::plant::BUILT {
+        return Err(format!("--plant: {}", leasehold_core::plant::NotBuilt));
+    }
+    if !a.plants.is_empty() && (a.unsafe_mode || a.keep_server_synchronous_commit) {
+        return Err(
+            "--plant goes alone: --unsafe and the control runs look for duplicates of their own"
+                .into(),
+        );
+    }
+    if a.drift_ppm != 0 && a.backend == "sqlite" {
+        // SQLite's clock is the wall clock of the process running the
+        // statement: a drifting worker would drift the store's clock for its
+        // own claims only, which no real machine can do (every holder runs
+        // on the file's machine, and its processes share one clock).
+        return Err(
+            "--clock-rate-ppm needs a store with a clock of its own: SQLite's is each \
+             worker's, which would drift with it"
+                .into(),
+        );
+    }
+    if a.margin.is_some() && a.mixed_fleet {
+        return Err(
+            "--margin-ms goes without --mixed-fleet (its workers' TTLs need margins of their own)"
+                .into(),
+        );
+    }
+    if a.workers <= a.slots as usize || a.slots == 0 {
+        return Err("--workers must be more than --slots (spares must wait to take over)".into());
+    }
+    Ok(a)
+}
+
+/// The command that runs `a` again (the same faults and clocks).
+pub(crate) fn replay_command(a: &Args) -> String {
+    let mut c = format!("cargo xtask campaign --backend {}", a.backend);
+    let mut flag = |on: bool, f: &str| {
+        if on {
+            c.push(' ');
+            c.push_str(f);
+        }
+    };
+    flag(a.short, "--short");
+    flag(a.unsafe_mode, "--unsafe");
+    flag(a.store == Settings::Durable, "--store durable");
+    flag(a.store == Settings::Lossy, "--store lossy");
+    flag(a.restart_heavy, "--restart-heavy");
+    flag(a.crash_heavy, "--crash-heavy");
+    flag(a.mixed_fleet, "--mixed-fleet");
+    flag(a.assume_one_timing, "--assume-one-timing");
+    flag(a.no_restart_guard, "--no-restart-guard");
+    flag(
+        a.keep_server_synchronous_commit,
+        "--unsafe-keep-server-synchronous-commit",
+    );
+    let mut value = |name: &str, v: Option<String>| {
+        if let Some(v) = v {
+            c.push_str(&format!(" {name} {v}"));
+        }
+    };
+    value("--secs", a.secs.map(|v| v.to_string()));
+    value("--ids", a.ids.map(|v| v.to_string()));
+    value("--skew-ms", a.skew_ms.map(|v| v.to_string()));
+    value(
+        "--ttl-ms",
+        (a.ttl != Duration::from_secs(2)).then(|| a.ttl.as_millis().to_string()),
+    );
+    value("--workers", (a.workers != 5).then(|| a.workers.to_string()));
+    value("--slots", (a.slots != 2).then(|| a.slots.to_string()));
+    value(
+        "--plant",
+        (!a.plants.is_empty()).then(|| plant_names(&a.plants)),
+    );
+    value(
+        "--clock-rate-ppm",
+        (a.drift_ppm != 0).then(|| a.drift_ppm.to_string()),
+    );
+    value(
+        "--margin-ms",
+        a.margin.map(|m| match m {
+            Margin::Ms(ms) => ms.to_string(),
+            Margin::Min => "min".into(),
+        }),
+    );
+    value("--backoff-max-ms", a.backoff_max_ms.map(|b| b.to_string()));
+    value("--seed", Some(a.seed.to_string()));
+    c
+}
+
+/// The names of `plants`, as `--plant` takes them.
+pub(crate) fn plant_names(plants: &[Plant]) -> String {
+    plants
+        .iter()
+        .map(|p| p.name())
+        .collect::<Vec<_>>()
+        .join(",")
+}

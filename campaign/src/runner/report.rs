@@ -1,0 +1,215 @@
+//! The run's report: the summary table and the timeline's PNG.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold_conformance::programs;
+
+use super::args::replay_command;
+use super::ms;
+use super::serving::AIM_AFTER_CLAIM;
+use super::workers::Run;
+use crate::check::Report;
+
+/// Renders `svg` as a PNG beside it with `rsvg-convert`, where the machine
+/// has it; says what it made, or why it made none.
+pub(crate) fn png_of(svg: &Path) -> String {
+    let png = svg.with_extension("png");
+    let rsvg = match programs::command("rsvg-convert") {
+        Ok(c) => c,
+        Err(e) => return format!("no PNG: {e}"),
+    };
+    match { rsvg }
+        .args(["-w", "1400", "-b", "white", "-o"])
+        .arg(&png)
+        .arg(svg)
+        .stderr(Stdio::piped())
+        .output()
+    {
+        Ok(o) if o.status.success() => format!("PNG: {}", png.display()),
+        Ok(o) => format!(
+            "no PNG: rsvg-convert failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("no PNG: rsvg-convert did not run: {e}"),
+    }
+}
+
+pub(crate) struct Summary<'a> {
+    pub(crate) mode: &'a str,
+    /// When the run started (BOOTTIME ns).
+    pub(crate) start_ns: u64,
+    pub(crate) margin: Duration,
+    pub(crate) wall: Duration,
+    pub(crate) refused: u64,
+    pub(crate) load: String,
+    pub(crate) picture: &'a Path,
+    /// The PNG beside the picture, or why there is none.
+    pub(crate) png: &'a str,
+    pub(crate) store: &'a str,
+}
+
+pub(crate) fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
+    let faults: Vec<String> = run
+        .counts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .chain([
+            format!(
+                "skewed clocks {} (of {} starts, max ±{} ms)",
+                run.skews.iter().filter(|s| **s != 0).count(),
+                run.skews.len(),
+                run.max_skew_ms
+            ),
+            format!(
+                "several generators {}",
+                run.workers.iter().filter(|w| w.generators > 1).count()
+            ),
+        ])
+        .collect();
+    let per_kind: Vec<String> = r.ids.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let closed = r.periods.iter().filter(|p| p.closed).count();
+    let rows: Vec<(&str, String)> = vec![
+        ("backend", format!("{} — {}", run.args.backend, s.store)),
+        ("mode", s.mode.to_owned()),
+        ("seed", run.args.seed.to_string()),
+        ("command", replay_command(&run.args)),
+        (
+            "IDs",
+            format!("{} ({})", r.total_ids(), per_kind.join(", ")),
+        ),
+        ("duplicates", r.duplicates.to_string()),
+        ("IDs outside the pool", r.outside_pool.to_string()),
+        ("overlapping holding periods", r.overlaps.len().to_string()),
+        (
+            "first found",
+            r.first_found.map_or("nothing".into(), |(at, what)| {
+                format!(
+                    "{what}, {:.1} s after the start",
+                    at.saturating_sub(s.start_ns) as f64 / 1e9
+                )
+            }),
+        ),
+        (
+            "fences issued again (not above an earlier grant's on the slot)",
+            r.fences_reissued.to_string(),
+        ),
+        (
+            "holding periods",
+            format!(
+                "{} ({closed} seen closed, the rest cut by a kill)",
+                r.periods.len()
+            ),
+        ),
+        (
+            "closest hand-over",
+            r.closest_handover_ns.map_or("none".into(), ms) + &format!(" (margin {:?})", s.margin),
+        ),
+        ("faults", faults.join(", ")),
+        (
+            "second generators refused",
+            r.second_generators_refused.to_string(),
+        ),
+        (
+            "grants carrying a floor / refused: clock behind the floor",
+            format!(
+                "{} / {} (largest lag {} ms)",
+                r.grants_with_floor, r.clock_behind, r.clock_behind_max_ms
+            ),
+        ),
+        ("refused calls (graceful stops)", s.refused.to_string()),
+        (
+            "fenced writes",
+            if fences {
+                format!(
+                    "{} accepted, {} refused as stale, {} in the store's logs, {} accepted below an accepted fence",
+                    r.fenced_accepted, r.fenced_refused, r.fenced_logged, r.fence_violations
+                )
+            } else {
+                "none (no fenced-write helper for this store yet)".into()
+            },
+        ),
+        (
+            "workers",
+            format!(
+                "{} processes started, {} at a time",
+                run.next_id,
+                run.workers.len()
+            ),
+        ),
+        (
+            "backend crashes (PostgreSQL, in place)",
+            if run.crashes.is_empty() {
+                "none".into()
+            } else {
+                format!(
+                    "{} (backends {}), {} within {} of a claim, {} recovered in place (the \
+                     postmaster's start time unchanged), recovery up to {}; the server forgot \
+                     the newest claim in {}",
+                    run.crashes.len(),
+                    run.crashes
+                        .iter()
+                        .map(|c| c.pid.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    run.crashes
+                        .iter()
+                        .filter(|c| c.after_claim.is_some_and(|a| a <= AIM_AFTER_CLAIM))
+                        .count(),
+                    ms(AIM_AFTER_CLAIM.as_nanos() as i64),
+                    run.crashes.iter().filter(|c| c.in_place).count(),
+                    ms(run
+                        .crashes
+                        .iter()
+                        .map(|c| c.recovery.as_nanos() as i64)
+                        .max()
+                        .unwrap_or(0)),
+                    run.crashes.iter().filter(|c| c.forgot_claim).count()
+                )
+            },
+        ),
+        (
+            "worker timings (TTL / max_clock_skew)",
+            if run.timings.is_empty() {
+                format!("one for all: {:?} / {} ms", run.args.ttl, run.max_skew_ms)
+            } else {
+                run.timings
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (t, k))| format!("w{} {t:?}/{}ms", i + 1, k.as_millis()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        (
+            "worker clock rates",
+            if run.rates.iter().all(|d| d.rate.is_exact()) {
+                "exact".into()
+            } else {
+                run.rates
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| format!("w{} {}", i + 1, d.rate))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        ),
+        (
+            "worker clocks (ms off)",
+            run.skews
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("w{} {s:+}", i + 1))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ("wall time", format!("{:.1} s", s.wall.as_secs_f64())),
+        ("machine load (1/5/15 min)", s.load.clone()),
+        ("timeline", format!("{} ({})", s.picture.display(), s.png)),
+    ];
+    println!("\n| {} | |\n|---|---|", run.args.backend);
+    for (k, v) in rows {
+        println!("| {k} | {v} |");
+    }
+}
