@@ -17,31 +17,16 @@
 //! that a store which can forget refuses, or a run UNSAFE by design, is
 //! reported and exits 0), 1 otherwise, 2 for a usage or setup error.
 
-use std::path::Path;
 use std::process::ExitCode;
 
-use leasehold_campaign::record;
-use leasehold_campaign::runner::{parse_args, run};
+use leasehold_campaign::runner::{self, Args, parse_args};
 
 fn main() -> ExitCode {
-    // `campaign --dump FILE.rec`: a worker's log as text, one record a line,
-    // to read the evidence a failed run kept.
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if let [flag, file] = argv.as_slice()
         && flag == "--dump"
     {
-        return match record::read(Path::new(file)) {
-            Ok(records) => {
-                for r in records {
-                    println!("{r:?}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("campaign: {file}: {e}");
-                ExitCode::from(2)
-            }
-        };
+        return runner::dump(file);
     }
     let args = match parse_args(argv) {
         Ok(a) => a,
@@ -57,4 +42,17 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The run's phases in order.
+fn run(args: Args) -> Result<ExitCode, String> {
+    let Some(plan) = runner::plan(args)? else {
+        // Nothing to run: a store that can forget refused a mixed fleet.
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut campaign = runner::start(plan)?;
+    runner::fault_loop(&mut campaign)?;
+    let collected = runner::collect(&mut campaign)?;
+    let checked = runner::check(&campaign, &collected);
+    runner::report(&campaign, &collected, &checked)
 }

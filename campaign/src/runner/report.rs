@@ -1,20 +1,126 @@
-//! The run's report: the summary table and the timeline's PNG.
+//! The last phase: the timeline drawn, the summary table printed, who made
+//! any duplicates, the verdict, and the logs kept or removed.
 
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use leasehold_conformance::programs;
 
 use super::args::replay_command;
+use super::collect::Collected;
 use super::ms;
 use super::serving::AIM_AFTER_CLAIM;
+use super::start::Campaign;
+use super::verdict::{Checked, Verdict};
 use super::workers::Run;
-use crate::check::Report;
+use crate::check::{Report, duplicate_sources};
+use crate::timeline::svg;
+
+/// Draws the run's timeline, prints its table, who made any duplicates and
+/// its verdict; removes the logs of a clean run (unless `--keep`). The exit
+/// code: success when the run passed or was not judged.
+pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCode, String> {
+    let (run, report, mode) = (&c.run, &checked.report, c.mode.as_str());
+    let title = format!(
+        "{} {mode} seed {}: {} IDs, {} duplicates, {} overlaps, {} faults",
+        run.args.backend,
+        run.args.seed,
+        report.total_ids(),
+        report.duplicates,
+        report.overlaps.len(),
+        run.marks.len()
+    );
+    let picture = c.out.join(format!("{}.svg", c.label));
+    std::fs::write(
+        &picture,
+        svg(
+            &title,
+            &report.periods,
+            &run.marks,
+            run.args.slots,
+            c.start_ns,
+            got.end_ns,
+        ),
+    )
+    .map_err(|e| format!("{}: {e}", picture.display()))?;
+    let png = png_of(&picture);
+    print_table(
+        run,
+        report,
+        &Summary {
+            mode,
+            start_ns: c.start_ns,
+            margin: c.margin,
+            wall: got.wall,
+            refused: checked.refused,
+            load: format!("{} → {}", c.load_before, got.load_after),
+            picture: &picture,
+            png: &png,
+            store: &c.store.describe,
+        },
+        c.fences.is_some(),
+    );
+    print_duplicate_sources(run, got);
+    let must_fail = Checked::must_fail(c);
+    match checked.verdict {
+        Verdict::Passed => {}
+        Verdict::NotJudged => println!(
+            "UNSAFE by design: {} duplicates, {} overlapping holding periods (not judged: \
+             the run's configuration risks them)",
+            report.duplicates,
+            report.overlaps.len()
+        ),
+        Verdict::Failed => {
+            if Checked::planted(c) {
+                println!(
+                    "FAILED: the {mode} run found nothing: the campaign did not catch the planted bug"
+                );
+            } else if must_fail {
+                println!(
+                    "FAILED: the {mode} run found no duplicate: the check did not show it can fail"
+                );
+            } else {
+                println!(
+                    "FAILED: see the table; evidence kept in {}",
+                    run.dir.display()
+                );
+                for (a, b, by) in report.overlaps.iter().take(10) {
+                    println!("  overlap {}: {a:?} / {b:?}", ms(*by as i64));
+                }
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    if must_fail || run.args.keep {
+        println!("the logs are kept in {}", run.dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&run.dir);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Who made the duplicates (the first ten pairs), with their clocks.
+fn print_duplicate_sources(run: &Run, got: &Collected) {
+    for ((kind, slot, a, b), n) in duplicate_sources(&got.logs).iter().take(10) {
+        println!(
+            "  {n} duplicate {} IDs on slot {slot}: worker {a} (clock {:+} ms), then worker {b} (clock {:+} ms)",
+            kind.name(),
+            run.skews
+                .get((*a as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0),
+            run.skews
+                .get((*b as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0),
+        );
+    }
+}
 
 /// Renders `svg` as a PNG beside it with `rsvg-convert`, where the machine
 /// has it; says what it made, or why it made none.
-pub(crate) fn png_of(svg: &Path) -> String {
+fn png_of(svg: &Path) -> String {
     let png = svg.with_extension("png");
     let rsvg = match programs::command("rsvg-convert") {
         Ok(c) => c,
@@ -36,21 +142,21 @@ pub(crate) fn png_of(svg: &Path) -> String {
     }
 }
 
-pub(crate) struct Summary<'a> {
-    pub(crate) mode: &'a str,
+struct Summary<'a> {
+    mode: &'a str,
     /// When the run started (BOOTTIME ns).
-    pub(crate) start_ns: u64,
-    pub(crate) margin: Duration,
-    pub(crate) wall: Duration,
-    pub(crate) refused: u64,
-    pub(crate) load: String,
-    pub(crate) picture: &'a Path,
+    start_ns: u64,
+    margin: Duration,
+    wall: Duration,
+    refused: u64,
+    load: String,
+    picture: &'a Path,
     /// The PNG beside the picture, or why there is none.
-    pub(crate) png: &'a str,
-    pub(crate) store: &'a str,
+    png: &'a str,
+    store: &'a str,
 }
 
-pub(crate) fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
+fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
     let faults: Vec<String> = run
         .counts
         .iter()

@@ -1,0 +1,70 @@
+//! The fifth phase: every recorded ID, holding period and fenced write
+//! checked, and the run judged by what its mode requires.
+
+use super::collect::{Collected, refused_calls};
+use super::start::Campaign;
+use crate::check::{Report, check as check_logs};
+
+/// What the checks found, and the run's verdict.
+pub struct Checked {
+    pub(crate) report: Report,
+    /// Refused generation calls reported by the workers that stopped
+    /// gracefully.
+    pub(crate) refused: u64,
+    pub(crate) verdict: Verdict,
+}
+
+/// How a run is judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Clean, or (unsafe, control, planted bug) it found what it must.
+    Passed,
+    /// UNSAFE by design: what it found is reported, not judged.
+    NotJudged,
+    /// Something found in a run that must be clean, or nothing found in a
+    /// run that must find something.
+    Failed,
+}
+
+impl Checked {
+    /// A run with a planted bug: it must find something.
+    pub(crate) fn planted(c: &Campaign) -> bool {
+        !c.run.args.plants.is_empty()
+    }
+
+    /// Unsafe, control and planted-bug runs fail unless they find something.
+    pub(crate) fn must_fail(c: &Campaign) -> bool {
+        let args = &c.run.args;
+        args.unsafe_mode || args.keep_server_synchronous_commit || Self::planted(c)
+    }
+}
+
+/// Checks what the run `c` left, and judges it: a usual run must be clean;
+/// unsafe and control runs must find duplicates, a planted bug must be
+/// found, and a run unsafe by design shows what it risks, not judged.
+pub fn check(c: &Campaign, got: &Collected) -> Checked {
+    let report = check_logs(&got.logs, c.run.args.slots, &got.fence_logs);
+    let refused = refused_calls(&c.run.dir);
+    let passed = if Checked::planted(c) {
+        !report.is_clean()
+    } else if Checked::must_fail(c) {
+        report.duplicates > 0
+    } else if c.unsafe_by_design.is_some() {
+        return Checked {
+            report,
+            refused,
+            verdict: Verdict::NotJudged,
+        };
+    } else {
+        report.is_clean()
+    };
+    Checked {
+        report,
+        refused,
+        verdict: if passed {
+            Verdict::Passed
+        } else {
+            Verdict::Failed
+        },
+    }
+}
