@@ -67,47 +67,73 @@ pub(crate) enum Margin {
 /// Parses the runner's arguments (without the program's name); the error
 /// says what is wrong, or is the usage text for `--help`.
 pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
-    let mut a = Args {
-        backend: "sqlite".into(),
-        short: false,
-        unsafe_mode: false,
-        seed: MonoTime::now().as_nanos() ^ u64::from(std::process::id()) << 32,
-        secs: None,
-        ids: None,
-        workers: 5,
-        slots: 2,
-        ttl: Duration::from_secs(2),
-        skew_ms: None,
-        store: Settings::Fast,
-        restart_heavy: false,
-        crash_heavy: false,
-        mixed_fleet: false,
-        assume_one_timing: false,
-        no_restart_guard: false,
-        keep_server_synchronous_commit: false,
-        keep: false,
-        plants: Vec::new(),
-        drift_ppm: 0,
-        margin: None,
-        backoff_max_ms: None,
-    };
+    let mut a = Args::defaults();
     let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
+        a.apply(&flag, &mut it)?;
+    }
+    a.validate()?;
+    Ok(a)
+}
+
+/// `campaign --help`.
+const USAGE: &str = "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
+                            valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
+                            [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
+                            [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
+                            [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
+                            [--unsafe-keep-server-synchronous-commit] [--keep] \
+                            [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
+                            [--backoff-max-ms B]\n\
+                            \x20      campaign --dump FILE.rec   (a worker's log as text)";
+
+impl Args {
+    /// A run's settings before its flags: a short-lived safe run on SQLite,
+    /// 5 workers for 2 slots, TTL 2 s, a seed from the clock.
+    fn defaults() -> Self {
+        Args {
+            backend: "sqlite".into(),
+            short: false,
+            unsafe_mode: false,
+            seed: MonoTime::now().as_nanos() ^ u64::from(std::process::id()) << 32,
+            secs: None,
+            ids: None,
+            workers: 5,
+            slots: 2,
+            ttl: Duration::from_secs(2),
+            skew_ms: None,
+            store: Settings::Fast,
+            restart_heavy: false,
+            crash_heavy: false,
+            mixed_fleet: false,
+            assume_one_timing: false,
+            no_restart_guard: false,
+            keep_server_synchronous_commit: false,
+            keep: false,
+            plants: Vec::new(),
+            drift_ppm: 0,
+            margin: None,
+            backoff_max_ms: None,
+        }
+    }
+
+    /// Applies `flag`, taking its value from `it` where it has one.
+    fn apply(&mut self, flag: &str, it: &mut impl Iterator<Item = String>) -> Result<(), String> {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         let num = |v: String| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
-        match flag.as_str() {
-            "--backend" => a.backend = value()?,
-            "--short" => a.short = true,
-            "--unsafe" => a.unsafe_mode = true,
-            "--seed" => a.seed = num(value()?)?,
-            "--secs" => a.secs = Some(num(value()?)?),
-            "--ids" => a.ids = Some(num(value()?)?),
-            "--workers" => a.workers = num(value()?)? as usize,
-            "--slots" => a.slots = num(value()?)? as u32,
-            "--ttl-ms" => a.ttl = Duration::from_millis(num(value()?)?),
-            "--skew-ms" => a.skew_ms = Some(num(value()?)?),
+        match flag {
+            "--backend" => self.backend = value()?,
+            "--short" => self.short = true,
+            "--unsafe" => self.unsafe_mode = true,
+            "--seed" => self.seed = num(value()?)?,
+            "--secs" => self.secs = Some(num(value()?)?),
+            "--ids" => self.ids = Some(num(value()?)?),
+            "--workers" => self.workers = num(value()?)? as usize,
+            "--slots" => self.slots = num(value()?)? as u32,
+            "--ttl-ms" => self.ttl = Duration::from_millis(num(value()?)?),
+            "--skew-ms" => self.skew_ms = Some(num(value()?)?),
             "--store" => {
-                a.store = match value()?.as_str() {
+                self.store = match value()?.as_str() {
                     "fast" => Settings::Fast,
                     "durable" => Settings::Durable,
                     "lossy" => Settings::Lossy,
@@ -118,31 +144,31 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                     }
                 }
             }
-            "--restart-heavy" => a.restart_heavy = true,
-            "--crash-heavy" => a.crash_heavy = true,
-            "--mixed-fleet" => a.mixed_fleet = true,
-            "--assume-one-timing" => a.assume_one_timing = true,
-            "--no-restart-guard" => a.no_restart_guard = true,
-            "--unsafe-keep-server-synchronous-commit" => a.keep_server_synchronous_commit = true,
-            "--keep" => a.keep = true,
+            "--restart-heavy" => self.restart_heavy = true,
+            "--crash-heavy" => self.crash_heavy = true,
+            "--mixed-fleet" => self.mixed_fleet = true,
+            "--assume-one-timing" => self.assume_one_timing = true,
+            "--no-restart-guard" => self.no_restart_guard = true,
+            "--unsafe-keep-server-synchronous-commit" => self.keep_server_synchronous_commit = true,
+            "--keep" => self.keep = true,
             "--clock-rate-ppm" => {
-                a.drift_ppm = num(value()?)?
+                self.drift_ppm = num(value()?)?
                     .try_into()
                     .ok()
                     .filter(|p| Rate::from_ppm(*p).is_some())
                     .ok_or("--clock-rate-ppm: at most 500000")?
                     .unsigned_abs();
             }
-            "--backoff-max-ms" => a.backoff_max_ms = Some(num(value()?)?),
+            "--backoff-max-ms" => self.backoff_max_ms = Some(num(value()?)?),
             "--margin-ms" => {
-                a.margin = Some(match value()?.as_str() {
+                self.margin = Some(match value()?.as_str() {
                     "min" => Margin::Min,
                     v => Margin::Ms(num(v.to_owned())?),
                 });
             }
             "--plant" => {
                 for name in value()?.split(',') {
-                    a.plants.push(Plant::from_name(name).ok_or_else(|| {
+                    self.plants.push(Plant::from_name(name).ok_or_else(|| {
                         format!(
                             "--plant {name:?}: one of {}",
                             Plant::ALL.map(Plant::name).join(", ")
@@ -150,58 +176,53 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                     })?);
                 }
             }
-            "-h" | "--help" => {
-                return Err(
-                    "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
-                            valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
-                            [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
-                            [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
-                            [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
-                            [--unsafe-keep-server-synchronous-commit] [--keep] \
-                            [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
-                            [--backoff-max-ms B]\n\
-                            \x20      campaign --dump FILE.rec   (a worker's log as text)"
-                        .into(),
-                );
-            }
+            "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?} (try --help)")),
         }
+        Ok(())
     }
-    if a.assume_one_timing && !a.mixed_fleet {
-        return Err(
-            "--assume-one-timing goes with --mixed-fleet (every other run has one timing)".into(),
-        );
+
+    /// Refuses flags that do not go together.
+    fn validate(&self) -> Result<(), String> {
+        if self.assume_one_timing && !self.mixed_fleet {
+            return Err(
+                "--assume-one-timing goes with --mixed-fleet (every other run has one timing)"
+                    .into(),
+            );
+        }
+        if !self.plants.is_empty() && !leasehold_core::plant::BUILT {
+            return Err(format!("--plant: {}", leasehold_core::plant::NotBuilt));
+        }
+        if !self.plants.is_empty() && (self.unsafe_mode || self.keep_server_synchronous_commit) {
+            return Err(
+        "--plant goes alone: --unsafe and the control runs look for duplicates of their own"
+            .into(),
+    );
+        }
+        if self.drift_ppm != 0 && self.backend == "sqlite" {
+            // SQLite's clock is the wall clock of the process running the
+            // statement: a drifting worker would drift the store's clock for its
+            // own claims only, which no real machine can do (every holder runs
+            // on the file's machine, and its processes share one clock).
+            return Err(
+                "--clock-rate-ppm needs a store with a clock of its own: SQLite's is each \
+         worker's, which would drift with it"
+                    .into(),
+            );
+        }
+        if self.margin.is_some() && self.mixed_fleet {
+            return Err(
+        "--margin-ms goes without --mixed-fleet (its workers' TTLs need margins of their own)"
+            .into(),
+    );
+        }
+        if self.workers <= self.slots as usize || self.slots == 0 {
+            return Err(
+                "--workers must be more than --slots (spares must wait to take over)".into(),
+            );
+        }
+        Ok(())
     }
-    if !a.plants.is_empty() && !leasehold_core::plant::BUILT {
-        return Err(format!("--plant: {}", leasehold_core::plant::NotBuilt));
-    }
-    if !a.plants.is_empty() && (a.unsafe_mode || a.keep_server_synchronous_commit) {
-        return Err(
-            "--plant goes alone: --unsafe and the control runs look for duplicates of their own"
-                .into(),
-        );
-    }
-    if a.drift_ppm != 0 && a.backend == "sqlite" {
-        // SQLite's clock is the wall clock of the process running the
-        // statement: a drifting worker would drift the store's clock for its
-        // own claims only, which no real machine can do (every holder runs
-        // on the file's machine, and its processes share one clock).
-        return Err(
-            "--clock-rate-ppm needs a store with a clock of its own: SQLite's is each \
-             worker's, which would drift with it"
-                .into(),
-        );
-    }
-    if a.margin.is_some() && a.mixed_fleet {
-        return Err(
-            "--margin-ms goes without --mixed-fleet (its workers' TTLs need margins of their own)"
-                .into(),
-        );
-    }
-    if a.workers <= a.slots as usize || a.slots == 0 {
-        return Err("--workers must be more than --slots (spares must wait to take over)".into());
-    }
-    Ok(a)
 }
 
 /// The command that runs `a` again (the same faults and clocks).

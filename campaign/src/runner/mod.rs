@@ -8,6 +8,7 @@
 
 mod args;
 mod collect;
+mod crash;
 mod fault_loop;
 mod plan;
 mod report;

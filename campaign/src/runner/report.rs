@@ -9,8 +9,8 @@ use leasehold_conformance::programs;
 
 use super::args::replay_command;
 use super::collect::Collected;
+use super::crash::AIM_AFTER_CLAIM;
 use super::ms;
-use super::serving::AIM_AFTER_CLAIM;
 use super::start::Campaign;
 use super::verdict::{Checked, Verdict};
 use super::workers::Run;

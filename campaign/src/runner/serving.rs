@@ -1,11 +1,11 @@
 //! The store a run works on: provided (a file, a server, a cluster or the
-//! fake API server), and what the runner does to it: freeze, restart, crash
-//! one backend, and the URL each worker reaches it through.
+//! fake API server), and what the runner does to it: freeze, restart, and
+//! the URL each worker reaches it through (a backend crash: `crash.rs`).
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
@@ -22,31 +22,6 @@ pub(crate) struct Store {
     /// is a restart).
     pub(crate) backends: bool,
 }
-
-/// What one backend crash did.
-pub(crate) struct Crash {
-    /// The backend killed.
-    pub(crate) pid: u32,
-    /// Until the server accepted a connection again.
-    pub(crate) recovery: Duration,
-    /// The postmaster's start time did not move: crash recovery in place,
-    /// not a restart (what the restart guard cannot see).
-    pub(crate) in_place: bool,
-    /// How long before the kill the newest claim of any slot was made.
-    pub(crate) after_claim: Option<Duration>,
-    /// The server came back without that claim: it forgot a lease it had
-    /// granted (on PostgreSQL, only where the lease sessions commit
-    /// asynchronously).
-    pub(crate) forgot_claim: bool,
-}
-
-/// A backend crash is aimed at a claim younger than this: the moment a
-/// server that forgets loses the most (a new holder generating on a claim
-/// the server no longer has). A backend crash loses only the WAL not yet
-/// written out of the server's buffers, which the WAL writer writes as soon
-/// as a page is full: with the campaign's traffic, within a fraction of a
-/// second.
-pub(crate) const AIM_AFTER_CLAIM: Duration = Duration::from_millis(50);
 
 /// What serves a run's store.
 pub(crate) enum Serving {
@@ -133,131 +108,6 @@ impl Store {
             }
             _ => Err("no server to restart".into()),
         }
-    }
-
-    /// SIGKILLs one client backend of a PostgreSQL server this process
-    /// started: one serving the lease connections (`application_name =
-    /// 'leasehold'`) where there is one, else any; `which` picks among them
-    /// in the order of their process IDs. The kill waits (up to `aim`) for
-    /// a claim younger than [`AIM_AFTER_CLAIM`] in the lease table. Returns
-    /// once the server accepts connections again (it ends every other
-    /// backend and replays its WAL in place), at most 60 s later.
-    pub(crate) fn crash_backend(
-        &self,
-        which: usize,
-        aim: Duration,
-    ) -> Result<Option<Crash>, String> {
-        use leasehold_sql::sqlx::{self, Connection, Row};
-        let url = self.url.clone();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        rt.block_on(async move {
-            let connect = || async {
-                let opts: sqlx::postgres::PgConnectOptions = url
-                    .parse::<sqlx::postgres::PgConnectOptions>()
-                    .map_err(|e| format!("{url}: {e}"))?
-                    .application_name("campaign-runner");
-                tokio::time::timeout(Duration::from_secs(5), sqlx::PgConnection::connect_with(&opts))
-                    .await
-                    .map_err(|_| "no connection within 5 s".to_owned())?
-                    .map_err(|e| e.to_string())
-            };
-            let started = "SELECT CAST(pg_postmaster_start_time() AS TEXT)";
-            // The server may still be recovering from an earlier fault (a
-            // restart replays its WAL before it lets clients in).
-            let waiting = Instant::now();
-            let (mut conn, before) = loop {
-                let tried = async {
-                    let mut c = connect().await?;
-                    let t: String = sqlx::query_scalar(started)
-                        .fetch_one(&mut c)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    Ok::<_, String>((c, t))
-                };
-                match tried.await {
-                    Ok(ready) => break ready,
-                    Err(e) if waiting.elapsed() > Duration::from_secs(60) => {
-                        return Err(format!("the server did not let clients in for 60 s: {e}"));
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                }
-            };
-            // The age of the newest claim, in µs (none before the first).
-            let newest = "SELECT CAST(EXTRACT(EPOCH FROM (CURRENT_TIMESTAMP(6) - max(acquired_at))) \
-                          * 1000000 AS BIGINT) FROM leasehold_leases";
-            let aiming = Instant::now();
-            let after_claim = loop {
-                let age: Option<i64> = sqlx::query_scalar(newest)
-                    .fetch_one(&mut conn)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let age = age.map(|us| Duration::from_micros(us.max(0).unsigned_abs()));
-                if age.is_some_and(|a| a <= AIM_AFTER_CLAIM) || aiming.elapsed() >= aim {
-                    break age;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            };
-            let rows = sqlx::query(
-                "SELECT pid, application_name = 'leasehold' AS lease FROM pg_stat_activity \
-                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY pid",
-            )
-            .fetch_all(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-            let all: Vec<(i32, bool)> = rows
-                .iter()
-                .map(|r| (r.get::<i32, _>(0), r.get::<bool, _>(1)))
-                .collect();
-            let lease: Vec<i32> = all.iter().filter(|(_, l)| *l).map(|(p, _)| *p).collect();
-            let pool = if lease.is_empty() {
-                all.iter().map(|(p, _)| *p).collect()
-            } else {
-                lease
-            };
-            let Some(&pid) = pool.get(which % pool.len().max(1)) else {
-                return Ok(None);
-            };
-            let pid = pid.unsigned_abs();
-            let claims = "SELECT CAST(max(acquired_at) AS TEXT) FROM leasehold_leases";
-            let newest_before: Option<String> = sqlx::query_scalar(claims)
-                .fetch_one(&mut conn)
-                .await
-                .map_err(|e| e.to_string())?;
-            let _ = conn.close().await;
-            let at = Instant::now();
-            signal(pid, "KILL");
-            // The postmaster notices the crash, ends every backend and
-            // recovers; until then connections fail or are refused.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let after = loop {
-                if at.elapsed() > Duration::from_secs(60) {
-                    return Err(format!(
-                        "the server did not accept connections within 60 s of killing backend {pid}"
-                    ));
-                }
-                if let Ok(mut c) = connect().await
-                    && let Ok(t) = sqlx::query_scalar::<_, String>(started).fetch_one(&mut c).await
-                    && let Ok(newest) = sqlx::query_scalar::<_, Option<String>>(claims)
-                        .fetch_one(&mut c)
-                        .await
-                {
-                    let _ = c.close().await;
-                    break (t, newest);
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            };
-            let (after, newest_after) = after;
-            Ok(Some(Crash {
-                pid,
-                recovery: at.elapsed(),
-                in_place: after == before,
-                after_claim,
-                forgot_claim: newest_after < newest_before,
-            }))
-        })
     }
 
     /// The addresses a worker's fault proxies stand in front of (one per

@@ -10,7 +10,8 @@ use leasehold_conformance::proxy::{Fault as Net, FaultProxy};
 use leasehold_core::MonoTime;
 
 use super::args::{Args, plant_names};
-use super::serving::{Crash, Store, signal};
+use super::crash::Crash;
+use super::serving::{Store, signal};
 use crate::drift::{Drifted, Rate};
 use crate::plan::{Fault, Planned, Rng};
 use crate::store::Options;
