@@ -157,23 +157,6 @@ struct Summary<'a> {
 }
 
 fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
-    let faults: Vec<String> = run
-        .counts
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .chain([
-            format!(
-                "skewed clocks {} (of {} starts, max ±{} ms)",
-                run.skews.iter().filter(|s| **s != 0).count(),
-                run.skews.len(),
-                run.max_skew_ms
-            ),
-            format!(
-                "several generators {}",
-                run.workers.iter().filter(|w| w.generators > 1).count()
-            ),
-        ])
-        .collect();
     let per_kind: Vec<String> = r.ids.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let closed = r.periods.iter().filter(|p| p.closed).count();
     let rows: Vec<(&str, String)> = vec![
@@ -212,7 +195,7 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
             "closest hand-over",
             r.closest_handover_ns.map_or("none".into(), ms) + &format!(" (margin {:?})", s.margin),
         ),
-        ("faults", faults.join(", ")),
+        ("faults", faults_cell(run)),
         (
             "second generators refused",
             r.second_generators_refused.to_string(),
@@ -225,17 +208,7 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
             ),
         ),
         ("refused calls (graceful stops)", s.refused.to_string()),
-        (
-            "fenced writes",
-            if fences {
-                format!(
-                    "{} accepted, {} refused as stale, {} in the store's logs, {} accepted below an accepted fence",
-                    r.fenced_accepted, r.fenced_refused, r.fenced_logged, r.fence_violations
-                )
-            } else {
-                "none (no fenced-write helper for this store yet)".into()
-            },
-        ),
+        ("fenced writes", fences_cell(r, fences)),
         (
             "workers",
             format!(
@@ -244,63 +217,9 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
                 run.workers.len()
             ),
         ),
-        (
-            "backend crashes (PostgreSQL, in place)",
-            if run.crashes.is_empty() {
-                "none".into()
-            } else {
-                format!(
-                    "{} (backends {}), {} within {} of a claim, {} recovered in place (the \
-                     postmaster's start time unchanged), recovery up to {}; the server forgot \
-                     the newest claim in {}",
-                    run.crashes.len(),
-                    run.crashes
-                        .iter()
-                        .map(|c| c.pid.to_string())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    run.crashes
-                        .iter()
-                        .filter(|c| c.after_claim.is_some_and(|a| a <= AIM_AFTER_CLAIM))
-                        .count(),
-                    ms(AIM_AFTER_CLAIM.as_nanos() as i64),
-                    run.crashes.iter().filter(|c| c.in_place).count(),
-                    ms(run
-                        .crashes
-                        .iter()
-                        .map(|c| c.recovery.as_nanos() as i64)
-                        .max()
-                        .unwrap_or(0)),
-                    run.crashes.iter().filter(|c| c.forgot_claim).count()
-                )
-            },
-        ),
-        (
-            "worker timings (TTL / max_clock_skew)",
-            if run.timings.is_empty() {
-                format!("one for all: {:?} / {} ms", run.args.ttl, run.max_skew_ms)
-            } else {
-                run.timings
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (t, k))| format!("w{} {t:?}/{}ms", i + 1, k.as_millis()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-        ),
-        (
-            "worker clock rates",
-            if run.rates.iter().all(|d| d.rate.is_exact()) {
-                "exact".into()
-            } else {
-                run.rates
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| format!("w{} {}", i + 1, d.rate))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
-        ),
+        ("backend crashes (PostgreSQL, in place)", crashes_cell(run)),
+        ("worker timings (TTL / max_clock_skew)", timings_cell(run)),
+        ("worker clock rates", rates_cell(run)),
         (
             "worker clocks (ms off)",
             run.skews
@@ -317,5 +236,99 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
     println!("\n| {} | |\n|---|---|", run.args.backend);
     for (k, v) in rows {
         println!("| {k} | {v} |");
+    }
+}
+
+/// The faults injected, by kind, and those every run has.
+fn faults_cell(run: &Run) -> String {
+    let faults: Vec<String> = run
+        .counts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .chain([
+            format!(
+                "skewed clocks {} (of {} starts, max ±{} ms)",
+                run.skews.iter().filter(|s| **s != 0).count(),
+                run.skews.len(),
+                run.max_skew_ms
+            ),
+            format!(
+                "several generators {}",
+                run.workers.iter().filter(|w| w.generators > 1).count()
+            ),
+        ])
+        .collect();
+    faults.join(", ")
+}
+
+/// The fenced writes, where the store has a helper.
+fn fences_cell(r: &Report, fences: bool) -> String {
+    if fences {
+        format!(
+            "{} accepted, {} refused as stale, {} in the store's logs, {} accepted below an accepted fence",
+            r.fenced_accepted, r.fenced_refused, r.fenced_logged, r.fence_violations
+        )
+    } else {
+        "none (no fenced-write helper for this store yet)".into()
+    }
+}
+
+/// The backend crashes (PostgreSQL) and what they did.
+fn crashes_cell(run: &Run) -> String {
+    if run.crashes.is_empty() {
+        "none".into()
+    } else {
+        format!(
+            "{} (backends {}), {} within {} of a claim, {} recovered in place (the \
+             postmaster's start time unchanged), recovery up to {}; the server forgot \
+             the newest claim in {}",
+            run.crashes.len(),
+            run.crashes
+                .iter()
+                .map(|c| c.pid.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            run.crashes
+                .iter()
+                .filter(|c| c.after_claim.is_some_and(|a| a <= AIM_AFTER_CLAIM))
+                .count(),
+            ms(AIM_AFTER_CLAIM.as_nanos() as i64),
+            run.crashes.iter().filter(|c| c.in_place).count(),
+            ms(run
+                .crashes
+                .iter()
+                .map(|c| c.recovery.as_nanos() as i64)
+                .max()
+                .unwrap_or(0)),
+            run.crashes.iter().filter(|c| c.forgot_claim).count()
+        )
+    }
+}
+
+/// The workers' TTLs and `max_clock_skew`s: one for all, or per start.
+fn timings_cell(run: &Run) -> String {
+    if run.timings.is_empty() {
+        format!("one for all: {:?} / {} ms", run.args.ttl, run.max_skew_ms)
+    } else {
+        run.timings
+            .iter()
+            .enumerate()
+            .map(|(i, (t, k))| format!("w{} {t:?}/{}ms", i + 1, k.as_millis()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The workers' clock rates: exact, or per start.
+fn rates_cell(run: &Run) -> String {
+    if run.rates.iter().all(|d| d.rate.is_exact()) {
+        "exact".into()
+    } else {
+        run.rates
+            .iter()
+            .enumerate()
+            .map(|(i, d)| format!("w{} {}", i + 1, d.rate))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
