@@ -2,6 +2,8 @@
 //! slots, injects faults drawn from a printed seed, then checks every
 //! recorded ID and holding period, prints a summary table and draws the
 //! timeline into `target/campaign/<backend>-<seed>.svg`.
+//! Each phase is a function of `leasehold_campaign::runner`; this `main`
+//! parses the flags and calls them in turn.
 //!
 //! ```text
 //! campaign [--backend sqlite|postgres|mariadb|redis8|redis7|valkey8|etcd35|etcd34|
