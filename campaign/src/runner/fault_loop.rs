@@ -22,7 +22,7 @@ pub fn fault_loop(c: &mut Campaign) -> Result<(), String> {
     loop {
         let elapsed = c.started.elapsed();
         let ids_done = c.run.args.ids.is_some_and(|n| ids_so_far >= n);
-        if elapsed >= c.length || ids_done {
+        if elapsed >= c.outline.length || ids_done {
             break;
         }
         if let Some(p) = c.faults.get(c.next_fault)
@@ -241,7 +241,7 @@ impl Campaign {
         eprint!(
             "\r[{:>4.0}s/{}s] workers {running}/{} running, {} faults injected, logs {:.1} MB{}   ",
             elapsed.as_secs_f64(),
-            self.length.as_secs(),
+            self.outline.length.as_secs(),
             run.workers.len(),
             self.next_fault,
             bytes as f64 / 1e6,

@@ -14,26 +14,31 @@ use crate::store::{Options, probe};
 /// A run about to start: its settings, its directory and its store.
 pub struct Plan {
     pub(crate) args: Args,
-    /// How long faults are injected (a full run may end earlier, at `--ids`).
-    pub(crate) length: Duration,
-    /// The leases' safety margin (the library's for the TTL unless given).
-    pub(crate) margin: Duration,
     /// The largest clock offset given to workers.
     pub(crate) max_skew_ms: i64,
     pub(crate) options: Options,
-    /// The run's name: its directory and its picture's.
-    pub(crate) label: String,
-    /// `target/campaign`.
-    pub(crate) out: PathBuf,
     /// The workers' logs (kept when the run fails).
     pub(crate) dir: PathBuf,
     /// The worker binary.
     pub(crate) exe: PathBuf,
     pub(crate) store: Store,
-    /// Why the run is unsafe by design, where it is.
-    pub(crate) unsafe_by_design: Option<&'static str>,
+    pub(crate) outline: Outline,
+}
+
+/// What a run is, as its phases after the start and its report need it.
+pub(crate) struct Outline {
+    /// How long faults are injected (a full run may end earlier, at `--ids`).
+    pub(crate) length: Duration,
+    /// The leases' safety margin (the library's for the TTL unless given).
+    pub(crate) margin: Duration,
+    /// The run's name: its directory and its picture's.
+    pub(crate) label: String,
+    /// `target/campaign`.
+    pub(crate) out: PathBuf,
     /// The mode line: safe, unsafe, control, planted bug or UNSAFE by design.
     pub(crate) mode: String,
+    /// Why the run is unsafe by design, where it is.
+    pub(crate) unsafe_by_design: Option<&'static str>,
     /// The machine's load before the run.
     pub(crate) load_before: String,
 }
@@ -89,18 +94,20 @@ pub fn plan(args: Args) -> Result<Option<Plan>, String> {
     );
     Ok(Some(Plan {
         args,
-        length,
-        margin,
         max_skew_ms,
         options,
-        label,
-        out,
         dir,
         exe,
         store,
-        unsafe_by_design,
-        mode,
-        load_before,
+        outline: Outline {
+            length,
+            margin,
+            label,
+            out,
+            mode,
+            unsafe_by_design,
+            load_before,
+        },
     }))
 }
 

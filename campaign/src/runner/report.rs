@@ -21,7 +21,7 @@ use crate::timeline::svg;
 /// its verdict; removes the logs of a clean run (unless `--keep`). The exit
 /// code: success when the run passed or was not judged.
 pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCode, String> {
-    let (run, report, mode) = (&c.run, &checked.report, c.mode.as_str());
+    let (run, report, mode) = (&c.run, &checked.report, c.outline.mode.as_str());
     let title = format!(
         "{} {mode} seed {}: {} IDs, {} duplicates, {} overlaps, {} faults",
         run.args.backend,
@@ -31,7 +31,7 @@ pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCo
         report.overlaps.len(),
         run.marks.len()
     );
-    let picture = c.out.join(format!("{}.svg", c.label));
+    let picture = c.outline.out.join(format!("{}.svg", c.outline.label));
     std::fs::write(
         &picture,
         svg(
@@ -51,10 +51,10 @@ pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCo
         &Summary {
             mode,
             start_ns: c.start_ns,
-            margin: c.margin,
+            margin: c.outline.margin,
             wall: got.wall,
             refused: checked.refused,
-            load: format!("{} → {}", c.load_before, got.load_after),
+            load: format!("{} → {}", c.outline.load_before, got.load_after),
             picture: &picture,
             png: &png,
             store: &c.store.describe,

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use leasehold_conformance::programs;
@@ -12,7 +11,7 @@ use leasehold_core::MonoTime;
 use tokio::runtime::Runtime;
 
 use super::args::Args;
-use super::plan::Plan;
+use super::plan::{Outline, Plan};
 use super::serving::{Serving, Store};
 use super::workers::Run;
 use crate::plan::{Planned, Rng, StoreFaults};
@@ -38,13 +37,7 @@ pub struct Campaign {
     /// When the workers started (BOOTTIME ns, and here).
     pub(crate) start_ns: u64,
     pub(crate) started: Instant,
-    pub(crate) length: Duration,
-    pub(crate) margin: Duration,
-    pub(crate) label: String,
-    pub(crate) out: PathBuf,
-    pub(crate) mode: String,
-    pub(crate) unsafe_by_design: Option<&'static str>,
-    pub(crate) load_before: String,
+    pub(crate) outline: Outline,
     /// Runs the fault proxies for as long as the run.
     pub(crate) _net_rt: Runtime,
     pub(crate) store: Store,
@@ -55,18 +48,12 @@ pub struct Campaign {
 pub fn start(plan: Plan) -> Result<Campaign, String> {
     let Plan {
         args,
-        length,
-        margin,
         max_skew_ms,
         options,
-        label,
-        out,
         dir,
         exe,
         store,
-        unsafe_by_design,
-        mode,
-        load_before,
+        outline,
     } = plan;
     // Networked stores: one fault proxy per worker, run on a small runtime
     // of their own that lives as long as the run.
@@ -78,7 +65,7 @@ pub fn start(plan: Plan) -> Result<Campaign, String> {
         .map_err(|e| e.to_string())?;
     let proxies = proxies(&net_rt, &store, args.workers)?;
     let mut rng = Rng::new(args.seed);
-    let faults = fault_plan(&mut rng, &args, length, &store, !proxies.is_empty());
+    let faults = fault_plan(&mut rng, &args, outline.length, &store, !proxies.is_empty());
     refuse_heavy(&args, &store)?;
     let faketime = if args.drift_ppm == 0 {
         None
@@ -101,7 +88,7 @@ pub fn start(plan: Plan) -> Result<Campaign, String> {
         skews: Vec::new(),
         rates: Vec::new(),
         faketime,
-        margin: args.margin.map(|_| margin),
+        margin: args.margin.map(|_| outline.margin),
         timings: Vec::new(),
         options,
         crashes: Vec::new(),
@@ -127,13 +114,7 @@ pub fn start(plan: Plan) -> Result<Campaign, String> {
         member_down: None,
         start_ns,
         started,
-        length,
-        margin,
-        label,
-        out,
-        mode,
-        unsafe_by_design,
-        load_before,
+        outline,
         _net_rt: net_rt,
         store,
     })

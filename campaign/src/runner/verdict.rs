@@ -49,7 +49,7 @@ pub fn check(c: &Campaign, got: &Collected) -> Checked {
         !report.is_clean()
     } else if Checked::must_fail(c) {
         report.duplicates > 0
-    } else if c.unsafe_by_design.is_some() {
+    } else if c.outline.unsafe_by_design.is_some() {
         return Checked {
             report,
             refused,
