@@ -10,6 +10,7 @@ use leasehold_core::plant::Plant;
 use crate::drift::Rate;
 
 /// What a run is asked to do (`campaign --help`).
+#[derive(Debug)]
 pub struct Args {
     pub(crate) backend: String,
     pub(crate) short: bool,
@@ -288,4 +289,83 @@ pub(crate) fn plant_names(plants: &[Plant]) -> String {
         .map(|p| p.name())
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<Args, String> {
+        parse_args(argv.iter().map(|a| (*a).to_owned()))
+    }
+
+    #[test]
+    fn a_replay_command_parses_back_to_itself() {
+        let a = parse(&[
+            "--backend",
+            "postgres",
+            "--short",
+            "--store",
+            "lossy",
+            "--restart-heavy",
+            "--crash-heavy",
+            "--mixed-fleet",
+            "--assume-one-timing",
+            "--secs",
+            "30",
+            "--workers",
+            "7",
+            "--seed",
+            "42",
+        ])
+        .unwrap();
+        let replay = replay_command(&a);
+        assert_eq!(
+            replay,
+            "cargo xtask campaign --backend postgres --short --store lossy --restart-heavy \
+             --crash-heavy --mixed-fleet --assume-one-timing --secs 30 --workers 7 --seed 42"
+        );
+        let flags = replay.strip_prefix("cargo xtask campaign ").unwrap();
+        let again = parse(&flags.split(' ').collect::<Vec<_>>()).unwrap();
+        assert_eq!(replay_command(&again), replay);
+    }
+
+    #[test]
+    fn usage_and_unknown_flags_are_errors() {
+        assert!(
+            parse(&["--help"])
+                .unwrap_err()
+                .starts_with("usage: campaign ")
+        );
+        assert_eq!(
+            parse(&["--fast"]).unwrap_err(),
+            "unknown argument \"--fast\" (try --help)"
+        );
+        assert_eq!(parse(&["--seed"]).unwrap_err(), "--seed needs a value");
+    }
+
+    #[test]
+    fn flags_that_do_not_go_together_are_refused() {
+        for (argv, error) in [
+            (
+                &["--assume-one-timing"][..],
+                "--assume-one-timing goes with",
+            ),
+            (
+                &["--clock-rate-ppm", "500"][..],
+                "--clock-rate-ppm needs a store",
+            ),
+            (
+                &["--mixed-fleet", "--margin-ms", "min"][..],
+                "--margin-ms goes without",
+            ),
+            (
+                &["--workers", "2"][..],
+                "--workers must be more than --slots",
+            ),
+        ] {
+            let got = parse(argv).unwrap_err();
+            assert!(got.starts_with(error), "{argv:?}: {got}");
+        }
+    }
 }
