@@ -183,6 +183,16 @@ impl Args {
         Ok(())
     }
 
+    /// A run with a planted bug: it must find something.
+    pub(crate) fn planted(&self) -> bool {
+        !self.plants.is_empty()
+    }
+
+    /// Unsafe, control and planted-bug runs fail unless they find something.
+    pub(crate) fn must_fail(&self) -> bool {
+        self.unsafe_mode || self.keep_server_synchronous_commit || self.planted()
+    }
+
     /// Refuses flags that do not go together.
     fn validate(&self) -> Result<(), String> {
         if self.assume_one_timing && !self.mixed_fleet {

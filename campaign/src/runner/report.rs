@@ -62,7 +62,7 @@ pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCo
         c.fences.is_some(),
     );
     print_duplicate_sources(run, got);
-    let must_fail = Checked::must_fail(c);
+    let must_fail = c.run.args.must_fail();
     match checked.verdict {
         Verdict::Passed => {}
         Verdict::NotJudged => println!(
@@ -72,7 +72,7 @@ pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCo
             report.overlaps.len()
         ),
         Verdict::Failed => {
-            if Checked::planted(c) {
+            if c.run.args.planted() {
                 println!(
                     "FAILED: the {mode} run found nothing: the campaign did not catch the planted bug"
                 );

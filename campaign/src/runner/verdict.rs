@@ -26,28 +26,15 @@ pub(crate) enum Verdict {
     Failed,
 }
 
-impl Checked {
-    /// A run with a planted bug: it must find something.
-    pub(crate) fn planted(c: &Campaign) -> bool {
-        !c.run.args.plants.is_empty()
-    }
-
-    /// Unsafe, control and planted-bug runs fail unless they find something.
-    pub(crate) fn must_fail(c: &Campaign) -> bool {
-        let args = &c.run.args;
-        args.unsafe_mode || args.keep_server_synchronous_commit || Self::planted(c)
-    }
-}
-
 /// Checks what the run `c` left, and judges it: a usual run must be clean;
 /// unsafe and control runs must find duplicates, a planted bug must be
 /// found, and a run unsafe by design shows what it risks, not judged.
 pub fn check(c: &Campaign, got: &Collected) -> Checked {
     let report = check_logs(&got.logs, c.run.args.slots, &got.fence_logs);
     let refused = refused_calls(&c.run.dir);
-    let passed = if Checked::planted(c) {
+    let passed = if c.run.args.planted() {
         !report.is_clean()
-    } else if Checked::must_fail(c) {
+    } else if c.run.args.must_fail() {
         report.duplicates > 0
     } else if c.outline.unsafe_by_design.is_some() {
         return Checked {
