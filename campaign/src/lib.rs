@@ -7,6 +7,7 @@ pub mod check;
 pub mod drift;
 pub mod plan;
 pub mod record;
+pub mod runner;
 pub mod store;
 pub mod timeline;
 pub mod worker;

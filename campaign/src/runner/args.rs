@@ -1,0 +1,381 @@
+//! The runner's command line: what a run is asked to do, and the command
+//! that replays it.
+
+use std::time::Duration;
+
+use leasehold_conformance::servers::Settings;
+use leasehold_core::MonoTime;
+use leasehold_core::plant::Plant;
+
+use crate::drift::Rate;
+
+/// What a run is asked to do (`campaign --help`).
+#[derive(Debug)]
+pub struct Args {
+    pub(crate) backend: String,
+    pub(crate) short: bool,
+    pub(crate) unsafe_mode: bool,
+    pub(crate) seed: u64,
+    pub(crate) secs: Option<u64>,
+    pub(crate) ids: Option<u64>,
+    pub(crate) workers: usize,
+    pub(crate) slots: u32,
+    pub(crate) ttl: Duration,
+    /// The largest clock offset given to workers (default: `max_clock_skew`).
+    pub(crate) skew_ms: Option<u64>,
+    /// How the store's server keeps what it acknowledged.
+    pub(crate) store: Settings,
+    /// Every other fault a store restart.
+    pub(crate) restart_heavy: bool,
+    /// Every other fault a backend crash (PostgreSQL).
+    pub(crate) crash_heavy: bool,
+    /// Workers of one pool with different timings: every other worker at
+    /// 10 × the TTL, each with its own `max_clock_skew` up to the largest.
+    pub(crate) mixed_fleet: bool,
+    /// A mixed fleet's workers promise one timing per pool anyway: on a
+    /// store that can forget, unsafe by design.
+    pub(crate) assume_one_timing: bool,
+    /// The workers' stores run without the restart guard (a control run).
+    pub(crate) no_restart_guard: bool,
+    /// PostgreSQL sessions keep the server's `synchronous_commit` (a
+    /// control run: a crashed backend then loses acknowledged leases).
+    pub(crate) keep_server_synchronous_commit: bool,
+    /// Keep the logs of a clean run too.
+    pub(crate) keep: bool,
+    /// Timing rules the workers break on purpose (`--plant`).
+    pub(crate) plants: Vec<Plant>,
+    /// Clock rate drift (`--clock-rate-ppm`): every other worker start runs
+    /// its clocks this many ppm slow, the rest this many fast.
+    pub(crate) drift_ppm: u32,
+    /// The leases' safety margin (`--margin-ms`; default: the library's
+    /// for the TTL).
+    pub(crate) margin: Option<Margin>,
+    /// The largest delay between a spare's claims (`--backoff-max-ms`;
+    /// default: the library's, a quarter of the TTL).
+    pub(crate) backoff_max_ms: Option<u64>,
+}
+
+/// A safety margin given on the command line.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Margin {
+    /// This many milliseconds.
+    Ms(u64),
+    /// The least timing rule 2 accepts for the run's TTL on a store whose
+    /// clock ticks in milliseconds (the coarsest of the campaign's stores).
+    Min,
+}
+
+/// Parses the runner's arguments (without the program's name); the error
+/// says what is wrong, or is the usage text for `--help`.
+pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
+    let mut a = Args::defaults();
+    let mut it = argv.into_iter();
+    while let Some(flag) = it.next() {
+        a.apply(&flag, &mut it)?;
+    }
+    a.validate()?;
+    Ok(a)
+}
+
+/// `campaign --help`.
+const USAGE: &str = "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
+                            valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
+                            [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
+                            [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
+                            [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
+                            [--unsafe-keep-server-synchronous-commit] [--keep] \
+                            [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
+                            [--backoff-max-ms B]\n\
+                            \x20      campaign --dump FILE.rec   (a worker's log as text)";
+
+impl Args {
+    /// A run's settings before its flags: a short-lived safe run on SQLite,
+    /// 5 workers for 2 slots, TTL 2 s, a seed from the clock.
+    fn defaults() -> Self {
+        Args {
+            backend: "sqlite".into(),
+            short: false,
+            unsafe_mode: false,
+            seed: MonoTime::now().as_nanos() ^ u64::from(std::process::id()) << 32,
+            secs: None,
+            ids: None,
+            workers: 5,
+            slots: 2,
+            ttl: Duration::from_secs(2),
+            skew_ms: None,
+            store: Settings::Fast,
+            restart_heavy: false,
+            crash_heavy: false,
+            mixed_fleet: false,
+            assume_one_timing: false,
+            no_restart_guard: false,
+            keep_server_synchronous_commit: false,
+            keep: false,
+            plants: Vec::new(),
+            drift_ppm: 0,
+            margin: None,
+            backoff_max_ms: None,
+        }
+    }
+
+    /// Applies `flag`, taking its value from `it` where it has one.
+    fn apply(&mut self, flag: &str, it: &mut impl Iterator<Item = String>) -> Result<(), String> {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let num = |v: String| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
+        match flag {
+            "--backend" => self.backend = value()?,
+            "--short" => self.short = true,
+            "--unsafe" => self.unsafe_mode = true,
+            "--seed" => self.seed = num(value()?)?,
+            "--secs" => self.secs = Some(num(value()?)?),
+            "--ids" => self.ids = Some(num(value()?)?),
+            "--workers" => self.workers = num(value()?)? as usize,
+            "--slots" => self.slots = num(value()?)? as u32,
+            "--ttl-ms" => self.ttl = Duration::from_millis(num(value()?)?),
+            "--skew-ms" => self.skew_ms = Some(num(value()?)?),
+            "--store" => {
+                self.store = match value()?.as_str() {
+                    "fast" => Settings::Fast,
+                    "durable" => Settings::Durable,
+                    "lossy" => Settings::Lossy,
+                    other => {
+                        return Err(format!(
+                            "--store {other:?}: fast (speed-tuned), durable or lossy"
+                        ));
+                    }
+                }
+            }
+            "--restart-heavy" => self.restart_heavy = true,
+            "--crash-heavy" => self.crash_heavy = true,
+            "--mixed-fleet" => self.mixed_fleet = true,
+            "--assume-one-timing" => self.assume_one_timing = true,
+            "--no-restart-guard" => self.no_restart_guard = true,
+            "--unsafe-keep-server-synchronous-commit" => self.keep_server_synchronous_commit = true,
+            "--keep" => self.keep = true,
+            "--clock-rate-ppm" => {
+                self.drift_ppm = num(value()?)?
+                    .try_into()
+                    .ok()
+                    .filter(|p| Rate::from_ppm(*p).is_some())
+                    .ok_or("--clock-rate-ppm: at most 500000")?
+                    .unsigned_abs();
+            }
+            "--backoff-max-ms" => self.backoff_max_ms = Some(num(value()?)?),
+            "--margin-ms" => {
+                self.margin = Some(match value()?.as_str() {
+                    "min" => Margin::Min,
+                    v => Margin::Ms(num(v.to_owned())?),
+                });
+            }
+            "--plant" => {
+                for name in value()?.split(',') {
+                    self.plants.push(Plant::from_name(name).ok_or_else(|| {
+                        format!(
+                            "--plant {name:?}: one of {}",
+                            Plant::ALL.map(Plant::name).join(", ")
+                        )
+                    })?);
+                }
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?} (try --help)")),
+        }
+        Ok(())
+    }
+
+    /// A run with a planted bug: it must find something.
+    pub(crate) fn planted(&self) -> bool {
+        !self.plants.is_empty()
+    }
+
+    /// Unsafe, control and planted-bug runs fail unless they find something.
+    pub(crate) fn must_fail(&self) -> bool {
+        self.unsafe_mode || self.keep_server_synchronous_commit || self.planted()
+    }
+
+    /// Refuses flags that do not go together.
+    fn validate(&self) -> Result<(), String> {
+        if self.assume_one_timing && !self.mixed_fleet {
+            return Err(
+                "--assume-one-timing goes with --mixed-fleet (every other run has one timing)"
+                    .into(),
+            );
+        }
+        if !self.plants.is_empty() && !leasehold_core::plant::BUILT {
+            return Err(format!("--plant: {}", leasehold_core::plant::NotBuilt));
+        }
+        if !self.plants.is_empty() && (self.unsafe_mode || self.keep_server_synchronous_commit) {
+            return Err(
+        "--plant goes alone: --unsafe and the control runs look for duplicates of their own"
+            .into(),
+    );
+        }
+        if self.drift_ppm != 0 && self.backend == "sqlite" {
+            // SQLite's clock is the wall clock of the process running the
+            // statement: a drifting worker would drift the store's clock for its
+            // own claims only, which no real machine can do (every holder runs
+            // on the file's machine, and its processes share one clock).
+            return Err(
+                "--clock-rate-ppm needs a store with a clock of its own: SQLite's is each \
+         worker's, which would drift with it"
+                    .into(),
+            );
+        }
+        if self.margin.is_some() && self.mixed_fleet {
+            return Err(
+        "--margin-ms goes without --mixed-fleet (its workers' TTLs need margins of their own)"
+            .into(),
+    );
+        }
+        if self.workers <= self.slots as usize || self.slots == 0 {
+            return Err(
+                "--workers must be more than --slots (spares must wait to take over)".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The command that runs `a` again (the same faults and clocks).
+pub(crate) fn replay_command(a: &Args) -> String {
+    let mut c = format!("cargo xtask campaign --backend {}", a.backend);
+    let mut flag = |on: bool, f: &str| {
+        if on {
+            c.push(' ');
+            c.push_str(f);
+        }
+    };
+    flag(a.short, "--short");
+    flag(a.unsafe_mode, "--unsafe");
+    flag(a.store == Settings::Durable, "--store durable");
+    flag(a.store == Settings::Lossy, "--store lossy");
+    flag(a.restart_heavy, "--restart-heavy");
+    flag(a.crash_heavy, "--crash-heavy");
+    flag(a.mixed_fleet, "--mixed-fleet");
+    flag(a.assume_one_timing, "--assume-one-timing");
+    flag(a.no_restart_guard, "--no-restart-guard");
+    flag(
+        a.keep_server_synchronous_commit,
+        "--unsafe-keep-server-synchronous-commit",
+    );
+    let mut value = |name: &str, v: Option<String>| {
+        if let Some(v) = v {
+            c.push_str(&format!(" {name} {v}"));
+        }
+    };
+    value("--secs", a.secs.map(|v| v.to_string()));
+    value("--ids", a.ids.map(|v| v.to_string()));
+    value("--skew-ms", a.skew_ms.map(|v| v.to_string()));
+    value(
+        "--ttl-ms",
+        (a.ttl != Duration::from_secs(2)).then(|| a.ttl.as_millis().to_string()),
+    );
+    value("--workers", (a.workers != 5).then(|| a.workers.to_string()));
+    value("--slots", (a.slots != 2).then(|| a.slots.to_string()));
+    value(
+        "--plant",
+        (!a.plants.is_empty()).then(|| plant_names(&a.plants)),
+    );
+    value(
+        "--clock-rate-ppm",
+        (a.drift_ppm != 0).then(|| a.drift_ppm.to_string()),
+    );
+    value(
+        "--margin-ms",
+        a.margin.map(|m| match m {
+            Margin::Ms(ms) => ms.to_string(),
+            Margin::Min => "min".into(),
+        }),
+    );
+    value("--backoff-max-ms", a.backoff_max_ms.map(|b| b.to_string()));
+    value("--seed", Some(a.seed.to_string()));
+    c
+}
+
+/// The names of `plants`, as `--plant` takes them.
+pub(crate) fn plant_names(plants: &[Plant]) -> String {
+    plants
+        .iter()
+        .map(|p| p.name())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<Args, String> {
+        parse_args(argv.iter().map(|a| (*a).to_owned()))
+    }
+
+    #[test]
+    fn a_replay_command_parses_back_to_itself() {
+        let a = parse(&[
+            "--backend",
+            "postgres",
+            "--short",
+            "--store",
+            "lossy",
+            "--restart-heavy",
+            "--crash-heavy",
+            "--mixed-fleet",
+            "--assume-one-timing",
+            "--secs",
+            "30",
+            "--workers",
+            "7",
+            "--seed",
+            "42",
+        ])
+        .unwrap();
+        let replay = replay_command(&a);
+        assert_eq!(
+            replay,
+            "cargo xtask campaign --backend postgres --short --store lossy --restart-heavy \
+             --crash-heavy --mixed-fleet --assume-one-timing --secs 30 --workers 7 --seed 42"
+        );
+        let flags = replay.strip_prefix("cargo xtask campaign ").unwrap();
+        let again = parse(&flags.split(' ').collect::<Vec<_>>()).unwrap();
+        assert_eq!(replay_command(&again), replay);
+    }
+
+    #[test]
+    fn usage_and_unknown_flags_are_errors() {
+        assert!(
+            parse(&["--help"])
+                .unwrap_err()
+                .starts_with("usage: campaign ")
+        );
+        assert_eq!(
+            parse(&["--fast"]).unwrap_err(),
+            "unknown argument \"--fast\" (try --help)"
+        );
+        assert_eq!(parse(&["--seed"]).unwrap_err(), "--seed needs a value");
+    }
+
+    #[test]
+    fn flags_that_do_not_go_together_are_refused() {
+        for (argv, error) in [
+            (
+                &["--assume-one-timing"][..],
+                "--assume-one-timing goes with",
+            ),
+            (
+                &["--clock-rate-ppm", "500"][..],
+                "--clock-rate-ppm needs a store",
+            ),
+            (
+                &["--mixed-fleet", "--margin-ms", "min"][..],
+                "--margin-ms goes without",
+            ),
+            (
+                &["--workers", "2"][..],
+                "--workers must be more than --slots",
+            ),
+        ] {
+            let got = parse(argv).unwrap_err();
+            assert!(got.starts_with(error), "{argv:?}: {got}");
+        }
+    }
+}

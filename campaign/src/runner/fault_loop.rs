@@ -1,0 +1,255 @@
+//! The third phase: until the run's length (or `--ids`), inject each
+//! planned fault when its time comes, heal what a fault's pause ends,
+//! restart the workers that stopped, and print a progress line.
+
+use std::time::{Duration, Instant};
+
+use leasehold_conformance::proxy::Fault as Net;
+
+use super::collect::read_logs;
+use super::serving::{Serving, signal};
+use super::start::Campaign;
+use super::workers::State;
+use crate::plan::{Fault, Planned};
+use crate::record::Record;
+
+/// Runs the fault loop of a started run, until its length has passed or
+/// (`--ids`) its workers recorded that many IDs.
+pub fn fault_loop(c: &mut Campaign) -> Result<(), String> {
+    let mut last_progress = Instant::now();
+    let mut last_count = Instant::now();
+    let mut ids_so_far = 0u64;
+    loop {
+        let elapsed = c.started.elapsed();
+        let ids_done = c.run.args.ids.is_some_and(|n| ids_so_far >= n);
+        if elapsed >= c.outline.length || ids_done {
+            break;
+        }
+        if let Some(p) = c.faults.get(c.next_fault)
+            && elapsed >= p.at
+        {
+            let p = *p;
+            c.fire(&p, elapsed)?;
+            c.next_fault += 1;
+        }
+        c.heal()?;
+        c.tend_workers()?;
+        if c.run.args.ids.is_some() && last_count.elapsed() >= Duration::from_secs(10) {
+            ids_so_far = read_logs(&c.run.dir)
+                .iter()
+                .flat_map(|(_, r)| r.iter())
+                .map(|r| match r {
+                    Record::Run { first, last, .. } => last - first + 1,
+                    _ => 0,
+                })
+                .sum();
+            last_count = Instant::now();
+        }
+        if last_progress.elapsed() >= Duration::from_secs(1) {
+            c.progress(elapsed, ids_so_far);
+            last_progress = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!();
+    Ok(())
+}
+
+impl Campaign {
+    /// Injects the planned fault `p`, `elapsed` into the run: on the store
+    /// (restart, backend crash, cluster member) here, else on a worker.
+    fn fire(&mut self, p: &Planned, elapsed: Duration) -> Result<(), String> {
+        match p.fault {
+            Fault::Restart => self.restart_store(p),
+            Fault::BackendCrash => self.crash_backend(p, elapsed),
+            Fault::Member => self.kill_member(p),
+            _ => {
+                self.run.inject(p, &self.store);
+                Ok(())
+            }
+        }
+    }
+
+    fn restart_store(&mut self, p: &Planned) -> Result<(), String> {
+        let run = &mut self.run;
+        *run.counts.entry(p.fault.name()).or_default() += 1;
+        let at = Instant::now();
+        run.mark("restart", None, None);
+        if let Err(e) = self.store.restart() {
+            eprintln!("\ncampaign: restarting the store failed: {e}");
+            return Err(format!("restarting the store failed: {e}"));
+        }
+        // Every member runs again.
+        self.member_down = None;
+        if let Some(m) = run.marks.last_mut() {
+            m.until_ns = Some(m.at_ns + at.elapsed().as_nanos() as u64);
+        }
+        Ok(())
+    }
+
+    fn crash_backend(&mut self, p: &Planned, elapsed: Duration) -> Result<(), String> {
+        let run = &mut self.run;
+        let aim = run.args.ttl * 2;
+        run.mark("backend-crash", None, None);
+        match self.store.crash_backend(p.worker, aim) {
+            Ok(Some(crash)) => {
+                *run.counts.entry(p.fault.name()).or_default() += 1;
+                // Shaded until the server accepted connections again.
+                if let Some(m) = run.marks.last_mut() {
+                    m.until_ns = Some(m.at_ns + crash.recovery.as_nanos() as u64);
+                }
+                run.crashes.push(crash);
+            }
+            Ok(None) => {
+                run.marks.pop();
+                eprintln!(
+                    "\ncampaign: no client backend to crash at {:.1} s; skipped",
+                    elapsed.as_secs_f64()
+                );
+            }
+            Err(e) => {
+                eprintln!("\ncampaign: crashing a backend failed: {e}");
+                return Err(format!("crashing a backend failed: {e}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// One member at a time, so the cluster keeps its quorum.
+    fn kill_member(&mut self, p: &Planned) -> Result<(), String> {
+        if let Serving::Cluster(c) = &mut self.store.serving
+            && self.member_down.is_none()
+        {
+            let victim = p.worker % c.len();
+            c.kill(victim)
+                .map_err(|e| format!("killing member {victim}: {e}"))?;
+            *self.run.counts.entry(p.fault.name()).or_default() += 1;
+            self.run
+                .mark(&format!("member m{victim}"), None, Some(p.pause));
+            self.member_down = Some((victim, Instant::now() + p.pause));
+        }
+        Ok(())
+    }
+
+    /// Ends the pauses that are over: a killed member starts again, a
+    /// frozen store thaws, a worker's network heals.
+    fn heal(&mut self) -> Result<(), String> {
+        if let Some((victim, at)) = self.member_down
+            && Instant::now() >= at
+            && let Serving::Cluster(c) = &mut self.store.serving
+        {
+            c.restart(victim)
+                .map_err(|e| format!("restarting member {victim}: {e}"))?;
+            self.member_down = None;
+        }
+        let run = &mut self.run;
+        if let Some(t) = run.freeze_until
+            && Instant::now() >= t
+        {
+            self.store.thaw();
+            run.freeze_until = None;
+        }
+        for (i, until) in run.cut_until.iter_mut().enumerate() {
+            if until.is_some_and(|t| Instant::now() >= t) {
+                for proxy in &run.proxies[i].0 {
+                    proxy.set(Net::Pass);
+                }
+                *until = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves each worker along: a stop that is over continues it, and a
+    /// worker that exited, was killed or has stopped after a SIGTERM (or
+    /// would not for 20 s) is started again.
+    fn tend_workers(&mut self) -> Result<(), String> {
+        let run = &mut self.run;
+        for i in 0..run.workers.len() {
+            let now = Instant::now();
+            let restart = match &mut run.workers[i].state {
+                State::Running => {
+                    if let Some(c) = &mut run.workers[i].child
+                        && let Ok(Some(status)) = c.try_wait()
+                    {
+                        eprintln!(
+                            "\ncampaign: worker {} exited by itself: {status}",
+                            run.workers[i].id
+                        );
+                        run.workers[i].child = None;
+                        run.workers[i].state = State::Dead {
+                            restart_at: now + Duration::from_secs(1),
+                        };
+                    }
+                    false
+                }
+                State::Stopped { until } => {
+                    if now >= *until {
+                        if let Some(c) = &run.workers[i].child {
+                            signal(c.id(), "CONT");
+                        }
+                        run.workers[i].state = State::Running;
+                    }
+                    false
+                }
+                State::Terminating { since } => {
+                    let since = *since;
+                    let done = run.workers[i]
+                        .child
+                        .as_mut()
+                        .is_none_or(|c| !matches!(c.try_wait(), Ok(None)));
+                    if !done
+                        && now.duration_since(since) > Duration::from_secs(20)
+                        && let Some(c) = &mut run.workers[i].child
+                    {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    done || now.duration_since(since) > Duration::from_secs(20)
+                }
+                State::Dead { restart_at } => now >= *restart_at,
+            };
+            if restart {
+                let w = run.spawn(i)?;
+                run.workers[i] = w;
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes which workers' logs grew (they hold a lease: faults aim at
+    /// them) and prints the progress line.
+    fn progress(&mut self, elapsed: Duration, ids_so_far: u64) {
+        let run = &mut self.run;
+        let running = run
+            .workers
+            .iter()
+            .filter(|w| matches!(w.state, State::Running))
+            .count();
+        let mut bytes = 0;
+        run.holding.clear();
+        for w in &run.workers {
+            let len =
+                std::fs::metadata(run.dir.join(format!("w{}.rec", w.id))).map_or(0, |m| m.len());
+            if run.sizes.insert(w.id, len).is_some_and(|was| len > was) {
+                run.holding.insert(w.id);
+            }
+        }
+        for len in run.sizes.values() {
+            bytes += len;
+        }
+        eprint!(
+            "\r[{:>4.0}s/{}s] workers {running}/{} running, {} faults injected, logs {:.1} MB{}   ",
+            elapsed.as_secs_f64(),
+            self.outline.length.as_secs(),
+            run.workers.len(),
+            self.next_fault,
+            bytes as f64 / 1e6,
+            if run.args.ids.is_some() {
+                format!(", {ids_so_far} IDs")
+            } else {
+                String::new()
+            },
+        );
+    }
+}

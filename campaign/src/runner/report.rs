@@ -1,0 +1,334 @@
+//! The last phase: the timeline drawn, the summary table printed, who made
+//! any duplicates, the verdict, and the logs kept or removed.
+
+use std::path::Path;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use leasehold_conformance::programs;
+
+use super::args::replay_command;
+use super::collect::Collected;
+use super::crash::AIM_AFTER_CLAIM;
+use super::ms;
+use super::start::Campaign;
+use super::verdict::{Checked, Verdict};
+use super::workers::Run;
+use crate::check::{Report, duplicate_sources};
+use crate::timeline::svg;
+
+/// Draws the run's timeline, prints its table, who made any duplicates and
+/// its verdict; removes the logs of a clean run (unless `--keep`). The exit
+/// code: success when the run passed or was not judged.
+pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCode, String> {
+    let (run, report, mode) = (&c.run, &checked.report, c.outline.mode.as_str());
+    let title = format!(
+        "{} {mode} seed {}: {} IDs, {} duplicates, {} overlaps, {} faults",
+        run.args.backend,
+        run.args.seed,
+        report.total_ids(),
+        report.duplicates,
+        report.overlaps.len(),
+        run.marks.len()
+    );
+    let picture = c.outline.out.join(format!("{}.svg", c.outline.label));
+    std::fs::write(
+        &picture,
+        svg(
+            &title,
+            &report.periods,
+            &run.marks,
+            run.args.slots,
+            c.start_ns,
+            got.end_ns,
+        ),
+    )
+    .map_err(|e| format!("{}: {e}", picture.display()))?;
+    let png = png_of(&picture);
+    print_table(
+        run,
+        report,
+        &Summary {
+            mode,
+            start_ns: c.start_ns,
+            margin: c.outline.margin,
+            wall: got.wall,
+            refused: checked.refused,
+            load: format!("{} → {}", c.outline.load_before, got.load_after),
+            picture: &picture,
+            png: &png,
+            store: &c.store.describe,
+        },
+        c.fences.is_some(),
+    );
+    print_duplicate_sources(run, got);
+    let must_fail = c.run.args.must_fail();
+    match checked.verdict {
+        Verdict::Passed => {}
+        Verdict::NotJudged => println!(
+            "UNSAFE by design: {} duplicates, {} overlapping holding periods (not judged: \
+             the run's configuration risks them)",
+            report.duplicates,
+            report.overlaps.len()
+        ),
+        Verdict::Failed => {
+            if c.run.args.planted() {
+                println!(
+                    "FAILED: the {mode} run found nothing: the campaign did not catch the planted bug"
+                );
+            } else if must_fail {
+                println!(
+                    "FAILED: the {mode} run found no duplicate: the check did not show it can fail"
+                );
+            } else {
+                println!(
+                    "FAILED: see the table; evidence kept in {}",
+                    run.dir.display()
+                );
+                for (a, b, by) in report.overlaps.iter().take(10) {
+                    println!("  overlap {}: {a:?} / {b:?}", ms(*by as i64));
+                }
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    if must_fail || run.args.keep {
+        println!("the logs are kept in {}", run.dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&run.dir);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Who made the duplicates (the first ten pairs), with their clocks.
+fn print_duplicate_sources(run: &Run, got: &Collected) {
+    for ((kind, slot, a, b), n) in duplicate_sources(&got.logs).iter().take(10) {
+        println!(
+            "  {n} duplicate {} IDs on slot {slot}: worker {a} (clock {:+} ms), then worker {b} (clock {:+} ms)",
+            kind.name(),
+            run.skews
+                .get((*a as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0),
+            run.skews
+                .get((*b as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0),
+        );
+    }
+}
+
+/// Renders `svg` as a PNG beside it with `rsvg-convert`, where the machine
+/// has it; says what it made, or why it made none.
+fn png_of(svg: &Path) -> String {
+    let png = svg.with_extension("png");
+    let rsvg = match programs::command("rsvg-convert") {
+        Ok(c) => c,
+        Err(e) => return format!("no PNG: {e}"),
+    };
+    match { rsvg }
+        .args(["-w", "1400", "-b", "white", "-o"])
+        .arg(&png)
+        .arg(svg)
+        .stderr(Stdio::piped())
+        .output()
+    {
+        Ok(o) if o.status.success() => format!("PNG: {}", png.display()),
+        Ok(o) => format!(
+            "no PNG: rsvg-convert failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("no PNG: rsvg-convert did not run: {e}"),
+    }
+}
+
+struct Summary<'a> {
+    mode: &'a str,
+    /// When the run started (BOOTTIME ns).
+    start_ns: u64,
+    margin: Duration,
+    wall: Duration,
+    refused: u64,
+    load: String,
+    picture: &'a Path,
+    /// The PNG beside the picture, or why there is none.
+    png: &'a str,
+    store: &'a str,
+}
+
+fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
+    let per_kind: Vec<String> = r.ids.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let closed = r.periods.iter().filter(|p| p.closed).count();
+    let rows: Vec<(&str, String)> = vec![
+        ("backend", format!("{} — {}", run.args.backend, s.store)),
+        ("mode", s.mode.to_owned()),
+        ("seed", run.args.seed.to_string()),
+        ("command", replay_command(&run.args)),
+        (
+            "IDs",
+            format!("{} ({})", r.total_ids(), per_kind.join(", ")),
+        ),
+        ("duplicates", r.duplicates.to_string()),
+        ("IDs outside the pool", r.outside_pool.to_string()),
+        ("overlapping holding periods", r.overlaps.len().to_string()),
+        (
+            "first found",
+            r.first_found.map_or("nothing".into(), |(at, what)| {
+                format!(
+                    "{what}, {:.1} s after the start",
+                    at.saturating_sub(s.start_ns) as f64 / 1e9
+                )
+            }),
+        ),
+        (
+            "fences issued again (not above an earlier grant's on the slot)",
+            r.fences_reissued.to_string(),
+        ),
+        (
+            "holding periods",
+            format!(
+                "{} ({closed} seen closed, the rest cut by a kill)",
+                r.periods.len()
+            ),
+        ),
+        (
+            "closest hand-over",
+            r.closest_handover_ns.map_or("none".into(), ms) + &format!(" (margin {:?})", s.margin),
+        ),
+        ("faults", faults_cell(run)),
+        (
+            "second generators refused",
+            r.second_generators_refused.to_string(),
+        ),
+        (
+            "grants carrying a floor / refused: clock behind the floor",
+            format!(
+                "{} / {} (largest lag {} ms)",
+                r.grants_with_floor, r.clock_behind, r.clock_behind_max_ms
+            ),
+        ),
+        ("refused calls (graceful stops)", s.refused.to_string()),
+        ("fenced writes", fences_cell(r, fences)),
+        (
+            "workers",
+            format!(
+                "{} processes started, {} at a time",
+                run.next_id,
+                run.workers.len()
+            ),
+        ),
+        ("backend crashes (PostgreSQL, in place)", crashes_cell(run)),
+        ("worker timings (TTL / max_clock_skew)", timings_cell(run)),
+        ("worker clock rates", rates_cell(run)),
+        (
+            "worker clocks (ms off)",
+            run.skews
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("w{} {s:+}", i + 1))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ("wall time", format!("{:.1} s", s.wall.as_secs_f64())),
+        ("machine load (1/5/15 min)", s.load.clone()),
+        ("timeline", format!("{} ({})", s.picture.display(), s.png)),
+    ];
+    println!("\n| {} | |\n|---|---|", run.args.backend);
+    for (k, v) in rows {
+        println!("| {k} | {v} |");
+    }
+}
+
+/// The faults injected, by kind, and those every run has.
+fn faults_cell(run: &Run) -> String {
+    let faults: Vec<String> = run
+        .counts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .chain([
+            format!(
+                "skewed clocks {} (of {} starts, max ±{} ms)",
+                run.skews.iter().filter(|s| **s != 0).count(),
+                run.skews.len(),
+                run.max_skew_ms
+            ),
+            format!(
+                "several generators {}",
+                run.workers.iter().filter(|w| w.generators > 1).count()
+            ),
+        ])
+        .collect();
+    faults.join(", ")
+}
+
+/// The fenced writes, where the store has a helper.
+fn fences_cell(r: &Report, fences: bool) -> String {
+    if fences {
+        format!(
+            "{} accepted, {} refused as stale, {} in the store's logs, {} accepted below an accepted fence",
+            r.fenced_accepted, r.fenced_refused, r.fenced_logged, r.fence_violations
+        )
+    } else {
+        "none (no fenced-write helper for this store yet)".into()
+    }
+}
+
+/// The backend crashes (PostgreSQL) and what they did.
+fn crashes_cell(run: &Run) -> String {
+    if run.crashes.is_empty() {
+        "none".into()
+    } else {
+        format!(
+            "{} (backends {}), {} within {} of a claim, {} recovered in place (the \
+             postmaster's start time unchanged), recovery up to {}; the server forgot \
+             the newest claim in {}",
+            run.crashes.len(),
+            run.crashes
+                .iter()
+                .map(|c| c.pid.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            run.crashes
+                .iter()
+                .filter(|c| c.after_claim.is_some_and(|a| a <= AIM_AFTER_CLAIM))
+                .count(),
+            ms(AIM_AFTER_CLAIM.as_nanos() as i64),
+            run.crashes.iter().filter(|c| c.in_place).count(),
+            ms(run
+                .crashes
+                .iter()
+                .map(|c| c.recovery.as_nanos() as i64)
+                .max()
+                .unwrap_or(0)),
+            run.crashes.iter().filter(|c| c.forgot_claim).count()
+        )
+    }
+}
+
+/// The workers' TTLs and `max_clock_skew`s: one for all, or per start.
+fn timings_cell(run: &Run) -> String {
+    if run.timings.is_empty() {
+        format!("one for all: {:?} / {} ms", run.args.ttl, run.max_skew_ms)
+    } else {
+        run.timings
+            .iter()
+            .enumerate()
+            .map(|(i, (t, k))| format!("w{} {t:?}/{}ms", i + 1, k.as_millis()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The workers' clock rates: exact, or per start.
+fn rates_cell(run: &Run) -> String {
+    if run.rates.iter().all(|d| d.rate.is_exact()) {
+        "exact".into()
+    } else {
+        run.rates
+            .iter()
+            .enumerate()
+            .map(|(i, d)| format!("w{} {}", i + 1, d.rate))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

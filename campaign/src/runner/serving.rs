@@ -1,0 +1,229 @@
+//! The store a run works on: provided (a file, a server, a cluster or the
+//! fake API server), and what the runner does to it: freeze, restart, and
+//! the URL each worker reaches it through (a backend crash: `crash.rs`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold_conformance::etcd_cluster::EtcdCluster;
+use leasehold_conformance::programs;
+use leasehold_conformance::servers::{self, ServerKind, Settings};
+use leasehold_k8s_fake::{FakeApiServer, Fault as FakeFault, Verb as FakeVerb};
+
+/// The store of a run: a URL, and what this process started to serve it.
+pub(crate) struct Store {
+    pub(crate) url: String,
+    pub(crate) describe: String,
+    pub(crate) serving: Serving,
+    /// A PostgreSQL server this process started: one of its backends can be
+    /// SIGKILLed (MariaDB and Valkey/Redis are one process, where a crash
+    /// is a restart).
+    pub(crate) backends: bool,
+}
+
+/// What serves a run's store.
+pub(crate) enum Serving {
+    /// A file (SQLite): nothing to freeze, cut or restart.
+    File,
+    /// One server, started by this process or named by a variable.
+    Server(servers::Server),
+    /// A three-member etcd cluster started by this process: members are
+    /// killed and started again (`member` faults).
+    Cluster(EtcdCluster),
+    /// The FAKE Kubernetes API server, in this process: a freeze delays
+    /// every request instead of stopping a process.
+    Fake(FakeApiServer),
+}
+
+impl Store {
+    /// The server's process, to freeze it.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        match &self.serving {
+            Serving::Server(s) => s.pid(),
+            _ => None,
+        }
+    }
+
+    /// Whether the store can be frozen.
+    pub(crate) fn can_freeze(&self) -> bool {
+        matches!(self.serving, Serving::Fake(_)) || self.pid().is_some()
+    }
+
+    /// Freezes the store for `pause` (the main loop thaws it).
+    pub(crate) fn freeze(&self, pause: Duration) {
+        match &self.serving {
+            Serving::Fake(fake) => {
+                for verb in FAKE_VERBS {
+                    fake.faults().set(verb, FakeFault::Delay(pause));
+                }
+            }
+            _ => {
+                if let Some(pid) = self.pid() {
+                    signal(pid, "STOP");
+                }
+            }
+        }
+    }
+
+    pub(crate) fn thaw(&self) {
+        match &self.serving {
+            Serving::Fake(fake) => fake.faults().clear(),
+            _ => {
+                if let Some(pid) = self.pid() {
+                    signal(pid, "CONT");
+                }
+            }
+        }
+    }
+
+    /// Whether the server can be crashed and restarted.
+    pub(crate) fn can_restart(&self) -> bool {
+        match &self.serving {
+            Serving::Server(s) => s.can_restart(),
+            Serving::Cluster(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Crashes the server (every member of a cluster) and starts it again on
+    /// the same data.
+    pub(crate) fn restart(&mut self) -> Result<(), String> {
+        match &mut self.serving {
+            Serving::Server(server) => {
+                server.kill()?;
+                server.restart()
+            }
+            Serving::Cluster(c) => {
+                for i in 0..c.len() {
+                    if c.is_running(i) {
+                        c.kill(i)?;
+                    }
+                }
+                for i in 0..c.len() {
+                    c.restart(i)?;
+                }
+                c.wait_healthy(Duration::from_secs(30))
+            }
+            _ => Err("no server to restart".into()),
+        }
+    }
+
+    /// The addresses a worker's fault proxies stand in front of (one per
+    /// cluster member), or none for a file.
+    pub(crate) fn upstreams(&self) -> Vec<SocketAddr> {
+        match &self.serving {
+            Serving::File => Vec::new(),
+            Serving::Server(s) => s.addr().into_iter().collect(),
+            Serving::Cluster(c) => c.addrs(),
+            Serving::Fake(f) => vec![f.addr()],
+        }
+    }
+
+    /// The store's URL through the proxies at `addrs` (as [`Store::upstreams`]).
+    pub(crate) fn url_via(&self, addrs: &[SocketAddr]) -> String {
+        match &self.serving {
+            Serving::Server(s) => store_url(s.kind, s.url_via(addrs[0])),
+            Serving::Cluster(_) => etcd_url(addrs),
+            Serving::Fake(_) => format!("k8s://{}", addrs[0]),
+            Serving::File => self.url.clone(),
+        }
+    }
+}
+
+/// Every verb of the fake API server, to delay them all in a freeze.
+const FAKE_VERBS: [FakeVerb; 7] = [
+    FakeVerb::List,
+    FakeVerb::Get,
+    FakeVerb::Create,
+    FakeVerb::Patch,
+    FakeVerb::Update,
+    FakeVerb::Delete,
+    FakeVerb::AccessReview,
+];
+
+fn etcd_url(addrs: &[SocketAddr]) -> String {
+    let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+    format!("etcd://{}", list.join(","))
+}
+
+/// The store URL of a server's `url`: an etcd server hands out its member's
+/// `http://` endpoint, which says nothing of the store behind it; the
+/// campaign names it `etcd://`.
+fn store_url(kind: ServerKind, url: String) -> String {
+    match (kind, url.split_once("://")) {
+        (ServerKind::Etcd35 | ServerKind::Etcd34, Some((_, member))) => format!("etcd://{member}"),
+        _ => url,
+    }
+}
+
+pub(crate) fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, String> {
+    let kind = match backend {
+        "sqlite" => {
+            return Ok(Store {
+                url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
+                describe: "sqlite (file)".into(),
+                serving: Serving::File,
+                backends: false,
+            });
+        }
+        "etcd-cluster" | "etcd35x3" => {
+            let cluster = EtcdCluster::start_kind(ServerKind::Etcd35, 3)?;
+            cluster.wait_healthy(Duration::from_secs(60))?;
+            return Ok(Store {
+                url: etcd_url(&cluster.addrs()),
+                describe: format!(
+                    "etcd 3.5, a three-member cluster started by this run ({})",
+                    cluster.endpoints().join(", ")
+                ),
+                serving: Serving::Cluster(cluster),
+                backends: false,
+            });
+        }
+        "k8s-fake" | "k8s" => {
+            let fake = FakeApiServer::start().map_err(|e| format!("fake API server: {e}"))?;
+            return Ok(Store {
+                url: format!("k8s://{}", fake.addr()),
+                describe: fake.describe(),
+                serving: Serving::Fake(fake),
+                backends: false,
+            });
+        }
+        "postgres" | "postgres15" => ServerKind::Postgres15,
+        "postgres-latest" => ServerKind::PostgresLatest,
+        "mariadb" | "mysql" => ServerKind::MariaDb,
+        "redis8" | "redis" => ServerKind::Redis8,
+        "redis7" => ServerKind::Redis7,
+        "valkey8" | "valkey" => ServerKind::Valkey8,
+        "etcd35" | "etcd" => ServerKind::Etcd35,
+        "etcd34" => ServerKind::Etcd34,
+        other => return Err(format!("unknown backend {other:?}")),
+    };
+    let server = servers::provide_with(kind, settings).map_err(|e| e.to_string())?;
+    // Only a server started here: the PIDs in `pg_stat_activity` of one
+    // elsewhere (a container, another host) are not ours to signal.
+    let backends =
+        matches!(kind, ServerKind::Postgres15 | ServerKind::PostgresLatest) && server.can_restart();
+    Ok(Store {
+        url: store_url(kind, server.url.clone()),
+        describe: server.describe(),
+        serving: Serving::Server(server),
+        backends,
+    })
+}
+
+pub(crate) fn signal(pid: u32, sig: &str) {
+    let Ok(mut kill) = programs::command("kill") else {
+        eprintln!(
+            "cannot signal worker {pid}: {}",
+            programs::require("kill").unwrap_err()
+        );
+        return;
+    };
+    let _ = kill
+        .args([format!("-{sig}"), pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
