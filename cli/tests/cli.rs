@@ -1218,6 +1218,7 @@ fn offline_trials() -> Vec<Trial> {
 /// A UUIDv7 and an encrypted 64-bit nonce made by leasehold-nonce itself,
 /// decoded by the binary.
 fn decode_uuid7_and_encrypted() -> TestResult {
+    use leasehold_core::testing::GateControl;
     use leasehold_core::{Fence, LeaseGate, MonoTime};
     let gate = LeaseGate::new();
     gate.open(5, Fence(1), MonoTime::now() + Duration::from_secs(60));

@@ -84,7 +84,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::time::Duration;
 
-use leasehold_core::{Floor, GenerationState, LeaseGate, MonoTime};
+use leasehold_core::{Attachment, Floor, GenerationState, LeaseGate, MonoTime};
 
 use crate::error::{BuildError, GenerateError, LayoutError};
 use crate::layout::Layout;
@@ -203,6 +203,9 @@ struct ReadMostly<T> {
 pub(crate) struct Engine<T, const SORTABLE: bool> {
     ro: ReadMostly<T>,
     state: Arc<Tracker>,
+    /// This state's attachment to the gate: counts refusals (cold paths
+    /// only, so it stays off the read-mostly lines).
+    attachment: Attachment,
 }
 
 impl<T, const SORTABLE: bool> Drop for Engine<T, SORTABLE> {
@@ -252,7 +255,8 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             form: layout.signature(),
             in_use: AtomicBool::new(true),
         });
-        let history = gate.attach(kind, state.clone())?.0;
+        let attachment = gate.attach(kind, state.clone())?;
+        let history = attachment.history().0;
         let time_guard = time.guard();
         let engine = Self {
             ro: ReadMostly {
@@ -278,6 +282,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                 lock: Mutex::new(()),
             },
             state,
+            attachment,
         };
         engine.resync(engine.ro.time.precise(), false);
         Ok(engine)
@@ -367,7 +372,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// Counts a refusal on the gate (for telemetry) and returns `e`.
     #[cold]
     fn refuse(&self, e: GenerateError) -> GenerateError {
-        self.ro.gate.note_refused();
+        self.attachment.note_refused();
         e
     }
 

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{Fence, LeaseGate};
 
 use crate::{GenerateError, Layout, ManualTime, Sortable64};
