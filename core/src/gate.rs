@@ -124,12 +124,12 @@ pub trait GenerationState: Send + Sync + 'static {
 }
 
 /// What [`LeaseGate::attach`] gives a generator: the history of the gate
-/// (what earlier states issued) and the handle through which it counts its
-/// refused calls for telemetry. Returned once per attached state; it can
-/// read nothing and change nothing else of the gate.
-#[derive(Clone, Debug)]
+/// (what earlier states issued) and the proof of attachment through which
+/// it counts its refused calls for telemetry. Only `attach` makes one; it
+/// can change nothing of a gate but that count. (It holds no reference to
+/// the gate, so a generator keeps it beside its gate at no cost.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attachment {
-    gate: LeaseGate,
     history: Floor,
 }
 
@@ -140,12 +140,15 @@ impl Attachment {
         self.history
     }
 
-    /// Counts a refused generation call (call it on refusal paths only,
-    /// never on success): [`LeaseGate::refused`] and the driver's
-    /// telemetry report it.
+    /// Counts a refused generation call on `gate`, the gate this
+    /// attachment came from (call it on refusal paths only, never on
+    /// success): [`LeaseGate::refused`] and the driver's telemetry report it.
+    /// Inlined, as the one atomic add it is, into the generator's refusal
+    /// paths.
     #[cold]
-    pub fn note_refused(&self) {
-        self.gate.note_refused();
+    #[inline]
+    pub fn note_refused(&self, gate: &LeaseGate) {
+        gate.note_refused();
     }
 }
 
@@ -537,7 +540,6 @@ impl LeaseGate {
         }
         cold.attached = Some(Attached { kind, state });
         Ok(Attachment {
-            gate: self.clone(),
             history: Floor(cold.retired_issued),
         })
     }

@@ -206,7 +206,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
         let begin = observed
             .max(self.state.high_water())
             .max(self.layout_ms(view.floor.0))
-            .max(self.layout_ms(ro.history))
+            .max(self.layout_ms(ro.attachment.history().0))
             + 1;
         if begin > ro.layout.max_millis() {
             return Err(GenerateError::Exhausted {

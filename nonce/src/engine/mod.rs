@@ -188,8 +188,9 @@ struct ReadMostly<T> {
     /// The gate epoch a clock-behind warning was last emitted for.
     #[cfg(feature = "tracing")]
     warned: AtomicU64,
-    /// What earlier generation states on this gate issued (Unix ms).
-    history: u64,
+    /// This state's attachment to the gate: what earlier generation states
+    /// on it issued (Unix ms), and the right to count refusals.
+    attachment: Attachment,
     /// `time.guard()` in nanoseconds: a reading nearer the deadline than
     /// this is checked again with the precise clock.
     guard: u64,
@@ -203,9 +204,6 @@ struct ReadMostly<T> {
 pub(crate) struct Engine<T, const SORTABLE: bool> {
     ro: ReadMostly<T>,
     state: Arc<Tracker>,
-    /// This state's attachment to the gate: counts refusals (cold paths
-    /// only, so it stays off the read-mostly lines).
-    attachment: Attachment,
 }
 
 impl<T, const SORTABLE: bool> Drop for Engine<T, SORTABLE> {
@@ -256,7 +254,6 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             in_use: AtomicBool::new(true),
         });
         let attachment = gate.attach(kind, state.clone())?;
-        let history = attachment.history().0;
         let time_guard = time.guard();
         let engine = Self {
             ro: ReadMostly {
@@ -275,14 +272,13 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
                 next_resync: AtomicU64::new(0),
                 #[cfg(feature = "tracing")]
                 warned: AtomicU64::new(0),
-                history,
+                attachment,
                 guard: u64::try_from(time_guard.as_nanos()).unwrap_or(u64::MAX),
                 id: NEXT_ENGINE_ID.fetch_add(1, Relaxed),
                 blocks: shift >= BLOCK_MIN_SHIFT,
                 lock: Mutex::new(()),
             },
             state,
-            attachment,
         };
         engine.resync(engine.ro.time.precise(), false);
         Ok(engine)
@@ -372,7 +368,7 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// Counts a refusal on the gate (for telemetry) and returns `e`.
     #[cold]
     fn refuse(&self, e: GenerateError) -> GenerateError {
-        self.attachment.note_refused();
+        self.ro.attachment.note_refused(&self.ro.gate);
         e
     }
 
