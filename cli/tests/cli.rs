@@ -1188,6 +1188,7 @@ fn offline_trials() -> Vec<Trial> {
 /// A UUIDv7 and an encrypted 64-bit nonce made by leasehold-nonce itself,
 /// decoded by the binary.
 fn decode_uuid7_and_encrypted() -> TestResult {
+    use leasehold::testing::GateControl;
     use leasehold::{Fence, LeaseGate, MonoTime};
     let gate = LeaseGate::new();
     gate.open(5, Fence(1), MonoTime::now() + Duration::from_secs(60));

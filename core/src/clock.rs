@@ -84,10 +84,33 @@ impl Sub<Duration> for MonoTime {
     }
 }
 
-/// A source of [`MonoTime`].
+/// A source of [`MonoTime`], and the wall clock that maps it to Unix time.
+///
+/// The lease manager takes one ([`LeaseConfigBuilder::clock`]) for the wall
+/// clock only: it computes the ceilings and floors it reports to the store
+/// as `MonoTime + unix_offset`. Give it the wall clock your generators use
+/// (with `leasehold-nonce`: `AsClock(time_source)`), or a generator whose
+/// clock runs ahead of the manager's stamps past the reported ceiling and
+/// refuses (`PastCeiling`). Deadlines stay on [`MonoTime::now`], the gate's
+/// clock, whatever the clock's `now` says.
+///
+/// [`LeaseConfigBuilder::clock`]: crate::LeaseConfigBuilder::clock
 pub trait Clock: Send + Sync + 'static {
     /// The current time.
     fn now(&self) -> MonoTime;
+
+    /// Unix time minus [`MonoTime`], in nanoseconds: `MonoTime + offset` is
+    /// a Unix time. `fresh` asks for a new measurement (the driver asks with
+    /// every request it reports a ceiling with). It must never go down
+    /// (DESIGN.md, rules 8 and 10). The default is the process's offset,
+    /// [`SystemClock::unix_offset`].
+    fn unix_offset(&self, fresh: bool) -> u64 {
+        if fresh {
+            SystemClock::resync_unix_offset()
+        } else {
+            SystemClock::unix_offset()
+        }
+    }
 }
 
 /// The clock behind [`SystemClock`]: `CLOCK_BOOTTIME` on Linux with the

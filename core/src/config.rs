@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::DEFAULT_MAX_CLOCK_SKEW;
+use crate::clock::{Clock, DEFAULT_MAX_CLOCK_SKEW, SystemClock};
 use crate::error::ConfigError;
 use crate::loss::LossEvent;
 use crate::pool::{IdFormat, MAX_TTL, PoolName, PoolSpec, check_size, check_ttl, default_holder};
@@ -143,6 +143,10 @@ pub struct LeaseConfig {
     pub(crate) pool: PoolSpec,
     pub(crate) timing: Timing,
     pub(crate) on_lost: Option<OnLost>,
+    /// The wall clock ceilings and floors are computed with (by the
+    /// driver, the `tokio` feature).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl LeaseConfig {
@@ -161,6 +165,7 @@ impl LeaseConfig {
             max_clock_skew: None,
             id_format: None,
             on_lost: None,
+            clock: None,
         }
     }
 
@@ -200,6 +205,7 @@ pub struct LeaseConfigBuilder {
     max_clock_skew: Option<Duration>,
     id_format: Option<IdFormat>,
     on_lost: Option<OnLost>,
+    clock: Option<Arc<dyn Clock>>,
 }
 
 impl LeaseConfigBuilder {
@@ -262,6 +268,20 @@ impl LeaseConfigBuilder {
     /// (only the generators of one gate are compared).
     pub fn id_format(mut self, format: IdFormat) -> Self {
         self.id_format = Some(format);
+        self
+    }
+    /// The wall clock the manager computes the ceilings it reports to the
+    /// store with (default [`SystemClock`], the process's clock): give it
+    /// the one your generators stamp timestamps with, so both read one
+    /// clock. With `leasehold-nonce`, `AsClock(time.clone())` for the time
+    /// source `time` the generators were built with. A generator whose wall
+    /// clock is ahead of the manager's by more than the time left to the
+    /// deadline stamps past the ceiling and refuses (`leasehold-nonce`'s
+    /// `GenerateError::PastCeiling`); one behind it
+    /// waits for the slot's floor. Only the clock's Unix offset is used:
+    /// deadlines stay on [`MonoTime`](crate::MonoTime), the gate's clock.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
         self
     }
     /// Called when a lease is lost, after generation has stopped.
@@ -347,6 +367,7 @@ impl LeaseConfigBuilder {
                 max_clock_skew,
             },
             on_lost: self.on_lost,
+            clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
         })
     }
 }

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::cache;
-use crate::clock::{MonoTime, SystemClock};
+use crate::clock::{Clock, MonoTime, SystemClock};
 use crate::config::{LeaseConfig, OnLost, check_margin};
 use crate::error::{ConfigError, Reason, StartError};
 use crate::gate::{LeaseGate, Opening};
@@ -129,6 +129,7 @@ impl LeaseManager {
             opened: None,
             cached: None,
             telemetry: Telemetry::new(&config.pool),
+            clock: config.clock.clone(),
             acquire_latency: std::time::Duration::ZERO,
             orphan: None,
             released: None,
@@ -338,6 +339,8 @@ struct Driver<S> {
     orphan: Option<(Grant, LeaseGate)>,
     /// The outcome of the last release, returned by `shutdown`.
     released: Option<Release>,
+    /// The wall clock of ceilings and floors (`LeaseConfigBuilder::clock`).
+    clock: Arc<dyn Clock>,
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -508,7 +511,11 @@ impl<S: Strategy> Driver<S> {
             deadline.saturating_since(MonoTime::now()),
         );
         #[cfg(feature = "tracing")]
-        warn_if_behind(&self.pool, opening.floor);
+        warn_if_behind(
+            &self.pool,
+            opening.floor,
+            self.unix_millis_at(MonoTime::now()),
+        );
         self.state.send_replace(LeaseState::Held {
             slot,
             fence,
@@ -614,9 +621,14 @@ impl<S: Strategy> Driver<S> {
     /// of the local deadline it would give (the highest timestamp generation
     /// may use until then), with a freshly measured process-wide offset.
     fn ceiling(&self, sent_at: MonoTime) -> Floor {
-        SystemClock::resync_unix_offset();
+        let offset = self.clock.unix_offset(true);
         let deadline = self.machine.timing().deadline(sent_at, self.pool.ttl);
-        Floor(SystemClock::unix_millis_at(deadline))
+        Floor(unix_millis(deadline, offset))
+    }
+
+    /// The Unix time, in milliseconds, of `t` on the configured wall clock.
+    fn unix_millis_at(&self, t: MonoTime) -> u64 {
+        unix_millis(t, self.clock.unix_offset(false))
     }
 
     /// What to leave as the floor when giving `grant` up: the highest
@@ -631,7 +643,7 @@ impl<S: Strategy> Driver<S> {
         let issued = self
             .gate
             .issued()
-            .unwrap_or_else(|| Floor(SystemClock::unix_millis_at(MonoTime::now())));
+            .unwrap_or_else(|| Floor(self.unix_millis_at(MonoTime::now())));
         issued.max(grant.floor)
     }
 
@@ -673,7 +685,7 @@ impl<S: Strategy> Driver<S> {
             // store hands the freed slot out first where it can).
             let issued = old_gate
                 .issued()
-                .unwrap_or_else(|| Floor(SystemClock::unix_millis_at(MonoTime::now())))
+                .unwrap_or_else(|| Floor(self.unix_millis_at(MonoTime::now())))
                 .max(grant.floor);
             let _ = self.strategy.release(&self.pool, &grant, issued).await;
         }
@@ -690,12 +702,17 @@ impl<S: Strategy> Driver<S> {
     }
 }
 
+/// The Unix time, in milliseconds, of `t` with the Unix offset `offset`
+/// (rounded down), as `SystemClock::unix_millis_at` computes it.
+fn unix_millis(t: MonoTime, offset: u64) -> u64 {
+    t.as_nanos().saturating_add(offset) / 1_000_000
+}
+
 /// Warns when this host's clock is behind the floor of a new grant: its
 /// generators wait for the clock to pass it (up to the configured
 /// `max_clock_skew`) or refuse.
 #[cfg(feature = "tracing")]
-fn warn_if_behind(pool: &PoolSpec, floor: Floor) {
-    let now = SystemClock::unix_millis_at(MonoTime::now());
+fn warn_if_behind(pool: &PoolSpec, floor: Floor, now: u64) {
     if floor.0 > now {
         tracing::warn!(
             pool = %pool.name,

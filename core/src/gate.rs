@@ -1,5 +1,12 @@
 //! The lease gate: a lock-free view of the lease that generation code checks on
 //! every call, and the one place a lease's generation state is attached.
+//!
+//! The writers (open, extend, close, retire) are the lease driver's alone:
+//! without the driver (the `tokio` feature) or `testing` nothing calls them.
+#![cfg_attr(
+    not(any(feature = "tokio", feature = "test-util", test)),
+    allow(dead_code)
+)]
 
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -26,16 +33,24 @@ pub use crate::clock::DEFAULT_MAX_CLOCK_SKEW;
 /// state (by cloning the generator), so no two generators on one lease can hand
 /// out the same value (DESIGN.md, timing rule 9).
 ///
+/// **Who may do what.** Users get a gate from the lease manager
+/// (`LeaseManager::gate`) and read it: [`LeaseGate::check`],
+/// [`LeaseGate::view`], [`LeaseGate::deadline`], [`LeaseGate::ceiling`],
+/// [`LeaseGate::issued`], [`LeaseGate::refused`]. Only the lease driver opens,
+/// extends, closes and retires it (those calls are crate-private: a gate
+/// opened or extended by hand would let generation run past the lease). A
+/// generator takes part through [`LeaseGate::attach`], whose
+/// [`Attachment`] is the one handle that may count refusals; it cannot open
+/// the gate or move its deadline or ceiling. Tests that drive a gate by hand
+/// use `leasehold_core::testing::GateControl`, behind the `test-util`
+/// feature.
+///
 /// ```
-/// use leasehold_core::{Fence, LeaseGate, MonoTime};
-/// use std::time::Duration;
+/// use leasehold_core::{LeaseGate, MonoTime};
 /// let gate = LeaseGate::new();
 /// let now = MonoTime::from_nanos(1_000);
 /// assert!(gate.check(now).is_err()); // closed until a lease is held
-/// gate.open(7, Fence(3), now + Duration::from_secs(1));
-/// assert!(gate.check(now).is_ok());
-/// assert!(gate.check(now + Duration::from_secs(1)).is_err()); // deadline passed
-/// assert_eq!(gate.view().slot, 7);
+/// assert!(!gate.view().open);
 /// ```
 #[derive(Clone, Default)]
 pub struct LeaseGate(Arc<Inner>);
@@ -106,6 +121,35 @@ pub trait GenerationState: Send + Sync + 'static {
     /// one gate must have the same, since values of two formats for one slot
     /// can be equal.
     fn form(&self) -> u64;
+}
+
+/// What [`LeaseGate::attach`] gives a generator: the history of the gate
+/// (what earlier states issued) and the proof of attachment through which
+/// it counts its refused calls for telemetry. Only `attach` makes one; it
+/// can change nothing of a gate but that count. (It holds no reference to
+/// the gate, so a generator keeps it beside its gate at no cost.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    history: Floor,
+}
+
+impl Attachment {
+    /// The highest timestamp (Unix ms) issued under the gate by states
+    /// attached before this one: the new state starts strictly after it.
+    pub fn history(&self) -> Floor {
+        self.history
+    }
+
+    /// Counts a refused generation call on `gate`, the gate this
+    /// attachment came from (call it on refusal paths only, never on
+    /// success): [`LeaseGate::refused`] and the driver's telemetry report it.
+    /// Inlined, as the one atomic add it is, into the generator's refusal
+    /// paths.
+    #[cold]
+    #[inline]
+    pub fn note_refused(&self, gate: &LeaseGate) {
+        gate.note_refused();
+    }
 }
 
 /// Why a generation state was not attached to a gate.
@@ -305,10 +349,10 @@ impl LeaseGate {
         Floor(self.0.hot.ceiling.load(Ordering::SeqCst))
     }
 
-    /// Counts a refused generation call (called by generators on their
-    /// refusal paths, never on success).
+    /// Counts a refused generation call (generators do it through their
+    /// [`Attachment`], on their refusal paths, never on success).
     #[cold]
-    pub fn note_refused(&self) {
+    pub(crate) fn note_refused(&self) {
         self.0.refused.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -342,17 +386,21 @@ impl LeaseGate {
             }
         }
     }
+}
 
+/// The writers: the lease driver's calls (and, for tests, `testing`).
+impl LeaseGate {
     /// Opens the gate for a new grant of `slot` with `fence` until `deadline`,
     /// with no floor and no ceiling: for gates driven by hand (examples,
     /// tests). The lease driver uses [`LeaseGate::open_with`].
-    pub fn open(&self, slot: u32, fence: Fence, deadline: MonoTime) {
+    #[cfg(any(test, feature = "test-util"))]
+    pub(crate) fn open(&self, slot: u32, fence: Fence, deadline: MonoTime) {
         self.open_with(Opening::new(slot, fence, deadline));
     }
 
     /// Opens the gate for a new grant: a new epoch, its slot, fence, floor and
     /// ceiling, valid until its deadline. A retired gate stays closed.
-    pub fn open_with(&self, o: Opening) {
+    pub(crate) fn open_with(&self, o: Opening) {
         // No wall-clock step larger than this lease's skew is followed
         // before it settles (DESIGN.md, rule 10).
         crate::clock::SystemClock::limit_wall_clock_steps(o.max_clock_skew);
@@ -382,7 +430,7 @@ impl LeaseGate {
     /// Moves the deadline and the ceiling of the current grant (after a
     /// renewal). A closed gate stays closed: a renewal that lands just after a
     /// shutdown or a reported loss must not reopen it.
-    pub fn extend(&self, deadline: MonoTime, ceiling: Floor) {
+    pub(crate) fn extend(&self, deadline: MonoTime, ceiling: Floor) {
         let _cold = self.lock();
         if self.0.hot.deadline.load(Ordering::SeqCst) == 0 {
             return;
@@ -398,14 +446,14 @@ impl LeaseGate {
 
     /// Closes the gate: every later check fails until the next `open`.
     /// Safe from any thread (the driver, a store watch reporting a loss).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let _cold = self.lock();
         self.0.hot.deadline.store(0, Ordering::SeqCst);
     }
 
     /// Closes the gate if `epoch` is still its epoch (the lease a loss report
     /// is about). A newer grant is left open. Returns whether it closed.
-    pub fn close_if_epoch(&self, epoch: u64) -> bool {
+    pub(crate) fn close_if_epoch(&self, epoch: u64) -> bool {
         let _cold = self.lock();
         let current = self.0.hot.epoch.load(Ordering::SeqCst) == epoch;
         if current {
@@ -422,7 +470,7 @@ impl LeaseGate {
     /// changes nothing, when generators of another form were attached before.
     ///
     /// [`LeaseConfig::id_format`]: crate::LeaseConfigBuilder::id_format
-    pub fn declare_form(&self, form: u64) -> bool {
+    pub(crate) fn declare_form(&self, form: u64) -> bool {
         let mut cold = self.lock();
         match cold.form {
             Some((existing, _)) => existing == form,
@@ -435,17 +483,29 @@ impl LeaseGate {
 
     /// Closes the gate for good: it never opens again (the lease manager that
     /// drives it is gone). An `open` racing with this stays closed.
-    pub fn retire(&self) {
+    pub(crate) fn retire(&self) {
         let mut cold = self.lock();
         cold.retired = true;
         self.0.hot.deadline.store(0, Ordering::SeqCst);
     }
 
+    /// Runs `f` inside the seqlock. Callers hold the writer lock.
+    fn write(&self, f: impl FnOnce(&Hot)) {
+        self.0.hot.seq.fetch_add(1, Ordering::SeqCst);
+        f(&self.0.hot);
+        self.0.hot.seq.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl LeaseGate {
     /// Attaches the gate's generation state. `kind` names the generator for
     /// the error a second one gets.
     ///
-    /// Returns the highest timestamp (Unix ms) issued under this gate by
-    /// states attached before (the new state starts strictly after it).
+    /// Returns the [`Attachment`]: the highest timestamp (Unix ms) issued
+    /// under this gate by states attached before (the new state starts
+    /// strictly after it), and the handle through which the generator counts
+    /// its refusals. This is the only call a generator makes besides reading
+    /// the gate; it cannot open the gate or move its deadline or ceiling.
     /// Refused while an attached state is still in use
     /// ([`AttachError::InUse`] for one of the same kind,
     /// [`AttachError::OtherKind`] for one of another kind), and for a state
@@ -454,7 +514,7 @@ impl LeaseGate {
         &self,
         kind: &'static str,
         state: Arc<dyn GenerationState>,
-    ) -> Result<Floor, AttachError> {
+    ) -> Result<Attachment, AttachError> {
         let mut cold = self.lock();
         if let Some(old) = &cold.attached
             && old.state.in_use()
@@ -479,7 +539,9 @@ impl LeaseGate {
             cold.retired_issued = cold.retired_issued.max(old.state.issued().0);
         }
         cold.attached = Some(Attached { kind, state });
-        Ok(Floor(cold.retired_issued))
+        Ok(Attachment {
+            history: Floor(cold.retired_issued),
+        })
     }
 
     /// The highest timestamp (Unix ms) the generation states attached to this
@@ -493,13 +555,6 @@ impl LeaseGate {
 
     fn lock(&self) -> MutexGuard<'_, Cold> {
         self.0.cold.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs `f` inside the seqlock. Callers hold the writer lock.
-    fn write(&self, f: impl FnOnce(&Hot)) {
-        self.0.hot.seq.fetch_add(1, Ordering::SeqCst);
-        f(&self.0.hot);
-        self.0.hot.seq.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -633,17 +688,26 @@ mod tests {
             issued: AtomicU64::new(100),
             in_use: AtomicBool::new(true),
         });
-        assert_eq!(gate.attach("First", first.clone()), Ok(Floor(0)));
+        assert_eq!(
+            gate.attach("First", first.clone()).map(|a| a.history()),
+            Ok(Floor(0))
+        );
         assert_eq!(gate.issued(), Some(Floor(100)));
         let second = Arc::new(State {
             issued: AtomicU64::new(0),
             in_use: AtomicBool::new(true),
         });
-        let err = gate.attach("First", second.clone()).unwrap_err();
+        let err = gate
+            .attach("First", second.clone())
+            .map(|_| ())
+            .unwrap_err();
         assert_eq!(err, AttachError::InUse { existing: "First" });
         assert!(err.to_string().contains("clone"), "{err}");
         // Another kind cannot be a clone of the first: it needs its own lease.
-        let err = gate.attach("Second", second.clone()).unwrap_err();
+        let err = gate
+            .attach("Second", second.clone())
+            .map(|_| ())
+            .unwrap_err();
         assert_eq!(
             err,
             AttachError::OtherKind {
@@ -659,7 +723,10 @@ mod tests {
         // Once the first is gone, a new one starts after everything it issued.
         first.issued.store(150, Ordering::SeqCst);
         first.in_use.store(false, Ordering::SeqCst);
-        assert_eq!(gate.attach("Second", second), Ok(Floor(150)));
+        assert_eq!(
+            gate.attach("Second", second).map(|a| a.history()),
+            Ok(Floor(150))
+        );
         assert_eq!(gate.issued(), Some(Floor(150)));
     }
 

@@ -26,6 +26,9 @@ pub mod rand;
 mod strategy;
 #[cfg(feature = "tokio")]
 mod telemetry;
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+pub mod testing;
 mod token;
 pub mod url;
 #[cfg(feature = "tokio")]
@@ -41,7 +44,8 @@ pub use driver::{LeaseManager, LeaseState, LossSignal};
 pub use error::{AcquireError, ConfigError, Durability, DurabilityRisk, Reason, StartError};
 pub use fixed::{PodOrdinal, StaticSlot};
 pub use gate::{
-    AttachError, Closed, DEFAULT_MAX_CLOCK_SKEW, GateView, GenerationState, LeaseGate, Opening,
+    AttachError, Attachment, Closed, DEFAULT_MAX_CLOCK_SKEW, GateView, GenerationState, LeaseGate,
+    Opening,
 };
 #[cfg(feature = "tokio")]
 pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};

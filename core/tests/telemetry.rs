@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{LeaseConfig, LeaseManager, LeaseState, Memory};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tracing::field::{Field, Visit};

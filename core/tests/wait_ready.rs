@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{
     Fence, Floor, LeaseConfig, LeaseGate, LeaseManager, Memory, MonoTime, Opening, SystemClock,
 };

@@ -18,6 +18,7 @@ use ferroid::define_snowflake_id;
 use ferroid::generator::AtomicSnowflakeGenerator;
 use ferroid::id::SnowflakeTwitterId;
 use ferroid::time::{MonotonicClock, TWITTER_EPOCH};
+use leasehold_core::testing::GateControl;
 use leasehold_core::{Fence, LeaseGate, MonoTime};
 use leasehold_nonce::*;
 

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aes::cipher::{BlockCipherEncrypt, KeyInit};
+use leasehold_core::testing::GateControl;
 use leasehold_core::{Fence, LeaseGate, MonoTime};
 use leasehold_nonce::*;
 

@@ -20,6 +20,7 @@ type CipherOf<G> = <<G as Plain>::W as Width>::Cipher;
 ///
 /// ```
 /// # use leasehold_core::{Fence, LeaseGate, MonoTime};
+/// # use leasehold_core::testing::GateControl;
 /// # use std::time::Duration;
 /// # let gate = LeaseGate::new();
 /// # gate.open(5, Fence(1), MonoTime::now() + Duration::from_secs(60));
@@ -66,6 +67,7 @@ impl<G: Plain> Encrypted<G> {
     ///
     /// ```
     /// # use leasehold_core::{Fence, LeaseGate, MonoTime};
+    /// # use leasehold_core::testing::GateControl;
     /// # use std::time::Duration;
     /// use leasehold_nonce::{BaseKey, Counter64, Encrypted, GenerateError, Nonce64};
     /// let gate = LeaseGate::new();

@@ -196,6 +196,7 @@ impl<T: TimeSource> Sortable<W128, T> {
     ///
     /// ```
     /// # use leasehold_core::{Fence, LeaseGate, MonoTime};
+    /// # use leasehold_core::testing::GateControl;
     /// # use std::time::Duration;
     /// # let gate = LeaseGate::new();
     /// # gate.open(3, Fence(1), MonoTime::now() + Duration::from_secs(60));

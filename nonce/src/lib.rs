@@ -21,7 +21,7 @@ pub use error::{BuildError, FillError, GenerateError, LayoutError, ParseError};
 pub use generator::{Counter, Plain, Sortable};
 pub use layout::{DEFAULT_EPOCH_UNIX_MS, Layout, LayoutBuilder, OverflowWarning, Parts};
 pub use nonce::{Base32, Nonce64, Nonce96, Nonce128};
-pub use time::{FastClock, ManualTime, PreciseClock, Reading, TimeSource};
+pub use time::{AsClock, FastClock, ManualTime, PreciseClock, Reading, TimeSource};
 pub use uuid7::Uuid7;
 pub use width::{W64, W96, W128, Width};
 

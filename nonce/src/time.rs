@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold_core::{MonoTime, SystemClock, UnixOffset};
+use leasehold_core::{Clock, MonoTime, SystemClock, UnixOffset};
 
 /// One reading of the monotonic clock ([`MonoTime`], the gate's clock), as an
 /// interval that holds the true time: `earliest <= true now <= latest`.
@@ -63,6 +63,40 @@ pub trait TimeSource: Send + Sync + 'static {
     /// [`TimeSource::precise`]. Zero for exact clocks.
     fn guard(&self) -> Duration {
         Duration::ZERO
+    }
+}
+
+/// A [`TimeSource`] as the lease manager's wall clock ([`Clock`]), so that
+/// the ceilings the manager reports to the store and the timestamps the
+/// generators stamp read **one** clock. Hand the manager the time source the
+/// generators are built with (clones share it):
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use leasehold_core::{LeaseConfig, LeaseManager, Memory};
+/// use leasehold_nonce::{AsClock, Layout, PreciseClock, Sortable64};
+/// let time = PreciseClock; // or a time source of your own
+/// let config = LeaseConfig::builder("ids").clock(AsClock(time)).build()?;
+/// let manager = LeaseManager::start(Memory::new(), config).await?;
+/// let ids = Sortable64::with_time(manager.gate(), Layout::default64(), time)?;
+/// # Ok(()) }
+/// ```
+///
+/// Without it the manager computes ceilings on the process's wall clock
+/// ([`SystemClock`]), and a generator whose time source runs ahead of it by
+/// more than the time left to the deadline refuses with
+/// [`GenerateError::PastCeiling`](crate::GenerateError::PastCeiling). The
+/// manager uses only [`TimeSource::unix_offset`]; its deadlines stay on
+/// [`MonoTime`], which every time source reads too.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AsClock<T>(pub T);
+
+impl<T: TimeSource> Clock for AsClock<T> {
+    fn now(&self) -> MonoTime {
+        self.0.precise()
+    }
+    fn unix_offset(&self, fresh: bool) -> u64 {
+        self.0.unix_offset(fresh)
     }
 }
 

@@ -3,6 +3,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{AttachError, Fence, LeaseGate, MonoTime, SystemClock};
 use leasehold_nonce::*;
 

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{Fence, Floor, LeaseGate, MonoTime, Opening};
 use leasehold_nonce::*;
 

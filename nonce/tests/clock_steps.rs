@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{DEFAULT_MAX_CLOCK_SKEW, Fence, Floor, LeaseGate, Opening};
 use leasehold_nonce::*;
 

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{Fence, LeaseGate, MonoTime};
 use leasehold_nonce::*;
 

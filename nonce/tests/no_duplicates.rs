@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{
     AttachError, Fence, Floor, LeaseConfig, LeaseGate, LeaseManager, Memory, MonoTime, Opening,
 };

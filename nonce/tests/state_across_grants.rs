@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{Fence, Floor, LeaseGate, Opening};
 use leasehold_nonce::*;
 

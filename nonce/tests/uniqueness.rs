@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use leasehold_core::testing::GateControl;
 use leasehold_core::{Fence, LeaseGate, MonoTime};
 use leasehold_nonce::*;
 

@@ -25,6 +25,7 @@ use leasehold_campaign::record::{Kind, Record, Recorder, RunBuilder};
 use leasehold_campaign::store::{FenceWriter, Options, start_manager};
 use leasehold_campaign::worker::{Skewed, Snapshot, Tracker};
 use leasehold_core::plant::Plant;
+use leasehold_core::testing::GateControl;
 use leasehold_core::{LeaseConfig, LeaseGate, MonoTime};
 use leasehold_nonce::{Counter64, GenerateError, Layout, Sortable64};
 
