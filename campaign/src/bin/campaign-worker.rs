@@ -27,7 +27,7 @@ use leasehold_campaign::worker::{Skewed, Snapshot, Tracker};
 use leasehold_core::plant::Plant;
 use leasehold_core::testing::GateControl;
 use leasehold_core::{LeaseConfig, LeaseGate, MonoTime};
-use leasehold_nonce::{Counter64, GenerateError, Layout, Sortable64};
+use leasehold_nonce::{AsClock, Counter64, GenerateError, Layout, Sortable64};
 
 struct Args {
     url: String,
@@ -321,30 +321,36 @@ async fn fenced_writes(
     }
 }
 
-async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<(), String> {
-    let config = || {
-        let b = LeaseConfig::builder(format!("{}-{}", args.pool, kind.name()))
-            .pool_size(args.slots)
-            .ttl(args.ttl)
-            .id_format(layout().id_format())
-            .acquire_timeout(Duration::from_secs(3600));
-        let b = match args.max_clock_skew {
-            Some(skew) => b.max_clock_skew(skew),
-            None => b,
-        };
-        let b = match args.backoff_max {
-            Some(most) => b
-                .backoff_initial(most.min(Duration::from_millis(100)))
-                .backoff_max(most),
-            None => b,
-        };
-        match args.margin {
-            Some(margin) => b.safety_margin(margin),
-            None => b,
-        }
-        .build()
-        .map_err(|e| e.to_string())
+/// The lease of `kind`'s pool, with this worker's settings. The manager
+/// reads the same skewed wall clock as the generators, as a process on a
+/// host whose clock is wrong does: its ceilings and the values agree.
+fn lease_config(args: &Args, kind: Kind) -> Result<LeaseConfig, String> {
+    let b = LeaseConfig::builder(format!("{}-{}", args.pool, kind.name()))
+        .pool_size(args.slots)
+        .ttl(args.ttl)
+        .id_format(layout().id_format())
+        .clock(AsClock(Skewed::new(args.skew_ms)))
+        .acquire_timeout(Duration::from_secs(3600));
+    let b = match args.max_clock_skew {
+        Some(skew) => b.max_clock_skew(skew),
+        None => b,
     };
+    let b = match args.backoff_max {
+        Some(most) => b
+            .backoff_initial(most.min(Duration::from_millis(100)))
+            .backoff_max(most),
+        None => b,
+    };
+    match args.margin {
+        Some(margin) => b.safety_margin(margin),
+        None => b,
+    }
+    .build()
+    .map_err(|e| e.to_string())
+}
+
+async fn run_kind(args: Arc<Args>, kind: Kind, shared: Arc<Shared>) -> Result<(), String> {
+    let config = || lease_config(&args, kind);
     // The store may be frozen or unreachable when this worker starts.
     let manager = loop {
         if shared.stop.load(Ordering::Relaxed) {
