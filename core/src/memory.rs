@@ -292,13 +292,6 @@ impl Operate for Memory {
         Box::pin(std::future::ready(Ok(None)))
     }
 
-    fn slots<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
-        Box::pin(self.inspect(pool))
-    }
-
     fn revoke<'a>(
         &'a self,
         pool: &'a PoolSpec,

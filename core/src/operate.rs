@@ -19,14 +19,16 @@
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::{BoxFuture, Durability, InspectError, PoolSpec, Reason, SlotInfo};
+use crate::{BoxFuture, Durability, DynStrategy, InspectError, PoolSpec, Reason, SlotInfo};
 
 /// An operator's handle on a store: object-safe, so a tool keeps one
 /// `Box<dyn Operate>` whatever the store.
 ///
 /// Every call is read-only except [`Operate::revoke`] and
-/// [`Operate::prepare`]. None of them claims a slot.
-pub trait Operate: Send + Sync + 'static {
+/// [`Operate::prepare`]. None of them claims a slot. Every operator handle
+/// is a strategy too ([`DynStrategy`]): what it shows of a pool is what its
+/// strategy's `inspect` answers.
+pub trait Operate: DynStrategy {
     /// The store as an operator names it: its kind and server version
     /// (`PostgreSQL 18.1`, `Valkey 8.1.4`, `etcd`, `Kubernetes (namespace ids)`).
     fn describe(&self) -> String;
@@ -51,7 +53,9 @@ pub trait Operate: Send + Sync + 'static {
     fn slots<'a>(
         &'a self,
         pool: &'a PoolSpec,
-    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>>;
+    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
+        self.inspect_dyn(pool)
+    }
 
     /// Revokes the lease on `slot` of `pool` behind its holder's back without
     /// ever granting the slot twice: the slot stays taken until the revoked

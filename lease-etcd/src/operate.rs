@@ -5,8 +5,7 @@ use std::time::SystemTime;
 
 use etcd_client::StatusResponse;
 use leasehold_core::{
-    BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolName, PoolSpec, Reason,
-    SlotInfo, Strategy, Verdict,
+    BoxFuture, Check, Durability, Operate, OperateError, PoolName, PoolSpec, Reason, Verdict,
 };
 
 use crate::{EtcdError, EtcdStrategy};
@@ -80,13 +79,6 @@ impl Operate for EtcdStrategy {
         // Lease TTLs count on the leader's clock; holders never compare
         // their wall clocks with it.
         Box::pin(std::future::ready(Ok(None)))
-    }
-
-    fn slots<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
-        Box::pin(self.inspect(pool))
     }
 
     fn revoke<'a>(

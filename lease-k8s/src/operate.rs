@@ -4,8 +4,7 @@
 use std::time::{Instant, SystemTime};
 
 use leasehold_core::{
-    BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolSpec, Reason, SlotInfo,
-    Strategy, Verdict,
+    BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
 
 use crate::{KubeError, KubeStrategy};
@@ -53,13 +52,6 @@ impl Operate for KubeStrategy {
     fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>> {
         // Each observer times a Lease's expiry on its own monotonic clock.
         Box::pin(std::future::ready(Ok(None)))
-    }
-
-    fn slots<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
-        Box::pin(self.inspect(pool))
     }
 
     fn revoke<'a>(

@@ -5,8 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold_core::operate::durability_check;
 use leasehold_core::{
-    BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolSpec, Reason, SlotInfo,
-    Strategy, Verdict,
+    BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
 
 use crate::{Engine, SqlError, SqlStrategy, sqlx};
@@ -130,13 +129,6 @@ impl Operate for SqlStrategy {
             })?;
             Ok(Some(UNIX_EPOCH + Duration::from_micros(micros)))
         })
-    }
-
-    fn slots<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
-        Box::pin(self.inspect(pool))
     }
 
     fn revoke<'a>(

@@ -6,8 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_core::{
-    BoxFuture, Check, Durability, InspectError, Operate, OperateError, PoolSpec, Reason, SlotInfo,
-    Strategy, Verdict,
+    BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
 
 use crate::{ActivePath, Persistence, ValkeyError, ValkeyStrategy};
@@ -174,13 +173,6 @@ impl Operate for ValkeyStrategy {
                 .map(Some)
                 .ok_or_else(|| OperateError::Store(Reason::new(format!("TIME answered {v:?}"))))
         })
-    }
-
-    fn slots<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
-        Box::pin(self.inspect(pool))
     }
 
     fn revoke<'a>(
