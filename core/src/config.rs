@@ -220,6 +220,13 @@ impl LeaseConfigBuilder {
         self
     }
     /// Lease time asked of the store (default 30 s; 100 ms to 24 h).
+    ///
+    /// Each claim also records the pool's **restart span**, TTL + 2 ×
+    /// [`max_clock_skew`](Self::max_clock_skew), in the store. On a store
+    /// that can forget, the backend's restart guard (`restart_guard` in each
+    /// backend's config, on by default) grants nothing after a restart until
+    /// the longest span recorded for the pool has passed: a longer TTL here
+    /// is a longer pause after such a restart.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -254,7 +261,8 @@ impl LeaseConfigBuilder {
     /// How far this host's clock may be behind a slot's floor (the previous
     /// holder's last timestamp) before generation refuses (default 1 s, or
     /// the TTL when shorter; up to the TTL). Within it, generation waits for
-    /// the clock to pass the floor.
+    /// the clock to pass the floor. Counted twice in the pool's restart span
+    /// (see [`ttl`](Self::ttl)).
     pub fn max_clock_skew(mut self, skew: Duration) -> Self {
         self.max_clock_skew = Some(skew);
         self
