@@ -82,7 +82,8 @@ pub(super) fn start_local(
     settings: Settings,
 ) -> Result<Server, String> {
     let launch = kind.row().launch;
-    let start = recipe(launch.family).ok_or_else(|| format!("no local {kind} binary is supported"))?;
+    let start =
+        recipe(launch.family).ok_or_else(|| format!("no local {kind} binary is supported"))?;
     let dir = temp_dir(kind).map_err(|e| e.to_string())?;
     let port = free_port();
     let mut guard = Guard {
