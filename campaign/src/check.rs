@@ -111,86 +111,127 @@ pub fn check(
     fence_logs: &BTreeMap<String, Vec<u64>>,
 ) -> Report {
     let mut report = Report::default();
-    let mut runs: HashMap<Kind, Vec<(u64, u64, u64)>> = HashMap::new();
-    let mut holds: BTreeMap<(u32, Kind, u32), Period> = BTreeMap::new();
-    let mut accepted_writes: BTreeMap<(Kind, u32), Vec<(u64, u64)>> = BTreeMap::new();
+    let mut gathered = Gathered::default();
     for (worker, records) in logs {
         for r in records {
-            match *r {
-                Record::Run {
+            gathered.read(&mut report, *worker, r, pool_size);
+        }
+    }
+    // In this order: of two findings at one moment, the first named stays.
+    check_duplicates(&mut report, &mut gathered.runs);
+    check_periods(&mut report, gathered.holds);
+    check_fence_logs(&mut report, fence_logs, &mut gathered.accepted_writes);
+    report
+}
+
+/// What the checks across records need from the workers' records.
+#[derive(Default)]
+struct Gathered {
+    /// The runs of IDs of each kind: `(first, last, made at)`.
+    runs: HashMap<Kind, Vec<(u64, u64, u64)>>,
+    /// The holding periods, per `(worker, kind, gate epoch)`.
+    holds: BTreeMap<(u32, Kind, u32), Period>,
+    /// The fenced writes a worker saw accepted, per `(kind, slot)`:
+    /// `(at, fence)`.
+    accepted_writes: BTreeMap<(Kind, u32), Vec<(u64, u64)>>,
+}
+
+impl Gathered {
+    /// Counts one record of `worker` into `report`, and keeps what the
+    /// checks across records need.
+    fn read(&mut self, report: &mut Report, worker: u32, record: &Record, pool_size: u32) {
+        match *record {
+            Record::Run {
+                kind,
+                first,
+                last,
+                at_ns,
+            } => {
+                *report.ids.entry(kind.name()).or_default() += last - first + 1;
+                count_outside_pool(report, (first, last), at_ns, pool_size);
+                self.runs
+                    .entry(kind)
+                    .or_default()
+                    .push((first, last, at_ns));
+            }
+            Record::Hold {
+                kind,
+                epoch,
+                slot,
+                fence,
+                floor,
+                open_ns,
+                until_ns,
+                closed,
+            } => self.merge_hold(
+                epoch,
+                Period {
+                    worker,
                     kind,
-                    first,
-                    last,
-                    at_ns,
-                } => {
-                    *report.ids.entry(kind.name()).or_default() += last - first + 1;
-                    let outside = [first, last]
-                        .iter()
-                        .filter(|id| slot_of(**id) >= pool_size)
-                        .count()
-                        + usize::from(slot_of(first) != slot_of(last));
-                    report.outside_pool += outside as u64;
-                    if outside > 0 {
-                        found(&mut report.first_found, at_ns, "an ID outside the pool");
-                    }
-                    runs.entry(kind).or_default().push((first, last, at_ns));
-                }
-                Record::Hold {
-                    kind,
-                    epoch,
                     slot,
                     fence,
                     floor,
                     open_ns,
-                    until_ns,
+                    end_ns: until_ns,
                     closed,
-                } => {
-                    // Records of one grant merge: the earliest start, the
-                    // latest end (a worker writes what it knows at each
-                    // flush, and a flush may be cut short by a kill).
-                    holds
-                        .entry((*worker, kind, epoch))
-                        .and_modify(|p| {
-                            p.open_ns = p.open_ns.min(open_ns);
-                            p.end_ns = p.end_ns.max(until_ns);
-                            p.closed |= closed;
-                        })
-                        .or_insert(Period {
-                            worker: *worker,
-                            kind,
-                            slot,
-                            fence,
-                            floor,
-                            open_ns,
-                            end_ns: until_ns,
-                            closed,
-                        });
+                },
+            ),
+            Record::Fenced {
+                accepted,
+                kind,
+                slot,
+                fence,
+                at_ns,
+            } => {
+                if accepted {
+                    report.fenced_accepted += 1;
+                    self.accepted_writes
+                        .entry((kind, slot))
+                        .or_default()
+                        .push((at_ns, fence));
+                } else {
+                    report.fenced_refused += 1;
                 }
-                Record::Fenced {
-                    accepted,
-                    kind,
-                    slot,
-                    fence,
-                    at_ns,
-                } => {
-                    if accepted {
-                        report.fenced_accepted += 1;
-                        accepted_writes
-                            .entry((kind, slot))
-                            .or_default()
-                            .push((at_ns, fence));
-                    } else {
-                        report.fenced_refused += 1;
-                    }
-                }
-                Record::SecondGeneratorRefused { .. } => report.second_generators_refused += 1,
-                Record::ClockBehind { behind_ms, .. } => {
-                    report.clock_behind += 1;
-                    report.clock_behind_max_ms = report.clock_behind_max_ms.max(behind_ms);
-                }
+            }
+            Record::SecondGeneratorRefused { .. } => report.second_generators_refused += 1,
+            Record::ClockBehind { behind_ms, .. } => {
+                report.clock_behind += 1;
+                report.clock_behind_max_ms = report.clock_behind_max_ms.max(behind_ms);
             }
         }
     }
+
+    /// Records of one grant (one gate epoch) merge: the earliest start, the
+    /// latest end (a worker writes what it knows at each flush, and a flush
+    /// may be cut short by a kill).
+    fn merge_hold(&mut self, epoch: u32, period: Period) {
+        self.holds
+            .entry((period.worker, period.kind, epoch))
+            .and_modify(|p| {
+                p.open_ns = p.open_ns.min(period.open_ns);
+                p.end_ns = p.end_ns.max(period.end_ns);
+                p.closed |= period.closed;
+            })
+            .or_insert(period);
+    }
+}
+
+/// Counts the ends of a run (`(first, last)`, made at `at_ns`) whose slot is
+/// outside the pool, and a run that spans two slots.
+fn count_outside_pool(report: &mut Report, (first, last): (u64, u64), at_ns: u64, pool_size: u32) {
+    let outside = [first, last]
+        .iter()
+        .filter(|id| slot_of(**id) >= pool_size)
+        .count()
+        + usize::from(slot_of(first) != slot_of(last));
+    report.outside_pool += outside as u64;
+    if outside > 0 {
+        found(&mut report.first_found, at_ns, "an ID outside the pool");
+    }
+}
+
+/// IDs recorded more than once, across the runs of each kind.
+fn check_duplicates(report: &mut Report, runs: &mut HashMap<Kind, Vec<(u64, u64, u64)>>) {
     for ranges in runs.values_mut() {
         let (dups, when) = overlap_count(ranges);
         report.duplicates += dups;
@@ -198,6 +239,11 @@ pub fn check(
             found(&mut report.first_found, at, "duplicate IDs");
         }
     }
+}
+
+/// The holding periods: grants that carried a floor, fences issued again,
+/// periods of one slot that overlap, and the closest hand-over.
+fn check_periods(report: &mut Report, holds: BTreeMap<(u32, Kind, u32), Period>) {
     report.periods = holds.into_values().collect();
     report.grants_with_floor = report.periods.iter().filter(|p| p.floor > 0).count() as u64;
     let (reissued, when) = fences_reissued(&report.periods);
@@ -215,6 +261,15 @@ pub fn check(
     }
     report.overlaps = overlaps;
     report.closest_handover_ns = closest;
+}
+
+/// Writes the stores accepted below a fence they accepted before, in each
+/// store's own order; and, when there are any, the first a worker saw.
+fn check_fence_logs(
+    report: &mut Report,
+    fence_logs: &BTreeMap<String, Vec<u64>>,
+    accepted_writes: &mut BTreeMap<(Kind, u32), Vec<(u64, u64)>>,
+) {
     for fences in fence_logs.values() {
         report.fenced_logged += fences.len() as u64;
         let mut max = 0;
@@ -244,7 +299,6 @@ pub fn check(
             }
         }
     }
-    report
 }
 
 /// Keeps the earliest finding (a time of 0 is a record without one).

@@ -201,32 +201,71 @@ pub fn plan(
 mod tests {
     use super::*;
 
+    const TTL: Duration = Duration::from_secs(2);
+
+    /// A store that can take nothing beyond the workers' own faults.
+    const NONE: StoreFaults = StoreFaults {
+        cut: false,
+        freeze: false,
+        restart: false,
+        restart_heavy: false,
+        member: false,
+        backend_crash: false,
+        crash_heavy: false,
+    };
+    /// A server reached over the network, which can be frozen.
+    const NETWORKED: StoreFaults = StoreFaults {
+        cut: true,
+        freeze: true,
+        ..NONE
+    };
+    /// A file store (SQLite): no cut, but its process can be frozen.
+    const FILE: StoreFaults = StoreFaults {
+        freeze: true,
+        ..NONE
+    };
+    /// A cluster whose members can be killed.
+    const CLUSTER: StoreFaults = StoreFaults {
+        cut: true,
+        restart: true,
+        member: true,
+        ..NONE
+    };
+    /// PostgreSQL: one backend can crash.
+    const POSTGRES: StoreFaults = StoreFaults {
+        cut: true,
+        restart: true,
+        backend_crash: true,
+        ..NONE
+    };
+
+    /// The plan of a one-minute run of five workers with a fault every two
+    /// TTLs.
+    fn plan_of(seed: u64, store: StoreFaults) -> Vec<Planned> {
+        plan(
+            &mut Rng::new(seed),
+            Duration::from_secs(60),
+            TTL * 2,
+            5,
+            TTL,
+            store,
+        )
+    }
+
+    /// The first `n` faults of a plan.
+    fn first(plan: &[Planned], n: usize) -> Vec<Fault> {
+        plan.iter().take(n).map(|p| p.fault).collect()
+    }
+
     #[test]
     fn a_seed_replays_its_plan_and_every_kind_comes_first() {
-        let ttl = Duration::from_secs(2);
-        let networked = StoreFaults {
-            cut: true,
-            freeze: true,
-            ..StoreFaults::default()
-        };
-        let plan_of = |seed, store| {
-            plan(
-                &mut Rng::new(seed),
-                Duration::from_secs(60),
-                ttl * 2,
-                5,
-                ttl,
-                store,
-            )
-        };
-        let a = plan_of(7, networked);
-        let b = plan_of(7, networked);
-        let c = plan_of(8, networked);
+        let a = plan_of(7, NETWORKED);
+        let b = plan_of(7, NETWORKED);
+        let c = plan_of(8, NETWORKED);
         assert_eq!(a, b);
         assert_ne!(a, c);
-        let first: Vec<_> = a.iter().take(5).map(|p| p.fault).collect();
         assert_eq!(
-            first,
+            first(&a, 5),
             [
                 Fault::Kill,
                 Fault::Stop,
@@ -236,31 +275,34 @@ mod tests {
             ]
         );
         for p in &a {
-            assert!(p.worker < 5 && p.pause > ttl && p.pause <= ttl * 2);
+            assert!(p.worker < 5 && p.pause > TTL && p.pause <= TTL * 2);
             assert!(p.at < Duration::from_secs(56));
         }
-        // A file store (SQLite): no cut, and a frozen-less store no freeze.
-        let file = plan_of(
-            7,
-            StoreFaults {
-                freeze: true,
-                ..StoreFaults::default()
-            },
-        );
-        let first: Vec<_> = file.iter().take(4).map(|p| p.fault).collect();
+    }
+
+    /// A file store (SQLite): no network fault; a store that can take
+    /// nothing: no fault of the store's own.
+    #[test]
+    fn a_store_gets_only_the_faults_it_can_take() {
+        let file = plan_of(7, FILE);
         assert_eq!(
-            first,
+            first(&file, 4),
             [Fault::Kill, Fault::Stop, Fault::Term, Fault::Freeze]
         );
         assert!(
             file.iter()
                 .all(|p| !matches!(p.fault, Fault::Cut | Fault::Reset | Fault::Slow))
         );
-        let none = plan_of(7, StoreFaults::default());
+        let none = plan_of(7, NONE);
         assert!(
             none.iter()
                 .all(|p| !matches!(p.fault, Fault::Freeze | Fault::Restart | Fault::Cut))
         );
+        assert!(none.iter().all(|p| p.fault != Fault::Member));
+    }
+
+    #[test]
+    fn a_restart_heavy_plan_restarts_every_other_time() {
         let heavy = plan_of(
             7,
             StoreFaults {
@@ -268,7 +310,7 @@ mod tests {
                 freeze: false,
                 restart: true,
                 restart_heavy: true,
-                ..StoreFaults::default()
+                ..NONE
             },
         );
         let restarts = heavy.iter().filter(|p| p.fault == Fault::Restart).count();
@@ -278,20 +320,15 @@ mod tests {
             heavy.len()
         );
         assert!(heavy.iter().any(|p| p.fault == Fault::Cut));
-        // A cluster: member kills join after the other kinds, and come
-        // up at random later on.
-        let cluster = plan_of(
-            7,
-            StoreFaults {
-                cut: true,
-                restart: true,
-                member: true,
-                ..StoreFaults::default()
-            },
-        );
-        let first: Vec<_> = cluster.iter().take(8).map(|p| p.fault).collect();
+    }
+
+    /// A cluster: member kills join after the other kinds, and come up at
+    /// random later on.
+    #[test]
+    fn member_kills_join_a_cluster_plan_after_the_other_kinds() {
+        let cluster = plan_of(7, CLUSTER);
         assert_eq!(
-            first,
+            first(&cluster, 8),
             [
                 Fault::Kill,
                 Fault::Stop,
@@ -304,21 +341,13 @@ mod tests {
             ]
         );
         assert!(cluster.iter().skip(8).any(|p| p.fault == Fault::Member));
-        assert!(none.iter().all(|p| p.fault != Fault::Member));
-        // PostgreSQL: backend crashes join last; only there.
-        let postgres = StoreFaults {
-            cut: true,
-            restart: true,
-            backend_crash: true,
-            ..StoreFaults::default()
-        };
-        let first: Vec<_> = plan_of(7, postgres)
-            .iter()
-            .take(7)
-            .map(|p| p.fault)
-            .collect();
+    }
+
+    /// PostgreSQL: backend crashes join last; only there.
+    #[test]
+    fn backend_crashes_join_a_postgres_plan_last_and_no_other() {
         assert_eq!(
-            first,
+            first(&plan_of(7, POSTGRES), 7),
             [
                 Fault::Kill,
                 Fault::Stop,
@@ -329,20 +358,24 @@ mod tests {
                 Fault::Slow,
             ]
         );
-        assert_eq!(plan_of(7, postgres)[7].fault, Fault::BackendCrash);
+        assert_eq!(plan_of(7, POSTGRES)[7].fault, Fault::BackendCrash);
         assert!(
-            [a, file, none, cluster]
-                .iter()
-                .flatten()
+            [NETWORKED, FILE, NONE, CLUSTER]
+                .into_iter()
+                .flat_map(|store| plan_of(7, store))
                 .all(|p| p.fault != Fault::BackendCrash)
         );
-        // Crash- and restart-heavy: every other fault, in turn.
+    }
+
+    /// Crash- and restart-heavy: every other fault, in turn.
+    #[test]
+    fn crash_and_restart_heavy_take_every_other_fault_in_turn() {
         let both = plan_of(
             7,
             StoreFaults {
                 restart_heavy: true,
                 crash_heavy: true,
-                ..postgres
+                ..POSTGRES
             },
         );
         let odd: Vec<_> = both.iter().skip(1).step_by(2).map(|p| p.fault).collect();
@@ -351,6 +384,10 @@ mod tests {
             let want = [Fault::Restart, Fault::BackendCrash][i % 2];
             assert_eq!(*f, want, "{both:?}");
         }
+    }
+
+    #[test]
+    fn signed_stays_within_its_limit() {
         let mut r = Rng::new(1);
         assert!(
             (0..1000)

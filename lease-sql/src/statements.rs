@@ -324,113 +324,138 @@ mod tests {
 
     use super::*;
 
+    /// The migrations shipped for one engine, in order.
+    #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+    struct Shipped {
+        leases: &'static str,
+        floor: &'static str,
+        span: &'static str,
+        issuer: &'static str,
+        format: &'static str,
+    }
+
+    /// A migration's statements, without its comment lines.
+    #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+    fn body(file: &str) -> String {
+        file.lines()
+            .filter(|l| !l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The lease table's migrations (0001, 0002, 0003, 0005) against the
+    /// DDL and column additions of `D`.
+    #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+    fn lease_migrations_match<D: Dialect>(m: &Shipped) {
+        let t = TableName::default().quoted(D::QUOTE);
+        // 0001 is the 0.1 table: today's DDL without the floor columns.
+        let ddl = D::create_table(&t);
+        let v1: Vec<&str> = ddl
+            .lines()
+            .filter(|l| {
+                !l.contains("floor_ms") && !l.contains("span_ms") && !l.contains("id_format")
+            })
+            .collect();
+        assert_eq!(
+            body(m.leases).trim().trim_end_matches(';'),
+            v1.join("\n"),
+            "{} 0001 migration drifted",
+            D::ENGINE
+        );
+        // 0002 adds exactly the floor columns, as `ensure_table` does.
+        let adds: Vec<String> = FLOOR_COLUMNS
+            .iter()
+            .map(|c| format!("{};", D::add_floor_column(&t, c)))
+            .collect();
+        assert_eq!(
+            body(m.floor).trim(),
+            adds.join("\n"),
+            "{} 0002 migration drifted",
+            D::ENGINE
+        );
+        // 0003 adds exactly the span column.
+        let adds: Vec<String> = SPAN_COLUMNS
+            .iter()
+            .map(|c| format!("{};", D::add_floor_column(&t, c)))
+            .collect();
+        assert_eq!(
+            body(m.span).trim(),
+            adds.join("\n"),
+            "{} 0003 migration drifted",
+            D::ENGINE
+        );
+        // 0005 adds exactly the ID-format column.
+        assert_eq!(
+            body(m.format).trim(),
+            format!("{};", D::add_format_column(&t)),
+            "{} 0005 migration drifted",
+            D::ENGINE
+        );
+        for c in FLOOR_COLUMNS
+            .iter()
+            .chain(&SPAN_COLUMNS)
+            .chain(&ID_FORMAT_COLUMNS)
+        {
+            assert!(ddl.contains(c), "{} DDL lacks {c}", D::ENGINE);
+        }
+        let typed = format!("id_format      {}", D::FORMAT_TYPE);
+        assert!(ddl.contains(&typed), "{} DDL lacks {typed}", D::ENGINE);
+    }
+
+    /// 0004 adds exactly the fence table's issuer columns, as
+    /// `FenceTable::ensure` does, and a new fence table has them.
+    #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+    fn fence_migration_matches<D: Dialect>(m: &Shipped) {
+        let f = TableName::new("leasehold_fences").unwrap().quoted(D::QUOTE);
+        let adds: Vec<String> = FENCE_ISSUER_COLUMNS
+            .iter()
+            .map(|c| format!("{};", D::add_fence_issuer_column(&f, c)))
+            .collect();
+        assert_eq!(
+            body(m.issuer).trim(),
+            adds.join("\n"),
+            "{} 0004 migration drifted",
+            D::ENGINE
+        );
+        let create = D::create_fence_table(&f);
+        for c in FENCE_ISSUER_COLUMNS {
+            let typed = format!("{c} {}", D::fence_issuer_type(c));
+            assert!(
+                create.contains(&typed),
+                "{} fence DDL lacks {typed}",
+                D::ENGINE
+            );
+        }
+    }
+
     #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
     #[test]
     fn shipped_migrations_match_the_ddl() {
-        fn body(file: &str) -> String {
-            file.lines()
-                .filter(|l| !l.starts_with("--"))
-                .collect::<Vec<_>>()
-                .join("\n")
+        fn check<D: Dialect>(m: Shipped) {
+            lease_migrations_match::<D>(&m);
+            fence_migration_matches::<D>(&m);
         }
-        fn check<D: Dialect>(first: &str, floor: &str, span: &str, issuer: &str, format: &str) {
-            let t = TableName::default().quoted(D::QUOTE);
-            // 0001 is the 0.1 table: today's DDL without the floor columns.
-            let ddl = D::create_table(&t);
-            let v1: Vec<&str> = ddl
-                .lines()
-                .filter(|l| {
-                    !l.contains("floor_ms") && !l.contains("span_ms") && !l.contains("id_format")
-                })
-                .collect();
-            assert_eq!(
-                body(first).trim().trim_end_matches(';'),
-                v1.join("\n"),
-                "{} 0001 migration drifted",
-                D::ENGINE
-            );
-            // 0002 adds exactly the floor columns, as `ensure_table` does.
-            let adds: Vec<String> = FLOOR_COLUMNS
-                .iter()
-                .map(|c| format!("{};", D::add_floor_column(&t, c)))
-                .collect();
-            assert_eq!(
-                body(floor).trim(),
-                adds.join("\n"),
-                "{} 0002 migration drifted",
-                D::ENGINE
-            );
-            // 0003 adds exactly the span column.
-            let adds: Vec<String> = SPAN_COLUMNS
-                .iter()
-                .map(|c| format!("{};", D::add_floor_column(&t, c)))
-                .collect();
-            assert_eq!(
-                body(span).trim(),
-                adds.join("\n"),
-                "{} 0003 migration drifted",
-                D::ENGINE
-            );
-            // 0005 adds exactly the ID-format column.
-            assert_eq!(
-                body(format).trim(),
-                format!("{};", D::add_format_column(&t)),
-                "{} 0005 migration drifted",
-                D::ENGINE
-            );
-            for c in FLOOR_COLUMNS
-                .iter()
-                .chain(&SPAN_COLUMNS)
-                .chain(&ID_FORMAT_COLUMNS)
-            {
-                assert!(ddl.contains(c), "{} DDL lacks {c}", D::ENGINE);
-            }
-            let typed = format!("id_format      {}", D::FORMAT_TYPE);
-            assert!(ddl.contains(&typed), "{} DDL lacks {typed}", D::ENGINE);
-            // 0004 adds exactly the fence table's issuer columns, as
-            // `FenceTable::ensure` does, and a new fence table has them.
-            let f = TableName::new("leasehold_fences").unwrap().quoted(D::QUOTE);
-            let adds: Vec<String> = FENCE_ISSUER_COLUMNS
-                .iter()
-                .map(|c| format!("{};", D::add_fence_issuer_column(&f, c)))
-                .collect();
-            assert_eq!(
-                body(issuer).trim(),
-                adds.join("\n"),
-                "{} 0004 migration drifted",
-                D::ENGINE
-            );
-            let create = D::create_fence_table(&f);
-            for c in FENCE_ISSUER_COLUMNS {
-                let typed = format!("{c} {}", D::fence_issuer_type(c));
-                assert!(
-                    create.contains(&typed),
-                    "{} fence DDL lacks {typed}",
-                    D::ENGINE
-                );
-            }
-        }
-        check::<sqlx::Postgres>(
-            include_str!("../migrations/postgres/0001_leasehold_leases.sql"),
-            include_str!("../migrations/postgres/0002_leasehold_floor.sql"),
-            include_str!("../migrations/postgres/0003_leasehold_span.sql"),
-            include_str!("../migrations/postgres/0004_leasehold_fence_issuer.sql"),
-            include_str!("../migrations/postgres/0005_leasehold_id_format.sql"),
-        );
-        check::<sqlx::MySql>(
-            include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
-            include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
-            include_str!("../migrations/mysql/0003_leasehold_span.sql"),
-            include_str!("../migrations/mysql/0004_leasehold_fence_issuer.sql"),
-            include_str!("../migrations/mysql/0005_leasehold_id_format.sql"),
-        );
-        check::<sqlx::Sqlite>(
-            include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
-            include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
-            include_str!("../migrations/sqlite/0003_leasehold_span.sql"),
-            include_str!("../migrations/sqlite/0004_leasehold_fence_issuer.sql"),
-            include_str!("../migrations/sqlite/0005_leasehold_id_format.sql"),
-        );
+        check::<sqlx::Postgres>(Shipped {
+            leases: include_str!("../migrations/postgres/0001_leasehold_leases.sql"),
+            floor: include_str!("../migrations/postgres/0002_leasehold_floor.sql"),
+            span: include_str!("../migrations/postgres/0003_leasehold_span.sql"),
+            issuer: include_str!("../migrations/postgres/0004_leasehold_fence_issuer.sql"),
+            format: include_str!("../migrations/postgres/0005_leasehold_id_format.sql"),
+        });
+        check::<sqlx::MySql>(Shipped {
+            leases: include_str!("../migrations/mysql/0001_leasehold_leases.sql"),
+            floor: include_str!("../migrations/mysql/0002_leasehold_floor.sql"),
+            span: include_str!("../migrations/mysql/0003_leasehold_span.sql"),
+            issuer: include_str!("../migrations/mysql/0004_leasehold_fence_issuer.sql"),
+            format: include_str!("../migrations/mysql/0005_leasehold_id_format.sql"),
+        });
+        check::<sqlx::Sqlite>(Shipped {
+            leases: include_str!("../migrations/sqlite/0001_leasehold_leases.sql"),
+            floor: include_str!("../migrations/sqlite/0002_leasehold_floor.sql"),
+            span: include_str!("../migrations/sqlite/0003_leasehold_span.sql"),
+            issuer: include_str!("../migrations/sqlite/0004_leasehold_fence_issuer.sql"),
+            format: include_str!("../migrations/sqlite/0005_leasehold_id_format.sql"),
+        });
     }
 
     #[test]

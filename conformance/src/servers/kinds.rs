@@ -6,8 +6,6 @@ use std::fmt;
 
 use super::settings::Settings;
 
-use super::local::{Local, start_etcd, start_mariadb, start_postgres, start_redis};
-
 /// Report labels of the backends that need no server: the in-process
 /// reference store and the bundled SQLite.
 pub const IN_PROCESS_LABELS: &[&str] = &["memory", "sqlite"];
@@ -69,13 +67,24 @@ pub struct Launch {
     pub settings: &'static [Settings],
     /// Why the other settings cannot be had (empty when every one can).
     pub(super) settings_limit: &'static str,
-    pub(super) local: Option<StartLocal>,
+    /// Which recipe starts it from a local binary (`local.rs` keeps the
+    /// recipes).
+    pub(super) family: Family,
     #[cfg_attr(not(feature = "testcontainers"), allow(dead_code))]
     pub(super) container: Container,
 }
 
-/// Starts a family's server from a local binary.
-pub(super) type StartLocal = fn(&mut Local<'_>) -> Result<(), String>;
+/// A family of servers started alike: the name of its recipe for a local
+/// binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Family {
+    Postgres,
+    MariaDb,
+    Redis,
+    Etcd,
+    /// No local binary runs it.
+    Kubernetes,
+}
 
 /// How a family runs in a container.
 #[derive(Clone, Copy, Debug)]
@@ -104,7 +113,7 @@ impl Launch {
         url: "postgres://postgres@127.0.0.1:{port}/postgres",
         settings: &Settings::ALL,
         settings_limit: "",
-        local: Some(start_postgres),
+        family: Family::Postgres,
         container: Container::Generic {
             port: 5432,
             ready: Ready::Stderr("database system is ready to accept connections"),
@@ -116,7 +125,7 @@ impl Launch {
         url: "mysql://root@127.0.0.1:{port}/leasehold",
         settings: &Settings::ALL,
         settings_limit: "",
-        local: Some(start_mariadb),
+        family: Family::MariaDb,
         container: Container::Generic {
             port: 3306,
             ready: Ready::Stderr("ready for connections"),
@@ -131,7 +140,7 @@ impl Launch {
         url: "redis://127.0.0.1:{port}",
         settings: &Settings::ALL,
         settings_limit: "",
-        local: Some(start_redis),
+        family: Family::Redis,
         container: Container::Generic {
             port: 6379,
             ready: Ready::Stdout("Ready to accept connections"),
@@ -145,7 +154,7 @@ impl Launch {
         settings_limit: "etcd has no setting that loses acknowledged writes on a process crash \
                          (it fsyncs every commit; --unsafe-no-fsync loses writes only on an OS \
                          crash)",
-        local: Some(start_etcd),
+        family: Family::Etcd,
         container: Container::Generic {
             port: 2379,
             ready: Ready::Stderr("ready to serve client requests"),
@@ -162,7 +171,7 @@ impl Launch {
         settings: &[Settings::Fast],
         settings_limit: "no local binary runs it, and a cluster named by the environment or \
                          started in a container runs as it was configured",
-        local: None,
+        family: Family::Kubernetes,
         container: Container::K3s,
     };
 

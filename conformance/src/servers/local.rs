@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::discovery::version_of;
-use super::kinds::ServerKind;
-use super::processes::{Guard, Relaunch};
+use super::kinds::{Family, ServerKind};
+use super::processes::{Guard, Local, READY_WAIT, Relaunch, StartLocal};
 use super::server::{Origin, Server};
 use super::settings::Settings;
 use crate::programs;
@@ -76,43 +76,14 @@ pub(super) fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
-/// How long a local server may take to accept connections, after a start or
-/// a restart (crash recovery included). Generous: the machine may be loaded.
-pub(super) const READY_WAIT: Duration = Duration::from_secs(60);
-
-/// What a family's start function works with. The same function starts the
-/// server again after [`Server::kill`]: it then finds its data directory
-/// initialised and reuses it.
-pub(super) struct Local<'a> {
-    pub(super) bin: &'a Path,
-    pub(super) dir: PathBuf,
-    pub(super) port: u16,
-    pub(super) log: PathBuf,
-    pub(super) settings: Settings,
-    pub(super) guard: &'a mut Guard,
-}
-
-impl Local<'_> {
-    /// The server log, opened for appending (stdout and stderr of a child).
-    fn log_file(&self) -> Stdio {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .map(Stdio::from)
-            .unwrap_or_else(|_| Stdio::null())
-    }
-}
-
 pub(super) fn start_local(
     kind: ServerKind,
     bin: &Path,
     settings: Settings,
 ) -> Result<Server, String> {
     let launch = kind.row().launch;
-    let start = launch
-        .local
-        .ok_or_else(|| format!("no local {kind} binary is supported"))?;
+    let start =
+        recipe(launch.family).ok_or_else(|| format!("no local {kind} binary is supported"))?;
     let dir = temp_dir(kind).map_err(|e| e.to_string())?;
     let port = free_port();
     let mut guard = Guard {
@@ -141,7 +112,19 @@ pub(super) fn start_local(
     })
 }
 
-pub(super) fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
+/// The recipe that starts a server of `family` from a local binary, if a
+/// local binary can run one.
+fn recipe(family: Family) -> Option<StartLocal> {
+    match family {
+        Family::Postgres => Some(start_postgres),
+        Family::MariaDb => Some(start_mariadb),
+        Family::Redis => Some(start_redis),
+        Family::Etcd => Some(start_etcd),
+        Family::Kubernetes => None,
+    }
+}
+
+fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
     let bindir = l.bin.parent().ok_or("no bin dir")?;
     let data = l.dir.join("data");
     // initdb refuses to run as root: run the server as `postgres` then.
@@ -205,7 +188,7 @@ pub(super) fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
         .args(["-w", "-t", &wait, "-o", &opts, "start"]))
 }
 
-pub(super) fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
+fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
     let data = l.dir.join("data");
     // A restart finds the data directory installed.
     if !data.join("mysql").is_dir() {
@@ -251,7 +234,7 @@ pub(super) fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
         .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]))
 }
 
-pub(super) fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
+fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
     let persistence: &[&str] = match l.settings {
         Settings::Fast | Settings::Lossy => &["--appendonly", "no"],
         Settings::Durable => &["--appendonly", "yes", "--appendfsync", "always"],
@@ -297,7 +280,7 @@ fn redis_pongs(port: u16) -> bool {
         && line.trim_end() == "+PONG"
 }
 
-pub(super) fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
+fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
     let (port, peer) = (l.port, free_port());
     let child = Command::new(l.bin)
         .args(["--name", "n0", "--data-dir"])

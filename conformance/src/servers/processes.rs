@@ -1,14 +1,43 @@
-//! The processes of a server this process started: stopping, killing and
-//! watching them.
+//! The processes of a server this process started: what starting one takes,
+//! and stopping, killing and watching them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::kinds::StartLocal;
-use super::local::{Local, READY_WAIT};
 use super::settings::Settings;
 use crate::programs;
+
+/// How long a local server may take to accept connections, after a start or
+/// a restart (crash recovery included). Generous: the machine may be loaded.
+pub(super) const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// What a family's start function works with. The same function starts the
+/// server again after [`Server::kill`](super::Server::kill): it then finds its data directory
+/// initialised and reuses it.
+pub(super) struct Local<'a> {
+    pub(super) bin: &'a Path,
+    pub(super) dir: PathBuf,
+    pub(super) port: u16,
+    pub(super) log: PathBuf,
+    pub(super) settings: Settings,
+    pub(super) guard: &'a mut Guard,
+}
+
+impl Local<'_> {
+    /// The server log, opened for appending (stdout and stderr of a child).
+    pub(super) fn log_file(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null())
+    }
+}
+
+/// Starts a family's server from a local binary.
+pub(super) type StartLocal = fn(&mut Local<'_>) -> Result<(), String>;
 
 pub(super) struct Guard {
     pub(super) child: Option<Child>,
