@@ -193,20 +193,36 @@ impl Guard {
 /// How long a frozen server's processes may take to show as stopped.
 const FREEZE_WAIT: Duration = Duration::from_secs(30);
 
-/// Sends `SIGSTOP`, `SIGCONT`, ... (`which` without `SIG`) to `pids`.
+/// Sends `SIGSTOP`, `SIGCONT`, ... (`which` without `SIG`) to `pids`. A
+/// process that exits between being listed and the signal (a PostgreSQL
+/// backend whose client went away) makes `kill` fail for it alone: the
+/// signal is sent again to those still there, and only a live process that
+/// refuses it is an error.
 fn signal(which: &str, pids: &[u32]) -> Result<(), String> {
-    let status = programs::command("kill")?
-        .arg(format!("-{which}"))
-        .args(pids.iter().map(u32::to_string))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| format!("kill -{which} {pids:?}: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -{which} {pids:?} answered {status}"))
+    let mut left = pids.to_vec();
+    for _ in 0..3 {
+        let status = programs::command("kill")?
+            .arg(format!("-{which}"))
+            .args(left.iter().map(u32::to_string))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| format!("kill -{which} {left:?}: {e}"))?;
+        if status.success() {
+            return Ok(());
+        }
+        let before = left.len();
+        left.retain(|&p| alive(p));
+        if left.is_empty() {
+            return Ok(());
+        }
+        if left.len() == before {
+            return Err(format!("kill -{which} {left:?} answered {status}"));
+        }
     }
+    Err(format!(
+        "kill -{which} {left:?}: processes kept exiting under it"
+    ))
 }
 
 /// Whether process `pid` is stopped by a signal (`T` in `/proc/<pid>/stat`).
