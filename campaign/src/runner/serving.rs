@@ -124,7 +124,7 @@ impl Store {
     /// The store's URL through the proxies at `addrs` (as [`Store::upstreams`]).
     pub(crate) fn url_via(&self, addrs: &[SocketAddr]) -> String {
         match &self.serving {
-            Serving::Server(s) => store_url(s.kind, s.url_via(addrs[0])),
+            Serving::Server(s) => s.store_url_via(addrs[0]),
             Serving::Cluster(_) => etcd_url(addrs),
             Serving::Fake(_) => format!("k8s://{}", addrs[0]),
             Serving::File => self.url.clone(),
@@ -146,16 +146,6 @@ const FAKE_VERBS: [FakeVerb; 7] = [
 fn etcd_url(addrs: &[SocketAddr]) -> String {
     let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
     format!("etcd://{}", list.join(","))
-}
-
-/// The store URL of a server's `url`: an etcd server hands out its member's
-/// `http://` endpoint, which says nothing of the store behind it; the
-/// campaign names it `etcd://`.
-fn store_url(kind: ServerKind, url: String) -> String {
-    match (kind, url.split_once("://")) {
-        (ServerKind::Etcd35 | ServerKind::Etcd34, Some((_, member))) => format!("etcd://{member}"),
-        _ => url,
-    }
 }
 
 pub(crate) fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, String> {
@@ -206,7 +196,7 @@ pub(crate) fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<S
     let backends =
         matches!(kind, ServerKind::Postgres15 | ServerKind::PostgresLatest) && server.can_restart();
     Ok(Store {
-        url: store_url(kind, server.url.clone()),
+        url: server.store_url(),
         describe: server.describe(),
         serving: Serving::Server(server),
         backends,

@@ -63,13 +63,23 @@ impl Server {
     /// `etcd://` for etcd (whose own URL is `http://`), `valkey://` for
     /// Valkey, the server's URL otherwise.
     pub fn store_url(&self) -> String {
+        self.in_store_scheme(self.url.clone())
+    }
+
+    /// [`Server::store_url`] with a different address (through the fault
+    /// proxy).
+    pub fn store_url_via(&self, addr: SocketAddr) -> String {
+        self.in_store_scheme(self.url_via(addr))
+    }
+
+    fn in_store_scheme(&self, url: String) -> String {
         let name = self.kind.name();
         if name.starts_with("etcd") {
-            self.url.replacen("http://", "etcd://", 1)
+            url.replacen("http://", "etcd://", 1)
         } else if name.starts_with("valkey") {
-            self.url.replacen("redis://", "valkey://", 1)
+            url.replacen("redis://", "valkey://", 1)
         } else {
-            self.url.clone()
+            url
         }
     }
 
