@@ -286,12 +286,6 @@ impl Operate for Memory {
         Box::pin(std::future::ready(Ok(())))
     }
 
-    fn store_time(&self) -> BoxFuture<'_, Result<Option<std::time::SystemTime>, OperateError>> {
-        // Expiry runs on the store's monotonic clock in this process; holders
-        // share the host's wall clock.
-        Box::pin(std::future::ready(Ok(None)))
-    }
-
     fn revoke<'a>(
         &'a self,
         pool: &'a PoolSpec,
@@ -315,10 +309,6 @@ impl Operate for Memory {
             .collect();
         names.sort();
         Box::pin(std::future::ready(Ok(names)))
-    }
-
-    fn prepare<'a>(&'a self, _: Option<&'a PoolSpec>) -> BoxFuture<'a, Result<(), OperateError>> {
-        Box::pin(std::future::ready(Ok(())))
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

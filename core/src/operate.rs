@@ -43,10 +43,12 @@ pub trait Operate: DynStrategy {
     /// One round trip to the store.
     fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>>;
 
-    /// The store's wall clock, when leases are timed by it: `Ok(None)` for a
-    /// store whose holders never compare their clocks with the store's
-    /// (SQLite, etcd, Kubernetes).
-    fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>>;
+    /// The store's wall clock, when leases are timed by it: `Ok(None)` (the
+    /// default) for a store whose holders never compare their clocks with
+    /// the store's (SQLite, etcd, Kubernetes).
+    fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
 
     /// What the store holds for each slot of `pool` that has ever been used
     /// (the same answer as [`Strategy::inspect`](crate::Strategy::inspect)).
@@ -75,9 +77,15 @@ pub trait Operate: DynStrategy {
 
     /// Creates what the store needs before leases can be claimed (a table,
     /// its migrations, the rows of `pool`'s slots), idempotently. A store
-    /// that needs nothing answers `Ok` at once.
-    fn prepare<'a>(&'a self, pool: Option<&'a PoolSpec>)
-    -> BoxFuture<'a, Result<(), OperateError>>;
+    /// that needs nothing (its claims create what they use) answers `Ok` at
+    /// once: the default.
+    fn prepare<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        let _ = pool;
+        Box::pin(std::future::ready(Ok(())))
+    }
 
     /// The store's own checks (server, the lease path, schema, persistence,
     /// permissions), each with a verdict and a fix. [`doctor`] adds the

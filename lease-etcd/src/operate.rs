@@ -1,8 +1,6 @@
 //! The operator's handle on an etcd lease store: what `leasehold status`,
 //! `revoke` and `doctor` do, through core's [`Operate`].
 
-use std::time::SystemTime;
-
 use etcd_client::StatusResponse;
 use leasehold_core::{
     BoxFuture, Check, Durability, Operate, OperateError, PoolName, PoolSpec, Reason, Verdict,
@@ -75,12 +73,6 @@ impl Operate for EtcdStrategy {
         Box::pin(async move { self.status().await.map(drop) })
     }
 
-    fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>> {
-        // Lease TTLs count on the leader's clock; holders never compare
-        // their wall clocks with it.
-        Box::pin(std::future::ready(Ok(None)))
-    }
-
     fn revoke<'a>(
         &'a self,
         pool: &'a PoolSpec,
@@ -96,11 +88,6 @@ impl Operate for EtcdStrategy {
                     other => OperateError::Store(Reason::new(other.to_string())),
                 })
         })
-    }
-
-    fn prepare<'a>(&'a self, _: Option<&'a PoolSpec>) -> BoxFuture<'a, Result<(), OperateError>> {
-        // Keys are created by the claims themselves.
-        Box::pin(std::future::ready(Ok(())))
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

@@ -1,7 +1,7 @@
 //! The operator's handle on Leases in a Kubernetes namespace: what
 //! `leasehold status`, `revoke` and `doctor` do, through core's [`Operate`].
 
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use leasehold_core::{
     BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
@@ -49,11 +49,6 @@ impl Operate for KubeStrategy {
         })
     }
 
-    fn store_time(&self) -> BoxFuture<'_, Result<Option<SystemTime>, OperateError>> {
-        // Each observer times a Lease's expiry on its own monotonic clock.
-        Box::pin(std::future::ready(Ok(None)))
-    }
-
     fn revoke<'a>(
         &'a self,
         pool: &'a PoolSpec,
@@ -64,13 +59,6 @@ impl Operate for KubeStrategy {
                 .await
                 .map_err(from_kube)
         })
-    }
-
-    fn prepare<'a>(&'a self, _: Option<&'a PoolSpec>) -> BoxFuture<'a, Result<(), OperateError>> {
-        // Leases are created by the claims; the namespace and the Role are
-        // the cluster admin's (lease-k8s/deploy/rbac.yaml), checked by
-        // `checks`.
-        Box::pin(std::future::ready(Ok(())))
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

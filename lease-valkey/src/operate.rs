@@ -187,11 +187,6 @@ impl Operate for ValkeyStrategy {
         })
     }
 
-    fn prepare<'a>(&'a self, _: Option<&'a PoolSpec>) -> BoxFuture<'a, Result<(), OperateError>> {
-        // Keys are created by the claims themselves.
-        Box::pin(std::future::ready(Ok(())))
-    }
-
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             vec![
