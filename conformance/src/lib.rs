@@ -16,6 +16,7 @@ pub mod scheduler;
 pub mod secrets;
 pub mod servers;
 pub mod suite;
+pub mod topology;
 
 pub use backend::{Backend, Store};
 pub use runner::{ExtraTest, Target, in_ci, run};

@@ -1,0 +1,12 @@
+//! Replicated topologies on loopback: a store's primary with its replicas,
+//! each started privately on its own ports and data directories, torn down
+//! when the handle is dropped, and a failover a test can make happen.
+//!
+//! Each topology says how its clients find the primary after a failover, the
+//! way users' clients do: PostgreSQL through an address that is re-pointed at
+//! the promoted server (a virtual IP or an HAProxy in production, the
+//! conformance [`FaultProxy`](crate::proxy::FaultProxy) here), Valkey/Redis
+//! through Sentinel.
+
+pub mod postgres;
+pub mod sentinel;

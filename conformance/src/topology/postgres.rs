@@ -1,0 +1,1 @@
+//! PostgreSQL: a primary and a streaming standby.

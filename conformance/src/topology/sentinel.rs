@@ -1,0 +1,1 @@
+//! Valkey/Redis: a primary, a replica and three Sentinels.
