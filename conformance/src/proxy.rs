@@ -6,6 +6,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,6 +33,7 @@ pub enum Fault {
 #[derive(Debug)]
 pub struct FaultProxy {
     addr: SocketAddr,
+    upstream: Arc<Mutex<SocketAddr>>,
     mode: watch::Sender<(Fault, u64)>,
     task: JoinHandle<()>,
 }
@@ -42,8 +44,27 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (mode, rx) = watch::channel((Fault::Pass, 0));
-        let task = tokio::spawn(accept_loop(listener, upstream, rx));
-        Ok(Self { addr, mode, task })
+        let upstream = Arc::new(Mutex::new(upstream));
+        let task = tokio::spawn(accept_loop(listener, Arc::clone(&upstream), rx));
+        Ok(Self {
+            addr,
+            upstream,
+            mode,
+            task,
+        })
+    }
+
+    /// Forwards new connections to `upstream` from now on and cuts every open
+    /// one, as a virtual IP or an HAProxy does when an HA manager moves it to
+    /// a promoted server: clients reconnect and reach the new primary.
+    pub fn point_at(&self, upstream: SocketAddr) {
+        *self.upstream.lock().unwrap_or_else(PoisonError::into_inner) = upstream;
+        self.mode.send_modify(|(_, generation)| *generation += 1);
+    }
+
+    /// Where new connections are forwarded.
+    pub fn upstream(&self) -> SocketAddr {
+        *self.upstream.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The address clients connect to.
@@ -75,12 +96,13 @@ impl Drop for FaultProxy {
 
 async fn accept_loop(
     listener: TcpListener,
-    upstream: SocketAddr,
+    upstream: Arc<Mutex<SocketAddr>>,
     mode: watch::Receiver<(Fault, u64)>,
 ) {
     let mut conns = tokio::task::JoinSet::new();
     while let Ok((client, _)) = listener.accept().await {
         let mode = mode.clone();
+        let upstream = *upstream.lock().unwrap_or_else(PoisonError::into_inner);
         conns.spawn(async move {
             let _ = handle(client, upstream, mode).await;
         });

@@ -44,7 +44,7 @@ impl SqlStrategy {
     /// The distinct pools of the lease table.
     async fn pool_names(&self) -> Result<Vec<String>, sqlx::Error> {
         let sql = format!(
-            "SELECT DISTINCT pool FROM {} ORDER BY pool",
+            "SELECT DISTINCT pool FROM {} WHERE pool NOT LIKE '~%' ORDER BY pool",
             self.table().as_str()
         );
         #[cfg(feature = "postgres")]

@@ -103,6 +103,9 @@ pub(crate) struct Statements {
     /// Whether claims wait out the restart guard (set at connect: the server
     /// can forget acknowledged writes and the guard is not turned off).
     pub(crate) guarded: bool,
+    /// Whether claims wait out the promotion guard (set at connect: the
+    /// engine reads its incarnation and the guard is not turned off).
+    pub(crate) promotion_guarded: bool,
 }
 
 impl Statements {
@@ -154,7 +157,75 @@ impl Statements {
             inspect,
             version: version.to_owned(),
             guarded: false,
+            promotion_guarded: false,
         }
+    }
+
+    /// The pool's longest restart span in microseconds, as an SQL integer
+    /// expression: the largest `span_ms` any holder of the pool claimed with,
+    /// or this claimer's own ([`PoolSpec::restart_span`]: its TTL plus twice
+    /// its `max_clock_skew`) if that is longer.
+    fn span_micros<D: Dialect>(&self, spec: &PoolSpec) -> String {
+        D::greatest(
+            &span_millis(spec).saturating_mul(1000).to_string(),
+            &format!(
+                "COALESCE((SELECT MAX(span_ms) FROM {} WHERE pool = '{}'), 0) * 1000",
+                self.table,
+                spec.name().as_str()
+            ),
+        )
+    }
+
+    /// The promotion guard's record, written ahead of a claim in the
+    /// claim's own round trip and transaction: the table's row of
+    /// [`INCARNATION_POOL`] holds the server's incarnation (in `holder`) and
+    /// when a claim first saw it (in `acquired_at`). A missing record is
+    /// created (with a time long past on a server that never changed: a
+    /// fresh table waits for nothing); a record of another incarnation is
+    /// replaced with now. Neither statement writes, or locks, anything when
+    /// the record is current.
+    fn record_incarnation<D: Dialect>(&self) -> Option<String> {
+        if !self.promotion_guarded {
+            return None;
+        }
+        let inc = D::incarnation()?;
+        let (t, now, row) = (&self.table, D::NOW, incarnation_row());
+        let insert = D::insert_missing(
+            t,
+            "pool, slot, holder, acquired_at",
+            &format!(
+                "('{INCARNATION_POOL}', {POOL_ROW}, {cur}, \
+                 CASE WHEN {cur} = {first} THEN {long_ago} ELSE {now} END)",
+                cur = inc.current,
+                first = inc.first,
+                long_ago = inc.long_ago,
+            ),
+            "pool, slot",
+        );
+        let update = format!(
+            "UPDATE {t} SET holder = {cur}, acquired_at = {now} WHERE {row} AND holder <> {cur}",
+            cur = inc.current
+        );
+        Some(format!("{insert}; {update}"))
+    }
+
+    /// The promotion guard's microseconds until grants resume for `spec`:
+    /// the pool's restart span after the claim that first saw the server's
+    /// current incarnation (a full span from now if no record of it is
+    /// there: conservative).
+    fn promotion_resume_in<D: Dialect>(&self, spec: &PoolSpec) -> Option<String> {
+        if !self.promotion_guarded {
+            return None;
+        }
+        let inc = D::incarnation()?;
+        let span = self.span_micros::<D>(spec);
+        Some(format!(
+            "COALESCE((SELECT {} FROM {} WHERE {} AND holder = {}), {span})",
+            D::micros_until("acquired_at", &span),
+            self.table,
+            incarnation_row(),
+            inc.current,
+        ))
     }
 
     /// The restart guard's microseconds until grants resume for `spec` (see
@@ -169,18 +240,15 @@ impl Statements {
     /// clock within the pool's skew bound, than the last timestamp those
     /// holders could issue.
     pub(crate) fn resume_in<D: Dialect>(&self, spec: &PoolSpec) -> Option<String> {
-        if !self.guarded {
-            return None;
+        let restart = if self.guarded {
+            D::resume_in_micros(&self.span_micros::<D>(spec), &self.version)
+        } else {
+            None
+        };
+        match (restart, self.promotion_resume_in::<D>(spec)) {
+            (Some(a), Some(b)) => Some(D::greatest(&a, &b)),
+            (a, b) => a.or(b),
         }
-        let span = D::greatest(
-            &span_millis(spec).saturating_mul(1000).to_string(),
-            &format!(
-                "COALESCE((SELECT MAX(span_ms) FROM {} WHERE pool = '{}'), 0) * 1000",
-                self.table,
-                spec.name().as_str()
-            ),
-        );
-        D::resume_in_micros(&span, &self.version)
     }
 
     /// The acquisition, as one text statement (or, on MySQL, one
@@ -207,7 +275,8 @@ impl Statements {
         };
         let mut free =
             format!("pool = '{pool}' AND {range} AND (token IS NULL OR expires_at <= {now})");
-        // No grant until every lease of the server's previous run has expired.
+        // No grant until every lease of the server's previous run, or of
+        // the primary it replaced, has expired.
         if let Some(resume_in) = self.resume_in::<D>(spec) {
             free.push_str(&format!(" AND {resume_in} <= 0"));
         }
@@ -233,7 +302,7 @@ impl Statements {
             D::expires_after(&D::ttl_literal(spec.ttl())),
             D::greatest("span_ms", &span_millis(spec).to_string()),
         );
-        D::acquire(
+        let claim = D::acquire(
             t,
             pool,
             &free,
@@ -241,7 +310,11 @@ impl Statements {
             &token,
             D::NOW_MICROS,
             format.as_deref(),
-        )
+        );
+        match self.record_incarnation::<D>() {
+            Some(record) => format!("{record}; {claim}"),
+            None => claim,
+        }
     }
 
     /// The renewal as text with every value a literal, then the rows it
@@ -287,6 +360,16 @@ pub(crate) fn record_format<D: Dialect>(t: &str, pool: &str, literal: &str) -> S
         &format!("('{pool}', {POOL_ROW}, {literal})"),
         "pool, slot",
     )
+}
+
+/// The name under which the promotion guard keeps the table's record of
+/// the server's incarnation (a row of slot [`POOL_ROW`]). Not a valid pool
+/// name (`~`), so no pool's rows meet it.
+pub(crate) const INCARNATION_POOL: &str = "~incarnation";
+
+/// The condition that selects the promotion guard's record.
+fn incarnation_row() -> String {
+    pool_row(INCARNATION_POOL)
 }
 
 /// The condition that selects `pool`'s own row ([`POOL_ROW`]).

@@ -77,6 +77,13 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             && config.restart_guard
             && forgetful
             && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
+        // A promoted standby or a restored backup has a history its clients
+        // did not see, whatever its settings: the promotion guard is on
+        // wherever the engine can tell (PostgreSQL's timeline), unless the
+        // restart guard is turned off.
+        self.sql.promotion_guarded = D::incarnation().is_some()
+            && config.restart_guard
+            && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         if self.sql.guarded && values.last().is_none_or(Option::is_none) {
             return Err(SqlError::UnsupportedServer {
                 what: format!(

@@ -223,6 +223,22 @@ pub(crate) trait Dialect: sqlx::Database {
     /// guard is needed (SQLite: see its dialect). `version` is the server as
     /// it described itself at connect.
     fn resume_in_micros(span: &str, version: &str) -> Option<String>;
+    /// The promotion guard's reading of the server's history: an SQL text
+    /// expression that changes whenever the server stops being the one whose
+    /// writes its clients saw (a standby promoted, a point-in-time restore),
+    /// and the value it has on a server that never changed. `None` where the
+    /// engine offers no such reading yet (the guard is then off).
+    fn incarnation() -> Option<Incarnation> {
+        None
+    }
+    /// The microseconds from now until `span` microseconds (an SQL integer
+    /// expression) after the time column or expression `since`.
+    fn micros_until(since: &str, span: &str) -> String {
+        Self::micros_between(
+            Self::NOW,
+            &format!("{since} + ({span}) * INTERVAL '1 microsecond'"),
+        )
+    }
     /// The select list (text columns) of the settings that decide whether
     /// the server keeps acknowledged writes across a crash (see
     /// [`Dialect::durability_risks`]). `None`: nothing to read (SQLite).
@@ -567,4 +583,17 @@ mod tests {
         );
         assert_eq!(redact("postgres://h"), "postgres://h");
     }
+}
+
+/// What [`Dialect::incarnation`] reads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Incarnation {
+    /// An SQL text expression of the server's current history.
+    pub(crate) current: &'static str,
+    /// Its value on a server that was never promoted nor restored: the one
+    /// incarnation a table may meet without a record of an earlier one.
+    pub(crate) first: &'static str,
+    /// A timestamp literal long past, recorded as the first incarnation's
+    /// start: nothing waits for it.
+    pub(crate) long_ago: &'static str,
 }

@@ -7,7 +7,9 @@ use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgQueryResult};
 use sqlx::{ConnectOptions, Executor, Postgres};
 
-use super::{Dialect, FenceSql, Opened, Q, bad_url, connect_budget, guard_connect, unsupported};
+use super::{
+    Dialect, FenceSql, Incarnation, Opened, Q, bad_url, connect_budget, guard_connect, unsupported,
+};
 use crate::config::SqlConfig;
 use crate::engine::Engine;
 use crate::error::SqlError;
@@ -59,6 +61,18 @@ impl Dialect for Postgres {
             "CAST(EXTRACT(EPOCH FROM (pg_postmaster_start_time() + ({span}) * INTERVAL '1 microsecond' \
              - CURRENT_TIMESTAMP(6))) * 1000000 AS BIGINT)"
         ))
+    }
+
+    /// The timeline: a promotion starts a new one at once, and so does a
+    /// point-in-time recovery (`pg_control_checkpoint().timeline_id` lags
+    /// until the next checkpoint; the name of the WAL segment being written
+    /// does not: its first eight hex digits are the timeline).
+    fn incarnation() -> Option<Incarnation> {
+        Some(Incarnation {
+            current: "'timeline ' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)",
+            first: "'timeline 00000001'",
+            long_ago: "TIMESTAMPTZ '1970-01-01 00:00:00+00'",
+        })
     }
 
     fn durability_columns(_version: &str) -> Option<&'static str> {

@@ -1,0 +1,204 @@
+//! A failover of PostgreSQL to an asynchronous standby that had not received
+//! the last claim, on a private primary and streaming standby
+//! (`leasehold_conformance::topology::postgres`), reached through one address
+//! that follows the primary (what a virtual IP or HAProxy gives clients).
+//!
+//! The promoted standby has a new timeline and no record of the claim: the
+//! promotion guard grants nothing until the pool's restart span has passed
+//! since a claim first saw the new timeline, and the old holder's renewal
+//! there answers `Lost`. With the guard off, the same failover hands the
+//! slot to a second holder while the first still holds it.
+
+use std::time::{Duration, SystemTime};
+
+use leasehold_conformance::servers::ServerKind;
+use leasehold_conformance::topology::postgres::{PgPair, Replication};
+use leasehold_core::{AcquireError, Floor, Grant, PoolName, PoolSpec, Renewal, Strategy};
+use leasehold_sql::{SqlConfig, SqlStrategy};
+
+const POOL: &str = "failover";
+
+fn spec(ttl: Duration) -> PoolSpec {
+    PoolSpec::new(PoolName::new(POOL).unwrap(), 1, ttl)
+        .unwrap()
+        .with_max_clock_skew(Duration::from_millis(100))
+        .unwrap()
+}
+
+/// A primary and an asynchronous standby, or `None` (and a SKIPPED line)
+/// where PostgreSQL 15 is not installed; under CI a missing server fails.
+async fn pair() -> Option<PgPair> {
+    match PgPair::start(ServerKind::Postgres15, Replication::Async).await {
+        Ok(p) => Some(p),
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("no PostgreSQL 15 primary and standby under CI: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED (no PostgreSQL 15 primary and standby here): {e}");
+            None
+        }
+    }
+}
+
+async fn connect(config: SqlConfig) -> SqlStrategy {
+    let limit = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match SqlStrategy::connect(config.clone().max_connections(2)).await {
+            Ok(s) => return s,
+            Err(e) if e.is_retryable() && std::time::Instant::now() < limit => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+}
+
+/// Waits until the standby has replayed the pool's row.
+async fn wait_replicated(pair: &PgPair) {
+    let standby = sqlx::PgPool::connect(&pair.standby_url()).await.unwrap();
+    let limit = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM leasehold_leases WHERE pool = 'failover'")
+                .fetch_one(&standby)
+                .await
+                .unwrap_or(0);
+        if n == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < limit,
+            "the standby did not replay the pool's row in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    standby.close().await;
+}
+
+/// The state a failover test starts from: holder A claimed the pool's only
+/// slot on the primary while the standby was stopped, then the primary was
+/// killed and the standby promoted: it never saw A's claim.
+struct AfterFailover {
+    pair: PgPair,
+    a: SqlStrategy,
+    a_grant: Grant,
+    /// Read just before A's claim was sent: A's lease ends no earlier than
+    /// `ttl` minus its safety margin after this.
+    a_sent_before: SystemTime,
+}
+
+async fn fail_over_after_a_claim(pool: &PoolSpec) -> Option<AfterFailover> {
+    let mut pair = pair().await?;
+    let a = connect(SqlConfig::new(pair.url())).await;
+    a.ensure_pool(pool)
+        .await
+        .expect("the lease table and the pool's rows");
+    // A first claim and release on the primary: the table, the pool's row
+    // and the incarnation record exist, and reach the standby.
+    let first = a.acquire(pool, Floor(0)).await.expect("first claim");
+    a.release(pool, &first, Floor(0)).await;
+    wait_replicated(&pair).await;
+
+    pair.stop_standby().unwrap();
+    let a_sent_before = SystemTime::now();
+    let a_grant = a.acquire(pool, Floor(0)).await.expect("A's claim");
+    pair.kill_primary().unwrap();
+    pair.start_standby().unwrap();
+    pair.promote_standby().unwrap();
+    Some(AfterFailover {
+        pair,
+        a,
+        a_grant,
+        a_sent_before,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_that_missed_a_claim_grants_it_only_after_the_pools_span() {
+    let pool = spec(Duration::from_secs(3));
+    let Some(f) = fail_over_after_a_claim(&pool).await else {
+        return;
+    };
+    let b = connect(SqlConfig::new(f.pair.url())).await;
+    let first_attempt = SystemTime::now();
+    let mut refusals = 0;
+    let b_grant = loop {
+        match b.acquire(&pool, Floor(0)).await {
+            Ok(g) => break g,
+            Err(AcquireError::StoreRestarted { resume_in }) => {
+                refusals += 1;
+                tokio::time::sleep(resume_in.min(Duration::from_millis(200))).await;
+            }
+            Err(e) if e.is_retryable() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("B's claim on the promoted standby: {e}"),
+        }
+    };
+    let granted_by = SystemTime::now();
+    assert!(
+        refusals > 0,
+        "the promoted standby granted at once: the promotion guard did not hold"
+    );
+    // The record of the new timeline was written by a claim sent after
+    // `first_attempt`, on the server's clock (this host's): the grant came
+    // a whole span after it.
+    let waited = granted_by.duration_since(first_attempt).unwrap();
+    assert!(
+        waited >= pool.restart_span(),
+        "granted {waited:?} after the first claim on the new timeline, before the pool's \
+         restart span {:?}",
+        pool.restart_span()
+    );
+    // So A's lease had ended: its deadline is at most a TTL after its claim
+    // was sent, and the failover came after that claim.
+    assert!(granted_by.duration_since(f.a_sent_before).unwrap() > pool.ttl());
+    assert_eq!(b_grant.slot, f.a_grant.slot);
+    assert!(
+        b_grant.fence.0 > f.a_grant.fence.0,
+        "the fence went back across the failover: A had {}, B got {}",
+        f.a_grant.fence.0,
+        b_grant.fence.0
+    );
+    // A's lease is unknown to the new primary: its renewal is refused (once
+    // A's connections, which the moved address cut, are replaced: a
+    // renewal on a broken connection is only `Retry`).
+    let limit = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match f.a.renew(&pool, &f.a_grant, Floor(0)).await {
+            Renewal::Lost(_) => break,
+            Renewal::Retry(_) if std::time::Instant::now() < limit => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("A's renewal on the promoted standby must be Lost, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_guard_the_promoted_standby_hands_the_slot_to_a_second_holder() {
+    // A long lease, so that a slow failover still ends inside it.
+    let pool = spec(Duration::from_secs(30));
+    let Some(f) = fail_over_after_a_claim(&pool).await else {
+        return;
+    };
+    let b = connect(SqlConfig::new(f.pair.url()).restart_guard(false)).await;
+    let b_grant = loop {
+        match b.acquire(&pool, Floor(0)).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("B's claim on the promoted standby: {e}"),
+        }
+    };
+    let granted_by = SystemTime::now();
+    assert_eq!(b_grant.slot, f.a_grant.slot);
+    // A's lease runs for the TTL less a safety margin (at most half of
+    // it) from its send time: B got the slot inside it.
+    let since_a = granted_by.duration_since(f.a_sent_before).unwrap();
+    assert!(
+        since_a < pool.ttl() / 2,
+        "the failover took {since_a:?}; it must take less than half the {:?} TTL for this \
+         test to show the overlap",
+        pool.ttl()
+    );
+}
