@@ -161,7 +161,13 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         budget: Duration,
         fut: impl Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, Failure> {
-        match tokio::time::timeout(budget, fut).await {
+        // A commit PostgreSQL acknowledged with a cancelled wait for its
+        // synchronous standby is on the primary only: not done.
+        let (outcome, unproven) = watch(tokio::time::timeout(budget, fut)).await;
+        if let (Some(why), Ok(Ok(_))) = (unproven, &outcome) {
+            return Err(Failure::Transient(format!("{what}: {why}")));
+        }
+        match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(D::classify(what, &e)),
             Err(_) => Err(Failure::timeout(what, budget)),
@@ -273,3 +279,12 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
         &self.pool
     }
 });
+
+#[cfg(feature = "postgres")]
+use crate::notice::watch;
+
+/// Without PostgreSQL there is no synchronous standby to wait for.
+#[cfg(not(feature = "postgres"))]
+async fn watch<F: Future>(fut: F) -> (F::Output, Option<String>) {
+    (fut.await, None)
+}

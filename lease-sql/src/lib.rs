@@ -16,6 +16,8 @@ mod error;
 mod failure;
 mod fence;
 mod ident;
+#[cfg(feature = "postgres")]
+mod notice;
 mod operate;
 mod statements;
 mod strategy;

@@ -202,3 +202,101 @@ async fn without_the_guard_the_promoted_standby_hands_the_slot_to_a_second_holde
         pool.ttl()
     );
 }
+
+/// A primary whose synchronous standby is stopped: commits wait for it.
+async fn sync_pair_without_its_standby(pool: &PoolSpec) -> Option<(PgPair, SqlStrategy)> {
+    let pair = match PgPair::start(ServerKind::Postgres15, Replication::Sync).await {
+        Ok(p) => p,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("no PostgreSQL 15 primary and synchronous standby under CI: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED (no PostgreSQL 15 primary and standby here): {e}");
+            return None;
+        }
+    };
+    let a = connect(SqlConfig::new(pair.url()).op_timeout(Duration::from_secs(30))).await;
+    a.ensure_pool(pool)
+        .await
+        .expect("the lease table and the pool's rows");
+    pair.stop_standby().unwrap();
+    Some((pair, a))
+}
+
+/// Cancels, from a connection of its own, every statement waiting for the
+/// synchronous standby (`pg_cancel_backend`, what an operator or a script
+/// does to a session that hangs), once one is seen waiting.
+async fn cancel_the_wait_for_the_standby(url: String) -> i64 {
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let limit = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
+             WHERE wait_event = 'SyncRep') c",
+        )
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        if n > 0 || std::time::Instant::now() > limit {
+            admin.close().await;
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_wait_for_the_synchronous_standby_was_cancelled_is_not_granted() {
+    let pool = spec(Duration::from_secs(10));
+    let Some((pair, a)) = sync_pair_without_its_standby(&pool).await else {
+        return;
+    };
+    let cancel = tokio::spawn(cancel_the_wait_for_the_standby(pair.primary_url()));
+    // PostgreSQL answers the cancelled wait with success and a warning: the
+    // claim is committed on the primary only, and a failover to the standby
+    // would forget it.
+    let claim = a.acquire(&pool, Floor(0)).await;
+    assert_eq!(
+        cancel.await.unwrap(),
+        1,
+        "no claim was seen waiting for the standby"
+    );
+    match claim {
+        Err(e) if e.is_retryable() => {}
+        Err(e) => panic!("a cancelled wait for the standby must be retryable, got {e}"),
+        Ok(g) => panic!(
+            "the claim was granted (slot {}) although its wait for the synchronous standby was \
+             cancelled: the standby may never have it",
+            g.slot
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_whose_wait_for_the_synchronous_standby_was_cancelled_is_not_renewed() {
+    let pool = spec(Duration::from_secs(10));
+    let Some((pair, a)) = sync_pair_without_its_standby(&pool).await else {
+        return;
+    };
+    pair.start_standby().unwrap();
+    let grant = loop {
+        match a.acquire(&pool, Floor(0)).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => panic!("claim: {e}"),
+        }
+    };
+    pair.stop_standby().unwrap();
+    let cancel = tokio::spawn(cancel_the_wait_for_the_standby(pair.primary_url()));
+    let renewal = a.renew(&pool, &grant, Floor(0)).await;
+    assert_eq!(
+        cancel.await.unwrap(),
+        1,
+        "no renewal was seen waiting for the standby"
+    );
+    assert!(
+        matches!(renewal, Renewal::Retry(_)),
+        "a renewal whose wait for the synchronous standby was cancelled must be Retry, got \
+         {renewal:?}"
+    );
+}
