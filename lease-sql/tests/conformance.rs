@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_conformance::servers::{ServerKind, provide};
+use leasehold_conformance::servers::{
+    Missing, PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, provide,
+};
+use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_conformance::{Backend, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
     AcquireError, BoxFuture, Fence, FenceStamp, PoolName, PoolSpec, Release, Renewal, Strategy,
@@ -19,6 +22,8 @@ use leasehold_sql::{Engine, FenceTable, SqlConfig, SqlError, SqlStrategy};
 struct Sql {
     url: String,
     addr: Option<SocketAddr>,
+    /// Whether the guards are on (see [`Sql::config`]).
+    guard: bool,
 }
 
 impl Sql {
@@ -27,12 +32,14 @@ impl Sql {
     /// acknowledged writes, and they start seconds before the tests: the
     /// restart guard would refuse every claim for a TTL. They are never
     /// restarted while these tests hold leases, so the guard is off here;
-    /// `the_restart_guard_*` below and `tests/restarts.rs` test it.
+    /// `the_restart_guard_*` below and `tests/restarts.rs` test it. The
+    /// replicated pairs are durable and run with the guards on: the
+    /// promotion guard's record is written by every claim there.
     fn config(&self) -> Result<SqlConfig, String> {
         Ok(SqlConfig::from_url(&self.url)
             .map_err(|e| e.to_string())?
             .max_connections(4)
-            .restart_guard(false))
+            .restart_guard(self.guard))
     }
 
     async fn strategy(&self) -> Result<SqlStrategy, String> {
@@ -59,7 +66,7 @@ impl Backend for Sql {
                 SqlConfig::from_url(&url)
                     .map_err(|e| e.to_string())?
                     .op_timeout(op_timeout)
-                    .restart_guard(false),
+                    .restart_guard(self.guard),
             )
             .await
             .map_err(|e| e.to_string())?;
@@ -1222,6 +1229,7 @@ async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(
                 .url
                 .replace(".sqlite", &format!("-{}.sqlite", fresh_table("lock"))),
             addr: None,
+            guard: false,
         })
     } else {
         b
@@ -1305,8 +1313,12 @@ async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(
 }
 
 fn target(label: &str, server: String, backend: Sql) -> Target {
+    // The guards' own tests need a server whose settings can forget (the
+    // speed-tuned single servers and SQLite); the replicated pairs are
+    // durable and run with the guards on.
+    let single = !backend.guard;
     let t = Target::new(label, server, Arc::new(backend)).with_revoke();
-    trials!(t;
+    let t = trials!(t;
         missing_table_is_final_and_names_ensure_pool,
         an_elector_that_can_never_lead_reports_its_final_error,
         foreign_table_is_reported,
@@ -1325,6 +1337,11 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
         the_shipped_migrations_make_a_floor_table,
         the_password_never_shows,
         claims_and_renewals_report_the_servers_time,
+    );
+    if !single {
+        return t;
+    }
+    trials!(t;
         the_restart_guard_holds_grants_for_a_ttl_after_the_server_started,
         a_server_that_can_forget_is_reported_and_refused_when_durability_is_required,
     )
@@ -1343,6 +1360,7 @@ fn main() -> ExitCode {
                 let backend = Sql {
                     url: server.url.clone(),
                     addr: server.addr(),
+                    guard: false,
                 };
                 targets.push(target(kind.name(), server.describe(), backend));
                 servers.push(server);
@@ -1356,6 +1374,7 @@ fn main() -> ExitCode {
     let sqlite = Sql {
         url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
         addr: None,
+        guard: false,
     };
     let version = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1373,7 +1392,41 @@ fn main() -> ExitCode {
         format!("sqlite {version} (bundled; one file shared by every connection)"),
         sqlite,
     ));
+    // The replicated pairs: a primary and a streaming standby, reached
+    // through the address that follows the primary. Their runtime drives
+    // that address while the suite runs.
+    let pairs_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut pairs = Vec::new();
+    for (label, replication) in [
+        (PG15_ASYNC_LABEL, Replication::Async),
+        (PG15_SYNC_LABEL, Replication::Sync),
+    ] {
+        match pairs_rt.block_on(PgPair::start(ServerKind::Postgres15, replication)) {
+            Ok(pair) => {
+                let backend = Sql {
+                    url: pair.url(),
+                    addr: Some(pair.proxy().addr()),
+                    guard: true,
+                };
+                targets.push(target(label, pair.describe(), backend));
+                pairs.push(pair);
+            }
+            Err(e) => targets.push(Target::missing(
+                label,
+                Missing {
+                    kind: ServerKind::Postgres15,
+                    tried: vec![format!("a primary and a {replication} standby: {e}")],
+                },
+            )),
+        }
+    }
     let code = leasehold_conformance::run(targets);
+    drop(pairs);
+    drop(pairs_rt);
     drop(servers);
     let _ = std::fs::remove_dir_all(&dir);
     code

@@ -16,14 +16,28 @@ pub const K8S_FAKE_LABEL: &str = "k8s (fake API server)";
 /// The report label of the Kubernetes suite on a real cluster.
 pub const K8S_REAL_LABEL: &str = "k8s (real cluster)";
 
+/// The report label of the suite on a PostgreSQL 15 primary with an
+/// asynchronous streaming standby
+/// ([`PgPair`](crate::topology::postgres::PgPair)).
+pub const PG15_ASYNC_LABEL: &str = "postgres15 + async standby";
+
+/// The report label of the suite on a PostgreSQL 15 primary with a
+/// synchronous streaming standby.
+pub const PG15_SYNC_LABEL: &str = "postgres15 + sync standby";
+
+/// The labels of the replicated topologies the suites report on.
+pub const TOPOLOGY_LABELS: &[&str] = &[PG15_ASYNC_LABEL, PG15_SYNC_LABEL];
+
 /// Every label the behaviour suites report on, in table order: the
-/// in-process backends, then each row of [`KINDS`]'s labels. A missing
-/// report for any of them is a failure of `cargo xtask test`.
+/// in-process backends, then each row of [`KINDS`]'s labels, then the
+/// replicated topologies. A missing report for any of them is a failure of
+/// `cargo xtask test`.
 pub fn labels() -> Vec<&'static str> {
     IN_PROCESS_LABELS
         .iter()
         .copied()
         .chain(KINDS.iter().flat_map(|k| k.labels.iter().copied()))
+        .chain(TOPOLOGY_LABELS.iter().copied())
         .collect()
 }
 
