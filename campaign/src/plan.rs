@@ -66,6 +66,11 @@ pub enum Fault {
     /// not move). Only PostgreSQL has such a crash: MariaDB and
     /// Valkey/Redis are one process each, where a crash is a restart.
     BackendCrash,
+    /// The failover an HA manager makes: the standby stops receiving (it
+    /// falls behind), the primary goes on for a while, is SIGKILLed, the
+    /// standby is promoted and the clients' address moves to it; the old
+    /// primary is rebuilt as the new standby. Replicated topologies only.
+    Failover,
 }
 
 impl Fault {
@@ -82,6 +87,7 @@ impl Fault {
             Fault::Restart => "restart",
             Fault::Member => "member",
             Fault::BackendCrash => "backend-crash",
+            Fault::Failover => "failover",
         }
     }
 }
@@ -121,6 +127,9 @@ pub struct StoreFaults {
     /// Crash-heavy: every other fault is a backend crash (alternating with
     /// store restarts when restart-heavy too).
     pub crash_heavy: bool,
+    /// The store is a replicated topology that can fail over; every other
+    /// fault is then a failover.
+    pub failover: bool,
 }
 
 /// The faults of a run of `length` with `workers` workers and leases of `ttl`:
@@ -165,6 +174,9 @@ pub fn plan(
     }
     if store.backend_crash && store.crash_heavy {
         heavy_kinds.push(Fault::BackendCrash);
+    }
+    if store.failover {
+        heavy_kinds.push(Fault::Failover);
     }
     let heavy = !heavy_kinds.is_empty();
     let mut out = Vec::new();
@@ -212,6 +224,7 @@ mod tests {
         member: false,
         backend_crash: false,
         crash_heavy: false,
+        failover: false,
     };
     /// A server reached over the network, which can be frozen.
     const NETWORKED: StoreFaults = StoreFaults {
@@ -394,5 +407,31 @@ mod tests {
                 .map(|_| r.signed(3))
                 .all(|v| (-3..=3).contains(&v))
         );
+    }
+
+    #[test]
+    fn a_replicated_store_fails_over_every_other_fault() {
+        let store = StoreFaults {
+            cut: true,
+            failover: true,
+            ..NONE
+        };
+        let plan = plan(
+            &mut Rng::new(7),
+            Duration::from_secs(120),
+            TTL * 2,
+            5,
+            TTL,
+            store,
+        );
+        assert!(plan.len() > 10);
+        for (i, p) in plan.iter().enumerate() {
+            assert_eq!(
+                p.fault == Fault::Failover,
+                i % 2 == 1,
+                "fault {i}: {:?}",
+                p.fault
+            );
+        }
     }
 }

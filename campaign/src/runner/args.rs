@@ -29,6 +29,8 @@ pub struct Args {
     pub(crate) restart_heavy: bool,
     /// Every other fault a backend crash (PostgreSQL).
     pub(crate) crash_heavy: bool,
+    /// One server, or a primary with a standby that fails over.
+    pub(crate) topology: Topology,
     /// Workers of one pool with different timings: every other worker at
     /// 10 × the TTL, each with its own `max_clock_skew` up to the largest.
     pub(crate) mixed_fleet: bool,
@@ -53,6 +55,40 @@ pub struct Args {
     /// The largest delay between a spare's claims (`--backoff-max-ms`;
     /// default: the library's, a quarter of the TTL).
     pub(crate) backoff_max_ms: Option<u64>,
+}
+
+/// The store's servers (`--topology`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One server (the default).
+    Single,
+    /// A primary with an asynchronous streaming standby, failed over.
+    ReplicatedAsync,
+    /// A primary with a synchronous streaming standby, failed over.
+    ReplicatedSync,
+}
+
+impl Topology {
+    /// The names `--topology` takes.
+    pub(crate) const NAMES: &str = "single|replicated-async|replicated-sync";
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "single" => Ok(Self::Single),
+            "replicated-async" => Ok(Self::ReplicatedAsync),
+            "replicated-sync" => Ok(Self::ReplicatedSync),
+            other => Err(format!("--topology {other:?}: one of {}", Self::NAMES)),
+        }
+    }
+
+    /// The name `--topology` takes.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Self::Single => "single",
+            Self::ReplicatedAsync => "replicated-async",
+            Self::ReplicatedSync => "replicated-sync",
+        }
+    }
 }
 
 /// A safety margin given on the command line.
@@ -82,6 +118,7 @@ const USAGE: &str = "usage: campaign [--backend sqlite|postgres|mariadb|redis8|r
                             valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
                             [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
+                            [--topology single|replicated-async|replicated-sync] \
                             [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
                             [--unsafe-keep-server-synchronous-commit] [--keep] \
                             [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
@@ -106,6 +143,7 @@ impl Args {
             store: Settings::Fast,
             restart_heavy: false,
             crash_heavy: false,
+            topology: Topology::Single,
             mixed_fleet: false,
             assume_one_timing: false,
             no_restart_guard: false,
@@ -124,6 +162,7 @@ impl Args {
         let num = |v: String| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
         match flag {
             "--backend" => self.backend = value()?,
+            "--topology" => self.topology = Topology::parse(&value()?)?,
             "--short" => self.short = true,
             "--unsafe" => self.unsafe_mode = true,
             "--seed" => self.seed = num(value()?)?,
@@ -201,6 +240,26 @@ impl Args {
                     .into(),
             );
         }
+        if self.topology != Topology::Single
+            && !matches!(
+                self.backend.as_str(),
+                "postgres" | "postgres15" | "postgres-latest"
+            )
+        {
+            return Err(format!(
+                "--topology {}: replicated topologies run on PostgreSQL (--backend postgres or \
+                 postgres-latest) so far; {} has none here yet",
+                self.topology.name(),
+                self.backend
+            ));
+        }
+        if self.topology != Topology::Single && (self.restart_heavy || self.crash_heavy) {
+            return Err(format!(
+                "--topology {} fails the store over every other fault: it goes without \
+                 --restart-heavy and --crash-heavy",
+                self.topology.name()
+            ));
+        }
         if !self.plants.is_empty() && !leasehold_core::plant::BUILT {
             return Err(format!("--plant: {}", leasehold_core::plant::NotBuilt));
         }
@@ -263,6 +322,10 @@ pub(crate) fn replay_command(a: &Args) -> String {
             c.push_str(&format!(" {name} {v}"));
         }
     };
+    value(
+        "--topology",
+        (a.topology != Topology::Single).then(|| a.topology.name().to_owned()),
+    );
     value("--secs", a.secs.map(|v| v.to_string()));
     value("--ids", a.ids.map(|v| v.to_string()));
     value("--skew-ms", a.skew_ms.map(|v| v.to_string()));

@@ -63,6 +63,7 @@ impl Campaign {
             Fault::Restart => self.restart_store(p),
             Fault::BackendCrash => self.crash_backend(p, elapsed),
             Fault::Member => self.kill_member(p),
+            Fault::Failover => self.fail_over(p),
             _ => {
                 self.run.inject(p, &self.store);
                 Ok(())
@@ -85,6 +86,30 @@ impl Campaign {
             m.until_ns = Some(m.at_ns + at.elapsed().as_nanos() as u64);
         }
         Ok(())
+    }
+
+    /// The standby falls behind for a quarter of the fault's pause (about a
+    /// third of the TTL: claims and renewals the primary acknowledges
+    /// meanwhile are what the promotion forgets), then the primary is
+    /// killed and the standby promoted. Shaded from the standby's stop
+    /// until the address moved.
+    fn fail_over(&mut self, p: &Planned) -> Result<(), String> {
+        let run = &mut self.run;
+        *run.counts.entry(p.fault.name()).or_default() += 1;
+        let lag = p.pause / 4;
+        run.mark("failover", None, None);
+        match self.store.fail_over(lag) {
+            Ok(down) => {
+                if let Some(m) = run.marks.last_mut() {
+                    m.until_ns = Some(m.at_ns + (lag + down).as_nanos() as u64);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                eprintln!("\ncampaign: failing the store over failed: {e}");
+                Err(format!("failing the store over failed: {e}"))
+            }
+        }
     }
 
     fn crash_backend(&mut self, p: &Planned, elapsed: Duration) -> Result<(), String> {

@@ -61,7 +61,7 @@ pub fn plan(args: Args) -> Result<Option<Plan>, String> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let exe = worker_exe()?;
-    let store = provide(&args.backend, &dir, args.store)?;
+    let store = provide(&args.backend, &dir, args.store, args.topology)?;
     if args.keep_server_synchronous_commit && !store.backends {
         return Err(format!(
             "--unsafe-keep-server-synchronous-commit is a control for a PostgreSQL server this \

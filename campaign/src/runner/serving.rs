@@ -10,6 +10,9 @@ use std::time::Duration;
 use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
 use leasehold_conformance::servers::{self, ServerKind, Settings};
+use leasehold_conformance::topology::postgres::{PgPair, Replication};
+
+use super::args::Topology;
 use leasehold_k8s_fake::{FakeApiServer, Fault as FakeFault, Verb as FakeVerb};
 
 /// The store of a run: a URL, and what this process started to serve it.
@@ -35,6 +38,14 @@ pub(crate) enum Serving {
     /// The FAKE Kubernetes API server, in this process: a freeze delays
     /// every request instead of stopping a process.
     Fake(FakeApiServer),
+    /// A PostgreSQL primary with a streaming standby, reached through an
+    /// address that follows the primary (run on a runtime of its own):
+    /// `failover` faults.
+    Pair {
+        pair: PgPair,
+        /// Drives the address; dropped after the pair.
+        _address_rt: tokio::runtime::Runtime,
+    },
 }
 
 impl Store {
@@ -78,6 +89,20 @@ impl Store {
         }
     }
 
+    /// Whether the store is a replicated topology that can fail over.
+    pub(crate) fn can_fail_over(&self) -> bool {
+        matches!(self.serving, Serving::Pair { .. })
+    }
+
+    /// Fails the store over to its standby, which stops receiving `lag`
+    /// before the primary is killed: how long clients had no primary.
+    pub(crate) fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
+        match &mut self.serving {
+            Serving::Pair { pair, .. } => pair.fail_over(lag),
+            _ => Err("no standby to fail over to".into()),
+        }
+    }
+
     /// Whether the server can be crashed and restarted.
     pub(crate) fn can_restart(&self) -> bool {
         match &self.serving {
@@ -118,6 +143,7 @@ impl Store {
             Serving::Server(s) => s.addr().into_iter().collect(),
             Serving::Cluster(c) => c.addrs(),
             Serving::Fake(f) => vec![f.addr()],
+            Serving::Pair { pair: p, .. } => vec![p.proxy().addr()],
         }
     }
 
@@ -127,6 +153,7 @@ impl Store {
             Serving::Server(s) => s.store_url_via(addrs[0]),
             Serving::Cluster(_) => etcd_url(addrs),
             Serving::Fake(_) => format!("k8s://{}", addrs[0]),
+            Serving::Pair { .. } => format!("postgres://postgres@{}/postgres", addrs[0]),
             Serving::File => self.url.clone(),
         }
     }
@@ -148,7 +175,38 @@ fn etcd_url(addrs: &[SocketAddr]) -> String {
     format!("etcd://{}", list.join(","))
 }
 
-pub(crate) fn provide(backend: &str, dir: &Path, settings: Settings) -> Result<Store, String> {
+pub(crate) fn provide(
+    backend: &str,
+    dir: &Path,
+    settings: Settings,
+    topology: Topology,
+) -> Result<Store, String> {
+    if let Some(replication) = match topology {
+        Topology::Single => None,
+        Topology::ReplicatedAsync => Some(Replication::Async),
+        Topology::ReplicatedSync => Some(Replication::Sync),
+    } {
+        let kind = match backend {
+            "postgres-latest" => ServerKind::PostgresLatest,
+            _ => ServerKind::Postgres15,
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("campaign-primary-address")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let pair = rt.block_on(PgPair::start(kind, replication))?;
+        return Ok(Store {
+            url: pair.url(),
+            describe: pair.describe(),
+            serving: Serving::Pair {
+                pair,
+                _address_rt: rt,
+            },
+            backends: false,
+        });
+    }
     let kind = match backend {
         "sqlite" => {
             return Ok(Store {

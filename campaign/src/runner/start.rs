@@ -174,6 +174,7 @@ fn fault_plan(
             restart_heavy: args.restart_heavy,
             backend_crash: store.backends,
             crash_heavy: args.crash_heavy,
+            failover: store.can_fail_over(),
         },
     )
 }

@@ -251,7 +251,11 @@ impl Run {
                 let cut = &mut self.cut_until[idx];
                 *cut = Some(cut.map_or(until, |t| t.max(until)));
             }
-            Fault::Freeze | Fault::Restart | Fault::Member | Fault::BackendCrash => {}
+            Fault::Freeze
+            | Fault::Restart
+            | Fault::Member
+            | Fault::BackendCrash
+            | Fault::Failover => {}
         }
     }
 }

@@ -219,6 +219,56 @@ impl PgPair {
         Ok(())
     }
 
+    /// Makes the server a promotion left behind (stopped or killed) a
+    /// standby of the new primary again: its data directory is taken anew
+    /// with `pg_basebackup` (what `pg_rewind` would spare on a large
+    /// database), and it streams. Waits until the primary lists it (as its
+    /// synchronous standby with [`Replication::Sync`]: until then commits
+    /// there wait).
+    ///
+    /// # Errors
+    /// A step failed.
+    pub fn rebuild_standby(&self) -> Result<(), String> {
+        let node = self.current_standby();
+        let _ = self.pg_ctl(node, &["-m", "immediate", "-w", "stop"]);
+        std::fs::remove_dir_all(&node.data)
+            .map_err(|e| format!("removing {}: {e}", node.data.display()))?;
+        run(self
+            .as_postgres("pg_basebackup")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.current_primary().port.to_string(),
+            ])
+            .args(["-U", "postgres", "-X", "stream", "-R", "-D"])
+            .arg(&node.data))?;
+        self.start_node(node)?;
+        self.wait_streaming()
+    }
+
+    /// The failover an HA manager makes after the primary crashed, with
+    /// the standby `lag` behind: the standby stops receiving, the primary
+    /// goes on acknowledging for `lag` (with [`Replication::Sync`] its
+    /// commits wait instead), is killed, the standby is promoted and the
+    /// clients' address moves to it; then the old primary is rebuilt as the
+    /// new standby. Answers how long clients had no primary (from the kill
+    /// until the address moved).
+    ///
+    /// # Errors
+    /// A step failed; the pair may then be left without a standby.
+    pub fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
+        self.stop_standby()?;
+        std::thread::sleep(lag);
+        let killed = std::time::Instant::now();
+        self.kill_primary()?;
+        self.start_standby()?;
+        self.promote_standby()?;
+        let down = killed.elapsed();
+        self.rebuild_standby()?;
+        Ok(down)
+    }
+
     fn current_primary(&self) -> &Node {
         if self.promoted {
             &self.standby
@@ -282,7 +332,12 @@ impl PgPair {
         let started = std::time::Instant::now();
         loop {
             let out = Command::new(&psql)
-                .args(["-h", "127.0.0.1", "-p", &self.primary.port.to_string()])
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &self.current_primary().port.to_string(),
+                ])
                 .args(["-U", "postgres", "-At", "-c"])
                 .arg("SELECT state || ' ' || sync_state FROM pg_stat_replication")
                 .output()
@@ -294,7 +349,7 @@ impl PgPair {
                 return Err(format!(
                     "the standby of {} was not {want} after 60 s: {}",
                     self.describe(),
-                    tail(&self.standby.log)
+                    tail(&self.current_standby().log)
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
