@@ -4,8 +4,9 @@
 //!   (Debian packages as root, the PyPI-shipped servers), `cargo fmt --check`, clippy with `-D warnings`, every
 //!   test (the behaviour suite per backend included), then a table per backend,
 //!   then the fault campaign's short mode (30 s) on every backend, and once
-//!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet) and
-//!   lossy Valkey (restarts; a mixed fleet refused at connect).
+//!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
+//!   lossy Valkey (restarts; a mixed fleet refused at connect) and
+//!   replicated PostgreSQL (failovers, asynchronous and synchronous standby).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -285,6 +286,23 @@ fn test(args: &[String], scope: Scope) -> Result {
         eprintln!("\n==> the fault campaign on lossy Valkey: restarts; a mixed fleet refused");
         failed.extend(short_lossy("valkey8", &["--restart-heavy"]).err());
         failed.extend(short_lossy("valkey8", &["--mixed-fleet"]).err());
+        // Replicated PostgreSQL: every other fault a failover to a standby
+        // that fell behind (asynchronous: it forgets what the primary
+        // acknowledged meanwhile; synchronous: the commits wait).
+        eprintln!("\n==> the fault campaign on replicated PostgreSQL: failovers");
+        for topology in ["replicated-async", "replicated-sync"] {
+            let args = [
+                "--short",
+                "--secs",
+                "30",
+                "--backend",
+                "postgres",
+                "--topology",
+                topology,
+            ]
+            .map(String::from);
+            failed.extend(campaign(&args).err());
+        }
     }
     if failed.is_empty() {
         Ok(())
