@@ -300,3 +300,93 @@ async fn a_renewal_whose_wait_for_the_synchronous_standby_was_cancelled_is_not_r
          {renewal:?}"
     );
 }
+
+/// Split brain, measured: the standby is promoted while the old primary
+/// still runs (a partition between them, no fencing by the HA manager), and
+/// holder A still reaches the old primary while B reaches the new one.
+/// Answers A's renewals made after B was granted A's slot.
+async fn split_brain(replication: Replication) -> Option<Vec<Renewal>> {
+    let pool = spec(Duration::from_secs(3));
+    let mut pair = match PgPair::start(ServerKind::Postgres15, replication).await {
+        Ok(p) => p,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("no PostgreSQL 15 primary and standby under CI: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED (no PostgreSQL 15 primary and standby here): {e}");
+            return None;
+        }
+    };
+    // A is left with the old primary: it reaches it directly.
+    let old_primary = pair.primary_url();
+    let a = connect(SqlConfig::new(&old_primary).op_timeout(Duration::from_secs(1))).await;
+    a.ensure_pool(&pool)
+        .await
+        .expect("the lease table and the pool's rows");
+    let a_grant = a.acquire(&pool, Floor(0)).await.expect("A's claim");
+    wait_replicated(&pair).await;
+    pair.promote_standby().unwrap();
+    if replication == Replication::Sync {
+        // The promoted server has no standby of its own: writes there go on
+        // without one, as an HA manager that is not strict makes them.
+        let new_primary = sqlx::PgPool::connect(&pair.primary_url()).await.unwrap();
+        for sql in [
+            "ALTER SYSTEM SET synchronous_standby_names = ''",
+            "SELECT pg_reload_conf()",
+        ] {
+            sqlx::raw_sql(sql).execute(&new_primary).await.unwrap();
+        }
+        new_primary.close().await;
+    }
+    let b = connect(SqlConfig::new(pair.url())).await;
+    // A renews as its lease asks (every half TTL or so) while B waits out
+    // the promotion guard and claims.
+    let limit = std::time::Instant::now() + Duration::from_secs(120);
+    let b_granted = loop {
+        let _ = a.renew(&pool, &a_grant, Floor(0)).await;
+        match b.acquire(&pool, Floor(0)).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && std::time::Instant::now() < limit => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("B's claim on the promoted standby: {e}"),
+        }
+    };
+    assert_eq!(b_granted.slot, a_grant.slot);
+    let mut after = Vec::new();
+    for _ in 0..3 {
+        after.push(a.renew(&pool, &a_grant, Floor(0)).await);
+    }
+    Some(after)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_brain_with_an_asynchronous_standby_lets_the_old_primarys_clients_renew() {
+    let Some(after) = split_brain(Replication::Async).await else {
+        return;
+    };
+    // The old primary knows nothing of the promotion: A goes on renewing
+    // the slot B now holds. No setting of leasehold's prevents this; the HA
+    // manager must fence the old primary (or replication be synchronous).
+    assert!(
+        after.iter().all(|r| matches!(r, Renewal::Renewed { .. })),
+        "the old primary was expected to keep renewing A's lease (split brain): {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_brain_with_a_synchronous_standby_stops_the_old_primarys_clients() {
+    let Some(after) = split_brain(Replication::Sync).await else {
+        return;
+    };
+    // The old primary's commits wait for a synchronous standby that left:
+    // the wait is cancelled at the operation timeout, which answers
+    // success with a warning, and such a renewal is not counted (`Retry`);
+    // a commit still waiting is not visible to the next renewal, which
+    // then finds the lease expired (`Lost`). Either way A stops.
+    assert!(
+        after.iter().all(|r| !matches!(r, Renewal::Renewed { .. })),
+        "no renewal on the old primary may succeed once its synchronous standby is gone: \
+         {after:?}"
+    );
+}
