@@ -1,0 +1,291 @@
+//! A failover to an asynchronous replica, through Sentinel, on private
+//! Valkey 8 servers (`leasehold_conformance::topology::sentinel`): a
+//! primary, one replica, three Sentinels, every data server durable (the
+//! append-only file fsynced before every reply), so that what the failover
+//! loses is lost by the replication alone and the restart guard has nothing
+//! to say.
+//!
+//! The replica is made to miss a claim: its replication link is cut first
+//! (`SentinelTopology::cut_replication`: it is given credentials the primary
+//! refuses, and the primary drops it), so the primary grants the claim and
+//! the replica never receives it, while it still answers the Sentinels and
+//! can be promoted. Then the primary is killed (SIGKILL), or `SENTINEL
+//! FAILOVER` promotes the replica while the old primary keeps running.
+//!
+//! On the promoted replica the slot is free. With the promotion guard (the
+//! default) a second claimer is refused (`StoreRestarted`) until the pool's
+//! restart span has passed since a claim first saw the new replication ID,
+//! and the first holder's renewal answers `Lost`. Without it
+//! (`restart_guard(false)`) the second claimer is granted the same slot
+//! while the first holder's lease is still valid: the control, which shows
+//! that the scenario does lose the claim.
+
+use std::time::{Duration, Instant};
+
+use leasehold_conformance::servers::ServerKind;
+use leasehold_conformance::topology::sentinel::{Reply, SentinelTopology};
+use leasehold_conformance::{ensure, fresh_pool};
+use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Renewal, Strategy};
+use leasehold_valkey::{ValkeyConfig, ValkeyError, ValkeyStrategy};
+
+/// The lease time: longer than a failover takes here (about 2 s after a
+/// kill, with `down-after-milliseconds 1000`), so that the control's first
+/// lease is still valid when the replica has been promoted.
+const TTL: Duration = Duration::from_secs(6);
+
+/// How long a promotion may take on a loaded machine.
+const PROMOTION_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug)]
+enum Failover {
+    /// The primary is killed (SIGKILL); the Sentinels promote the replica.
+    Kill,
+    /// `SENTINEL FAILOVER`: the replica is promoted, the old primary runs on.
+    Command,
+}
+
+/// The topology after the failover, with the claim the new primary lacks.
+struct AfterFailover {
+    topology: SentinelTopology,
+    pool: PoolSpec,
+    url: String,
+    holder: ValkeyStrategy,
+    /// The claim the promoted replica never received.
+    grant: Grant,
+    /// Just before that claim was sent: its lease lasts until at least
+    /// `sent + TTL` on the old primary.
+    sent: Instant,
+}
+
+async fn connect(config: ValkeyConfig) -> Result<ValkeyStrategy, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match ValkeyStrategy::connect(config.clone()).await {
+            Ok(s) => return Ok(s),
+            Err(ValkeyError::Unreachable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("connect: {e}")),
+        }
+    }
+}
+
+/// The topology's Sentinel URL with this test's key prefix and a generous
+/// operation timeout (the machine may be loaded).
+fn store_url(topology: &SentinelTopology) -> String {
+    format!(
+        "{}&prefix=lhfailover&op_timeout=5s",
+        topology.sentinel_url()
+    )
+}
+
+/// Starts the topology, lets a first claim of the pool reach the replica
+/// (so that it records the primary's replication ID there too), cuts the
+/// replication, claims the pool's one slot, and fails over.
+async fn claim_then_fail_over(how: Failover) -> Result<AfterFailover, String> {
+    let mut topology =
+        tokio::task::block_in_place(|| SentinelTopology::start(ServerKind::Valkey8))?;
+    let pool = fresh_pool(1, TTL)?;
+    let url = store_url(&topology);
+    let config = ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?;
+    let holder = connect(config).await?;
+    let earlier = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the earlier claim: {e}"))?;
+    holder.release(&pool, &earlier, Floor::NONE).await;
+    let fences = holder.keys(pool.name()).fences;
+    let replica = topology.replica_addr();
+    let deadline = Instant::now() + PROMOTION_WAIT;
+    while !matches!(
+        topology.command(replica, &["HGET", fences.as_str(), "replid"])?,
+        Reply::Bulk(Some(_))
+    ) {
+        ensure!(
+            Instant::now() < deadline,
+            "the replica did not receive the pool's fences hash"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::task::block_in_place(|| topology.cut_replication())?;
+    let sent = Instant::now();
+    let grant = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the claim before the failover: {e}"))?;
+    tokio::task::block_in_place(|| -> Result<(), String> {
+        match how {
+            Failover::Kill => topology.kill_primary().map(drop),
+            Failover::Command => topology.failover(),
+        }?;
+        topology.wait_promoted(PROMOTION_WAIT).map(drop)
+    })?;
+    let slot_key = holder.keys(pool.name()).slot_key(grant.slot);
+    let kept = topology.command(topology.primary_addr(), &["GET", slot_key.as_str()])?;
+    ensure!(
+        kept == Reply::Bulk(None),
+        "the promoted replica has the claim ({slot_key} = {kept:?}): the test needs one that \
+         missed it"
+    );
+    Ok(AfterFailover {
+        topology,
+        pool,
+        url,
+        holder,
+        grant,
+        sent,
+    })
+}
+
+/// The first holder's renewal, on the new primary, answers `Lost` (within
+/// 30 s of reconnections). After `SENTINEL FAILOVER` the holder's own
+/// connection still reaches the old primary, which keeps answering writes
+/// for seconds (see the topology's documentation): the renewal is sent on a
+/// fresh connection through the Sentinels then.
+async fn renewal_is_lost(after: &AfterFailover, how: Failover) -> Result<(), String> {
+    let renewer = match how {
+        Failover::Kill => after.holder.clone(),
+        Failover::Command => {
+            connect(ValkeyConfig::from_url(&after.url).map_err(|e| e.to_string())?).await?
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match renewer.renew(&after.pool, &after.grant, Floor::NONE).await {
+            Renewal::Lost(_) => return Ok(()),
+            Renewal::Retry(why) if Instant::now() < deadline => {
+                eprintln!("renewal: retry ({why})");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => {
+                return Err(format!(
+                    "the first holder's renewal on the promoted replica answered {other:?}, \
+                     not Lost"
+                ));
+            }
+        }
+    }
+}
+
+/// With the promotion guard: refused until the pool's span has passed since
+/// the change was first seen, the old holder's renewal `Lost`, then granted
+/// with a fence above the lost claim's.
+async fn the_guard_holds_claims_back(how: Failover) -> Result<(), String> {
+    let after = claim_then_fail_over(how).await?;
+    renewal_is_lost(&after, how).await?;
+    let claimer = connect(ValkeyConfig::from_url(&after.url).map_err(|e| e.to_string())?).await?;
+    let span = after.pool.restart_span();
+    let mut first_refusal: Option<Instant> = None;
+    let deadline = Instant::now() + span + Duration::from_secs(60);
+    loop {
+        let sent = Instant::now();
+        let r = claimer.acquire(&after.pool, Floor::NONE).await;
+        let answered = Instant::now();
+        match r {
+            Err(AcquireError::StoreRestarted { resume_in }) => {
+                first_refusal.get_or_insert(sent);
+                ensure!(
+                    resume_in <= span,
+                    "the guard asked to wait {resume_in:?}, more than the span {span:?}"
+                );
+            }
+            Err(e) if e.is_retryable() => eprintln!("claim: retry ({e})"),
+            Err(e) => return Err(format!("the claim on the promoted replica: {e}")),
+            Ok(g) => {
+                let Some(first) = first_refusal else {
+                    return Err(format!(
+                        "slot {} was granted (fence {}) at the first claim on the promoted \
+                         replica, {:?} after the lost claim was sent (its lease: {TTL:?}): the \
+                         promotion guard did not see the failover",
+                        g.slot,
+                        g.fence,
+                        answered - after.sent
+                    ));
+                };
+                // The server first saw the new ID after `first` and granted
+                // before `answered`: the span lies between.
+                ensure!(
+                    answered - first >= span,
+                    "granted {:?} after the first refusal: before the span {span:?}",
+                    answered - first
+                );
+                ensure!(
+                    g.fence > after.grant.fence,
+                    "the fence went back across the failover: {} after {}",
+                    g.fence,
+                    after.grant.fence
+                );
+                return Ok(());
+            }
+        }
+        ensure!(
+            answered < deadline,
+            "no grant within {:?} of the failover",
+            span + Duration::from_secs(60)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Without the guard the promoted replica grants the lost claim's slot to a
+/// second claimer while the first lease is still valid: two holders.
+async fn without_the_guard_the_slot_is_granted_twice(how: Failover) -> Result<(), String> {
+    let after = claim_then_fail_over(how).await?;
+    let config = ValkeyConfig::from_url(&after.url)
+        .map_err(|e| e.to_string())?
+        .restart_guard(false);
+    let claimer = connect(config).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let g = loop {
+        match claimer.acquire(&after.pool, Floor::NONE).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(format!("the unguarded claim: {e}")),
+        }
+    };
+    let answered = Instant::now();
+    ensure!(
+        g.slot == after.grant.slot,
+        "a pool of one slot granted slot {}",
+        g.slot
+    );
+    ensure!(
+        answered < after.sent + TTL,
+        "the failover took {:?}, longer than the lease ({TTL:?}): the control shows nothing; \
+         the machine is too slow for this TTL",
+        answered - after.sent
+    );
+    drop(after.topology);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_primary_is_killed_the_promoted_replica_grants_nothing_until_the_span_has_passed()
+{
+    if let Err(e) = the_guard_holds_claims_back(Failover::Kill).await {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sentinel_failover_the_promoted_replica_grants_nothing_until_the_span_has_passed() {
+    if let Err(e) = the_guard_holds_claims_back(Failover::Command).await {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_after_the_primary_is_killed_an_unguarded_claim_takes_the_held_slot() {
+    if let Err(e) = without_the_guard_the_slot_is_granted_twice(Failover::Kill).await {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_after_sentinel_failover_an_unguarded_claim_takes_the_held_slot() {
+    if let Err(e) = without_the_guard_the_slot_is_granted_twice(Failover::Command).await {
+        panic!("{e}");
+    }
+}
