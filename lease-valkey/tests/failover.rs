@@ -19,10 +19,16 @@
 //! (`restart_guard(false)`) the second claimer is granted the same slot
 //! while the first holder's lease is still valid: the control, which shows
 //! that the scenario does lose the claim.
+//!
+//! And the other side of the guard's choice, on a private durable server
+//! without replicas: its restart changes the replication ID too, and a claim
+//! right after it is granted, not held back.
 
 use std::time::{Duration, Instant};
 
-use leasehold_conformance::servers::ServerKind;
+use fred::prelude::ClientLike;
+use fred::types::{ClusterHash, CustomCommand};
+use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
 use leasehold_conformance::topology::sentinel::{Reply, SentinelTopology};
 use leasehold_conformance::{ensure, fresh_pool};
 use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Renewal, Strategy};
@@ -286,6 +292,66 @@ async fn control_after_the_primary_is_killed_an_unguarded_claim_takes_the_held_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_after_sentinel_failover_an_unguarded_claim_takes_the_held_slot() {
     if let Err(e) = without_the_guard_the_slot_is_granted_twice(Failover::Command).await {
+        panic!("{e}");
+    }
+}
+
+/// A field of the pool's fences hash (`None`: absent).
+async fn fences_field(
+    s: &ValkeyStrategy,
+    pool: &PoolSpec,
+    field: &str,
+) -> Result<Option<String>, String> {
+    let command = CustomCommand::new_static("HGET", ClusterHash::FirstKey, false);
+    let args = vec![s.keys(pool.name()).fences, field.to_owned()];
+    s.client()
+        .custom::<Option<String>, String>(command, args)
+        .await
+        .map_err(|e| format!("HGET {field}: {e}"))
+}
+
+/// The other side of the guard's choice: a durable server that never had
+/// replicas changes its replication ID at every restart (measured on Valkey
+/// 8.1) and loses nothing then, so a claim right after its restart is
+/// granted, not held back for a span. The recorded ID moves all the same.
+async fn a_durable_restart_holds_nothing_back() -> Result<(), String> {
+    let mut server =
+        provide_with(ServerKind::Valkey8, Settings::Durable).map_err(|e| e.to_string())?;
+    let url = format!("{}?prefix=lhfailover&op_timeout=5s", server.store_url());
+    let pool = fresh_pool(2, TTL)?;
+    let s = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    let first = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the first claim: {e}"))?;
+    let before = fences_field(&s, &pool, "replid").await?;
+    drop(s);
+    tokio::task::block_in_place(|| server.restart())?;
+    let s = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    let second = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the claim after the restart: {e}"))?;
+    let after = fences_field(&s, &pool, "replid").await?;
+    let seen = fences_field(&s, &pool, "replid_seen").await?;
+    ensure!(
+        before.is_some() && after.is_some() && before != after,
+        "the recorded replication ID did not change across the restart: {before:?} then {after:?}"
+    );
+    ensure!(
+        seen.as_deref() == Some("0"),
+        "the change was counted as a failover: replid_seen {seen:?}"
+    );
+    ensure!(
+        second.slot != first.slot,
+        "the restart lost the first claim"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_server_without_replicas_grants_at_once_after_its_restart() {
+    if let Err(e) = a_durable_restart_holds_nothing_back().await {
         panic!("{e}");
     }
 }
