@@ -20,6 +20,10 @@
 //! while the first holder's lease is still valid: the control, which shows
 //! that the scenario does lose the claim.
 //!
+//! What the guard does not cover is shown too: after `SENTINEL FAILOVER` the
+//! old primary confirms renewals sent on connections that still reach it
+//! (a split brain), unless it runs with `min-replicas-to-write`.
+//!
 //! And the other side of the guard's choice, on a private durable server
 //! without replicas: its restart changes the replication ID too, and a claim
 //! right after it is granted, not held back.
@@ -353,5 +357,82 @@ async fn a_durable_restart_holds_nothing_back() -> Result<(), String> {
 async fn a_durable_server_without_replicas_grants_at_once_after_its_restart() {
     if let Err(e) = a_durable_restart_holds_nothing_back().await {
         panic!("{e}");
+    }
+}
+
+/// What the promotion guard does not cover, and what does: after `SENTINEL
+/// FAILOVER` the old primary keeps running, and a holder whose connection
+/// still reaches it renews there. Without `min-replicas-to-write` the old
+/// primary takes those renewals for seconds (until a Sentinel turns it into
+/// a replica, about 10 s here), while the promoted replica grants the slot a
+/// span after it first saw the change: two holders (a split brain). With
+/// `min-replicas-to-write 1` the old primary lost its only replica at the
+/// promotion and refuses every write (`NOREPLICAS`), so the renewal is not
+/// confirmed and the holder stops at its deadline.
+///
+/// Renewals are sent on the holder's own connection for 3 s after the
+/// promotion was seen; `renewed_late` says whether one sent 1 s or more
+/// after it was confirmed (the server's `min-replicas-max-lag` is 1 s).
+async fn old_primary_renews_after_failover(min_replicas: bool) -> Result<bool, String> {
+    let mut topology =
+        tokio::task::block_in_place(|| SentinelTopology::start(ServerKind::Valkey8))?;
+    if min_replicas {
+        for addr in [topology.primary_addr(), topology.replica_addr()] {
+            for (name, value) in [
+                ("min-replicas-max-lag", "1"),
+                ("min-replicas-to-write", "1"),
+            ] {
+                let r = topology.command(addr, &["CONFIG", "SET", name, value])?;
+                ensure!(r == Reply::Status("OK".into()), "CONFIG SET {name}: {r:?}");
+            }
+        }
+    }
+    let pool = fresh_pool(1, TTL)?;
+    let url = store_url(&topology);
+    let holder = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    let grant = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the claim before the failover: {e}"))?;
+    tokio::task::block_in_place(|| -> Result<(), String> {
+        topology.failover()?;
+        topology.wait_promoted(PROMOTION_WAIT).map(drop)
+    })?;
+    let promoted = Instant::now();
+    let mut renewed_late = false;
+    while promoted.elapsed() < Duration::from_secs(3) {
+        let sent = Instant::now();
+        let r = holder.renew(&pool, &grant, Floor::NONE).await;
+        eprintln!("{:?} after the promotion: {r:?}", sent - promoted);
+        if matches!(r, Renewal::Renewed { .. }) && sent - promoted >= Duration::from_secs(1) {
+            renewed_late = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(renewed_late)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_min_replicas_to_write_the_old_primary_refuses_renewals_after_sentinel_failover() {
+    match old_primary_renews_after_failover(true).await {
+        Ok(false) => {}
+        Ok(true) => panic!(
+            "the old primary confirmed a renewal 1 s or more after the promotion, with \
+             min-replicas-to-write 1 and min-replicas-max-lag 1"
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_min_replicas_the_old_primary_renews_after_sentinel_failover() {
+    match old_primary_renews_after_failover(false).await {
+        Ok(true) => {}
+        Ok(false) => panic!(
+            "no renewal on the old primary was confirmed 1 s or more after the promotion: the \
+             split brain this control shows did not happen (did the Sentinels turn the old \
+             primary into a replica within a second?)"
+        ),
+        Err(e) => panic!("{e}"),
     }
 }
