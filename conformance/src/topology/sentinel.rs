@@ -9,7 +9,14 @@
 //!   is lost by the replication, never by a restart;
 //! - three Sentinels (`<server> sentinel.conf --sentinel`) watching the
 //!   primary under the service name [`SentinelTopology::SERVICE`], quorum 2,
-//!   `down-after-milliseconds 1000`, `failover-timeout 3000`.
+//!   `down-after-milliseconds 2000`, `failover-timeout 3000`.
+//!   (A Sentinel promotes no replica whose link to the primary has been down
+//!   for more than ten times `down-after-milliseconds` beyond the time the
+//!   primary has been seen down, and a Sentinel starved by a loaded machine
+//!   enters TILT mode and does nothing for 30 s. With 1000, one run on a
+//!   loaded machine here saw no promotion within 60 s of a kill, for a
+//!   replica cut off by [`SentinelTopology::cut_replication`]; 2000 doubles
+//!   that allowance, at the cost of a second more before a failover.)
 //!
 //! It returns once the replica is in sync and every Sentinel knows the
 //! replica and the two other Sentinels, so that a failover can be made at
@@ -170,7 +177,7 @@ impl SentinelTopology {
                 format!(
                     "port {port}\nbind 127.0.0.1\ndir {}\n\
                      sentinel monitor {service} 127.0.0.1 {primary_port} 2\n\
-                     sentinel down-after-milliseconds {service} 1000\n\
+                     sentinel down-after-milliseconds {service} 2000\n\
                      sentinel failover-timeout {service} 3000\n",
                     node_dir.display()
                 ),
@@ -349,7 +356,8 @@ impl SentinelTopology {
             if Instant::now() > deadline {
                 return Err(format!(
                     "no promotion within {timeout:?}: the Sentinels name {named:?} (the old \
-                     primary was {old})"
+                     primary was {old}); the first Sentinel's log ends:\n{}",
+                    self.log_tail("sentinel0", 15)
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
