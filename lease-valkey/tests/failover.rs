@@ -1,5 +1,6 @@
 //! A failover to an asynchronous replica, through Sentinel, on private
-//! Valkey 8 servers (`leasehold_conformance::topology::sentinel`): a
+//! Valkey 8.1 servers (the script path; the guard's main cases on Redis 8.2
+//! too, the HSETEX path) (`leasehold_conformance::topology::sentinel`): a
 //! primary, one replica, three Sentinels, every data server durable (the
 //! append-only file fsynced before every reply), so that what the failover
 //! loses is lost by the replication alone and the restart guard has nothing
@@ -36,15 +37,16 @@ use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
 use leasehold_conformance::topology::sentinel::{Reply, SentinelTopology};
 use leasehold_conformance::{ensure, fresh_pool};
 use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Renewal, Strategy};
-use leasehold_valkey::{ValkeyConfig, ValkeyError, ValkeyStrategy};
+use leasehold_valkey::{ActivePath, ValkeyConfig, ValkeyError, ValkeyStrategy};
 
-/// The lease time: longer than a failover takes here (about 2 s after a
-/// kill, with `down-after-milliseconds 1000`), so that the control's first
+/// The lease time: longer than a failover takes here (a few seconds after
+/// a kill, with `down-after-milliseconds 2000`), so that the control's first
 /// lease is still valid when the replica has been promoted.
-const TTL: Duration = Duration::from_secs(6);
+const TTL: Duration = Duration::from_secs(8);
 
-/// How long a promotion may take on a loaded machine.
-const PROMOTION_WAIT: Duration = Duration::from_secs(60);
+/// How long a promotion may take on a loaded machine (a starved Sentinel
+/// pauses for 30 s in TILT mode).
+const PROMOTION_WAIT: Duration = Duration::from_secs(90);
 
 #[derive(Clone, Copy, Debug)]
 enum Failover {
@@ -92,13 +94,22 @@ fn store_url(topology: &SentinelTopology) -> String {
 /// Starts the topology, lets a first claim of the pool reach the replica
 /// (so that it records the primary's replication ID there too), cuts the
 /// replication, claims the pool's one slot, and fails over.
-async fn claim_then_fail_over(how: Failover) -> Result<AfterFailover, String> {
-    let mut topology =
-        tokio::task::block_in_place(|| SentinelTopology::start(ServerKind::Valkey8))?;
+async fn claim_then_fail_over(kind: ServerKind, how: Failover) -> Result<AfterFailover, String> {
+    let mut topology = tokio::task::block_in_place(|| SentinelTopology::start(kind))?;
     let pool = fresh_pool(1, TTL)?;
     let url = store_url(&topology);
     let config = ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?;
     let holder = connect(config).await?;
+    let path = if kind == ServerKind::Redis8 {
+        ActivePath::Hsetex
+    } else {
+        ActivePath::Scripts
+    };
+    ensure!(
+        holder.path() == path,
+        "{kind} took the {} path, not {path}",
+        holder.path()
+    );
     let earlier = holder
         .acquire(&pool, Floor::NONE)
         .await
@@ -130,12 +141,21 @@ async fn claim_then_fail_over(how: Failover) -> Result<AfterFailover, String> {
         }?;
         topology.wait_promoted(PROMOTION_WAIT).map(drop)
     })?;
-    let slot_key = holder.keys(pool.name()).slot_key(grant.slot);
-    let kept = topology.command(topology.primary_addr(), &["GET", slot_key.as_str()])?;
+    // The lease is a slot key on the script path (Valkey 8), a field of the
+    // leases hash on the HSETEX path (Redis 8).
+    let keys = holder.keys(pool.name());
+    let slot_key = keys.slot_key(grant.slot);
+    let field = grant.slot.to_string();
+    let primary = topology.primary_addr();
+    let kept = (
+        topology.command(primary, &["GET", slot_key.as_str()])?,
+        topology.command(primary, &["HGET", keys.leases.as_str(), field.as_str()])?,
+    );
     ensure!(
-        kept == Reply::Bulk(None),
-        "the promoted replica has the claim ({slot_key} = {kept:?}): the test needs one that \
-         missed it"
+        kept == (Reply::Bulk(None), Reply::Bulk(None)),
+        "the promoted replica has the claim ({slot_key}, {} {field}: {kept:?}): the test needs \
+         one that missed it",
+        keys.leases
     );
     Ok(AfterFailover {
         topology,
@@ -180,8 +200,8 @@ async fn renewal_is_lost(after: &AfterFailover, how: Failover) -> Result<(), Str
 /// With the promotion guard: refused until the pool's span has passed since
 /// the change was first seen, the old holder's renewal `Lost`, then granted
 /// with a fence above the lost claim's.
-async fn the_guard_holds_claims_back(how: Failover) -> Result<(), String> {
-    let after = claim_then_fail_over(how).await?;
+async fn the_guard_holds_claims_back(kind: ServerKind, how: Failover) -> Result<(), String> {
+    let after = claim_then_fail_over(kind, how).await?;
     renewal_is_lost(&after, how).await?;
     let claimer = connect(ValkeyConfig::from_url(&after.url).map_err(|e| e.to_string())?).await?;
     let span = after.pool.restart_span();
@@ -239,8 +259,11 @@ async fn the_guard_holds_claims_back(how: Failover) -> Result<(), String> {
 
 /// Without the guard the promoted replica grants the lost claim's slot to a
 /// second claimer while the first lease is still valid: two holders.
-async fn without_the_guard_the_slot_is_granted_twice(how: Failover) -> Result<(), String> {
-    let after = claim_then_fail_over(how).await?;
+async fn without_the_guard_the_slot_is_granted_twice(
+    kind: ServerKind,
+    how: Failover,
+) -> Result<(), String> {
+    let after = claim_then_fail_over(kind, how).await?;
     let config = ValkeyConfig::from_url(&after.url)
         .map_err(|e| e.to_string())?
         .restart_guard(false);
@@ -274,28 +297,49 @@ async fn without_the_guard_the_slot_is_granted_twice(how: Failover) -> Result<()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_the_primary_is_killed_the_promoted_replica_grants_nothing_until_the_span_has_passed()
 {
-    if let Err(e) = the_guard_holds_claims_back(Failover::Kill).await {
+    if let Err(e) = the_guard_holds_claims_back(ServerKind::Valkey8, Failover::Kill).await {
         panic!("{e}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_sentinel_failover_the_promoted_replica_grants_nothing_until_the_span_has_passed() {
-    if let Err(e) = the_guard_holds_claims_back(Failover::Command).await {
+    if let Err(e) = the_guard_holds_claims_back(ServerKind::Valkey8, Failover::Command).await {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis8_hsetex_path_after_the_primary_is_killed_nothing_is_granted_until_the_span_has_passed()
+ {
+    if let Err(e) = the_guard_holds_claims_back(ServerKind::Redis8, Failover::Kill).await {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis8_hsetex_path_control_an_unguarded_claim_takes_the_held_slot() {
+    if let Err(e) =
+        without_the_guard_the_slot_is_granted_twice(ServerKind::Redis8, Failover::Command).await
+    {
         panic!("{e}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_after_the_primary_is_killed_an_unguarded_claim_takes_the_held_slot() {
-    if let Err(e) = without_the_guard_the_slot_is_granted_twice(Failover::Kill).await {
+    if let Err(e) =
+        without_the_guard_the_slot_is_granted_twice(ServerKind::Valkey8, Failover::Kill).await
+    {
         panic!("{e}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_after_sentinel_failover_an_unguarded_claim_takes_the_held_slot() {
-    if let Err(e) = without_the_guard_the_slot_is_granted_twice(Failover::Command).await {
+    if let Err(e) =
+        without_the_guard_the_slot_is_granted_twice(ServerKind::Valkey8, Failover::Command).await
+    {
         panic!("{e}");
     }
 }
