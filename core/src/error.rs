@@ -148,9 +148,10 @@ pub enum AcquireError {
         /// How to fix it.
         fix: String,
     },
-    /// The store restarted recently and may have forgotten leases it had
-    /// acknowledged: no slot is granted until every lease granted before the
-    /// restart has expired (the restart guard). Retryable.
+    /// The store restarted, or failed over to a replica, recently and may
+    /// have forgotten leases it had acknowledged: no slot is granted until
+    /// every lease granted before has expired (the restart guard, and on
+    /// Valkey/Redis the promotion guard). Retryable.
     StoreRestarted {
         /// How long until grants resume.
         resume_in: Duration,
@@ -193,9 +194,9 @@ impl fmt::Display for AcquireError {
             ),
             Self::StoreRestarted { resume_in } => write!(
                 f,
-                "the lease store restarted recently and may have lost leases it had \
-                 acknowledged; no slot is granted for another {resume_in:?}, until every lease \
-                 from before the restart has expired (retryable)"
+                "the lease store restarted or failed over to a replica recently and may have \
+                 lost leases it had acknowledged; no slot is granted for another {resume_in:?}, \
+                 until every lease from before has expired (retryable)"
             ),
             Self::OtherIdFormat {
                 pool,

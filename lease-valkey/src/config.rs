@@ -119,6 +119,16 @@ impl ValkeyConfig {
     /// server that is never restarted while a lease is held (a throwaway
     /// test server), or for a process that never claims (an operator's
     /// tool); every first start of a guarded server waits out one span.
+    ///
+    /// The same switch turns the **promotion guard** on or off, on every
+    /// server, durable or not: a replica promoted to primary (a Sentinel or
+    /// Cluster failover) may lack claims and renewals the old primary
+    /// acknowledged, and its uptime is its own. The claim script reads the
+    /// replication ID (`INFO replication`) and, after a change that may be
+    /// a failover, grants nothing until the pool's restart span has passed
+    /// since a claim first saw it (see the crate README, "Failover").
+    /// `restart_guard(false)` therefore also risks **every failover** while
+    /// leases are held.
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.restart_guard = on;
         self

@@ -168,6 +168,70 @@ end
     };
 }
 
+/// The promotion guard: a failover to an asynchronous replica.
+///
+/// `promoted(fences, on, span)` answers the ms until grants may resume, or
+/// 0. A replica promoted to primary may lack claims, renewals and fences the
+/// old primary acknowledged, and its `uptime_in_seconds` is its own, so the
+/// restart guard does not see the change. What does change is the
+/// replication ID (`master_replid` in `INFO replication`, which scripts may
+/// call): measured on Valkey 8.1, a promotion (`SENTINEL FAILOVER`, or the
+/// primary killed) gives the promoted server a new `master_replid` and moves
+/// the old primary's into `master_replid2`; a restart of a primary gives it
+/// a new `master_replid` too, with `master_replid2` all zeros (with and
+/// without the append-only file).
+///
+/// The fences hash records the ID the pool last saw (`replid`) and when a
+/// claim first saw it (`replid_seen`, the server's `TIME` in ms; `0`: no
+/// wait). A claim that finds another ID records the new one and, when the
+/// change may be a failover, with now: then no claim is granted until the
+/// pool's restart span (`span`: the recorded span or the claimer's own,
+/// whichever is longer) has passed since. By then every lease the new
+/// primary does not know has passed its holder's deadline (that holder's
+/// renewals answer `Lost` here: its token is not found). A change counts as
+/// a possible failover when the server took over from another primary since
+/// it started (`master_replid2` not all zeros), or, for a pool that recorded
+/// an ID before, when the server has replicas or the pool ever saw one
+/// (`replicated`, set by any claim that finds `connected_slaves` above 0):
+/// a restarted promoted server has lost its `master_replid2`. A durable
+/// server that never had replicas changes its ID on every restart, and
+/// loses nothing then: it is not held back (a restart of one that can
+/// forget is the restart guard's). `on` other than `'1'`: no guard.
+macro_rules! promotion_functions {
+    () => {
+        r"
+local function promoted(fences, on, span)
+  if on ~= '1' then return 0 end
+  local info = redis.call('INFO', 'replication')
+  local id = string.match(info, 'master_replid:(%x+)')
+  if not id then return 0 end
+  local id2 = string.match(info, 'master_replid2:(%x+)') or ''
+  local replicas = tonumber(string.match(info, 'connected_slaves:(%d+)') or '0') or 0
+  if replicas > 0 and redis.call('HGET', fences, 'replicated') ~= '1' then
+    redis.call('HSET', fences, 'replicated', '1')
+  end
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local recorded = redis.call('HGET', fences, 'replid')
+  local seen = 0
+  if recorded == id then
+    seen = tonumber(redis.call('HGET', fences, 'replid_seen') or '0') or 0
+  else
+    local took_over = string.find(id2, '[^0]') ~= nil
+    local had_replicas = redis.call('HGET', fences, 'replicated') == '1'
+    if took_over or (recorded and had_replicas) then seen = now_ms end
+    redis.call('HSET', fences, 'replid', id, 'replid_seen', string.format('%.0f', seen))
+  end
+  if seen == 0 then return 0 end
+  local passed = now_ms - seen
+  if passed >= span then return 0 end
+  if passed < 0 then passed = 0 end
+  return span - passed
+end
+"
+    };
+}
+
 /// The slot's next fence: `next_fence(fences, slot, secs, micros)` writes
 /// and answers `max(previous + 1, the server's TIME in µs)`; claims check
 /// `fence_usable(fences, slot)` before they write anything: the previous
@@ -234,21 +298,24 @@ end
 /// token hex, ceiling (Unix ms), slot key prefix (the script path's,
 /// `{<prefix>:<pool>}:slot:`, same hash tag), this claimer's restart span
 /// ms, holder identity (see `holder_function`), `1` when the restart guard
-/// is on, the ID format the claimer declares (`''`: none). Returns `{slot,
+/// is on, the ID format the claimer declares (`''`: none), `1` when the
+/// promotion guard is on (see `promotion_functions`). Returns `{slot,
 /// fence, floor, secs, micros, unconfirmed}` (the floor the slot had before,
 /// a decimal string; the server's `TIME`; 1 when this claimer's span is
 /// above the span known to be on disk, see `guard_functions`, or when this
 /// claim recorded the pool's ID format, see `format_functions`), -1 when
 /// every slot is held, -2 when the fences hash was lost (see
-/// `fences_functions`), `{-3, ms}` while the restart guard holds (see
-/// `guard_functions`), `{-4, slot}` when that slot's fence is not a number
+/// `fences_functions`), `{-3, ms}` while the restart or the promotion guard
+/// holds (see `guard_functions`, `promotion_functions`), `{-4, slot}` when that slot's fence is not a number
 /// below 2^53 - 1 (see `fence_function`; nothing is written then), or `{-5,
 /// recorded}` when the pool recorded another ID format than the one declared
 /// (nothing is written then).
 ///
-/// - The guard, then the lost fences hash, then the ID format are checked
-///   before anything else: a lost hash lost the recorded format too, and
-///   another format is refused even when the pool is full.
+/// - The restart guard, then the lost fences hash, then the promotion guard,
+///   then the ID format are checked before anything else: a lost hash lost
+///   the recorded format too, another format is refused even when the pool
+///   is full, and the promotion guard writes to the fences hash (so it comes
+///   after the check that reads the hash's absence).
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
 ///   is held: answer at once, without a scan. (Fields whose TTL ran out but
 ///   that the server has not yet reclaimed still count; the server's active
@@ -273,6 +340,7 @@ const CLAIM_HSETEX: &str = concat!(
     holder_function!(),
     fences_functions!(),
     guard_functions!(),
+    promotion_functions!(),
     fence_function!(),
     format_functions!(),
     r"
@@ -281,6 +349,8 @@ local span = tonumber(ARGV[6]) or 0
 local wait = restarted(KEYS[2], ARGV[8], span)
 if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[2], KEYS[1], ARGV[5], size) then return -2 end
+wait = promoted(KEYS[2], ARGV[10], math.max(span, recorded_span(KEYS[2])))
+if wait > 0 then return {-3, wait} end
 local recorded = other_format(KEYS[2], ARGV[9] or '')
 if recorded then return {-5, recorded} end
 if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
@@ -397,9 +467,9 @@ return n
 /// ARGV: size, ttl ms, token hex, slot key prefix (`{<prefix>:<pool>}:slot:`,
 /// the fences hash's hash tag), ceiling (Unix ms), this claimer's restart
 /// span ms, holder identity (see `holder_function`), `1` when the restart
-/// guard is on, the ID format the claimer declares (`''`: none). Checks the
-/// guard, the lost fences hash and the ID format first, as the HSETEX claim
-/// does; then `SET NX PX` on slot keys from the hint `next` on, wrapping,
+/// guard is on, the ID format the claimer declares (`''`: none), `1` when
+/// the promotion guard is on. Checks the guards, the lost fences hash and the
+/// ID format first, as the HSETEX claim does; then `SET NX PX` on slot keys from the hint `next` on, wrapping,
 /// skipping slots whose field exists in the leases hash (held by a process
 /// on the HSETEX path, after an in-place upgrade), until one succeeds; then
 /// moves the hint, moves the fence to `max(fence + 1, TIME in µs)`, raises
@@ -414,6 +484,7 @@ const CLAIM_SCRIPTS: &str = concat!(
     holder_function!(),
     fences_functions!(),
     guard_functions!(),
+    promotion_functions!(),
     fence_function!(),
     format_functions!(),
     r"
@@ -422,6 +493,8 @@ local span = tonumber(ARGV[6]) or 0
 local wait = restarted(KEYS[1], ARGV[8], span)
 if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[1], KEYS[2], ARGV[4], size) then return -2 end
+wait = promoted(KEYS[1], ARGV[10], math.max(span, recorded_span(KEYS[1])))
+if wait > 0 then return {-3, wait} end
 local recorded = other_format(KEYS[1], ARGV[9] or '')
 if recorded then return {-5, recorded} end
 local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0

@@ -68,7 +68,11 @@ pub struct PoolKeys {
     /// of the token> <secs> <micros> <ttl ms> <holder>"`), and the claim
     /// scan's starting hint (`"next" → n`), the pool's restart span
     /// (`"span"`, `"span_fsynced"` → ms) and ID format (`"id_format" →
-    /// <text>`, recorded by the first claim that declares one).
+    /// <text>`, recorded by the first claim that declares one), and the
+    /// promotion guard's record: the server's replication ID as last seen
+    /// (`"replid"`), when a claim first saw it after a change that may be a
+    /// failover (`"replid_seen"` → the server's ms, `0`: no wait), and
+    /// whether the pool's server ever had replicas (`"replicated" → 1`).
     pub fences: String,
     /// Script path: slot `n`'s key is this prefix followed by `n`.
     pub slot_prefix: String,
@@ -182,6 +186,15 @@ impl ValkeyStrategy {
         // constant false otherwise.)
         let planted = leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         self.inner.config.restart_guard && !self.inner.durability.keeps_every_write() && !planted
+    }
+
+    /// Whether the claim scripts hold grants back after a failover to a
+    /// replica (the promotion guard, see `scripts::promotion_functions`):
+    /// whatever the server keeps, a promoted replica may lack what the old
+    /// primary acknowledged. Off only with [`ValkeyConfig::restart_guard`]`(false)`.
+    fn promotion_guard_on(&self) -> bool {
+        let planted = leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
+        self.inner.config.restart_guard && !planted
     }
 
     /// The path in use.

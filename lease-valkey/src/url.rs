@@ -7,18 +7,40 @@ use crate::config::{ValkeyConfig, check_prefix};
 use crate::error::ValkeyError;
 
 /// The accepted shape, quoted by every URL error.
-const FORM: &str = "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or valkey://…, with options ?prefix=NAME&op_timeout=1s";
+const FORM: &str = "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or valkey://…, with options ?prefix=NAME&op_timeout=1s (through Sentinel: redis-sentinel://SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME)";
+
+/// The accepted shape of a URL through Sentinel.
+const SENTINEL_FORM: &str = "redis-sentinel://[USER:PASSWORD@]SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME (or valkey-sentinel://…; more Sentinels also as &node=HOST:PORT), with options prefix and op_timeout";
+
+/// Sentinel's default port, for a Sentinel written without one.
+const SENTINEL_PORT: u16 = 26379;
 
 impl ValkeyConfig {
     /// The URL schemes [`ValkeyConfig::from_url`] accepts. `rediss` and
     /// `valkeys` are known but refused: this build has no TLS.
-    pub const SCHEMES: &[&str] = &["redis", "rediss", "valkey", "valkeys"];
+    pub const SCHEMES: &[&str] = &[
+        "redis",
+        "rediss",
+        "valkey",
+        "valkeys",
+        "redis-sentinel",
+        "valkey-sentinel",
+    ];
 
     /// Settings from a store URL (see the crate README, "URL"):
     /// `redis://[USER:PASSWORD@]HOST[:PORT][/DB]` or `valkey://…` (port 6379
     /// by default), with the options `prefix=NAME`
     /// ([`ValkeyConfig::key_prefix`]) and `op_timeout=500ms` or `=2s`
     /// ([`ValkeyConfig::op_timeout`]).
+    ///
+    /// Through Sentinel: `redis-sentinel://[USER:PASSWORD@]S1[:PORT][,S2[:PORT]…][/DB]?sentinelServiceName=NAME`
+    /// (or `valkey-sentinel://`; Sentinels on port 26379 by default, more of
+    /// them also as `&node=HOST:PORT`, as `fred` writes them). The client
+    /// asks the Sentinels for the primary of `NAME`, and asks again when its
+    /// connection is lost, so it follows a failover; the user and password
+    /// are the data servers' (the Sentinels are reached without them). The
+    /// claim scripts' promotion guard covers what a failover to an
+    /// asynchronous replica forgets (see the crate README, "Failover").
     ///
     /// `rediss://` and `valkeys://` are refused: they ask for TLS, and this
     /// crate's client is built without it, so it would connect in plain
@@ -37,7 +59,13 @@ impl ValkeyConfig {
     pub fn from_url(url: &str) -> Result<Self, ValkeyError> {
         let mut parts = StoreUrl::parse(url, Self::SCHEMES, FORM)?;
         refuse_tls(parts.scheme())?;
-        parts.require_one_host(FORM)?;
+        let sentinel = parts.scheme().ends_with("-sentinel");
+        let (service, sentinels) = if sentinel {
+            sentinel_parts(&mut parts)?
+        } else {
+            parts.require_one_host(FORM)?;
+            (String::new(), Vec::new())
+        };
         let db = parts.path().trim_end_matches('/');
         if !db.is_empty() && db.parse::<u8>().is_err() {
             return Err(ConfigError::new(
@@ -50,7 +78,12 @@ impl ValkeyConfig {
         let prefix = parts.take("prefix");
         let op_timeout = parts.take_duration("op_timeout")?;
         parts.refuse_unknown_options("prefix, op_timeout")?;
-        let mut config = Self::new(parts.rebuild("redis"));
+        let for_fred = if sentinel {
+            sentinel_url_for_fred(url, &parts, &service, &sentinels)
+        } else {
+            parts.rebuild("redis")
+        };
+        let mut config = Self::new(for_fred);
         if let Some(prefix) = prefix {
             check_prefix(&prefix)?;
             config = config.key_prefix(prefix);
@@ -60,6 +93,112 @@ impl ValkeyConfig {
         }
         Ok(config)
     }
+}
+
+/// The service name and the Sentinels (`host:port`) of a Sentinel URL:
+/// the hosts of the authority, then every `node=` option (both taken).
+fn sentinel_parts(parts: &mut StoreUrl) -> Result<(String, Vec<String>), ValkeyError> {
+    let service = parts.take("sentinelServiceName").unwrap_or_default();
+    if service.is_empty() {
+        return Err(ConfigError::described(
+            "url",
+            format!(
+                "{}:// needs the Sentinels' name of the primary: ?sentinelServiceName=NAME; \
+                 expected {SENTINEL_FORM}",
+                parts.scheme()
+            ),
+        )
+        .into());
+    }
+    let mut sentinels: Vec<String> = parts.hosts().to_vec();
+    sentinels.extend(
+        parts
+            .options()
+            .filter(|(k, _)| *k == "node")
+            .map(|(_, v)| v.to_owned()),
+    );
+    parts.take("node");
+    if sentinels.is_empty() {
+        return Err(ConfigError::described(
+            "url",
+            format!(
+                "{}:// needs at least one Sentinel; expected {SENTINEL_FORM}",
+                parts.scheme()
+            ),
+        )
+        .into());
+    }
+    let sentinels = sentinels
+        .into_iter()
+        .map(|h| with_port(&h))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((service, sentinels))
+}
+
+/// `host:port` of a Sentinel written `host` or `host:port` (IPv6 literals
+/// are refused: `fred` reads a Sentinel as `host:port` split at `:`).
+fn with_port(host: &str) -> Result<String, ValkeyError> {
+    let bad = || {
+        ValkeyError::from(ConfigError::described(
+            "url",
+            format!("the Sentinel {host:?} is not HOST or HOST:PORT; expected {SENTINEL_FORM}"),
+        ))
+    };
+    if host.starts_with('[') || host.is_empty() {
+        return Err(bad());
+    }
+    match host.split_once(':') {
+        None => Ok(format!("{host}:{SENTINEL_PORT}")),
+        Some((h, port)) if !h.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(host.to_owned())
+        }
+        Some(_) => Err(bad()),
+    }
+}
+
+/// The URL as `fred` reads it: the first Sentinel in the authority, the
+/// others as `node=` options, and the service name; the user information
+/// and database as written.
+fn sentinel_url_for_fred(
+    written: &str,
+    parts: &StoreUrl,
+    service: &str,
+    sentinels: &[String],
+) -> String {
+    let rest = written.split_once("://").map_or("", |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
+    let mut out = String::from("redis-sentinel://");
+    if let Some(u) = userinfo {
+        out.push_str(u);
+        out.push('@');
+    }
+    out.push_str(&sentinels[0]);
+    let db = parts.path().trim_end_matches('/');
+    if !db.is_empty() {
+        out.push('/');
+        out.push_str(db);
+    }
+    out.push_str("?sentinelServiceName=");
+    out.push_str(&percent_encode(service));
+    for node in &sentinels[1..] {
+        out.push_str("&node=");
+        out.push_str(node);
+    }
+    out
+}
+
+/// Percent-encodes everything but unreserved characters.
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// Refuses a scheme that asks for TLS (`rediss`, `valkeys`): this build of
@@ -121,12 +260,39 @@ mod tests {
         }
     }
 
+    /// A Sentinel URL reaches fred as fred reads it: one Sentinel in the
+    /// authority, the others as `node=`, the service name, the user
+    /// information and database kept.
+    #[test]
+    fn sentinel_urls_are_rewritten_for_fred() {
+        for (url, for_fred) in [
+            (
+                "redis-sentinel://127.0.0.1:26380?sentinelServiceName=ids",
+                "redis-sentinel://127.0.0.1:26380?sentinelServiceName=ids",
+            ),
+            (
+                "valkey-sentinel://u:p%40w@s1,s2:26380/3?sentinelServiceName=my%20ids&prefix=app",
+                "redis-sentinel://u:p%40w@s1:26379/3?sentinelServiceName=my%20ids&node=s2:26380",
+            ),
+            (
+                "redis-sentinel://s1:1?node=s2:2&sentinelServiceName=m&node=s3:3&op_timeout=2s",
+                "redis-sentinel://s1:1?sentinelServiceName=m&node=s2:2&node=s3:3",
+            ),
+        ] {
+            let c = ValkeyConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(c.url, for_fred, "{url}");
+            fred::types::config::Config::from_url(&c.url)
+                .unwrap_or_else(|e| panic!("fred refuses {}: {e}", c.url));
+        }
+    }
+
     #[test]
     fn refused_urls_say_what_is_accepted() {
         for (url, needle) in [
             (
                 "reddis://h:6379",
-                "unknown scheme \"reddis\"; expected one of redis, rediss, valkey, valkeys",
+                "unknown scheme \"reddis\"; expected one of redis, rediss, valkey, valkeys, \
+                 redis-sentinel, valkey-sentinel",
             ),
             ("h:6379", "it has no scheme; expected one of redis"),
             ("redis://", "redis:// needs a host"),
@@ -146,6 +312,30 @@ mod tests {
             ("rediss://h:6379", "rediss:// asks for TLS"),
             ("valkeys://h:6379", "valkeys:// asks for TLS"),
             ("REDISS://h:6379", "rediss:// asks for TLS"),
+            (
+                "redis-sentinel://h:26379",
+                "needs the Sentinels' name of the primary",
+            ),
+            (
+                "redis-sentinel://?sentinelServiceName=m",
+                "needs at least one Sentinel",
+            ),
+            (
+                "redis-sentinel://h:0?sentinelServiceName=m",
+                "bad port \"0\"",
+            ),
+            (
+                "redis-sentinel://h?sentinelServiceName=m&node=[::1]:5",
+                "is not HOST or HOST:PORT",
+            ),
+            (
+                "redis-sentinel://h?sentinelServiceName=m&sentinelPassword=x",
+                "unknown query option \"sentinelPassword\"",
+            ),
+            (
+                "rediss-sentinel://h?sentinelServiceName=m",
+                "unknown scheme",
+            ),
         ] {
             let e = ValkeyConfig::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");

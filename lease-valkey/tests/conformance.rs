@@ -1,5 +1,6 @@
 //! The whole behaviour suite on Redis 8.2 (HSETEX path), Redis 7.0 and
-//! Valkey 8.1 (script path), plus Valkey-specific behaviours.
+//! Valkey 8.1 (script path), plus Valkey-specific behaviours; and on Valkey
+//! 8.1 through Sentinel (a primary, a replica, three Sentinels).
 
 use leasehold_core::Floor;
 use std::net::{SocketAddr, TcpStream};
@@ -12,6 +13,7 @@ use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{Missing, Server, ServerKind, find_binary, provide};
 use leasehold_conformance::suite::STARVED;
+use leasehold_conformance::topology::sentinel::SentinelTopology;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
     AcquireError, BoxFuture, Grant, IdFormat, LeaseConfig, LeaseGate, LeaseManager, LossCause,
@@ -1890,8 +1892,93 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
     (t, Some(server))
 }
 
+/// The suite through Sentinel: a durable primary with one replica and three
+/// Sentinels ([`SentinelTopology`]), the store reached through the
+/// Sentinels with the library's defaults (the restart guard and the
+/// promotion guard on: a durable server that has not failed over holds no
+/// claim back). The fault proxy goes in front of the primary itself.
+struct ThroughSentinel {
+    url: String,
+    primary: SocketAddr,
+}
+
+impl ThroughSentinel {
+    async fn strategy(&self) -> Result<ValkeyStrategy, String> {
+        ValkeyStrategy::connect(ValkeyConfig::from_url(&self.url).map_err(|e| e.to_string())?)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Backend for ThroughSentinel {
+    fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move { Ok(Arc::new(self.strategy().await?) as Store) })
+    }
+
+    fn connect_via(
+        &self,
+        addr: SocketAddr,
+        op_timeout: Duration,
+    ) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move {
+            let config = ValkeyConfig::from_url(&format!("redis://{addr}?prefix=lhsentinel"))
+                .map_err(|e| e.to_string())?
+                .op_timeout(op_timeout);
+            let s = ValkeyStrategy::connect(config)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Arc::new(s) as Store)
+        })
+    }
+
+    fn store_addr(&self) -> Option<SocketAddr> {
+        Some(self.primary)
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> Option<BoxFuture<'a, Result<(), String>>> {
+        Some(Box::pin(async move {
+            let s = self.strategy().await?;
+            let was = s.revoke(pool, slot).await.map_err(|e| e.to_string())?;
+            ensure!(was, "no lease on slot {slot} to revoke");
+            Ok(())
+        }))
+    }
+}
+
+/// The suite's row through Sentinel on Valkey 8, and the topology to keep
+/// running until the run ends.
+fn sentinel_target() -> (Target, Option<SentinelTopology>) {
+    let kind = ServerKind::Valkey8;
+    let label = format!("{}-sentinel", kind.name());
+    let topology = match SentinelTopology::start(kind) {
+        Ok(t) => t,
+        Err(why) => {
+            let missing = Missing {
+                kind,
+                tried: vec![format!("a Sentinel topology: {why}")],
+            };
+            return (Target::missing(label, missing), None);
+        }
+    };
+    let backend = Arc::new(ThroughSentinel {
+        url: format!("{}&prefix=lhsentinel", topology.sentinel_url()),
+        primary: topology.primary_addr(),
+    });
+    let describe = format!(
+        "{kind} primary {} with a replica, through 3 Sentinels",
+        topology.primary_addr()
+    );
+    let t = Target::new(label, describe, backend).with_revoke();
+    (t, Some(topology))
+}
+
 fn main() -> ExitCode {
-    let (targets, servers): (Vec<_>, Vec<_>) = [
+    let (sentinel, topology) = sentinel_target();
+    let (mut targets, servers): (Vec<_>, Vec<_>) = [
         (ServerKind::Redis8, ActivePath::Hsetex),
         (ServerKind::Redis7, ActivePath::Scripts),
         (ServerKind::Valkey8, ActivePath::Scripts),
@@ -1899,7 +1986,9 @@ fn main() -> ExitCode {
     .into_iter()
     .map(|(kind, path)| target(kind, Method::Auto, path))
     .unzip();
+    targets.push(sentinel);
     let code = leasehold_conformance::run(targets);
     drop(servers);
+    drop(topology);
     code
 }

@@ -38,7 +38,14 @@ pub const STORES: &[StoreSchemes] = &[
     },
     StoreSchemes {
         store: "Valkey/Redis",
-        schemes: &["redis", "rediss", "valkey", "valkeys"],
+        schemes: &[
+            "redis",
+            "rediss",
+            "valkey",
+            "valkeys",
+            "redis-sentinel",
+            "valkey-sentinel",
+        ],
         feature: "valkey",
     },
     StoreSchemes {

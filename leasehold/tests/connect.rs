@@ -75,7 +75,15 @@ fn each_scheme_reaches_its_backend() {
         cases.extend([("mysql://u@h/db", "sql"), ("mariadb://u@h/db", "sql")]);
     }
     if cfg!(feature = "valkey") {
-        cases.extend([("redis://h:6379", "valkey"), ("valkey://h", "valkey")]);
+        cases.extend([
+            ("redis://h:6379", "valkey"),
+            ("valkey://h", "valkey"),
+            (
+                "redis-sentinel://s1,s2:26380?sentinelServiceName=ids",
+                "valkey",
+            ),
+            ("valkey-sentinel://s1?sentinelServiceName=ids", "valkey"),
+        ]);
     }
     if cfg!(feature = "etcd") {
         cases.push(("etcd://a:2379,b:2379", "etcd"));

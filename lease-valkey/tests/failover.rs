@@ -1,0 +1,482 @@
+//! A failover to an asynchronous replica, through Sentinel, on private
+//! Valkey 8.1 servers (the script path; the guard's main cases on Redis 8.2
+//! too, the HSETEX path) (`leasehold_conformance::topology::sentinel`): a
+//! primary, one replica, three Sentinels, every data server durable (the
+//! append-only file fsynced before every reply), so that what the failover
+//! loses is lost by the replication alone and the restart guard has nothing
+//! to say.
+//!
+//! The replica is made to miss a claim: its replication link is cut first
+//! (`SentinelTopology::cut_replication`: it is given credentials the primary
+//! refuses, and the primary drops it), so the primary grants the claim and
+//! the replica never receives it, while it still answers the Sentinels and
+//! can be promoted. Then the primary is killed (SIGKILL), or `SENTINEL
+//! FAILOVER` promotes the replica while the old primary keeps running.
+//!
+//! On the promoted replica the slot is free. With the promotion guard (the
+//! default) a second claimer is refused (`StoreRestarted`) until the pool's
+//! restart span has passed since a claim first saw the new replication ID,
+//! and the first holder's renewal answers `Lost`. Without it
+//! (`restart_guard(false)`) the second claimer is granted the same slot
+//! while the first holder's lease is still valid: the control, which shows
+//! that the scenario does lose the claim.
+//!
+//! What the guard does not cover is shown too: after `SENTINEL FAILOVER` the
+//! old primary confirms renewals sent on connections that still reach it
+//! (a split brain), unless it runs with `min-replicas-to-write`.
+//!
+//! And the other side of the guard's choice, on a private durable server
+//! without replicas: its restart changes the replication ID too, and a claim
+//! right after it is granted, not held back.
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::ClientLike;
+use fred::types::{ClusterHash, CustomCommand};
+use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
+use leasehold_conformance::topology::sentinel::{Reply, SentinelTopology};
+use leasehold_conformance::{ensure, fresh_pool};
+use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Renewal, Strategy};
+use leasehold_valkey::{ActivePath, ValkeyConfig, ValkeyError, ValkeyStrategy};
+
+/// The lease time: longer than a failover takes here (a few seconds after
+/// a kill, with `down-after-milliseconds 2000`), so that the control's first
+/// lease is still valid when the replica has been promoted.
+const TTL: Duration = Duration::from_secs(8);
+
+/// How long a promotion may take on a loaded machine (a starved Sentinel
+/// pauses for 30 s in TILT mode).
+const PROMOTION_WAIT: Duration = Duration::from_secs(90);
+
+#[derive(Clone, Copy, Debug)]
+enum Failover {
+    /// The primary is killed (SIGKILL); the Sentinels promote the replica.
+    Kill,
+    /// `SENTINEL FAILOVER`: the replica is promoted, the old primary runs on.
+    Command,
+}
+
+/// The topology after the failover, with the claim the new primary lacks.
+struct AfterFailover {
+    topology: SentinelTopology,
+    pool: PoolSpec,
+    url: String,
+    holder: ValkeyStrategy,
+    /// The claim the promoted replica never received.
+    grant: Grant,
+    /// Just before that claim was sent: its lease lasts until at least
+    /// `sent + TTL` on the old primary.
+    sent: Instant,
+}
+
+async fn connect(config: ValkeyConfig) -> Result<ValkeyStrategy, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match ValkeyStrategy::connect(config.clone()).await {
+            Ok(s) => return Ok(s),
+            Err(ValkeyError::Unreachable { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(format!("connect: {e}")),
+        }
+    }
+}
+
+/// The topology's Sentinel URL with this test's key prefix and a generous
+/// operation timeout (the machine may be loaded).
+fn store_url(topology: &SentinelTopology) -> String {
+    format!(
+        "{}&prefix=lhfailover&op_timeout=5s",
+        topology.sentinel_url()
+    )
+}
+
+/// Starts the topology, lets a first claim of the pool reach the replica
+/// (so that it records the primary's replication ID there too), cuts the
+/// replication, claims the pool's one slot, and fails over.
+async fn claim_then_fail_over(kind: ServerKind, how: Failover) -> Result<AfterFailover, String> {
+    let mut topology = tokio::task::block_in_place(|| SentinelTopology::start(kind))?;
+    let pool = fresh_pool(1, TTL)?;
+    let url = store_url(&topology);
+    let config = ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?;
+    let holder = connect(config).await?;
+    let path = if kind == ServerKind::Redis8 {
+        ActivePath::Hsetex
+    } else {
+        ActivePath::Scripts
+    };
+    ensure!(
+        holder.path() == path,
+        "{kind} took the {} path, not {path}",
+        holder.path()
+    );
+    let earlier = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the earlier claim: {e}"))?;
+    holder.release(&pool, &earlier, Floor::NONE).await;
+    let fences = holder.keys(pool.name()).fences;
+    let replica = topology.replica_addr();
+    let deadline = Instant::now() + PROMOTION_WAIT;
+    while !matches!(
+        topology.command(replica, &["HGET", fences.as_str(), "replid"])?,
+        Reply::Bulk(Some(_))
+    ) {
+        ensure!(
+            Instant::now() < deadline,
+            "the replica did not receive the pool's fences hash"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::task::block_in_place(|| topology.cut_replication())?;
+    let sent = Instant::now();
+    let grant = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the claim before the failover: {e}"))?;
+    tokio::task::block_in_place(|| -> Result<(), String> {
+        match how {
+            Failover::Kill => topology.kill_primary().map(drop),
+            Failover::Command => topology.failover(),
+        }?;
+        topology.wait_promoted(PROMOTION_WAIT).map(drop)
+    })?;
+    // The lease is a slot key on the script path (Valkey 8), a field of the
+    // leases hash on the HSETEX path (Redis 8).
+    let keys = holder.keys(pool.name());
+    let slot_key = keys.slot_key(grant.slot);
+    let field = grant.slot.to_string();
+    let primary = topology.primary_addr();
+    let kept = (
+        topology.command(primary, &["GET", slot_key.as_str()])?,
+        topology.command(primary, &["HGET", keys.leases.as_str(), field.as_str()])?,
+    );
+    ensure!(
+        kept == (Reply::Bulk(None), Reply::Bulk(None)),
+        "the promoted replica has the claim ({slot_key}, {} {field}: {kept:?}): the test needs \
+         one that missed it",
+        keys.leases
+    );
+    Ok(AfterFailover {
+        topology,
+        pool,
+        url,
+        holder,
+        grant,
+        sent,
+    })
+}
+
+/// The first holder's renewal, on the new primary, answers `Lost` (within
+/// 30 s of reconnections). After `SENTINEL FAILOVER` the holder's own
+/// connection still reaches the old primary, which keeps answering writes
+/// for seconds (see the topology's documentation): the renewal is sent on a
+/// fresh connection through the Sentinels then.
+async fn renewal_is_lost(after: &AfterFailover, how: Failover) -> Result<(), String> {
+    let renewer = match how {
+        Failover::Kill => after.holder.clone(),
+        Failover::Command => {
+            connect(ValkeyConfig::from_url(&after.url).map_err(|e| e.to_string())?).await?
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match renewer.renew(&after.pool, &after.grant, Floor::NONE).await {
+            Renewal::Lost(_) => return Ok(()),
+            Renewal::Retry(why) if Instant::now() < deadline => {
+                eprintln!("renewal: retry ({why})");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => {
+                return Err(format!(
+                    "the first holder's renewal on the promoted replica answered {other:?}, \
+                     not Lost"
+                ));
+            }
+        }
+    }
+}
+
+/// With the promotion guard: refused until the pool's span has passed since
+/// the change was first seen, the old holder's renewal `Lost`, then granted
+/// with a fence above the lost claim's.
+async fn the_guard_holds_claims_back(kind: ServerKind, how: Failover) -> Result<(), String> {
+    let after = claim_then_fail_over(kind, how).await?;
+    renewal_is_lost(&after, how).await?;
+    let claimer = connect(ValkeyConfig::from_url(&after.url).map_err(|e| e.to_string())?).await?;
+    let span = after.pool.restart_span();
+    let mut first_refusal: Option<Instant> = None;
+    let deadline = Instant::now() + span + Duration::from_secs(60);
+    loop {
+        let sent = Instant::now();
+        let r = claimer.acquire(&after.pool, Floor::NONE).await;
+        let answered = Instant::now();
+        match r {
+            Err(AcquireError::StoreRestarted { resume_in }) => {
+                first_refusal.get_or_insert(sent);
+                ensure!(
+                    resume_in <= span,
+                    "the guard asked to wait {resume_in:?}, more than the span {span:?}"
+                );
+            }
+            Err(e) if e.is_retryable() => eprintln!("claim: retry ({e})"),
+            Err(e) => return Err(format!("the claim on the promoted replica: {e}")),
+            Ok(g) => {
+                let Some(first) = first_refusal else {
+                    return Err(format!(
+                        "slot {} was granted (fence {}) at the first claim on the promoted \
+                         replica, {:?} after the lost claim was sent (its lease: {TTL:?}): the \
+                         promotion guard did not see the failover",
+                        g.slot,
+                        g.fence,
+                        answered - after.sent
+                    ));
+                };
+                // The server first saw the new ID after `first` and granted
+                // before `answered`: the span lies between.
+                ensure!(
+                    answered - first >= span,
+                    "granted {:?} after the first refusal: before the span {span:?}",
+                    answered - first
+                );
+                ensure!(
+                    g.fence > after.grant.fence,
+                    "the fence went back across the failover: {} after {}",
+                    g.fence,
+                    after.grant.fence
+                );
+                return Ok(());
+            }
+        }
+        ensure!(
+            answered < deadline,
+            "no grant within {:?} of the failover",
+            span + Duration::from_secs(60)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Without the guard the promoted replica grants the lost claim's slot to a
+/// second claimer while the first lease is still valid: two holders.
+async fn without_the_guard_the_slot_is_granted_twice(
+    kind: ServerKind,
+    how: Failover,
+) -> Result<(), String> {
+    let after = claim_then_fail_over(kind, how).await?;
+    let config = ValkeyConfig::from_url(&after.url)
+        .map_err(|e| e.to_string())?
+        .restart_guard(false);
+    let claimer = connect(config).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let g = loop {
+        match claimer.acquire(&after.pool, Floor::NONE).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(format!("the unguarded claim: {e}")),
+        }
+    };
+    let answered = Instant::now();
+    ensure!(
+        g.slot == after.grant.slot,
+        "a pool of one slot granted slot {}",
+        g.slot
+    );
+    ensure!(
+        answered < after.sent + TTL,
+        "the failover took {:?}, longer than the lease ({TTL:?}): the control shows nothing; \
+         the machine is too slow for this TTL",
+        answered - after.sent
+    );
+    drop(after.topology);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_primary_is_killed_the_promoted_replica_grants_nothing_until_the_span_has_passed()
+{
+    if let Err(e) = the_guard_holds_claims_back(ServerKind::Valkey8, Failover::Kill).await {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sentinel_failover_the_promoted_replica_grants_nothing_until_the_span_has_passed() {
+    if let Err(e) = the_guard_holds_claims_back(ServerKind::Valkey8, Failover::Command).await {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis8_hsetex_path_after_the_primary_is_killed_nothing_is_granted_until_the_span_has_passed()
+ {
+    if let Err(e) = the_guard_holds_claims_back(ServerKind::Redis8, Failover::Kill).await {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis8_hsetex_path_control_an_unguarded_claim_takes_the_held_slot() {
+    if let Err(e) =
+        without_the_guard_the_slot_is_granted_twice(ServerKind::Redis8, Failover::Command).await
+    {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_after_the_primary_is_killed_an_unguarded_claim_takes_the_held_slot() {
+    if let Err(e) =
+        without_the_guard_the_slot_is_granted_twice(ServerKind::Valkey8, Failover::Kill).await
+    {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_after_sentinel_failover_an_unguarded_claim_takes_the_held_slot() {
+    if let Err(e) =
+        without_the_guard_the_slot_is_granted_twice(ServerKind::Valkey8, Failover::Command).await
+    {
+        panic!("{e}");
+    }
+}
+
+/// A field of the pool's fences hash (`None`: absent).
+async fn fences_field(
+    s: &ValkeyStrategy,
+    pool: &PoolSpec,
+    field: &str,
+) -> Result<Option<String>, String> {
+    let command = CustomCommand::new_static("HGET", ClusterHash::FirstKey, false);
+    let args = vec![s.keys(pool.name()).fences, field.to_owned()];
+    s.client()
+        .custom::<Option<String>, String>(command, args)
+        .await
+        .map_err(|e| format!("HGET {field}: {e}"))
+}
+
+/// The other side of the guard's choice: a durable server that never had
+/// replicas changes its replication ID at every restart (measured on Valkey
+/// 8.1) and loses nothing then, so a claim right after its restart is
+/// granted, not held back for a span. The recorded ID moves all the same.
+async fn a_durable_restart_holds_nothing_back() -> Result<(), String> {
+    let mut server =
+        provide_with(ServerKind::Valkey8, Settings::Durable).map_err(|e| e.to_string())?;
+    let url = format!("{}?prefix=lhfailover&op_timeout=5s", server.store_url());
+    let pool = fresh_pool(2, TTL)?;
+    let s = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    let first = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the first claim: {e}"))?;
+    let before = fences_field(&s, &pool, "replid").await?;
+    drop(s);
+    tokio::task::block_in_place(|| server.restart())?;
+    let s = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    let second = s
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the claim after the restart: {e}"))?;
+    let after = fences_field(&s, &pool, "replid").await?;
+    let seen = fences_field(&s, &pool, "replid_seen").await?;
+    ensure!(
+        before.is_some() && after.is_some() && before != after,
+        "the recorded replication ID did not change across the restart: {before:?} then {after:?}"
+    );
+    ensure!(
+        seen.as_deref() == Some("0"),
+        "the change was counted as a failover: replid_seen {seen:?}"
+    );
+    ensure!(
+        second.slot != first.slot,
+        "the restart lost the first claim"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_server_without_replicas_grants_at_once_after_its_restart() {
+    if let Err(e) = a_durable_restart_holds_nothing_back().await {
+        panic!("{e}");
+    }
+}
+
+/// What the promotion guard does not cover, and what does: after `SENTINEL
+/// FAILOVER` the old primary keeps running, and a holder whose connection
+/// still reaches it renews there. Without `min-replicas-to-write` the old
+/// primary takes those renewals for seconds (until a Sentinel turns it into
+/// a replica, about 10 s here), while the promoted replica grants the slot a
+/// span after it first saw the change: two holders (a split brain). With
+/// `min-replicas-to-write 1` the old primary lost its only replica at the
+/// promotion and refuses every write (`NOREPLICAS`), so the renewal is not
+/// confirmed and the holder stops at its deadline.
+///
+/// Renewals are sent on the holder's own connection for 3 s after the
+/// promotion was seen; `renewed_late` says whether one sent 1 s or more
+/// after it was confirmed (the server's `min-replicas-max-lag` is 1 s).
+async fn old_primary_renews_after_failover(min_replicas: bool) -> Result<bool, String> {
+    let mut topology =
+        tokio::task::block_in_place(|| SentinelTopology::start(ServerKind::Valkey8))?;
+    if min_replicas {
+        for addr in [topology.primary_addr(), topology.replica_addr()] {
+            for (name, value) in [
+                ("min-replicas-max-lag", "1"),
+                ("min-replicas-to-write", "1"),
+            ] {
+                let r = topology.command(addr, &["CONFIG", "SET", name, value])?;
+                ensure!(r == Reply::Status("OK".into()), "CONFIG SET {name}: {r:?}");
+            }
+        }
+    }
+    let pool = fresh_pool(1, TTL)?;
+    let url = store_url(&topology);
+    let holder = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    let grant = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the claim before the failover: {e}"))?;
+    tokio::task::block_in_place(|| -> Result<(), String> {
+        topology.failover()?;
+        topology.wait_promoted(PROMOTION_WAIT).map(drop)
+    })?;
+    let promoted = Instant::now();
+    let mut renewed_late = false;
+    while promoted.elapsed() < Duration::from_secs(3) {
+        let sent = Instant::now();
+        let r = holder.renew(&pool, &grant, Floor::NONE).await;
+        eprintln!("{:?} after the promotion: {r:?}", sent - promoted);
+        if matches!(r, Renewal::Renewed { .. }) && sent - promoted >= Duration::from_secs(1) {
+            renewed_late = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(renewed_late)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_min_replicas_to_write_the_old_primary_refuses_renewals_after_sentinel_failover() {
+    match old_primary_renews_after_failover(true).await {
+        Ok(false) => {}
+        Ok(true) => panic!(
+            "the old primary confirmed a renewal 1 s or more after the promotion, with \
+             min-replicas-to-write 1 and min-replicas-max-lag 1"
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_without_min_replicas_the_old_primary_renews_after_sentinel_failover() {
+    match old_primary_renews_after_failover(false).await {
+        Ok(true) => {}
+        Ok(false) => panic!(
+            "no renewal on the old primary was confirmed 1 s or more after the promotion: the \
+             split brain this control shows did not happen (did the Sentinels turn the old \
+             primary into a replica within a second?)"
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
