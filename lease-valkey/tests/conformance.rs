@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use leasehold_conformance::servers::{Missing, Server, ServerKind, find_binary, provide};
+use leasehold_conformance::servers::{
+    Missing, Server, ServerKind, VALKEY8_SENTINEL_LABEL, find_binary, provide,
+};
 use leasehold_conformance::suite::STARVED;
 use leasehold_conformance::topology::sentinel::SentinelTopology;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
@@ -1953,7 +1955,7 @@ impl Backend for ThroughSentinel {
 /// running until the run ends.
 fn sentinel_target() -> (Target, Option<SentinelTopology>) {
     let kind = ServerKind::Valkey8;
-    let label = format!("{}-sentinel", kind.name());
+    let label = VALKEY8_SENTINEL_LABEL.to_owned();
     let topology = match SentinelTopology::start(kind) {
         Ok(t) => t,
         Err(why) => {

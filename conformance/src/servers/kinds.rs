@@ -25,8 +25,13 @@ pub const PG15_ASYNC_LABEL: &str = "postgres15 + async standby";
 /// synchronous streaming standby.
 pub const PG15_SYNC_LABEL: &str = "postgres15 + sync standby";
 
+/// The report label of the suite on a Valkey 8 primary with a replica,
+/// reached through three Sentinels
+/// ([`SentinelTopology`](crate::topology::sentinel::SentinelTopology)).
+pub const VALKEY8_SENTINEL_LABEL: &str = "valkey8-sentinel";
+
 /// The labels of the replicated topologies the suites report on.
-pub const TOPOLOGY_LABELS: &[&str] = &[PG15_ASYNC_LABEL, PG15_SYNC_LABEL];
+pub const TOPOLOGY_LABELS: &[&str] = &[PG15_ASYNC_LABEL, PG15_SYNC_LABEL, VALKEY8_SENTINEL_LABEL];
 
 /// Every label the behaviour suites report on, in table order: the
 /// in-process backends, then each row of [`KINDS`]'s labels, then the
