@@ -66,17 +66,21 @@ pub(crate) enum Topology {
     ReplicatedAsync,
     /// A primary with a synchronous streaming standby, failed over.
     ReplicatedSync,
+    /// A Valkey/Redis primary with a replica and three Sentinels, failed
+    /// over by killing the primary.
+    Sentinel,
 }
 
 impl Topology {
     /// The names `--topology` takes.
-    pub(crate) const NAMES: &str = "single|replicated-async|replicated-sync";
+    pub(crate) const NAMES: &str = "single|replicated-async|replicated-sync|sentinel";
 
     fn parse(text: &str) -> Result<Self, String> {
         match text {
             "single" => Ok(Self::Single),
             "replicated-async" => Ok(Self::ReplicatedAsync),
             "replicated-sync" => Ok(Self::ReplicatedSync),
+            "sentinel" => Ok(Self::Sentinel),
             other => Err(format!("--topology {other:?}: one of {}", Self::NAMES)),
         }
     }
@@ -87,6 +91,7 @@ impl Topology {
             Self::Single => "single",
             Self::ReplicatedAsync => "replicated-async",
             Self::ReplicatedSync => "replicated-sync",
+            Self::Sentinel => "sentinel",
         }
     }
 }
@@ -118,7 +123,7 @@ const USAGE: &str = "usage: campaign [--backend sqlite|postgres|mariadb|redis8|r
                             valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
                             [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
-                            [--topology single|replicated-async|replicated-sync] \
+                            [--topology single|replicated-async|replicated-sync|sentinel] \
                             [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
                             [--unsafe-keep-server-synchronous-commit] [--keep] \
                             [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
@@ -240,15 +245,24 @@ impl Args {
                     .into(),
             );
         }
-        if self.topology != Topology::Single
-            && !matches!(
-                self.backend.as_str(),
-                "postgres" | "postgres15" | "postgres-latest"
-            )
-        {
+        let postgres = matches!(
+            self.backend.as_str(),
+            "postgres" | "postgres15" | "postgres-latest"
+        );
+        let valkey = matches!(
+            self.backend.as_str(),
+            "valkey8" | "valkey" | "redis8" | "redis" | "redis7"
+        );
+        let fits = match self.topology {
+            Topology::Single => true,
+            Topology::ReplicatedAsync | Topology::ReplicatedSync => postgres,
+            Topology::Sentinel => valkey,
+        };
+        if !fits {
             return Err(format!(
-                "--topology {}: replicated topologies run on PostgreSQL (--backend postgres or \
-                 postgres-latest) so far; {} has none here yet",
+                "--topology {} does not run on {}: replicated-async and replicated-sync are \
+                 PostgreSQL topologies (--backend postgres or postgres-latest), sentinel a \
+                 Valkey/Redis one (--backend valkey8, redis8 or redis7)",
                 self.topology.name(),
                 self.backend
             ));

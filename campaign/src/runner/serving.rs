@@ -11,6 +11,7 @@ use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
 use leasehold_conformance::servers::{self, ServerKind, Settings};
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
+use leasehold_conformance::topology::sentinel::SentinelTopology;
 
 use super::args::Topology;
 use leasehold_k8s_fake::{FakeApiServer, Fault as FakeFault, Verb as FakeVerb};
@@ -41,6 +42,9 @@ pub(crate) enum Serving {
     /// A PostgreSQL primary with a streaming standby, reached through an
     /// address that follows the primary (run on a runtime of its own):
     /// `failover` faults.
+    /// A Valkey/Redis primary with a replica and three Sentinels, reached
+    /// through the Sentinels: `failover` faults.
+    Sentinel(SentinelTopology),
     Pair {
         pair: PgPair,
         /// Drives the address; dropped after the pair.
@@ -91,7 +95,7 @@ impl Store {
 
     /// Whether the store is a replicated topology that can fail over.
     pub(crate) fn can_fail_over(&self) -> bool {
-        matches!(self.serving, Serving::Pair { .. })
+        matches!(self.serving, Serving::Pair { .. } | Serving::Sentinel(_))
     }
 
     /// Fails the store over to its standby, which stops receiving `lag`
@@ -99,6 +103,7 @@ impl Store {
     pub(crate) fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
         match &mut self.serving {
             Serving::Pair { pair, .. } => pair.fail_over(lag),
+            Serving::Sentinel(t) => t.fail_over(lag),
             _ => Err("no standby to fail over to".into()),
         }
     }
@@ -139,7 +144,9 @@ impl Store {
     /// cluster member), or none for a file.
     pub(crate) fn upstreams(&self) -> Vec<SocketAddr> {
         match &self.serving {
-            Serving::File => Vec::new(),
+            // Clients ask the Sentinels where the primary is, and reach it
+            // at the address they name: no proxy can stand in between.
+            Serving::File | Serving::Sentinel(_) => Vec::new(),
             Serving::Server(s) => s.addr().into_iter().collect(),
             Serving::Cluster(c) => c.addrs(),
             Serving::Fake(f) => vec![f.addr()],
@@ -154,7 +161,7 @@ impl Store {
             Serving::Cluster(_) => etcd_url(addrs),
             Serving::Fake(_) => format!("k8s://{}", addrs[0]),
             Serving::Pair { .. } => format!("postgres://postgres@{}/postgres", addrs[0]),
-            Serving::File => self.url.clone(),
+            Serving::File | Serving::Sentinel(_) => self.url.clone(),
         }
     }
 }
@@ -181,8 +188,22 @@ pub(crate) fn provide(
     settings: Settings,
     topology: Topology,
 ) -> Result<Store, String> {
+    if topology == Topology::Sentinel {
+        let kind = match backend {
+            "redis8" | "redis" => ServerKind::Redis8,
+            "redis7" => ServerKind::Redis7,
+            _ => ServerKind::Valkey8,
+        };
+        let t = SentinelTopology::start(kind)?;
+        return Ok(Store {
+            url: t.sentinel_url(),
+            describe: format!("{kind} primary with a replica, through three Sentinels"),
+            serving: Serving::Sentinel(t),
+            backends: false,
+        });
+    }
     if let Some(replication) = match topology {
-        Topology::Single => None,
+        Topology::Single | Topology::Sentinel => None,
         Topology::ReplicatedAsync => Some(Replication::Async),
         Topology::ReplicatedSync => Some(Replication::Sync),
     } {

@@ -364,6 +364,64 @@ impl SentinelTopology {
         }
     }
 
+    /// Starts again every data server [`SentinelTopology::kill_primary`]
+    /// killed, on its own files, and waits until the Sentinels made it a
+    /// replica of the current primary and its link is up: the topology can
+    /// fail over again. (It starts with the arguments it first had; the
+    /// Sentinels turn an old primary that comes back into a replica.)
+    ///
+    /// # Errors
+    /// A server did not start, or did not replicate within a minute.
+    pub fn restart_killed(&mut self) -> Result<(), String> {
+        for i in 0..self.servers.len() {
+            if self.servers[i].child.is_some() {
+                continue;
+            }
+            self.spawn_server(i)?;
+            let addr = self.servers[i].addr();
+            let deadline = Instant::now() + READY_WAIT;
+            loop {
+                let info = info_replication(addr).unwrap_or_default();
+                if info_field(&info, "role") == Some("slave")
+                    && info_field(&info, "master_link_status") == Some("up")
+                    && info_field(&info, "master_port")
+                        == Some(self.primary_addr().port().to_string().as_str())
+                {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "the restarted server {addr} did not become a replica of {} within \
+                         {READY_WAIT:?}: {info}",
+                        self.primary_addr()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+
+    /// The failover a crash makes, with the replica `lag` behind: the
+    /// replica stops receiving ([`SentinelTopology::cut_replication`]), the
+    /// primary goes on acknowledging for `lag`, is killed, the Sentinels
+    /// promote the replica, and the killed server comes back as the new
+    /// replica. Answers how long clients had no primary (from the kill until
+    /// every Sentinel named the new one).
+    ///
+    /// # Errors
+    /// A step failed.
+    pub fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
+        self.cut_replication()?;
+        std::thread::sleep(lag);
+        let killed = Instant::now();
+        self.kill_primary()?;
+        self.wait_promoted(Duration::from_secs(90))?;
+        let down = killed.elapsed();
+        self.restart_killed()?;
+        Ok(down)
+    }
+
     /// `INFO replication` of the server at `addr`.
     pub fn info_replication(&self, addr: SocketAddr) -> Result<String, String> {
         info_replication(addr)
