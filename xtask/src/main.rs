@@ -6,7 +6,8 @@
 //!   then the fault campaign's short mode (30 s) on every backend, and once
 //!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
 //!   lossy Valkey (restarts; a mixed fleet refused at connect) and
-//!   replicated PostgreSQL (failovers, asynchronous and synchronous standby).
+//!   replicated PostgreSQL (failovers, asynchronous and synchronous standby)
+//!   and Valkey through Sentinel (failovers).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -303,6 +304,20 @@ fn test(args: &[String], scope: Scope) -> Result {
             .map(String::from);
             failed.extend(campaign(&args).err());
         }
+        // Valkey behind three Sentinels: every other fault a failover to a
+        // replica that fell behind.
+        eprintln!("\n==> the fault campaign on Valkey through Sentinel: failovers");
+        let args = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "valkey8",
+            "--topology",
+            "sentinel",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&args).err());
     }
     if failed.is_empty() {
         Ok(())
