@@ -9,6 +9,10 @@
 //! it carries. Both algorithms send plain-text statements, so neither pays for
 //! preparing statements on its fresh connection.
 //!
+//! Then the same acquisition on a PostgreSQL 15 primary with an asynchronous
+//! and with a synchronous standby, with the guards on (the promotion guard's
+//! record is read by every claim), side by side with the single server.
+//!
 //! `cargo bench -p leasehold-sql --bench acquire`
 
 use leasehold_core::Floor;
@@ -18,7 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold_conformance::servers::{ServerKind, provide};
+use leasehold_conformance::servers::{ServerKind, provide, short_version};
+use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_core::{PoolName, PoolSpec, Strategy, Token};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -283,6 +288,7 @@ async fn run_once(
     proxy: &CountingProxy,
     setup: &SqlStrategy,
     algorithm: Algorithm,
+    guard: bool,
 ) -> Result<Outcome, String> {
     let hex = Token::random().to_hex();
     let pool = PoolSpec::new(
@@ -305,13 +311,15 @@ async fn run_once(
             let _permit = gate.acquire_owned().await;
             match algorithm {
                 Algorithm::Ours => SqlStrategy::connect(
-                    // A server started a moment ago for the bench, never
-                    // restarted: the restart guard would hold every claim
-                    // for a TTL.
+                    // A speed-tuned server started a moment ago for the
+                    // bench, never restarted: the restart guard would hold
+                    // every claim for a TTL. The replicated pairs are
+                    // durable and keep the guards (the promotion guard's
+                    // record is read by every claim).
                     SqlConfig::new(url)
                         .max_connections(1)
                         .op_timeout(Duration::from_secs(60))
-                        .restart_guard(false),
+                        .restart_guard(guard),
                 )
                 .await
                 .map(Node::Ours)
@@ -413,7 +421,7 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|e| e.to_string())?;
             for algorithm in [Algorithm::Ours, Algorithm::Baseline] {
-                let o = run_once(&url, &proxy, &setup, algorithm).await?;
+                let o = run_once(&url, &proxy, &setup, algorithm, false).await?;
                 // Ours must give every acquirer a distinct slot, with no failure.
                 // The baseline's failures are a result, reported, not a bench error.
                 let distinct_ok = o.distinct == o.grants;
@@ -421,7 +429,7 @@ fn main() -> std::process::ExitCode {
                 if !distinct_ok || (algorithm == Algorithm::Ours && !complete) {
                     ok = false;
                 }
-                rows.push((setup.server_version().to_owned(), algorithm, o));
+                rows.push((short_version(setup.server_version()), algorithm, o));
             }
             setup.close().await;
             Ok(())
@@ -431,9 +439,40 @@ fn main() -> std::process::ExitCode {
             ok = false;
         }
     }
+    // The same acquisition on a primary with a streaming standby, behind the
+    // address that follows the primary, with the guards on: what the
+    // promotion guard's record and (synchronous) the standby's
+    // acknowledgement cost, side by side with the single server above.
+    for replication in [Replication::Async, Replication::Sync] {
+        if !only.is_empty() && !only.split(',').any(|k| k.trim() == "postgres15-pair") {
+            continue;
+        }
+        let result: Result<(), String> = rt.block_on(async {
+            let pair = PgPair::start(ServerKind::Postgres15, replication).await?;
+            let proxy = CountingProxy::start(pair.proxy().addr())
+                .await
+                .map_err(|e| e.to_string())?;
+            let url = format!("postgres://postgres@{}/postgres", proxy.addr);
+            let setup = SqlStrategy::connect(SqlConfig::new(pair.url()))
+                .await
+                .map_err(|e| e.to_string())?;
+            let o = run_once(&url, &proxy, &setup, Algorithm::Ours, true).await?;
+            if o.distinct != o.grants || !o.failures.is_empty() {
+                ok = false;
+            }
+            let label = format!("{} + {replication}", short_version(setup.server_version()));
+            rows.push((label, Algorithm::Ours, o));
+            setup.close().await;
+            Ok(())
+        });
+        if let Err(e) = result {
+            eprintln!("postgres15 with a {replication} standby: {e}");
+            ok = false;
+        }
+    }
     println!();
     println!(
-        "{:<22} {:<28} {:>9} {:>9} {:>9} {:>13} {:>10} {:>11}",
+        "{:<28} {:<28} {:>9} {:>9} {:>9} {:>13} {:>10} {:>11}",
         "server",
         "algorithm",
         "acquirers",
@@ -443,10 +482,9 @@ fn main() -> std::process::ExitCode {
         "wall",
         "CAS misses"
     );
-    for (server, algorithm, o) in &rows {
-        let short = leasehold_conformance::servers::short_version(server);
+    for (short, algorithm, o) in &rows {
         println!(
-            "{:<22} {:<28} {:>9} {:>9} {:>9} {:>13.2} {:>8.0}ms {:>11}",
+            "{:<28} {:<28} {:>9} {:>9} {:>9} {:>13.2} {:>8.0}ms {:>11}",
             short,
             algorithm.name(),
             acquirers(),
