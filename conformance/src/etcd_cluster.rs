@@ -180,6 +180,31 @@ impl EtcdCluster {
         self.spawn(i)
     }
 
+    /// The index of the member that is the Raft leader now, as the running
+    /// members report it (`/v3/maintenance/status`), if they agree on one.
+    pub fn leader(&self) -> Option<usize> {
+        let mut ids = Vec::new();
+        let mut leader = None;
+        for m in &self.members {
+            let addr = SocketAddr::from(([127, 0, 0, 1], m.client_port));
+            let answer = if m.child.is_some() {
+                status(addr).ok()
+            } else {
+                None
+            };
+            let own = answer
+                .as_deref()
+                .and_then(|a| json_str(a, "member_id").map(str::to_owned));
+            if let Some(l) = answer.as_deref().and_then(|a| json_str(a, "leader")) {
+                leader.get_or_insert_with(|| l.to_owned());
+            }
+            ids.push(own);
+        }
+        let leader = leader?;
+        ids.iter()
+            .position(|id| id.as_deref() == Some(leader.as_str()))
+    }
+
     /// Waits until every running member answers `/health` with a healthy
     /// cluster (a leader and a quorum), or `limit` passes.
     pub fn wait_healthy(&self, limit: Duration) -> Result<(), String> {
@@ -215,6 +240,29 @@ impl EtcdCluster {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// `POST /v3/maintenance/status` on a member's client address: the raw
+/// JSON answer (its `header.member_id` and `leader`).
+fn status(addr: SocketAddr) -> Result<String, String> {
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(
+        b"POST /v3/maintenance/status HTTP/1.0\r\nHost: 127.0.0.1\r\n\
+          Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    .map_err(|e| e.to_string())?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).map_err(|e| e.to_string())?;
+    Ok(body)
+}
+
+/// The string value of the first `"key":"value"` in `json`.
+fn json_str<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let at = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    json[at..].split('"').next()
 }
 
 /// One `GET /health` on a member's client address: `Ok(true)` when it says

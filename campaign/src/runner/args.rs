@@ -69,11 +69,16 @@ pub(crate) enum Topology {
     /// A Valkey/Redis primary with a replica and three Sentinels, failed
     /// over by killing the primary.
     Sentinel,
+    /// An etcd cluster of three members, killed one at a time (every other
+    /// time the leader).
+    Etcd3,
+    /// An etcd cluster of five members, likewise.
+    Etcd5,
 }
 
 impl Topology {
     /// The names `--topology` takes.
-    pub(crate) const NAMES: &str = "single|replicated-async|replicated-sync|sentinel";
+    pub(crate) const NAMES: &str = "single|replicated-async|replicated-sync|sentinel|etcd-3|etcd-5";
 
     fn parse(text: &str) -> Result<Self, String> {
         match text {
@@ -81,6 +86,8 @@ impl Topology {
             "replicated-async" => Ok(Self::ReplicatedAsync),
             "replicated-sync" => Ok(Self::ReplicatedSync),
             "sentinel" => Ok(Self::Sentinel),
+            "etcd-3" => Ok(Self::Etcd3),
+            "etcd-5" => Ok(Self::Etcd5),
             other => Err(format!("--topology {other:?}: one of {}", Self::NAMES)),
         }
     }
@@ -92,6 +99,8 @@ impl Topology {
             Self::ReplicatedAsync => "replicated-async",
             Self::ReplicatedSync => "replicated-sync",
             Self::Sentinel => "sentinel",
+            Self::Etcd3 => "etcd-3",
+            Self::Etcd5 => "etcd-5",
         }
     }
 }
@@ -123,7 +132,7 @@ const USAGE: &str = "usage: campaign [--backend sqlite|postgres|mariadb|redis8|r
                             valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
                             [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
-                            [--topology single|replicated-async|replicated-sync|sentinel] \
+                            [--topology single|replicated-async|replicated-sync|sentinel|etcd-3|etcd-5] \
                             [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
                             [--unsafe-keep-server-synchronous-commit] [--keep] \
                             [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
@@ -257,12 +266,16 @@ impl Args {
             Topology::Single => true,
             Topology::ReplicatedAsync | Topology::ReplicatedSync => postgres,
             Topology::Sentinel => valkey,
+            Topology::Etcd3 | Topology::Etcd5 => {
+                matches!(self.backend.as_str(), "etcd35" | "etcd" | "etcd34")
+            }
         };
         if !fits {
             return Err(format!(
                 "--topology {} does not run on {}: replicated-async and replicated-sync are \
                  PostgreSQL topologies (--backend postgres or postgres-latest), sentinel a \
-                 Valkey/Redis one (--backend valkey8, redis8 or redis7)",
+                 Valkey/Redis one (--backend valkey8, redis8 or redis7), etcd-3 and etcd-5 etcd \
+                 clusters (--backend etcd35 or etcd34)",
                 self.topology.name(),
                 self.backend
             ));

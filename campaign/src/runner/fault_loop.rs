@@ -140,17 +140,27 @@ impl Campaign {
         Ok(())
     }
 
-    /// One member at a time, so the cluster keeps its quorum.
+    /// One member at a time, so the cluster keeps its quorum. Every other
+    /// member fault, the first included, kills the Raft leader, so that an
+    /// election happens while leases are held.
     fn kill_member(&mut self, p: &Planned) -> Result<(), String> {
+        let killed: u64 = ["member", "member (leader)"]
+            .iter()
+            .filter_map(|k| self.run.counts.get(k))
+            .sum();
         if let Serving::Cluster(c) = &mut self.store.serving
             && self.member_down.is_none()
         {
-            let victim = p.worker % c.len();
+            let leader = if killed % 2 == 0 { c.leader() } else { None };
+            let victim = leader.unwrap_or(p.worker % c.len());
             c.kill(victim)
                 .map_err(|e| format!("killing member {victim}: {e}"))?;
-            *self.run.counts.entry(p.fault.name()).or_default() += 1;
-            self.run
-                .mark(&format!("member m{victim}"), None, Some(p.pause));
+            let (count, label) = match leader {
+                Some(_) => ("member (leader)", format!("leader m{victim}")),
+                None => (p.fault.name(), format!("member m{victim}")),
+            };
+            *self.run.counts.entry(count).or_default() += 1;
+            self.run.mark(&label, None, Some(p.pause));
             self.member_down = Some((victim, Instant::now() + p.pause));
         }
         Ok(())

@@ -188,6 +188,24 @@ pub(crate) fn provide(
     settings: Settings,
     topology: Topology,
 ) -> Result<Store, String> {
+    if let Topology::Etcd3 | Topology::Etcd5 = topology {
+        let (kind, version) = match backend {
+            "etcd34" => (ServerKind::Etcd34, "3.4"),
+            _ => (ServerKind::Etcd35, "3.5"),
+        };
+        let members = if topology == Topology::Etcd5 { 5 } else { 3 };
+        let cluster = EtcdCluster::start_kind(kind, members)?;
+        cluster.wait_healthy(Duration::from_secs(60))?;
+        return Ok(Store {
+            url: etcd_url(&cluster.addrs()),
+            describe: format!(
+                "etcd {version}, a {members}-member cluster started by this run ({})",
+                cluster.endpoints().join(", ")
+            ),
+            serving: Serving::Cluster(cluster),
+            backends: false,
+        });
+    }
     if topology == Topology::Sentinel {
         let kind = match backend {
             "redis8" | "redis" => ServerKind::Redis8,
@@ -203,7 +221,7 @@ pub(crate) fn provide(
         });
     }
     if let Some(replication) = match topology {
-        Topology::Single | Topology::Sentinel => None,
+        Topology::Single | Topology::Sentinel | Topology::Etcd3 | Topology::Etcd5 => None,
         Topology::ReplicatedAsync => Some(Replication::Async),
         Topology::ReplicatedSync => Some(Replication::Sync),
     } {
