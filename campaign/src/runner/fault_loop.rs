@@ -151,7 +151,11 @@ impl Campaign {
         if let Serving::Cluster(c) = &mut self.store.serving
             && self.member_down.is_none()
         {
-            let leader = if killed.is_multiple_of(2) { c.leader() } else { None };
+            let leader = if killed.is_multiple_of(2) {
+                c.leader()
+            } else {
+                None
+            };
             let victim = leader.unwrap_or(p.worker % c.len());
             c.kill(victim)
                 .map_err(|e| format!("killing member {victim}: {e}"))?;
