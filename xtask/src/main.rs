@@ -7,7 +7,7 @@
 //!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
 //!   lossy Valkey (restarts; a mixed fleet refused at connect) and
 //!   replicated PostgreSQL (failovers, asynchronous and synchronous standby)
-//!   and Valkey through Sentinel (failovers).
+//!   Valkey through Sentinel (failovers) and five etcd members (leader kills).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -315,6 +315,20 @@ fn test(args: &[String], scope: Scope) -> Result {
             "valkey8",
             "--topology",
             "sentinel",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&args).err());
+        // Five etcd members, killed one at a time, every other time the
+        // leader.
+        eprintln!("\n==> the fault campaign on five etcd members: leader and member kills");
+        let args = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "etcd35",
+            "--topology",
+            "etcd-5",
         ]
         .map(String::from);
         failed.extend(campaign(&args).err());
