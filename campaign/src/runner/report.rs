@@ -218,6 +218,10 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
             ),
         ),
         ("backend crashes (PostgreSQL, in place)", crashes_cell(run)),
+        (
+            "grant pause after a failover (new primary to next grant)",
+            failover_pause_cell(run, &r.periods),
+        ),
         ("worker timings (TTL / max_clock_skew)", timings_cell(run)),
         ("worker clock rates", rates_cell(run)),
         (
@@ -274,6 +278,36 @@ fn fences_cell(r: &Report, fences: bool) -> String {
 }
 
 /// The backend crashes (PostgreSQL) and what they did.
+/// For each failover, the time from the new primary taking over (the end
+/// of its mark) to the next grant of any slot: what the promotion guard
+/// holds grants back for.
+fn failover_pause_cell(run: &Run, periods: &[crate::check::Period]) -> String {
+    let mut pauses: Vec<i64> = run
+        .marks
+        .iter()
+        .filter(|m| m.what == "failover")
+        .filter_map(|m| m.until_ns)
+        .filter_map(|took_over| {
+            periods
+                .iter()
+                .map(|p| p.open_ns)
+                .filter(|&open| open >= took_over)
+                .min()
+                .map(|next| (next - took_over) as i64)
+        })
+        .collect();
+    if pauses.is_empty() {
+        return "none".into();
+    }
+    pauses.sort_unstable();
+    format!(
+        "{} failovers: median {}, longest {}",
+        pauses.len(),
+        ms(pauses[pauses.len() / 2]),
+        ms(pauses[pauses.len() - 1])
+    )
+}
+
 fn crashes_cell(run: &Run) -> String {
     if run.crashes.is_empty() {
         "none".into()
