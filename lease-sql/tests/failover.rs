@@ -344,6 +344,56 @@ async fn a_current_record_is_claimed_past_without_a_lock(store: Store) {
     assert!(grant.fence.0 > first.fence.0);
 }
 
+/// Claimers racing for every slot of a pool on a fresh table, with the
+/// promotion guard on: they race to create the incarnation record too, and
+/// each gets a slot of its own at once (the record of a server that never
+/// changed holds nothing back, and none of them is refused while another
+/// writes it).
+async fn racing_first_claims_get_distinct_slots_at_once(store: Store) {
+    const CLAIMERS: u32 = 8;
+    let pool = PoolSpec::new(
+        PoolName::new(POOL).unwrap(),
+        CLAIMERS,
+        Duration::from_secs(30),
+    )
+    .unwrap()
+    .with_max_clock_skew(Duration::from_millis(100))
+    .unwrap();
+    let Some(pair) = store.pair().await else {
+        return;
+    };
+    let setup = connect(SqlConfig::new(pair.url())).await;
+    setup
+        .ensure_pool(&pool)
+        .await
+        .expect("the lease table and the pool's rows");
+    let mut claimers = Vec::new();
+    for _ in 0..CLAIMERS {
+        claimers.push(connect(SqlConfig::new(pair.url())).await);
+    }
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(claimers.len()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for claimer in claimers {
+        let (pool, barrier) = (pool.clone(), barrier.clone());
+        tasks.spawn(async move {
+            barrier.wait().await;
+            claimer.acquire(&pool, Floor(0)).await
+        });
+    }
+    let mut slots = std::collections::BTreeSet::new();
+    while let Some(grant) = tasks.join_next().await {
+        let grant = grant
+            .unwrap()
+            .expect("a racing first claim on a fresh table");
+        assert!(
+            slots.insert(grant.slot),
+            "slot {} granted twice",
+            grant.slot
+        );
+    }
+    assert_eq!(slots.len(), CLAIMERS as usize);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_promoted_standby_that_missed_a_claim_grants_it_only_after_the_pools_span() {
     a_promoted_replica_that_missed_a_claim_grants_it_only_after_the_pools_span(Store::Postgres)
@@ -374,4 +424,14 @@ async fn postgres_a_current_record_is_claimed_past_without_a_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_a_current_record_is_claimed_past_without_a_lock() {
     a_current_record_is_claimed_past_without_a_lock(Store::MariaDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_racing_first_claims_get_distinct_slots_at_once() {
+    racing_first_claims_get_distinct_slots_at_once(Store::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_racing_first_claims_get_distinct_slots_at_once() {
+    racing_first_claims_get_distinct_slots_at_once(Store::MariaDb).await;
 }
