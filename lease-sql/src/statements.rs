@@ -2,7 +2,7 @@
 //! the validated table name; the parts that differ per engine come from its
 //! [`Dialect`].
 
-use leasehold_core::PoolSpec;
+use leasehold_core::{MAX_TTL, PoolSpec};
 
 use crate::dialect::Dialect;
 use crate::ident::{TableName, hex};
@@ -208,7 +208,10 @@ impl Statements {
     /// The promotion guard's microseconds until grants resume for `spec`:
     /// the pool's restart span after the claim that first saw the server's
     /// current incarnation (a full span from now if no record of it is
-    /// there: conservative).
+    /// there: conservative). A record older than any restart span can be
+    /// ([`LONGEST_SPAN_MICROS`]), as a never-changed server's is, answers
+    /// at once without reading the pool's spans, which every row the pool's
+    /// claimers are changing would make each claim reconstruct.
     fn promotion_resume_in<D: Dialect>(&self, spec: &PoolSpec) -> Option<String> {
         if !self.promotion_guarded {
             return None;
@@ -216,7 +219,9 @@ impl Statements {
         let inc = D::incarnation(&self.version)?;
         let span = self.span_micros::<D>(spec);
         Some(format!(
-            "COALESCE((SELECT {} FROM {} WHERE {} AND holder = {}), {span})",
+            "COALESCE((SELECT CASE WHEN {} > {LONGEST_SPAN_MICROS} THEN -1 ELSE {} END \
+             FROM {} WHERE {} AND holder = {}), {span})",
+            D::micros_between("acquired_at", D::NOW),
             D::micros_until("acquired_at", &span),
             self.table,
             incarnation_row(),
@@ -357,6 +362,10 @@ pub(crate) fn record_format<D: Dialect>(t: &str, pool: &str, literal: &str) -> S
         "pool, slot",
     )
 }
+
+/// The longest restart span any holder can have, in microseconds: a TTL
+/// of at most [`MAX_TTL`] plus twice a clock skew of at most the TTL.
+pub(crate) const LONGEST_SPAN_MICROS: u128 = MAX_TTL.as_micros() * 3;
 
 /// The name under which the promotion guard keeps the table's record of
 /// the server's incarnation (a row of slot [`POOL_ROW`]). Not a valid pool
