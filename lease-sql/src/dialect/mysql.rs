@@ -117,7 +117,10 @@ impl Dialect for MySql {
     /// read of the record comes first, into a session variable, and the
     /// insert and the update carry conditions on that variable alone, which
     /// the optimizer judges before it reads the table: when the record is
-    /// current neither statement touches a row. Each statement commits on
+    /// current neither statement touches a row. A record that was missing
+    /// is not updated either: the insert made it current (or found one a
+    /// concurrent claim of this server inserted), so claimers racing on a
+    /// fresh table do not queue for it one by one. Each statement commits on
     /// its own (they run ahead of the claim's transaction), so an update
     /// after a failover holds its lock for one statement; a concurrent
     /// update waits for it, then finds the record current.
@@ -128,8 +131,7 @@ impl Dialect for MySql {
              INSERT IGNORE INTO {t} (pool, slot, holder, acquired_at) SELECT {values} \
              FROM DUAL WHERE @leasehold_incarnation IS NULL; \
              UPDATE {t} SET holder = {current}, acquired_at = {} \
-             WHERE {row} AND holder <> {current} \
-             AND NOT (@leasehold_incarnation <=> {current})",
+             WHERE {row} AND holder <> {current} AND @leasehold_incarnation <> {current}",
             Self::NOW
         )
     }
