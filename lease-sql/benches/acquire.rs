@@ -10,6 +10,12 @@
 //! preparing statements on its fresh connection.
 //!
 //! `cargo bench -p leasehold-sql --bench acquire`
+//!
+//! The servers are speed-tuned (they can forget), so leasehold runs with its
+//! guards off. `LEASEHOLD_BENCH_DURABLE=1` starts durable servers instead,
+//! and with it `LEASEHOLD_BENCH_GUARDED=1` keeps leasehold's guards on, as a
+//! deployment would: the promotion guard's record is then read (and written
+//! once) by every claim.
 
 use leasehold_core::Floor;
 use std::collections::HashSet;
@@ -18,11 +24,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold_conformance::servers::{ServerKind, provide};
+use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
 use leasehold_core::{PoolName, PoolSpec, Strategy, Token};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// Whether the servers are durable (`LEASEHOLD_BENCH_DURABLE=1`).
+fn durable() -> bool {
+    std::env::var("LEASEHOLD_BENCH_DURABLE").is_ok_and(|v| v == "1")
+}
+
+/// Whether leasehold's guards are on (`LEASEHOLD_BENCH_GUARDED=1`; a server
+/// that can forget refuses them).
+fn guarded() -> bool {
+    std::env::var("LEASEHOLD_BENCH_GUARDED").is_ok_and(|v| v == "1")
+}
 
 /// The acquirers and the pool size (`LEASEHOLD_BENCH_ACQUIRERS` overrides, for quick runs).
 fn acquirers() -> u32 {
@@ -305,13 +322,13 @@ async fn run_once(
             let _permit = gate.acquire_owned().await;
             match algorithm {
                 Algorithm::Ours => SqlStrategy::connect(
-                    // A server started a moment ago for the bench, never
-                    // restarted: the restart guard would hold every claim
-                    // for a TTL.
+                    // A speed-tuned server started a moment ago for the
+                    // bench, never restarted: the restart guard would hold
+                    // every claim for a TTL.
                     SqlConfig::new(url)
                         .max_connections(1)
                         .op_timeout(Duration::from_secs(60))
-                        .restart_guard(false),
+                        .restart_guard(guarded()),
                 )
                 .await
                 .map(Node::Ours)
@@ -393,7 +410,12 @@ fn main() -> std::process::ExitCode {
         if !only.is_empty() && !only.split(',').any(|k| k.trim() == kind.name()) {
             continue;
         }
-        let server = match provide(kind) {
+        let settings = if durable() {
+            Settings::Durable
+        } else {
+            Settings::Fast
+        };
+        let server = match provide_with(kind, settings) {
             Ok(s) => s,
             Err(missing) => {
                 eprintln!("{missing}");
@@ -407,9 +429,8 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|e| e.to_string())?;
             let url = server.url_via(proxy.addr);
-            // The bench's servers are speed-tuned (they can forget) and never
-            // restarted while it runs.
-            let setup = SqlStrategy::connect(SqlConfig::new(&server.url).restart_guard(false))
+            // The bench's servers are never restarted while it runs.
+            let setup = SqlStrategy::connect(SqlConfig::new(&server.url).restart_guard(guarded()))
                 .await
                 .map_err(|e| e.to_string())?;
             for algorithm in [Algorithm::Ours, Algorithm::Baseline] {
