@@ -14,6 +14,12 @@
 //! record is read by every claim), side by side with the single server.
 //!
 //! `cargo bench -p leasehold-sql --bench acquire`
+//!
+//! The servers are speed-tuned (they can forget), so leasehold runs with its
+//! guards off. `LEASEHOLD_BENCH_DURABLE=1` starts durable servers instead,
+//! and with it `LEASEHOLD_BENCH_GUARDED=1` keeps leasehold's guards on, as a
+//! deployment would: the promotion guard's record is then read (and written
+//! once) by every claim.
 
 use leasehold_core::Floor;
 use std::collections::HashSet;
@@ -22,12 +28,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use leasehold_conformance::servers::{ServerKind, provide, short_version};
+use leasehold_conformance::servers::{ServerKind, Settings, provide_with, short_version};
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_core::{PoolName, PoolSpec, Strategy, Token};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// Whether the servers are durable (`LEASEHOLD_BENCH_DURABLE=1`).
+fn durable() -> bool {
+    std::env::var("LEASEHOLD_BENCH_DURABLE").is_ok_and(|v| v == "1")
+}
+
+/// Whether leasehold's guards are on (`LEASEHOLD_BENCH_GUARDED=1`; a server
+/// that can forget refuses them).
+fn guarded() -> bool {
+    std::env::var("LEASEHOLD_BENCH_GUARDED").is_ok_and(|v| v == "1")
+}
 
 /// The acquirers and the pool size (`LEASEHOLD_BENCH_ACQUIRERS` overrides, for quick runs).
 fn acquirers() -> u32 {
@@ -313,13 +330,14 @@ async fn run_once(
                 Algorithm::Ours => SqlStrategy::connect(
                     // A speed-tuned server started a moment ago for the
                     // bench, never restarted: the restart guard would hold
-                    // every claim for a TTL. The replicated pairs are
+                    // every claim for a TTL (`LEASEHOLD_BENCH_GUARDED=1` on
+                    // durable servers keeps it). The replicated pairs are
                     // durable and keep the guards (the promotion guard's
                     // record is read by every claim).
                     SqlConfig::new(url)
                         .max_connections(1)
                         .op_timeout(Duration::from_secs(60))
-                        .restart_guard(guard),
+                        .restart_guard(guard || guarded()),
                 )
                 .await
                 .map(Node::Ours)
@@ -401,7 +419,12 @@ fn main() -> std::process::ExitCode {
         if !only.is_empty() && !only.split(',').any(|k| k.trim() == kind.name()) {
             continue;
         }
-        let server = match provide(kind) {
+        let settings = if durable() {
+            Settings::Durable
+        } else {
+            Settings::Fast
+        };
+        let server = match provide_with(kind, settings) {
             Ok(s) => s,
             Err(missing) => {
                 eprintln!("{missing}");
@@ -415,9 +438,8 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|e| e.to_string())?;
             let url = server.url_via(proxy.addr);
-            // The bench's servers are speed-tuned (they can forget) and never
-            // restarted while it runs.
-            let setup = SqlStrategy::connect(SqlConfig::new(&server.url).restart_guard(false))
+            // The bench's servers are never restarted while it runs.
+            let setup = SqlStrategy::connect(SqlConfig::new(&server.url).restart_guard(guarded()))
                 .await
                 .map_err(|e| e.to_string())?;
             for algorithm in [Algorithm::Ours, Algorithm::Baseline] {

@@ -2,7 +2,7 @@
 //! the validated table name; the parts that differ per engine come from its
 //! [`Dialect`].
 
-use leasehold_core::PoolSpec;
+use leasehold_core::{MAX_TTL, PoolSpec};
 
 use crate::dialect::Dialect;
 use crate::ident::{TableName, hex};
@@ -177,50 +177,51 @@ impl Statements {
     }
 
     /// The promotion guard's record, written ahead of a claim in the
-    /// claim's own round trip and transaction: the table's row of
-    /// [`INCARNATION_POOL`] holds the server's incarnation (in `holder`) and
-    /// when a claim first saw it (in `acquired_at`). A missing record is
-    /// created (with a time long past on a server that never changed: a
-    /// fresh table waits for nothing); a record of another incarnation is
-    /// replaced with now. Neither statement writes, or locks, anything when
-    /// the record is current.
+    /// claim's own round trip: the table's row of [`INCARNATION_POOL`] holds
+    /// the server's incarnation (in `holder`) and when a claim first saw it
+    /// (in `acquired_at`). A missing record is created (with a time long
+    /// past on a server that never changed, or where the engine cannot tell
+    /// a first incarnation: a fresh table waits for nothing); a record of
+    /// another incarnation is replaced with now. Nothing is written, or
+    /// locked, when the record is current ([`Dialect::record_incarnation`]).
     fn record_incarnation<D: Dialect>(&self) -> Option<String> {
         if !self.promotion_guarded {
             return None;
         }
-        let inc = D::incarnation()?;
-        let (t, now, row) = (&self.table, D::NOW, incarnation_row());
-        let insert = D::insert_missing(
-            t,
-            "pool, slot, holder, acquired_at",
-            &format!(
-                "('{INCARNATION_POOL}', {POOL_ROW}, {cur}, \
-                 CASE WHEN {cur} = {first} THEN {long_ago} ELSE {now} END)",
-                cur = inc.current,
-                first = inc.first,
-                long_ago = inc.long_ago,
+        let inc = D::incarnation(&self.version)?;
+        let (cur, long_ago) = (inc.current, inc.long_ago);
+        let since = match inc.first {
+            Some(first) => format!(
+                "CASE WHEN {cur} = {first} THEN {long_ago} ELSE {} END",
+                D::NOW
             ),
-            "pool, slot",
-        );
-        let update = format!(
-            "UPDATE {t} SET holder = {cur}, acquired_at = {now} WHERE {row} AND holder <> {cur}",
-            cur = inc.current
-        );
-        Some(format!("{insert}; {update}"))
+            None => long_ago.to_owned(),
+        };
+        Some(D::record_incarnation(
+            &self.table,
+            &incarnation_row(),
+            &format!("'{INCARNATION_POOL}', {POOL_ROW}, {cur}, {since}"),
+            cur,
+        ))
     }
 
     /// The promotion guard's microseconds until grants resume for `spec`:
     /// the pool's restart span after the claim that first saw the server's
     /// current incarnation (a full span from now if no record of it is
-    /// there: conservative).
+    /// there: conservative). A record older than any restart span can be
+    /// ([`LONGEST_SPAN_MICROS`]), as a never-changed server's is, answers
+    /// at once without reading the pool's spans, which every row the pool's
+    /// claimers are changing would make each claim reconstruct.
     fn promotion_resume_in<D: Dialect>(&self, spec: &PoolSpec) -> Option<String> {
         if !self.promotion_guarded {
             return None;
         }
-        let inc = D::incarnation()?;
+        let inc = D::incarnation(&self.version)?;
         let span = self.span_micros::<D>(spec);
         Some(format!(
-            "COALESCE((SELECT {} FROM {} WHERE {} AND holder = {}), {span})",
+            "COALESCE((SELECT CASE WHEN {} > {LONGEST_SPAN_MICROS} THEN -1 ELSE {} END \
+             FROM {} WHERE {} AND holder = {}), {span})",
+            D::micros_between("acquired_at", D::NOW),
             D::micros_until("acquired_at", &span),
             self.table,
             incarnation_row(),
@@ -361,6 +362,10 @@ pub(crate) fn record_format<D: Dialect>(t: &str, pool: &str, literal: &str) -> S
         "pool, slot",
     )
 }
+
+/// The longest restart span any holder can have, in microseconds: a TTL
+/// of at most [`MAX_TTL`] plus twice a clock skew of at most the TTL.
+pub(crate) const LONGEST_SPAN_MICROS: u128 = MAX_TTL.as_micros() * 3;
 
 /// The name under which the promotion guard keeps the table's record of
 /// the server's incarnation (a row of slot [`POOL_ROW`]). Not a valid pool

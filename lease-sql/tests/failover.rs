@@ -1,22 +1,33 @@
-//! A failover of PostgreSQL to an asynchronous standby that had not received
-//! the last claim, on a private primary and streaming standby
-//! (`leasehold_conformance::topology::postgres`), reached through one address
-//! that follows the primary (what a virtual IP or HAProxy gives clients).
+//! A failover to an asynchronous replica that had not received the last
+//! claim, on a private PostgreSQL primary and streaming standby
+//! (`leasehold_conformance::topology::postgres`) and on a private MariaDB
+//! primary and GTID replica (`leasehold_conformance::topology::mariadb`),
+//! each reached through one address that follows the primary (what a
+//! virtual IP or HAProxy gives clients).
 //!
-//! The promoted standby has a new timeline and no record of the claim: the
-//! promotion guard grants nothing until the pool's restart span has passed
-//! since a claim first saw the new timeline, and the old holder's renewal
-//! there answers `Lost`. With the guard off, the same failover hands the
-//! slot to a second holder while the first still holds it.
+//! The promoted server has another incarnation (PostgreSQL: a new timeline;
+//! MariaDB: its own `server_id`) and no record of the claim: the promotion
+//! guard grants nothing until the pool's restart span has passed since a
+//! claim first saw the new incarnation, and the old holder's renewal there
+//! answers `Lost`. With the guard off, the same failover hands the slot to a
+//! second holder while the first still holds it.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use leasehold_conformance::servers::ServerKind;
+use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_core::{AcquireError, Floor, Grant, PoolName, PoolSpec, Renewal, Strategy};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 
 const POOL: &str = "failover";
+
+/// The pool's slot row once a release of it has reached the replica.
+const RELEASED: &str =
+    "SELECT COUNT(*) FROM leasehold_leases WHERE pool = 'failover' AND token IS NULL";
+
+/// The promotion guard's record (`statements::INCARNATION_POOL`).
+const RECORD: &str = "pool = '~incarnation'";
 
 fn spec(ttl: Duration) -> PoolSpec {
     PoolSpec::new(PoolName::new(POOL).unwrap(), 1, ttl)
@@ -25,27 +36,122 @@ fn spec(ttl: Duration) -> PoolSpec {
         .unwrap()
 }
 
-/// A primary and an asynchronous standby, or `None` (and a SKIPPED line)
-/// where PostgreSQL 15 is not installed; under CI a missing server fails.
-async fn pair() -> Option<PgPair> {
-    match PgPair::start(ServerKind::Postgres15, Replication::Async).await {
-        Ok(p) => Some(p),
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("no PostgreSQL 15 primary and standby under CI: {e}")
+/// Which replicated store a test fails over.
+#[derive(Clone, Copy, Debug)]
+enum Store {
+    /// PostgreSQL 15, a primary and an asynchronous streaming standby.
+    Postgres,
+    /// MariaDB 10.11, a primary and an asynchronous GTID replica.
+    MariaDb,
+}
+
+/// A running primary and replica of a [`Store`].
+enum Pair {
+    Postgres(PgPair),
+    MariaDb(MariaPair),
+}
+
+impl Store {
+    /// The pair, or `None` (and a SKIPPED line) where the server is not
+    /// installed; under CI a missing server fails.
+    async fn pair(self) -> Option<Pair> {
+        let pair = match self {
+            Self::Postgres => PgPair::start(ServerKind::Postgres15, Replication::Async)
+                .await
+                .map(Pair::Postgres),
+            Self::MariaDb => MariaPair::start().await.map(Pair::MariaDb),
+        };
+        match pair {
+            Ok(p) => Some(p),
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("no {self:?} primary and replica under CI: {e}")
+            }
+            Err(e) => {
+                eprintln!("SKIPPED (no {self:?} primary and replica here): {e}");
+                None
+            }
         }
-        Err(e) => {
-            eprintln!("SKIPPED (no PostgreSQL 15 primary and standby here): {e}");
-            None
+    }
+}
+
+impl Pair {
+    /// The URL clients are given: the address that follows the primary.
+    fn url(&self) -> String {
+        match self {
+            Self::Postgres(p) => p.url(),
+            Self::MariaDb(p) => p.url(),
+        }
+    }
+
+    /// The URL of the primary now, bypassing the clients' address.
+    fn primary_url(&self) -> String {
+        match self {
+            Self::Postgres(p) => p.primary_url(),
+            Self::MariaDb(p) => p.primary_url(),
+        }
+    }
+
+    /// Waits until the replica has applied the release of the pool's slot.
+    async fn wait_released(&self) {
+        match self {
+            Self::Postgres(p) => {
+                let standby = sqlx::PgPool::connect(&p.standby_url()).await.unwrap();
+                let limit = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let n: i64 = sqlx::query_scalar(RELEASED)
+                        .fetch_one(&standby)
+                        .await
+                        .unwrap_or(0);
+                    if n == 1 {
+                        break;
+                    }
+                    assert!(
+                        Instant::now() < limit,
+                        "the standby did not replay the pool's release in 60 s"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                standby.close().await;
+            }
+            Self::MariaDb(p) => {
+                let query = RELEASED.replace("FROM ", "FROM leasehold.");
+                tokio::task::block_in_place(|| p.wait_replicated(&query)).unwrap();
+            }
+        }
+    }
+
+    /// Stops the replica from receiving what follows.
+    fn stop_replica(&self) {
+        match self {
+            Self::Postgres(p) => p.stop_standby(),
+            Self::MariaDb(p) => p.stop_replica(),
+        }
+        .unwrap();
+    }
+
+    /// Kills the primary and promotes the replica (started again first
+    /// where stopping it stopped the server), moving the clients' address.
+    fn fail_over(&mut self) {
+        match self {
+            Self::Postgres(p) => {
+                p.kill_primary().unwrap();
+                p.start_standby().unwrap();
+                p.promote_standby().unwrap();
+            }
+            Self::MariaDb(p) => {
+                p.kill_primary().unwrap();
+                p.promote_replica().unwrap();
+            }
         }
     }
 }
 
 async fn connect(config: SqlConfig) -> SqlStrategy {
-    let limit = std::time::Instant::now() + Duration::from_secs(60);
+    let limit = Instant::now() + Duration::from_secs(60);
     loop {
         match SqlStrategy::connect(config.clone().max_connections(2)).await {
             Ok(s) => return s,
-            Err(e) if e.is_retryable() && std::time::Instant::now() < limit => {
+            Err(e) if e.is_retryable() && Instant::now() < limit => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => panic!("connect: {e}"),
@@ -53,33 +159,11 @@ async fn connect(config: SqlConfig) -> SqlStrategy {
     }
 }
 
-/// Waits until the standby has replayed the pool's row.
-async fn wait_replicated(pair: &PgPair) {
-    let standby = sqlx::PgPool::connect(&pair.standby_url()).await.unwrap();
-    let limit = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let n: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM leasehold_leases WHERE pool = 'failover'")
-                .fetch_one(&standby)
-                .await
-                .unwrap_or(0);
-        if n == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < limit,
-            "the standby did not replay the pool's row in 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    standby.close().await;
-}
-
 /// The state a failover test starts from: holder A claimed the pool's only
-/// slot on the primary while the standby was stopped, then the primary was
-/// killed and the standby promoted: it never saw A's claim.
+/// slot on the primary while the replica was not receiving, then the
+/// primary was killed and the replica promoted: it never saw A's claim.
 struct AfterFailover {
-    pair: PgPair,
+    pair: Pair,
     a: SqlStrategy,
     a_grant: Grant,
     /// Read just before A's claim was sent: A's lease ends no earlier than
@@ -87,24 +171,22 @@ struct AfterFailover {
     a_sent_before: SystemTime,
 }
 
-async fn fail_over_after_a_claim(pool: &PoolSpec) -> Option<AfterFailover> {
-    let mut pair = pair().await?;
+async fn fail_over_after_a_claim(store: Store, pool: &PoolSpec) -> Option<AfterFailover> {
+    let mut pair = store.pair().await?;
     let a = connect(SqlConfig::new(pair.url())).await;
     a.ensure_pool(pool)
         .await
         .expect("the lease table and the pool's rows");
     // A first claim and release on the primary: the table, the pool's row
-    // and the incarnation record exist, and reach the standby.
+    // and the incarnation record exist, and reach the replica.
     let first = a.acquire(pool, Floor(0)).await.expect("first claim");
     a.release(pool, &first, Floor(0)).await;
-    wait_replicated(&pair).await;
+    pair.wait_released().await;
 
-    pair.stop_standby().unwrap();
+    pair.stop_replica();
     let a_sent_before = SystemTime::now();
     let a_grant = a.acquire(pool, Floor(0)).await.expect("A's claim");
-    pair.kill_primary().unwrap();
-    pair.start_standby().unwrap();
-    pair.promote_standby().unwrap();
+    pair.fail_over();
     Some(AfterFailover {
         pair,
         a,
@@ -113,10 +195,9 @@ async fn fail_over_after_a_claim(pool: &PoolSpec) -> Option<AfterFailover> {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_promoted_standby_that_missed_a_claim_grants_it_only_after_the_pools_span() {
+async fn a_promoted_replica_that_missed_a_claim_grants_it_only_after_the_pools_span(store: Store) {
     let pool = spec(Duration::from_secs(3));
-    let Some(f) = fail_over_after_a_claim(&pool).await else {
+    let Some(f) = fail_over_after_a_claim(store, &pool).await else {
         return;
     };
     let b = connect(SqlConfig::new(f.pair.url())).await;
@@ -132,21 +213,21 @@ async fn a_promoted_standby_that_missed_a_claim_grants_it_only_after_the_pools_s
             Err(e) if e.is_retryable() => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(e) => panic!("B's claim on the promoted standby: {e}"),
+            Err(e) => panic!("B's claim on the promoted replica: {e}"),
         }
     };
     let granted_by = SystemTime::now();
     assert!(
         refusals > 0,
-        "the promoted standby granted at once: the promotion guard did not hold"
+        "the promoted replica granted at once: the promotion guard did not hold"
     );
-    // The record of the new timeline was written by a claim sent after
+    // The record of the new incarnation was written by a claim sent after
     // `first_attempt`, on the server's clock (this host's): the grant came
     // a whole span after it.
     let waited = granted_by.duration_since(first_attempt).unwrap();
     assert!(
         waited >= pool.restart_span(),
-        "granted {waited:?} after the first claim on the new timeline, before the pool's \
+        "granted {waited:?} after the first claim on the new incarnation, before the pool's \
          restart span {:?}",
         pool.restart_span()
     );
@@ -163,23 +244,22 @@ async fn a_promoted_standby_that_missed_a_claim_grants_it_only_after_the_pools_s
     // A's lease is unknown to the new primary: its renewal is refused (once
     // A's connections, which the moved address cut, are replaced: a
     // renewal on a broken connection is only `Retry`).
-    let limit = std::time::Instant::now() + Duration::from_secs(60);
+    let limit = Instant::now() + Duration::from_secs(60);
     loop {
         match f.a.renew(&pool, &f.a_grant, Floor(0)).await {
             Renewal::Lost(_) => break,
-            Renewal::Retry(_) if std::time::Instant::now() < limit => {
+            Renewal::Retry(_) if Instant::now() < limit => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            other => panic!("A's renewal on the promoted standby must be Lost, got {other:?}"),
+            other => panic!("A's renewal on the promoted replica must be Lost, got {other:?}"),
         }
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_guard_the_promoted_standby_hands_the_slot_to_a_second_holder() {
+async fn without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holder(store: Store) {
     // A long lease, so that a slow failover still ends inside it.
     let pool = spec(Duration::from_secs(30));
-    let Some(f) = fail_over_after_a_claim(&pool).await else {
+    let Some(f) = fail_over_after_a_claim(store, &pool).await else {
         return;
     };
     let b = connect(SqlConfig::new(f.pair.url()).restart_guard(false)).await;
@@ -187,7 +267,7 @@ async fn without_the_guard_the_promoted_standby_hands_the_slot_to_a_second_holde
         match b.acquire(&pool, Floor(0)).await {
             Ok(g) => break g,
             Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
-            Err(e) => panic!("B's claim on the promoted standby: {e}"),
+            Err(e) => panic!("B's claim on the promoted replica: {e}"),
         }
     };
     let granted_by = SystemTime::now();
@@ -301,6 +381,28 @@ async fn a_renewal_whose_wait_for_the_synchronous_standby_was_cancelled_is_not_r
     );
 }
 
+/// Waits until the standby has replayed the pool's row.
+async fn wait_standby_has_the_pool(pair: &PgPair) {
+    let standby = sqlx::PgPool::connect(&pair.standby_url()).await.unwrap();
+    let limit = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM leasehold_leases WHERE pool = 'failover'")
+                .fetch_one(&standby)
+                .await
+                .unwrap_or(0);
+        if n == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < limit,
+            "the standby did not replay the pool's row in 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    standby.close().await;
+}
+
 /// Split brain, measured: the standby is promoted while the old primary
 /// still runs (a partition between them, no fencing by the HA manager), and
 /// holder A still reaches the old primary while B reaches the new one.
@@ -324,7 +426,7 @@ async fn split_brain(replication: Replication) -> Option<Vec<Renewal>> {
         .await
         .expect("the lease table and the pool's rows");
     let a_grant = a.acquire(&pool, Floor(0)).await.expect("A's claim");
-    wait_replicated(&pair).await;
+    wait_standby_has_the_pool(&pair).await;
     pair.promote_standby().unwrap();
     if replication == Replication::Sync {
         // The promoted server has no standby of its own: writes there go on
@@ -389,4 +491,157 @@ async fn split_brain_with_a_synchronous_standby_stops_the_old_primarys_clients()
         "no renewal on the old primary may succeed once its synchronous standby is gone: \
          {after:?}"
     );
+}
+
+/// A claim while another transaction holds the promotion guard's record
+/// locked: a current record is read without a lock (and without skipping
+/// it), so claims of every pool do not queue on it.
+async fn a_current_record_is_claimed_past_without_a_lock(store: Store) {
+    let pool = spec(Duration::from_secs(30));
+    let Some(pair) = store.pair().await else {
+        return;
+    };
+    let a = connect(SqlConfig::new(pair.url())).await;
+    a.ensure_pool(&pool)
+        .await
+        .expect("the lease table and the pool's rows");
+    let first = a.acquire(&pool, Floor(0)).await.expect("first claim");
+    a.release(&pool, &first, Floor(0)).await;
+    let lock = format!("SELECT holder FROM leasehold_leases WHERE {RECORD} FOR UPDATE");
+    let url = pair.primary_url();
+    // The lock is held by an open transaction of another session until the
+    // claim has answered.
+    let grant = match store {
+        Store::Postgres => {
+            let mut locker = sqlx::PgPool::connect(&url)
+                .await
+                .unwrap()
+                .begin()
+                .await
+                .unwrap();
+            let n = sqlx::query(&lock)
+                .fetch_all(&mut *locker)
+                .await
+                .unwrap()
+                .len();
+            assert_eq!(n, 1, "the claims recorded the incarnation");
+            let grant = a.acquire(&pool, Floor(0)).await;
+            locker.rollback().await.unwrap();
+            grant
+        }
+        Store::MariaDb => {
+            let mut locker = sqlx::MySqlPool::connect(&url)
+                .await
+                .unwrap()
+                .begin()
+                .await
+                .unwrap();
+            let n = sqlx::query(&lock)
+                .fetch_all(&mut *locker)
+                .await
+                .unwrap()
+                .len();
+            assert_eq!(n, 1, "the claims recorded the incarnation");
+            let grant = a.acquire(&pool, Floor(0)).await;
+            locker.rollback().await.unwrap();
+            grant
+        }
+    };
+    // A claim that waited for the lock fails with a lock wait timeout, and
+    // one that skipped the record is refused as if the server had just been
+    // promoted.
+    let grant = grant.expect("a claim while the incarnation record is locked");
+    assert!(grant.fence.0 > first.fence.0);
+}
+
+/// Claimers racing for every slot of a pool on a fresh table, with the
+/// promotion guard on: they race to create the incarnation record too, and
+/// each gets a slot of its own at once (the record of a server that never
+/// changed holds nothing back, and none of them is refused while another
+/// writes it).
+async fn racing_first_claims_get_distinct_slots_at_once(store: Store) {
+    const CLAIMERS: u32 = 8;
+    let pool = PoolSpec::new(
+        PoolName::new(POOL).unwrap(),
+        CLAIMERS,
+        Duration::from_secs(30),
+    )
+    .unwrap()
+    .with_max_clock_skew(Duration::from_millis(100))
+    .unwrap();
+    let Some(pair) = store.pair().await else {
+        return;
+    };
+    let setup = connect(SqlConfig::new(pair.url())).await;
+    setup
+        .ensure_pool(&pool)
+        .await
+        .expect("the lease table and the pool's rows");
+    let mut claimers = Vec::new();
+    for _ in 0..CLAIMERS {
+        claimers.push(connect(SqlConfig::new(pair.url())).await);
+    }
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(claimers.len()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for claimer in claimers {
+        let (pool, barrier) = (pool.clone(), barrier.clone());
+        tasks.spawn(async move {
+            barrier.wait().await;
+            claimer.acquire(&pool, Floor(0)).await
+        });
+    }
+    let mut slots = std::collections::BTreeSet::new();
+    while let Some(grant) = tasks.join_next().await {
+        let grant = grant
+            .unwrap()
+            .expect("a racing first claim on a fresh table");
+        assert!(
+            slots.insert(grant.slot),
+            "slot {} granted twice",
+            grant.slot
+        );
+    }
+    assert_eq!(slots.len(), CLAIMERS as usize);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_promoted_standby_that_missed_a_claim_grants_it_only_after_the_pools_span() {
+    a_promoted_replica_that_missed_a_claim_grants_it_only_after_the_pools_span(Store::Postgres)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_a_promoted_replica_that_missed_a_claim_grants_it_only_after_the_pools_span() {
+    a_promoted_replica_that_missed_a_claim_grants_it_only_after_the_pools_span(Store::MariaDb)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_without_the_guard_the_promoted_standby_hands_the_slot_to_a_second_holder() {
+    without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holder(Store::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holder() {
+    without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holder(Store::MariaDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_current_record_is_claimed_past_without_a_lock() {
+    a_current_record_is_claimed_past_without_a_lock(Store::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_a_current_record_is_claimed_past_without_a_lock() {
+    a_current_record_is_claimed_past_without_a_lock(Store::MariaDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_racing_first_claims_get_distinct_slots_at_once() {
+    racing_first_claims_get_distinct_slots_at_once(Store::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_racing_first_claims_get_distinct_slots_at_once() {
+    racing_first_claims_get_distinct_slots_at_once(Store::MariaDb).await;
 }

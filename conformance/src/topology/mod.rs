@@ -3,10 +3,11 @@
 //! when the handle is dropped, and a failover a test can make happen.
 //!
 //! Each topology says how its clients find the primary after a failover, the
-//! way users' clients do: PostgreSQL through an address that is re-pointed at
-//! the promoted server (a virtual IP or an HAProxy in production, the
-//! conformance [`FaultProxy`](crate::proxy::FaultProxy) here), Valkey/Redis
-//! through Sentinel.
+//! way users' clients do: PostgreSQL and MariaDB through an address that is
+//! re-pointed at the promoted server (a virtual IP, an HAProxy or MaxScale in
+//! production, the conformance [`FaultProxy`](crate::proxy::FaultProxy)
+//! here), Valkey/Redis through Sentinel.
 
+pub mod mariadb;
 pub mod postgres;
 pub mod sentinel;

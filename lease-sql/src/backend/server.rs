@@ -79,9 +79,9 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         // A promoted standby or a restored backup has a history its clients
         // did not see, whatever its settings: the promotion guard is on
-        // wherever the engine can tell (PostgreSQL's timeline), unless the
-        // restart guard is turned off.
-        self.sql.promotion_guarded = D::incarnation().is_some()
+        // wherever the engine can tell (PostgreSQL's timeline, MySQL's and
+        // MariaDB's server identity), unless the restart guard is turned off.
+        self.sql.promotion_guarded = D::incarnation(&version).is_some()
             && config.restart_guard
             && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         if self.sql.guarded && values.last().is_none_or(Option::is_none) {

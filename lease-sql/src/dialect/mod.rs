@@ -226,10 +226,35 @@ pub(crate) trait Dialect: sqlx::Database {
     /// The promotion guard's reading of the server's history: an SQL text
     /// expression that changes whenever the server stops being the one whose
     /// writes its clients saw (a standby promoted, a point-in-time restore),
-    /// and the value it has on a server that never changed. `None` where the
-    /// engine offers no such reading yet (the guard is then off).
-    fn incarnation() -> Option<Incarnation> {
+    /// and the value it has on a server that never changed, where the engine
+    /// has one. `None` where the engine offers no such reading yet (the
+    /// guard is then off). `version` is the server as it described itself
+    /// at connect.
+    fn incarnation(_version: &str) -> Option<Incarnation> {
         None
+    }
+    /// The promotion guard's record statements (`;`-separated), sent ahead
+    /// of a claim in its round trip: insert the record (`pool, slot, holder,
+    /// acquired_at` = `values`, a comma-separated list of SQL expressions)
+    /// where `row` selects none, and replace a record whose `holder` is not
+    /// `current` with `current` and now. Neither may write or lock anything
+    /// when the record is current: every claim of every pool runs them.
+    ///
+    /// PostgreSQL judges an `UPDATE`'s `WHERE` on its snapshot and locks
+    /// only the rows that match, and `ON CONFLICT DO NOTHING` locks no
+    /// committed row.
+    fn record_incarnation(t: &str, row: &str, values: &str, current: &str) -> String {
+        let insert = Self::insert_missing(
+            t,
+            "pool, slot, holder, acquired_at",
+            &format!("({values})"),
+            "pool, slot",
+        );
+        format!(
+            "{insert}; UPDATE {t} SET holder = {current}, acquired_at = {} \
+             WHERE {row} AND holder <> {current}",
+            Self::NOW
+        )
     }
     /// The microseconds from now until `span` microseconds (an SQL integer
     /// expression) after the time column or expression `since`.
@@ -590,10 +615,17 @@ mod tests {
 pub(crate) struct Incarnation {
     /// An SQL text expression of the server's current history.
     pub(crate) current: &'static str,
-    /// Its value on a server that was never promoted nor restored: the one
-    /// incarnation a table may meet without a record of an earlier one.
-    pub(crate) first: &'static str,
-    /// A timestamp literal long past, recorded as the first incarnation's
-    /// start: nothing waits for it.
+    /// Its value on a server that was never promoted nor restored, where
+    /// the engine has one (PostgreSQL's timeline 1): the one incarnation a
+    /// table may meet without a record of an earlier one; a record missing
+    /// on another is created as if that incarnation had just begun. `None`
+    /// (MySQL/MariaDB: a server ID says nothing of the server's past): a
+    /// missing record is created as long past, since a table whose record
+    /// is missing has had no claim that its server kept (each claim writes
+    /// the record before it claims). The limit: a table whose first claim
+    /// was still in the replication lag at a failover.
+    pub(crate) first: Option<&'static str>,
+    /// A timestamp literal long past, recorded as the start of an
+    /// incarnation that nothing waits for.
     pub(crate) long_ago: &'static str,
 }

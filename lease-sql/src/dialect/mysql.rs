@@ -8,7 +8,8 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySq
 use sqlx::{ConnectOptions, Executor, MySql};
 
 use super::{
-    Dialect, FenceSql, Opened, Q, bad_url, connect_budget, guard_connect, unsupported, version,
+    Dialect, FenceSql, Incarnation, Opened, Q, bad_url, connect_budget, guard_connect, unsupported,
+    version,
 };
 use crate::config::SqlConfig;
 use crate::engine::Engine;
@@ -80,6 +81,59 @@ impl Dialect for MySql {
             "(({secs} - (SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM {table} \
              WHERE VARIABLE_NAME = 'UPTIME')) * 1000000)"
         ))
+    }
+
+    /// The server's identity, which a promotion changes: a replica must
+    /// have a `server_id` of its own (replication refuses one equal to its
+    /// primary's), and on MySQL also a `server_uuid` of its own (generated
+    /// in the data directory's `auto.cnf` at the first start; MariaDB has
+    /// none). Neither tells whether the server was ever promoted, so there
+    /// is no first incarnation: a missing record counts as long past (see
+    /// [`Incarnation::first`]). A server restored from a backup with the
+    /// same identity is not told apart (DESIGN.md rule 12).
+    fn incarnation(version: &str) -> Option<Incarnation> {
+        Some(Incarnation {
+            current: if version.contains("MariaDB") {
+                "CONCAT('server_id ', @@server_id)"
+            } else {
+                "CONCAT('server_id ', @@server_id, ' server_uuid ', @@server_uuid)"
+            },
+            first: None,
+            long_ago: "TIMESTAMP '1970-01-01 00:00:01'",
+        })
+    }
+
+    fn micros_until(since: &str, span: &str) -> String {
+        Self::micros_between(
+            Self::NOW,
+            &format!("{since} + INTERVAL ({span}) MICROSECOND"),
+        )
+    }
+
+    /// InnoDB locks the rows an `UPDATE` looks up whether or not its `WHERE`
+    /// then matches, and `INSERT IGNORE` share-locks the existing row it
+    /// skips: both would make every claim of every pool queue on the record
+    /// while one transaction holds it. So a plain (consistent, non-locking)
+    /// read of the record comes first, into a session variable, and the
+    /// insert and the update carry conditions on that variable alone, which
+    /// the optimizer judges before it reads the table: when the record is
+    /// current neither statement touches a row. A record that was missing
+    /// is not updated either: the insert made it current (or found one a
+    /// concurrent claim of this server inserted), so claimers racing on a
+    /// fresh table do not queue for it one by one. Each statement commits on
+    /// its own (they run ahead of the claim's transaction), so an update
+    /// after a failover holds its lock for one statement; a concurrent
+    /// update waits for it, then finds the record current.
+    fn record_incarnation(t: &str, row: &str, values: &str, current: &str) -> String {
+        format!(
+            "SET @leasehold_incarnation = NULL; \
+             SELECT holder INTO @leasehold_incarnation FROM {t} WHERE {row}; \
+             INSERT IGNORE INTO {t} (pool, slot, holder, acquired_at) SELECT {values} \
+             FROM DUAL WHERE @leasehold_incarnation IS NULL; \
+             UPDATE {t} SET holder = {current}, acquired_at = {} \
+             WHERE {row} AND holder <> {current} AND @leasehold_incarnation <> {current}",
+            Self::NOW
+        )
     }
 
     fn durability_columns(_version: &str) -> Option<&'static str> {

@@ -67,10 +67,10 @@ impl Dialect for Postgres {
     /// point-in-time recovery (`pg_control_checkpoint().timeline_id` lags
     /// until the next checkpoint; the name of the WAL segment being written
     /// does not: its first eight hex digits are the timeline).
-    fn incarnation() -> Option<Incarnation> {
+    fn incarnation(_version: &str) -> Option<Incarnation> {
         Some(Incarnation {
             current: "'timeline ' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)",
-            first: "'timeline 00000001'",
+            first: Some("'timeline 00000001'"),
             long_ago: "TIMESTAMPTZ '1970-01-01 00:00:00+00'",
         })
     }
