@@ -147,11 +147,21 @@ impl SqlConfig {
     /// retryable `AcquireError::StoreRestarted` with the time left, and
     /// renewals go on. A durable server needs no guard and gets none.
     ///
+    /// The same switch turns the **promotion guard** on or off, on every
+    /// server, durable ones included: a replica promoted after it missed
+    /// claims (or a point-in-time restore) has another history than its
+    /// clients saw, and its start time is its own. Each claim records the
+    /// server's incarnation (PostgreSQL's timeline, MySQL/MariaDB's
+    /// `@@server_id`, and `@@server_uuid` on MySQL 8) in a row of the lease
+    /// table (pool `~incarnation`), in the claim's own round trip; after a
+    /// change nothing is granted until the pool's restart span has passed
+    /// since a claim first saw it (`StoreRestarted` meanwhile).
+    ///
     /// `restart_guard(false)` also accepts a server that can forget, with no
-    /// guard at all: a restart that loses a lease hands its slot to a second
-    /// holder at once, and both can mint the same IDs. Only for a throwaway
-    /// database that is never restarted while leases are held (tests,
-    /// benchmarks).
+    /// guard at all: a restart or a failover that loses a lease hands its
+    /// slot to a second holder at once, and both can mint the same IDs. Only
+    /// for a throwaway database that is never restarted nor failed over while
+    /// leases are held (tests, benchmarks).
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.restart_guard = on;
         self
