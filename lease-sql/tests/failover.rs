@@ -41,6 +41,8 @@ fn spec(ttl: Duration) -> PoolSpec {
 enum Store {
     /// PostgreSQL 15, a primary and an asynchronous streaming standby.
     Postgres,
+    /// The newest PostgreSQL a wheel provides (18), likewise.
+    PostgresLatest,
     /// MariaDB 10.11, a primary and an asynchronous GTID replica.
     MariaDb,
 }
@@ -57,6 +59,9 @@ impl Store {
     async fn pair(self) -> Option<Pair> {
         let pair = match self {
             Self::Postgres => PgPair::start(ServerKind::Postgres15, Replication::Async)
+                .await
+                .map(Pair::Postgres),
+            Self::PostgresLatest => PgPair::start(ServerKind::PostgresLatest, Replication::Async)
                 .await
                 .map(Pair::Postgres),
             Self::MariaDb => MariaPair::start().await.map(Pair::MariaDb),
@@ -512,7 +517,7 @@ async fn a_current_record_is_claimed_past_without_a_lock(store: Store) {
     // The lock is held by an open transaction of another session until the
     // claim has answered.
     let grant = match store {
-        Store::Postgres => {
+        Store::Postgres | Store::PostgresLatest => {
             let mut locker = sqlx::PgPool::connect(&url)
                 .await
                 .unwrap()
@@ -644,4 +649,20 @@ async fn postgres_racing_first_claims_get_distinct_slots_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_racing_first_claims_get_distinct_slots_at_once() {
     racing_first_claims_get_distinct_slots_at_once(Store::MariaDb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_latest_a_promoted_standby_that_missed_a_claim_grants_it_only_after_the_pools_span()
+ {
+    a_promoted_replica_that_missed_a_claim_grants_it_only_after_the_pools_span(
+        Store::PostgresLatest,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_latest_without_the_guard_the_promoted_standby_hands_the_slot_to_a_second_holder()
+{
+    without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holder(Store::PostgresLatest)
+        .await;
 }
