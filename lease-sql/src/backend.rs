@@ -45,6 +45,8 @@ pub(crate) struct Info {
     /// Whether the server keeps acknowledged writes across a crash, as read
     /// at connect.
     pub(crate) durability: Durability,
+    /// Whether the server waited for synchronous standbys at connect.
+    pub(crate) sync_standbys: bool,
 }
 
 /// The object-safe face of a [`Backend`]: the one point where the engine is
@@ -113,6 +115,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 version: opened.version,
                 resolution: D::RESOLUTION,
                 durability: Durability::default(),
+                sync_standbys: opened.sync_standbys,
             },
         };
         backend.check_server(config).await?;
@@ -163,7 +166,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     ) -> Result<T, Failure> {
         // A commit PostgreSQL acknowledged with a cancelled wait for its
         // synchronous standby is on the primary only: not done.
-        let (outcome, unproven) = watch(tokio::time::timeout(budget, fut)).await;
+        let (outcome, unproven) =
+            watch(self.info.sync_standbys, tokio::time::timeout(budget, fut)).await;
         if let (Some(why), Ok(Ok(_))) = (unproven, &outcome) {
             return Err(Failure::Transient(format!("{what}: {why}")));
         }
@@ -285,6 +289,6 @@ use crate::notice::watch;
 
 /// Without PostgreSQL there is no synchronous standby to wait for.
 #[cfg(not(feature = "postgres"))]
-async fn watch<F: Future>(fut: F) -> (F::Output, Option<String>) {
+async fn watch<F: Future>(_sync_standbys: bool, fut: F) -> (F::Output, Option<String>) {
     (fut.await, None)
 }

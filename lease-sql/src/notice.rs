@@ -51,7 +51,17 @@ thread_local! {
 /// Runs `fut` and answers, with its output, whether the server warned that
 /// a commit's wait for synchronous replication was cancelled meanwhile: the
 /// commit is then on the primary only.
-pub(crate) async fn watch<F: Future>(fut: F) -> (F::Output, Option<String>) {
+///
+/// Watching sets a dispatcher as the thread's default for each poll, and
+/// once any dispatcher has been set, `tracing` (with its `log` feature)
+/// stops turning events into `log` records for the whole process. So a
+/// process that has set no dispatcher of its own is watched only where the
+/// server had synchronous standbys at connect (`sync_standbys`); one that
+/// has, always (nothing changes for it).
+pub(crate) async fn watch<F: Future>(sync_standbys: bool, fut: F) -> (F::Output, Option<String>) {
+    if !sync_standbys && !dispatcher::has_been_set() {
+        return (fut.await, None);
+    }
     let mut fut = std::pin::pin!(fut);
     let mut seen = false;
     let out = std::future::poll_fn(|cx| {
@@ -224,9 +234,10 @@ mod tests {
         let count = Arc::new(AtomicUsize::new(0));
         let app = Dispatch::new(Counting(Arc::clone(&count)));
         let ((), warning) = dispatcher::with_default(&app, || {
-            block_on(watch(notice(
-                "canceling wait for synchronous replication due to user request",
-            )))
+            block_on(watch(
+                true,
+                notice("canceling wait for synchronous replication due to user request"),
+            ))
         });
         assert!(warning.is_some(), "the cancelled wait went unseen");
         assert_eq!(
@@ -241,7 +252,7 @@ mod tests {
         let count = Arc::new(AtomicUsize::new(0));
         let app = Dispatch::new(Counting(Arc::clone(&count)));
         let ((), warning) = dispatcher::with_default(&app, || {
-            block_on(watch(notice("there is no transaction in progress")))
+            block_on(watch(true, notice("there is no transaction in progress")))
         });
         assert!(warning.is_none());
         assert_eq!(count.load(Ordering::SeqCst), 1);
@@ -249,10 +260,13 @@ mod tests {
 
     #[test]
     fn without_an_application_subscriber_the_wait_is_still_seen() {
-        let ((), warning) = block_on(watch(notice(
-            "canceling the wait for synchronous replication and terminating connection due to \
+        let ((), warning) = block_on(watch(
+            true,
+            notice(
+                "canceling the wait for synchronous replication and terminating connection due to \
              administrator command",
-        )));
+            ),
+        ));
         assert!(warning.is_some());
     }
 }

@@ -106,6 +106,10 @@ pub(crate) struct Opened<D: Dialect> {
     pub(crate) opts: D::Opts,
     pub(crate) pool: sqlx::Pool<D>,
     pub(crate) version: String,
+    /// Whether the server waits for synchronous standbys before it
+    /// acknowledges a commit (PostgreSQL `synchronous_standby_names`), as
+    /// read at connect.
+    pub(crate) sync_standbys: bool,
 }
 
 impl<D: Dialect> Opened<D> {
@@ -126,7 +130,14 @@ impl<D: Dialect> Opened<D> {
             opts,
             pool,
             version,
+            sync_standbys: false,
         }
+    }
+
+    /// Says whether the server waits for synchronous standbys.
+    pub(crate) fn sync_standbys(mut self, yes: bool) -> Self {
+        self.sync_standbys = yes;
+        self
     }
 }
 

@@ -274,13 +274,16 @@ impl Dialect for Postgres {
         } else {
             opts
         };
-        Ok(Opened::new(
-            conn,
-            opts,
-            base,
-            config.max_connections,
-            version,
-        ))
+        // With synchronous standbys a commit's wait for them can be
+        // cancelled, which PostgreSQL answers with success and a warning:
+        // the lease operations then watch for that warning.
+        let standbys: String =
+            super::version::<Self>(url, op, conn.fetch_one("SHOW synchronous_standby_names"))
+                .await?;
+        Ok(
+            Opened::new(conn, opts, base, config.max_connections, version)
+                .sync_standbys(!standbys.trim().is_empty()),
+        )
     }
 
     fn connect(
