@@ -6,7 +6,7 @@
 //!   then the fault campaign's short mode (30 s) on every backend, and once
 //!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
 //!   lossy Valkey (restarts; a mixed fleet refused at connect) and
-//!   replicated PostgreSQL (failovers, asynchronous and synchronous standby)
+//!   replicated PostgreSQL and MariaDB (failovers; asynchronous and synchronous standby)
 //!   Valkey through Sentinel (failovers) and five etcd members (leader kills).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
@@ -287,17 +287,21 @@ fn test(args: &[String], scope: Scope) -> Result {
         eprintln!("\n==> the fault campaign on lossy Valkey: restarts; a mixed fleet refused");
         failed.extend(short_lossy("valkey8", &["--restart-heavy"]).err());
         failed.extend(short_lossy("valkey8", &["--mixed-fleet"]).err());
-        // Replicated PostgreSQL: every other fault a failover to a standby
-        // that fell behind (asynchronous: it forgets what the primary
-        // acknowledged meanwhile; synchronous: the commits wait).
-        eprintln!("\n==> the fault campaign on replicated PostgreSQL: failovers");
-        for topology in ["replicated-async", "replicated-sync"] {
+        // Replicated PostgreSQL and MariaDB: every other fault a failover to
+        // a replica that fell behind (asynchronous: it forgets what the
+        // primary acknowledged meanwhile; synchronous: the commits wait).
+        eprintln!("\n==> the fault campaign on replicated PostgreSQL and MariaDB: failovers");
+        for (backend, topology) in [
+            ("postgres", "replicated-async"),
+            ("postgres", "replicated-sync"),
+            ("mariadb", "replicated-async"),
+        ] {
             let args = [
                 "--short",
                 "--secs",
                 "30",
                 "--backend",
-                "postgres",
+                backend,
                 "--topology",
                 topology,
             ]

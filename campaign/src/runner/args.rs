@@ -264,7 +264,10 @@ impl Args {
         );
         let fits = match self.topology {
             Topology::Single => true,
-            Topology::ReplicatedAsync | Topology::ReplicatedSync => postgres,
+            Topology::ReplicatedAsync => {
+                postgres || matches!(self.backend.as_str(), "mariadb" | "mysql")
+            }
+            Topology::ReplicatedSync => postgres,
             Topology::Sentinel => valkey,
             Topology::Etcd3 | Topology::Etcd5 => {
                 matches!(self.backend.as_str(), "etcd35" | "etcd" | "etcd34")
@@ -272,8 +275,9 @@ impl Args {
         };
         if !fits {
             return Err(format!(
-                "--topology {} does not run on {}: replicated-async and replicated-sync are \
-                 PostgreSQL topologies (--backend postgres or postgres-latest), sentinel a \
+                "--topology {} does not run on {}: replicated-async is a PostgreSQL or MariaDB \
+                 topology (--backend postgres, postgres-latest or mariadb), replicated-sync a \
+                 PostgreSQL one, sentinel a \
                  Valkey/Redis one (--backend valkey8, redis8 or redis7), etcd-3 and etcd-5 etcd \
                  clusters (--backend etcd35 or etcd34)",
                 self.topology.name(),

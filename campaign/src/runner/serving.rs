@@ -10,6 +10,7 @@ use std::time::Duration;
 use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
 use leasehold_conformance::servers::{self, ServerKind, Settings};
+use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_conformance::topology::sentinel::SentinelTopology;
 
@@ -42,6 +43,13 @@ pub(crate) enum Serving {
     /// A PostgreSQL primary with a streaming standby, reached through an
     /// address that follows the primary (run on a runtime of its own):
     /// `failover` faults.
+    /// A MariaDB primary with a GTID replica, reached through an address that
+    /// follows the primary: `failover` faults.
+    MariaPair {
+        pair: MariaPair,
+        /// Drives the address; dropped after the pair.
+        _address_rt: tokio::runtime::Runtime,
+    },
     /// A Valkey/Redis primary with a replica and three Sentinels, reached
     /// through the Sentinels: `failover` faults.
     Sentinel(SentinelTopology),
@@ -95,7 +103,10 @@ impl Store {
 
     /// Whether the store is a replicated topology that can fail over.
     pub(crate) fn can_fail_over(&self) -> bool {
-        matches!(self.serving, Serving::Pair { .. } | Serving::Sentinel(_))
+        matches!(
+            self.serving,
+            Serving::Pair { .. } | Serving::MariaPair { .. } | Serving::Sentinel(_)
+        )
     }
 
     /// Fails the store over to its standby, which stops receiving `lag`
@@ -104,6 +115,7 @@ impl Store {
         match &mut self.serving {
             Serving::Pair { pair, .. } => pair.fail_over(lag),
             Serving::Sentinel(t) => t.fail_over(lag),
+            Serving::MariaPair { pair, .. } => pair.fail_over(lag),
             _ => Err("no standby to fail over to".into()),
         }
     }
@@ -151,6 +163,7 @@ impl Store {
             Serving::Cluster(c) => c.addrs(),
             Serving::Fake(f) => vec![f.addr()],
             Serving::Pair { pair: p, .. } => vec![p.proxy().addr()],
+            Serving::MariaPair { pair: p, .. } => vec![p.proxy().addr()],
         }
     }
 
@@ -161,6 +174,7 @@ impl Store {
             Serving::Cluster(_) => etcd_url(addrs),
             Serving::Fake(_) => format!("k8s://{}", addrs[0]),
             Serving::Pair { .. } => format!("postgres://postgres@{}/postgres", addrs[0]),
+            Serving::MariaPair { .. } => format!("mysql://root@{}/leasehold", addrs[0]),
             Serving::File | Serving::Sentinel(_) => self.url.clone(),
         }
     }
@@ -217,6 +231,24 @@ pub(crate) fn provide(
             url: t.sentinel_url(),
             describe: format!("{kind} primary with a replica, through three Sentinels"),
             serving: Serving::Sentinel(t),
+            backends: false,
+        });
+    }
+    if topology == Topology::ReplicatedAsync && matches!(backend, "mariadb" | "mysql") {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("campaign-primary-address")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let pair = rt.block_on(MariaPair::start())?;
+        return Ok(Store {
+            url: pair.url(),
+            describe: pair.describe(),
+            serving: Serving::MariaPair {
+                pair,
+                _address_rt: rt,
+            },
             backends: false,
         });
     }

@@ -245,6 +245,79 @@ impl MariaPair {
         Ok(())
     }
 
+    /// Makes the server a promotion left behind a replica of the new
+    /// primary again: its data directory is installed anew, it starts with
+    /// a `server_id` no server of the pair had (reusing one would hide the
+    /// next failover from the promotion guard), replicates with GTID from
+    /// the primary's first binary log (every server logs what it applies,
+    /// `--log-slave-updates`, so that log holds all of it), and is waited
+    /// for until it has everything the primary has (`MASTER_GTID_WAIT`).
+    ///
+    /// # Errors
+    /// A step failed.
+    pub fn rebuild_replica(&mut self) -> Result<(), String> {
+        let server_id = self.primary.server_id.max(self.replica.server_id) + 1;
+        let primary_port = self.current_primary().port;
+        let position = sql_answer(self.current_primary(), "SELECT @@gtid_binlog_pos")?;
+        let dir = self.dir.clone();
+        let node = if self.promoted {
+            &mut self.primary
+        } else {
+            &mut self.replica
+        };
+        kill(node)?;
+        std::fs::remove_dir_all(&node.data)
+            .map_err(|e| format!("removing {}: {e}", node.data.display()))?;
+        for leftover in ["sock", "pid"] {
+            let _ = std::fs::remove_file(dir.join(format!("{}.{leftover}", node.name)));
+        }
+        node.server_id = server_id;
+        install(node)?;
+        launch(node, &dir)?;
+        sql(
+            node,
+            &format!(
+                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary_port}, \
+                 MASTER_USER='root', MASTER_USE_GTID=slave_pos; START SLAVE"
+            ),
+        )?;
+        let waited = sql_answer(
+            node,
+            &format!(
+                "SELECT MASTER_GTID_WAIT('{}', {})",
+                position.trim(),
+                WAIT.as_secs()
+            ),
+        )?;
+        if waited.trim() != "0" {
+            return Err(format!(
+                "{node} did not catch up with the primary's {} within {WAIT:?}",
+                position.trim()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The failover an HA manager makes after the primary crashed, with the
+    /// replica `lag` behind: replication stops, the primary goes on
+    /// acknowledging for `lag`, is killed, the replica is promoted and the
+    /// clients' address moves to it; then the old primary is rebuilt as the
+    /// new replica. Answers how long clients had no primary (from the kill
+    /// until the address moved).
+    ///
+    /// # Errors
+    /// A step failed; the pair may then be left without a replica.
+    pub fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
+        self.stop_replica()?;
+        std::thread::sleep(lag);
+        let killed = Instant::now();
+        self.kill_primary()?;
+        self.promote_replica()?;
+        let down = killed.elapsed();
+        self.rebuild_replica()?;
+        Ok(down)
+    }
+
     /// Waits until `query` (one integer) answers 1 on the replica.
     ///
     /// # Errors
