@@ -666,3 +666,50 @@ async fn postgres_latest_without_the_guard_the_promoted_standby_hands_the_slot_t
     without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holder(Store::PostgresLatest)
         .await;
 }
+
+/// Split brain on MariaDB, measured as on PostgreSQL: the replica is
+/// promoted while the old primary still runs, holder A still reaches the
+/// old primary, B the new one. Nothing on the old primary changes, so A goes
+/// on renewing the slot B was granted: an HA manager must fence the old
+/// primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_split_brain_lets_the_old_primarys_clients_renew() {
+    let pool = spec(Duration::from_secs(3));
+    let Some(Pair::MariaDb(mut pair)) = Store::MariaDb.pair().await else {
+        return;
+    };
+    let a = connect(SqlConfig::new(pair.primary_url())).await;
+    a.ensure_pool(&pool)
+        .await
+        .expect("the lease table and the pool's rows");
+    let a_grant = a.acquire(&pool, Floor(0)).await.expect("A's claim");
+    tokio::task::block_in_place(|| {
+        pair.wait_replicated(
+            "SELECT COUNT(*) FROM leasehold.leasehold_leases WHERE pool = 'failover' \
+             AND token IS NOT NULL",
+        )
+    })
+    .unwrap();
+    tokio::task::block_in_place(|| pair.promote_replica()).unwrap();
+    let b = connect(SqlConfig::new(pair.url())).await;
+    let limit = Instant::now() + Duration::from_secs(120);
+    let b_grant = loop {
+        let _ = a.renew(&pool, &a_grant, Floor(0)).await;
+        match b.acquire(&pool, Floor(0)).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && Instant::now() < limit => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("B's claim on the promoted replica: {e}"),
+        }
+    };
+    assert_eq!(b_grant.slot, a_grant.slot);
+    let mut after = Vec::new();
+    for _ in 0..3 {
+        after.push(a.renew(&pool, &a_grant, Floor(0)).await);
+    }
+    assert!(
+        after.iter().all(|r| matches!(r, Renewal::Renewed { .. })),
+        "the old primary was expected to keep renewing A's lease (split brain): {after:?}"
+    );
+}
