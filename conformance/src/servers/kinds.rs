@@ -432,10 +432,13 @@ mod tests {
             "etcd35",
             K8S_FAKE_LABEL,
             K8S_REAL_LABEL,
+            PG15_ASYNC_LABEL,
+            PG15_SYNC_LABEL,
+            VALKEY8_SENTINEL_LABEL,
         ] {
             assert!(labels.contains(&want), "{want} missing from {labels:?}");
         }
-        assert_eq!(labels.len(), 12, "{labels:?}");
+        assert_eq!(labels.len(), 12 + TOPOLOGY_LABELS.len(), "{labels:?}");
         assert_eq!(
             wheels(),
             [
