@@ -6,7 +6,9 @@
 //! way users' clients do: PostgreSQL through an address that is re-pointed at
 //! the promoted server (a virtual IP or an HAProxy in production, the
 //! conformance [`FaultProxy`](crate::proxy::FaultProxy) here), Valkey/Redis
-//! through Sentinel.
+//! through Sentinel, or as a Cluster whose nodes redirect clients (`MOVED`)
+//! to the promoted replica.
 
+pub mod cluster;
 pub mod postgres;
 pub mod sentinel;
