@@ -250,6 +250,18 @@ impl ClusterTopology {
             .ok_or_else(|| format!("{addr} names no live primary for slot {slot}"))
     }
 
+    /// The slot ranges (inclusive) `primary` serves, as it sees them.
+    ///
+    /// # Errors
+    /// `primary` did not answer, or is not a primary.
+    pub fn slot_ranges(&self, primary: SocketAddr) -> Result<Vec<(u16, u16)>, String> {
+        views(primary)?
+            .into_iter()
+            .find(|n| n.addr == primary && n.primary)
+            .map(|n| n.ranges)
+            .ok_or_else(|| format!("{primary} is not a primary"))
+    }
+
     /// The replica of `primary` (a live one), as `primary` sees it.
     ///
     /// # Errors
