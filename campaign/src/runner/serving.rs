@@ -10,6 +10,7 @@ use std::time::Duration;
 use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
 use leasehold_conformance::servers::{self, ServerKind, Settings};
+use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_conformance::topology::sentinel::SentinelTopology;
 
@@ -45,6 +46,10 @@ pub(crate) enum Serving {
     /// A Valkey/Redis primary with a replica and three Sentinels, reached
     /// through the Sentinels: `failover` faults.
     Sentinel(SentinelTopology),
+    /// A Valkey/Redis Cluster of three primaries with a replica each,
+    /// reached through any node (clients follow `MOVED`): `failover` faults
+    /// on the primary of the run's pool slot.
+    ValkeyCluster(ClusterTopology),
     Pair {
         pair: PgPair,
         /// Drives the address; dropped after the pair.
@@ -95,15 +100,23 @@ impl Store {
 
     /// Whether the store is a replicated topology that can fail over.
     pub(crate) fn can_fail_over(&self) -> bool {
-        matches!(self.serving, Serving::Pair { .. } | Serving::Sentinel(_))
+        matches!(
+            self.serving,
+            Serving::Pair { .. } | Serving::Sentinel(_) | Serving::ValkeyCluster(_)
+        )
     }
 
     /// Fails the store over to its standby, which stops receiving `lag`
-    /// before the primary is killed: how long clients had no primary.
-    pub(crate) fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
+    /// before the primary is killed: how long clients had no primary. In a
+    /// Cluster, the primary of `pool`'s slot (the pool's keys share the hash
+    /// tag `{campaign:<pool>}`).
+    pub(crate) fn fail_over(&mut self, lag: Duration, pool: &str) -> Result<Duration, String> {
         match &mut self.serving {
             Serving::Pair { pair, .. } => pair.fail_over(lag),
             Serving::Sentinel(t) => t.fail_over(lag),
+            Serving::ValkeyCluster(t) => {
+                t.fail_over(&format!("{{{}:{pool}}}", crate::store::PREFIX), lag)
+            }
             _ => Err("no standby to fail over to".into()),
         }
     }
@@ -146,7 +159,9 @@ impl Store {
         match &self.serving {
             // Clients ask the Sentinels where the primary is, and reach it
             // at the address they name: no proxy can stand in between.
-            Serving::File | Serving::Sentinel(_) => Vec::new(),
+            // In a Cluster, they read the nodes' addresses from the slot
+            // map: likewise.
+            Serving::File | Serving::Sentinel(_) | Serving::ValkeyCluster(_) => Vec::new(),
             Serving::Server(s) => s.addr().into_iter().collect(),
             Serving::Cluster(c) => c.addrs(),
             Serving::Fake(f) => vec![f.addr()],
@@ -161,7 +176,7 @@ impl Store {
             Serving::Cluster(_) => etcd_url(addrs),
             Serving::Fake(_) => format!("k8s://{}", addrs[0]),
             Serving::Pair { .. } => format!("postgres://postgres@{}/postgres", addrs[0]),
-            Serving::File | Serving::Sentinel(_) => self.url.clone(),
+            Serving::File | Serving::Sentinel(_) | Serving::ValkeyCluster(_) => self.url.clone(),
         }
     }
 }
@@ -220,8 +235,26 @@ pub(crate) fn provide(
             backends: false,
         });
     }
+    if topology == Topology::Cluster {
+        let kind = match backend {
+            "redis8" | "redis" => ServerKind::Redis8,
+            "redis7" => ServerKind::Redis7,
+            _ => ServerKind::Valkey8,
+        };
+        let t = ClusterTopology::start(kind)?;
+        return Ok(Store {
+            url: t.cluster_url(),
+            describe: format!("{kind} Cluster of three primaries with a replica each"),
+            serving: Serving::ValkeyCluster(t),
+            backends: false,
+        });
+    }
     if let Some(replication) = match topology {
-        Topology::Single | Topology::Sentinel | Topology::Etcd3 | Topology::Etcd5 => None,
+        Topology::Single
+        | Topology::Sentinel
+        | Topology::Cluster
+        | Topology::Etcd3
+        | Topology::Etcd5 => None,
         Topology::ReplicatedAsync => Some(Replication::Async),
         Topology::ReplicatedSync => Some(Replication::Sync),
     } {
