@@ -505,10 +505,7 @@ async fn control_without_min_replicas_the_old_primary_renews_after_sentinel_fail
 /// The Cluster's URL with this test's key prefix and a generous operation
 /// timeout.
 fn cluster_store_url(topology: &ClusterTopology) -> String {
-    format!(
-        "{}&prefix=lhfailover&op_timeout=5s",
-        topology.cluster_url()
-    )
+    format!("{}&prefix=lhfailover&op_timeout=5s", topology.cluster_url())
 }
 
 /// [`claim_then_fail_over`] on a Valkey 8.1 Cluster of three primaries with

@@ -365,7 +365,11 @@ impl ClusterTopology {
             let named: Vec<Option<SocketAddr>> = self
                 .running()
                 .filter(|a| *a != old)
-                .map(|a| views(a).ok().and_then(|v| primary_in(&v, slot).map(|p| p.addr)))
+                .map(|a| {
+                    views(a)
+                        .ok()
+                        .and_then(|v| primary_in(&v, slot).map(|p| p.addr))
+                })
                 .collect();
             if let Some(Some(new)) = named.first()
                 && *new != old
@@ -569,7 +573,7 @@ fn views(addr: SocketAddr) -> Result<Vec<View>, String> {
 
 /// The live primary serving `slot` in a node's view.
 fn primary_in(views: &[View], slot: u16) -> Option<&View> {
-    views.iter().find(|n| {
-        n.primary && !n.failed && n.ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
-    })
+    views
+        .iter()
+        .find(|n| n.primary && !n.failed && n.ranges.iter().any(|&(a, b)| a <= slot && slot <= b))
 }

@@ -212,7 +212,10 @@ impl ValkeyStrategy {
         for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
             let args = vec!["GET".into(), name.into()];
             let answer = match &node {
-                None => self.call::<Value>("CONFIG", ClusterHash::Random, args).await,
+                None => {
+                    self.call::<Value>("CONFIG", ClusterHash::Random, args)
+                        .await
+                }
                 Some(server) => self.call_on(server, "CONFIG", args).await,
             };
             let value = match answer {
