@@ -62,7 +62,7 @@ impl Options {
 
 /// The key prefix of the campaign's Valkey/Redis keys (the lease strategy's
 /// too) and of its etcd lease keys.
-const PREFIX: &str = "campaign";
+pub(crate) const PREFIX: &str = "campaign";
 
 /// The namespace of the campaign's Kubernetes Leases (its fence objects'
 /// too).

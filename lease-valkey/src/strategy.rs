@@ -95,6 +95,24 @@ impl PoolKeys {
     }
 }
 
+/// The route of a custom command in a Cluster, as `fred` 10.1 honours it:
+/// of a `CustomCommand`'s `ClusterHash` it reads only `Custom(slot)`, and
+/// routes every other by the first string argument (`FirstKey`): for
+/// `EVALSHA` the SHA, for `EVAL` the script body, so a script went to a node
+/// that does not serve its keys, got `MOVED`, and the redirected re-send
+/// failed ("Too many failed write attempts": a command is sent at most
+/// once). An `Offset(i)` is therefore turned into the slot of argument `i`
+/// here. Without a Cluster the route is ignored.
+pub(crate) fn route(hash: ClusterHash, args: &[Value]) -> ClusterHash {
+    match hash {
+        ClusterHash::Offset(i) => match args.get(i).and_then(Value::as_bytes) {
+            Some(key) => ClusterHash::Custom(fred::util::redis_keyslot(key)),
+            None => ClusterHash::Offset(i),
+        },
+        other => other,
+    }
+}
+
 /// The HSETEX path's ownership marker for `slot` held by `token` (the
 /// scripts build it themselves; this is for benchmarks and tests).
 #[cfg(feature = "stats")]
@@ -229,7 +247,7 @@ impl ValkeyStrategy {
     ) -> Result<R, Failure> {
         self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
         let limit = self.inner.config.op_timeout + BACKSTOP_SLACK;
-        let command = CustomCommand::new_static(cmd, hash, false);
+        let command = CustomCommand::new_static(cmd, route(hash, &args), false);
         match tokio::time::timeout(limit, self.inner.client.custom::<R, Value>(command, args)).await
         {
             Ok(Ok(v)) => Ok(v),

@@ -7,7 +7,13 @@ use crate::config::{ValkeyConfig, check_prefix};
 use crate::error::ValkeyError;
 
 /// The accepted shape, quoted by every URL error.
-const FORM: &str = "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or valkey://…, with options ?prefix=NAME&op_timeout=1s (through Sentinel: redis-sentinel://SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME)";
+const FORM: &str = "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or valkey://…, with options ?prefix=NAME&op_timeout=1s (through Sentinel: redis-sentinel://SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME; a Cluster: redis-cluster://NODE[:PORT][,NODE[:PORT]…])";
+
+/// The accepted shape of a Cluster URL.
+const CLUSTER_FORM: &str = "redis-cluster://[USER:PASSWORD@]NODE[:PORT][,NODE[:PORT]…] (or valkey-cluster://…; more nodes also as ?node=HOST:PORT; no database: a Cluster has only 0), with options prefix and op_timeout";
+
+/// The data servers' default port, for a Cluster node written without one.
+const SERVER_PORT: u16 = 6379;
 
 /// The accepted shape of a URL through Sentinel.
 const SENTINEL_FORM: &str = "redis-sentinel://[USER:PASSWORD@]SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME (or valkey-sentinel://…; more Sentinels also as &node=HOST:PORT), with options prefix and op_timeout";
@@ -25,6 +31,8 @@ impl ValkeyConfig {
         "valkeys",
         "redis-sentinel",
         "valkey-sentinel",
+        "redis-cluster",
+        "valkey-cluster",
     ];
 
     /// Settings from a store URL (see the crate README, "URL"):
@@ -41,6 +49,15 @@ impl ValkeyConfig {
     /// are the data servers' (the Sentinels are reached without them). The
     /// claim scripts' promotion guard covers what a failover to an
     /// asynchronous replica forgets (see the crate README, "Failover").
+    ///
+    /// A Cluster: `redis-cluster://[USER:PASSWORD@]N1[:PORT][,N2[:PORT]…]`
+    /// (or `valkey-cluster://`; nodes on port 6379 by default, more of them
+    /// also as `?node=HOST:PORT`, as `fred` writes them; no database path
+    /// other than `/0`). Any one reachable node is enough: the client reads
+    /// the slot map from it and follows `MOVED` redirections, so it follows
+    /// a failover. A pool's keys share one hash tag, so each pool lives on
+    /// one slot and one primary; the durability check at connect reads every
+    /// primary (see [`ValkeyStrategy::connect`](crate::ValkeyStrategy::connect)).
     ///
     /// `rediss://` and `valkeys://` are refused: they ask for TLS, and this
     /// crate's client is built without it, so it would connect in plain
@@ -60,13 +77,25 @@ impl ValkeyConfig {
         let mut parts = StoreUrl::parse(url, Self::SCHEMES, FORM)?;
         refuse_tls(parts.scheme())?;
         let sentinel = parts.scheme().ends_with("-sentinel");
+        let cluster = parts.scheme().ends_with("-cluster");
         let (service, sentinels) = if sentinel {
             sentinel_parts(&mut parts)?
+        } else if cluster {
+            (String::new(), cluster_nodes(&mut parts)?)
         } else {
             parts.require_one_host(FORM)?;
             (String::new(), Vec::new())
         };
         let db = parts.path().trim_end_matches('/');
+        if cluster && !db.is_empty() && db != "0" {
+            return Err(ConfigError::described(
+                "url",
+                format!(
+                    "the database {db:?}: a Cluster has only database 0; expected {CLUSTER_FORM}"
+                ),
+            )
+            .into());
+        }
         if !db.is_empty() && db.parse::<u8>().is_err() {
             return Err(ConfigError::new(
                 "url",
@@ -80,6 +109,8 @@ impl ValkeyConfig {
         parts.refuse_unknown_options("prefix, op_timeout")?;
         let for_fred = if sentinel {
             sentinel_url_for_fred(url, &parts, &service, &sentinels)
+        } else if cluster {
+            cluster_url_for_fred(url, &sentinels)
         } else {
             parts.rebuild("redis")
         };
@@ -130,25 +161,71 @@ fn sentinel_parts(parts: &mut StoreUrl) -> Result<(String, Vec<String>), ValkeyE
     }
     let sentinels = sentinels
         .into_iter()
-        .map(|h| with_port(&h))
+        .map(|h| with_port(&h, SENTINEL_PORT, "Sentinel", SENTINEL_FORM))
         .collect::<Result<Vec<_>, _>>()?;
     Ok((service, sentinels))
 }
 
-/// `host:port` of a Sentinel written `host` or `host:port` (IPv6 literals
-/// are refused: `fred` reads a Sentinel as `host:port` split at `:`).
-fn with_port(host: &str) -> Result<String, ValkeyError> {
+/// The nodes (`host:port`) of a Cluster URL: the hosts of the authority,
+/// then every `node=` option (taken).
+fn cluster_nodes(parts: &mut StoreUrl) -> Result<Vec<String>, ValkeyError> {
+    let mut nodes: Vec<String> = parts.hosts().to_vec();
+    nodes.extend(
+        parts
+            .options()
+            .filter(|(k, _)| *k == "node")
+            .map(|(_, v)| v.to_owned()),
+    );
+    parts.take("node");
+    if nodes.is_empty() {
+        return Err(ConfigError::described(
+            "url",
+            format!(
+                "{}:// needs at least one node; expected {CLUSTER_FORM}",
+                parts.scheme()
+            ),
+        )
+        .into());
+    }
+    nodes
+        .into_iter()
+        .map(|h| with_port(&h, SERVER_PORT, "Cluster node", CLUSTER_FORM))
+        .collect()
+}
+
+/// The Cluster URL as `fred` reads it: the first node in the authority, the
+/// others as `node=` options, the user information as written.
+fn cluster_url_for_fred(written: &str, nodes: &[String]) -> String {
+    let rest = written.split_once("://").map_or("", |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let mut out = String::from("redis-cluster://");
+    if let Some((u, _)) = authority.rsplit_once('@') {
+        out.push_str(u);
+        out.push('@');
+    }
+    out.push_str(&nodes[0]);
+    for (i, node) in nodes[1..].iter().enumerate() {
+        out.push_str(if i == 0 { "?node=" } else { "&node=" });
+        out.push_str(node);
+    }
+    out
+}
+
+/// `host:port` of a Sentinel or Cluster node (`what`) written `host` or
+/// `host:port` (IPv6 literals are refused: `fred` reads a `node=` as
+/// `host:port` split at `:`).
+fn with_port(host: &str, port: u16, what: &str, form: &str) -> Result<String, ValkeyError> {
     let bad = || {
         ValkeyError::from(ConfigError::described(
             "url",
-            format!("the Sentinel {host:?} is not HOST or HOST:PORT; expected {SENTINEL_FORM}"),
+            format!("the {what} {host:?} is not HOST or HOST:PORT; expected {form}"),
         ))
     };
     if host.starts_with('[') || host.is_empty() {
         return Err(bad());
     }
     match host.split_once(':') {
-        None => Ok(format!("{host}:{SENTINEL_PORT}")),
+        None => Ok(format!("{host}:{port}")),
         Some((h, port)) if !h.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
             Ok(host.to_owned())
         }
@@ -286,13 +363,39 @@ mod tests {
         }
     }
 
+    /// A Cluster URL reaches fred as fred reads it: one node in the
+    /// authority, the others as `node=`, the user information kept.
+    #[test]
+    fn cluster_urls_are_rewritten_for_fred() {
+        for (url, for_fred) in [
+            (
+                "redis-cluster://127.0.0.1:7000",
+                "redis-cluster://127.0.0.1:7000",
+            ),
+            (
+                "valkey-cluster://u:p%40w@n1,n2:7001/0?prefix=app&node=n3:7002",
+                "redis-cluster://u:p%40w@n1:6379?node=n2:7001&node=n3:7002",
+            ),
+            (
+                "redis-cluster://n1:1?node=n2:2&op_timeout=2s",
+                "redis-cluster://n1:1?node=n2:2",
+            ),
+        ] {
+            let c = ValkeyConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(c.url, for_fred, "{url}");
+            let fred = fred::types::config::Config::from_url(&c.url)
+                .unwrap_or_else(|e| panic!("fred refuses {}: {e}", c.url));
+            assert!(fred.server.is_clustered(), "{}", c.url);
+        }
+    }
+
     #[test]
     fn refused_urls_say_what_is_accepted() {
         for (url, needle) in [
             (
                 "reddis://h:6379",
                 "unknown scheme \"reddis\"; expected one of redis, rediss, valkey, valkeys, \
-                 redis-sentinel, valkey-sentinel",
+                 redis-sentinel, valkey-sentinel, redis-cluster, valkey-cluster",
             ),
             ("h:6379", "it has no scheme; expected one of redis"),
             ("redis://", "redis:// needs a host"),
@@ -336,6 +439,13 @@ mod tests {
                 "rediss-sentinel://h?sentinelServiceName=m",
                 "unknown scheme",
             ),
+            ("redis-cluster://h:7000/2", "a Cluster has only database 0"),
+            ("redis-cluster://", "needs at least one node"),
+            (
+                "redis-cluster://h?node=[::1]:5",
+                "the Cluster node \"[::1]:5\" is not HOST or HOST:PORT",
+            ),
+            ("rediss-cluster://h", "unknown scheme"),
         ] {
             let e = ValkeyConfig::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");

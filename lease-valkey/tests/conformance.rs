@@ -1,6 +1,7 @@
 //! The whole behaviour suite on Redis 8.2 (HSETEX path), Redis 7.0 and
 //! Valkey 8.1 (script path), plus Valkey-specific behaviours; and on Valkey
-//! 8.1 through Sentinel (a primary, a replica, three Sentinels).
+//! 8.1 through Sentinel (a primary, a replica, three Sentinels); and on a
+//! Valkey 8.1 Cluster (three primaries with a replica each).
 
 use leasehold_core::Floor;
 use std::net::{SocketAddr, TcpStream};
@@ -12,9 +13,11 @@ use std::time::{Duration, Instant};
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{
-    Missing, Server, ServerKind, VALKEY8_SENTINEL_LABEL, find_binary, provide,
+    Missing, Server, ServerKind, VALKEY8_CLUSTER_LABEL, VALKEY8_SENTINEL_LABEL, find_binary,
+    provide,
 };
 use leasehold_conformance::suite::STARVED;
+use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::sentinel::SentinelTopology;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
@@ -1978,8 +1981,183 @@ fn sentinel_target() -> (Target, Option<SentinelTopology>) {
     (t, Some(topology))
 }
 
+/// The suite on a Cluster: three durable primaries with a replica each
+/// ([`ClusterTopology`]), the store reached through the cluster URL with the
+/// library's defaults, so that each test's pool lives on whichever primary
+/// serves its slot. The fault proxy goes in front of one primary; a store
+/// through it ([`ThroughOnePrimary`]) is a plain client of that node whose
+/// key prefix is picked, once it sees the pool, so that the pool's slot is
+/// that node's (any other would answer `MOVED`).
+struct InCluster {
+    url: String,
+    /// The primary behind the fault proxy, and the slots it serves.
+    primary: SocketAddr,
+    ranges: Vec<(u16, u16)>,
+}
+
+impl InCluster {
+    async fn strategy(&self) -> Result<ValkeyStrategy, String> {
+        ValkeyStrategy::connect(ValkeyConfig::from_url(&self.url).map_err(|e| e.to_string())?)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Backend for InCluster {
+    fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move { Ok(Arc::new(self.strategy().await?) as Store) })
+    }
+
+    fn connect_via(
+        &self,
+        addr: SocketAddr,
+        op_timeout: Duration,
+    ) -> BoxFuture<'_, Result<Store, String>> {
+        Box::pin(async move {
+            let template = ValkeyStrategy::connect(
+                ValkeyConfig::from_url(&format!("redis://{addr}?prefix=lhcluster"))
+                    .map_err(|e| e.to_string())?
+                    .op_timeout(op_timeout),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            Ok(Arc::new(ThroughOnePrimary {
+                addr,
+                op_timeout,
+                ranges: self.ranges.clone(),
+                template,
+                store: tokio::sync::OnceCell::new(),
+            }) as Store)
+        })
+    }
+
+    fn store_addr(&self) -> Option<SocketAddr> {
+        Some(self.primary)
+    }
+
+    fn revoke<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        slot: u32,
+    ) -> Option<BoxFuture<'a, Result<(), String>>> {
+        Some(Box::pin(async move {
+            let s = self.strategy().await?;
+            let was = s.revoke(pool, slot).await.map_err(|e| e.to_string())?;
+            ensure!(was, "no lease on slot {slot} to revoke");
+            Ok(())
+        }))
+    }
+}
+
+/// A store through the fault proxy in front of one Cluster primary: a plain
+/// (not cluster-aware) client of that node, connected at its first call
+/// with a key prefix that puts the pool on one of the node's slots. A
+/// connection that fails then is a retryable answer, as the fault tests
+/// expect of an unreachable store.
+struct ThroughOnePrimary {
+    addr: SocketAddr,
+    op_timeout: Duration,
+    ranges: Vec<(u16, u16)>,
+    /// Connected through the proxy at once: its capabilities and identity.
+    template: ValkeyStrategy,
+    store: tokio::sync::OnceCell<ValkeyStrategy>,
+}
+
+impl ThroughOnePrimary {
+    /// The first prefix `lhclusterN` whose pool tag `{lhclusterN:<pool>}`
+    /// hashes to one of the node's slots.
+    fn prefix_for(&self, pool: &PoolSpec) -> String {
+        (0u32..)
+            .map(|n| format!("lhcluster{n}"))
+            .find(|p| {
+                let slot = fred::util::redis_keyslot(format!("{p}:{}", pool.name()).as_bytes());
+                self.ranges.iter().any(|&(a, b)| a <= slot && slot <= b)
+            })
+            .unwrap_or_default()
+    }
+
+    async fn store(&self, pool: &PoolSpec) -> Result<&ValkeyStrategy, String> {
+        self.store
+            .get_or_try_init(|| async {
+                let url = format!("redis://{}?prefix={}", self.addr, self.prefix_for(pool));
+                let config = ValkeyConfig::from_url(&url)
+                    .map_err(|e| e.to_string())?
+                    .op_timeout(self.op_timeout);
+                ValkeyStrategy::connect(config)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await
+    }
+}
+
+impl Strategy for ThroughOnePrimary {
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
+        match self.store(pool).await {
+            Ok(s) => s.acquire(pool, ceiling).await,
+            Err(e) => Err(AcquireError::Unreachable(leasehold_core::Reason::new(e))),
+        }
+    }
+
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        match self.store(pool).await {
+            Ok(s) => s.renew(pool, grant, ceiling).await,
+            Err(e) => Renewal::Retry(leasehold_core::Reason::new(e)),
+        }
+    }
+
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
+        match self.store(pool).await {
+            Ok(s) => s.release(pool, grant, issued).await,
+            Err(_) => self.template.release(pool, grant, issued).await,
+        }
+    }
+
+    fn capabilities(&self) -> leasehold_core::Capabilities {
+        self.template.capabilities()
+    }
+
+    fn identity(&self) -> String {
+        self.template.identity()
+    }
+}
+
+/// The suite's row on a Valkey 8 Cluster, and the topology to keep running
+/// until the run ends.
+fn cluster_target() -> (Target, Option<ClusterTopology>) {
+    let kind = ServerKind::Valkey8;
+    let label = VALKEY8_CLUSTER_LABEL.to_owned();
+    let started = ClusterTopology::start(kind).and_then(|t| {
+        let primary = t.primary_of("{lhcluster}")?;
+        let ranges = t.slot_ranges(primary)?;
+        Ok((t, primary, ranges))
+    });
+    let (topology, primary, ranges) = match started {
+        Ok(t) => t,
+        Err(why) => {
+            let missing = Missing {
+                kind,
+                tried: vec![format!("a Cluster topology: {why}")],
+            };
+            return (Target::missing(label, missing), None);
+        }
+    };
+    let backend = Arc::new(InCluster {
+        url: format!("{}&prefix=lhcluster", topology.cluster_url()),
+        primary,
+        ranges,
+    });
+    let describe = format!(
+        "{kind} Cluster of 3 primaries with a replica each, from {}",
+        topology.node_addrs()[0]
+    );
+    let t = Target::new(label, describe, backend).with_revoke();
+    (t, Some(topology))
+}
+
 fn main() -> ExitCode {
     let (sentinel, topology) = sentinel_target();
+    let (cluster, cluster_topology) = cluster_target();
     let (mut targets, servers): (Vec<_>, Vec<_>) = [
         (ServerKind::Redis8, ActivePath::Hsetex),
         (ServerKind::Redis7, ActivePath::Scripts),
@@ -1989,8 +2167,10 @@ fn main() -> ExitCode {
     .map(|(kind, path)| target(kind, Method::Auto, path))
     .unzip();
     targets.push(sentinel);
+    targets.push(cluster);
     let code = leasehold_conformance::run(targets);
     drop(servers);
     drop(topology);
+    drop(cluster_topology);
     code
 }

@@ -29,11 +29,13 @@
 //! without replicas: its restart changes the replication ID too, and a claim
 //! right after it is granted, not held back.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand};
 use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
+use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::sentinel::{Reply, SentinelTopology};
 use leasehold_conformance::{ensure, fresh_pool};
 use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Renewal, Strategy};
@@ -56,9 +58,16 @@ enum Failover {
     Command,
 }
 
+/// The servers of a test, kept running until it ends.
+#[allow(dead_code, reason = "held for its Drop")]
+enum Topology {
+    Sentinel(SentinelTopology),
+    Cluster(ClusterTopology),
+}
+
 /// The topology after the failover, with the claim the new primary lacks.
 struct AfterFailover {
-    topology: SentinelTopology,
+    topology: Topology,
     pool: PoolSpec,
     url: String,
     holder: ValkeyStrategy,
@@ -158,7 +167,7 @@ async fn claim_then_fail_over(kind: ServerKind, how: Failover) -> Result<AfterFa
         keys.leases
     );
     Ok(AfterFailover {
-        topology,
+        topology: Topology::Sentinel(topology),
         pool,
         url,
         holder,
@@ -202,6 +211,12 @@ async fn renewal_is_lost(after: &AfterFailover, how: Failover) -> Result<(), Str
 /// with a fence above the lost claim's.
 async fn the_guard_holds_claims_back(kind: ServerKind, how: Failover) -> Result<(), String> {
     let after = claim_then_fail_over(kind, how).await?;
+    guard_holds_back(after, how).await
+}
+
+/// [`the_guard_holds_claims_back`] after the failover, whichever topology
+/// made it.
+async fn guard_holds_back(after: AfterFailover, how: Failover) -> Result<(), String> {
     renewal_is_lost(&after, how).await?;
     let claimer = connect(ValkeyConfig::from_url(&after.url).map_err(|e| e.to_string())?).await?;
     let span = after.pool.restart_span();
@@ -264,6 +279,12 @@ async fn without_the_guard_the_slot_is_granted_twice(
     how: Failover,
 ) -> Result<(), String> {
     let after = claim_then_fail_over(kind, how).await?;
+    granted_twice(after).await
+}
+
+/// [`without_the_guard_the_slot_is_granted_twice`] after the failover,
+/// whichever topology made it.
+async fn granted_twice(after: AfterFailover) -> Result<(), String> {
     let config = ValkeyConfig::from_url(&after.url)
         .map_err(|e| e.to_string())?
         .restart_guard(false);
@@ -478,5 +499,150 @@ async fn control_without_min_replicas_the_old_primary_renews_after_sentinel_fail
              primary into a replica within a second?)"
         ),
         Err(e) => panic!("{e}"),
+    }
+}
+
+/// The Cluster's URL with this test's key prefix and a generous operation
+/// timeout.
+fn cluster_store_url(topology: &ClusterTopology) -> String {
+    format!("{}&prefix=lhfailover&op_timeout=5s", topology.cluster_url())
+}
+
+/// [`claim_then_fail_over`] on a Valkey 8.1 Cluster of three primaries with
+/// one replica each: the failover is made on the primary of the pool's hash
+/// slot, killed (the cluster promotes its replica after the node timeout)
+/// or replaced by `CLUSTER FAILOVER FORCE` on the replica (then the test
+/// also waits until the old primary turned itself into a replica, so that
+/// every connection reaches the new one through `MOVED`).
+async fn claim_then_fail_over_in_cluster(how: Failover) -> Result<AfterFailover, String> {
+    let mut topology = tokio::task::block_in_place(|| ClusterTopology::start(ServerKind::Valkey8))?;
+    let pool = fresh_pool(1, TTL)?;
+    let url = cluster_store_url(&topology);
+    let config = ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?;
+    let holder = connect(config).await?;
+    ensure!(
+        holder.path() == ActivePath::Scripts,
+        "Valkey 8 took the {} path",
+        holder.path()
+    );
+    let earlier = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the earlier claim: {e}"))?;
+    holder.release(&pool, &earlier, Floor::NONE).await;
+    let fences = holder.keys(pool.name()).fences;
+    let primary = tokio::task::block_in_place(|| topology.primary_of(&fences))?;
+    let replica = tokio::task::block_in_place(|| topology.replica_of(primary))?;
+    // The replica has the earlier claim (and the fences hash with the
+    // primary's replication ID) once its replication offset reached the
+    // primary's, read after the claim (a replica answers MOVED to reads
+    // of its primary's slots on a plain connection).
+    let offset = |addr: SocketAddr| -> Result<u64, String> {
+        let info = topology.info_replication(addr)?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("no master_repl_offset from {addr}: {info}"))
+    };
+    let written = offset(primary)?;
+    let deadline = Instant::now() + PROMOTION_WAIT;
+    while offset(replica)? < written {
+        ensure!(
+            Instant::now() < deadline,
+            "the replica {replica} did not reach the primary's offset {written}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::task::block_in_place(|| topology.cut_replication(primary)).map(drop)?;
+    let sent = Instant::now();
+    let grant = holder
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the claim before the failover: {e}"))?;
+    let promoted = tokio::task::block_in_place(|| -> Result<SocketAddr, String> {
+        match how {
+            Failover::Kill => topology.kill_primary(primary)?,
+            Failover::Command => topology.failover(replica)?,
+        }
+        let new = topology.wait_promoted(&fences, primary, PROMOTION_WAIT)?;
+        if matches!(how, Failover::Command) {
+            let deadline = Instant::now() + PROMOTION_WAIT;
+            while !topology
+                .info_replication(primary)
+                .is_ok_and(|i| i.contains("role:slave"))
+            {
+                if Instant::now() > deadline {
+                    return Err(format!("the old primary {primary} stayed a primary"));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(new)
+    })?;
+    ensure!(
+        promoted == replica,
+        "the cluster promoted {promoted}, not the cut replica {replica}"
+    );
+    let keys = holder.keys(pool.name());
+    let slot_key = keys.slot_key(grant.slot);
+    let kept = topology.command(promoted, &["GET", slot_key.as_str()])?;
+    ensure!(
+        kept == Reply::Bulk(None),
+        "the promoted replica has the claim ({slot_key}: {kept:?}): the test needs one that \
+         missed it"
+    );
+    Ok(AfterFailover {
+        topology: Topology::Cluster(topology),
+        pool,
+        url,
+        holder,
+        grant,
+        sent,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_after_the_primary_is_killed_the_promoted_replica_grants_nothing_until_the_span_has_passed()
+ {
+    let r = match claim_then_fail_over_in_cluster(Failover::Kill).await {
+        Ok(after) => guard_holds_back(after, Failover::Kill).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_after_cluster_failover_the_promoted_replica_grants_nothing_until_the_span_has_passed()
+ {
+    let r = match claim_then_fail_over_in_cluster(Failover::Command).await {
+        Ok(after) => guard_holds_back(after, Failover::Command).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_control_after_the_primary_is_killed_an_unguarded_claim_takes_the_held_slot() {
+    let r = match claim_then_fail_over_in_cluster(Failover::Kill).await {
+        Ok(after) => granted_twice(after).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_control_after_cluster_failover_an_unguarded_claim_takes_the_held_slot() {
+    let r = match claim_then_fail_over_in_cluster(Failover::Command).await {
+        Ok(after) => granted_twice(after).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = r {
+        panic!("{e}");
     }
 }

@@ -45,6 +45,8 @@ pub const STORES: &[StoreSchemes] = &[
             "valkeys",
             "redis-sentinel",
             "valkey-sentinel",
+            "redis-cluster",
+            "valkey-cluster",
         ],
         feature: "valkey",
     },

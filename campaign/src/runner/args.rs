@@ -69,6 +69,9 @@ pub(crate) enum Topology {
     /// A Valkey/Redis primary with a replica and three Sentinels, failed
     /// over by killing the primary.
     Sentinel,
+    /// A Valkey/Redis Cluster of three primaries with a replica each,
+    /// failed over by killing the primary of the run's pool slot.
+    Cluster,
     /// An etcd cluster of three members, killed one at a time (every other
     /// time the leader).
     Etcd3,
@@ -78,7 +81,8 @@ pub(crate) enum Topology {
 
 impl Topology {
     /// The names `--topology` takes.
-    pub(crate) const NAMES: &str = "single|replicated-async|replicated-sync|sentinel|etcd-3|etcd-5";
+    pub(crate) const NAMES: &str =
+        "single|replicated-async|replicated-sync|sentinel|cluster|etcd-3|etcd-5";
 
     fn parse(text: &str) -> Result<Self, String> {
         match text {
@@ -86,6 +90,7 @@ impl Topology {
             "replicated-async" => Ok(Self::ReplicatedAsync),
             "replicated-sync" => Ok(Self::ReplicatedSync),
             "sentinel" => Ok(Self::Sentinel),
+            "cluster" => Ok(Self::Cluster),
             "etcd-3" => Ok(Self::Etcd3),
             "etcd-5" => Ok(Self::Etcd5),
             other => Err(format!("--topology {other:?}: one of {}", Self::NAMES)),
@@ -99,6 +104,7 @@ impl Topology {
             Self::ReplicatedAsync => "replicated-async",
             Self::ReplicatedSync => "replicated-sync",
             Self::Sentinel => "sentinel",
+            Self::Cluster => "cluster",
             Self::Etcd3 => "etcd-3",
             Self::Etcd5 => "etcd-5",
         }
@@ -132,7 +138,7 @@ const USAGE: &str = "usage: campaign [--backend sqlite|postgres|mariadb|redis8|r
                             valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
                             [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
-                            [--topology single|replicated-async|replicated-sync|sentinel|etcd-3|etcd-5] \
+                            [--topology single|replicated-async|replicated-sync|sentinel|cluster|etcd-3|etcd-5] \
                             [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
                             [--unsafe-keep-server-synchronous-commit] [--keep] \
                             [--plant NAME[,NAME]] [--clock-rate-ppm P] [--margin-ms M|min] \
@@ -268,7 +274,7 @@ impl Args {
                 postgres || matches!(self.backend.as_str(), "mariadb" | "mysql")
             }
             Topology::ReplicatedSync => postgres,
-            Topology::Sentinel => valkey,
+            Topology::Sentinel | Topology::Cluster => valkey,
             Topology::Etcd3 | Topology::Etcd5 => {
                 matches!(self.backend.as_str(), "etcd35" | "etcd" | "etcd34")
             }
@@ -277,8 +283,8 @@ impl Args {
             return Err(format!(
                 "--topology {} does not run on {}: replicated-async is a PostgreSQL or MariaDB \
                  topology (--backend postgres, postgres-latest or mariadb), replicated-sync a \
-                 PostgreSQL one, sentinel a \
-                 Valkey/Redis one (--backend valkey8, redis8 or redis7), etcd-3 and etcd-5 etcd \
+                 PostgreSQL one, sentinel and cluster Valkey/Redis ones (--backend valkey8, \
+                 redis8 or redis7), etcd-3 and etcd-5 etcd \
                  clusters (--backend etcd35 or etcd34)",
                 self.topology.name(),
                 self.backend

@@ -98,7 +98,7 @@ impl Campaign {
         *run.counts.entry(p.fault.name()).or_default() += 1;
         let lag = p.pause / 4;
         run.mark("failover", None, None);
-        match self.store.fail_over(lag) {
+        match self.store.fail_over(lag, &run.pool) {
             Ok(down) => {
                 if let Some(m) = run.marks.last_mut() {
                     m.until_ns = Some(m.at_ns + (lag + down).as_nanos() as u64);

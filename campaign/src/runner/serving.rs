@@ -10,6 +10,7 @@ use std::time::Duration;
 use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
 use leasehold_conformance::servers::{self, ServerKind, Settings};
+use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_conformance::topology::sentinel::SentinelTopology;
@@ -53,6 +54,10 @@ pub(crate) enum Serving {
     /// A Valkey/Redis primary with a replica and three Sentinels, reached
     /// through the Sentinels: `failover` faults.
     Sentinel(SentinelTopology),
+    /// A Valkey/Redis Cluster of three primaries with a replica each,
+    /// reached through any node (clients follow `MOVED`): `failover` faults
+    /// on the primary of the run's pool slot.
+    ValkeyCluster(ClusterTopology),
     Pair {
         pair: PgPair,
         /// Drives the address; dropped after the pair.
@@ -105,17 +110,25 @@ impl Store {
     pub(crate) fn can_fail_over(&self) -> bool {
         matches!(
             self.serving,
-            Serving::Pair { .. } | Serving::MariaPair { .. } | Serving::Sentinel(_)
+            Serving::Pair { .. }
+                | Serving::MariaPair { .. }
+                | Serving::Sentinel(_)
+                | Serving::ValkeyCluster(_)
         )
     }
 
     /// Fails the store over to its standby, which stops receiving `lag`
-    /// before the primary is killed: how long clients had no primary.
-    pub(crate) fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
+    /// before the primary is killed: how long clients had no primary. In a
+    /// Cluster, the primary of `pool`'s slot (the pool's keys share the hash
+    /// tag `{campaign:<pool>}`).
+    pub(crate) fn fail_over(&mut self, lag: Duration, pool: &str) -> Result<Duration, String> {
         match &mut self.serving {
             Serving::Pair { pair, .. } => pair.fail_over(lag),
             Serving::Sentinel(t) => t.fail_over(lag),
             Serving::MariaPair { pair, .. } => pair.fail_over(lag),
+            Serving::ValkeyCluster(t) => {
+                t.fail_over(&format!("{{{}:{pool}}}", crate::store::PREFIX), lag)
+            }
             _ => Err("no standby to fail over to".into()),
         }
     }
@@ -158,7 +171,9 @@ impl Store {
         match &self.serving {
             // Clients ask the Sentinels where the primary is, and reach it
             // at the address they name: no proxy can stand in between.
-            Serving::File | Serving::Sentinel(_) => Vec::new(),
+            // In a Cluster, they read the nodes' addresses from the slot
+            // map: likewise.
+            Serving::File | Serving::Sentinel(_) | Serving::ValkeyCluster(_) => Vec::new(),
             Serving::Server(s) => s.addr().into_iter().collect(),
             Serving::Cluster(c) => c.addrs(),
             Serving::Fake(f) => vec![f.addr()],
@@ -175,7 +190,7 @@ impl Store {
             Serving::Fake(_) => format!("k8s://{}", addrs[0]),
             Serving::Pair { .. } => format!("postgres://postgres@{}/postgres", addrs[0]),
             Serving::MariaPair { .. } => format!("mysql://root@{}/leasehold", addrs[0]),
-            Serving::File | Serving::Sentinel(_) => self.url.clone(),
+            Serving::File | Serving::Sentinel(_) | Serving::ValkeyCluster(_) => self.url.clone(),
         }
     }
 }
@@ -252,8 +267,26 @@ pub(crate) fn provide(
             backends: false,
         });
     }
+    if topology == Topology::Cluster {
+        let kind = match backend {
+            "redis8" | "redis" => ServerKind::Redis8,
+            "redis7" => ServerKind::Redis7,
+            _ => ServerKind::Valkey8,
+        };
+        let t = ClusterTopology::start(kind)?;
+        return Ok(Store {
+            url: t.cluster_url(),
+            describe: format!("{kind} Cluster of three primaries with a replica each"),
+            serving: Serving::ValkeyCluster(t),
+            backends: false,
+        });
+    }
     if let Some(replication) = match topology {
-        Topology::Single | Topology::Sentinel | Topology::Etcd3 | Topology::Etcd5 => None,
+        Topology::Single
+        | Topology::Sentinel
+        | Topology::Cluster
+        | Topology::Etcd3
+        | Topology::Etcd5 => None,
         Topology::ReplicatedAsync => Some(Replication::Async),
         Topology::ReplicatedSync => Some(Replication::Sync),
     } {

@@ -30,8 +30,18 @@ pub const PG15_SYNC_LABEL: &str = "postgres15 + sync standby";
 /// ([`SentinelTopology`](crate::topology::sentinel::SentinelTopology)).
 pub const VALKEY8_SENTINEL_LABEL: &str = "valkey8-sentinel";
 
+/// The report label of the suite on a Valkey 8 Cluster of three primaries
+/// with a replica each
+/// ([`ClusterTopology`](crate::topology::cluster::ClusterTopology)).
+pub const VALKEY8_CLUSTER_LABEL: &str = "valkey8-cluster";
+
 /// The labels of the replicated topologies the suites report on.
-pub const TOPOLOGY_LABELS: &[&str] = &[PG15_ASYNC_LABEL, PG15_SYNC_LABEL, VALKEY8_SENTINEL_LABEL];
+pub const TOPOLOGY_LABELS: &[&str] = &[
+    PG15_ASYNC_LABEL,
+    PG15_SYNC_LABEL,
+    VALKEY8_SENTINEL_LABEL,
+    VALKEY8_CLUSTER_LABEL,
+];
 
 /// Every label the behaviour suites report on, in table order: the
 /// in-process backends, then each row of [`KINDS`]'s labels, then the

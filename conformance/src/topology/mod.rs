@@ -6,8 +6,10 @@
 //! way users' clients do: PostgreSQL and MariaDB through an address that is
 //! re-pointed at the promoted server (a virtual IP, an HAProxy or MaxScale in
 //! production, the conformance [`FaultProxy`](crate::proxy::FaultProxy)
-//! here), Valkey/Redis through Sentinel.
+//! here), Valkey/Redis through Sentinel, or as a Cluster whose nodes redirect
+//! clients (`MOVED`) to the promoted replica.
 
+pub mod cluster;
 pub mod mariadb;
 pub mod postgres;
 pub mod sentinel;

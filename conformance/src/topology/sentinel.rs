@@ -47,18 +47,18 @@ use std::time::{Duration, Instant};
 use crate::servers::{self, ServerKind};
 
 /// How long a process of the topology may take to be ready (loaded machine).
-const READY_WAIT: Duration = Duration::from_secs(60);
+pub(super) const READY_WAIT: Duration = Duration::from_secs(60);
 
 /// One process: a data server or a Sentinel.
-struct Node {
-    port: u16,
-    dir: PathBuf,
-    args: Vec<String>,
-    child: Option<Child>,
+pub(super) struct Node {
+    pub(super) port: u16,
+    pub(super) dir: PathBuf,
+    pub(super) args: Vec<String>,
+    pub(super) child: Option<Child>,
 }
 
 impl Node {
-    fn addr(&self) -> SocketAddr {
+    pub(super) fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 }
@@ -453,7 +453,7 @@ impl Drop for SentinelTopology {
     }
 }
 
-fn spawn(bin: &Path, node: &mut Node) -> Result<(), String> {
+pub(super) fn spawn(bin: &Path, node: &mut Node) -> Result<(), String> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -473,7 +473,7 @@ fn spawn(bin: &Path, node: &mut Node) -> Result<(), String> {
 }
 
 /// Waits until the process answers `PING` (its data loaded).
-fn wait_pong(node: &mut Node) -> Result<(), String> {
+pub(super) fn wait_pong(node: &mut Node) -> Result<(), String> {
     let deadline = Instant::now() + READY_WAIT;
     loop {
         if matches!(command(node.addr(), &["PING"]), Ok(Reply::Status(s)) if s == "PONG") {
@@ -492,14 +492,14 @@ fn wait_pong(node: &mut Node) -> Result<(), String> {
     }
 }
 
-fn expect_ok(reply: Reply) -> Result<(), String> {
+pub(super) fn expect_ok(reply: Reply) -> Result<(), String> {
     match reply {
         Reply::Status(s) if s == "OK" => Ok(()),
         other => Err(format!("expected OK, got {other:?}")),
     }
 }
 
-fn info_replication(addr: SocketAddr) -> Result<String, String> {
+pub(super) fn info_replication(addr: SocketAddr) -> Result<String, String> {
     match command(addr, &["INFO", "replication"])? {
         Reply::Bulk(Some(text)) => Ok(text),
         other => Err(format!("INFO replication on {addr}: {other:?}")),
@@ -507,7 +507,7 @@ fn info_replication(addr: SocketAddr) -> Result<String, String> {
 }
 
 /// A `name:value` line of an `INFO` answer.
-fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+pub(super) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(str::trim)
@@ -556,7 +556,7 @@ fn master_addr(sentinel: SocketAddr) -> Result<SocketAddr, String> {
 }
 
 /// Sends one command on a fresh connection and reads its reply.
-fn command(addr: SocketAddr, args: &[&str]) -> Result<Reply, String> {
+pub(super) fn command(addr: SocketAddr, args: &[&str]) -> Result<Reply, String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("{addr}: {e}"))?;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));

@@ -171,17 +171,54 @@ impl ValkeyStrategy {
     /// `CONFIG GET` each (Redis 6 takes one pattern per call). A server that
     /// refuses `CONFIG` (disabled, renamed, denied by an ACL) leaves them
     /// unknown.
+    ///
+    /// In a Cluster, `CONFIG GET` answers for the one node it reaches, and
+    /// a pool lives on any primary: every primary the client is connected
+    /// to (all of them, from the slot map) is read, and the weakest answer
+    /// is kept (one that may evict, else one that can forget a write, else
+    /// the first), so that `connect` refuses a cluster with one
+    /// non-durable primary. Replicas are not read: one promoted later is
+    /// trusted to be configured like its primary.
     async fn read_durability(&self, url: &str) -> Result<Persistence, ValkeyError> {
+        let client = &self.inner.client;
+        if !client.is_clustered() {
+            return self.read_durability_of(None, url).await;
+        }
+        let mut primaries = client.active_connections();
+        primaries.sort_by_key(|s| s.to_string());
+        let mut weakest: Option<Persistence> = None;
+        for server in primaries {
+            let d = self.read_durability_of(Some(server), url).await?;
+            let rank = |p: &Persistence| match (p.evicts(), p.keeps_every_write()) {
+                (Some(true), _) => 2,
+                (_, false) => 1,
+                _ => 0,
+            };
+            if weakest.as_ref().is_none_or(|w| rank(&d) > rank(w)) {
+                weakest = Some(d);
+            }
+        }
+        Ok(weakest.unwrap_or_else(|| Persistence::unknown(self.inner.config.wait)))
+    }
+
+    /// [`ValkeyStrategy::read_durability`] on one server: `node` (a Cluster
+    /// primary) or wherever the client sends commands.
+    async fn read_durability_of(
+        &self,
+        node: Option<fred::types::config::Server>,
+        url: &str,
+    ) -> Result<Persistence, ValkeyError> {
         let mut d = Persistence::unknown(self.inner.config.wait);
         for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
-            let value = match self
-                .call::<Value>(
-                    "CONFIG",
-                    ClusterHash::Random,
-                    vec!["GET".into(), name.into()],
-                )
-                .await
-            {
+            let args = vec!["GET".into(), name.into()];
+            let answer = match &node {
+                None => {
+                    self.call::<Value>("CONFIG", ClusterHash::Random, args)
+                        .await
+                }
+                Some(server) => self.call_on(server, "CONFIG", args).await,
+            };
+            let value = match answer {
                 Ok(v) => config_value(&v),
                 Err(Failure::Denied(_) | Failure::Rejected(_)) => return Ok(d),
                 Err(f) => return Err(self.failure_error("CONFIG GET", url, f)),
@@ -194,6 +231,25 @@ impl ValkeyStrategy {
             }
         }
         Ok(d)
+    }
+
+    /// One command to one Cluster node, bounded by the operation timeout.
+    async fn call_on(
+        &self,
+        server: &fred::types::config::Server,
+        cmd: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Value, Failure> {
+        let limit = self.inner.config.op_timeout + BACKSTOP_SLACK;
+        let command = fred::types::CustomCommand::new_static(cmd, ClusterHash::Random, false);
+        let node = self.inner.client.with_cluster_node(server.clone());
+        match tokio::time::timeout(limit, node.custom::<Value, Value>(command, args)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(crate::error::classify(&e)),
+            Err(_) => Err(Failure::Transient(format!(
+                "{cmd} on {server}: no answer within {limit:?}"
+            ))),
+        }
     }
 
     pub(super) fn failure_error(

@@ -133,7 +133,7 @@ impl ValkeyStrategy {
         let names: Vec<&str> = commands.iter().map(|(cmd, _, _)| *cmd).collect();
         let pipeline = self.inner.client.pipeline();
         for (cmd, hash, args) in commands {
-            let command = CustomCommand::new_static(cmd, hash, false);
+            let command = CustomCommand::new_static(cmd, super::route(hash, &args), false);
             pipeline
                 .custom::<Value, Value>(command, args)
                 .await
