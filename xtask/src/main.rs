@@ -7,7 +7,8 @@
 //!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
 //!   lossy Valkey (restarts; a mixed fleet refused at connect) and
 //!   replicated PostgreSQL and MariaDB (failovers; asynchronous and synchronous standby)
-//!   Valkey through Sentinel (failovers) and five etcd members (leader kills).
+//!   Valkey through Sentinel and as a Cluster (failovers) and five etcd members
+//!   (leader kills).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -319,6 +320,20 @@ fn test(args: &[String], scope: Scope) -> Result {
             "valkey8",
             "--topology",
             "sentinel",
+        ]
+        .map(String::from);
+        failed.extend(campaign(&args).err());
+        // A Valkey Cluster: every other fault a failover of the pool's
+        // slot to a replica that fell behind.
+        eprintln!("\n==> the fault campaign on a Valkey Cluster: failovers");
+        let args = [
+            "--short",
+            "--secs",
+            "30",
+            "--backend",
+            "valkey8",
+            "--topology",
+            "cluster",
         ]
         .map(String::from);
         failed.extend(campaign(&args).err());
