@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use crate::servers::{self, ServerKind};
 
 /// How long a process of the topology may take to be ready (loaded machine).
-pub(super) const READY_WAIT: Duration = Duration::from_secs(60);
+pub(super) const READY_WAIT: Duration = Duration::from_secs(120);
 
 /// One process: a data server or a Sentinel.
 pub(super) struct Node {
