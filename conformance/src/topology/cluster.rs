@@ -74,7 +74,7 @@ impl ClusterTopology {
     ///
     /// # Errors
     /// No binary or CLI, a server that did not start, a cluster that did
-    /// not form within a minute.
+    /// not form within two minutes.
     pub fn start(kind: ServerKind) -> Result<Self, String> {
         let bin = servers::find_binary(kind)
             .ok_or_else(|| format!("no {kind} binary for Cluster; {}", kind.install_hint()))?;
@@ -395,7 +395,7 @@ impl ClusterTopology {
     /// on it: the cluster can fail over again.
     ///
     /// # Errors
-    /// A server did not start, or did not replicate within a minute.
+    /// A server did not start, or did not replicate within two minutes.
     pub fn restart_killed(&mut self) -> Result<(), String> {
         for i in 0..self.nodes.len() {
             if self.nodes[i].child.is_some() {

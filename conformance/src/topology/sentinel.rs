@@ -371,7 +371,7 @@ impl SentinelTopology {
     /// Sentinels turn an old primary that comes back into a replica.)
     ///
     /// # Errors
-    /// A server did not start, or did not replicate within a minute.
+    /// A server did not start, or did not replicate within two minutes.
     pub fn restart_killed(&mut self) -> Result<(), String> {
         for i in 0..self.servers.len() {
             if self.servers[i].child.is_some() {
