@@ -297,60 +297,20 @@ fn test(args: &[String], scope: Scope) -> Result {
             ("postgres", "replicated-sync"),
             ("mariadb", "replicated-async"),
         ] {
-            let args = [
-                "--short",
-                "--secs",
-                "30",
-                "--backend",
-                backend,
-                "--topology",
-                topology,
-            ]
-            .map(String::from);
-            failed.extend(campaign(&args).err());
+            failed.extend(short_topology(backend, topology).err());
         }
         // Valkey behind three Sentinels: every other fault a failover to a
         // replica that fell behind.
         eprintln!("\n==> the fault campaign on Valkey through Sentinel: failovers");
-        let args = [
-            "--short",
-            "--secs",
-            "30",
-            "--backend",
-            "valkey8",
-            "--topology",
-            "sentinel",
-        ]
-        .map(String::from);
-        failed.extend(campaign(&args).err());
+        failed.extend(short_topology("valkey8", "sentinel").err());
         // A Valkey Cluster: every other fault a failover of the pool's
         // slot to a replica that fell behind.
         eprintln!("\n==> the fault campaign on a Valkey Cluster: failovers");
-        let args = [
-            "--short",
-            "--secs",
-            "30",
-            "--backend",
-            "valkey8",
-            "--topology",
-            "cluster",
-        ]
-        .map(String::from);
-        failed.extend(campaign(&args).err());
+        failed.extend(short_topology("valkey8", "cluster").err());
         // Five etcd members, killed one at a time, every other time the
         // leader.
         eprintln!("\n==> the fault campaign on five etcd members: leader and member kills");
-        let args = [
-            "--short",
-            "--secs",
-            "30",
-            "--backend",
-            "etcd35",
-            "--topology",
-            "etcd-5",
-        ]
-        .map(String::from);
-        failed.extend(campaign(&args).err());
+        failed.extend(short_topology("etcd35", "etcd-5").err());
     }
     if failed.is_empty() {
         Ok(())
@@ -749,6 +709,21 @@ fn probe_servers() {
 /// `cargo xtask campaign [--short] [--unsafe] [--backend B] [runner options]`:
 /// builds the campaign's worker and runner, then runs the fault campaign on
 /// backend `B`, or on every backend in turn (see `campaign/README.md`).
+/// The campaign's 30 s short mode on `backend` in the replicated `topology`.
+fn short_topology(backend: &str, topology: &str) -> Result {
+    let args = [
+        "--short",
+        "--secs",
+        "30",
+        "--backend",
+        backend,
+        "--topology",
+        topology,
+    ]
+    .map(String::from);
+    campaign(&args)
+}
+
 /// The campaign's 30 s short mode on `backend`'s lossy store, with `extra`.
 fn short_lossy(backend: &str, extra: &[&str]) -> Result {
     let args: Vec<String> = [

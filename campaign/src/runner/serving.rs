@@ -236,11 +236,7 @@ pub(crate) fn provide(
         });
     }
     if topology == Topology::Sentinel {
-        let kind = match backend {
-            "redis8" | "redis" => ServerKind::Redis8,
-            "redis7" => ServerKind::Redis7,
-            _ => ServerKind::Valkey8,
-        };
+        let kind = valkey_kind(backend);
         let t = SentinelTopology::start(kind)?;
         return Ok(Store {
             url: t.sentinel_url(),
@@ -250,12 +246,7 @@ pub(crate) fn provide(
         });
     }
     if topology == Topology::ReplicatedAsync && matches!(backend, "mariadb" | "mysql") {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("campaign-primary-address")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
+        let rt = address_runtime()?;
         let pair = rt.block_on(MariaPair::start())?;
         return Ok(Store {
             url: pair.url(),
@@ -268,11 +259,7 @@ pub(crate) fn provide(
         });
     }
     if topology == Topology::Cluster {
-        let kind = match backend {
-            "redis8" | "redis" => ServerKind::Redis8,
-            "redis7" => ServerKind::Redis7,
-            _ => ServerKind::Valkey8,
-        };
+        let kind = valkey_kind(backend);
         let t = ClusterTopology::start(kind)?;
         return Ok(Store {
             url: t.cluster_url(),
@@ -294,12 +281,7 @@ pub(crate) fn provide(
             "postgres-latest" => ServerKind::PostgresLatest,
             _ => ServerKind::Postgres15,
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("campaign-primary-address")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
+        let rt = address_runtime()?;
         let pair = rt.block_on(PgPair::start(kind, replication))?;
         return Ok(Store {
             url: pair.url(),
@@ -363,6 +345,26 @@ pub(crate) fn provide(
         serving: Serving::Server(server),
         backends,
     })
+}
+
+/// The runtime that drives a replicated SQL pair's address (the proxy that
+/// follows the primary) for as long as the run.
+fn address_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("campaign-primary-address")
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The server kind of a Valkey/Redis topology's `--backend`.
+fn valkey_kind(backend: &str) -> ServerKind {
+    match backend {
+        "redis8" | "redis" => ServerKind::Redis8,
+        "redis7" => ServerKind::Redis7,
+        _ => ServerKind::Valkey8,
+    }
 }
 
 pub(crate) fn signal(pid: u32, sig: &str) {
