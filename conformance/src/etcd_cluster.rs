@@ -49,18 +49,11 @@ impl EtcdCluster {
             servers::free_port()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        // Every port is drawn while the others are still bound, so no two
-        // are the same (a port drawn and released at once can come back).
-        let held: Vec<std::net::TcpListener> = (0..2 * members)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("no free port: {e}"))?;
-        let port = |l: &std::net::TcpListener| l.local_addr().map(|a| a.port()).unwrap_or(0);
-        let ports: Vec<(u16, u16)> = held
+        // A client and a peer port per member, all different.
+        let ports: Vec<(u16, u16)> = servers::free_ports(2 * members)?
             .chunks(2)
-            .map(|pair| (port(&pair[0]), port(&pair[1])))
+            .map(|pair| (pair[0], pair[1]))
             .collect();
-        drop(held);
         let initial = ports
             .iter()
             .enumerate()

@@ -21,6 +21,22 @@ pub fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
+/// `n` free loopback ports, all different: each is drawn while the others
+/// are still bound (a port drawn and released at once can come back).
+///
+/// # Errors
+/// No port could be bound.
+pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("no free port: {e}"))?;
+    Ok(held
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()).unwrap_or(0))
+        .collect())
+}
+
 pub(super) fn temp_dir(kind: ServerKind) -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!(
         "leasehold-{kind}-{}-{}",

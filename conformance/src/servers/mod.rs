@@ -27,7 +27,7 @@ pub use kinds::{
     PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, TOPOLOGY_LABELS, VALKEY8_CLUSTER_LABEL,
     VALKEY8_SENTINEL_LABEL, labels, wheels,
 };
-pub use local::free_port;
+pub use local::{free_port, free_ports};
 pub use server::{Detached, Origin, Server};
 pub use settings::Settings;
 

@@ -31,7 +31,7 @@
 //! Blocking std code, like [`crate::servers`]: call it from
 //! `tokio::task::block_in_place` or `spawn_blocking` in async tests.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -85,17 +85,8 @@ impl ClusterTopology {
             servers::free_port()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        // Every port is drawn while the others are still bound, so no two
-        // are the same: a client port and a cluster bus port per node.
-        let held: Vec<TcpListener> = (0..2 * NODES)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("no free port: {e}"))?;
-        let ports: Vec<u16> = held
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()).unwrap_or(0))
-            .collect();
-        drop(held);
+        // A client port and a cluster bus port per node, all different.
+        let ports = servers::free_ports(2 * NODES)?;
         let mut topology = Self {
             bin,
             dir,

@@ -39,7 +39,7 @@
 //! `tokio::task::block_in_place` or `spawn_blocking` in async tests.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -119,17 +119,7 @@ impl SentinelTopology {
             servers::free_port()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        // Every port is drawn while the others are still bound, so no two
-        // are the same.
-        let held: Vec<TcpListener> = (0..5)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("no free port: {e}"))?;
-        let ports: Vec<u16> = held
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()).unwrap_or(0))
-            .collect();
-        drop(held);
+        let ports = servers::free_ports(5)?;
         let mut topology = Self {
             bin,
             dir,
