@@ -262,8 +262,9 @@ async fn a_promoted_replica_that_missed_a_claim_grants_it_only_after_the_pools_s
 }
 
 async fn without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holder(store: Store) {
-    // A long lease, so that a slow failover still ends inside it.
-    let pool = spec(Duration::from_secs(30));
+    // A long lease, so that even a failover on a loaded machine ends inside
+    // it (the assertion below needs it to take less than half the TTL).
+    let pool = spec(Duration::from_secs(120));
     let Some(f) = fail_over_after_a_claim(store, &pool).await else {
         return;
     };
