@@ -46,6 +46,11 @@ use leasehold_valkey::{ActivePath, ValkeyConfig, ValkeyError, ValkeyStrategy};
 /// lease is still valid when the replica has been promoted.
 const TTL: Duration = Duration::from_secs(8);
 
+/// The controls' lease: long enough that even a failover on a loaded
+/// machine (a starved Sentinel pauses for 30 s) ends inside it, which is
+/// what makes the second grant they show an overlap. Nothing waits it out.
+const CONTROL_TTL: Duration = Duration::from_secs(120);
+
 /// How long a promotion may take on a loaded machine (a starved Sentinel
 /// pauses for 30 s in TILT mode).
 const PROMOTION_WAIT: Duration = Duration::from_secs(90);
@@ -74,7 +79,7 @@ struct AfterFailover {
     /// The claim the promoted replica never received.
     grant: Grant,
     /// Just before that claim was sent: its lease lasts until at least
-    /// `sent + TTL` on the old primary.
+    /// `sent + pool.ttl()` on the old primary.
     sent: Instant,
 }
 
@@ -103,9 +108,13 @@ fn store_url(topology: &SentinelTopology) -> String {
 /// Starts the topology, lets a first claim of the pool reach the replica
 /// (so that it records the primary's replication ID there too), cuts the
 /// replication, claims the pool's one slot, and fails over.
-async fn claim_then_fail_over(kind: ServerKind, how: Failover) -> Result<AfterFailover, String> {
+async fn claim_then_fail_over(
+    kind: ServerKind,
+    how: Failover,
+    ttl: Duration,
+) -> Result<AfterFailover, String> {
     let mut topology = tokio::task::block_in_place(|| SentinelTopology::start(kind))?;
-    let pool = fresh_pool(1, TTL)?;
+    let pool = fresh_pool(1, ttl)?;
     let url = store_url(&topology);
     let config = ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?;
     let holder = connect(config).await?;
@@ -210,7 +219,7 @@ async fn renewal_is_lost(after: &AfterFailover, how: Failover) -> Result<(), Str
 /// the change was first seen, the old holder's renewal `Lost`, then granted
 /// with a fence above the lost claim's.
 async fn the_guard_holds_claims_back(kind: ServerKind, how: Failover) -> Result<(), String> {
-    let after = claim_then_fail_over(kind, how).await?;
+    let after = claim_then_fail_over(kind, how, TTL).await?;
     guard_holds_back(after, how).await
 }
 
@@ -278,7 +287,7 @@ async fn without_the_guard_the_slot_is_granted_twice(
     kind: ServerKind,
     how: Failover,
 ) -> Result<(), String> {
-    let after = claim_then_fail_over(kind, how).await?;
+    let after = claim_then_fail_over(kind, how, CONTROL_TTL).await?;
     granted_twice(after).await
 }
 
@@ -306,10 +315,11 @@ async fn granted_twice(after: AfterFailover) -> Result<(), String> {
         g.slot
     );
     ensure!(
-        answered < after.sent + TTL,
-        "the failover took {:?}, longer than the lease ({TTL:?}): the control shows nothing; \
+        answered < after.sent + after.pool.ttl(),
+        "the failover took {:?}, longer than the lease ({:?}): the control shows nothing; \
          the machine is too slow for this TTL",
-        answered - after.sent
+        answered - after.sent,
+        after.pool.ttl()
     );
     drop(after.topology);
     Ok(())
@@ -514,9 +524,12 @@ fn cluster_store_url(topology: &ClusterTopology) -> String {
 /// or replaced by `CLUSTER FAILOVER FORCE` on the replica (then the test
 /// also waits until the old primary turned itself into a replica, so that
 /// every connection reaches the new one through `MOVED`).
-async fn claim_then_fail_over_in_cluster(how: Failover) -> Result<AfterFailover, String> {
+async fn claim_then_fail_over_in_cluster(
+    how: Failover,
+    ttl: Duration,
+) -> Result<AfterFailover, String> {
     let mut topology = tokio::task::block_in_place(|| ClusterTopology::start(ServerKind::Valkey8))?;
-    let pool = fresh_pool(1, TTL)?;
+    let pool = fresh_pool(1, ttl)?;
     let url = cluster_store_url(&topology);
     let config = ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?;
     let holder = connect(config).await?;
@@ -604,7 +617,7 @@ async fn claim_then_fail_over_in_cluster(how: Failover) -> Result<AfterFailover,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_after_the_primary_is_killed_the_promoted_replica_grants_nothing_until_the_span_has_passed()
  {
-    let r = match claim_then_fail_over_in_cluster(Failover::Kill).await {
+    let r = match claim_then_fail_over_in_cluster(Failover::Kill, TTL).await {
         Ok(after) => guard_holds_back(after, Failover::Kill).await,
         Err(e) => Err(e),
     };
@@ -616,7 +629,7 @@ async fn cluster_after_the_primary_is_killed_the_promoted_replica_grants_nothing
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_after_cluster_failover_the_promoted_replica_grants_nothing_until_the_span_has_passed()
  {
-    let r = match claim_then_fail_over_in_cluster(Failover::Command).await {
+    let r = match claim_then_fail_over_in_cluster(Failover::Command, TTL).await {
         Ok(after) => guard_holds_back(after, Failover::Command).await,
         Err(e) => Err(e),
     };
@@ -627,7 +640,7 @@ async fn cluster_after_cluster_failover_the_promoted_replica_grants_nothing_unti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_control_after_the_primary_is_killed_an_unguarded_claim_takes_the_held_slot() {
-    let r = match claim_then_fail_over_in_cluster(Failover::Kill).await {
+    let r = match claim_then_fail_over_in_cluster(Failover::Kill, CONTROL_TTL).await {
         Ok(after) => granted_twice(after).await,
         Err(e) => Err(e),
     };
@@ -638,7 +651,7 @@ async fn cluster_control_after_the_primary_is_killed_an_unguarded_claim_takes_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_control_after_cluster_failover_an_unguarded_claim_takes_the_held_slot() {
-    let r = match claim_then_fail_over_in_cluster(Failover::Command).await {
+    let r = match claim_then_fail_over_in_cluster(Failover::Command, CONTROL_TTL).await {
         Ok(after) => granted_twice(after).await,
         Err(e) => Err(e),
     };
