@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod pictures;
+mod svg;
+
 use leasehold_conformance::programs;
 use leasehold_conformance::servers::{self, ServerKind};
 
@@ -58,6 +61,16 @@ fn main() -> ExitCode {
         "burn" => burn(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "campaign" => campaign(rest),
+        "pictures" => pictures::write_all(
+            &rest
+                .first()
+                .map_or_else(|| root().join("guide/src/pictures"), PathBuf::from),
+        )
+        .map(|written| {
+            for path in written {
+                eprintln!("wrote {}", path.display());
+            }
+        }),
         "servers" => match rest.first().map(String::as_str) {
             Some("install") => install_servers(),
             Some("up") => servers_up(),
