@@ -44,6 +44,8 @@ impl Params {
             .pool_size(1)
             .holder("picture")
             .ttl(self.ttl)
+            // A second holder keeps asking for as long as the scenes last.
+            .acquire_timeout(self.ttl * 10)
             .build()
             .map_err(|e| e.to_string())
     }
@@ -106,6 +108,18 @@ mod tests {
             ttl: Duration::from_secs(ttl),
         })
         .unwrap()
+    }
+
+    /// The scenes follow the TTL; their layout holds from 6 s to 25 s
+    /// (beyond, labels crowd and `render_all` refuses the picture).
+    #[test]
+    fn the_scenes_lay_out_for_ttls_from_6_to_25_seconds() {
+        for ttl in [6, 7, 8, 9, 10, 11, 12, 15, 20, 25] {
+            let drawn = render_all(&Params {
+                ttl: Duration::from_secs(ttl),
+            });
+            assert!(drawn.is_ok(), "TTL {ttl} s: {drawn:?}");
+        }
     }
 
     #[test]

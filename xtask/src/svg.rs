@@ -202,7 +202,8 @@ impl Svg {
         self.text(x, y - 5.0, label, anchor, 13.0, colour, false);
     }
 
-    /// A label; its box is remembered for the overlap check.
+    /// A label, on a white halo so lines behind it do not cut through it;
+    /// its box is remembered for the overlap check.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn text(
         &mut self,
@@ -235,12 +236,20 @@ impl Svg {
         let weight = if bold { r#" font-weight="bold""# } else { "" };
         let _ = writeln!(
             self.body,
-            r#"<text x="{}" y="{}" text-anchor="{anchor}" font-size="{}" fill="{colour}"{weight}>{}</text>"#,
+            r##"<text x="{}" y="{}" text-anchor="{anchor}" font-size="{}" fill="{colour}"{weight} stroke="#FFFFFF" stroke-width="3" paint-order="stroke">{}</text>"##,
             n(x),
             n(y),
             n(size),
             escape(s)
         );
+    }
+
+    /// A label that starts at `x`, or ends there when starting there would
+    /// run past the right edge.
+    pub(crate) fn text_fit(&mut self, x: f64, y: f64, s: &str, colour: &str, bold: bool) {
+        let fits = x + text_width(s, 13.0, bold) <= self.width - 10.0;
+        let anchor = if fits { Anchor::Start } else { Anchor::End };
+        self.text(x, y, s, anchor, 13.0, colour, bold);
     }
 
     /// The title (bold) and the one-line legend under it.
@@ -321,6 +330,17 @@ impl TimeAxis {
     /// The x of time `t` (seconds).
     pub(crate) fn x(&self, t: f64) -> f64 {
         self.x0 + (t - self.t0) / (self.t1 - self.t0) * (self.x1 - self.x0)
+    }
+
+    /// A tick spacing that gives at most a dozen ticks.
+    pub(crate) fn step(&self) -> f64 {
+        let span = self.t1 - self.t0;
+        [
+            0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+        ]
+        .into_iter()
+        .find(|step| span / step <= 12.0)
+        .unwrap_or(span / 12.0)
     }
 
     /// Draws the axis at `y` with a tick and a label every `step` seconds;

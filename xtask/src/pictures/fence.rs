@@ -139,7 +139,7 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         x0: 110.0,
         x1: 870.0,
         t0: 0.0,
-        t1: (s(wake) + 2.0).ceil(),
+        t1: (s(wake) + p.ttl.as_secs_f64() / 5.0).ceil(),
     };
     let x = |t: f64| axis.x(t);
     for (y, name) in [
@@ -325,7 +325,7 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         }
     }
 
-    axis.draw(&mut svg, 425.0, 2.0, seconds, INK);
+    axis.draw(&mut svg, 425.0, axis.step(), seconds, INK);
     svg.text(
         20.0,
         475.0,

@@ -200,8 +200,17 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
     svg.dot((x(a_to), y(id_of(issued.0))), 5.0, BLUE);
     svg.text(
         x(a_to) - 10.0,
-        y(id_of(issued.0)) - 12.0,
-        &format!("A releases, reports last ID {}", clock(issued.0, true)),
+        y(id_of(issued.0)) - 30.0,
+        "A releases; its last ID",
+        Anchor::End,
+        13.0,
+        BLUE,
+        false,
+    );
+    svg.text(
+        x(a_to) - 10.0,
+        y(id_of(issued.0)) - 13.0,
+        &clock(issued.0, true),
         Anchor::End,
         13.0,
         BLUE,

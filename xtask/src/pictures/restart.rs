@@ -114,7 +114,7 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         x0: 110.0,
         x1: 870.0,
         t0: 0.0,
-        t1: (s(b_open) + 2.0).ceil(),
+        t1: (s(b_open) + p.ttl.as_secs_f64() / 5.0).ceil(),
     };
     let x = |t: f64| axis.x(t);
     for (y, name) in [(A_Y, "holder A"), (STORE_Y, "store"), (B_Y, "holder B")] {
@@ -283,17 +283,15 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         ORANGE,
         None,
     );
-    svg.text(
+    svg.text_fit(
         x(s(b_open)),
         B_Y - 14.0,
         &format!("B granted {}", seconds(s(b_open))),
-        Anchor::Start,
-        13.0,
         INK,
         true,
     );
 
-    axis.draw(&mut svg, 375.0, 2.0, seconds, INK);
+    axis.draw(&mut svg, 375.0, axis.step(), seconds, INK);
     let notes = [
         "The guard reads the store's incarnation (its start time): after a restart it refuses every claim of the pool \
          for the span."

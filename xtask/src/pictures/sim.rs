@@ -241,7 +241,8 @@ impl Holder {
         }
         if let Some(call) = &self.call {
             return Some(match &call.reply {
-                None => call.sent + ONE_WAY,
+                // The driver gives up on a call at its bound.
+                None => (call.sent + ONE_WAY).min(call.until),
                 Some((at, _)) => self.awake(*at),
             });
         }
@@ -261,6 +262,11 @@ impl Holder {
         }
         if let Some(call) = &mut self.call {
             if call.reply.is_none() {
+                if t < call.sent + ONE_WAY {
+                    // Its bound came before it could reach the store.
+                    call.reply = Some((t, Reply::Unanswered));
+                    return Ok(());
+                }
                 let cut = self.cut_from.is_some_and(|c| call.sent >= c);
                 let reachable = store.at(t) && !cut;
                 if !reachable {
@@ -287,7 +293,14 @@ impl Holder {
                         Reply::Released
                     }
                 };
-                call.reply = Some((call.sent + ONE_WAY * 2, reply));
+                let back = call.sent + ONE_WAY * 2;
+                call.reply = Some(if back > call.until {
+                    // Applied, but the answer comes after the bound: the
+                    // driver has given up on it by then.
+                    (call.until.max(t), Reply::Unanswered)
+                } else {
+                    (back, reply)
+                });
                 return Ok(());
             }
             return self.answer(t, store);
