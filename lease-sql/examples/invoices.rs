@@ -30,6 +30,7 @@ impl Replica {
         self.store.acquire(&self.pool, Floor::NONE).await
     }
 
+    // ANCHOR: bill
     /// Bills `hour` in one transaction guarded by the leader's fence. Returns
     /// how many invoices were new.
     async fn bill(&self, fences: &FenceTable, grant: &Grant, hour: u32) -> Result<u64, SqlError> {
@@ -63,6 +64,7 @@ impl Replica {
         tx.commit().await?;
         Ok(new)
     }
+    // ANCHOR_END: bill
 }
 
 #[tokio::main]
@@ -152,6 +154,7 @@ async fn act(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(n, 3);
     println!("  {} billed hour 11: {n} invoices", b.name);
 
+    // ANCHOR: stale
     println!("{} wakes up and writes what it had prepared", a.name);
     for hour in [11, 12] {
         match a.bill(&fences, &first, hour).await {
@@ -162,6 +165,7 @@ async fn act(url: &str) -> Result<(), Box<dyn std::error::Error>> {
             other => panic!("a stale leader's write to hour {hour} must be refused: {other:?}"),
         }
     }
+    // ANCHOR_END: stale
     let renewal = a.store.renew(&a.pool, &first, Floor::NONE).await;
     assert!(matches!(renewal, Renewal::Lost(_)), "{renewal:?}");
     println!("  and its renewal says: {renewal:?}");

@@ -17,6 +17,7 @@ use leasehold_sql::{FenceTable, SqlConfig, SqlError, SqlStrategy};
 const INVOICES: &str = "CREATE TABLE IF NOT EXISTS example_invoices (hour BIGINT, \
     customer TEXT, amount BIGINT, billed_by TEXT, PRIMARY KEY (hour, customer))";
 
+// ANCHOR: bill
 /// Bills the next hour in one transaction fenced by this term's stamp.
 /// `Ok(false)`: refused, a newer leader has written; stop leading.
 async fn bill(db: &PgPool, leadership: &Leadership, me: &str) -> Result<bool, SqlError> {
@@ -43,7 +44,9 @@ async fn bill(db: &PgPool, leadership: &Leadership, me: &str) -> Result<bool, Sq
     tx.commit().await?;
     Ok(true)
 }
+// ANCHOR_END: bill
 
+// ANCHOR: replica
 /// One replica: campaigns, and while it leads bills an "hour" every `every`.
 fn replica(strategy: SqlStrategy, me: &'static str, every: Duration) -> Result<Elector, String> {
     let db = strategy
@@ -77,6 +80,7 @@ fn replica(strategy: SqlStrategy, me: &'static str, every: Duration) -> Result<E
             }),
     )
 }
+// ANCHOR_END: replica
 
 /// Runs two replicas on the database at `url` until `hours` are billed,
 /// shuts the leader down, and runs until the other has billed as many more.

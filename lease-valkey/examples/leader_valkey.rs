@@ -16,6 +16,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_core::{Elector, Leader, LeaderConfig, Leadership};
 use leasehold_valkey::{ValkeyConfig, ValkeyStrategy};
 
+// ANCHOR: script
 /// The ledger hash.
 const LEDGER: &str = "example:invoices";
 
@@ -33,7 +34,9 @@ local hour = tonumber(redis.call('HGET', KEYS[1], 'hours') or '0')
 redis.call('HSET', KEYS[1], 'fence', f, 'issuer', issuer, 'hours', hour + 1, 'hour.' .. hour, ARGV[3])
 return 1
 ";
+// ANCHOR_END: script
 
+// ANCHOR: bill
 /// Bills the next hour with this term's stamp: `Ok(false)` when refused (a
 /// newer leader has written: stop leading).
 async fn bill(client: &fred::clients::Client, l: &Leadership, me: &str) -> Result<bool, String> {
@@ -50,6 +53,7 @@ async fn bill(client: &fred::clients::Client, l: &Leadership, me: &str) -> Resul
     let written: i64 = client.custom(eval, args).await.map_err(|e| e.to_string())?;
     Ok(written == 1)
 }
+// ANCHOR_END: bill
 
 /// A field of the ledger (fred's typed commands are features this crate
 /// leaves off; a custom command needs none).
@@ -59,6 +63,7 @@ async fn field(client: &fred::clients::Client, name: String) -> Result<Option<St
     client.custom(hget, args).await.map_err(|e| e.to_string())
 }
 
+// ANCHOR: replica
 /// One replica: campaigns, and while it leads bills an "hour" every `every`.
 async fn replica(url: &str, me: &'static str, every: Duration) -> Result<Elector, String> {
     let strategy = ValkeyStrategy::connect(ValkeyConfig::new(url))
@@ -91,6 +96,7 @@ async fn replica(url: &str, me: &'static str, every: Duration) -> Result<Elector
             }),
     )
 }
+// ANCHOR_END: replica
 
 /// Runs two replicas on the server at `url` until `hours` more hours are
 /// billed, shuts the leader down, and runs until the other has billed as
