@@ -131,6 +131,12 @@ pub const PROGRAMS: &[Program] = &[
         used_by: "the fault campaign's pictures (SVG to PNG)",
     },
     Program {
+        name: "chromium",
+        locate: Locate::OnPath("chromium"),
+        package: "chromium",
+        used_by: "`cargo xtask guide`: screenshots of the rendered guide's pages, headless",
+    },
+    Program {
         name: "script",
         locate: Locate::OnPath("script"),
         package: "bsdutils",

@@ -16,11 +16,16 @@
 //! - `cargo xtask servers install|up|down|status`: test servers by hand.
 //! - `cargo xtask programs`: the external-programs check and the install of
 //!   every program and library the tests use (`leasehold_conformance::programs`).
+//! - `cargo xtask guide [--update-screenshot]`: the user guide built with
+//!   mdBook, its links and images checked, a screenshot of every chapter.
+//! - `cargo xtask pictures [dir]`: the guide's safety pictures, drawn from a
+//!   virtual-clock run of the lease machine.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod guide;
 mod pictures;
 mod svg;
 
@@ -61,6 +66,7 @@ fn main() -> ExitCode {
         "burn" => burn(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "campaign" => campaign(rest),
+        "guide" => guide::run(rest),
         "pictures" => pictures::write_all(
             &rest
                 .first()
@@ -84,7 +90,8 @@ fn main() -> ExitCode {
             eprintln!(
                 "usage: cargo xtask test [-- <cargo test args>]\n       cargo xtask matrix [-- <args>]\n       \
                  cargo xtask soak <rounds> [-- <cargo test args>]\n       \
-                 cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>"
+                 cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>\n       \
+                 cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS
@@ -324,6 +331,9 @@ fn test(args: &[String], scope: Scope) -> Result {
         // leader.
         eprintln!("\n==> the fault campaign on five etcd members: leader and member kills");
         failed.extend(short_topology("etcd35", "etcd-5").err());
+        // The user guide as a reader meets it: built, links and images
+        // checked, every chapter rendered by a browser.
+        failed.extend(guide::run(&[]).err());
     }
     if failed.is_empty() {
         Ok(())
