@@ -134,7 +134,9 @@ impl<D: Dialect> Opened<D> {
         }
     }
 
-    /// Says whether the server waits for synchronous standbys.
+    /// Says whether the server waits for synchronous standbys (only
+    /// PostgreSQL's can).
+    #[cfg(feature = "postgres")]
     pub(crate) fn sync_standbys(mut self, yes: bool) -> Self {
         self.sync_standbys = yes;
         self
