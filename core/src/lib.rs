@@ -1,4 +1,10 @@
 #![doc = include_str!("../README.md")]
+// The crate's features, from the `## ` comments of its Cargo.toml, after the
+// README; docs.rs builds with every feature and marks each item with the
+// features it needs.
+#![cfg_attr(feature = "document-features", doc = "## Features\n")]
+#![cfg_attr(feature = "document-features", doc = document_features::document_features!())]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
