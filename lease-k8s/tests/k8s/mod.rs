@@ -30,7 +30,8 @@ impl FakeBackend {
         }
     }
 
-    /// `leasehold-k8s-fake 0.1.0 (fake API server, in process)`.
+    /// `leasehold-k8s-fake <version> (fake API server in process at <address>; not a
+    /// kube-apiserver)`.
     pub(crate) fn describe(&self) -> String {
         format!(
             "leasehold-k8s-fake {} (fake API server in process at {}; not a kube-apiserver)",
