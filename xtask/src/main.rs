@@ -26,6 +26,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 mod guide;
+mod package;
 mod pictures;
 mod svg;
 
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
         "soak-round" => test(&passthrough, Scope::Tests),
         "programs" => external_programs_check().and_then(|()| probe()),
         "burn" => burn(),
+        "package" => package::run(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "campaign" => campaign(rest),
         "guide" => guide::run(rest),
@@ -91,7 +93,8 @@ fn main() -> ExitCode {
                 "usage: cargo xtask test [-- <cargo test args>]\n       cargo xtask matrix [-- <args>]\n       \
                  cargo xtask soak <rounds> [-- <cargo test args>]\n       \
                  cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>\n       \
-                 cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]"
+                 cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]\n       \
+                 cargo xtask package"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS

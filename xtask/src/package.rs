@@ -1,0 +1,383 @@
+//! `cargo xtask package`: the crates as crates.io and docs.rs will see them.
+//!
+//! One step after another, each announced with a `==> step` line and timed,
+//! stopping at the first that fails:
+//!
+//! 1. **rust-version**: the rustc running this equals the workspace's declared
+//!    `rust-version` (major.minor). The declared version is the one CI builds
+//!    with; a toolchain of another version means the declaration is untested.
+//! 2. **licenses**: every published crate holds the root's `LICENSE-MIT` and
+//!    `LICENSE-APACHE`, byte for byte (its package must carry the texts its
+//!    `license` names).
+//! 3. **cargo package**: every published crate packaged in dependency order and
+//!    each `.crate` built on its own against the others through a local
+//!    registry, as crates.io users will build it. The build shares the
+//!    workspace's target directory, so dependencies built before are reused.
+//! 4. **cargo publish --dry-run**: crates.io's own checks of each package
+//!    (`publish = false` crates are left out). It passes `--no-verify`: the
+//!    build it would repeat is exactly the previous step's, on the same files.
+//! 5. **minimal versions**: in a copy of the workspace (the real `Cargo.lock` is
+//!    never touched), `cargo +nightly update -Zdirect-minimal-versions` picks
+//!    the lowest version every `Cargo.toml` allows, and `cargo check
+//!    --workspace --all-features` must pass with it (target dir
+//!    `target/minimal-versions`). A failure means a declared minimum is too
+//!    low: raise it in the `Cargo.toml`.
+//! 6. **docs**: `cargo +nightly doc --workspace --all-features --no-deps` with
+//!    `RUSTDOCFLAGS="--cfg docsrs -D warnings"`, as docs.rs builds (target dir
+//!    `target/docsrs`).
+//!
+//! The nightly toolchain comes from rustup, which installed the toolchain
+//! running this; a machine without one gets it installed
+//! (`rustup toolchain install nightly --profile minimal`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::{Result, cargo, root};
+
+/// The files every published crate carries, copies of the root's.
+const LICENSES: &[&str] = &["LICENSE-MIT", "LICENSE-APACHE"];
+
+/// A workspace member, as its manifest declares it.
+struct Member {
+    dir: PathBuf,
+    name: String,
+    published: bool,
+}
+
+/// `cargo xtask package`.
+pub(crate) fn run() -> Result {
+    let mut times: Vec<(&str, Duration, bool)> = Vec::new();
+    let result = steps(&mut times);
+    eprintln!("\n==> package summary");
+    for (name, took, ok) in &times {
+        eprintln!(
+            "    {:<22} {:>6}  {:.1?}",
+            name,
+            if *ok { "ok" } else { "FAILED" },
+            took
+        );
+    }
+    result
+}
+
+fn steps(times: &mut Vec<(&'static str, Duration, bool)>) -> Result {
+    let members = members()?;
+    let unpublished: Vec<&str> = members
+        .iter()
+        .filter(|m| !m.published)
+        .map(|m| m.name.as_str())
+        .collect();
+    timed(times, "rust-version", rust_version)?;
+    timed(times, "licenses", || licenses(&members))?;
+    timed(times, "cargo package", || package(&unpublished))?;
+    timed(times, "cargo publish --dry-run", || {
+        publish_dry_run(&unpublished)
+    })?;
+    let nightly = nightly()?;
+    timed(times, "minimal versions", || minimal_versions(&nightly))?;
+    timed(times, "docs (docs.rs)", || docs(&nightly))
+}
+
+/// Runs `f` as the step `name`: a `==> name` line, then its outcome and time.
+fn timed(
+    times: &mut Vec<(&'static str, Duration, bool)>,
+    name: &'static str,
+    f: impl FnOnce() -> Result,
+) -> Result {
+    eprintln!("\n==> {name}");
+    let start = Instant::now();
+    let result = f();
+    let took = start.elapsed();
+    eprintln!(
+        "<== {name}: {} in {took:.1?}",
+        if result.is_ok() { "ok" } else { "FAILED" }
+    );
+    times.push((name, took, result.is_ok()));
+    result.map_err(|e| format!("{name}: {e}"))
+}
+
+/// Runs `cmd` and fails unless it exits with success.
+fn status(what: &str, mut cmd: Command) -> Result {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({status})"))
+    }
+}
+
+/// The workspace's build directory (`CARGO_TARGET_DIR`, or `target/`).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from)
+}
+
+/// Under CI a `Cargo.lock` that does not match the manifests fails the run
+/// instead of being rewritten.
+fn locked(cmd: &mut Command) {
+    if std::env::var_os("CI").is_some_and(|v| v == "true") {
+        cmd.arg("--locked");
+    }
+}
+
+/// The value of `key = "…"` on a line of `text` (the first such line).
+fn string_value(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix(key)?.trim_start();
+        let value = rest.strip_prefix('=')?.trim();
+        Some(value.strip_prefix('"')?.split('"').next()?.to_owned())
+    })
+}
+
+/// The members listed in the root `Cargo.toml`, with their names and whether
+/// they are published (no `publish = false`).
+fn members() -> Result<Vec<Member>> {
+    let manifest = read(&root().join("Cargo.toml"))?;
+    let list = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("members"))
+        .and_then(|l| l.trim_start().strip_prefix('='))
+        .ok_or("the root Cargo.toml has no one-line `members = [...]`")?;
+    list.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(|dir| {
+            let dir = root().join(dir);
+            let text = read(&dir.join("Cargo.toml"))?;
+            let name = string_value(&text, "name")
+                .ok_or_else(|| format!("{}/Cargo.toml has no name", dir.display()))?;
+            let published = !text.lines().any(|l| l.trim() == "publish = false");
+            Ok(Member {
+                dir,
+                name,
+                published,
+            })
+        })
+        .collect()
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The major.minor of `version` ("1.95.0" → "1.95").
+fn major_minor(version: &str) -> &str {
+    match version.match_indices('.').nth(1) {
+        Some((i, _)) => &version[..i],
+        None => version,
+    }
+}
+
+/// The declared `rust-version` equals the running toolchain's rustc.
+fn rust_version() -> Result {
+    let declared = string_value(&read(&root().join("Cargo.toml"))?, "rust-version")
+        .ok_or("the root Cargo.toml declares no rust-version")?;
+    // The rustc of the toolchain whose cargo runs this.
+    let cargo = PathBuf::from(
+        std::env::var_os("CARGO").ok_or("CARGO is not set: run `cargo xtask package`")?,
+    );
+    let rustc = cargo.with_file_name("rustc");
+    let out = Command::new(&rustc)
+        .arg("-vV")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", rustc.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let release = text
+        .lines()
+        .find_map(|l| l.strip_prefix("release: "))
+        .ok_or_else(|| format!("no release line in `rustc -vV`: {text}"))?;
+    let running = major_minor(release);
+    if running == major_minor(&declared) {
+        eprintln!("rust-version {declared}, rustc {release}");
+        return Ok(());
+    }
+    Err(format!(
+        "rustc {release} runs this, but the workspace declares rust-version = \"{declared}\" \
+         (root Cargo.toml, [workspace.package]), which is the version CI builds with. Run with \
+         that toolchain (`rustup toolchain install {declared}`, then `cargo +{declared} xtask \
+         package`), or, when CI moves to {running}, set rust-version = \"{running}\""
+    ))
+}
+
+/// Every published crate holds the root's license files, byte for byte.
+fn licenses(members: &[Member]) -> Result {
+    let mut wrong = Vec::new();
+    for file in LICENSES {
+        let text = std::fs::read(root().join(file)).map_err(|e| format!("{file}: {e}"))?;
+        for m in members.iter().filter(|m| m.published) {
+            if std::fs::read(m.dir.join(file)).ok().as_ref() != Some(&text) {
+                wrong.push(format!("{} ({})", file, m.name));
+            }
+        }
+    }
+    if wrong.is_empty() {
+        eprintln!(
+            "{} published crates carry {}",
+            members.iter().filter(|m| m.published).count(),
+            LICENSES.join(" and ")
+        );
+        return Ok(());
+    }
+    Err(format!(
+        "missing or different from the root's: {}; copy the root's files into each crate's \
+         directory",
+        wrong.join(", ")
+    ))
+}
+
+/// `--workspace` with every unpublished member excluded.
+fn published_workspace(cmd: &mut Command, unpublished: &[&str]) {
+    cmd.arg("--workspace");
+    for name in unpublished {
+        cmd.args(["--exclude", name]);
+    }
+}
+
+/// `cargo package` of every published crate, each verified by a build of its
+/// `.crate` against the others' through a local registry. `--allow-dirty`:
+/// what is checked is the files on disk, committed or not.
+fn package(unpublished: &[&str]) -> Result {
+    let mut cmd = cargo();
+    cmd.args(["package", "--allow-dirty"]);
+    published_workspace(&mut cmd, unpublished);
+    locked(&mut cmd);
+    status("cargo package", cmd)
+}
+
+/// crates.io's checks of every package, without uploading and without the
+/// build the previous step did.
+fn publish_dry_run(unpublished: &[&str]) -> Result {
+    let mut cmd = cargo();
+    cmd.args(["publish", "--dry-run", "--no-verify", "--allow-dirty"]);
+    published_workspace(&mut cmd, unpublished);
+    locked(&mut cmd);
+    status("cargo publish --dry-run", cmd)
+}
+
+/// `rustup`, which installed the toolchain running this.
+fn rustup() -> Result<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?;
+    let rustup = home.join("bin").join("rustup");
+    if rustup.is_file() {
+        Ok(rustup)
+    } else {
+        Err(format!(
+            "{} is missing: the minimal-versions and docs steps need a nightly toolchain \
+             through rustup (https://rustup.rs)",
+            rustup.display()
+        ))
+    }
+}
+
+/// A `cargo +nightly` command: the rustup path, installing the nightly
+/// toolchain first if this machine has none.
+fn nightly() -> Result<PathBuf> {
+    let rustup = rustup()?;
+    let out = Command::new(&rustup)
+        .args(["toolchain", "list"])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", rustup.display()))?;
+    let listed = String::from_utf8_lossy(&out.stdout);
+    if !listed.lines().any(|l| l.starts_with("nightly")) {
+        eprintln!("==> no nightly toolchain: installing it (rustup, minimal profile)");
+        let mut install = Command::new(&rustup);
+        install.args(["toolchain", "install", "nightly", "--profile", "minimal"]);
+        status("rustup toolchain install nightly", install)?;
+    }
+    Ok(rustup)
+}
+
+fn cargo_nightly(rustup: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(rustup);
+    cmd.args(["run", "nightly", "cargo"]).current_dir(dir);
+    cmd
+}
+
+/// `cargo check --workspace --all-features` with every direct dependency at
+/// the lowest version its `Cargo.toml` allows, in a copy of the workspace.
+fn minimal_versions(rustup: &Path) -> Result {
+    let base = target_dir().join("minimal-versions");
+    let copy = base.join("workspace");
+    if copy.exists() {
+        std::fs::remove_dir_all(&copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+    }
+    copy_tree(&root(), &copy, true)?;
+    let mut update = cargo_nightly(rustup, &copy);
+    update.args(["update", "-Zdirect-minimal-versions"]);
+    status("cargo +nightly update -Zdirect-minimal-versions", update)?;
+    let mut check = cargo();
+    check
+        .current_dir(&copy)
+        .env("CARGO_TARGET_DIR", &base)
+        .args(["check", "--workspace", "--all-features"]);
+    status("cargo check --workspace --all-features", check).map_err(|e| {
+        format!(
+            "{e}: a dependency's declared minimum version lacks what the code uses; raise \
+             it in the Cargo.toml that names it (the copy is {})",
+            copy.display()
+        )
+    })
+}
+
+/// Copies `from` into `to`, leaving out the build output and `.git` at the
+/// top (`top`).
+fn copy_tree(from: &Path, to: &Path, top: bool) -> Result {
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    let entries = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", from.display()))?;
+        let name = entry.file_name();
+        if top && (name == "target" || name == ".git") {
+            continue;
+        }
+        let (src, dst) = (entry.path(), to.join(&name));
+        let kind = entry
+            .file_type()
+            .map_err(|e| format!("{}: {e}", src.display()))?;
+        if kind.is_dir() {
+            copy_tree(&src, &dst, false)?;
+        } else {
+            std::fs::copy(&src, &dst).map_err(|e| format!("{}: {e}", src.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The docs as docs.rs builds them, warnings denied.
+fn docs(rustup: &Path) -> Result {
+    let mut doc = cargo_nightly(rustup, &root());
+    doc.env("RUSTDOCFLAGS", "--cfg docsrs -D warnings")
+        .env("CARGO_TARGET_DIR", target_dir().join("docsrs"))
+        .args(["doc", "--workspace", "--all-features", "--no-deps"]);
+    locked(&mut doc);
+    status("cargo +nightly doc", doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{major_minor, string_value};
+
+    #[test]
+    fn versions_compare_by_major_and_minor() {
+        assert_eq!(major_minor("1.95.0"), "1.95");
+        assert_eq!(major_minor("1.95"), "1.95");
+        assert_eq!(major_minor("1.97.0-nightly"), "1.97");
+    }
+
+    #[test]
+    fn manifest_values_are_read_from_their_line() {
+        let toml = "[package]\nname = \"leasehold-core\"\nrust-version = \"1.95\" # CI\n";
+        assert_eq!(
+            string_value(toml, "name").as_deref(),
+            Some("leasehold-core")
+        );
+        assert_eq!(string_value(toml, "rust-version").as_deref(), Some("1.95"));
+        assert_eq!(string_value(toml, "version"), None);
+    }
+}
