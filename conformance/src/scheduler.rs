@@ -2,7 +2,7 @@
 //!
 //! Six replicas of a billing service run in one process, each campaigning
 //! for the one slot of a leader pool with its own connection
-//! ([`Leader`](leasehold_core::Leader)); whoever leads bills one "hour" after
+//! ([`Leader`]); whoever leads bills one "hour" after
 //! another, each bill a write to a [`Ledger`] that checks fences. The run
 //! checks what leader election promises: exactly one leader, every replica
 //! observing it, a killed leader replaced by another with a bigger fence, and

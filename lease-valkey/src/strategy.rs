@@ -40,7 +40,7 @@ pub enum ActivePath {
     Hsetex,
     /// One key per slot, scripts.
     Scripts,
-    /// [`Method::Hsetex`] was forced on a server without `HSETEX`: every
+    /// [`Method::Hsetex`](crate::Method::Hsetex) was forced on a server without `HSETEX`: every
     /// acquisition fails with a final `UnsupportedServer` error.
     Unsupported,
 }
@@ -325,7 +325,9 @@ impl Strategy for ValkeyStrategy {
             .with_inspect()
     }
 
-    /// See [`ValkeyStrategy::inspect_slots`].
+    /// Every slot of the pool as the store records it: the holder while its
+    /// lease is live, the fence, the floor and the TTL left; a revoked slot
+    /// shows its tombstone's TTL and no holder.
     async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
         self.inspect_slots(pool).await
     }

@@ -354,7 +354,13 @@ fn docs(rustup: &Path) -> Result {
     let mut doc = cargo_nightly(rustup, &root());
     doc.env("RUSTDOCFLAGS", "--cfg docsrs -D warnings")
         .env("CARGO_TARGET_DIR", target_dir().join("docsrs"))
-        .args(["doc", "--workspace", "--all-features", "--no-deps"]);
+        .args([
+            "doc",
+            "--workspace",
+            "--all-features",
+            "--no-deps",
+            "--keep-going",
+        ]);
     locked(&mut doc);
     status("cargo +nightly doc", doc)
 }

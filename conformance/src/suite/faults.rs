@@ -70,7 +70,7 @@ async fn renewals_under_fault_give_prompt_retry(b: Arc<dyn Backend>, fault: Faul
 
 /// Acquisition through a silent or dropped connection fails with a retryable
 /// error within three operation timeouts (judged on the runtime's timer, as
-/// in [`renewals_under_fault_give_prompt_retry`]).
+/// in [`silent_store_gives_retry_within_timeout`]).
 pub async fn unreachable_store_acquire_is_retryable(b: Arc<dyn Backend>) -> Outcome {
     let (proxy, ctx) = proxied(&b).await?;
     for fault in [Fault::Blackhole, Fault::Drop] {

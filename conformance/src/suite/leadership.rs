@@ -133,7 +133,7 @@ fn overlapping_terms(log: &[((usize, Fence), Vec<Seen>)]) -> Option<String> {
 /// observed, while leadership changes hands by a graceful shutdown and by a
 /// leader that dies without releasing. Each term records, from inside, every
 /// instant it says it leads; the terms' stretches must never overlap (see
-/// [`overlapping_terms`], which a loaded machine cannot fool).
+/// `overlapping_terms` in this module, which a loaded machine cannot fool).
 pub async fn electors_never_lead_at_once(b: Arc<dyn Backend>) -> Outcome {
     let ttl = {
         let store = b.connect().await?;

@@ -19,7 +19,7 @@ impl ValkeyStrategy {
     /// expired. The next holder gets a bigger fence and the slot's floor.
     /// A lease on the other path's representation of the slot (a process
     /// that has not switched paths yet) is revoked too. Works on every path,
-    /// also [`ActivePath::Unsupported`]. Returns whether a live lease was
+    /// also [`ActivePath::Unsupported`](crate::ActivePath::Unsupported). Returns whether a live lease was
     /// there.
     pub async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, ValkeyError> {
         let keys = self.keys(pool.name());
