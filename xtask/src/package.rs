@@ -53,7 +53,7 @@ pub(crate) fn run() -> Result {
     eprintln!("\n==> package summary");
     for (name, took, ok) in &times {
         eprintln!(
-            "    {:<22} {:>6}  {:.1?}",
+            "    {:<24} {:>6}  {:.1?}",
             name,
             if *ok { "ok" } else { "FAILED" },
             took
