@@ -52,10 +52,3 @@ pub use leasehold_k8s as k8s;
 pub async fn connect(url: &str) -> Result<Store, ConnectError> {
     StoreConfig::from_url(url)?.connect().await
 }
-
-/// The program in the workspace's README, run as a doctest so the code a
-/// user pastes after `cargo add` keeps compiling and working. (Absent from
-/// the published package: only doctests of this workspace compile it.)
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct WorkspaceReadme;

@@ -8,7 +8,7 @@
 //!   lossy Valkey (restarts; a mixed fleet refused at connect) and
 //!   replicated PostgreSQL and MariaDB (failovers; asynchronous and synchronous standby)
 //!   Valkey through Sentinel and as a Cluster (failovers) and five etcd members
-//!   (leader kills).
+//!   (leader kills); then the guide (`guide`) and the packages (`package`).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
@@ -18,6 +18,9 @@
 //!   every program and library the tests use (`leasehold_conformance::programs`).
 //! - `cargo xtask guide [--update-screenshot]`: the user guide built with
 //!   mdBook, its links and images checked, a screenshot of every chapter.
+//! - `cargo xtask package`: every published crate packaged and built on its
+//!   own in dependency order, a publish dry run, a check at the minimum
+//!   dependency versions, and the docs as docs.rs builds them.
 //! - `cargo xtask pictures [dir]`: the guide's safety pictures, drawn from a
 //!   virtual-clock run of the lease machine.
 
@@ -337,6 +340,10 @@ fn test(args: &[String], scope: Scope) -> Result {
         // The user guide as a reader meets it: built, links and images
         // checked, every chapter rendered by a browser.
         failed.extend(guide::run(&[]).err());
+        // The crates as crates.io and docs.rs will see them: packaged and
+        // built on their own, at their minimum dependency versions, and
+        // documented without a warning.
+        failed.extend(package::run().err());
     }
     if failed.is_empty() {
         Ok(())
