@@ -14,7 +14,9 @@
 //!    the check runs offline);
 //! 5. a screenshot of every chapter with headless Chromium into
 //!    `target/guide/screenshots`; `--update-screenshot` also refreshes the
-//!    one kept in the guide's README (`guide/screenshots/safety.png`).
+//!    ones kept with the guide: the safety chapter's first screen, shown in
+//!    the guide's README (`guide/screenshots/safety.png`), and the whole
+//!    chapter (`safety-full.png`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -355,6 +357,12 @@ fn screenshots(book: &Path, dir: &Path, keep: Option<PathBuf>) -> Result {
         }
         shoot(&book.join(SAFETY_PAGE), &keep, 1500, &profile)?;
         eprintln!("    kept {}", keep.display());
+        // And the whole chapter, every picture as a browser draws it.
+        let whole = keep.with_file_name(SAFETY_PAGE.replace(".html", "-full.png"));
+        let shot = dir.join(SAFETY_PAGE.replace(".html", ".png"));
+        std::fs::copy(&shot, &whole)
+            .map_err(|e| format!("{} -> {}: {e}", shot.display(), whole.display()))?;
+        eprintln!("    kept {}", whole.display());
     }
     let _ = std::fs::remove_dir_all(&profile);
     eprintln!(
