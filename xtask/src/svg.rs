@@ -252,6 +252,22 @@ impl Svg {
         self.text(x, y, s, anchor, 13.0, colour, bold);
     }
 
+    /// Footnotes under a picture: lines from the left edge, 20 px apart,
+    /// the first at `y`.
+    pub(crate) fn notes(&mut self, y: f64, lines: &[String]) {
+        for (i, line) in lines.iter().enumerate() {
+            self.text(
+                20.0,
+                y + 20.0 * i as f64,
+                line,
+                Anchor::Start,
+                13.0,
+                INK,
+                false,
+            );
+        }
+    }
+
     /// The title (bold) and the one-line legend under it.
     pub(crate) fn heading(&mut self, title: &str, legend: &[(&str, &str)]) {
         self.text(20.0, 28.0, title, Anchor::Start, 16.0, INK, true);
@@ -330,6 +346,15 @@ impl TimeAxis {
     /// The x of time `t` (seconds).
     pub(crate) fn x(&self, t: f64) -> f64 {
         self.x0 + (t - self.t0) / (self.t1 - self.t0) * (self.x1 - self.x0)
+    }
+
+    /// Swim lanes along the axis: a light line at each `y`, its name at the
+    /// left edge.
+    pub(crate) fn lanes(&self, svg: &mut Svg, lanes: &[(f64, &str)]) {
+        for &(y, name) in lanes {
+            svg.line((self.x0, y), (self.x1, y), LIGHT, 1.0, None);
+            svg.text(20.0, y + 5.0, name, Anchor::Start, 14.0, INK, true);
+        }
     }
 
     /// A tick spacing that gives at most a dozen ticks.

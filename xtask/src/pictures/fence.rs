@@ -8,9 +8,7 @@ use leasehold_core::Fence;
 
 use super::Params;
 use super::sim::{self, Event, Holder, ONE_WAY, Outcome, Store, secs};
-use crate::svg::{
-    Anchor, BLUE, GREEN, GREY, INK, LIGHT, ORANGE, SKY, Svg, TimeAxis, VERMILION, seconds,
-};
+use crate::svg::{Anchor, BLUE, GREEN, GREY, INK, ORANGE, SKY, Svg, TimeAxis, VERMILION, seconds};
 
 const A_Y: f64 = 110.0;
 const STORE_Y: f64 = 190.0;
@@ -142,15 +140,15 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         t1: (s(wake) + p.ttl.as_secs_f64() / 5.0).ceil(),
     };
     let x = |t: f64| axis.x(t);
-    for (y, name) in [
-        (A_Y, "holder A"),
-        (STORE_Y, "store"),
-        (B_Y, "holder B"),
-        (RES_Y, "resource"),
-    ] {
-        svg.line((axis.x0, y), (axis.x1, y), LIGHT, 1.0, None);
-        svg.text(20.0, y + 5.0, name, Anchor::Start, 14.0, INK, true);
-    }
+    axis.lanes(
+        &mut svg,
+        &[
+            (A_Y, "holder A"),
+            (STORE_Y, "store"),
+            (B_Y, "holder B"),
+            (RES_Y, "resource"),
+        ],
+    );
 
     // Holder A.
     svg.hatch(
@@ -326,19 +324,14 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
     }
 
     axis.draw(&mut svg, 425.0, axis.step(), seconds, INK);
-    svg.text(
-        20.0,
+    svg.notes(
         475.0,
-        &format!(
+        &[format!(
             "TTL {}, margin {}: A's deadline is its last renewal's send + TTL − margin; the store expires the lease \
              TTL after it wrote it.",
             super::dur(timing.ttl()),
             super::dur(timing.safety_margin()),
-        ),
-        Anchor::Start,
-        13.0,
-        INK,
-        false,
+        )],
     );
     Ok(svg)
 }

@@ -307,26 +307,15 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         true,
     );
 
-    svg.text(
-        20.0,
+    svg.notes(
         462.0,
-        &format!(
-            "While A held the slot, each renewal raised the floor to A's ceiling (its last: {}, its deadline on A's clock);",
-            clock(a_last_ceiling.0, true)
-        ),
-        Anchor::Start,
-        13.0,
-        INK,
-        false,
-    );
-    svg.text(
-        20.0,
-        482.0,
-        "a release lowers it to what A actually issued. B starts strictly after max(floor, own clock).",
-        Anchor::Start,
-        13.0,
-        INK,
-        false,
+        &[
+            format!(
+                "While A held the slot, each renewal raised the floor to A's ceiling (its last: {}, its deadline on A's clock);",
+                clock(a_last_ceiling.0, true)
+            ),
+            "a release lowers it to what A actually issued. B starts strictly after max(floor, own clock).".to_owned(),
+        ],
     );
     Ok(svg)
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::Params;
 use super::dur;
 use super::sim::{self, Event, Holder, Outcome, Store, secs};
-use crate::svg::{Anchor, BLUE, GREY, INK, LIGHT, ORANGE, SKY, Svg, TimeAxis, VERMILION, seconds};
+use crate::svg::{Anchor, BLUE, GREY, INK, ORANGE, SKY, Svg, TimeAxis, VERMILION, seconds};
 
 const A_Y: f64 = 120.0;
 const STORE_Y: f64 = 215.0;
@@ -117,10 +117,10 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         t1: (s(b_open) + p.ttl.as_secs_f64() / 5.0).ceil(),
     };
     let x = |t: f64| axis.x(t);
-    for (y, name) in [(A_Y, "holder A"), (STORE_Y, "store"), (B_Y, "holder B")] {
-        svg.line((axis.x0, y), (axis.x1, y), LIGHT, 1.0, None);
-        svg.text(20.0, y + 5.0, name, Anchor::Start, 14.0, INK, true);
-    }
+    axis.lanes(
+        &mut svg,
+        &[(A_Y, "holder A"), (STORE_Y, "store"), (B_Y, "holder B")],
+    );
 
     // Holder A: cut off from the store, it generates until its deadline.
     svg.rect(
@@ -306,16 +306,6 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
          the guard cannot count on it."
             .to_owned(),
     ];
-    for (i, note) in notes.iter().enumerate() {
-        svg.text(
-            20.0,
-            430.0 + 20.0 * i as f64,
-            note,
-            Anchor::Start,
-            13.0,
-            INK,
-            false,
-        );
-    }
+    svg.notes(430.0, &notes);
     Ok(svg)
 }

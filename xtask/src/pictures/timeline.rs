@@ -9,7 +9,7 @@ use leasehold_core::{
 
 use super::sim::{self, Event, Holder, ONE_WAY, Outcome, Store, secs};
 use super::{Params, dur, millis};
-use crate::svg::{Anchor, BLUE, GREY, INK, LIGHT, ORANGE, SKY, Svg, TimeAxis, VERMILION, seconds};
+use crate::svg::{Anchor, BLUE, GREY, INK, ORANGE, SKY, Svg, TimeAxis, VERMILION, seconds};
 
 const HOLDER_Y: f64 = 150.0;
 const STORE_Y: f64 = 250.0;
@@ -87,10 +87,7 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
     let x = |t: f64| axis.x(t);
 
     // Lanes.
-    for (y, name) in [(HOLDER_Y, "holder"), (STORE_Y, "store")] {
-        svg.line((axis.x0, y), (axis.x1, y), LIGHT, 1.0, None);
-        svg.text(20.0, y + 5.0, name, Anchor::Start, 14.0, INK, true);
-    }
+    axis.lanes(&mut svg, &[(HOLDER_Y, "holder"), (STORE_Y, "store")]);
     svg.rect(
         x(s(open_at)),
         HOLDER_Y - 7.0,
@@ -304,52 +301,33 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
     let resolution = Memory::new().capabilities().time_resolution;
     let minimum = min_safety_margin(timing.ttl(), resolution);
     let drift = minimum - resolution - COARSE_CLOCK_SLACK;
-    svg.text(
-        20.0,
+    svg.notes(
         402.0,
-        &format!(
-            "deadline = sent_at + TTL − margin ({} + {} − {} = {}); renewals every {} from the last send.",
-            seconds(sent0),
-            dur(timing.ttl()),
-            dur(timing.safety_margin()),
-            seconds(s(first_deadline)),
-            dur(timing.renew_interval()),
-        ),
-        Anchor::Start,
-        13.0,
-        INK,
-        false,
-    );
-    svg.text(
-        20.0,
-        422.0,
-        &format!(
-            "The store expires the lease a TTL after it wrote the last renewal: {} + {} = {}.",
-            seconds(last_write),
-            dur(timing.ttl()),
-            seconds(expiry),
-        ),
-        Anchor::Start,
-        13.0,
-        INK,
-        false,
-    );
-    svg.text(
-        20.0,
-        442.0,
-        &format!(
-            "margin {} (default) ≥ minimum {} = clock drift {} ({CLOCK_RATE_BOUND_PPM} ppm of the TTL) \
-             + store resolution {} + clock ticks {}.",
-            dur(timing.safety_margin()),
-            millis(minimum),
-            millis(drift),
-            millis(resolution),
-            millis(COARSE_CLOCK_SLACK),
-        ),
-        Anchor::Start,
-        13.0,
-        INK,
-        false,
+        &[
+            format!(
+                "deadline = sent_at + TTL − margin ({} + {} − {} = {}); renewals every {} from the last send.",
+                seconds(sent0),
+                dur(timing.ttl()),
+                dur(timing.safety_margin()),
+                seconds(s(first_deadline)),
+                dur(timing.renew_interval()),
+            ),
+            format!(
+                "The store expires the lease a TTL after it wrote the last renewal: {} + {} = {}.",
+                seconds(last_write),
+                dur(timing.ttl()),
+                seconds(expiry),
+            ),
+            format!(
+                "margin {} (default) ≥ minimum {} = clock drift {} ({CLOCK_RATE_BOUND_PPM} ppm of the TTL) \
+                 + store resolution {} + clock ticks {}.",
+                dur(timing.safety_margin()),
+                millis(minimum),
+                millis(drift),
+                millis(resolution),
+                millis(COARSE_CLOCK_SLACK),
+            ),
+        ],
     );
     if (s(last_deadline) - closed).abs() > 1e-3 {
         return Err(format!(
