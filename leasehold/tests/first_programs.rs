@@ -6,27 +6,12 @@
 //! dependency of this crate, so that program is compiled, not run, here.)
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::process::Command;
 
 use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
 
-/// The example binary `name`, built by `cargo test` next to this test.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let bin = dir.join("examples").join(name);
-    assert!(
-        bin.is_file(),
-        "{} not found: run the whole package's tests (`cargo test -p leasehold --features full`), \
-         which builds the examples, or `cargo build -p leasehold --features full --examples` first",
-        bin.display()
-    );
-    bin
-}
+mod common;
+use common::example;
 
 /// One run of `program` on `url`: its slot, its fence and its three IDs.
 fn run(program: &str, url: &str) -> (u32, u64, Vec<String>) {

@@ -7,21 +7,11 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+mod common;
+
 /// The quickstart example binary, built by `cargo test` next to this test.
 fn quickstart() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
-    let bin = dir.join("examples").join("quickstart");
-    assert!(
-        bin.is_file(),
-        "{} not found: run the whole package's tests (`cargo test -p leasehold`), which \
-         builds the examples, or `cargo build -p leasehold --example quickstart` first",
-        bin.display()
-    );
-    bin
+    common::example("quickstart")
 }
 
 struct Running {
