@@ -88,7 +88,8 @@ impl ValkeyConfig {
 
     /// The restart guard (default on). A server that does not write every
     /// acknowledged write to disk before answering (anything but `appendonly
-    /// yes` with `appendfsync always`, or settings `CONFIG GET` cannot read)
+    /// yes` with `appendfsync always` and `no-appendfsync-on-rewrite no`, or
+    /// settings `CONFIG GET` cannot read)
     /// comes back from a restart without leases, fences and floors it had
     /// acknowledged, and would hand a slot to a second holder while the first
     /// still generates. With the guard, the claim script grants nothing until
@@ -98,11 +99,12 @@ impl ValkeyConfig {
     /// remembers (the field `span` of the pool's fences hash), and at least
     /// the claimer's own ([`PoolSpec::restart_span`](leasehold_core::PoolSpec::restart_span)),
     /// answering the retryable `AcquireError::StoreRestarted` meanwhile;
-    /// renewals go on. A server with `appendfsync always` gets no guard.
+    /// renewals go on. A server that keeps every write gets no guard.
     ///
     /// Such a server forgets the recorded span together with the leases
-    /// (unless it runs the append-only file with `appendfsync everysec` or
-    /// `no` and has `WAITAOF`, Redis or Valkey 7.2+: there a claim whose span
+    /// (unless it runs the append-only file with `appendfsync everysec` and
+    /// `no-appendfsync-on-rewrite no` and has `WAITAOF`, Redis or Valkey
+    /// 7.2+: there a claim whose span
     /// is not yet known to be on disk waits for the fsync before it is used,
     /// and the server is accepted), so
     /// [`ValkeyStrategy::connect`](crate::ValkeyStrategy::connect) refuses it
@@ -156,8 +158,9 @@ impl ValkeyConfig {
     }
 
     /// Refuse to connect unless the server writes every acknowledged write
-    /// to disk before answering (`appendonly yes`, `appendfsync always`, read
-    /// with `CONFIG GET`; unreadable settings are refused too):
+    /// to disk before answering (`appendonly yes`, `appendfsync always`,
+    /// `no-appendfsync-on-rewrite no`, read with `CONFIG GET`; unreadable
+    /// settings are refused too):
     /// `connect` answers [`ValkeyError::NotDurable`](crate::ValkeyError::NotDurable)
     /// naming the settings and the fix, whatever
     /// [`restart_guard`](Self::restart_guard) and

@@ -23,6 +23,13 @@ pub struct Persistence {
     pub appendonly: Option<bool>,
     /// `appendfsync`: `always`, `everysec` or `no`.
     pub appendfsync: Option<String>,
+    /// `no-appendfsync-on-rewrite`: while a snapshot or an AOF rewrite runs
+    /// in a child process, the server skips its fsyncs (with `always` and
+    /// with `everysec`), so its durability is that of `appendfsync no` for
+    /// as long as the child runs; and Valkey 8.1 confirmed to `WAITAOF` a
+    /// write it had not fsynced meanwhile. Only `no` keeps what the other
+    /// two settings promise.
+    pub no_appendfsync_on_rewrite: Option<bool>,
     /// `save`: the RDB snapshot schedule (empty: no snapshots).
     pub save: Option<String>,
     /// The `WAIT` after claims and renewals: replicas and timeout.
@@ -37,6 +44,7 @@ impl Persistence {
             eviction_allowed: false,
             appendonly: None,
             appendfsync: None,
+            no_appendfsync_on_rewrite: None,
             save: None,
             wait,
         }
@@ -61,14 +69,24 @@ impl Persistence {
     }
 
     /// Whether every acknowledged write is on disk before the answer: AOF on
-    /// with `appendfsync always` (false when unknown). Anything less lets a
-    /// restart forget leases, so the restart guard applies.
+    /// with `appendfsync always` and `no-appendfsync-on-rewrite no` (false
+    /// when unknown). Anything less lets a restart forget leases, so the
+    /// restart guard applies.
     pub fn keeps_every_write(&self) -> bool {
         self.appendonly == Some(true)
+            && self.fsyncs_during_rewrites()
             && self
                 .appendfsync
                 .as_deref()
                 .is_some_and(|f| f.eq_ignore_ascii_case("always"))
+    }
+
+    /// Whether the server fsyncs while a child process writes a snapshot or
+    /// rewrites the AOF (`no-appendfsync-on-rewrite no`; false when
+    /// unknown). With `yes` it skips those fsyncs, answers writes and
+    /// `WAITAOF` anyway, and a crash of the machine meanwhile loses them.
+    pub fn fsyncs_during_rewrites(&self) -> bool {
+        self.no_appendfsync_on_rewrite == Some(false)
     }
 
     /// Whether the append-only file is on with `appendfsync everysec`: a
@@ -77,8 +95,11 @@ impl Persistence {
     /// disk. Not with `appendfsync no`: there Redis 8.2 and Valkey 8.1 never
     /// confirm a connection's writes to `WAITAOF`, so a claim that waits
     /// would wait forever (such a server is refused like one without AOF).
+    /// Nor with `no-appendfsync-on-rewrite yes`: there `WAITAOF` can confirm
+    /// a write the server has not fsynced (seen on Valkey 8.1).
     pub fn fsyncs_on_request(&self) -> bool {
         self.appendonly == Some(true)
+            && self.fsyncs_during_rewrites()
             && self
                 .appendfsync
                 .as_deref()
@@ -86,17 +107,20 @@ impl Persistence {
     }
 
     /// The settings that decide whether every acknowledged write is kept,
-    /// as read: `appendonly yes, appendfsync everysec` (`unknown` where
-    /// `CONFIG GET` could not read them).
+    /// as read: `appendonly yes, appendfsync everysec,
+    /// no-appendfsync-on-rewrite no` (`unknown` where `CONFIG GET` could not
+    /// read them).
     pub fn persistence_settings(&self) -> String {
-        let aof = match self.appendonly {
+        let yes_no = |v: Option<bool>| match v {
             Some(true) => "yes",
             Some(false) => "no",
             None => "unknown",
         };
         format!(
-            "appendonly {aof}, appendfsync {}",
-            self.appendfsync.as_deref().unwrap_or("unknown")
+            "appendonly {}, appendfsync {}, no-appendfsync-on-rewrite {}",
+            yes_no(self.appendonly),
+            self.appendfsync.as_deref().unwrap_or("unknown"),
+            yes_no(self.no_appendfsync_on_rewrite),
         )
     }
 
@@ -134,7 +158,12 @@ impl Persistence {
                 loses: "the writes since the last snapshot, at a restart".into(),
                 fix: "appendonly yes and appendfsync always".into(),
             });
-        } else if self.appendonly == Some(true) && !self.keeps_every_write() {
+        } else if self.appendonly == Some(true)
+            && !self
+                .appendfsync
+                .as_deref()
+                .is_some_and(|f| f.eq_ignore_ascii_case("always"))
+        {
             risks.push(DurabilityRisk {
                 setting: "appendfsync".into(),
                 value: self.appendfsync.clone().unwrap_or_else(|| "unknown".into()),
@@ -142,6 +171,21 @@ impl Persistence {
                         machine"
                     .into(),
                 fix: "appendfsync always".into(),
+            });
+        }
+        if self.appendonly == Some(true) && !self.fsyncs_during_rewrites() {
+            risks.push(DurabilityRisk {
+                setting: "no-appendfsync-on-rewrite".into(),
+                value: match self.no_appendfsync_on_rewrite {
+                    Some(true) => "yes".into(),
+                    _ => "unknown".into(),
+                },
+                loses: "the writes acknowledged while a snapshot or an AOF rewrite runs (their \
+                        fsyncs are skipped, and WAITAOF may confirm them anyway), at a crash of \
+                        the machine"
+                    .into(),
+                fix: "CONFIG SET no-appendfsync-on-rewrite no, and set it in the config file"
+                    .into(),
             });
         }
         leasehold_core::Durability { risks }
@@ -171,11 +215,18 @@ impl fmt::Display for Persistence {
             self.maxmemory_policy.as_deref().unwrap_or(unknown)
         )?;
         match self.appendonly {
-            Some(true) => write!(
-                f,
-                ", AOF on (appendfsync {})",
-                self.appendfsync.as_deref().unwrap_or(unknown)
-            )?,
+            Some(true) => {
+                write!(
+                    f,
+                    ", AOF on (appendfsync {}",
+                    self.appendfsync.as_deref().unwrap_or(unknown)
+                )?;
+                match self.no_appendfsync_on_rewrite {
+                    Some(false) => f.write_str(")")?,
+                    Some(true) => f.write_str(", no fsync while a child process saves)")?,
+                    None => f.write_str(", no-appendfsync-on-rewrite unknown)")?,
+                }
+            }
             Some(false) => f.write_str(", AOF off")?,
             None => f.write_str(", AOF unknown")?,
         }
@@ -218,15 +269,30 @@ mod tests {
         d.appendonly = Some(true);
         d.appendfsync = Some("always".into());
         d.save = Some(String::new());
+        assert_eq!(
+            risks(&d),
+            ["no-appendfsync-on-rewrite"],
+            "unread, it is a risk"
+        );
+        d.no_appendfsync_on_rewrite = Some(true);
+        assert_eq!(risks(&d), ["no-appendfsync-on-rewrite"]);
+        d.no_appendfsync_on_rewrite = Some(false);
         assert!(d.durability().is_durable(), "{:?}", d.durability());
         d.appendfsync = Some("everysec".into());
         assert_eq!(risks(&d), ["appendfsync"]);
+        d.no_appendfsync_on_rewrite = Some(true);
+        assert_eq!(risks(&d), ["appendfsync", "no-appendfsync-on-rewrite"]);
+        d.no_appendfsync_on_rewrite = Some(false);
         d.appendonly = Some(false);
         assert_eq!(risks(&d), ["appendonly/save"]);
         d.save = Some("3600 1".into());
         assert_eq!(risks(&d), ["save"]);
         d.maxmemory_policy = Some("allkeys-lru".into());
         assert_eq!(risks(&d), ["maxmemory-policy", "save"]);
+    }
+
+    fn text_has(d: &Persistence, part: &str) -> bool {
+        d.to_string().contains(part)
     }
 
     #[test]
@@ -250,15 +316,31 @@ mod tests {
         assert!(text.contains("a restart loses"), "{text}");
         d.appendonly = Some(true);
         d.appendfsync = Some("everysec".into());
+        // Unread, the setting that skips fsyncs during rewrites may be on.
+        assert!(!d.fsyncs_on_request() && !d.keeps_every_write());
+        d.no_appendfsync_on_rewrite = Some(false);
         assert!(d.fsyncs_on_request() && !d.keeps_every_write());
         assert_eq!(
             d.persistence_settings(),
-            "appendonly yes, appendfsync everysec"
+            "appendonly yes, appendfsync everysec, no-appendfsync-on-rewrite no"
         );
         d.appendfsync = Some("no".into());
         assert!(!d.fsyncs_on_request() && !d.keeps_every_write());
         d.appendfsync = Some("always".into());
         assert!(!d.fsyncs_on_request() && d.keeps_every_write());
+        d.no_appendfsync_on_rewrite = Some(true);
+        assert!(
+            !d.keeps_every_write(),
+            "always, but not while a child saves"
+        );
+        assert!(text_has(&d, "no fsync while a child process saves"));
+        d.appendfsync = Some("everysec".into());
+        assert!(
+            !d.fsyncs_on_request(),
+            "WAITAOF can confirm unsynced writes"
+        );
+        d.appendfsync = Some("always".into());
+        d.no_appendfsync_on_rewrite = Some(false);
         d.wait = Some((1, Duration::from_millis(100)));
         let text = d.to_string();
         assert!(text.contains("AOF on (appendfsync always)"), "{text}");

@@ -45,8 +45,8 @@ pub enum ValkeyError {
     },
     /// The server may forget writes it acknowledged (it does not run
     /// `appendonly yes` with `appendfsync always`, nor `appendonly yes` with
-    /// `appendfsync everysec` or `no` on a server with `WAITAOF`, or `CONFIG
-    /// GET` could not read them). A restart would then lose the pool's recorded restart
+    /// `appendfsync everysec` on a server with `WAITAOF`, each with
+    /// `no-appendfsync-on-rewrite no`, or `CONFIG GET` could not read them). A restart would then lose the pool's recorded restart
     /// span with its leases, so the restart guard cannot know how long the
     /// holders it forgot may still generate: refused unless
     /// [`ValkeyConfig::assume_one_timing_per_pool`](crate::ValkeyConfig::assume_one_timing_per_pool)
@@ -57,16 +57,17 @@ pub enum ValkeyError {
         "{server} can lose writes it acknowledged (read with CONFIG GET: {settings}; {durability}): \
          after a restart it may have forgotten leases that holders still use, and the longest \
          TTL and max_clock_skew the pool's holders use, so it could hand a slot to a second \
-         holder while the first still generates IDs; fix: set appendonly yes and appendfsync \
-         always (CONFIG SET, and in valkey.conf / redis.conf), or on Redis or Valkey 7.2+ \
-         appendonly yes with appendfsync everysec (claims then wait for the fsync with \
-         WAITAOF){}",
+         holder while the first still generates IDs; fix: set appendonly yes, appendfsync \
+         always and no-appendfsync-on-rewrite no (CONFIG SET, and in valkey.conf / \
+         redis.conf), or on Redis or Valkey 7.2+ appendonly yes with appendfsync everysec and \
+         no-appendfsync-on-rewrite no (claims then wait for the fsync with WAITAOF){}",
         opt_ins_text(*required)
     )]
     NotDurable {
         /// The server, e.g. `Redis 7.0.15`.
         server: String,
-        /// The settings read: `appendonly …, appendfsync …`.
+        /// The settings read: `appendonly …, appendfsync …,
+        /// no-appendfsync-on-rewrite …`.
         settings: String,
         /// What `connect` read.
         durability: String,

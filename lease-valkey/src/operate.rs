@@ -52,12 +52,14 @@ impl ValkeyStrategy {
 
     fn persistence_check(&self) -> Check {
         let d = self.persistence();
-        let fix = "appendonly yes and appendfsync always (CONFIG SET and the config file)";
+        let fix = "appendonly yes, appendfsync always and no-appendfsync-on-rewrite no (CONFIG \
+                   SET and the config file)";
         if d.keeps_every_write() {
             return Check::new(
                 Verdict::Ok,
                 "persistence",
-                "AOF with appendfsync always: every acknowledged write survives a restart",
+                "AOF with appendfsync always, fsynced while a child process saves too: every \
+                 acknowledged write survives a restart",
             );
         }
         let (aof, rdb) = settings(d);

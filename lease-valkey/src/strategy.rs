@@ -130,8 +130,8 @@ struct Inner {
     round_trips: AtomicU64,
     identity: String,
     /// Claims wait (`WAITAOF`) until the pool's recorded span is on disk:
-    /// the append-only file with `appendfsync everysec` or `no`, on a server
-    /// with `WAITAOF`.
+    /// the append-only file with `appendfsync everysec` and
+    /// `no-appendfsync-on-rewrite no`, on a server with `WAITAOF`.
     fsync_claims: bool,
     /// Test hook: the next wait (for the fsync or for replicas) reconnects
     /// first.
@@ -197,7 +197,7 @@ impl ValkeyStrategy {
 
     /// Whether the claim scripts hold grants back after a restart: on a
     /// server that does not keep every acknowledged write (`appendonly
-    /// yes`, `appendfsync always`), unless [`ValkeyConfig::restart_guard`]
+    /// yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`), unless [`ValkeyConfig::restart_guard`]
     /// turned the guard off.
     fn guard_on(&self) -> bool {
         // (Rule 12 broken on purpose by the campaign's planted bugs; a

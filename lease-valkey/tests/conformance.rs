@@ -1070,7 +1070,9 @@ fn expect_not_durable(r: Result<ValkeyStrategy, ValkeyError>, required: bool) ->
             ensure!(
                 msg.contains("appendonly no")
                     && msg.contains("appendfsync")
-                    && msg.contains("set appendonly yes and appendfsync always"),
+                    && msg.contains(
+                        "set appendonly yes, appendfsync always and no-appendfsync-on-rewrite no"
+                    ),
                 "the refusal lacks the settings read or the fix: {msg}"
             );
             let names_opt_ins = msg.contains("assume_one_timing_per_pool(true)")
@@ -1387,6 +1389,167 @@ async fn expect_unproven_claim(
         "{what}: the unproven claim was not released: {slots:?}"
     );
     Ok(())
+}
+
+/// While a child process writes a snapshot or rewrites the append-only
+/// file, a server with `no-appendfsync-on-rewrite yes` skips its fsyncs,
+/// with `appendfsync always` as with `everysec`, and answers the writes
+/// anyway; Valkey 8.1 even confirmed such a write to `WAITAOF`. Such a
+/// server keeps no more than one with `appendfsync no`, so a claim proven by
+/// the fsync wait, or acknowledged by an `always` server, can be lost in a
+/// crash of the machine with the pool's span. It is refused by default,
+/// naming the setting and its fix; the opt-in accepts it with the restart
+/// guard on and no fsync wait trusted; and with the setting back at `no`
+/// the same server is accepted as before.
+async fn a_server_that_skips_fsyncs_while_a_child_saves_is_refused(b: Arc<Valkey>) -> Outcome {
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    for fsync in ["always", "everysec"] {
+        let own = OwnServer::start(
+            bin,
+            &[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                fsync,
+                "--no-appendfsync-on-rewrite",
+                "yes",
+                "--enable-debug-command",
+                "yes",
+            ],
+            &[],
+        )?;
+        let config = ValkeyConfig::new(&own.url)
+            .method(b.method)
+            .op_timeout(Duration::from_secs(10));
+        match ValkeyStrategy::connect(config.clone()).await {
+            Err(e @ ValkeyError::NotDurable { .. }) => {
+                let msg = e.to_string();
+                ensure!(
+                    msg.contains(&format!(
+                        "appendfsync {fsync}, no-appendfsync-on-rewrite yes"
+                    )) && msg.contains("no-appendfsync-on-rewrite no"),
+                    "the refusal does not name the setting read and its fix: {msg}"
+                );
+            }
+            other => {
+                return Err(format!(
+                    "appendfsync {fsync} with no-appendfsync-on-rewrite yes answered {:?}",
+                    other.map(|s| s.persistence().to_string())
+                ));
+            }
+        }
+        let s = ValkeyStrategy::connect(config.clone().assume_one_timing_per_pool(true))
+            .await
+            .map_err(|e| format!("appendfsync {fsync}, opted in: {e}"))?;
+        let d = s.persistence();
+        ensure!(
+            !d.keeps_every_write() && !d.fsyncs_on_request(),
+            "appendfsync {fsync} with fsyncs skipped during rewrites counted as durable: {d}"
+        );
+        ensure!(
+            d.durability()
+                .risks
+                .iter()
+                .any(|r| r.setting == "no-appendfsync-on-rewrite" && r.value == "yes"),
+            "the durability report misses the setting: {:?}",
+            d.durability()
+        );
+        if fsync == "always" && version_at_least(&b.version, 7, 2) {
+            write_unsynced_while_a_child_saves(&s).await?;
+        }
+        // Accepted by the opt-in, the restart guard holds claims back on
+        // the freshly started server.
+        let pool = fresh_pool(1, Duration::from_secs(60))?;
+        match s.acquire(&pool, Floor::NONE).await {
+            Err(AcquireError::StoreRestarted { .. }) => {}
+            other => {
+                return Err(format!(
+                    "a claim on a server up for seconds, its pool spanning a minute, was \
+                     answered {other:?}"
+                ));
+            }
+        }
+        cmd(
+            &s,
+            "CONFIG",
+            vec![
+                "SET".into(),
+                "no-appendfsync-on-rewrite".into(),
+                "no".into(),
+            ],
+        )
+        .await?;
+        let again = ValkeyStrategy::connect(config).await;
+        let waitaof = version_at_least(&b.version, 7, 2);
+        match (fsync, again) {
+            ("always", Ok(s)) => {
+                ensure!(s.persistence().keeps_every_write(), "{}", s.persistence())
+            }
+            ("everysec", Ok(s)) if waitaof => ensure!(
+                s.persistence().fsyncs_on_request() && s.server().waitaof,
+                "{}",
+                s.persistence()
+            ),
+            ("everysec", Err(ValkeyError::NotDurable { .. })) if !waitaof => {}
+            (_, other) => {
+                return Err(format!(
+                    "appendfsync {fsync} with no-appendfsync-on-rewrite no answered {:?}",
+                    other.map(|s| s.persistence().to_string())
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why the setting is refused, shown by the server itself: with
+/// `appendfsync always` and `no-appendfsync-on-rewrite yes`, a write
+/// acknowledged while a snapshot is being written is not on disk, as
+/// `WAITAOF 1 0` (which waits for the local fsync) times out with no fsync.
+/// The snapshot is made slow (`rdb-key-save-delay`, 10 ms a key for 600
+/// keys); a wait that ends after the snapshot did proves nothing, and is
+/// tried again (and the test repeated as starved after five such tries).
+async fn write_unsynced_while_a_child_saves(s: &ValkeyStrategy) -> Outcome {
+    let set =
+        |name: &'static str, value: &'static str| vec!["SET".into(), name.into(), value.into()];
+    let saving = async || -> Result<bool, String> {
+        let info = cmd(s, "INFO", vec!["persistence".into()]).await?;
+        Ok(format!("{info:?}").contains("rdb_bgsave_in_progress:1"))
+    };
+    cmd(s, "DEBUG", vec!["POPULATE".into(), "600".into()]).await?;
+    cmd(s, "CONFIG", set("rdb-key-save-delay", "10000")).await?;
+    let mut tries = 0;
+    let outcome = loop {
+        tries += 1;
+        while saving().await? {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        cmd(s, "BGSAVE", Vec::new()).await?;
+        let started = saving().await?;
+        cmd(s, "SET", vec!["written-while-saving".into(), "1".into()]).await?;
+        let fsynced = cmd(s, "WAITAOF", vec!["1".into(), "0".into(), "1500".into()]).await?;
+        if !started || !saving().await? {
+            if tries < 5 {
+                continue;
+            }
+            break Err(format!(
+                "{STARVED}the snapshot ended before the wait did, {tries} times"
+            ));
+        }
+        break match fsynced {
+            Value::Array(ref a) if a.first() == Some(&Value::Integer(0)) => Ok(()),
+            other => Err(format!(
+                "a write acknowledged by an appendfsync always server while a snapshot was \
+                 being written, with no-appendfsync-on-rewrite yes, was fsynced: WAITAOF \
+                 answered {other:?}"
+            )),
+        };
+    };
+    cmd(s, "CONFIG", set("rdb-key-save-delay", "0")).await?;
+    while saving().await? {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    outcome
 }
 
 /// `WAITAOF` answers for the writes of the connection it is sent on. A
@@ -1860,6 +2023,7 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
             the_restart_guard_holds_grants_after_a_start,
             the_configured_clock_skew_lengthens_the_guard,
             claims_wait_for_the_fsync_of_the_pools_span,
+            a_server_that_skips_fsyncs_while_a_child_saves_is_refused,
             the_password_never_shows,
         )
     } else {

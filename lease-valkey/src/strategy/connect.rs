@@ -26,10 +26,12 @@ impl ValkeyStrategy {
     /// `maxmemory-policy` may evict keys is refused with
     /// [`ValkeyError::Eviction`] unless [`ValkeyConfig::allow_eviction`] says
     /// otherwise. A server that can forget acknowledged writes (not
-    /// `appendonly yes` with `appendfsync always`, or unreadable) is refused
-    /// with [`ValkeyError::NotDurable`], unless it runs the append-only file
-    /// with `appendfsync everysec` or `no` and has `WAITAOF` (claims then
-    /// wait for the fsync of the pool's recorded span), or
+    /// `appendonly yes` with `appendfsync always` and
+    /// `no-appendfsync-on-rewrite no`, or unreadable) is refused with
+    /// [`ValkeyError::NotDurable`], unless it runs the append-only file with
+    /// `appendfsync everysec` and `no-appendfsync-on-rewrite no` and has
+    /// `WAITAOF` (claims then wait for the fsync of the pool's recorded
+    /// span), or
     /// [`ValkeyConfig::assume_one_timing_per_pool`] or
     /// [`ValkeyConfig::restart_guard`]`(false)` accepts it (never with
     /// [`ValkeyConfig::require_durable`]).
@@ -167,8 +169,8 @@ impl ValkeyStrategy {
         Ok(server)
     }
 
-    /// Reads `maxmemory-policy`, `appendonly`, `appendfsync` and `save`, one
-    /// `CONFIG GET` each (Redis 6 takes one pattern per call). A server that
+    /// Reads `maxmemory-policy`, `appendonly`, `appendfsync`,
+    /// `no-appendfsync-on-rewrite` and `save`, one `CONFIG GET` each (Redis 6 takes one pattern per call). A server that
     /// refuses `CONFIG` (disabled, renamed, denied by an ACL) leaves them
     /// unknown.
     ///
@@ -209,7 +211,13 @@ impl ValkeyStrategy {
         url: &str,
     ) -> Result<Persistence, ValkeyError> {
         let mut d = Persistence::unknown(self.inner.config.wait);
-        for name in ["maxmemory-policy", "appendonly", "appendfsync", "save"] {
+        for name in [
+            "maxmemory-policy",
+            "appendonly",
+            "appendfsync",
+            "no-appendfsync-on-rewrite",
+            "save",
+        ] {
             let args = vec!["GET".into(), name.into()];
             let answer = match &node {
                 None => {
@@ -227,6 +235,9 @@ impl ValkeyStrategy {
                 "maxmemory-policy" => d.maxmemory_policy = value,
                 "appendonly" => d.appendonly = value.map(|v| v.eq_ignore_ascii_case("yes")),
                 "appendfsync" => d.appendfsync = value,
+                "no-appendfsync-on-rewrite" => {
+                    d.no_appendfsync_on_rewrite = value.map(|v| v.eq_ignore_ascii_case("yes"));
+                }
                 _ => d.save = value,
             }
         }
