@@ -22,6 +22,7 @@ pub mod scheduler;
 pub mod secrets;
 pub mod servers;
 pub mod suite;
+pub mod tls;
 pub mod topology;
 
 pub use backend::{Backend, Store};

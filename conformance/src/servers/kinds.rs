@@ -45,7 +45,7 @@ pub const TOPOLOGY_LABELS: &[&str] = &[
 
 /// Every label the behaviour suites report on, in table order: the
 /// in-process backends, then each row of [`KINDS`]'s labels, then the
-/// replicated topologies. A missing report for any of them is a failure of
+/// replicated topologies, then the TLS-only servers. A missing report for any of them is a failure of
 /// `cargo xtask test`.
 pub fn labels() -> Vec<&'static str> {
     IN_PROCESS_LABELS
@@ -53,6 +53,7 @@ pub fn labels() -> Vec<&'static str> {
         .copied()
         .chain(KINDS.iter().flat_map(|k| k.labels.iter().copied()))
         .chain(TOPOLOGY_LABELS.iter().copied())
+        .chain(super::TLS_LABELS.iter().copied())
         .collect()
 }
 
@@ -91,6 +92,13 @@ pub enum Binary {
 pub struct Launch {
     /// The URL, with `{port}` for the port.
     pub url: &'static str,
+    /// The URL of a TLS-only server of this family
+    /// ([`provide_tls`](super::provide_tls)), verified against the run's CA
+    /// and with its client certificate: `{port}`, and `{ca}`, `{cert}` and
+    /// `{key}` for the paths of [`Pki::ca`](crate::tls::Pki::ca) and the
+    /// client's [`Pair`](crate::tls::Pair). `None`: no TLS-only server of
+    /// this family is started here.
+    pub tls_url: Option<&'static str>,
     /// The [`Settings`] a server of this family can be asked for
     /// ([`provide_with`](super::provide_with)).
     pub settings: &'static [Settings],
@@ -140,6 +148,7 @@ impl Launch {
     /// PostgreSQL: `initdb`, then `pg_ctl start` (as `postgres` under root).
     pub const POSTGRES: Self = Self {
         url: "postgres://postgres@127.0.0.1:{port}/postgres",
+        tls_url: None,
         settings: &Settings::ALL,
         settings_limit: "",
         family: Family::Postgres,
@@ -152,6 +161,7 @@ impl Launch {
     /// MariaDB: `mariadb-install-db`, then `mariadbd`, then the database.
     pub const MARIADB: Self = Self {
         url: "mysql://root@127.0.0.1:{port}/leasehold",
+        tls_url: None,
         settings: &Settings::ALL,
         settings_limit: "",
         family: Family::MariaDb,
@@ -167,6 +177,7 @@ impl Launch {
     /// Redis or Valkey, without persistence.
     pub const REDIS: Self = Self {
         url: "redis://127.0.0.1:{port}",
+        tls_url: None,
         settings: &Settings::ALL,
         settings_limit: "",
         family: Family::Redis,
@@ -179,6 +190,7 @@ impl Launch {
     /// A one-member etcd cluster.
     pub const ETCD: Self = Self {
         url: "http://127.0.0.1:{port}",
+        tls_url: None,
         settings: &[Settings::Fast, Settings::Durable],
         settings_limit: "etcd has no setting that loses acknowledged writes on a process crash \
                          (it fsyncs every commit; --unsafe-no-fsync loses writes only on an OS \
@@ -197,6 +209,7 @@ impl Launch {
     /// no local binary. The "URL" is the kubeconfig's path.
     pub const KUBERNETES: Self = Self {
         url: "",
+        tls_url: None,
         settings: &[Settings::Fast],
         settings_limit: "no local binary runs it, and a cluster named by the environment or \
                          started in a container runs as it was configured",
@@ -206,6 +219,17 @@ impl Launch {
 
     pub(super) fn url_at(&self, port: u16) -> String {
         self.url.replace("{port}", &port.to_string())
+    }
+
+    pub(super) fn tls_url_at(&self, port: u16, pki: &crate::tls::Pki) -> Option<String> {
+        let path = |p: &std::path::Path| p.display().to_string();
+        Some(
+            self.tls_url?
+                .replace("{port}", &port.to_string())
+                .replace("{ca}", &path(&pki.ca))
+                .replace("{cert}", &path(&pki.client.cert))
+                .replace("{key}", &path(&pki.client.key)),
+        )
     }
 }
 
@@ -448,7 +472,11 @@ mod tests {
         ] {
             assert!(labels.contains(&want), "{want} missing from {labels:?}");
         }
-        assert_eq!(labels.len(), 12 + TOPOLOGY_LABELS.len(), "{labels:?}");
+        assert_eq!(
+            labels.len(),
+            12 + TOPOLOGY_LABELS.len() + super::super::TLS_LABELS.len(),
+            "{labels:?}"
+        );
         assert_eq!(
             wheels(),
             [

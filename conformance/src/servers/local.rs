@@ -72,6 +72,15 @@ pub(super) fn wait_for_port(
     ))
 }
 
+/// A family whose recipe starts no TLS-only server yet refuses to start a
+/// plain one in its place.
+fn refuse_tls(l: &Local<'_>, family: &str) -> Result<(), String> {
+    match l.tls {
+        Some(_) => Err(format!("the {family} recipe starts no TLS-only server")),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
@@ -96,6 +105,7 @@ pub(super) fn start_local(
     kind: ServerKind,
     bin: &Path,
     settings: Settings,
+    tls: Option<&'static crate::tls::Pki>,
 ) -> Result<Server, String> {
     let launch = kind.row().launch;
     let start =
@@ -112,15 +122,22 @@ pub(super) fn start_local(
             bin: bin.to_path_buf(),
             port,
             settings,
+            tls,
         }),
         #[cfg(feature = "testcontainers")]
         _container: None,
     };
     let version = version_of(bin, "--version");
+    let url = match tls {
+        None => launch.url_at(port),
+        Some(pki) => launch
+            .tls_url_at(port, pki)
+            .ok_or_else(|| format!("no TLS-only {kind} server can be started here"))?,
+    };
     guard.start()?;
     Ok(Server {
         kind,
-        url: launch.url_at(port),
+        url,
         version,
         origin: Origin::Binary(bin.to_path_buf()),
         settings: Some(settings),
@@ -141,6 +158,7 @@ fn recipe(family: Family) -> Option<StartLocal> {
 }
 
 fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
+    refuse_tls(l, "PostgreSQL")?;
     let bindir = l.bin.parent().ok_or("no bin dir")?;
     let data = l.dir.join("data");
     // initdb refuses to run as root: run the server as `postgres` then.
@@ -205,6 +223,7 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
 }
 
 fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
+    refuse_tls(l, "MariaDB")?;
     let data = l.dir.join("data");
     // A restart finds the data directory installed.
     if !data.join("mysql").is_dir() {
@@ -251,6 +270,7 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
 }
 
 fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
+    refuse_tls(l, "Redis/Valkey")?;
     let persistence: &[&str] = match l.settings {
         Settings::Fast | Settings::Lossy => &["--appendonly", "no"],
         Settings::Durable => &["--appendonly", "yes", "--appendfsync", "always"],
@@ -297,6 +317,7 @@ fn redis_pongs(port: u16) -> bool {
 }
 
 fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
+    refuse_tls(l, "etcd")?;
     let (port, peer) = (l.port, free_port());
     let child = Command::new(l.bin)
         .args(["--name", "n0", "--data-dir"])

@@ -31,6 +31,11 @@ pub use local::{free_port, free_ports};
 pub use server::{Detached, Origin, Server};
 pub use settings::Settings;
 
+/// The report labels of the behaviour suite on TLS-only servers
+/// ([`provide_tls`]) and on the fake Kubernetes API server over HTTPS, each
+/// reached with a client certificate.
+pub const TLS_LABELS: &[&str] = &[];
+
 use containers::{docker_probe, start_container};
 use local::start_local;
 
@@ -139,6 +144,44 @@ pub fn provide_with(kind: ServerKind, settings: Settings) -> Result<Server, Prov
     chain(kind, settings).map_err(ProvideError::Missing)
 }
 
+/// A server of `kind` that takes TLS connections only and asks every client
+/// for a certificate, signed by this process's CA ([`crate::tls::Pki::shared`]),
+/// started from a local binary with [`Settings::Fast`]. Its
+/// [`Server::url`] connects over verified TLS with the client certificate
+/// ([`Launch::tls_url`]); the certificates' files are in
+/// [`Pki::shared`](crate::tls::Pki::shared) for the tests that connect
+/// otherwise. No URL from the environment or container stands in for it.
+/// Prints one loud line saying what was used.
+pub fn provide_tls(kind: ServerKind) -> Result<Server, Missing> {
+    let mut tried = vec![format!(
+        "${}: not read for a TLS-only server",
+        kind.env_var()
+    )];
+    let started = match (kind.row().launch.tls_url, find_binary(kind)) {
+        (None, _) => Err(format!("no TLS-only {kind} server can be started here")),
+        (_, None) => Err(format!("local binary: not found ({})", kind.install_hint())),
+        (Some(_), Some(bin)) => crate::tls::Pki::shared().and_then(|pki| {
+            start_local(kind, &bin, Settings::Fast, Some(pki))
+                .map_err(|e| format!("local binary {}: failed to start: {e}", bin.display()))
+        }),
+    };
+    match started {
+        Ok(server) => {
+            eprintln!(
+                "leasehold: {kind}: started {} over TLS only",
+                server.describe()
+            );
+            Ok(server)
+        }
+        Err(e) => {
+            tried.push(e);
+            let missing = Missing { kind, tried };
+            eprintln!("leasehold: {missing}");
+            Err(missing)
+        }
+    }
+}
+
 /// The provider chain: the environment, a local binary, a container.
 fn chain(kind: ServerKind, settings: Settings) -> Result<Server, Missing> {
     let mut tried = Vec::new();
@@ -159,7 +202,7 @@ fn chain(kind: ServerKind, settings: Settings) -> Result<Server, Missing> {
         _ => tried.push(format!("${var}: unset")),
     }
     match find_binary(kind) {
-        Some(bin) => match start_local(kind, &bin, settings) {
+        Some(bin) => match start_local(kind, &bin, settings, None) {
             Ok(server) => {
                 eprintln!("leasehold: {kind}: started {}", server.describe());
                 return Ok(server);

@@ -21,6 +21,10 @@ pub(super) struct Local<'a> {
     pub(super) port: u16,
     pub(super) log: PathBuf,
     pub(super) settings: Settings,
+    /// TLS only, with this run's certificates ([`crate::tls::Pki`]): the
+    /// server takes no plain connection and asks clients for a certificate
+    /// ([`super::provide_tls`]).
+    pub(super) tls: Option<&'static crate::tls::Pki>,
     pub(super) guard: &'a mut Guard,
 }
 
@@ -62,6 +66,7 @@ pub(super) struct Relaunch {
     pub(super) bin: PathBuf,
     pub(super) port: u16,
     pub(super) settings: Settings,
+    pub(super) tls: Option<&'static crate::tls::Pki>,
 }
 
 impl Guard {
@@ -77,6 +82,7 @@ impl Guard {
             dir: self.dir.clone(),
             port: r.port,
             settings: r.settings,
+            tls: r.tls,
             guard: self,
         })
     }
