@@ -34,7 +34,9 @@ pub use settings::Settings;
 /// The report labels of the behaviour suite on TLS-only servers
 /// ([`provide_tls`]) and on the fake Kubernetes API server over HTTPS, each
 /// reached with a client certificate.
-pub const TLS_LABELS: &[&str] = &[];
+pub const TLS_LABELS: &[&str] = &[
+    "redis7-tls",
+];
 
 use containers::{docker_probe, start_container};
 use local::start_local;
@@ -158,7 +160,10 @@ pub fn provide_tls(kind: ServerKind) -> Result<Server, Missing> {
         kind.env_var()
     )];
     let started = match (kind.row().launch.tls_url, find_binary(kind)) {
-        (None, _) => Err(format!("no TLS-only {kind} server can be started here")),
+        (None, _) => Err(format!(
+            "no TLS-only {kind} server can be started here: {}",
+            kind.row().launch.no_tls_reason()
+        )),
         (_, None) => Err(format!("local binary: not found ({})", kind.install_hint())),
         (Some(_), Some(bin)) => crate::tls::Pki::shared().and_then(|pki| {
             start_local(kind, &bin, Settings::Fast, Some(pki))
