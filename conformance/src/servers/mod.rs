@@ -34,9 +34,7 @@ pub use settings::Settings;
 /// The report labels of the behaviour suite on TLS-only servers
 /// ([`provide_tls`]) and on the fake Kubernetes API server over HTTPS, each
 /// reached with a client certificate.
-pub const TLS_LABELS: &[&str] = &[
-    "redis7-tls",
-];
+pub const TLS_LABELS: &[&str] = &["redis7-tls"];
 
 use containers::{docker_probe, start_container};
 use local::start_local;
@@ -243,6 +241,22 @@ mod tests {
     fn every_kind_runs_fast() {
         for kind in ServerKind::ALL {
             assert!(kind.settings().contains(&Settings::Fast), "{kind}");
+        }
+    }
+
+    /// The PyPI builds of Redis and Valkey have no TLS: no TLS-only server
+    /// of theirs is tried, and the reason names the kind that has TLS.
+    #[test]
+    fn redis_builds_without_tls_are_refused_with_the_reason() {
+        for kind in [ServerKind::Redis8, ServerKind::Valkey8] {
+            let e = match provide_tls(kind) {
+                Err(e) => e.to_string(),
+                Ok(s) => panic!("a TLS-only {kind}: {}", s.describe()),
+            };
+            assert!(
+                e.contains("a PyPI build, has no TLS") && e.contains("Redis 7 (redis7) has TLS"),
+                "{e}"
+            );
         }
     }
 
