@@ -18,8 +18,8 @@ use leasehold_conformance::servers::{
     Missing, Server, ServerKind, VALKEY8_CLUSTER_LABEL, VALKEY8_SENTINEL_LABEL, find_binary,
     provide, provide_tls,
 };
-use leasehold_conformance::tls::Pair;
 use leasehold_conformance::suite::STARVED;
+use leasehold_conformance::tls::Pair;
 use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::sentinel::SentinelTopology;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
@@ -1166,9 +1166,7 @@ async fn uptime_secs(s: &ValkeyStrategy) -> Result<u64, String> {
 /// A server with `appendfsync always` gets no guard, and is the only kind
 /// `require_durable(true)` accepts, whatever the opt-ins.
 async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome {
-    let plain = b.config()?
-        .key_prefix(&b.prefix)
-        .method(b.method);
+    let plain = b.config()?.key_prefix(&b.prefix).method(b.method);
     expect_not_durable(ValkeyStrategy::connect(plain.clone()).await, false)?;
     let s = ValkeyStrategy::connect(plain.assume_one_timing_per_pool(true))
         .await
@@ -1217,9 +1215,7 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
     ValkeyStrategy::connect(ValkeyConfig::new(&own.url).require_durable(true))
         .await
         .map_err(|e| format!("require_durable refused appendfsync always: {e}"))?;
-    let strict = b.config()?
-        .key_prefix(&b.prefix)
-        .require_durable(true);
+    let strict = b.config()?.key_prefix(&b.prefix).require_durable(true);
     expect_not_durable(
         ValkeyStrategy::connect(strict.clone().assume_one_timing_per_pool(true)).await,
         true,
@@ -2040,13 +2036,22 @@ async fn store_clock_jump_loses_the_lease(b: Arc<Valkey>) -> Outcome {
 /// certificate ([`provide_tls`]): the row `<kind>-tls` reaches it with a
 /// `rediss://` URL, and runs the TLS tests instead of those that start
 /// plain-text servers of their own.
-fn target(kind: ServerKind, method: Method, path: ActivePath, tls: bool) -> (Target, Option<Server>) {
+fn target(
+    kind: ServerKind,
+    method: Method,
+    path: ActivePath,
+    tls: bool,
+) -> (Target, Option<Server>) {
     let label = if tls {
         format!("{kind}-tls")
     } else {
         kind.name().to_owned()
     };
-    let provided = if tls { provide_tls(kind) } else { provide(kind) };
+    let provided = if tls {
+        provide_tls(kind)
+    } else {
+        provide(kind)
+    };
     let server = match provided {
         Ok(s) => s,
         Err(missing) => return (Target::missing(label, missing), None),
@@ -2065,7 +2070,10 @@ fn target(kind: ServerKind, method: Method, path: ActivePath, tls: bool) -> (Tar
         binary: find_binary(kind),
     });
     let describe = if tls {
-        format!("{} over TLS only, with client certificates", server.describe())
+        format!(
+            "{} over TLS only, with client certificates",
+            server.describe()
+        )
     } else {
         server.describe()
     };

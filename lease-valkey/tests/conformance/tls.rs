@@ -75,13 +75,15 @@ fn expect_tls(
         Err(e) => e,
     };
     let msg = e.to_string();
-    eprintln!("[tls] {want}: {msg}");
     match &e {
         ValkeyError::Tls { failure, .. } if is(failure) => {}
         _ => return Err(format!("{want}: another error: {msg} ({e:?})")),
     }
     for needle in needles {
-        ensure!(msg.contains(needle), "{want}: {needle:?} missing from: {msg}");
+        ensure!(
+            msg.contains(needle),
+            "{want}: {needle:?} missing from: {msg}"
+        );
     }
     Ok(())
 }
@@ -103,7 +105,11 @@ async fn a_verified_connection_says_so_and_reads_the_server(b: Arc<Valkey>) -> O
         tls.client_cert() == Some(pki.client.cert.as_path()) && tls.client_cert_asked(),
         "client certificate: {tls}"
     );
-    ensure!(tls.protocol() == Some("TLS 1.3"), "protocol {:?}", tls.protocol());
+    ensure!(
+        tls.protocol() == Some("TLS 1.3"),
+        "protocol {:?}",
+        tls.protocol()
+    );
     let described = s.describe();
     let want = format!(
         "{} over TLS 1.3, server verified (chain and host name) against the CA in {}, client \
@@ -132,7 +138,9 @@ async fn a_verified_connection_says_so_and_reads_the_server(b: Arc<Valkey>) -> O
         "checks {checks:?}"
     );
     ensure!(
-        checks.iter().all(|c| !c.detail.contains("disabled or denied")),
+        checks
+            .iter()
+            .all(|c| !c.detail.contains("disabled or denied")),
         "checks {checks:?}"
     );
     let p = fresh_pool(2, Duration::from_secs(30))?;
@@ -183,7 +191,12 @@ async fn a_server_certificate_from_another_ca_is_refused(b: Arc<Valkey>) -> Outc
     let pki = pki()?;
     let other = pki.other_ca.display().to_string();
     expect_tls(
-        connect(&url("127.0.0.1", b.addr.port(), &with_client(&pki.other_ca)?)).await,
+        connect(&url(
+            "127.0.0.1",
+            b.addr.port(),
+            &with_client(&pki.other_ca)?,
+        ))
+        .await,
         "a server signed by another CA",
         |f| matches!(f, TlsFailure::UnknownIssuer { .. }),
         &[
