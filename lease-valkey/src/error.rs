@@ -104,7 +104,7 @@ pub enum ValkeyError {
 /// The `Tls` message: the URL and the failure with its fix.
 fn tls_text(url: &str, failure: &crate::tls::TlsFailure) -> String {
     match failure {
-        crate::tls::TlsFailure::ServerWantsTls => {
+        crate::tls::TlsFailure::ServerWantsTls { .. } => {
             format!("cannot connect to {url} in plain text: {failure}")
         }
         _ => format!("TLS to {url} failed: {failure}"),

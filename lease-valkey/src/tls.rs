@@ -153,10 +153,16 @@ pub enum TlsFailure {
     /// A plain-text URL (`redis://`), and the server took the connection but
     /// closed it without answering a plain-text `PING`, as a server that
     /// takes only TLS does.
-    ServerWantsTls,
+    ServerWantsTls {
+        /// The server (or Sentinel) that closed it: `HOST:PORT`.
+        server: String,
+    },
     /// A TLS URL, and the server answered a plain-text `PING`: the port
     /// takes no TLS. Nothing falls back to plain text.
-    ServerIsPlain,
+    ServerIsPlain {
+        /// The server (or Sentinel) that answered: `HOST:PORT`.
+        server: String,
+    },
     /// No TLS handshake completed, for a reason none of the others names.
     Handshake {
         /// What the client saw.
@@ -210,17 +216,20 @@ pub enum TlsFailure {
 impl fmt::Display for TlsFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::ServerWantsTls => f.write_str(
-                "the server took the connection and closed it without answering a plain-text \
+            Self::ServerWantsTls { server } => write!(
+                f,
+                "{server} took the connection and closed it without answering a plain-text \
                  PING, as a server that takes only TLS does; fix: connect with TLS, \
                  rediss://HOST:PORT (or valkeys://), with ?ca=PATH for the CA that signed the \
                  server's certificate (unless a system root did) and &cert=PATH&key=PATH if it \
-                 asks for a client certificate",
+                 asks for a client certificate"
             ),
-            Self::ServerIsPlain => f.write_str(
-                "the server answered in plain text, not TLS: this port takes no TLS, and \
+            Self::ServerIsPlain { server } => write!(
+                f,
+                "{server} answered in plain text, not TLS: this port takes no TLS, and \
                  nothing falls back to plain text; fix: point the URL at the server's TLS port \
-                 (its tls-port), or write redis:// (valkey://) only on a network you trust",
+                 (its tls-port; through Sentinel, the Sentinels' too), or write redis:// \
+                 (valkey://) only on a network you trust"
             ),
             Self::Handshake { reason } => write!(
                 f,

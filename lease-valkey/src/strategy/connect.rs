@@ -376,27 +376,19 @@ async fn open_client(
         timeout,
         reason,
     };
-    match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
-        Ok(Ok(_task)) => {}
-        Ok(Err(e)) => {
-            let _ = client.quit().await;
-            let reason = e.to_string();
-            return Err(
-                match tls_failure(tls.as_ref(), &hosts, &reason, timeout).await {
-                    Some(failure) => ValkeyError::Tls {
-                        url: url.to_owned(),
-                        failure,
-                    },
-                    None => unreachable(reason),
-                },
-            );
-        }
-        Err(_) => {
-            let _ = client.quit().await;
-            return Err(unreachable("no answer".into()));
-        }
-    }
-    Ok((client, tls))
+    let reason = match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
+        Ok(Ok(_task)) => return Ok((client, tls)),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "no answer".to_owned(),
+    };
+    let _ = tokio::time::timeout(timeout, client.quit()).await;
+    Err(match tls_failure(tls.as_ref(), &hosts, &reason, timeout).await {
+        Some(failure) => ValkeyError::Tls {
+            url: url.to_owned(),
+            failure,
+        },
+        None => unreachable(reason),
+    })
 }
 
 /// What TLS has to do with a failed connect, if anything: a refused server
@@ -420,9 +412,12 @@ async fn tls_failure(
     }
     // fred lists the URL's first host last.
     for server in hosts.iter().rev() {
+        let at = || format!("{}:{}", server.host, server.port);
         match (probe_plain(&server.host, server.port, timeout).await, tls) {
-            (PlainProbe::Answered, Some(_)) => return Some(TlsFailure::ServerIsPlain),
-            (PlainProbe::Closed, None) => return Some(TlsFailure::ServerWantsTls),
+            (PlainProbe::Answered, Some(_)) => {
+                return Some(TlsFailure::ServerIsPlain { server: at() });
+            }
+            (PlainProbe::Closed, None) => return Some(TlsFailure::ServerWantsTls { server: at() }),
             (PlainProbe::Closed, Some(_)) => {
                 return Some(TlsFailure::Handshake {
                     reason: reason.to_owned(),

@@ -5,8 +5,11 @@
 //! never falls back to plain text, and a verified connection says so.
 
 use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold_conformance::tls::Pki;
 use leasehold_conformance::{Outcome, Target, ensure, fresh_pool, trials};
@@ -31,6 +34,8 @@ pub(super) fn trials(t: Target) -> Target {
         a_client_certificate_the_server_does_not_trust_is_refused,
         a_missing_client_certificate_is_refused,
         a_tls_url_never_falls_back_to_plain_text,
+        a_tls_sentinel_leads_to_the_tls_primary,
+        a_tls_cluster_is_verified_node_by_node,
     )
 }
 
@@ -176,10 +181,12 @@ async fn plain_text_to_a_tls_only_server_names_rediss(b: Arc<Valkey>) -> Outcome
     expect_tls(
         connect(&plain).await,
         "plain text to a TLS-only server",
-        |f| *f == TlsFailure::ServerWantsTls,
+        |f| matches!(f, TlsFailure::ServerWantsTls { server } if *server == b.addr.to_string()),
         &[
-            "cannot connect to redis://127.0.0.1",
-            "in plain text",
+            &format!(
+                "cannot connect to {plain} in plain text: {} took the connection",
+                b.addr
+            ),
             "takes only TLS",
             "fix: connect with TLS, rediss://",
         ],
@@ -326,9 +333,9 @@ async fn a_tls_url_never_falls_back_to_plain_text(b: Arc<Valkey>) -> Outcome {
     expect_tls(
         connect(&tls).await,
         "a TLS URL to a plain-text server",
-        |f| *f == TlsFailure::ServerIsPlain,
+        |f| matches!(f, TlsFailure::ServerIsPlain { server } if *server == format!("127.0.0.1:{}", own.port)),
         &[
-            "the server answered in plain text, not TLS",
+            "answered in plain text, not TLS",
             "nothing falls back to plain text",
             "fix: point the URL at the server's TLS port",
         ],
@@ -351,5 +358,211 @@ async fn a_tls_url_never_falls_back_to_plain_text(b: Arc<Valkey>) -> Outcome {
     );
     drop(watcher);
     drop(own);
+    Ok(())
+}
+
+/// The path as a `&str`, for a server's arguments.
+fn arg(path: &Path) -> Result<&str, String> {
+    path.to_str()
+        .ok_or_else(|| format!("{} is not UTF-8", path.display()))
+}
+
+/// A Sentinel of its own, TLS only like the primary it watches (which it
+/// reaches over TLS with the run's client certificate), stopped on drop.
+struct TlsSentinel {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl TlsSentinel {
+    /// Starts `bin --sentinel` watching the primary on `primary` as
+    /// `service`, with a quorum of one.
+    fn start(bin: &Path, primary: u16, service: &str) -> Result<Self, String> {
+        let pki = pki()?;
+        let port = leasehold_conformance::servers::free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-valkey-sentinel-{}-{port}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let conf = dir.join("sentinel.conf");
+        let text = format!(
+            "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {}\n\
+             tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+             tls-client-cert-file {}\ntls-client-key-file {}\n\
+             tls-auth-clients yes\ntls-replication yes\n\
+             sentinel monitor {service} 127.0.0.1 {primary} 1\n",
+            arg(&dir)?,
+            arg(&pki.server.cert)?,
+            arg(&pki.server.key)?,
+            arg(&pki.ca)?,
+            arg(&pki.client.cert)?,
+            arg(&pki.client.key)?,
+        );
+        std::fs::write(&conf, text).map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(dir.join("sentinel.log")).map_err(|e| e.to_string())?;
+        let child = Command::new(bin)
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::from(log.try_clone().map_err(|e| e.to_string())?))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| format!("{}: {e}", bin.display()))?;
+        let mut sentinel = Self { child, port, dir };
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let limit = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            let log =
+                std::fs::read_to_string(sentinel.dir.join("sentinel.log")).unwrap_or_default();
+            if let Ok(Some(status)) = sentinel.child.try_wait() {
+                return Err(format!("the Sentinel exited with {status}: {log}"));
+            }
+            ensure!(
+                Instant::now() < limit,
+                "the Sentinel is not listening after 30 s: {log}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(sentinel)
+    }
+}
+
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Through a TLS-only Sentinel to a TLS-only primary: every connection is
+/// TLS with the URL's files (to the Sentinel, and to the primary it names,
+/// verified against the address it announces), a claim is granted and
+/// released, and the connection says it is verified TLS. The same URL with
+/// a plain-text Sentinel is refused, naming it.
+async fn a_tls_sentinel_leads_to_the_tls_primary(b: Arc<Valkey>) -> Outcome {
+    let pki = pki()?;
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let primary = OwnServer::start_tls(bin, &pki.server, &pki.ca)?;
+    let sentinel = TlsSentinel::start(bin, primary.port, "ids")?;
+    let url = format!(
+        "rediss-sentinel://127.0.0.1:{}?sentinelServiceName=ids&{}",
+        sentinel.port,
+        with_client(&pki.ca)?
+    );
+    let s = connect(&url).await.map_err(|e| format!("{url}: {e}"))?;
+    ensure!(
+        s.describe().contains(" over TLS 1.3, server verified"),
+        "{}",
+        s.describe()
+    );
+    let p = fresh_pool(2, Duration::from_secs(30))?;
+    let g = s
+        .acquire(&p, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        s.release(&p, &g, Floor::NONE).await == Release::Released,
+        "release through the Sentinel"
+    );
+    drop(s);
+    let plain = OwnServer::start(bin, &[], &[])?;
+    let through_plain = format!(
+        "valkeys-sentinel://127.0.0.1:{}?sentinelServiceName=ids&{}",
+        plain.port,
+        with_client(&pki.ca)?
+    );
+    let at = format!("127.0.0.1:{}", plain.port);
+    expect_tls(
+        connect(&through_plain).await,
+        "a TLS Sentinel URL to a plain-text Sentinel",
+        |f| matches!(f, TlsFailure::ServerIsPlain { server } if *server == at),
+        &[&format!("{at} answered in plain text, not TLS")],
+    )?;
+    drop(sentinel);
+    drop(primary);
+    Ok(())
+}
+
+/// A one-node TLS Cluster (`tls-cluster yes`, announcing 127.0.0.1): a
+/// `rediss-cluster://` URL reads the slot map over TLS and reaches the node
+/// it names, verified against that address; a claim is granted and
+/// released. The same URL to a plain-text node is refused, naming it.
+async fn a_tls_cluster_is_verified_node_by_node(b: Arc<Valkey>) -> Outcome {
+    let pki = pki()?;
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let node = OwnServer::start_as(
+        bin,
+        Some((&pki.server, &pki.ca)),
+        &[
+            "--cluster-enabled",
+            "yes",
+            "--tls-cluster",
+            "yes",
+            "--cluster-announce-ip",
+            "127.0.0.1",
+            "--tls-client-cert-file",
+            arg(&pki.client.cert)?,
+            "--tls-client-key-file",
+            arg(&pki.client.key)?,
+        ],
+        &[],
+    )?;
+    let direct = connect(&url("127.0.0.1", node.port, &with_client(&pki.ca)?))
+        .await
+        .map_err(|e| format!("the node itself: {e}"))?;
+    cmd(
+        &direct,
+        "CLUSTER",
+        vec!["ADDSLOTSRANGE".into(), "0".into(), "16383".into()],
+    )
+    .await?;
+    let limit = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = cmd(&direct, "CLUSTER", vec!["INFO".into()]).await?;
+        let text = info.as_string().unwrap_or_default();
+        if text.contains("cluster_state:ok") {
+            break;
+        }
+        ensure!(
+            Instant::now() < limit,
+            "the one-node Cluster is not ok 60 s after taking every slot: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(direct);
+    let cluster = format!(
+        "rediss-cluster://127.0.0.1:{}?{}",
+        node.port,
+        with_client(&pki.ca)?
+    );
+    let s = connect(&cluster)
+        .await
+        .map_err(|e| format!("{cluster}: {e}"))?;
+    ensure!(
+        s.describe().contains(" over TLS 1.3, server verified"),
+        "{}",
+        s.describe()
+    );
+    let p = fresh_pool(2, Duration::from_secs(30))?;
+    let g = s
+        .acquire(&p, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        s.release(&p, &g, Floor::NONE).await == Release::Released,
+        "release in the Cluster"
+    );
+    drop(s);
+    let plain = OwnServer::start(bin, &[], &[])?;
+    let at = format!("127.0.0.1:{}", plain.port);
+    expect_tls(
+        connect(&format!("valkeys-cluster://{at}?{}", with_client(&pki.ca)?)).await,
+        "a TLS Cluster URL to a plain-text node",
+        |f| matches!(f, TlsFailure::ServerIsPlain { server } if *server == at),
+        &[&format!("{at} answered in plain text, not TLS")],
+    )?;
+    drop(node);
     Ok(())
 }
