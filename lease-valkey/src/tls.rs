@@ -349,10 +349,11 @@ impl Tls {
     }
 
     /// The cause of a failed connect, from what the handshakes saw: a
-    /// refused server certificate, or a connection closed after a handshake
-    /// in which the server asked for a client certificate. `None`: no
+    /// refused server certificate, or a connection `closed` (an I/O error,
+    /// not a server's answer such as a wrong password) after a handshake in
+    /// which the server asked for a client certificate. `None`: no
     /// handshake says why (the caller probes the server in plain text).
-    pub(crate) fn failure(&self, reason: &str) -> Option<TlsFailure> {
+    pub(crate) fn failure(&self, reason: &str, closed: bool) -> Option<TlsFailure> {
         let seen = &self.info.seen;
         let refused = seen
             .refused
@@ -362,7 +363,8 @@ impl Tls {
         if let Some((name, e)) = refused {
             return Some(self.certificate_failure(&name, &e));
         }
-        if seen.verified.load(Ordering::Relaxed)
+        if closed
+            && seen.verified.load(Ordering::Relaxed)
             && seen.asked_for_client_cert.load(Ordering::Relaxed)
         {
             let reason = reason.to_owned();

@@ -376,19 +376,24 @@ async fn open_client(
         timeout,
         reason,
     };
-    let reason = match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
+    // `closed`: the connection failed (fred's I/O errors), rather than the
+    // server answering with an error (a wrong password) or not in time.
+    let (reason, closed) = match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await
+    {
         Ok(Ok(_task)) => return Ok((client, tls)),
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => "no answer".to_owned(),
+        Ok(Err(e)) => (e.to_string(), *e.kind() == fred::error::ErrorKind::IO),
+        Err(_) => ("no answer".to_owned(), false),
     };
     let _ = tokio::time::timeout(timeout, client.quit()).await;
-    Err(match tls_failure(tls.as_ref(), &hosts, &reason, timeout).await {
-        Some(failure) => ValkeyError::Tls {
-            url: url.to_owned(),
-            failure,
+    Err(
+        match tls_failure(tls.as_ref(), &hosts, &reason, closed, timeout).await {
+            Some(failure) => ValkeyError::Tls {
+                url: url.to_owned(),
+                failure,
+            },
+            None => unreachable(reason),
         },
-        None => unreachable(reason),
-    })
+    )
 }
 
 /// What TLS has to do with a failed connect, if anything: a refused server
@@ -400,9 +405,10 @@ async fn tls_failure(
     tls: Option<&Tls>,
     hosts: &[fred::types::config::Server],
     reason: &str,
+    closed: bool,
     timeout: Duration,
 ) -> Option<TlsFailure> {
-    if let Some(failure) = tls.and_then(|t| t.failure(reason)) {
+    if let Some(failure) = tls.and_then(|t| t.failure(reason, closed)) {
         return Some(failure);
     }
     // A handshake that verified the server failed afterwards for a reason

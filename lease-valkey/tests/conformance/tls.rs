@@ -36,6 +36,7 @@ pub(super) fn trials(t: Target) -> Target {
         a_tls_url_never_falls_back_to_plain_text,
         a_tls_sentinel_leads_to_the_tls_primary,
         a_tls_cluster_is_verified_node_by_node,
+        a_password_goes_over_tls_and_a_wrong_one_is_no_tls_failure,
     )
 }
 
@@ -60,10 +61,21 @@ fn with_client(ca: &std::path::Path) -> Result<String, String> {
     ))
 }
 
+/// For a TLS URL to a plain-text server: its hello can go unanswered until
+/// the operation timeout (the server waits for the end of what it takes for
+/// an inline command), and the plain-text `PING` after it is answered at
+/// once on loopback. Shorter than [`OP_TIMEOUT`], which three tests would
+/// otherwise each wait out.
+const TO_PLAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 async fn connect(url: &str) -> Result<ValkeyStrategy, ValkeyError> {
+    connect_within(url, OP_TIMEOUT).await
+}
+
+async fn connect_within(url: &str, timeout: Duration) -> Result<ValkeyStrategy, ValkeyError> {
     let config = ValkeyConfig::from_url(url)?
         .restart_guard(false)
-        .op_timeout(OP_TIMEOUT);
+        .op_timeout(timeout);
     ValkeyStrategy::connect(config).await
 }
 
@@ -331,7 +343,7 @@ async fn a_tls_url_never_falls_back_to_plain_text(b: Arc<Valkey>) -> Outcome {
         with_client(&pki.ca)?
     );
     expect_tls(
-        connect(&tls).await,
+        connect_within(&tls, TO_PLAIN_TIMEOUT).await,
         "a TLS URL to a plain-text server",
         |f| matches!(f, TlsFailure::ServerIsPlain { server } if *server == format!("127.0.0.1:{}", own.port)),
         &[
@@ -475,7 +487,7 @@ async fn a_tls_sentinel_leads_to_the_tls_primary(b: Arc<Valkey>) -> Outcome {
     );
     let at = format!("127.0.0.1:{}", plain.port);
     expect_tls(
-        connect(&through_plain).await,
+        connect_within(&through_plain, TO_PLAIN_TIMEOUT).await,
         "a TLS Sentinel URL to a plain-text Sentinel",
         |f| matches!(f, TlsFailure::ServerIsPlain { server } if *server == at),
         &[&format!("{at} answered in plain text, not TLS")],
@@ -558,11 +570,54 @@ async fn a_tls_cluster_is_verified_node_by_node(b: Arc<Valkey>) -> Outcome {
     let plain = OwnServer::start(bin, &[], &[])?;
     let at = format!("127.0.0.1:{}", plain.port);
     expect_tls(
-        connect(&format!("valkeys-cluster://{at}?{}", with_client(&pki.ca)?)).await,
+        connect_within(
+            &format!("valkeys-cluster://{at}?{}", with_client(&pki.ca)?),
+            TO_PLAIN_TIMEOUT,
+        )
+        .await,
         "a TLS Cluster URL to a plain-text node",
         |f| matches!(f, TlsFailure::ServerIsPlain { server } if *server == at),
         &[&format!("{at} answered in plain text, not TLS")],
     )?;
     drop(node);
     Ok(())
+}
+
+/// A password goes over TLS (mutual TLS and `requirepass`), and a wrong one
+/// is refused as a wrong password, not taken for a refused client
+/// certificate: the server answered, over a verified connection.
+async fn a_password_goes_over_tls_and_a_wrong_one_is_no_tls_failure(b: Arc<Valkey>) -> Outcome {
+    let pki = pki()?;
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let password = "sent-over-tls";
+    let own = OwnServer::start_as(
+        bin,
+        Some((&pki.server, &pki.ca)),
+        &["--requirepass", password],
+        &[],
+    )?;
+    let with = |pw: &str| -> Result<String, String> {
+        Ok(format!(
+            "rediss://:{pw}@127.0.0.1:{}?{}",
+            own.port,
+            with_client(&pki.ca)?
+        ))
+    };
+    let s = connect(&with(password)?)
+        .await
+        .map_err(|e| format!("the right password: {e}"))?;
+    ensure!(s.tls().is_some(), "no TLS");
+    drop(s);
+    match connect(&with("wrong")?).await {
+        Ok(_) => Err("a wrong password was accepted".into()),
+        Err(e @ ValkeyError::Tls { .. }) => Err(format!("a wrong password taken for TLS: {e}")),
+        Err(e) => {
+            let msg = e.to_string();
+            ensure!(
+                msg.contains("WRONGPASS") && !msg.contains("wrong@") && !msg.contains(password),
+                "{msg}"
+            );
+            Ok(())
+        }
+    }
 }
