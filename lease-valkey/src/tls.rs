@@ -322,10 +322,19 @@ impl Tls {
                 )
             })?;
         let client = match &files.client {
-            Some((cert, key)) => Some(Arc::new(client_key(cert, key, &provider)?)),
+            Some((cert, key)) => Some(Loaded {
+                stamp: stamp(cert, key),
+                key: Arc::new(client_key(cert, key, &provider)?),
+            }),
             None => None,
         };
-        let config = ClientConfig::builder_with_provider(provider)
+        let resolver = ClientCert {
+            files: files.client.clone(),
+            provider: provider.clone(),
+            loaded: Mutex::new(client),
+            seen: seen.clone(),
+        };
+        let mut config = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| tls_config_error("url", &format!("no TLS protocol version: {e}")))?
             .dangerous()
@@ -333,10 +342,12 @@ impl Tls {
                 inner: webpki,
                 seen: seen.clone(),
             }))
-            .with_client_cert_resolver(Arc::new(ClientCert {
-                key: client,
-                seen: seen.clone(),
-            }));
+            .with_client_cert_resolver(Arc::new(resolver));
+        // Every connection makes a full handshake: a resumed session would
+        // skip the server's certificate check and the client certificate,
+        // so a rotated certificate on either side would not be seen.
+        // Connections are long-lived; a handshake costs a round trip.
+        config.resumption = rustls::client::Resumption::disabled();
         Ok(Self {
             config,
             info: TlsInfo {
@@ -606,11 +617,53 @@ impl ServerCertVerifier for Witnessed {
 }
 
 /// The configured client certificate (if any), recording that the server
-/// asked for one.
+/// asked for one. The files are read again when they change (their
+/// modification time or size), so that a certificate rotated in place (a
+/// renewed Kubernetes secret, cert-manager) is presented on every new
+/// connection without a restart; until the new pair is complete and
+/// consistent (the key the certificate's), the one loaded before is kept.
 #[derive(Debug)]
 struct ClientCert {
-    key: Option<Arc<CertifiedKey>>,
+    files: Option<(PathBuf, PathBuf)>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    loaded: Mutex<Option<Loaded>>,
     seen: Arc<Handshakes>,
+}
+
+/// A client certificate and key as read, with the files' stamp then.
+#[derive(Debug)]
+struct Loaded {
+    stamp: Option<Stamp>,
+    key: Arc<CertifiedKey>,
+}
+
+/// The modification times and sizes of the certificate and key files.
+type Stamp = [(std::time::SystemTime, u64); 2];
+
+fn stamp(cert: &Path, key: &Path) -> Option<Stamp> {
+    let one = |p: &Path| {
+        let m = std::fs::metadata(p).ok()?;
+        Some((m.modified().ok()?, m.len()))
+    };
+    Some([one(cert)?, one(key)?])
+}
+
+impl ClientCert {
+    /// The pair to present: the loaded one, read again first if the files
+    /// changed since.
+    fn current(&self) -> Option<Arc<CertifiedKey>> {
+        let (cert, key) = self.files.as_ref()?;
+        let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = stamp(cert, key);
+        let changed = now.is_some() && loaded.as_ref().is_none_or(|l| l.stamp != now);
+        if changed && let Ok(fresh) = client_key(cert, key, &self.provider) {
+            *loaded = Some(Loaded {
+                stamp: now,
+                key: Arc::new(fresh),
+            });
+        }
+        loaded.as_ref().map(|l| l.key.clone())
+    }
 }
 
 impl rustls::client::ResolvesClientCert for ClientCert {
@@ -622,11 +675,11 @@ impl rustls::client::ResolvesClientCert for ClientCert {
         self.seen
             .asked_for_client_cert
             .store(true, Ordering::Relaxed);
-        self.key.clone()
+        self.current()
     }
 
     fn has_certs(&self) -> bool {
-        self.key.is_some()
+        self.files.is_some()
     }
 }
 

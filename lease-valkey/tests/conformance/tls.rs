@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fred::prelude::ClientLike;
 use leasehold_conformance::tls::Pki;
 use leasehold_conformance::{Outcome, Target, ensure, fresh_pool, trials};
 use leasehold_core::{Floor, Operate, Release, Strategy, Verdict};
@@ -37,6 +38,7 @@ pub(super) fn trials(t: Target) -> Target {
         a_tls_sentinel_leads_to_the_tls_primary,
         a_tls_cluster_is_verified_node_by_node,
         a_password_goes_over_tls_and_a_wrong_one_is_no_tls_failure,
+        a_client_certificate_rotated_in_place_is_presented_on_reconnect,
     )
 }
 
@@ -620,4 +622,68 @@ async fn a_password_goes_over_tls_and_a_wrong_one_is_no_tls_failure(b: Arc<Valke
             Ok(())
         }
     }
+}
+
+/// Until `ping` answers `ok` (or `Err` for `false`), within a minute.
+async fn until_ping(s: &ValkeyStrategy, ok: bool, what: &str) -> Outcome {
+    let limit = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = s.ping().await;
+        if answer.is_ok() == ok {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < limit,
+            "{what}: PING still answers {answer:?} after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The client certificate's files are read again when they change, for
+/// the next connection: with a certificate the server does not trust put
+/// in their place, a reconnect is refused; with the trusted one back, the
+/// same strategy reconnects and answers, without a restart.
+async fn a_client_certificate_rotated_in_place_is_presented_on_reconnect(
+    b: Arc<Valkey>,
+) -> Outcome {
+    let pki = pki()?;
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-valkey-rotate-{}-{}",
+        std::process::id(),
+        b.addr.port()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (cert, key) = (dir.join("client.crt"), dir.join("client.key"));
+    // As a mounted secret changes: new files renamed into place.
+    let put = |pair: &leasehold_conformance::tls::Pair| -> Outcome {
+        for (from, to) in [(&pair.key, &key), (&pair.cert, &cert)] {
+            let fresh = to.with_extension("new");
+            std::fs::copy(from, &fresh).map_err(|e| e.to_string())?;
+            std::fs::rename(&fresh, to).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    put(&pki.client)?;
+    let query = format!(
+        "ca={}&cert={}&key={}",
+        pki.ca.display(),
+        cert.display(),
+        key.display()
+    );
+    let s = connect(&url("127.0.0.1", b.addr.port(), &query))
+        .await
+        .map_err(|e| e.to_string())?;
+    until_ping(&s, true, "connected").await?;
+    put(&pki.stranger)?;
+    // A reconnect that does not wait for the new connection (which the
+    // server refuses).
+    let client = s.client().clone();
+    tokio::spawn(async move { client.force_reconnection().await });
+    until_ping(&s, false, "the untrusted certificate in place").await?;
+    put(&pki.client)?;
+    until_ping(&s, true, "the trusted certificate back").await?;
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
