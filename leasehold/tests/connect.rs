@@ -238,7 +238,10 @@ async fn a_tls_only_valkey_is_reached_over_tls_and_refuses_plain_text() {
     };
     let store = config(&server.url).connect().await.unwrap();
     let described = store.operator().describe();
-    assert!(described.contains(" over TLS 1.3, server verified"), "{described}");
+    assert!(
+        described.contains(" over TLS 1.3, server verified"),
+        "{described}"
+    );
     assert!(store.valkey().and_then(|v| v.tls()).is_some());
     let port = server.addr().expect("address").port();
     let plain = format!("redis://127.0.0.1:{port}");
