@@ -214,5 +214,8 @@ fn etcds_urls_are_read_with_tls_compiled_in() {
     );
     assert_eq!(kind(&url), "etcd");
     let text = refusal("etcds://h?ca=/nonexistent/ca.crt").to_string();
-    assert!(text.contains("cannot read ca=/nonexistent/ca.crt"), "{text}");
+    assert!(
+        text.contains("cannot read ca=/nonexistent/ca.crt"),
+        "{text}"
+    );
 }

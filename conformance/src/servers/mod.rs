@@ -35,7 +35,8 @@ pub use settings::Settings;
 /// ([`provide_tls`]) and on the fake Kubernetes API server over HTTPS, each
 /// reached with a client certificate.
 pub const TLS_LABELS: &[&str] = &[
-    "etcd35-mtls", // etcd 3.5, clients over TLS only with certificates
+    "etcd35-mtls",                 // etcd 3.5, clients over TLS only with certificates
+    "k8s (fake API server, mTLS)", // the FAKE API server over HTTPS, client certificates
 ];
 
 use containers::{docker_probe, start_container};
