@@ -51,13 +51,8 @@ impl EtcdConfig {
     pub fn from_url(url: &str) -> Result<Self, EtcdError> {
         let mut parts = StoreUrl::parse(url, Self::SCHEMES, FORM)?;
         let tls = parts.scheme() == "etcds";
-        if tls && !cfg!(feature = "tls") {
-            return Err(ConfigError::described(
-                "url",
-                "etcds:// needs TLS, which this build leaves out: enable leasehold-etcd's `tls` \
-                 feature, or use etcd:// on a trusted network",
-            )
-            .into());
+        if tls {
+            tls_compiled_in(cfg!(feature = "tls"))?;
         }
         if parts.hosts().is_empty() {
             return Err(ConfigError::described(
@@ -154,6 +149,19 @@ impl EtcdConfig {
     }
 }
 
+/// `etcds://` in a build with TLS (`compiled`), or the error that names the
+/// feature to turn on.
+fn tls_compiled_in(compiled: bool) -> Result<(), ConfigError> {
+    if compiled {
+        return Ok(());
+    }
+    Err(ConfigError::described(
+        "url",
+        "etcds:// needs TLS, which this build leaves out: enable leasehold-etcd's `tls` feature \
+         (the leasehold crate's `etcd` feature does), or use etcd:// on a trusted network",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -248,6 +256,10 @@ mod tests {
             let e = EtcdConfig::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");
         }
+        // What a build without TLS answers to etcds:// (the tests build it in).
+        let e = tls_compiled_in(false).unwrap_err().to_string();
+        assert!(e.contains("enable leasehold-etcd's `tls` feature"), "{e}");
+        assert!(tls_compiled_in(true).is_ok());
     }
 
     /// `etcds://` with its certificate files: each read and checked, and
