@@ -398,30 +398,32 @@ pub(crate) fn load(files: &TlsFiles) -> Result<etcd_client::TlsOptions, ConfigEr
         }
         options = options.identity(Identity::from_pem(cert, key));
     }
-    // tonic builds the rustls configuration here, as it will on connect:
-    // a key that is not the certificate's fails now, not at the first request.
+    // tonic builds the rustls configuration here, as it will on connect: a
+    // key that is not the certificate's (or, without ca=, a system without
+    // root certificates) fails now, not at the first request.
     tonic::transport::Endpoint::from_static("https://localhost")
         .tls_config(options.clone())
         .map_err(|e| {
             let cause =
                 std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
-            ConfigError::described(
-                "key",
-                format!(
-                    "cert={} and key={} make no usable client identity ({cause}); key= must \
-                     be the private key of the certificate in cert=",
-                    files
-                        .cert
-                        .as_deref()
-                        .unwrap_or_else(|| "".as_ref())
-                        .display(),
-                    files
-                        .key
-                        .as_deref()
-                        .unwrap_or_else(|| "".as_ref())
-                        .display(),
+            match (&files.cert, &files.key) {
+                (Some(cert), Some(key)) => ConfigError::described(
+                    "key",
+                    format!(
+                        "cert={} and key={} make no usable client identity ({cause}); key= must \
+                         be the private key of the certificate in cert=",
+                        cert.display(),
+                        key.display()
+                    ),
                 ),
-            )
+                _ => ConfigError::described(
+                    "ca",
+                    format!(
+                        "no usable certificate to verify the server with ({cause}); give \
+                         ca=/path/to/ca.crt"
+                    ),
+                ),
+            }
         })?;
     Ok(options)
 }
