@@ -360,6 +360,10 @@ pub(crate) fn acquire_error(class: Class) -> AcquireError {
                   key prefix and grant leases"
                 .to_owned(),
         },
+        Class::Tls(failure) => AcquireError::Misconfigured {
+            what: format!("TLS to etcd failed: {}", failure.what),
+            fix: failure.fix,
+        },
         Class::Rejected(m) => AcquireError::Misconfigured {
             what: format!("etcd rejected the acquisition: {m}"),
             fix: "if etcd reports too many operations in a txn, lower candidates_per_txn or raise \

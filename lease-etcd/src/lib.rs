@@ -18,6 +18,7 @@ mod keys;
 mod lost;
 mod operate;
 mod strategy;
+mod tls;
 mod url;
 mod watch;
 

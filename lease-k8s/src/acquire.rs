@@ -119,7 +119,7 @@ impl KubeStrategy {
         let resp = api
             .list(&selector, deadline)
             .await
-            .map_err(|e| unreachable("LIST leases", e.text()))?;
+            .map_err(|e| no_answer("LIST leases", e))?;
         let at = Instant::now();
         if !resp.ok() {
             return Err(write_error(&resp, "list", &api.namespace, pool));
@@ -158,7 +158,7 @@ impl KubeStrategy {
                 let resp = api
                     .create(&body, false, deadline)
                     .await
-                    .map_err(|e| unreachable(&format!("POST {name}"), e.text()))?;
+                    .map_err(|e| no_answer(&format!("POST {name}"), e))?;
                 if resp.ok() {
                     return Ok(());
                 }
@@ -168,7 +168,7 @@ impl KubeStrategy {
                 let resp = api
                     .get(&name, deadline)
                     .await
-                    .map_err(|e| unreachable(&format!("GET {name}"), e.text()))?;
+                    .map_err(|e| no_answer(&format!("GET {name}"), e))?;
                 if !resp.ok() {
                     return Err(write_error(&resp, "get", &api.namespace, pool));
                 }
@@ -202,7 +202,7 @@ impl KubeStrategy {
                 .api
                 .get(&name, deadline)
                 .await
-                .map_err(|e| unreachable(&format!("GET {name}"), e.text()))?;
+                .map_err(|e| no_answer(&format!("GET {name}"), e))?;
             if resp.status == 200 {
                 let lease = resp
                     .lease()
@@ -249,7 +249,9 @@ impl KubeStrategy {
         let verb = write.verb;
         let answer = match result {
             Ok(resp) => resp,
-            Err(NoAnswer::NotSent(m)) => return Err(unreachable(&format!("{verb} {name}"), &m)),
+            Err(e @ (NoAnswer::NotSent(_) | NoAnswer::Tls(..))) => {
+                return Err(no_answer(&format!("{verb} {name}"), e));
+            }
             Err(NoAnswer::Unknown(m)) => {
                 *sent += 1;
                 return self
@@ -361,5 +363,17 @@ impl KubeStrategy {
             }
         }
         None
+    }
+}
+
+/// The error of an acquisition's request that got no answer: a refused TLS
+/// handshake is a setup mistake (final), anything else retryable.
+fn no_answer(what: &str, e: NoAnswer) -> AcquireError {
+    match e {
+        NoAnswer::Tls(failure, _) => AcquireError::Misconfigured {
+            what: format!("{what}: TLS to the API server failed: {}", failure.what),
+            fix: failure.fix,
+        },
+        e => unreachable(what, e.text()),
     }
 }

@@ -198,3 +198,24 @@ async fn a_store_claims_through_its_backend() {
     assert!(store.acquire(&pool, Floor(1)).await.is_err());
     assert!(store.identity().starts_with("memory:"));
 }
+
+/// The `etcd` feature brings TLS: `etcds://` reads its certificate files
+/// (a missing one is named with its option), and is not refused for want
+/// of a feature.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcds_urls_are_read_with_tls_compiled_in() {
+    let pki = leasehold_conformance::tls::Pki::shared().expect("test certificates");
+    let url = format!(
+        "etcds://h:2379?ca={}&cert={}&key={}",
+        pki.ca.display(),
+        pki.client.cert.display(),
+        pki.client.key.display()
+    );
+    assert_eq!(kind(&url), "etcd");
+    let text = refusal("etcds://h?ca=/nonexistent/ca.crt").to_string();
+    assert!(
+        text.contains("cannot read ca=/nonexistent/ca.crt"),
+        "{text}"
+    );
+}

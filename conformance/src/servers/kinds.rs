@@ -190,7 +190,7 @@ impl Launch {
     /// A one-member etcd cluster.
     pub const ETCD: Self = Self {
         url: "http://127.0.0.1:{port}",
-        tls_url: None,
+        tls_url: Some("etcds://127.0.0.1:{port}?ca={ca}&cert={cert}&key={key}"),
         settings: &[Settings::Fast, Settings::Durable],
         settings_limit: "etcd has no setting that loses acknowledged writes on a process crash \
                          (it fsyncs every commit; --unsafe-no-fsync loses writes only on an OS \

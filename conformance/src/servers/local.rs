@@ -317,18 +317,33 @@ fn redis_pongs(port: u16) -> bool {
 }
 
 fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
-    refuse_tls(l, "etcd")?;
     let (port, peer) = (l.port, free_port());
-    let child = Command::new(l.bin)
-        .args(["--name", "n0", "--data-dir"])
+    let mut cmd = Command::new(l.bin);
+    cmd.args(["--name", "n0", "--data-dir"])
         .arg(l.dir.join("data"))
-        .arg(format!("--listen-client-urls=http://127.0.0.1:{port}"))
-        .arg(format!("--advertise-client-urls=http://127.0.0.1:{port}"))
         .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
         .arg(format!(
             "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
         ))
-        .arg(format!("--initial-cluster=n0=http://127.0.0.1:{peer}"))
+        .arg(format!("--initial-cluster=n0=http://127.0.0.1:{peer}"));
+    match l.tls {
+        // Clients over TLS only, each with a certificate the CA signed; the
+        // one member's peer port stays plain (no other member talks to it).
+        Some(pki) => cmd
+            .arg(format!("--listen-client-urls=https://127.0.0.1:{port}"))
+            .arg(format!("--advertise-client-urls=https://127.0.0.1:{port}"))
+            .arg("--cert-file")
+            .arg(&pki.server.cert)
+            .arg("--key-file")
+            .arg(&pki.server.key)
+            .arg("--trusted-ca-file")
+            .arg(&pki.ca)
+            .arg("--client-cert-auth"),
+        None => cmd
+            .arg(format!("--listen-client-urls=http://127.0.0.1:{port}"))
+            .arg(format!("--advertise-client-urls=http://127.0.0.1:{port}")),
+    };
+    let child = cmd
         .stdout(l.log_file())
         .stderr(l.log_file())
         .spawn()

@@ -34,7 +34,10 @@ pub use settings::Settings;
 /// The report labels of the behaviour suite on TLS-only servers
 /// ([`provide_tls`]) and on the fake Kubernetes API server over HTTPS, each
 /// reached with a client certificate.
-pub const TLS_LABELS: &[&str] = &[];
+pub const TLS_LABELS: &[&str] = &[
+    "etcd35-mtls",                 // etcd 3.5, clients over TLS only with certificates
+    "k8s (fake API server, mTLS)", // the FAKE API server over HTTPS, client certificates
+];
 
 use containers::{docker_probe, start_container};
 use local::start_local;
