@@ -37,14 +37,25 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
         .collect())
 }
 
+/// A new directory for a server of `kind`, never one another server of
+/// this process uses: a server finding another's data directory would take
+/// it for its own after a restart, and stop that server when dropped. (A
+/// free port is no name for it: a port released is handed out again.)
 pub(super) fn temp_dir(kind: ServerKind) -> std::io::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-{kind}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-{kind}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        // Left by an earlier process of the same ID: take the next name.
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            other => return other.map(|()| dir),
+        }
+    }
 }
 
 pub(super) fn wait_for_port(
