@@ -68,7 +68,8 @@ impl SqlConfig {
     ///
     /// Errors ([`SqlError::Config`]) name what is accepted: an unknown
     /// scheme, a missing host, a bad port, an unknown option, an invalid
-    /// table name.
+    /// table name, a TLS mode that does not verify the server (`require`,
+    /// `verify-ca`, `REQUIRED`, `VERIFY_CA`: the crate README, "TLS").
     ///
     /// ```
     /// use leasehold_sql::SqlConfig;
