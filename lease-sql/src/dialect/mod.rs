@@ -394,6 +394,7 @@ pub(crate) trait Dialect: sqlx::Database {
     fn classify_database(e: &dyn DatabaseError, msg: String) -> Failure;
     /// Whether the server refused a login with `e` (credentials, a missing
     /// TLS connection or client certificate), by its error code.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     fn access_refused(_e: &dyn DatabaseError) -> bool {
         false
     }
