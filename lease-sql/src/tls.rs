@@ -241,7 +241,7 @@ mod tests {
             refused(
                 &format!("sslrootcert={ca}"),
                 &[
-                    "sslrootcert is given, which asks for TLS",
+                    "sslrootcert is given, so the URL asks for TLS",
                     "use sslmode=verify-full",
                 ],
             );

@@ -194,7 +194,7 @@ impl Tls {
                 return Err(ConfigError::described(
                     n.mode,
                     format!(
-                        "{} {} given, which asks for TLS, but {but}: use {}",
+                        "{} {} given, so the URL asks for TLS, but {but}: use {}",
                         named.join(", "),
                         if named.len() == 1 { "is" } else { "are" },
                         verified_form(self.engine)

@@ -338,7 +338,7 @@ pub(super) async fn unverified_tls_modes_are_refused_naming_the_verified_one(
     let case = format!("{} without {}", o.ca, o.mode);
     let e = refusal(&case, &with(&b.url, o.mode, None)).await?;
     ensure!(matches!(e, SqlError::Config(_)), "{case}: {e:?}");
-    contains(&case, &e, &["given, which asks for TLS", &verified])
+    contains(&case, &e, &["given, so the URL asks for TLS", &verified])
 }
 
 /// A URL asking for verified TLS, sent to a server without TLS that would
