@@ -4,6 +4,7 @@ use leasehold_core::ConfigError;
 use leasehold_core::url::{StoreUrl, duration_option, percent_decode, scheme_of, unknown_option};
 
 use crate::config::SqlConfig;
+use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::ident::TableName;
 
@@ -67,7 +68,8 @@ impl SqlConfig {
     ///
     /// Errors ([`SqlError::Config`]) name what is accepted: an unknown
     /// scheme, a missing host, a bad port, an unknown option, an invalid
-    /// table name.
+    /// table name, a TLS mode that does not verify the server (`require`,
+    /// `verify-ca`, `REQUIRED`, `VERIFY_CA`: the crate README, "TLS").
     ///
     /// ```
     /// use leasehold_sql::SqlConfig;
@@ -95,11 +97,18 @@ impl SqlConfig {
             parts.require_one_host(FORM)?;
             let table = parts.take("table");
             let op_timeout = parts.take_duration("op_timeout")?;
-            let theirs = match scheme.as_str() {
-                "postgres" | "postgresql" => POSTGRES_OPTIONS,
-                _ => MYSQL_OPTIONS,
+            let (engine, theirs) = match scheme.as_str() {
+                "postgres" | "postgresql" => (Engine::Postgres, POSTGRES_OPTIONS),
+                _ => (Engine::MySql, MYSQL_OPTIONS),
             };
             check_options(parts.options().map(|(k, _)| k), theirs, &scheme)?;
+            // The TLS mode, as early as the URL is read (`connect` checks
+            // the one sqlx will use, and the files).
+            for (key, value) in parts.options() {
+                if key == "sslmode" || key == "ssl-mode" {
+                    crate::tls::mode(engine, key, value)?;
+                }
+            }
             (parts.rebuild(parts.written_scheme()), table, op_timeout)
         };
         let mut config = Self::new(passed_on);
@@ -203,8 +212,8 @@ mod tests {
                 DEFAULT_OP_TIMEOUT,
             ),
             (
-                "postgresql://app@db:5433/app?sslmode=require&table=ids&op_timeout=2s",
-                "postgresql://app@db:5433/app?sslmode=require",
+                "postgresql://app@db:5433/app?sslmode=verify-full&table=ids&op_timeout=2s",
+                "postgresql://app@db:5433/app?sslmode=verify-full",
                 "ids",
                 s(2000),
             ),
@@ -218,6 +227,14 @@ mod tests {
                 "mysql://root@127.0.0.1:3306/x?ssl-mode=disabled",
                 "mysql://root@127.0.0.1:3306/x?ssl-mode=disabled",
                 DEFAULT_TABLE,
+                DEFAULT_OP_TIMEOUT,
+            ),
+            (
+                "mysql://app@db/x?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.crt&ssl-cert=/c.crt&\
+                 ssl-key=/c.key&table=t2",
+                "mysql://app@db/x?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.crt&ssl-cert=/c.crt&\
+                 ssl-key=/c.key",
+                "t2",
                 DEFAULT_OP_TIMEOUT,
             ),
             (
@@ -302,6 +319,28 @@ mod tests {
                 "op_timeout=500ms or op_timeout=2s",
             ),
             ("postgres://app@db/app?table=Bad-Name", "invalid `table`"),
+            (
+                "postgres://app@db/app?sslmode=require",
+                "invalid `sslmode`: sslmode=require encrypts without checking the server's \
+                 certificate",
+            ),
+            (
+                "postgres://app@db/app?sslmode=verify-ca&sslrootcert=/ca.crt",
+                "checks who signed the server's certificate but not the host name",
+            ),
+            (
+                "postgres://app@db/app?ssl-mode=REQUIRE",
+                "use sslmode=verify-full",
+            ),
+            ("postgres://app@db/app?sslmode=verify_full", "no TLS mode"),
+            (
+                "mysql://root@h/x?ssl-mode=REQUIRED",
+                "invalid `ssl-mode`: ssl-mode=REQUIRED encrypts without checking",
+            ),
+            (
+                "mariadb://root@h/x?sslmode=verify_ca",
+                "use ssl-mode=VERIFY_IDENTITY",
+            ),
             ("sqlite://", "sqlite:// needs the path of the database file"),
             ("sqlite:?mode=ro", "needs the path"),
         ] {

@@ -148,7 +148,10 @@ impl Launch {
     /// PostgreSQL: `initdb`, then `pg_ctl start` (as `postgres` under root).
     pub const POSTGRES: Self = Self {
         url: "postgres://postgres@127.0.0.1:{port}/postgres",
-        tls_url: None,
+        tls_url: Some(
+            "postgres://leasehold@127.0.0.1:{port}/postgres?sslmode=verify-full&sslrootcert={ca}\
+             &sslcert={cert}&sslkey={key}",
+        ),
         settings: &Settings::ALL,
         settings_limit: "",
         family: Family::Postgres,
@@ -161,7 +164,10 @@ impl Launch {
     /// MariaDB: `mariadb-install-db`, then `mariadbd`, then the database.
     pub const MARIADB: Self = Self {
         url: "mysql://root@127.0.0.1:{port}/leasehold",
-        tls_url: None,
+        tls_url: Some(
+            "mysql://leasehold@127.0.0.1:{port}/leasehold?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}\
+             &ssl-cert={cert}&ssl-key={key}",
+        ),
         settings: &Settings::ALL,
         settings_limit: "",
         family: Family::MariaDb,

@@ -392,6 +392,12 @@ pub(crate) trait Dialect: sqlx::Database {
     ) -> impl Future<Output = Result<Self::Connection, sqlx::Error>> + Send + '_;
     /// Classifies an error the server answered with; `msg` describes it.
     fn classify_database(e: &dyn DatabaseError, msg: String) -> Failure;
+    /// Whether the server refused a login with `e` (credentials, a missing
+    /// TLS connection or client certificate), by its error code.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    fn access_refused(_e: &dyn DatabaseError) -> bool {
+        false
+    }
     /// The rows a statement changed (or matched, where sqlx asks for that).
     fn rows_affected(r: &Self::QueryResult) -> u64;
     /// The store's identity for a `url` (see `Strategy::identity`).
@@ -550,16 +556,49 @@ pub(crate) async fn guarded<D: Dialect, T>(
 ) -> Result<T, SqlError> {
     match tokio::time::timeout(budget, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(match D::classify(&what, &e) {
-            Failure::Transient(m) | Failure::Contention(m) => SqlError::Unreachable(Reason::new(m)),
-            Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
-                what: m,
-                fix: "check the database URL, user, password and database name".to_owned(),
-            },
-        }),
+        Ok(Err(e)) => Err(connect_error::<D>(&what, &e)),
         Err(_) => Err(SqlError::Unreachable(Reason::new(format!(
             "{what}: no answer within {budget:?}"
         )))),
+    }
+}
+
+/// Opens the first connection of `url` (`fut`) within `budget`: its errors
+/// as [`guarded`]'s, or as `tls` explains them (a refused handshake, a
+/// server without TLS, a login refused where TLS may be what it wants).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) async fn open_connection<D: Dialect, T>(
+    url: &str,
+    tls: &crate::tls::Tls,
+    budget: Duration,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, SqlError> {
+    let what = format!("connecting to {}", redact(url));
+    match tokio::time::timeout(budget, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            let refused = match &e {
+                sqlx::Error::Database(db) => D::access_refused(db.as_ref()),
+                _ => false,
+            };
+            Err(tls
+                .explain(&what, &e, refused)
+                .unwrap_or_else(|| connect_error::<D>(&what, &e)))
+        }
+        Err(_) => Err(SqlError::Unreachable(Reason::new(format!(
+            "{what}: no answer within {budget:?}"
+        )))),
+    }
+}
+
+/// A connect-time error: unreachable (retryable) or refused (final).
+fn connect_error<D: Dialect>(what: &str, e: &sqlx::Error) -> SqlError {
+    match D::classify(what, e) {
+        Failure::Transient(m) | Failure::Contention(m) => SqlError::Unreachable(Reason::new(m)),
+        Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
+            what: m,
+            fix: "check the database URL, user, password and database name".to_owned(),
+        },
     }
 }
 

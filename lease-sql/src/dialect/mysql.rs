@@ -4,18 +4,21 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::error::DatabaseError;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlQueryResult};
+use sqlx::mysql::{
+    MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlQueryResult, MySqlSslMode,
+};
 use sqlx::{ConnectOptions, Executor, MySql};
 
 use super::{
-    Dialect, FenceSql, Incarnation, Opened, Q, bad_url, connect_budget, guard_connect, unsupported,
-    version,
+    Dialect, FenceSql, Incarnation, Opened, Q, bad_url, connect_budget, guard_connect,
+    open_connection, unsupported, version,
 };
 use crate::config::SqlConfig;
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::statements::{pool_row, record_format};
+use crate::tls::Tls;
 
 /// How a lease connection is opened: the options, then the session's
 /// server-side limits.
@@ -352,7 +355,15 @@ impl Dialect for MySql {
         let opts = MySqlConnectOptions::from_str(&mysql_url)
             .map_err(|e| bad_url(url, &e))?
             .timezone(Some("+00:00".to_owned()));
-        let mut conn = guard_connect::<Self, _>(url, connect_budget(op), opts.connect()).await?;
+        let tls = Tls::read(
+            Engine::MySql,
+            url,
+            mode_name(opts.get_ssl_mode()),
+            opts.get_host(),
+            opts.get_username(),
+        )?;
+        let mut conn =
+            open_connection::<Self, _>(url, &tls, connect_budget(op), opts.connect()).await?;
         let version = version::<Self>(url, op, conn.fetch_one("SELECT VERSION()")).await?;
         check_version(&version)?;
         let mariadb = version.contains("MariaDB");
@@ -395,8 +406,27 @@ impl Dialect for MySql {
         classify(number, msg)
     }
 
+    /// ER_ACCESS_DENIED_ERROR (which MariaDB also answers a connection
+    /// without TLS to a server that requires it), MySQL's
+    /// ER_SECURE_TRANSPORT_REQUIRED.
+    fn access_refused(e: &dyn DatabaseError) -> bool {
+        e.try_downcast_ref::<MySqlDatabaseError>()
+            .is_some_and(|e| matches!(e.number(), 1045 | 3159))
+    }
+
     fn rows_affected(r: &MySqlQueryResult) -> u64 {
         r.rows_affected()
+    }
+}
+
+/// The mode's name in `ssl-mode`.
+fn mode_name(mode: MySqlSslMode) -> &'static str {
+    match mode {
+        MySqlSslMode::Disabled => "DISABLED",
+        MySqlSslMode::Preferred => "PREFERRED",
+        MySqlSslMode::Required => "REQUIRED",
+        MySqlSslMode::VerifyCa => "VERIFY_CA",
+        MySqlSslMode::VerifyIdentity => "VERIFY_IDENTITY",
     }
 }
 
