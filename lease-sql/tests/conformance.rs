@@ -1,6 +1,8 @@
 //! The behaviour suite on PostgreSQL 15, the newest PostgreSQL a wheel
 //! provides, MariaDB 10.11 and SQLite, plus the SQL-specific tests.
 
+mod damaged;
+
 use leasehold_core::Floor;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -1318,6 +1320,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
     // durable and run with the guards on.
     let single = !backend.guard;
     let t = Target::new(label, server, Arc::new(backend)).with_revoke();
+    let t = damaged::register(t, label == "sqlite");
     let t = trials!(t;
         missing_table_is_final_and_names_ensure_pool,
         an_elector_that_can_never_lead_reports_its_final_error,

@@ -179,6 +179,11 @@ pub(crate) trait Dialect: sqlx::Database {
     const TEXT_TYPE: &'static str = "TEXT";
     /// The type of the floor columns (signed 64-bit: Unix milliseconds).
     const FLOOR_TYPE: &'static str = "BIGINT";
+    /// The largest value the `fence` column holds (signed 64-bit unless the
+    /// engine says otherwise). A slot whose fence is there can never be
+    /// handed over with a bigger one (DESIGN.md rule 7), and `fence + 1`
+    /// would fail or, in SQLite, turn into a float.
+    const MAX_FENCE: &'static str = "9223372036854775807";
     /// The type of the `id_format` column: up to 200 ASCII characters
     /// (`IdFormat::MAX_TEXT`) that compare byte for byte (no case folding,
     /// no trailing-space padding: two formats are the same exactly when
@@ -286,6 +291,23 @@ pub(crate) trait Dialect: sqlx::Database {
     /// The microseconds from the time expression `from` to `to` (a `BIGINT`;
     /// NULL when either is NULL).
     fn micros_between(from: &str, to: &str) -> String;
+    /// The condition that a row's `floor_ms` is a floor a claim or renewal
+    /// can trust: a whole number from 0 (Unix ms). A negative one says
+    /// nothing of what earlier holders stamped; claims and renewals refuse
+    /// the row and leave it as found (DESIGN.md rule 8).
+    fn usable_floor() -> String {
+        "floor_ms >= 0".to_owned()
+    }
+    /// The condition that a row's `fence` can grow: below
+    /// [`Dialect::MAX_FENCE`]. Claims refuse a row whose fence cannot.
+    fn usable_fence() -> String {
+        format!("fence < {}", Self::MAX_FENCE)
+    }
+    /// The value of the column `expr` as text, for an error that shows what
+    /// is stored.
+    fn shown(expr: &str) -> String {
+        format!("CAST({expr} AS {})", Self::TEXT_TYPE)
+    }
     /// The larger of two integer expressions.
     fn greatest(a: &str, b: &str) -> String {
         format!("GREATEST({a}, {b})")
@@ -311,6 +333,9 @@ pub(crate) trait Dialect: sqlx::Database {
     /// of `pool` that `free` selects with the assignments `set` (see
     /// `Statements::acquire`), and answers its slot, fence,
     /// `grant_floor_ms` and `now` (the server's time, [`Dialect::NOW_MICROS`]).
+    /// The row picked is claimed only where `usable` holds (its floor and
+    /// fence can be trusted): otherwise nothing is written, and the claim
+    /// answers no row, as when no slot is free.
     ///
     /// With `format` (the claim declares an ID format: its
     /// [`Dialect::format_literal`]), in the same transaction: first records
@@ -321,10 +346,12 @@ pub(crate) trait Dialect: sqlx::Database {
     /// committed record (the record never changes once written, so a read
     /// after the record's insert, in a new statement or a locking read, is
     /// what the claim relies on; see `statements::POOL_ROW`).
+    #[allow(clippy::too_many_arguments)]
     fn acquire(
         t: &str,
         pool: &str,
         free: &str,
+        usable: &str,
         set: &str,
         token: &str,
         now: &str,

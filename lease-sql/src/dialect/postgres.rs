@@ -138,6 +138,7 @@ impl Dialect for Postgres {
         t: &str,
         pool: &str,
         free: &str,
+        usable: &str,
         set: &str,
         _token: &str,
         now: &str,
@@ -147,7 +148,7 @@ impl Dialect for Postgres {
             format!(
                 "UPDATE {t} SET {set} \
                  WHERE (pool, slot) = (SELECT pool, slot FROM {t} WHERE {free} \
-                 ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) AND {usable} \
                  RETURNING slot, fence, grant_floor_ms, {now}"
             )
         };
