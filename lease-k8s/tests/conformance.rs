@@ -18,7 +18,8 @@ use k8s::{FakeBackend, RealBackend};
 fn main() -> ExitCode {
     let fake = Arc::new(FakeBackend::start());
     let target = Target::new(k8s::FAKE_LABEL, fake.describe(), fake).with_revoke();
-    let mut targets = vec![k8s::tests::register(target)];
+    let target = k8s::damaged::register(k8s::tests::register(target));
+    let mut targets = vec![target];
     let mut keep = Vec::new();
     match servers::provide(ServerKind::K8s) {
         Ok(server) => {
