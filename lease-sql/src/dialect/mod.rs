@@ -203,6 +203,7 @@ pub(crate) trait Dialect: sqlx::Database {
         + Type<Self>
         + TryInto<u64>
         + Copy
+        + fmt::Display
         + Send
         + 'static;
     /// A TTL as bound (see [`Dialect::ttl_param`]).
@@ -212,8 +213,10 @@ pub(crate) trait Dialect: sqlx::Database {
 
     /// `slot` as bound.
     fn slot(slot: u32) -> Self::Slot;
-    /// `fence` as bound (saturating where the column is signed).
-    fn fence(fence: u64) -> Self::Fence;
+    /// `fence` as bound; `None` when the column cannot hold it (above
+    /// `i64::MAX` where it is signed): two such fences must not compare
+    /// equal.
+    fn fence(fence: u64) -> Option<Self::Fence>;
     /// `ttl` as bound.
     fn ttl(ttl: Duration) -> Self::Ttl;
 
@@ -516,15 +519,22 @@ with_sqlx_bounds!([async fn fenced_write<D>(
             .await
             .map_err(schema)?;
     }
+    let Some(fence) = D::fence(stamp.fence().0) else {
+        return Err(SqlError::Config(leasehold_core::ConfigError::new(
+            "fence",
+            format!("{} (of {stamp}, for {resource:?})", stamp.fence()),
+            format!(
+                "a fence the fence table's column holds, at most {} on {}",
+                D::MAX_FENCE,
+                D::ENGINE
+            ),
+        )));
+    };
     let text = if from.is_some() { &sql.take_over } else { &sql.write };
     let write = D::bind_fence_write(
         sqlx::query(text),
         resource,
-        (
-            D::fence(stamp.fence().0),
-            stamp.pool().as_str(),
-            D::slot(stamp.slot()),
-        ),
+        (fence, stamp.pool().as_str(), D::slot(stamp.slot())),
         from.map(|(pool, slot)| (pool.as_str(), D::slot(slot))),
     );
     let done = write.execute(&mut *conn).await.map_err(schema)?;
@@ -536,8 +546,16 @@ with_sqlx_bounds!([async fn fenced_write<D>(
         .fetch_one(&mut *conn)
         .await
         .map_err(schema)?;
-    let seen: D::Fence = row.try_get(0)?;
-    let seen = Fence(seen.try_into().unwrap_or(0));
+    let stored: D::Fence = row.try_get(0)?;
+    let seen = Fence(stored.try_into().map_err(|_| SqlError::FenceSchema {
+        what: format!(
+            "the fence table {t} holds the negative fence {stored} for {resource:?}, which \
+             every fence passes"
+        ),
+        fix: "fences are never negative, so something else wrote it: set it to the fence of \
+              the resource's last write"
+            .to_owned(),
+    })?);
     let pool: Option<String> = row.try_get(1)?;
     let slot: Option<D::Slot> = row.try_get(2)?;
     let owner = pool.zip(slot.and_then(|s| s.try_into().ok()));

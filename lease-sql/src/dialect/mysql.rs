@@ -53,8 +53,8 @@ impl Dialect for MySql {
         slot
     }
 
-    fn fence(fence: u64) -> u64 {
-        fence
+    fn fence(fence: u64) -> Option<u64> {
+        Some(fence)
     }
 
     fn ttl(ttl: Duration) -> i64 {

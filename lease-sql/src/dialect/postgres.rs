@@ -39,8 +39,8 @@ impl Dialect for Postgres {
         i32::try_from(slot).unwrap_or(i32::MAX)
     }
 
-    fn fence(fence: u64) -> i64 {
-        i64::try_from(fence).unwrap_or(i64::MAX)
+    fn fence(fence: u64) -> Option<i64> {
+        i64::try_from(fence).ok()
     }
 
     fn ttl(ttl: Duration) -> i64 {

@@ -50,8 +50,8 @@ impl Dialect for Sqlite {
         i64::from(slot)
     }
 
-    fn fence(fence: u64) -> i64 {
-        i64::try_from(fence).unwrap_or(i64::MAX)
+    fn fence(fence: u64) -> Option<i64> {
+        i64::try_from(fence).ok()
     }
 
     /// The `strftime` modifier.

@@ -9,10 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_conformance::{Target, ensure, fresh_pool, trials};
-use leasehold_core::{AcquireError, Floor, PoolSpec, Release, Renewal, Strategy};
-use leasehold_sql::{Engine, SqlStrategy};
+use leasehold_core::{
+    AcquireError, Fence, FenceStamp, Floor, PoolName, PoolSpec, Release, Renewal, Strategy,
+};
+use leasehold_sql::{Engine, FenceTable, SqlError, SqlStrategy};
 
-use super::{Sql, raw};
+use super::{Sql, fresh_table, raw, write_once};
 
 type Outcome = Result<(), String>;
 
@@ -22,6 +24,7 @@ pub(crate) fn register(target: Target, sqlite: bool) -> Target {
     let t = trials!(target;
         a_negative_floor_holds_claims_back_and_ends_a_renewal,
         a_fence_at_the_largest_the_column_holds_holds_claims_back,
+        fenced_writes_never_saturate_a_fence_nor_read_a_negative_one_as_0,
     );
     if sqlite {
         trials!(t; a_floor_or_fence_that_is_not_an_integer_holds_claims_back)
@@ -247,6 +250,52 @@ async fn a_floor_or_fence_that_is_not_an_integer_holds_claims_back(b: Arc<Sql>) 
             "the loss does not name the floor: {reason}"
         ),
         other => return Err(format!("a renewal over floor 'abc' answered {other:?}")),
+    }
+    s.close().await;
+    Ok(())
+}
+
+/// A fence the fence table's column cannot hold (above `i64::MAX` on
+/// PostgreSQL and SQLite) was saturated to the largest it holds, so two
+/// such fences compared equal and a stale one passed; it is refused
+/// instead. A negative fence in the table (which every fence passes, and
+/// which something other than leasehold wrote) was cited as 0 when a write
+/// was refused; it is named instead.
+async fn fenced_writes_never_saturate_a_fence_nor_read_a_negative_one_as_0(b: Arc<Sql>) -> Outcome {
+    let s = b.strategy().await?;
+    let t = fresh_table("fences");
+    let fences = FenceTable::new(t.clone()).map_err(|e| e.to_string())?;
+    fences.ensure(&s).await.map_err(|e| e.to_string())?;
+    let billing = PoolName::new("billing").map_err(|e| e.to_string())?;
+    let stamp = |f: u64| FenceStamp::new(billing.clone(), 0, Fence(f));
+    let signed = s.engine() != Engine::MySql;
+    let r = write_once(&s, &fences, "big", None, &stamp(i64::MAX as u64)).await?;
+    ensure!(r.is_ok(), "fence i64::MAX: {r:?}");
+    let r = write_once(&s, &fences, "big", None, &stamp(u64::MAX)).await?;
+    match (signed, &r) {
+        (true, Err(e @ SqlError::Config(_))) => ensure!(
+            e.to_string().contains(&u64::MAX.to_string()),
+            "the refusal does not name the fence: {e}"
+        ),
+        (false, Ok(())) => {}
+        _ => return Err(format!("fence u64::MAX on {:?}: {r:?}", s.engine())),
+    }
+    // Written by something else: another pool's negative fence.
+    raw(
+        &s,
+        &format!("INSERT INTO {t} (resource, fence, pool, slot) VALUES ('neg', -5, 'other', 0)"),
+    )
+    .await
+    .or_else(|e| if signed { Err(e) } else { Ok(()) })?;
+    if signed {
+        let r = write_once(&s, &fences, "neg", None, &stamp(7)).await?;
+        match r {
+            Err(e @ SqlError::FenceSchema { .. }) => ensure!(
+                e.to_string().contains("-5"),
+                "the refusal does not name the fence: {e}"
+            ),
+            other => return Err(format!("a write over fence -5: {other:?}")),
+        }
     }
     s.close().await;
     Ok(())
