@@ -7,6 +7,11 @@
 //! `Lost`, so the damage stays for an operator to repair: replaced by a
 //! ceiling, it would read as a valid floor that can be below the slot's real
 //! one. And it says which slot, what it holds and how to repair it.
+//!
+//! A limit: a renewal transaction is sent again after a broken connection
+//! (it is idempotent), and when its first send had landed, the second reads
+//! the floor that send raised. A damaged value the first send replaced is
+//! then not seen (a fault of the connection and a damaged floor at once).
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use leasehold_core::{Floor, PoolSpec};
