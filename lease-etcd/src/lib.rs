@@ -11,6 +11,7 @@
 mod acquire;
 mod call;
 mod config;
+mod damaged;
 mod error;
 mod hold;
 mod inspect;

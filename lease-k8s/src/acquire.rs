@@ -10,8 +10,10 @@ use tokio::time::Instant;
 
 use crate::api::NoAnswer;
 use crate::cache::Pending;
-use crate::lease::{Listed, Slot, check_ours, holder_of, parse_list, parse_rv};
-use crate::names::{FORMAT_ANNOTATION, POOL_LABEL, format_name, holder_identity, lease_name};
+use crate::lease::{
+    Listed, Slot, check_ours, damaged_format, format_of, holder_of, parse_list, parse_rv,
+};
+use crate::names::{POOL_LABEL, format_name, holder_identity, lease_name};
 use crate::protocol::{
     self, Answer, MAX_LISTS, WRITES_PER_LIST, check_recorded_format, unreachable, write_error,
 };
@@ -126,7 +128,7 @@ impl KubeStrategy {
         }
         let list: Value = serde_json::from_slice(&resp.body)
             .map_err(|e| unreachable("LIST leases", &format!("unreadable answer: {e}")))?;
-        let listed = parse_list(pool, &list)?;
+        let listed = parse_list(pool, &api.namespace, &list)?;
         for (slot, lease) in &listed.raw {
             let rv = lease.metadata.resource_version.as_deref().unwrap_or("");
             self.inner.caches.observe(pool.name(), *slot, rv, at);
@@ -175,9 +177,8 @@ impl KubeStrategy {
                 let lease: Value = serde_json::from_slice(&resp.body).map_err(|e| {
                     unreachable(&format!("GET {name}"), &format!("unreadable answer: {e}"))
                 })?;
-                lease["metadata"]["annotations"][FORMAT_ANNOTATION]
-                    .as_str()
-                    .unwrap_or("")
+                format_of(&lease)
+                    .ok_or_else(|| damaged_format(pool, &api.namespace))?
                     .to_owned()
             }
         };

@@ -81,10 +81,7 @@ impl SqlConfig {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, SqlError> {
         // `sqlite:PATH` (sqlx's form without `//`) carries no authority.
-        let sqlite_short = url
-            .get(..7)
-            .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"))
-            && !url[7..].starts_with("//");
+        let sqlite_short = sqlite_short(url).is_some_and(|rest| !rest.starts_with("//"));
         let scheme = if sqlite_short {
             "sqlite".to_owned()
         } else {
@@ -128,13 +125,21 @@ impl SqlConfig {
     }
 }
 
+/// What follows `sqlite:` (any case) at the start of `url`, if it starts so.
+/// Split where `:` is, never at a byte count: a path may start with any
+/// character.
+fn sqlite_short(url: &str) -> Option<&str> {
+    url.split_once(':')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("sqlite"))
+        .map(|(_, rest)| rest)
+}
+
 /// The part of an SQLite URL (or plain path) that names the file.
 pub(crate) fn sqlite_path(url: &str) -> Option<&str> {
     let rest = match url.split_once("://") {
         Some((s, rest)) if s.eq_ignore_ascii_case("sqlite") => rest,
         Some(_) => return None,
-        None if url.len() >= 7 && url[..7].eq_ignore_ascii_case("sqlite:") => &url[7..],
-        None => url,
+        None => sqlite_short(url).unwrap_or(url),
     };
     Some(rest.split('?').next().unwrap_or(""))
 }
@@ -359,6 +364,37 @@ mod tests {
             ("postgres://h/db", None),
         ] {
             assert_eq!(SqlConfig::new(url).sqlite_path(), path, "{url}");
+        }
+    }
+
+    /// A path is split where its parts are, never at a byte count: a
+    /// non-ASCII character where the scheme `sqlite:` would end (byte 7)
+    /// once made `sqlite_path` panic.
+    #[test]
+    fn non_ascii_paths_are_read_whole() {
+        for (url, path) in [
+            ("/tmp/aé.db", "/tmp/aé.db"),
+            ("sqliteé.db", "sqliteé.db"),
+            ("données/ids.sqlite", "données/ids.sqlite"),
+            ("sqlite:aé.db?mode=rwc", "aé.db"),
+            ("SQLITE:é", "é"),
+            ("sqlite://./идентификаторы.db", "./идентификаторы.db"),
+            ("🦀🦀.db", "🦀🦀.db"),
+        ] {
+            assert_eq!(SqlConfig::new(url).sqlite_path(), Some(path), "{url}");
+        }
+        for (url, passed_on) in [
+            ("sqlite:aé.db?mode=rwc&table=t", "sqlite:aé.db?mode=rwc"),
+            ("sqlite://./données.db", "sqlite://./données.db"),
+            ("sqlite:é", "sqlite:é"),
+        ] {
+            let c = SqlConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(c.url(), passed_on, "{url}");
+        }
+        // Not a scheme this backend takes, whatever follows.
+        for url in ["sqlité://x.db", "é://x"] {
+            let e = SqlConfig::from_url(url).unwrap_err().to_string();
+            assert!(e.contains("unknown scheme"), "{url}: {e}");
         }
     }
 }

@@ -5,6 +5,8 @@
 #[path = "conformance/tls.rs"]
 mod tls;
 
+mod damaged;
+
 use leasehold_core::Floor;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -1322,6 +1324,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
     // durable and run with the guards on.
     let single = !backend.guard;
     let t = Target::new(label, server, Arc::new(backend)).with_revoke();
+    let t = damaged::register(t, label == "sqlite");
     let t = trials!(t;
         missing_table_is_final_and_names_ensure_pool,
         an_elector_that_can_never_lead_reports_its_final_error,

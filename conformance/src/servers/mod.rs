@@ -17,6 +17,7 @@ mod containers;
 mod discovery;
 mod kinds;
 mod local;
+mod pins;
 mod processes;
 mod server;
 mod settings;
@@ -28,6 +29,7 @@ pub use kinds::{
     VALKEY8_SENTINEL_LABEL, labels, wheels,
 };
 pub use local::{free_port, free_ports};
+pub use pins::{Pin, REQUIREMENTS, REQUIREMENTS_FILE, normalise, pins};
 pub use server::{Detached, Origin, Server};
 pub use settings::Settings;
 

@@ -1,6 +1,7 @@
 //! The etcd backend for the suite, and helpers shared by the etcd tests.
 
 pub(crate) mod cluster;
+pub(crate) mod damaged;
 pub(crate) mod tests;
 pub(crate) mod tls;
 

@@ -1,5 +1,6 @@
 //! Backends for the suite: the fake API server and a real cluster.
 
+pub(crate) mod damaged;
 pub(crate) mod tests;
 pub(crate) mod tls;
 

@@ -37,6 +37,8 @@ impl Dialect for MySql {
         "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(6)) * 1000000 AS SIGNED)";
     const RENEW_AS_TEXT: bool = true;
     const TEXT_TYPE: &'static str = "CHAR";
+    // BIGINT UNSIGNED.
+    const MAX_FENCE: &'static str = "18446744073709551615";
     // Binary: compared byte for byte. A text column's collation would fold
     // case (the default utf8mb4 collations) or pad trailing spaces (every
     // `_bin` collation of MariaDB), and two different formats would pass
@@ -54,8 +56,8 @@ impl Dialect for MySql {
         slot
     }
 
-    fn fence(fence: u64) -> u64 {
-        fence
+    fn fence(fence: u64) -> Option<u64> {
+        Some(fence)
     }
 
     fn ttl(ttl: Duration) -> i64 {
@@ -213,6 +215,7 @@ impl Dialect for MySql {
         t: &str,
         pool: &str,
         free: &str,
+        usable: &str,
         set: &str,
         token: &str,
         now: &str,
@@ -241,7 +244,7 @@ impl Dialect for MySql {
              SELECT slot INTO @leasehold_slot FROM {t} WHERE {free} \
              ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED; \
              UPDATE {t} SET {set} \
-             WHERE pool = '{pool}' AND slot = @leasehold_slot; \
+             WHERE pool = '{pool}' AND slot = @leasehold_slot AND {usable}; \
              SELECT slot, fence, grant_floor_ms, {now} FROM {t} WHERE pool = '{pool}' AND slot = @leasehold_slot \
              AND token = {token}; \
              {recorded}\

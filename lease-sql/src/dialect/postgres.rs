@@ -41,8 +41,8 @@ impl Dialect for Postgres {
         i32::try_from(slot).unwrap_or(i32::MAX)
     }
 
-    fn fence(fence: u64) -> i64 {
-        i64::try_from(fence).unwrap_or(i64::MAX)
+    fn fence(fence: u64) -> Option<i64> {
+        i64::try_from(fence).ok()
     }
 
     fn ttl(ttl: Duration) -> i64 {
@@ -140,6 +140,7 @@ impl Dialect for Postgres {
         t: &str,
         pool: &str,
         free: &str,
+        usable: &str,
         set: &str,
         _token: &str,
         now: &str,
@@ -149,7 +150,7 @@ impl Dialect for Postgres {
             format!(
                 "UPDATE {t} SET {set} \
                  WHERE (pool, slot) = (SELECT pool, slot FROM {t} WHERE {free} \
-                 ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) AND {usable} \
                  RETURNING slot, fence, grant_floor_ms, {now}"
             )
         };
