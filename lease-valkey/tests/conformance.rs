@@ -5,6 +5,8 @@
 //! 8.1 through Sentinel (a primary, a replica, three Sentinels); and on a
 //! Valkey 8.1 Cluster (three primaries with a replica each).
 
+mod damaged;
+
 use leasehold_core::Floor;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -2091,6 +2093,8 @@ fn target(
         a_lost_fences_hash_refuses_claims_of_every_id_format,
         wait_without_replicas_refuses,
     );
+    // Damaged records, planted on the row's server (over TLS on the TLS row).
+    let t = damaged::register(t);
     // The tests below start plain-text servers of their own: the TLS row
     // runs the TLS tests instead, on its server and on TLS servers of their
     // own.
