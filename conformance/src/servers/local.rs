@@ -83,15 +83,6 @@ pub(super) fn wait_for_port(
     ))
 }
 
-/// A family whose recipe starts no TLS-only server yet refuses to start a
-/// plain one in its place.
-fn refuse_tls(l: &Local<'_>, family: &str) -> Result<(), String> {
-    match l.tls {
-        Some(_) => Err(format!("the {family} recipe starts no TLS-only server")),
-        None => Ok(()),
-    }
-}
-
 pub(super) fn tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
