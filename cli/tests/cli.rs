@@ -1037,7 +1037,8 @@ fn offline_trials() -> Vec<Trial> {
                 &one_line_error(&o)?,
                 "leasehold: bad store URL ftp://h/x: unknown scheme \"ftp\"; use one of \
                  postgres, postgresql, mysql, mariadb, sqlite (SQL); redis, rediss, valkey, \
-                 valkeys, redis-sentinel, valkey-sentinel, redis-cluster, valkey-cluster (Valkey/Redis); etcd, etcds (etcd); k8s, k8s+http, k8s+https, \
+                 valkeys, redis-sentinel, rediss-sentinel, valkey-sentinel, valkeys-sentinel, \
+                 redis-cluster, rediss-cluster, valkey-cluster, valkeys-cluster (Valkey/Redis); etcd, etcds (etcd); k8s, k8s+http, k8s+https, \
                  kubernetes (Kubernetes); memory (in-process)",
             )
         }),

@@ -1,6 +1,9 @@
 //! Connection settings.
 
+use std::path::PathBuf;
 use std::time::Duration;
+
+use crate::tls::TlsFiles;
 
 /// Which commands hold the leases.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -47,6 +50,7 @@ pub struct ValkeyConfig {
     pub(crate) restart_guard: bool,
     pub(crate) one_timing: bool,
     pub(crate) require_durable: bool,
+    pub(crate) tls: TlsFiles,
 }
 
 impl std::fmt::Debug for ValkeyConfig {
@@ -62,15 +66,22 @@ impl std::fmt::Debug for ValkeyConfig {
             .field("restart_guard", &self.restart_guard)
             .field("assume_one_timing_per_pool", &self.one_timing)
             .field("require_durable", &self.require_durable)
+            .field("tls_ca", &self.tls.ca)
+            .field(
+                "tls_client_cert",
+                &self.tls.client.as_ref().map(|(cert, _)| cert),
+            )
             .finish()
     }
 }
 
 impl ValkeyConfig {
     /// A server URL as `fred` reads it: `redis://[user:pass@]host:port[/db]`,
-    /// `redis-cluster://…`, `redis-sentinel://…` (`rediss://` and `valkeys://`
-    /// are refused at `connect`: this build has no TLS, and would connect in
-    /// plain text).
+    /// `redis-cluster://…`, `redis-sentinel://…`, and their TLS forms
+    /// `rediss://`, `rediss-cluster://`, `rediss-sentinel://` (or `valkeys…`),
+    /// which verify the server against the system's root certificates unless
+    /// [`ValkeyConfig::tls_ca`] names a CA file. Query options are `fred`'s,
+    /// not [`ValkeyConfig::from_url`]'s.
     /// Key prefix `leasehold`, [`Method::Auto`], operation timeout 1 s.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
@@ -83,7 +94,42 @@ impl ValkeyConfig {
             restart_guard: true,
             one_timing: false,
             require_durable: false,
+            tls: TlsFiles::default(),
         }
+    }
+
+    /// Verifies the server against the CA certificates in this PEM file
+    /// instead of the system's root certificates (the URL option `ca=`).
+    /// The URL must ask for TLS (`rediss://`, `valkeys://`, or their
+    /// `-sentinel` and `-cluster` forms): `connect` refuses a TLS file with a
+    /// plain-text URL. The file is read at `connect`.
+    ///
+    /// ```
+    /// use leasehold_valkey::ValkeyConfig;
+    /// let config = ValkeyConfig::new("rediss://cache.internal:6380")
+    ///     .tls_ca("/etc/leasehold/ca.crt")
+    ///     .tls_client_cert("/etc/leasehold/client.crt", "/etc/leasehold/client.key");
+    /// assert!(config.uses_tls());
+    /// ```
+    pub fn tls_ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Presents this client certificate (a PEM chain, leaf first) with its
+    /// private key (PEM: PKCS #8, PKCS #1 or SEC1) when the server asks for
+    /// one: mutual TLS (the URL options `cert=` and `key=`). The URL must ask
+    /// for TLS, as for [`ValkeyConfig::tls_ca`]. The files are read at
+    /// `connect`, which refuses a key that is not the certificate's.
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.tls.client = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Whether the URL asks for TLS (`rediss://`, `valkeys://`, and their
+    /// `-sentinel` and `-cluster` forms).
+    pub fn uses_tls(&self) -> bool {
+        crate::tls::scheme_uses_tls(self.url.split_once("://").map_or("", |(s, _)| s))
     }
 
     /// The restart guard (default on). A server that does not write every

@@ -26,6 +26,20 @@ pub enum ValkeyError {
         /// What went wrong.
         reason: String,
     },
+    /// TLS failed, or the server takes only TLS and the URL is plain text:
+    /// the server's certificate was refused (not signed by a trusted CA,
+    /// expired, for another host name), the server refused the client
+    /// certificate or asked for one that was not given, or one side speaks
+    /// TLS and the other plain text. Final until the configuration or the
+    /// certificates are fixed; the message names the fix. Nothing falls back
+    /// to plain text.
+    #[error("{}", tls_text(url, failure))]
+    Tls {
+        /// The URL, without credentials.
+        url: String,
+        /// What failed, and the fix.
+        failure: crate::tls::TlsFailure,
+    },
     /// The server may evict keys (`maxmemory-policy` is not `noeviction`),
     /// and [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
     /// was not set. Final.
@@ -85,6 +99,16 @@ pub enum ValkeyError {
         /// The server's error.
         reason: String,
     },
+}
+
+/// The `Tls` message: the URL and the failure with its fix.
+fn tls_text(url: &str, failure: &crate::tls::TlsFailure) -> String {
+    match failure {
+        crate::tls::TlsFailure::ServerWantsTls { .. } => {
+            format!("cannot connect to {url} in plain text: {failure}")
+        }
+        _ => format!("TLS to {url} failed: {failure}"),
+    }
 }
 
 /// The end of the `NotDurable` message: the opt-ins, or why none applies.

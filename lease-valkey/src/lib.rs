@@ -15,6 +15,7 @@ mod operate;
 mod scripts;
 mod server;
 mod strategy;
+mod tls;
 mod url;
 
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
@@ -22,6 +23,7 @@ pub use durability::Persistence;
 pub use error::ValkeyError;
 pub use server::{Product, ServerInfo};
 pub use strategy::{ActivePath, PoolKeys, ValkeyStrategy};
+pub use tls::{TlsFailure, TlsInfo};
 
 /// The HSETEX path's ownership marker for `slot` held by `token` (a field of
 /// [`PoolKeys::leases`]). For benchmarks and tests: with the `stats` feature only.

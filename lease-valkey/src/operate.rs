@@ -152,8 +152,14 @@ fn from_valkey(e: ValkeyError) -> OperateError {
 }
 
 impl Operate for ValkeyStrategy {
+    /// The server, and over TLS what the connection verified: `Redis 7.0.15
+    /// over TLS 1.3, server verified (chain and host name) against the CA in
+    /// /etc/ids/ca.crt, client certificate /etc/ids/client.crt`.
     fn describe(&self) -> String {
-        self.server().to_string()
+        match self.tls() {
+            Some(tls) => format!("{} over {tls}", self.server()),
+            None => self.server().to_string(),
+        }
     }
 
     fn round_trip(&self) -> &'static str {
@@ -192,7 +198,7 @@ impl Operate for ValkeyStrategy {
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             vec![
-                Check::new(Verdict::Ok, "server", self.server().to_string()),
+                Check::new(Verdict::Ok, "server", self.describe()),
                 self.path_check(),
                 eviction_check(self.persistence()),
                 self.persistence_check(),

@@ -131,6 +131,8 @@ struct Inner {
     scripts: Scripts,
     round_trips: AtomicU64,
     identity: String,
+    /// What the connection trusts and presents, when the URL asks for TLS.
+    tls: Option<crate::TlsInfo>,
     /// Claims wait (`WAITAOF`) until the pool's recorded span is on disk:
     /// the append-only file with `appendfsync everysec` and
     /// `no-appendfsync-on-rewrite no`, on a server with `WAITAOF`.
@@ -169,6 +171,7 @@ impl fmt::Debug for ValkeyStrategy {
             .field("server", &self.inner.server.to_string())
             .field("path", &self.inner.path)
             .field("durability", &self.inner.durability.to_string())
+            .field("tls", &self.inner.tls.as_ref().map(ToString::to_string))
             .finish()
     }
 }
@@ -215,6 +218,16 @@ impl ValkeyStrategy {
     fn promotion_guard_on(&self) -> bool {
         let planted = leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         self.inner.config.restart_guard && !planted
+    }
+
+    /// The connection's TLS, when the URL asks for it (`rediss://`,
+    /// `valkeys://`, and their `-sentinel` and `-cluster` forms): the CA the
+    /// server is verified against (or the system's roots), the client
+    /// certificate, and the protocol of the latest handshake. `None`: plain
+    /// text. Every TLS connection verifies the server's certificate and host
+    /// name; there is no unverified TLS.
+    pub fn tls(&self) -> Option<&crate::TlsInfo> {
+        self.inner.tls.as_ref()
     }
 
     /// The path in use.

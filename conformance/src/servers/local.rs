@@ -83,15 +83,6 @@ pub(super) fn wait_for_port(
     ))
 }
 
-/// A family whose recipe starts no TLS-only server yet refuses to start a
-/// plain one in its place.
-fn refuse_tls(l: &Local<'_>, family: &str) -> Result<(), String> {
-    match l.tls {
-        Some(_) => Err(format!("the {family} recipe starts no TLS-only server")),
-        None => Ok(()),
-    }
-}
-
 pub(super) fn tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
@@ -359,13 +350,35 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
 }
 
 fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
-    refuse_tls(l, "Redis/Valkey")?;
     let persistence: &[&str] = match l.settings {
         Settings::Fast | Settings::Lossy => &["--appendonly", "no"],
         Settings::Durable => &["--appendonly", "yes", "--appendfsync", "always"],
     };
+    let port = l.port.to_string();
+    // TLS only: no plain-text port, and every client must present a
+    // certificate signed by the run's CA.
+    let listen: Vec<std::ffi::OsString> = match l.tls {
+        None => vec!["--port".into(), port.into()],
+        Some(pki) => vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port.into(),
+            "--tls-cert-file".into(),
+            pki.server.cert.clone().into(),
+            "--tls-key-file".into(),
+            pki.server.key.clone().into(),
+            "--tls-ca-cert-file".into(),
+            pki.ca.clone().into(),
+            "--tls-auth-clients".into(),
+            "yes".into(),
+        ],
+    };
+    // A restart appends to the log: count the readiness lines before it.
+    let ready_before = redis_ready_lines(&l.log);
     let child = Command::new(l.bin)
-        .args(["--port", &l.port.to_string(), "--bind", "127.0.0.1"])
+        .args(&listen)
+        .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
         .args(persistence)
         .arg("--dir")
@@ -376,12 +389,28 @@ fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     l.guard.child = Some(child);
     let start = Instant::now();
-    wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
-    // The port opens before the data is loaded (`-LOADING` until then).
-    while !redis_pongs(l.port) {
+    let waited = wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log);
+    if l.tls.is_some() {
+        let log = std::fs::read_to_string(&l.log).unwrap_or_default();
+        if log.contains("Missing implement of connection type tls") {
+            return Err(format!(
+                "{} is built without TLS (\"Missing implement of connection type tls\"); \
+                 Debian's redis-server 7 has TLS",
+                l.bin.display()
+            ));
+        }
+    }
+    waited?;
+    // The port opens before the data is loaded (`-LOADING` until then):
+    // plain text answers PING once it is; over TLS the log says so.
+    let ready = |l: &Local<'_>| match l.tls {
+        None => redis_pongs(l.port),
+        Some(_) => redis_ready_lines(&l.log) > ready_before,
+    };
+    while !ready(l) {
         if start.elapsed() > READY_WAIT {
             return Err(format!(
-                "no PONG on port {} after {READY_WAIT:?}: {}",
+                "not ready on port {} after {READY_WAIT:?}: {}",
                 l.port,
                 tail(&l.log)
             ));
@@ -389,6 +418,15 @@ fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
+}
+
+/// How many times a Redis or Valkey log says it is ready to accept
+/// connections (once per start, after its data is loaded).
+fn redis_ready_lines(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches("Ready to accept connections")
+        .count()
 }
 
 /// Whether a Redis or Valkey on `port` answers `PING` with `+PONG`.

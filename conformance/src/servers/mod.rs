@@ -41,6 +41,7 @@ pub const TLS_LABELS: &[&str] = &[
     "mariadb-tls",                 // lease-sql/tests/conformance.rs
     "etcd35-mtls",                 // etcd 3.5, clients over TLS only with certificates
     "k8s (fake API server, mTLS)", // the FAKE API server over HTTPS, client certificates
+    "redis7-tls",                  // lease-valkey/tests/conformance.rs
 ];
 
 use containers::{docker_probe, start_container};
@@ -193,7 +194,10 @@ fn tls_only(
         kind.env_var()
     )];
     let started = match (kind.row().launch.tls_url, find_binary(kind)) {
-        (None, _) => Err(format!("no TLS-only {kind} server can be started here")),
+        (None, _) => Err(format!(
+            "no TLS-only {kind} server can be started here: {}",
+            kind.row().launch.no_tls_reason()
+        )),
         (_, None) => Err(format!("local binary: not found ({})", kind.install_hint())),
         (Some(_), Some(bin)) => pki.and_then(|pki| {
             start_local(kind, &bin, Settings::Fast, Some(pki))
@@ -273,6 +277,22 @@ mod tests {
     fn every_kind_runs_fast() {
         for kind in ServerKind::ALL {
             assert!(kind.settings().contains(&Settings::Fast), "{kind}");
+        }
+    }
+
+    /// The PyPI builds of Redis and Valkey have no TLS: no TLS-only server
+    /// of theirs is tried, and the reason names the kind that has TLS.
+    #[test]
+    fn redis_builds_without_tls_are_refused_with_the_reason() {
+        for kind in [ServerKind::Redis8, ServerKind::Valkey8] {
+            let e = match provide_tls(kind) {
+                Err(e) => e.to_string(),
+                Ok(s) => panic!("a TLS-only {kind}: {}", s.describe()),
+            };
+            assert!(
+                e.contains("a PyPI build, has no TLS") && e.contains("Redis 7 (redis7) has TLS"),
+                "{e}"
+            );
         }
     }
 

@@ -390,6 +390,37 @@ mod tests {
         }
     }
 
+    /// A TLS-only Redis answers no plain-text command, hands out a
+    /// `rediss://` URL with the run's certificates, and starts again after
+    /// a kill (its readiness read from its log, since a plain-text `PING`
+    /// cannot tell).
+    #[test]
+    fn a_tls_only_redis_refuses_plain_text_and_restarts() {
+        let kind = ServerKind::Redis7;
+        if !local_binary_here(kind) {
+            return;
+        }
+        let mut server = super::super::provide_tls(kind).expect("a TLS-only redis7");
+        let pki = crate::tls::Pki::shared().expect("certificates");
+        let port = server.addr().expect("address").port();
+        assert_eq!(
+            server.url,
+            format!(
+                "rediss://127.0.0.1:{port}?ca={}&cert={}&key={}",
+                pki.ca.display(),
+                pki.client.cert.display(),
+                pki.client.key.display()
+            )
+        );
+        let wait = Duration::from_secs(5);
+        assert_eq!(answer(port, b"PING\r\n", 7, wait), None);
+        let before = server.pid().expect("pid");
+        server.kill().expect("kill");
+        server.restart().expect("restart");
+        assert_ne!(server.pid().expect("pid"), before);
+        assert_eq!(answer(port, b"PING\r\n", 7, wait), None);
+    }
+
     /// One handle freezes, thaws and restarts a server: a frozen Redis
     /// answers nothing, a thawed one answers again, and a frozen one restarts
     /// (with what it acknowledged, being durable) and answers.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fred::prelude::{ClientLike, ReconnectPolicy};
-use fred::types::config::{Config, UnresponsiveConfig};
+use fred::types::config::{Config, TlsConfig, TlsConnector, TlsHostMapping, UnresponsiveConfig};
 use fred::types::{Builder, ClusterHash, Value};
 use leasehold_core::ConfigError;
 
@@ -17,6 +17,7 @@ use crate::durability::Persistence;
 use crate::error::{Failure, ValkeyError};
 use crate::scripts::Scripts;
 use crate::server::ServerInfo;
+use crate::tls::{PlainProbe, Tls, TlsFailure, probe_plain, scheme_for_fred};
 
 impl ValkeyStrategy {
     /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX
@@ -45,7 +46,7 @@ impl ValkeyStrategy {
     pub async fn connect(config: ValkeyConfig) -> Result<Self, ValkeyError> {
         check_settings(&config)?;
         let url = redact(&config.url);
-        let client = open_client(&config, &url).await?;
+        let (client, tls) = open_client(&config, &url).await?;
         let wait = config.wait;
         let mut strategy = Self {
             inner: Arc::new(Inner {
@@ -57,6 +58,7 @@ impl ValkeyStrategy {
                 scripts: Scripts::new(),
                 round_trips: AtomicU64::new(0),
                 identity: String::new(),
+                tls: tls.map(|t| t.info),
                 fsync_claims: false,
                 #[cfg(feature = "stats")]
                 reconnect_before_wait: std::sync::atomic::AtomicBool::new(false),
@@ -285,11 +287,19 @@ impl ValkeyStrategy {
 }
 
 /// The settings `connect` refuses before it opens anything: the key
-/// prefix, a TLS URL, a zero operation timeout, and a replica wait that
+/// prefix, TLS files with a plain-text URL (or in a query `fred` does not
+/// read), a zero operation timeout, and a replica wait that
 /// cannot end before the operation timeout.
 fn check_settings(config: &ValkeyConfig) -> Result<(), ValkeyError> {
     check_prefix(&config.prefix)?;
-    crate::url::refuse_tls(config.url.split_once("://").map_or("", |(s, _)| s))?;
+    crate::url::refuse_unread_tls_options(&config.url)?;
+    if !config.uses_tls() && !config.tls.is_empty() {
+        let scheme = config.url.split_once("://").map_or("", |(s, _)| s);
+        return Err(crate::url::plain_with_tls_files(
+            &scheme.to_ascii_lowercase(),
+            &config.tls,
+        ));
+    }
     if config.op_timeout.is_zero() {
         return Err(ConfigError::new(
             "op_timeout",
@@ -316,11 +326,11 @@ fn check_settings(config: &ValkeyConfig) -> Result<(), ValkeyError> {
 
 /// The `fred` client of `config`, every timeout set to the operation
 /// timeout (`url` is the URL without credentials), and its connection
-/// opened.
+/// opened; with its TLS when the URL asks for it.
 async fn open_client(
     config: &ValkeyConfig,
     url: &str,
-) -> Result<fred::clients::Client, ValkeyError> {
+) -> Result<(fred::clients::Client, Option<Tls>), ValkeyError> {
     let timeout = config.op_timeout;
     let bad_url = |source: fred::error::Error| {
         ValkeyError::from(ConfigError::new(
@@ -329,8 +339,23 @@ async fn open_client(
             "redis://[user:pass@]host:port[/db]",
         ))
     };
-    let mut fred_config = Config::from_url(&config.url).map_err(bad_url)?;
+    let tls = if config.uses_tls() {
+        Some(Tls::new(&config.tls)?)
+    } else {
+        None
+    };
+    // fred reads the URL with a plain-text scheme, and gets the TLS
+    // configuration built here: it would otherwise build its own from the
+    // system's roots alone.
+    let (scheme, rest) = config.url.split_once("://").unwrap_or(("", &config.url));
+    let for_fred = format!("{}://{rest}", scheme_for_fred(scheme));
+    let mut fred_config = Config::from_url(&for_fred).map_err(bad_url)?;
     fred_config.fail_fast = true;
+    fred_config.tls = tls.as_ref().map(|t| TlsConfig {
+        connector: TlsConnector::from(t.config.clone()),
+        hostnames: TlsHostMapping::None,
+    });
+    let hosts = fred_config.server.hosts();
     let client = Builder::from_config(fred_config)
         .with_connection_config(|c| {
             c.connection_timeout = timeout;
@@ -351,13 +376,62 @@ async fn open_client(
         timeout,
         reason,
     };
-    match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
-        Ok(Ok(_task)) => {}
-        Ok(Err(e)) => return Err(unreachable(e.to_string())),
-        Err(_) => {
-            let _ = client.quit().await;
-            return Err(unreachable("no answer".into()));
+    // `closed`: the connection failed (fred's I/O errors), rather than the
+    // server answering with an error (a wrong password) or not in time.
+    let (reason, closed) = match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await
+    {
+        Ok(Ok(_task)) => return Ok((client, tls)),
+        Ok(Err(e)) => (e.to_string(), *e.kind() == fred::error::ErrorKind::IO),
+        Err(_) => ("no answer".to_owned(), false),
+    };
+    let _ = tokio::time::timeout(timeout, client.quit()).await;
+    Err(
+        match tls_failure(tls.as_ref(), &hosts, &reason, closed, timeout).await {
+            Some(failure) => ValkeyError::Tls {
+                url: url.to_owned(),
+                failure,
+            },
+            None => unreachable(reason),
+        },
+    )
+}
+
+/// What TLS has to do with a failed connect, if anything: a refused server
+/// certificate or client certificate (seen by the handshakes), a TLS URL to
+/// a server that answers in plain text, or a plain-text URL to a server
+/// that closes plain-text connections (both found by a plain-text `PING` to
+/// the URL's servers, in turn, until one tells).
+async fn tls_failure(
+    tls: Option<&Tls>,
+    hosts: &[fred::types::config::Server],
+    reason: &str,
+    closed: bool,
+    timeout: Duration,
+) -> Option<TlsFailure> {
+    if let Some(failure) = tls.and_then(|t| t.failure(reason, closed)) {
+        return Some(failure);
+    }
+    // A handshake that verified the server failed afterwards for a reason
+    // the server did not say: no probe tells more.
+    if tls.is_some_and(Tls::any_verified) {
+        return None;
+    }
+    // fred lists the URL's first host last.
+    for server in hosts.iter().rev() {
+        let at = || format!("{}:{}", server.host, server.port);
+        match (probe_plain(&server.host, server.port, timeout).await, tls) {
+            (PlainProbe::Answered, Some(_)) => {
+                return Some(TlsFailure::ServerIsPlain { server: at() });
+            }
+            (PlainProbe::Closed, None) => return Some(TlsFailure::ServerWantsTls { server: at() }),
+            (PlainProbe::Closed, Some(_)) => {
+                return Some(TlsFailure::Handshake {
+                    reason: reason.to_owned(),
+                });
+            }
+            (PlainProbe::Answered, None) => return None,
+            (PlainProbe::Unknown, _) => {}
         }
     }
-    Ok(client)
+    None
 }
