@@ -156,6 +156,20 @@ impl CredentialSource {
     }
 }
 
+/// Two sources are equal when they read the same file, or share one
+/// callback (clones of one source).
+impl PartialEq for CredentialSource {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.kind, &other.kind) {
+            (Kind::File(a), Kind::File(b)) => a == b,
+            (Kind::Callback(a), Kind::Callback(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for CredentialSource {}
+
 impl fmt::Debug for CredentialSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {

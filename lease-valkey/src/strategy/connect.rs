@@ -13,6 +13,7 @@ use leasehold_core::ConfigError;
 use super::answers::config_value;
 use super::{ActivePath, BACKSTOP_SLACK, Inner, ValkeyStrategy};
 use crate::config::{Method, ValkeyConfig, check_prefix, redact};
+use crate::credentials::Provider;
 use crate::durability::Persistence;
 use crate::error::{Failure, ValkeyError};
 use crate::scripts::Scripts;
@@ -289,6 +290,7 @@ impl ValkeyStrategy {
 /// cannot end before the operation timeout.
 fn check_settings(config: &ValkeyConfig) -> Result<(), ValkeyError> {
     check_prefix(&config.prefix)?;
+    config.check_credentials()?;
     crate::url::refuse_tls(config.url.split_once("://").map_or("", |(s, _)| s))?;
     if config.op_timeout.is_zero() {
         return Err(ConfigError::new(
@@ -331,6 +333,14 @@ async fn open_client(
     };
     let mut fred_config = Config::from_url(&config.url).map_err(bad_url)?;
     fred_config.fail_fast = true;
+    // A credential source answers for every new connection, in place of
+    // the URL's password (which `check_settings` made sure is absent).
+    let failure = config.credentials.as_ref().map(|source| {
+        let provider = Provider::new(source.clone(), config.url_user(), url.to_owned());
+        let failure = provider.failure();
+        fred_config.credential_provider = Some(Arc::new(provider));
+        failure
+    });
     let client = Builder::from_config(fred_config)
         .with_connection_config(|c| {
             c.connection_timeout = timeout;
@@ -353,7 +363,16 @@ async fn open_client(
     };
     match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await {
         Ok(Ok(_task)) => {}
-        Ok(Err(e)) => return Err(unreachable(e.to_string())),
+        Ok(Err(e)) => {
+            let failed = failure.and_then(|f| f.lock().map(|mut f| f.take()).unwrap_or(None));
+            return Err(match failed {
+                Some(error) => ValkeyError::Credentials {
+                    store: url.to_owned(),
+                    error,
+                },
+                None => unreachable(e.to_string()),
+            });
+        }
         Err(_) => {
             let _ = client.quit().await;
             return Err(unreachable("no answer".into()));
