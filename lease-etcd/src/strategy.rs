@@ -122,9 +122,18 @@ impl EtcdStrategy {
     /// acquisition finds out whether the cluster answers); with credentials
     /// the client authenticates now, and refused credentials are
     /// [`EtcdError::Auth`].
+    /// A password file ([`EtcdConfig::password_file`]) is read here; a
+    /// file that cannot be read is [`EtcdError::Connect`] naming it.
     pub async fn connect(config: EtcdConfig) -> Result<Self, EtcdError> {
         config.validate()?;
         let endpoints = config.public_endpoints().join(",");
+        let config = config
+            .with_password_from_file()
+            .await
+            .map_err(|e| EtcdError::Connect {
+                endpoints: endpoints.clone(),
+                detail: e.to_string(),
+            })?;
         let options = config.connect_options();
         let bound = config.connect_timeout.unwrap_or(config.op_timeout) + config.op_timeout;
         let connected =

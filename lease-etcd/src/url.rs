@@ -90,10 +90,14 @@ impl EtcdConfig {
         };
         let prefix = parts.take("prefix");
         let op_timeout = parts.take_duration("op_timeout")?;
-        parts.refuse_unknown_options("prefix, op_timeout")?;
+        let password_file = parts.take("password_file");
+        parts.refuse_unknown_options("prefix, op_timeout, password_file")?;
         let mut config = Self::new(endpoints);
         if let Some((name, password)) = user {
             config = config.user(name, password);
+        }
+        if let Some(path) = password_file {
+            config = config.password_file(path);
         }
         if let Some(prefix) = prefix {
             config = config.prefix(prefix);
@@ -112,6 +116,25 @@ mod tests {
 
     use super::*;
     use crate::config::{DEFAULT_OP_TIMEOUT, DEFAULT_PREFIX};
+
+    /// `password_file` names the user's password; it needs the user, and
+    /// no password besides.
+    #[test]
+    fn a_password_file_needs_a_user_and_no_password() {
+        let c = EtcdConfig::from_url("etcd://ids@h:2379?password_file=/run/s/pw").unwrap();
+        assert_eq!(
+            c.password_file.as_deref(),
+            Some(std::path::Path::new("/run/s/pw"))
+        );
+        assert!(format!("{c:?}").contains("/run/s/pw"));
+        for (url, needle) in [
+            ("etcd://h:2379?password_file=/p", "it needs a user name"),
+            ("etcd://ids:pw@h:2379?password_file=/p", "a password is given too"),
+        ] {
+            let e = EtcdConfig::from_url(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+        }
+    }
 
     #[test]
     fn accepted_urls_set_the_fields() {
