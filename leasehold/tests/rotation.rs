@@ -17,26 +17,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use fred::interfaces::ClientLike;
-use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold::credentials::Credentials;
-use leasehold::sql::sqlx::{self, ConnectOptions, Executor, Row};
 use leasehold::{
     Floor, LeaseConfig, LeaseManager, MonoTime, PoolName, PoolSpec, Release, Store, StoreConfig,
     Strategy,
 };
-use leasehold_conformance::servers::{Origin, Server, ServerKind, provide};
+use leasehold_conformance::servers::{Server, ServerKind, provide};
 use libtest_mimic::{Arguments, Failed, Trial};
 
-type Outcome = Result<(), String>;
+#[macro_use]
+#[path = "common/accounts.rs"]
+mod accounts;
+use accounts::{Accounts, Family, fresh};
 
-macro_rules! ensure {
-    ($cond:expr, $($fmt:tt)+) => {
-        if !$cond {
-            return Err(format!($($fmt)+));
-        }
-    };
-}
+type Outcome = Result<(), String>;
 
 /// How the holder gets its password.
 #[derive(Clone, Copy, Debug)]
@@ -47,232 +41,28 @@ enum Form {
     Callback,
 }
 
-/// The server families the test rotates passwords on.
-#[derive(Clone, Copy, Debug)]
-enum Family {
-    Postgres,
-    MariaDb,
-    Valkey,
-}
-
-/// A private server, its admin access, and the user whose password
-/// rotates.
+/// The test's user on a private server, and where its secrets live.
 struct Rig {
-    server: Server,
-    family: Family,
+    accounts: Accounts,
     user: String,
     /// The store URL of `user`, without a password.
     url: String,
     dir: PathBuf,
 }
 
-fn fresh(prefix: &str) -> String {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .subsec_nanos();
-    format!(
-        "{prefix}{:x}{}",
-        n ^ std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 impl Rig {
     async fn new(server: Server, family: Family) -> Result<Self, String> {
+        let accounts = Accounts::new(server, family).await?;
         let user = fresh("app");
-        let url = match family {
-            Family::Postgres => server.url.replacen("://postgres@", &format!("://{user}@"), 1),
-            Family::MariaDb => server.url.replacen("://root@", &format!("://{user}@"), 1),
-            Family::Valkey => server
-                .store_url()
-                .replacen("://", &format!("://{user}@"), 1),
-        };
+        let url = accounts.url_of(&user);
         let dir = std::env::temp_dir().join(fresh("leasehold-rotation-"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let rig = Self {
-            server,
-            family,
+        Ok(Self {
+            accounts,
             user,
             url,
             dir,
-        };
-        if let Family::Postgres = family {
-            rig.pg_enforce_passwords().await?;
-        }
-        Ok(rig)
-    }
-
-    // ---- PostgreSQL ----
-
-    async fn pg_admin(&self) -> Result<sqlx::PgConnection, String> {
-        let opts: sqlx::postgres::PgConnectOptions =
-            self.server.url.parse().map_err(|e| format!("{e}"))?;
-        opts.disable_statement_logging()
-            .connect()
-            .await
-            .map_err(|e| format!("admin connection: {e}"))
-    }
-
-    /// The private server trusts every local connection: from now on every
-    /// user but the admin logs in with a password (SCRAM).
-    async fn pg_enforce_passwords(&self) -> Outcome {
-        ensure!(
-            matches!(self.server.origin, Origin::Binary(_)),
-            "the server is not a private one ({}): its pg_hba.conf is not this test's to change",
-            self.server.origin
-        );
-        let mut admin = self.pg_admin().await?;
-        let hba: String = sqlx::query_scalar("SHOW hba_file")
-            .fetch_one(&mut admin)
-            .await
-            .map_err(|e| e.to_string())?;
-        let lines = [
-            "local all all trust",
-            "host all postgres 127.0.0.1/32 trust",
-            "host all all 127.0.0.1/32 scram-sha-256",
-            "host all all ::1/128 scram-sha-256",
-        ];
-        let copy = format!(
-            "COPY (SELECT unnest(ARRAY['{}'])) TO '{}'",
-            lines.join("','"),
-            hba.replace('\'', "''")
-        );
-        admin.execute(copy.as_str()).await.map_err(|e| e.to_string())?;
-        admin
-            .execute("SELECT pg_reload_conf()")
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(())
-    }
-
-    // ---- MariaDB ----
-
-    async fn my_admin(&self) -> Result<sqlx::MySqlConnection, String> {
-        let opts: sqlx::mysql::MySqlConnectOptions =
-            self.server.url.parse().map_err(|e| format!("{e}"))?;
-        opts.disable_statement_logging()
-            .connect()
-            .await
-            .map_err(|e| format!("admin connection: {e}"))
-    }
-
-    /// The accounts of the user: one per host a TCP connection from this
-    /// machine may be matched to (so no anonymous account takes it).
-    fn my_accounts(&self) -> Vec<String> {
-        ["%", "localhost", "127.0.0.1"]
-            .iter()
-            .map(|h| format!("'{}'@'{h}'", self.user))
-            .collect()
-    }
-
-    // ---- Valkey/Redis ----
-
-    async fn valkey_admin(&self, command: &'static str, words: &[&str]) -> Result<Value, String> {
-        let config = fred::types::config::Config::from_url(&self.server.url)
-            .map_err(|e| e.to_string())?;
-        let client = fred::types::Builder::from_config(config)
-            .build()
-            .map_err(|e| e.to_string())?;
-        client.init().await.map_err(|e| e.to_string())?;
-        let cmd = CustomCommand::new_static(command, ClusterHash::Random, false);
-        let args: Vec<Value> = words.iter().map(|w| (*w).into()).collect();
-        let answer = client.custom::<Value, Value>(cmd, args).await;
-        let _ = client.quit().await;
-        answer.map_err(|e| format!("{command} {}: {e}", words[0]))
-    }
-
-    // ---- every family ----
-
-    /// Creates the user with `password`, allowed everything a holder does.
-    async fn create_user(&self, password: &str) -> Outcome {
-        let user = &self.user;
-        match self.family {
-            Family::Postgres => {
-                // A superuser: the lease table is created in `public`.
-                let sql = format!("CREATE ROLE \"{user}\" LOGIN SUPERUSER PASSWORD '{password}'");
-                let mut admin = self.pg_admin().await?;
-                admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
-            }
-            Family::MariaDb => {
-                let mut admin = self.my_admin().await?;
-                for account in self.my_accounts() {
-                    for sql in [
-                        format!("CREATE USER {account} IDENTIFIED BY '{password}'"),
-                        format!("GRANT ALL ON *.* TO {account}"),
-                    ] {
-                        admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
-                    }
-                }
-            }
-            Family::Valkey => {
-                let pw = format!(">{password}");
-                self.valkey_admin("ACL", &["SETUSER", user, "on", &pw, "~*", "&*", "+@all"])
-                    .await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Changes the user's password on the server (connections already
-    /// open stay open).
-    async fn set_password(&self, password: &str) -> Outcome {
-        let user = &self.user;
-        match self.family {
-            Family::Postgres => {
-                let sql = format!("ALTER ROLE \"{user}\" PASSWORD '{password}'");
-                let mut admin = self.pg_admin().await?;
-                admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
-            }
-            Family::MariaDb => {
-                let mut admin = self.my_admin().await?;
-                for account in self.my_accounts() {
-                    let sql = format!("ALTER USER {account} IDENTIFIED BY '{password}'");
-                    admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
-                }
-            }
-            Family::Valkey => {
-                let pw = format!(">{password}");
-                self.valkey_admin("ACL", &["SETUSER", user, "resetpass", &pw])
-                    .await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Drops every connection of the user, server-side; how many there were.
-    async fn kill_connections(&self) -> Result<i64, String> {
-        let user = &self.user;
-        match self.family {
-            Family::Postgres => {
-                let sql = format!(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-                     WHERE usename = '{user}'"
-                );
-                let mut admin = self.pg_admin().await?;
-                let row = admin.fetch_one(sql.as_str()).await.map_err(|e| e.to_string())?;
-                row.try_get::<i64, _>(0).map_err(|e| e.to_string())
-            }
-            Family::MariaDb => {
-                let mut admin = self.my_admin().await?;
-                let sql = format!("SELECT id FROM information_schema.PROCESSLIST WHERE user = '{user}'");
-                let rows = admin.fetch_all(sql.as_str()).await.map_err(|e| e.to_string())?;
-                let mut killed = 0;
-                for row in rows {
-                    let id: i64 = row.try_get(0).map_err(|e| e.to_string())?;
-                    // A connection may end by itself meanwhile.
-                    if admin.execute(format!("KILL CONNECTION {id}").as_str()).await.is_ok() {
-                        killed += 1;
-                    }
-                }
-                Ok(killed)
-            }
-            Family::Valkey => match self.valkey_admin("CLIENT", &["KILL", "USER", user]).await? {
-                Value::Integer(n) => Ok(n),
-                other => Err(format!("CLIENT KILL USER answered {other:?}")),
-            },
-        }
+        })
     }
 
     /// The store config of the user, its password from `form`'s source.
@@ -325,7 +115,7 @@ async fn rotation(kind: ServerKind, family: Family, form: Form) -> Outcome {
     let server = provide(kind).map_err(|e| e.to_string())?;
     let rig = Rig::new(server, family).await?;
     let (old, new) = (fresh("Old-pw-"), fresh("New-pw-"));
-    rig.create_user(&old).await?;
+    rig.accounts.create_user(&rig.user, &old).await?;
     let file = rig.dir.join("password");
     std::fs::write(&file, format!("{old}\n")).map_err(|e| e.to_string())?;
     let current = Arc::new(Mutex::new(old.clone()));
@@ -381,12 +171,12 @@ async fn rotation(kind: ServerKind, family: Family, form: Form) -> Outcome {
 
     // The rotation: the server's password, then the secret, then every
     // connection of the user dropped.
-    rig.set_password(&new).await?;
+    rig.accounts.set_password(&rig.user, &new).await?;
     std::fs::write(&file, format!("{new}\n")).map_err(|e| e.to_string())?;
     *current.lock().unwrap_or_else(PoisonError::into_inner) = new.clone();
     let asked_before = asked.load(Ordering::SeqCst);
     let killed_at = MonoTime::now();
-    let killed = rig.kill_connections().await?;
+    let killed = rig.accounts.kill_connections(&rig.user).await?;
     ensure!(killed >= 1, "the holder had no connection to drop");
 
     // A renewal sent after the kill has a deadline past this; it went

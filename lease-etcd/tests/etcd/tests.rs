@@ -772,7 +772,7 @@ async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Re
         let _ = secrets::capture();
         let mut shown = Shown::new(&Secret::given(root_pw));
         secrets::exercise(Arc::new(leases.clone()), &mut shown).await?;
-        shown.traces().verdict()?;
+        shown.traces().metrics().verdict()?;
     }
 
     // The password from a file (read at connect), the user from the URL.
