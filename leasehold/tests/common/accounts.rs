@@ -2,6 +2,7 @@
 //! Valkey/Redis): made, given a new password, and disconnected by an admin
 //! connection that logs no statement (so no password reaches a `tracing`
 //! recorder).
+#![allow(dead_code)] // each test uses a part of it
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -112,6 +113,25 @@ impl Accounts {
             .execute("SELECT pg_reload_conf()")
             .await
             .map_err(|e| e.to_string())?;
+        // The server reloads in the background: wait until a wrong password
+        // is refused.
+        let probe = fresh("probe");
+        let sql = format!("CREATE ROLE \"{probe}\" LOGIN PASSWORD 'right'");
+        admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
+        let wrong: sqlx::postgres::PgConnectOptions = self
+            .url_of(&probe)
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .map_err(|e| e.to_string())?
+            .password("wrong")
+            .disable_statement_logging();
+        let start = std::time::Instant::now();
+        while wrong.connect().await.is_ok() {
+            ensure!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "the server still accepts a wrong password: pg_hba.conf was not reloaded"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
         Ok(())
     }
 
