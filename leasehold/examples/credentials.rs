@@ -42,7 +42,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = StoreConfig::from_url(&url)?
         .credentials(move || {
             let token_file = token_file.clone();
-            async move { Ok::<_, std::io::Error>(Credentials::new("app", fresh_token(&token_file).await?)) }
+            async move {
+                Ok::<_, std::io::Error>(Credentials::new("app", fresh_token(&token_file).await?))
+            }
         })
         .connect()
         .await?;

@@ -326,42 +326,35 @@ impl StoreConfig {
                 source.describe()
             ))
         };
-        self.kind = match self.kind {
-            StoreKind::Memory(_) => {
-                return Err(none("an in-process store", "leave it out"));
-            }
+        let kind = match self.kind {
+            StoreKind::Memory(_) => Err(none("an in-process store", "leave it out")),
             #[cfg(feature = "_sql")]
-            StoreKind::Sql(c) if c.sqlite_path().is_some() => {
-                return Err(none(
-                    "SQLite",
-                    "protect the database file with file permissions instead",
-                ));
-            }
+            StoreKind::Sql(c) if c.sqlite_path().is_some() => Err(none(
+                "SQLite",
+                "protect the database file with file permissions instead",
+            )),
             #[cfg(feature = "_sql")]
-            StoreKind::Sql(c) => StoreKind::Sql(c.credential_source(source)),
+            StoreKind::Sql(c) => Ok(StoreKind::Sql(c.credential_source(source))),
             #[cfg(feature = "valkey")]
-            StoreKind::Valkey(c) => StoreKind::Valkey(c.credential_source(source)),
+            StoreKind::Valkey(c) => Ok(StoreKind::Valkey(c.credential_source(source))),
             #[cfg(feature = "etcd")]
             StoreKind::Etcd(c) => match source.file() {
-                Some(path) => StoreKind::Etcd(c.password_file(path)),
-                None => {
-                    return Err(refuse(
-                        "etcd reads its password once, at connect (etcd-client renews its \
+                Some(path) => Ok(StoreKind::Etcd(c.password_file(path))),
+                None => Err(refuse(
+                    "etcd reads its password once, at connect (etcd-client renews its \
                          token with it): give etcd://USER@HOST?password_file=PATH; a \
                          credentials callback is for SQL and Valkey/Redis stores"
-                            .to_owned(),
-                    ));
-                }
+                        .to_owned(),
+                )),
             },
             #[cfg(feature = "k8s")]
-            StoreKind::Kube(_) => {
-                return Err(none(
-                    "Kubernetes",
-                    "its credentials come from the kubeconfig or the pod's service account \
-                     (tokens, client certificates, exec plugins, which kube refreshes itself)",
-                ));
-            }
+            StoreKind::Kube(_) => Err(none(
+                "Kubernetes",
+                "its credentials come from the kubeconfig or the pod's service account \
+                 (tokens, client certificates, exec plugins, which kube refreshes itself)",
+            )),
         };
+        self.kind = kind?;
         Ok(self)
     }
 

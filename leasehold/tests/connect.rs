@@ -267,8 +267,8 @@ async fn a_credential_source_is_refused_where_no_password_is_taken() {
     }
     #[cfg(feature = "postgres")]
     {
-        let config = StoreConfig::from_url("postgres://app@db/app?password_file=/run/s/pw")
-            .unwrap();
+        let config =
+            StoreConfig::from_url("postgres://app@db/app?password_file=/run/s/pw").unwrap();
         assert!(format!("{config:?}").contains("PasswordFile(\"/run/s/pw\")"));
         let e = StoreConfig::from_url("postgres://app:pw@db/app")
             .unwrap()

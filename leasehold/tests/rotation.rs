@@ -66,11 +66,21 @@ impl Rig {
     }
 
     /// The store config of the user, its password from `form`'s source.
-    fn config(&self, form: Form, file: &Path, current: &Arc<Mutex<String>>, asked: &Arc<AtomicUsize>) -> Result<StoreConfig, String> {
+    fn config(
+        &self,
+        form: Form,
+        file: &Path,
+        current: &Arc<Mutex<String>>,
+        asked: &Arc<AtomicUsize>,
+    ) -> Result<StoreConfig, String> {
         let config = match form {
             Form::File => {
                 let sep = if self.url.contains('?') { '&' } else { '?' };
-                StoreConfig::from_url(&format!("{}{sep}password_file={}", self.url, file.display()))
+                StoreConfig::from_url(&format!(
+                    "{}{sep}password_file={}",
+                    self.url,
+                    file.display()
+                ))
             }
             Form::Callback => {
                 let (current, asked) = (Arc::clone(current), Arc::clone(asked));
@@ -78,7 +88,10 @@ impl Rig {
                 StoreConfig::from_url(&self.url).map(|c| {
                     c.credentials(move || {
                         asked.fetch_add(1, Ordering::SeqCst);
-                        let password = current.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                        let password = current
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .clone();
                         let user = user.clone();
                         async move { Ok::<_, std::io::Error>(Credentials::new(user, password)) }
                     })
@@ -163,9 +176,11 @@ async fn rotation(kind: ServerKind, family: Family, form: Form) -> Outcome {
     // A renewal sent after the kill has a deadline past this; it went
     // over a new connection, which only the new password opens.
     let after_kill = killed_at + ttl - margin;
-    until(Duration::from_secs(30), "a renewal after the rotation", || {
-        gate.deadline() > after_kill
-    })
+    until(
+        Duration::from_secs(30),
+        "a renewal after the rotation",
+        || gate.deadline() > after_kill,
+    )
     .await?;
     let now = gate.view();
     ensure!(
@@ -195,7 +210,11 @@ async fn rotation(kind: ServerKind, family: Family, form: Form) -> Outcome {
     // The old password is refused: the rotation was real.
     let old_file = rig.dir.join("old");
     std::fs::write(&old_file, &old).map_err(|e| e.to_string())?;
-    match rig.config(Form::File, &old_file, &current, &asked)?.connect().await {
+    match rig
+        .config(Form::File, &old_file, &current, &asked)?
+        .connect()
+        .await
+    {
         Ok(s) => {
             // Valkey/Redis and sqlx connect lazily for the caller's pool;
             // a store that answers a ping with the old password was not

@@ -92,7 +92,11 @@ async fn use_store(what: &str, config: StoreConfig, shown: &mut Shown) -> Outcom
 }
 
 /// `config` refused at connect; its error noted.
-async fn refused(what: &str, config: StoreConfig, shown: &mut Shown) -> Result<ConnectError, String> {
+async fn refused(
+    what: &str,
+    config: StoreConfig,
+    shown: &mut Shown,
+) -> Result<ConnectError, String> {
     shown.debug(&format!("StoreConfig ({what})"), &config);
     match tuned(config).connect().await {
         Ok(store) => Err(format!("{what}: connected to {}", store.shown_url())),
@@ -177,7 +181,8 @@ async fn never_shown(target: Target, secret: Secret) -> Outcome {
         let e = refused("a failing callback", failing, &mut shown).await?;
         ensure!(
             e.is_retryable()
-                && e.to_string().contains("the credentials callback failed: the token service is down"),
+                && e.to_string()
+                    .contains("the credentials callback failed: the token service is down"),
             "a failing callback answered: {e}"
         );
     } else {
@@ -201,7 +206,11 @@ async fn never_shown(target: Target, secret: Secret) -> Outcome {
 }
 
 /// A private server of `kind` with a user whose password is `secret`.
-async fn server_target(kind: ServerKind, family: Family, secret: &Secret) -> Result<Target, String> {
+async fn server_target(
+    kind: ServerKind,
+    family: Family,
+    secret: &Secret,
+) -> Result<Target, String> {
     let server = provide(kind).map_err(|e| e.to_string())?;
     let port = server.addr().ok_or("no address")?.port();
     let accounts = Accounts::new(server, family).await?;
@@ -213,7 +222,11 @@ async fn server_target(kind: ServerKind, family: Family, secret: &Secret) -> Res
     let takes_query = matches!(family, Family::Postgres);
     Ok(Target {
         query: in_query(&base, secret.as_str()),
-        wrong: Some(in_user_info(&accounts.url_of(&other), &other, secret.as_str())),
+        wrong: Some(in_user_info(
+            &accounts.url_of(&other),
+            &other,
+            secret.as_str(),
+        )),
         unreachable: Some(user_info.replacen(&format!(":{port}"), ":1", 1)),
         user_info,
         base,
@@ -308,11 +321,19 @@ fn main() -> std::process::ExitCode {
     // process is checked.
     let _ = secrets::capture();
     let _ = secrets::capture_metrics();
-    type Make = fn(Secret) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Target, String>> + Send>>;
+    type Make = fn(
+        Secret,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Target, String>> + Send>,
+    >;
     let cases: Vec<(&str, Option<ServerKind>, Make)> = vec![
-        ("sqlite", None, |s| Box::pin(async move { sqlite_target(&s) })),
+        ("sqlite", None, |s| {
+            Box::pin(async move { sqlite_target(&s) })
+        }),
         ("postgres15", Some(ServerKind::Postgres15), |s| {
-            Box::pin(async move { server_target(ServerKind::Postgres15, Family::Postgres, &s).await })
+            Box::pin(
+                async move { server_target(ServerKind::Postgres15, Family::Postgres, &s).await },
+            )
         }),
         ("mariadb", Some(ServerKind::MariaDb), |s| {
             Box::pin(async move { server_target(ServerKind::MariaDb, Family::MariaDb, &s).await })
@@ -331,7 +352,8 @@ fn main() -> std::process::ExitCode {
     let trials = cases
         .into_iter()
         .map(|(label, kind, make)| {
-            let missing = kind.is_some_and(|k| find_binary(k).is_none() && std::env::var(k.env_var()).is_err());
+            let missing = kind
+                .is_some_and(|k| find_binary(k).is_none() && std::env::var(k.env_var()).is_err());
             let ignore = missing && !leasehold_conformance::in_ci();
             Trial::test(format!("{label}::no_secret_in_any_output"), move || {
                 let rt = tokio::runtime::Builder::new_multi_thread()

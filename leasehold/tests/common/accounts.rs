@@ -49,7 +49,6 @@ pub(crate) struct Accounts {
     family: Family,
 }
 
-
 impl Accounts {
     /// `server`, a private one: PostgreSQL's is made to ask every user but
     /// its admin for a password.
@@ -64,8 +63,14 @@ impl Accounts {
     /// The store URL of `user`, without a password.
     pub(crate) fn url_of(&self, user: &str) -> String {
         match self.family {
-            Family::Postgres => self.server.url.replacen("://postgres@", &format!("://{user}@"), 1),
-            Family::MariaDb => self.server.url.replacen("://root@", &format!("://{user}@"), 1),
+            Family::Postgres => self
+                .server
+                .url
+                .replacen("://postgres@", &format!("://{user}@"), 1),
+            Family::MariaDb => self
+                .server
+                .url
+                .replacen("://root@", &format!("://{user}@"), 1),
             Family::Valkey => self
                 .server
                 .store_url()
@@ -108,7 +113,10 @@ impl Accounts {
             lines.join("','"),
             hba.replace('\'', "''")
         );
-        admin.execute(copy.as_str()).await.map_err(|e| e.to_string())?;
+        admin
+            .execute(copy.as_str())
+            .await
+            .map_err(|e| e.to_string())?;
         admin
             .execute("SELECT pg_reload_conf()")
             .await
@@ -117,7 +125,10 @@ impl Accounts {
         // is refused.
         let probe = fresh("probe");
         let sql = format!("CREATE ROLE \"{probe}\" LOGIN PASSWORD 'right'");
-        admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
+        admin
+            .execute(sql.as_str())
+            .await
+            .map_err(|e| e.to_string())?;
         let wrong: sqlx::postgres::PgConnectOptions = self
             .url_of(&probe)
             .parse::<sqlx::postgres::PgConnectOptions>()
@@ -158,8 +169,8 @@ impl Accounts {
     // ---- Valkey/Redis ----
 
     async fn valkey_admin(&self, command: &'static str, words: &[&str]) -> Result<Value, String> {
-        let config = fred::types::config::Config::from_url(&self.server.url)
-            .map_err(|e| e.to_string())?;
+        let config =
+            fred::types::config::Config::from_url(&self.server.url).map_err(|e| e.to_string())?;
         let client = fred::types::Builder::from_config(config)
             .build()
             .map_err(|e| e.to_string())?;
@@ -180,7 +191,10 @@ impl Accounts {
                 // A superuser: the lease table is created in `public`.
                 let sql = format!("CREATE ROLE \"{user}\" LOGIN SUPERUSER PASSWORD '{password}'");
                 let mut admin = self.pg_admin().await?;
-                admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
+                admin
+                    .execute(sql.as_str())
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             Family::MariaDb => {
                 let mut admin = self.my_admin().await?;
@@ -189,7 +203,10 @@ impl Accounts {
                         format!("CREATE USER {account} IDENTIFIED BY '{password}'"),
                         format!("GRANT ALL ON *.* TO {account}"),
                     ] {
-                        admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
+                        admin
+                            .execute(sql.as_str())
+                            .await
+                            .map_err(|e| e.to_string())?;
                     }
                 }
             }
@@ -209,13 +226,19 @@ impl Accounts {
             Family::Postgres => {
                 let sql = format!("ALTER ROLE \"{user}\" PASSWORD '{password}'");
                 let mut admin = self.pg_admin().await?;
-                admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
+                admin
+                    .execute(sql.as_str())
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
             Family::MariaDb => {
                 let mut admin = self.my_admin().await?;
                 for account in Self::my_accounts(user) {
                     let sql = format!("ALTER USER {account} IDENTIFIED BY '{password}'");
-                    admin.execute(sql.as_str()).await.map_err(|e| e.to_string())?;
+                    admin
+                        .execute(sql.as_str())
+                        .await
+                        .map_err(|e| e.to_string())?;
                 }
             }
             Family::Valkey => {
@@ -236,18 +259,29 @@ impl Accounts {
                      WHERE usename = '{user}'"
                 );
                 let mut admin = self.pg_admin().await?;
-                let row = admin.fetch_one(sql.as_str()).await.map_err(|e| e.to_string())?;
+                let row = admin
+                    .fetch_one(sql.as_str())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 row.try_get::<i64, _>(0).map_err(|e| e.to_string())
             }
             Family::MariaDb => {
                 let mut admin = self.my_admin().await?;
-                let sql = format!("SELECT id FROM information_schema.PROCESSLIST WHERE user = '{user}'");
-                let rows = admin.fetch_all(sql.as_str()).await.map_err(|e| e.to_string())?;
+                let sql =
+                    format!("SELECT id FROM information_schema.PROCESSLIST WHERE user = '{user}'");
+                let rows = admin
+                    .fetch_all(sql.as_str())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let mut killed = 0;
                 for row in rows {
                     let id: i64 = row.try_get(0).map_err(|e| e.to_string())?;
                     // A connection may end by itself meanwhile.
-                    if admin.execute(format!("KILL CONNECTION {id}").as_str()).await.is_ok() {
+                    if admin
+                        .execute(format!("KILL CONNECTION {id}").as_str())
+                        .await
+                        .is_ok()
+                    {
                         killed += 1;
                     }
                 }
@@ -259,5 +293,4 @@ impl Accounts {
             },
         }
     }
-
 }
