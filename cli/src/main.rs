@@ -160,7 +160,10 @@ impl std::fmt::Debug for StoreArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreArgs")
             .field("url", &leasehold::url::redacted(&self.url))
-            .field("url_arg", &self.url_arg.as_deref().map(leasehold::url::redacted))
+            .field(
+                "url_arg",
+                &self.url_arg.as_deref().map(leasehold::url::redacted),
+            )
             .field("url_file", &self.url_file)
             .field("timeout", &self.timeout)
             .field("table", &self.table)

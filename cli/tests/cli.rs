@@ -1042,7 +1042,8 @@ fn valkey_acl_user(url: &str, user: &str, password: &str) -> TestResult {
             .build()
             .map_err(|e| e.to_string())?;
         client.init().await.map_err(|e| e.to_string())?;
-        let cmd = fred::types::CustomCommand::new_static("ACL", fred::types::ClusterHash::Random, false);
+        let cmd =
+            fred::types::CustomCommand::new_static("ACL", fred::types::ClusterHash::Random, false);
         let pw = format!(">{password}");
         let answer: Result<fred::types::Value, _> = client
             .custom(cmd, vec!["SETUSER", user, "on", &pw, "~*", "&*", "+@all"])
@@ -1075,7 +1076,11 @@ fn secrets_never_shown(env: &Env) -> TestResult {
     let url_file = dir.join("url");
     let url_file_arg = url_file.to_str().ok_or("temp path")?.to_owned();
     let forms = [
-        ("user info", with_user_info(&env.url, user, Some(&secret)), takes),
+        (
+            "user info",
+            with_user_info(&env.url, user, Some(&secret)),
+            takes,
+        ),
         (
             "query string",
             with_option(&env.url, &format!("password={secret}")),
@@ -1096,8 +1101,20 @@ fn secrets_never_shown(env: &Env) -> TestResult {
             let commands: [&[&str]; 4] = [
                 &["doctor"],
                 &["status", "--pool", &pool, "--size", "2"],
-                &["watch", "--pool", &pool, "--size", "2", "--count", "1", "--interval", "50"],
-                &["revoke", "--pool", &pool, "--slot", "0", "--size", "2", "--yes"],
+                &[
+                    "watch",
+                    "--pool",
+                    &pool,
+                    "--size",
+                    "2",
+                    "--count",
+                    "1",
+                    "--interval",
+                    "50",
+                ],
+                &[
+                    "revoke", "--pool", &pool, "--slot", "0", "--size", "2", "--yes",
+                ],
             ];
             let mut runs: Vec<(String, Output)> = Vec::new();
             for command in commands {
@@ -1112,14 +1129,16 @@ fn secrets_never_shown(env: &Env) -> TestResult {
             ));
             runs.push((
                 "doctor with LEASEHOLD_URL".into(),
-                run_with(&["doctor", "--timeout", "3"], &[("LEASEHOLD_URL", url)], None),
+                run_with(
+                    &["doctor", "--timeout", "3"],
+                    &[("LEASEHOLD_URL", url)],
+                    None,
+                ),
             ));
             for (what, o) in &runs {
                 let (out, err, code) = text(o);
                 if out.contains(&secret) || err.contains(&secret) {
-                    return Err(format!(
-                        "{form}: {what} printed the password:\n{out}{err}"
-                    ));
+                    return Err(format!("{form}: {what} printed the password:\n{out}{err}"));
                 }
                 // Doctor ran its checks (0: all passed or warned, 1: one failed).
                 if *connects && what.starts_with("[\"doctor\"]") && !matches!(code, 0 | 1) {
@@ -1164,8 +1183,12 @@ fn offline_trials() -> Vec<Trial> {
                 let o = run(args);
                 expect_code(&o, 0)?;
                 let out = text(&o).0;
-                for needle in ["--url <URL>", "--url-file <PATH>", "LEASEHOLD_URL", "password_file"]
-                {
+                for needle in [
+                    "--url <URL>",
+                    "--url-file <PATH>",
+                    "LEASEHOLD_URL",
+                    "password_file",
+                ] {
                     if !out.contains(needle) {
                         return Err(format!("{args:?} lacks {needle:?}:\n{out}"));
                     }
@@ -1367,7 +1390,15 @@ fn url_sources() -> TestResult {
              --url, --url-file or LEASEHOLD_URL",
         ),
         (
-            vec!["status", "--url", "ftp://h/x", "--url-file", &file, "--pool", "p"],
+            vec![
+                "status",
+                "--url",
+                "ftp://h/x",
+                "--url-file",
+                &file,
+                "--pool",
+                "p",
+            ],
             None,
             "leasehold: the store URL is given 2 ways (--url, --url-file); give it one way: \
              --url, --url-file or LEASEHOLD_URL",

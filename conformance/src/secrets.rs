@@ -234,10 +234,7 @@ impl MetricsCapture {
     }
 
     fn describe(&self, key: metrics::KeyName, unit: Option<metrics::Unit>, text: &str) {
-        self.push(format!(
-            "describe {} {unit:?} {text}",
-            key.as_str()
-        ));
+        self.push(format!("describe {} {unit:?} {text}", key.as_str()));
     }
 
     fn register(&self, key: &metrics::Key) {
@@ -327,10 +324,7 @@ pub fn in_user_info(url: &str, user: &str, secret: &str) -> String {
     };
     let before_path = rest.split(['/', '?']).next().unwrap_or(rest);
     let (named, host) = match before_path.rsplit_once('@') {
-        Some((u, _)) => (
-            u.split(':').next().unwrap_or(u),
-            &rest[u.len() + 1..],
-        ),
+        Some((u, _)) => (u.split(':').next().unwrap_or(u), &rest[u.len() + 1..]),
         None => (user, rest),
     };
     format!("{scheme}://{named}:{secret}@{host}")

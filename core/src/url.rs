@@ -479,9 +479,11 @@ pub fn is_secret_option(key: &str) -> bool {
         .flat_map(char::to_lowercase)
         .collect();
     !name.ends_with("file")
-        && ["password", "passwd", "pass", "pwd", "token", "secret", "key"]
-            .iter()
-            .any(|end| name.ends_with(end))
+        && [
+            "password", "passwd", "pass", "pwd", "token", "secret", "key",
+        ]
+        .iter()
+        .any(|end| name.ends_with(end))
 }
 
 /// The pieces of a URL [`redacted`] and [`secrets`] read, as written.
@@ -611,15 +613,15 @@ mod tests {
                 "etcd://root:pw@a:2379,b:2379?prefix=p&token=tq4&auth_token=uq5&api%2Dkey=vq6",
                 "etcd://root:***@a:2379,b:2379?prefix=p&token=***&auth_token=***&api%2Dkey=***",
             ),
-            (
-                "postgres://u:pa/ss@w@h/db",
-                "postgres://u:***@h/db",
-            ),
+            ("postgres://u:pa/ss@w@h/db", "postgres://u:***@h/db"),
             ("redis://:@h:1", "redis://:@h:1"),
             ("redis://user@h:1?password=", "redis://user@h:1?password="),
             ("x://h/p#fragq7", "x://h/p#***"),
             ("sqlite:ids.db?password=pw", "sqlite:ids.db?password=***"),
-            ("./ids.db?password=pw&mode=rwc", "./ids.db?password=***&mode=rwc"),
+            (
+                "./ids.db?password=pw&mode=rwc",
+                "./ids.db?password=***&mode=rwc",
+            ),
             ("sqlite:///data/me@host/x.db", "sqlite:///data/me@host/x.db"),
             (
                 "postgres://h/db?password_file=/run/secrets/pg",

@@ -129,7 +129,10 @@ mod tests {
         assert!(format!("{c:?}").contains("/run/s/pw"));
         for (url, needle) in [
             ("etcd://h:2379?password_file=/p", "it needs a user name"),
-            ("etcd://ids:pw@h:2379?password_file=/p", "a password is given too"),
+            (
+                "etcd://ids:pw@h:2379?password_file=/p",
+                "a password is given too",
+            ),
         ] {
             let e = EtcdConfig::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");

@@ -15,11 +15,11 @@ use std::any::Any;
 use std::future::Future;
 use std::time::Duration;
 
+use leasehold_core::credentials::{CredentialSource, Credentials, CredentialsError};
 use leasehold_core::{
     AcquireError, BoxFuture, Durability, Floor, Grant, InspectError, PoolSpec, Release, Renewal,
     SlotInfo,
 };
-use leasehold_core::credentials::{CredentialSource, Credentials, CredentialsError};
 use sqlx::{Connection, Execute, Executor};
 
 use self::schema::Schema;

@@ -165,7 +165,10 @@ impl SqlError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::Unreachable(_) | Self::Timeout(_) | Self::Contention(_) | Self::Credentials { .. }
+            Self::Unreachable(_)
+                | Self::Timeout(_)
+                | Self::Contention(_)
+                | Self::Credentials { .. }
         )
     }
 }

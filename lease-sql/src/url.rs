@@ -382,8 +382,9 @@ mod tests {
     /// none.
     #[test]
     fn a_password_file_replaces_the_urls_password() {
-        let c = SqlConfig::from_url("postgres://app@db/app?password_file=/run/s/pw&sslmode=require")
-            .unwrap();
+        let c =
+            SqlConfig::from_url("postgres://app@db/app?password_file=/run/s/pw&sslmode=require")
+                .unwrap();
         assert_eq!(c.url(), "postgres://app@db/app?sslmode=require");
         assert_eq!(
             c.credentials.as_ref().and_then(|s| s.file()),
@@ -396,7 +397,10 @@ mod tests {
             "mysql://app:pw@db/app?password_file=/run/s/pw",
         ] {
             let e = SqlConfig::from_url(url).unwrap_err().to_string();
-            assert!(e.contains("the URL carries a password, and password_file"), "{url}: {e}");
+            assert!(
+                e.contains("the URL carries a password, and password_file"),
+                "{url}: {e}"
+            );
             assert!(!e.contains("pw@") && !e.contains("=pw"), "{url}: {e}");
         }
         let e = SqlConfig::from_url("sqlite://x.db?password_file=/p").unwrap_err();
@@ -405,7 +409,10 @@ mod tests {
             Ok::<_, std::io::Error>(leasehold_core::credentials::Credentials::password_only("x"))
         };
         for (url, needle) in [
-            ("postgres://app:pw@db/app", "the credentials callback gives one too"),
+            (
+                "postgres://app:pw@db/app",
+                "the credentials callback gives one too",
+            ),
             ("sqlite://x.db", "SQLite has no password"),
         ] {
             let e = SqlConfig::new(url)

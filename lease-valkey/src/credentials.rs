@@ -56,7 +56,10 @@ impl CredentialProvider for Provider {
         match answer {
             Ok(creds) => {
                 *failed = None;
-                let user = creds.user().map(str::to_owned).or_else(|| self.user.clone());
+                let user = creds
+                    .user()
+                    .map(str::to_owned)
+                    .or_else(|| self.user.clone());
                 Ok((user, Some(creds.expose_password().to_owned())))
             }
             Err(e) => {

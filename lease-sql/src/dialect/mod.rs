@@ -425,9 +425,7 @@ pub(crate) trait Dialect: sqlx::Database {
             | sqlx::Error::WorkerCrashed => Failure::Transient(msg),
             // The password file or the credentials callback did not answer:
             // the next attempt asks again.
-            sqlx::Error::Configuration(e) if e.is::<CredentialsFailed>() => {
-                Failure::Transient(msg)
-            }
+            sqlx::Error::Configuration(e) if e.is::<CredentialsFailed>() => Failure::Transient(msg),
             sqlx::Error::Database(db) => Self::classify_database(db.as_ref(), msg),
             sqlx::Error::ColumnNotFound(_)
             | sqlx::Error::ColumnDecode { .. }

@@ -347,7 +347,10 @@ impl Dialect for MySql {
         }
     }
 
-    async fn open(config: &SqlConfig, creds: Option<&Credentials>) -> Result<Opened<Self>, SqlError> {
+    async fn open(
+        config: &SqlConfig,
+        creds: Option<&Credentials>,
+    ) -> Result<Opened<Self>, SqlError> {
         let (url, op) = (config.url.as_str(), config.op_timeout);
         let mysql_url = url.replacen("mariadb://", "mysql://", 1);
         let opts = MySqlConnectOptions::from_str(&mysql_url)
@@ -394,7 +397,10 @@ impl Dialect for MySql {
         }
     }
 
-    fn pool_with_credentials(opts: &MySqlConnectOptions, creds: &Credentials) -> MySqlConnectOptions {
+    fn pool_with_credentials(
+        opts: &MySqlConnectOptions,
+        creds: &Credentials,
+    ) -> MySqlConnectOptions {
         let opts = opts.clone().password(creds.expose_password());
         match creds.user() {
             Some(user) => opts.username(user),

@@ -3,9 +3,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use leasehold_core::credentials::Credentials;
 use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgQueryResult};
-use leasehold_core::credentials::Credentials;
 use sqlx::{ConnectOptions, Executor, Postgres};
 
 use super::{
@@ -234,7 +234,10 @@ impl Dialect for Postgres {
         }
     }
 
-    async fn open(config: &SqlConfig, creds: Option<&Credentials>) -> Result<Opened<Self>, SqlError> {
+    async fn open(
+        config: &SqlConfig,
+        creds: Option<&Credentials>,
+    ) -> Result<Opened<Self>, SqlError> {
         let (url, op) = (config.url.as_str(), config.op_timeout);
         let ms = op.as_millis().max(1).to_string();
         let base = PgConnectOptions::from_str(url)

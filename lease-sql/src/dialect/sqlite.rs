@@ -215,7 +215,10 @@ impl Dialect for Sqlite {
 
     /// No credentials: `SqlConfig::check_credentials` refuses a source for
     /// SQLite before this runs.
-    async fn open(config: &SqlConfig, _creds: Option<&Credentials>) -> Result<Opened<Self>, SqlError> {
+    async fn open(
+        config: &SqlConfig,
+        _creds: Option<&Credentials>,
+    ) -> Result<Opened<Self>, SqlError> {
         let (url, op) = (config.url.as_str(), config.op_timeout);
         if url.contains(":memory:") || url.contains("mode=memory") {
             return Err(SqlError::Config(leasehold_core::ConfigError::new(
