@@ -115,6 +115,13 @@ pub const PROGRAMS: &[Program] = &[
         used_by: "creating the virtual environment for the PyPI-shipped servers",
     },
     Program {
+        name: "git",
+        locate: Locate::OnPath("git"),
+        package: "git",
+        used_by: "`cargo deny check advisories` (cargo-deny fetches the RustSec advisory database \
+                  with git)",
+    },
+    Program {
         name: "libfaketime",
         locate: Locate::At(&[
             "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",

@@ -129,6 +129,16 @@ impl Pki {
         })
     }
 
+    /// These certificates, with `server` as the pair a server presents
+    /// instead of [`Pki::server`] (for a server that presents
+    /// [`Pki::expired`] or [`Pki::wrong_host`]).
+    pub fn presenting(&self, server: &Pair) -> Self {
+        Self {
+            server: server.clone(),
+            ..self.clone()
+        }
+    }
+
     /// This process's certificates, made once into a directory of its own
     /// under the system's temp dir (left there for the servers still
     /// reading them; a few kilobytes).

@@ -167,6 +167,24 @@ pub enum AcquireError {
         /// The format this claim declared.
         ours: String,
     },
+    /// A record the store keeps for a slot or its pool holds a value no
+    /// claim can trust: a floor that is unreadable or negative (an earlier
+    /// holder's timestamps could be issued again), a fence at the largest
+    /// value the store can hold (the next holder's could not be bigger), an
+    /// unreadable restart span. Nothing was claimed and the record was left
+    /// as found, so every claim refuses until an operator repairs it (`fix`
+    /// says how). Final.
+    DamagedRecord {
+        /// The pool.
+        pool: String,
+        /// The slot whose record it is; `None` for a record of the whole
+        /// pool.
+        slot: Option<u32>,
+        /// What is stored, and why it cannot be used.
+        what: String,
+        /// How to repair it.
+        fix: String,
+    },
 }
 
 impl AcquireError {
@@ -208,6 +226,26 @@ impl fmt::Display for AcquireError {
                  this process declares \"{ours}\"; values of two formats for one pool can be \
                  equal, so keep one layout and epoch for a pool for its whole life: configure \
                  this process like the others, or give the new format its own pool name"
+            ),
+            Self::DamagedRecord {
+                pool,
+                slot: Some(slot),
+                what,
+                fix,
+            } => write!(
+                f,
+                "slot {slot} of pool {pool:?} is not granted: {what}; a claim never passes over \
+                 a damaged record, so repair it: {fix}"
+            ),
+            Self::DamagedRecord {
+                pool,
+                slot: None,
+                what,
+                fix,
+            } => write!(
+                f,
+                "pool {pool:?} grants no slot: {what}; a claim never passes over a damaged \
+                 record, so repair it: {fix}"
             ),
             Self::BadIdentifier { what, fix }
             | Self::MissingSchema { what, fix }
@@ -331,5 +369,40 @@ mod tests {
             size: 2,
         };
         assert!(!exhausted.to_string().contains("will retry"), "{exhausted}");
+    }
+
+    /// A damaged record is the operator's to repair: no retry changes what
+    /// the store holds, so it is final, and it names the pool, the slot and
+    /// the fix.
+    #[test]
+    fn a_damaged_record_is_final_and_names_the_pool_the_slot_and_the_fix() {
+        let slot = AcquireError::DamagedRecord {
+            pool: "ids".into(),
+            slot: Some(3),
+            what: "its floor is -5".into(),
+            fix: "set it to 1764000000000".into(),
+        };
+        assert!(!slot.is_retryable());
+        let text = slot.to_string();
+        for needle in [
+            "slot 3",
+            "\"ids\"",
+            "floor is -5",
+            "set it to 1764000000000",
+        ] {
+            assert!(text.contains(needle), "{needle} missing: {text}");
+        }
+        let pool = AcquireError::DamagedRecord {
+            pool: "ids".into(),
+            slot: None,
+            what: "its span is x".into(),
+            fix: "delete it".into(),
+        };
+        assert!(!pool.is_retryable());
+        let text = pool.to_string();
+        assert!(
+            text.starts_with("pool \"ids\"") && text.contains("delete it"),
+            "{text}"
+        );
     }
 }

@@ -150,6 +150,22 @@ impl Floor {
     pub const fn unix_millis(self) -> u64 {
         self.0
     }
+
+    /// A floor an operator may store over a slot's damaged one: this host's
+    /// Unix time plus `pool`'s restart span (its TTL and twice its
+    /// `max_clock_skew`). No holder of the pool can have stamped a value
+    /// above it yet: a holder stamps at most its ceiling, the Unix time of a
+    /// local deadline less than a TTL ahead of its own clock, which is
+    /// within the skew of this host's. A holder still running raises it
+    /// with its next renewal. What the stores' refusals of a damaged floor
+    /// suggest (`AcquireError::DamagedRecord`).
+    pub fn above_every_holder(pool: &PoolSpec) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let at = now.saturating_add(pool.restart_span());
+        Self(u64::try_from(at.as_millis()).unwrap_or(u64::MAX))
+    }
 }
 
 impl fmt::Display for Floor {

@@ -13,8 +13,9 @@ use etcd_client::{
 use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Reason, Token};
 
 use crate::call::{Replay, Sent};
+use crate::damaged;
 use crate::error::Class;
-use crate::keys::{self, positive_fence};
+use crate::keys;
 use crate::strategy::EtcdStrategy;
 
 /// Transactions one acquisition sends before it answers `Contention`.
@@ -27,6 +28,13 @@ enum Landed {
         create_revision: i64,
         /// The slot's floor before this claim.
         floor: Floor,
+    },
+    /// The claim won `slot`, but its floor key held `value`, which is not
+    /// a floor (read before the claim raised it).
+    Damaged {
+        slot: u32,
+        floor_key: String,
+        value: Vec<u8>,
     },
     /// No candidate was free; the slots held at that revision.
     Full { held: HashSet<u32> },
@@ -79,14 +87,49 @@ impl EtcdStrategy {
                     create_revision,
                     floor,
                 }) => {
+                    let Some(fence) = keys::fence_of(create_revision) else {
+                        self.revoke_in_background(lease_id);
+                        return Err(AcquireError::DamagedRecord {
+                            pool: pool.name().to_string(),
+                            slot: Some(slot),
+                            what: format!(
+                                "the claim's key got revision {create_revision}, which cannot \
+                                 be a fence: positive and below {}, the largest etcd's \
+                                 revisions reach, so that a bigger one can follow (DESIGN.md \
+                                 rule 7)",
+                                i64::MAX
+                            ),
+                            fix: "etcd's revision counter cannot go on: move the pool's leases \
+                                  to another etcd cluster (a new cluster counts from 1)"
+                                .to_owned(),
+                        });
+                    };
                     self.record_won(pool, slot, &sent);
-                    return Ok(Grant::new(
-                        slot,
-                        token,
-                        positive_fence(create_revision),
-                        granted_ttl,
-                    )
-                    .with_floor(floor));
+                    return Ok(Grant::new(slot, token, fence, granted_ttl).with_floor(floor));
+                }
+                Ok(Landed::Damaged {
+                    slot,
+                    floor_key,
+                    value,
+                }) => {
+                    // Put back what the claim's raise replaced, then give the
+                    // slot up: nothing was issued under it.
+                    let restored = self.restore_floor(&floor_key, ceiling, &value).await;
+                    self.revoke_in_background(lease_id);
+                    let mut what = damaged::floor_text(&floor_key, &value);
+                    if let Err(class) = restored {
+                        what.push_str(&format!(
+                            "; the claim raised it to its ceiling and putting it back failed \
+                             ({}), so it may now read as this claim's ceiling",
+                            class.reason()
+                        ));
+                    }
+                    return Err(AcquireError::DamagedRecord {
+                        pool: pool.name().to_string(),
+                        slot: Some(slot),
+                        what,
+                        fix: damaged::floor_fix(&floor_key, pool),
+                    });
                 }
                 Ok(Landed::Full { held }) => {
                     free = Some((0..pool.size()).filter(|s| !held.contains(s)).collect());
@@ -316,15 +359,16 @@ fn walk(resp: &TxnResponse, candidates: &[u32], prefix: &str) -> Result<Landed, 
                 .ok_or_else(|| malformed("no key after put"))?;
             let floor = match floor.kvs().first() {
                 None => Floor::NONE,
-                Some(f) => keys::decode_floor(f.value()).ok_or_else(|| {
-                    Class::Rejected(format!(
-                        "floor key {} holds {:?}, not a floor (20 decimal digits of Unix \
-                         milliseconds); it is not written by leasehold: delete it or set it to \
-                         the highest timestamp issued from slot {slot}",
-                        String::from_utf8_lossy(f.key()),
-                        String::from_utf8_lossy(f.value())
-                    ))
-                })?,
+                Some(f) => match keys::decode_floor(f.value()) {
+                    Some(floor) => floor,
+                    None => {
+                        return Ok(Landed::Damaged {
+                            slot,
+                            floor_key: String::from_utf8_lossy(f.key()).into_owned(),
+                            value: f.value().to_vec(),
+                        });
+                    }
+                },
             };
             return Ok(Landed::Won {
                 slot,
@@ -359,6 +403,10 @@ pub(crate) fn acquire_error(class: Class) -> AcquireError {
             fix: "check the user and password, and that the user's role may read and write the \
                   key prefix and grant leases"
                 .to_owned(),
+        },
+        Class::Tls(failure) => AcquireError::Misconfigured {
+            what: format!("TLS to etcd failed: {}", failure.what),
+            fix: failure.fix,
         },
         Class::Rejected(m) => AcquireError::Misconfigured {
             what: format!("etcd rejected the acquisition: {m}"),

@@ -77,11 +77,13 @@ impl EtcdStrategy {
                 Err(_) => return Err(timed_out(what, self.inner.op_timeout)),
             };
             let not_sent = never_sent(&e);
-            let class = classify(&e);
+            let class = classify(&e, &self.inner.transport, &self.inner.hosts);
             sent.broken = !not_sent && broken_connection(&e);
-            let again = match replay {
-                Replay::Safe => not_sent || matches!(class, Class::Uncertain(_)),
-                Replay::NeverSent => not_sent,
+            let again = match (replay, &class) {
+                // A TLS mistake fails the same way on every attempt.
+                (_, Class::Tls(_)) => false,
+                (Replay::Safe, _) => not_sent || matches!(class, Class::Uncertain(_)),
+                (Replay::NeverSent, _) => not_sent,
             };
             let now = tokio::time::Instant::now();
             // Bounded by the deadline; the growing pause bounds the count.

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use leasehold_core::ConfigError;
 
+#[cfg(feature = "tls")]
+use crate::tls::TlsFiles;
+use crate::tls::Transport;
+
 /// The default key prefix: slot keys are `leasehold/<pool>/<slot>`.
 pub const DEFAULT_PREFIX: &str = "leasehold";
 
@@ -36,6 +40,16 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// Where the TLS settings come from.
+#[cfg(feature = "tls")]
+#[derive(Clone)]
+pub(crate) enum Tls {
+    /// Built by the caller ([`EtcdConfig::tls`]).
+    Options(etcd_client::TlsOptions),
+    /// The files of an `etcds://` URL, read again at each connect.
+    Files(TlsFiles),
+}
+
 /// How to reach etcd and where to keep the slot keys.
 ///
 /// Credentials and TLS material are passed through to `etcd-client` and never
@@ -60,7 +74,7 @@ pub struct EtcdConfig {
     pub(crate) user: Option<(String, Secret)>,
     pub(crate) password_file: Option<PathBuf>,
     #[cfg(feature = "tls")]
-    pub(crate) tls: Option<etcd_client::TlsOptions>,
+    pub(crate) tls: Option<Tls>,
     pub(crate) op_timeout: Duration,
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) candidates: u32,
@@ -118,10 +132,35 @@ impl EtcdConfig {
     }
 
     /// TLS settings, passed through to `etcd-client` (use `https://` endpoints).
+    /// An `etcds://` URL ([`EtcdConfig::from_url`]) names its certificate
+    /// files instead, and is read and checked for you.
     #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: etcd_client::TlsOptions) -> Self {
-        self.tls = Some(tls);
+        self.tls = Some(Tls::Options(tls));
         self
+    }
+
+    /// The certificate files of an `etcds://` URL.
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls_files(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(Tls::Files(files));
+        self
+    }
+
+    /// How the client reaches etcd, for messages.
+    pub(crate) fn transport(&self) -> Transport {
+        #[cfg(feature = "tls")]
+        match &self.tls {
+            Some(Tls::Files(files)) => return files.transport(),
+            Some(Tls::Options(_)) => {
+                return Transport::Tls {
+                    trust: crate::tls::Trust::Given,
+                    client: crate::tls::ClientCert::Given,
+                };
+            }
+            None => {}
+        }
+        Transport::Plain
     }
 
     /// Bounds every single etcd operation (default 3 s). A renewal that does
@@ -215,7 +254,18 @@ impl EtcdConfig {
         self.endpoints.iter().map(|e| strip_userinfo(e)).collect()
     }
 
-    pub(crate) fn connect_options(&self) -> etcd_client::ConnectOptions {
+    /// The hosts of the endpoints (without scheme, port or credentials),
+    /// for messages.
+    pub(crate) fn hosts(&self) -> String {
+        self.public_endpoints()
+            .iter()
+            .map(|e| host_of(e).to_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The options `etcd-client` connects with; TLS files are read now.
+    pub(crate) fn connect_options(&self) -> Result<etcd_client::ConnectOptions, ConfigError> {
         let connect_timeout = self.connect_timeout.unwrap_or(self.op_timeout);
         let mut options = etcd_client::ConnectOptions::new()
             .with_timeout(self.op_timeout)
@@ -230,10 +280,24 @@ impl EtcdConfig {
                 .with_auto_token_refresh(true);
         }
         #[cfg(feature = "tls")]
-        if let Some(tls) = &self.tls {
-            options = options.with_tls(tls.clone());
+        match &self.tls {
+            Some(Tls::Options(tls)) => options = options.with_tls(tls.clone()),
+            Some(Tls::Files(files)) => options = options.with_tls(crate::tls::load(files)?),
+            None => {}
         }
-        options
+        Ok(options)
+    }
+}
+
+/// `host` of `scheme://host:port`, `[v6]` kept in brackets.
+fn host_of(endpoint: &str) -> &str {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    if rest.starts_with('[') {
+        return rest.split_inclusive(']').next().unwrap_or(rest);
+    }
+    match rest.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => rest,
     }
 }
 
@@ -259,7 +323,11 @@ impl fmt::Debug for EtcdConfig {
             .field("password", &self.user.as_ref().map(|_| "<redacted>"))
             .field("password_file", &self.password_file);
         #[cfg(feature = "tls")]
-        d.field("tls", &self.tls.is_some());
+        match &self.tls {
+            Some(Tls::Files(files)) => d.field("tls", files),
+            Some(Tls::Options(_)) => d.field("tls", &"TlsOptions"),
+            None => d.field("tls", &false),
+        };
         d.field("op_timeout", &self.op_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("candidates", &self.candidates)

@@ -3,6 +3,8 @@
 use leasehold_core::{ConfigError, Reason};
 use tonic::Code;
 
+use crate::tls::{TlsFailure, Transport};
+
 /// Connecting or configuring the etcd strategy failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -20,6 +22,20 @@ pub enum EtcdError {
         user: String,
         /// etcd's answer.
         detail: String,
+    },
+    /// TLS, or its lack, stops every connection: a server certificate this
+    /// client does not trust (another CA, expired, another host name), a
+    /// client certificate the server refuses or does not get, a plain-text
+    /// client at a TLS-only server or the reverse. Fix the setup: the
+    /// message says how.
+    #[error("cannot connect to etcd at {endpoints}: {what}; {fix}")]
+    Tls {
+        /// The endpoints, without credentials.
+        endpoints: String,
+        /// What failed.
+        what: String,
+        /// What to do.
+        fix: String,
     },
     /// The client could not be set up (bad endpoint URL, TLS setup, an
     /// unreachable cluster while authenticating).
@@ -55,6 +71,9 @@ pub(crate) enum Class {
     Denied(String),
     /// The request itself was rejected (bad argument, too many txn ops, ...).
     Rejected(String),
+    /// No connection could be made because of TLS, or the lack of it: a
+    /// setup mistake, not a passing failure.
+    Tls(TlsFailure),
 }
 
 impl Class {
@@ -65,14 +84,21 @@ impl Class {
             Self::Precondition(m) => format!("etcd: failed precondition: {m}"),
             Self::Denied(m) => format!("etcd refused access: {m}"),
             Self::Rejected(m) => format!("etcd rejected the request: {m}"),
+            Self::Tls(failure) => format!("TLS to etcd failed: {failure}"),
         })
     }
 }
 
-/// Classifies an `etcd-client` error from its gRPC status code (never from
-/// the text, except where `etcd-client` gives no code: see the keep-alive).
-pub(crate) fn classify(e: &etcd_client::Error) -> Class {
+/// Classifies an `etcd-client` error: a failed TLS handshake by the error
+/// types in its source chain ([`crate::tls::explain`]), the rest from its
+/// gRPC status code (never from the text, except where `etcd-client` gives
+/// no code: see the keep-alive). `transport` and `hosts` say how the client
+/// connects, for the TLS messages.
+pub(crate) fn classify(e: &etcd_client::Error, transport: &Transport, hosts: &str) -> Class {
     use etcd_client::Error as E;
+    if let Some(failure) = crate::tls::explain(e, transport, hosts) {
+        return Class::Tls(failure);
+    }
     match e {
         E::GRpcStatus(status) => {
             let m = format!("{:?}: {}", status.code(), status.message());
@@ -117,12 +143,7 @@ pub(crate) fn timed_out(what: &str, after: std::time::Duration) -> Class {
 /// typed checks on the source chain). A request is only written once the
 /// connection stands.
 pub(crate) fn never_sent(e: &etcd_client::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = match e {
-        etcd_client::Error::GRpcStatus(status) => Some(status),
-        etcd_client::Error::TransportError(t) => Some(t),
-        etcd_client::Error::IoError(io) => Some(io),
-        _ => None,
-    };
+    let mut source = crate::tls::chain_start(e);
     while let Some(err) = source {
         if err.is::<tonic::ConnectError>() {
             return true;

@@ -6,6 +6,7 @@ use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use leasehold_core::{Floor, Grant, PoolSpec, Reason, Release, Renewal};
 
 use crate::call::{Replay, Sent};
+use crate::damaged;
 use crate::error::Class;
 use crate::keys;
 use crate::strategy::EtcdStrategy;
@@ -38,9 +39,14 @@ impl EtcdStrategy {
         // slot stays taken longer, never shorter, and after this `Lost` the
         // holder renews no more.
         let floor_key = keys::floor_key(&self.inner.prefix, pool.name(), grant.slot);
+        // The floor as it was is read in the same step, to refuse a damaged
+        // one (`damaged.rs`).
         let txn = Txn::new()
             .when(keys::owned(&key, fence, lease_id, &grant.token))
-            .and_then([keys::raise_floor(&floor_key, ceiling)])
+            .and_then([
+                TxnOp::get(floor_key.clone(), None),
+                keys::raise_floor(&floor_key, ceiling),
+            ])
             .or_else([TxnOp::get(key.clone(), None)]);
         let (alive, checked) = tokio::join!(
             self.call("LeaseKeepAlive", |mut c| async move {
@@ -73,7 +79,28 @@ impl EtcdStrategy {
                     ),
                 }));
             }
-            Ok(_) => {}
+            Ok(resp) => {
+                if let Some(old) = damaged_floor(resp) {
+                    // The raise may have replaced it: put it back, for an
+                    // operator to repair, and stop using the slot.
+                    let restored = self.restore_floor(&floor_key, ceiling, &old).await;
+                    let mut why = format!(
+                        "slot {} of pool {}: {}; the renewal leaves it as found, so stop using \
+                         the slot: no claim is granted over it until it is repaired: {}",
+                        grant.slot,
+                        pool.name(),
+                        damaged::floor_text(&floor_key, &old),
+                        damaged::floor_fix(&floor_key, pool)
+                    );
+                    if let Err(class) = restored {
+                        why.push_str(&format!(
+                            " (putting it back after the renewal raised it failed: {})",
+                            class.reason()
+                        ));
+                    }
+                    return Renewal::Lost(Reason::new(why));
+                }
+            }
             Err(Class::NotFound(m)) => return Renewal::Lost(Reason::new(m.clone())),
             Err(_) => {}
         }
@@ -155,6 +182,19 @@ impl EtcdStrategy {
             .await;
         outcome
     }
+}
+
+/// The floor a successful renewal transaction read before raising it, when
+/// it is not a floor (`keys::decode_floor`).
+fn damaged_floor(resp: &TxnResponse) -> Option<Vec<u8>> {
+    let ops = resp.op_responses();
+    let Some(TxnOpResponse::Get(read)) = ops.first() else {
+        return None;
+    };
+    let kv = read.kvs().first()?;
+    keys::decode_floor(kv.value())
+        .is_none()
+        .then(|| kv.value().to_vec())
 }
 
 /// True when the `or_else` read of a failed release transaction found no key.

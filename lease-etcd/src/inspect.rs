@@ -6,8 +6,9 @@ use std::time::Duration;
 use etcd_client::GetOptions;
 use leasehold_core::{Fence, Floor, InspectError, PoolSpec, Reason, SlotInfo};
 
+use crate::damaged;
 use crate::error::Class;
-use crate::keys::{self, positive_fence};
+use crate::keys;
 use crate::strategy::EtcdStrategy;
 
 /// How many `LeaseTimeToLive` requests `inspect` has in flight at once.
@@ -33,8 +34,11 @@ impl Holding {
         if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Self::Unknown;
         }
+        let Some(prefix) = token.get(..8) else {
+            return Self::Unknown;
+        };
         Self::Token {
-            prefix: token[..8].to_owned(),
+            prefix: prefix.to_owned(),
             holder: holder.to_owned(),
         }
     }
@@ -61,13 +65,28 @@ impl EtcdStrategy {
         let mut leases = Vec::new();
         for kv in read.kvs() {
             if let Some(slot) = keys::slot_of(&floor_prefix, kv.key()) {
-                let floor = keys::decode_floor(kv.value()).unwrap_or(Floor::NONE);
+                let key = String::from_utf8_lossy(kv.key());
+                let floor = keys::decode_floor(kv.value()).ok_or_else(|| {
+                    InspectError::Store(Reason::new(format!(
+                        "slot {slot} of pool {} is damaged: {}; no claim is granted over it \
+                         until it is repaired: {}",
+                        pool.name(),
+                        damaged::floor_text(&key, kv.value()),
+                        damaged::floor_fix(&key, pool)
+                    )))
+                })?;
                 slots
                     .entry(slot)
                     .and_modify(|i| i.floor = floor)
                     .or_insert_with(|| SlotInfo::free(slot, Fence(0), floor));
             } else if let Some(slot) = keys::slot_of(&prefix, kv.key()) {
-                let fence = positive_fence(kv.create_revision());
+                let fence = keys::fence_of(kv.create_revision()).ok_or_else(|| {
+                    InspectError::Store(Reason::new(format!(
+                        "slot {slot} of pool {}: its key has revision {}, which is no fence",
+                        pool.name(),
+                        kv.create_revision()
+                    )))
+                })?;
                 let info = slots
                     .entry(slot)
                     .or_insert_with(|| SlotInfo::free(slot, fence, Floor::NONE));
@@ -123,5 +142,32 @@ impl EtcdStrategy {
             .into_values()
             .filter(|i| i.slot < pool.size())
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot key's value is whatever the store holds: only a token of 32
+    /// hex digits is cut to 8, never a byte count of anything else.
+    #[test]
+    fn a_slot_value_is_read_whole_whatever_its_characters() {
+        let token = "0123456789abcdef0123456789abcdef";
+        let Holding::Token { prefix, holder } = Holding::of(format!("{token} hôte/1").as_bytes())
+        else {
+            panic!("a token and a holder")
+        };
+        assert_eq!((prefix.as_str(), holder.as_str()), ("01234567", "hôte/1"));
+        for value in [
+            "é",
+            "ééééééééééééééééééééééééééééééé",
+            "0123456é89abcdef0123456789abcde",
+        ] {
+            assert!(
+                matches!(Holding::of(value.as_bytes()), Holding::Unknown),
+                "{value}"
+            );
+        }
     }
 }

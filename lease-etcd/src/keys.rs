@@ -146,9 +146,14 @@ pub(crate) fn candidates(rng: &mut Rng, size: u32, free: Option<&[u32]>, k: u32)
     pool
 }
 
-/// A revision as a fence (revisions are positive; anything else is 0).
-pub(crate) fn positive_fence(revision: i64) -> Fence {
-    Fence(u64::try_from(revision).unwrap_or(0))
+/// A revision as a fence: `None` unless it is positive (every key's create
+/// revision is) and below `i64::MAX`, the largest etcd's revisions reach: a
+/// fence there could not be followed by a bigger one.
+pub(crate) fn fence_of(revision: i64) -> Option<Fence> {
+    (revision > 0 && revision < i64::MAX)
+        .then(|| u64::try_from(revision).ok())
+        .flatten()
+        .map(Fence)
 }
 
 #[cfg(test)]
@@ -230,6 +235,17 @@ mod tests {
         assert!(!inside(TOMBSTONE.as_bytes()));
         assert!(!inside(value(&Token::random(), &pool).as_bytes()));
         assert!(!inside(b""));
+    }
+
+    /// A revision is a fence only where a bigger one can follow it: never
+    /// 0 or negative (read as 0 it would repeat), never `i64::MAX`.
+    #[test]
+    fn revisions_are_fences_only_where_a_bigger_one_can_follow() {
+        assert_eq!(fence_of(1), Some(Fence(1)));
+        assert_eq!(fence_of(i64::MAX - 1), Some(Fence(i64::MAX as u64 - 1)));
+        for revision in [0, -1, i64::MIN, i64::MAX] {
+            assert_eq!(fence_of(revision), None, "{revision}");
+        }
     }
 
     #[test]

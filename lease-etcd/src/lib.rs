@@ -11,6 +11,7 @@
 mod acquire;
 mod call;
 mod config;
+mod damaged;
 mod error;
 mod hold;
 mod inspect;
@@ -18,6 +19,7 @@ mod keys;
 mod lost;
 mod operate;
 mod strategy;
+mod tls;
 mod url;
 mod watch;
 

@@ -6,6 +6,7 @@ use leasehold_core::{
     BoxFuture, Check, Durability, Operate, OperateError, PoolName, PoolSpec, Reason, Verdict,
 };
 
+use crate::error::{Class, classify};
 use crate::{EtcdError, EtcdStrategy};
 
 impl EtcdStrategy {
@@ -15,6 +16,13 @@ impl EtcdStrategy {
         match tokio::time::timeout(self.op_timeout(), client.status()).await {
             Ok(Ok(status)) => Ok(status),
             Ok(Err(e)) => {
+                if let Class::Tls(failure) = classify(&e, &self.inner.transport, &self.inner.hosts)
+                {
+                    return Err(OperateError::NeedsFix {
+                        what: format!("TLS to etcd failed: {}", failure.what),
+                        fix: failure.fix,
+                    });
+                }
                 // A gRPC error without its debug dump of nested sources.
                 let text = e.to_string();
                 let short = text.split(", source:").next().unwrap_or(&text);
@@ -82,7 +90,7 @@ impl Operate for EtcdStrategy {
             EtcdStrategy::revoke(self, pool, slot)
                 .await
                 .map_err(|e| match e {
-                    e @ EtcdError::Connect { .. } => {
+                    e @ (EtcdError::Connect { .. } | EtcdError::Tls { .. }) => {
                         OperateError::Unreachable(Reason::new(e.to_string()))
                     }
                     other => OperateError::Store(Reason::new(other.to_string())),

@@ -18,6 +18,7 @@ use crate::config::{DEFAULT_OP_TIMEOUT, EtcdConfig};
 use crate::error::{Class, EtcdError, classify};
 use crate::keys;
 use crate::lost::LostFlags;
+use crate::tls::Transport;
 
 /// A lease store on etcd: one key per slot, `<prefix>/<pool>/<slot>`,
 /// attached to an etcd lease whose TTL the cluster enforces.
@@ -68,6 +69,10 @@ pub(crate) struct Inner {
     pub(crate) op_timeout: Duration,
     pub(crate) candidates: u32,
     identity: String,
+    /// How the client connects, for the messages of failed connections.
+    pub(crate) transport: Transport,
+    /// The endpoints' hosts, for the same messages.
+    pub(crate) hosts: String,
     /// Grants a watch saw lost: renewals answer `Lost` for them at once.
     pub(crate) lost: LostFlags,
     pub(crate) stats: Counters,
@@ -118,10 +123,14 @@ impl EtcdStrategy {
         .with_persisted_floor()
         .with_inspect();
 
-    /// Connects to etcd. Without credentials no request is sent yet (the first
-    /// acquisition finds out whether the cluster answers); with credentials
-    /// the client authenticates now, and refused credentials are
-    /// [`EtcdError::Auth`].
+    /// Connects to etcd, and sends one request to see that a connection
+    /// can be made: with credentials it authenticates (refused credentials
+    /// are [`EtcdError::Auth`]), without them it asks for the `STATUS` of
+    /// an endpoint. A connection that TLS stops, or the lack of it (a
+    /// certificate either side refuses, a plain-text client at a TLS-only
+    /// server or the reverse), is [`EtcdError::Tls`], which names the cause
+    /// and the fix. Any other failure of that request is left to the first
+    /// acquisition: a cluster that does not answer yet is no error here.
     /// A password file ([`EtcdConfig::password_file`]) is read here; a
     /// file that cannot be read is [`EtcdError::Connect`] naming it.
     pub async fn connect(config: EtcdConfig) -> Result<Self, EtcdError> {
@@ -134,14 +143,18 @@ impl EtcdStrategy {
                 endpoints: endpoints.clone(),
                 detail: e.to_string(),
             })?;
-        let options = config.connect_options();
+        let options = config.connect_options()?;
         let bound = config.connect_timeout.unwrap_or(config.op_timeout) + config.op_timeout;
         let connected =
             tokio::time::timeout(bound, Client::connect(&config.endpoints, Some(options))).await;
         let client = match connected {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => {
-                return Err(match (&config.user, classify(&e)) {
+                if let Some(tls) = tls_failure(&e, &config, &endpoints).await {
+                    return Err(tls);
+                }
+                let class = classify(&e, &config.transport(), &config.hosts());
+                return Err(match (&config.user, class) {
                     (Some((user, _)), Class::Denied(detail) | Class::Rejected(detail)) => {
                         EtcdError::Auth {
                             user: user.clone(),
@@ -161,10 +174,20 @@ impl EtcdStrategy {
                 });
             }
         };
+        if config.user.is_none() {
+            let status = tokio::time::timeout(config.op_timeout, client.clone().status()).await;
+            if let Ok(Err(e)) = status
+                && let Some(tls) = tls_failure(&e, &config, &endpoints).await
+            {
+                return Err(tls);
+            }
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 client,
                 identity: format!("etcd:{endpoints}/{}", config.prefix),
+                transport: config.transport(),
+                hosts: config.hosts(),
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 candidates: config.candidates,
@@ -291,6 +314,32 @@ impl EtcdStrategy {
     pub(crate) fn take_flagged_lost(&self, key: &str, fence: i64) -> bool {
         self.inner.lost.take(key, fence)
     }
+}
+
+/// The error for `e` when TLS, or the lack of it, is what failed: a
+/// handshake the client or the server refused; or (with the `tls` feature),
+/// after a broken connection, a server that answers on the same port in the
+/// other way: a TLS handshake to a plain-text client, plain HTTP/2 to a TLS
+/// client.
+async fn tls_failure(
+    e: &etcd_client::Error,
+    config: &EtcdConfig,
+    endpoints: &str,
+) -> Option<EtcdError> {
+    let transport = config.transport();
+    let failure = match classify(e, &transport, &config.hosts()) {
+        Class::Tls(failure) => Some(failure),
+        #[cfg(feature = "tls")]
+        _ if crate::error::broken_connection(e) => {
+            crate::tls::other_side(&config.public_endpoints(), &transport, config.op_timeout).await
+        }
+        _ => None,
+    }?;
+    Some(EtcdError::Tls {
+        endpoints: endpoints.to_owned(),
+        what: failure.what,
+        fix: failure.fix,
+    })
 }
 
 impl Strategy for EtcdStrategy {

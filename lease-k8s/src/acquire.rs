@@ -10,8 +10,10 @@ use tokio::time::Instant;
 
 use crate::api::NoAnswer;
 use crate::cache::Pending;
-use crate::lease::{Listed, Slot, check_ours, holder_of, parse_list, parse_rv};
-use crate::names::{FORMAT_ANNOTATION, POOL_LABEL, format_name, holder_identity, lease_name};
+use crate::lease::{
+    Listed, Slot, check_ours, damaged_format, format_of, holder_of, parse_list, parse_rv,
+};
+use crate::names::{POOL_LABEL, format_name, holder_identity, lease_name};
 use crate::protocol::{
     self, Answer, MAX_LISTS, WRITES_PER_LIST, check_recorded_format, unreachable, write_error,
 };
@@ -119,14 +121,14 @@ impl KubeStrategy {
         let resp = api
             .list(&selector, deadline)
             .await
-            .map_err(|e| unreachable("LIST leases", e.text()))?;
+            .map_err(|e| no_answer("LIST leases", e))?;
         let at = Instant::now();
         if !resp.ok() {
             return Err(write_error(&resp, "list", &api.namespace, pool));
         }
         let list: Value = serde_json::from_slice(&resp.body)
             .map_err(|e| unreachable("LIST leases", &format!("unreadable answer: {e}")))?;
-        let listed = parse_list(pool, &list)?;
+        let listed = parse_list(pool, &api.namespace, &list)?;
         for (slot, lease) in &listed.raw {
             let rv = lease.metadata.resource_version.as_deref().unwrap_or("");
             self.inner.caches.observe(pool.name(), *slot, rv, at);
@@ -158,7 +160,7 @@ impl KubeStrategy {
                 let resp = api
                     .create(&body, false, deadline)
                     .await
-                    .map_err(|e| unreachable(&format!("POST {name}"), e.text()))?;
+                    .map_err(|e| no_answer(&format!("POST {name}"), e))?;
                 if resp.ok() {
                     return Ok(());
                 }
@@ -168,16 +170,15 @@ impl KubeStrategy {
                 let resp = api
                     .get(&name, deadline)
                     .await
-                    .map_err(|e| unreachable(&format!("GET {name}"), e.text()))?;
+                    .map_err(|e| no_answer(&format!("GET {name}"), e))?;
                 if !resp.ok() {
                     return Err(write_error(&resp, "get", &api.namespace, pool));
                 }
                 let lease: Value = serde_json::from_slice(&resp.body).map_err(|e| {
                     unreachable(&format!("GET {name}"), &format!("unreadable answer: {e}"))
                 })?;
-                lease["metadata"]["annotations"][FORMAT_ANNOTATION]
-                    .as_str()
-                    .unwrap_or("")
+                format_of(&lease)
+                    .ok_or_else(|| damaged_format(pool, &api.namespace))?
                     .to_owned()
             }
         };
@@ -202,7 +203,7 @@ impl KubeStrategy {
                 .api
                 .get(&name, deadline)
                 .await
-                .map_err(|e| unreachable(&format!("GET {name}"), e.text()))?;
+                .map_err(|e| no_answer(&format!("GET {name}"), e))?;
             if resp.status == 200 {
                 let lease = resp
                     .lease()
@@ -249,7 +250,9 @@ impl KubeStrategy {
         let verb = write.verb;
         let answer = match result {
             Ok(resp) => resp,
-            Err(NoAnswer::NotSent(m)) => return Err(unreachable(&format!("{verb} {name}"), &m)),
+            Err(e @ (NoAnswer::NotSent(_) | NoAnswer::Tls(..))) => {
+                return Err(no_answer(&format!("{verb} {name}"), e));
+            }
             Err(NoAnswer::Unknown(m)) => {
                 *sent += 1;
                 return self
@@ -361,5 +364,17 @@ impl KubeStrategy {
             }
         }
         None
+    }
+}
+
+/// The error of an acquisition's request that got no answer: a refused TLS
+/// handshake is a setup mistake (final), anything else retryable.
+fn no_answer(what: &str, e: NoAnswer) -> AcquireError {
+    match e {
+        NoAnswer::Tls(failure, _) => AcquireError::Misconfigured {
+            what: format!("{what}: TLS to the API server failed: {}", failure.what),
+            fix: failure.fix,
+        },
+        e => unreachable(what, e.text()),
     }
 }

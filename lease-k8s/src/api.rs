@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::config::{KubeConfig, Source, public_url};
 use crate::error::KubeError;
+use crate::tls::{Shown, TlsFailure};
 
 /// An answer from the API server (any status).
 #[derive(Debug)]
@@ -30,6 +31,12 @@ impl Resp {
     pub(crate) fn lease(&self) -> Result<Lease, String> {
         serde_json::from_slice(&self.body)
             .map_err(|e| format!("unreadable Lease in the answer: {e}"))
+    }
+
+    /// Whether the body is a Kubernetes `Status` object, as every answer of
+    /// an API server's own is (a proxy's or a TLS port's is not).
+    pub(crate) fn is_status(&self) -> bool {
+        serde_json::from_slice::<Value>(&self.body).is_ok_and(|v| v["kind"] == "Status")
     }
 
     /// The server's message (a `Status` body), for people.
@@ -58,12 +65,15 @@ pub(crate) enum NoAnswer {
     NotSent(String),
     /// It may have been applied: timed out, connection dropped mid-request.
     Unknown(String),
+    /// It never reached the server: the TLS handshake was refused, by this
+    /// client or by the server. A setup mistake, not a passing failure.
+    Tls(TlsFailure, String),
 }
 
 impl NoAnswer {
     pub(crate) fn text(&self) -> &str {
         match self {
-            Self::NotSent(m) | Self::Unknown(m) => m,
+            Self::NotSent(m) | Self::Unknown(m) | Self::Tls(_, m) => m,
         }
     }
 }
@@ -75,6 +85,14 @@ pub(crate) struct Api {
     pub(crate) namespace: String,
     /// The server URL without credentials, for messages and identities.
     pub(crate) server: String,
+    /// The server's `host:port`, to ask whether it speaks TLS.
+    pub(crate) authority: String,
+    /// The server's host, for TLS messages.
+    host: String,
+    /// The server URL is `http://`.
+    pub(crate) plain: bool,
+    /// What the client trusts and sends, in words.
+    pub(crate) shown: Shown,
     pub(crate) op_timeout: Duration,
     #[cfg(feature = "stats")]
     pub(crate) requests: std::sync::atomic::AtomicU64,
@@ -99,20 +117,15 @@ impl Api {
                 )
             })?,
             Source::Kubeconfig(path) => {
-                let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                    fail(
-                        &path.display().to_string(),
-                        format!("cannot read the kubeconfig: {e}"),
-                    )
-                })?;
+                let unusable = |detail: String| KubeError::Kubeconfig {
+                    path: path.display().to_string(),
+                    detail,
+                };
+                let file = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| unusable(format!("cannot read it: {e}")))?;
                 kube::Config::from_custom_kubeconfig(file, &Default::default())
                     .await
-                    .map_err(|e| {
-                        fail(
-                            &path.display().to_string(),
-                            format!("unusable kubeconfig: {e}"),
-                        )
-                    })?
+                    .map_err(|e| unusable(e.to_string()))?
             }
             Source::Url(url) => {
                 let uri = url
@@ -123,6 +136,20 @@ impl Api {
             Source::Config(c) => (**c).clone(),
         };
         let server = public_url(&kc.cluster_url.to_string());
+        let kubeconfig = match &config.source {
+            Source::Kubeconfig(path) => Some(path.as_path()),
+            _ => None,
+        };
+        let shown = Shown::of(&kc, kubeconfig);
+        let plain = kc.cluster_url.scheme_str() == Some("http");
+        let host = kc.cluster_url.host().unwrap_or_default().to_owned();
+        let authority = kc.cluster_url.authority().map_or_else(
+            || host.clone(),
+            |a| match a.port_u16() {
+                Some(_) => a.as_str().to_owned(),
+                None => format!("{}:{}", a.as_str(), if plain { 80 } else { 443 }),
+            },
+        );
         kc.default_retry = false;
         kc.read_timeout = Some(config.op_timeout);
         kc.reset_reader_on_write = true;
@@ -133,13 +160,23 @@ impl Api {
             .clone()
             .unwrap_or_else(|| kc.default_namespace.clone());
         crate::config::check_namespace(&namespace)?;
-        let client = kube::Client::try_from(kc)
-            .map_err(|e| fail(&server, format!("cannot build the client: {e}")))?;
+        let client = kube::Client::try_from(kc).map_err(|e| match kubeconfig {
+            // Reading what the kubeconfig names (a token file) failed.
+            Some(path) => KubeError::Kubeconfig {
+                path: path.display().to_string(),
+                detail: e.to_string(),
+            },
+            None => fail(&server, format!("cannot build the client: {e}")),
+        })?;
         Ok(Self {
             client,
             leases: format!("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"),
             namespace,
             server,
+            authority,
+            host,
+            plain,
+            shown,
             op_timeout: config.op_timeout,
             #[cfg(feature = "stats")]
             requests: std::sync::atomic::AtomicU64::new(0),
@@ -168,7 +205,11 @@ impl Api {
             .body(kube::client::Body::from(body))
             .map_err(|e| NoAnswer::NotSent(format!("cannot build the request: {e}")))?;
         let exchange = async {
-            let resp = self.client.send(request).await.map_err(classify)?;
+            let resp = self
+                .client
+                .send(request)
+                .await
+                .map_err(|e| classify(e, &self.shown, &self.host))?;
             let status = resp.status().as_u16();
             let retry_after = resp
                 .headers()
@@ -303,10 +344,14 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// Classifies a client error: a refused connection provably never reached
-/// the server (typed check on the `io::Error` in the source chain); anything
-/// else may have.
-fn classify(e: kube::Error) -> NoAnswer {
+/// Classifies a client error: a handshake rustls refused, or a refused
+/// connection, provably never reached the server (typed checks on the
+/// source chain); anything else may have.
+fn classify(e: kube::Error, shown: &Shown, host: &str) -> NoAnswer {
+    if let Some(failure) = crate::tls::explain(&e, shown, host) {
+        let text = format!("TLS: {}; {}", failure.what, failure.fix);
+        return NoAnswer::Tls(failure, text);
+    }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(err) = source {
         if let Some(io) = err.downcast_ref::<std::io::Error>()

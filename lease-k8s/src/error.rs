@@ -11,6 +11,50 @@ pub enum KubeError {
     /// A setting is unusable; the message says which and what to use.
     #[error("invalid Kubernetes lease configuration: {0}")]
     Config(#[from] ConfigError),
+    /// TLS, or its lack, stops every connection: a server certificate this
+    /// client does not trust (another CA, expired, another host name), a
+    /// client certificate refused in the handshake, plain HTTP to a server
+    /// that takes HTTPS only. Fix the kubeconfig or the server: the message
+    /// says how.
+    #[error("cannot connect to the Kubernetes API server at {server}: {what}; {fix}")]
+    Tls {
+        /// The server URL (without credentials).
+        server: String,
+        /// What failed.
+        what: String,
+        /// What to do.
+        fix: String,
+    },
+    /// The API server accepts none of the credentials this client sent
+    /// (401 Unauthorized): a client certificate its client CA did not
+    /// sign, a wrong or expired token, or none at all.
+    #[error(
+        "the Kubernetes API server at {server} does not accept this client's credentials (401 \
+         Unauthorized; this client sent {credentials}); give the kubeconfig's user a client \
+         certificate signed by the cluster's client CA (client-certificate and client-key, or \
+         their -data forms) or a valid bearer token (token or tokenFile; in a pod, the service \
+         account's)"
+    )]
+    Unauthorized {
+        /// The server URL (without credentials).
+        server: String,
+        /// What this client sent, in words (paths and field names, never a
+        /// secret).
+        credentials: String,
+    },
+    /// The kubeconfig cannot be used: a file it names (certificate
+    /// authority, client certificate or key, token file) cannot be read or
+    /// used.
+    #[error(
+        "the kubeconfig {path} cannot be used: {detail}; correct the entry it names, or name \
+         another kubeconfig"
+    )]
+    Kubeconfig {
+        /// The kubeconfig file.
+        path: String,
+        /// What kube reported (it names the entry and the file).
+        detail: String,
+    },
     /// The client could not be set up or the API server did not answer.
     #[error("cannot reach the Kubernetes API server at {server}: {detail}")]
     Connect {

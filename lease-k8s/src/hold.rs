@@ -6,7 +6,7 @@ use leasehold_core::{Grant, PoolSpec, Reason, Release, Renewal};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::lease::{floor_of, holder_of};
+use crate::lease::{damaged_floor_text, floor_fix, floor_of, holder_of};
 use crate::names::{FENCE_POINTER, FLOOR_POINTER, fence_record, holder_identity, lease_name};
 use crate::protocol::ttl_secs;
 use crate::strategy::KubeStrategy;
@@ -40,12 +40,15 @@ impl KubeStrategy {
                 (Some(_), None) => {
                     // Not stored by this process: learn it, then renew.
                     match self.read_holder(&name, &holder_id, deadline).await {
-                        Ok(Some(floor)) => {
+                        Ok(Read::Ours(floor)) => {
                             known = Some(floor);
                             self.inner.caches.set_floor(grant.token, floor);
                             continue;
                         }
-                        Ok(None) => return Renewal::Lost(lost_reason(&name)),
+                        Ok(Read::Gone) => return Renewal::Lost(lost_reason(&name)),
+                        Ok(Read::DamagedFloor(stored)) => {
+                            return Renewal::Lost(self.damaged(pool, grant, &name, &stored));
+                        }
                         Err(r) => return Renewal::Retry(r),
                     }
                 }
@@ -69,14 +72,19 @@ impl KubeStrategy {
                 }
                 404 => return Renewal::Lost(Reason::new(format!("Lease {name} was deleted"))),
                 422 => match self.read_holder(&name, &holder_id, deadline).await {
-                    Ok(None) => return Renewal::Lost(lost_reason(&name)),
-                    Ok(Some(floor)) if raise.is_some() && Some(floor) != known => {
+                    Ok(Read::Gone) => return Renewal::Lost(lost_reason(&name)),
+                    // Our floor test failed on a floor no renewal can
+                    // raise: left as found, for an operator.
+                    Ok(Read::DamagedFloor(stored)) => {
+                        return Renewal::Lost(self.damaged(pool, grant, &name, &stored));
+                    }
+                    Ok(Read::Ours(floor)) if raise.is_some() && Some(floor) != known => {
                         // Our floor test failed, not the holder test: a
                         // renewal whose answer was lost had landed.
                         known = Some(floor);
                         self.inner.caches.set_floor(grant.token, floor);
                     }
-                    Ok(Some(_)) => {
+                    Ok(Read::Ours(_)) => {
                         return Renewal::Retry(Reason::new(format!(
                             "renewing {name}: {} although the Lease is still ours",
                             resp.message()
@@ -97,19 +105,38 @@ impl KubeStrategy {
         )))
     }
 
-    /// GETs `name`: `Some(stored floor)` when `holder_id` holds it, `None`
-    /// when it is gone or held by another.
+    /// Why the renewal of `grant` (its Lease `name`) ends over the
+    /// unreadable floor annotation `stored`.
+    fn damaged(&self, pool: &PoolSpec, grant: &Grant, name: &str, stored: &str) -> Reason {
+        let ns = &self.inner.api.namespace;
+        Reason::new(format!(
+            "slot {} of pool {}: {}; the renewal leaves it as found, so stop using the slot: no \
+             claim is granted over it until it is repaired: {}",
+            grant.slot,
+            pool.name(),
+            damaged_floor_text(name, ns, stored),
+            floor_fix(pool, grant.slot, ns)
+        ))
+    }
+
+    /// GETs `name`: whether `holder_id` holds it, and its floor.
     async fn read_holder(
         &self,
         name: &str,
         holder_id: &str,
         deadline: Instant,
-    ) -> Result<Option<u64>, Reason> {
+    ) -> Result<Read, Reason> {
         match self.inner.api.get(name, deadline).await {
-            Ok(resp) if resp.status == 404 => Ok(None),
+            Ok(resp) if resp.status == 404 => Ok(Read::Gone),
             Ok(resp) if resp.status == 200 => {
                 let lease = resp.lease().map_err(Reason::new)?;
-                Ok((holder_of(&lease) == holder_id).then(|| floor_of(&lease)))
+                if holder_of(&lease) != holder_id {
+                    return Ok(Read::Gone);
+                }
+                Ok(match floor_of(&lease) {
+                    Ok(floor) => Read::Ours(floor),
+                    Err(stored) => Read::DamagedFloor(stored),
+                })
             }
             Ok(resp) => Err(Reason::new(format!("reading {name}: {}", resp.message()))),
             Err(e) => Err(Reason::new(format!("reading {name}: {}", e.text()))),
@@ -147,8 +174,8 @@ impl KubeStrategy {
             200 => Release::Released,
             404 => Release::NotHeld,
             422 => match self.read_holder(&name, &holder_id, deadline).await {
-                Ok(None) => Release::NotHeld,
-                Ok(Some(_)) => {
+                Ok(Read::Gone) => Release::NotHeld,
+                Ok(Read::Ours(_) | Read::DamagedFloor(_)) => {
                     Release::Retry(Reason::new(format!("releasing {name}: {}", resp.message())))
                 }
                 Err(r) => Release::Retry(r),
@@ -160,6 +187,17 @@ impl KubeStrategy {
         }
         outcome
     }
+}
+
+/// What a GET of a held Lease found.
+enum Read {
+    /// This holder holds it; its floor.
+    Ours(u64),
+    /// Gone, or held by another.
+    Gone,
+    /// This holder holds it, but its floor annotation is unreadable (the
+    /// value stored).
+    DamagedFloor(String),
 }
 
 fn lost_reason(name: &str) -> Reason {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use leasehold_core::{Fence, Floor, InspectError, PoolSpec, Reason, SlotInfo};
 use tokio::time::Instant;
 
-use crate::lease::{fence_of, floor_of, holder_of, micros_of};
+use crate::lease::{fence_of, floor_of, holder_of, micros_of, parse_rv};
 use crate::names::{TOMBSTONE, split_identity};
 use crate::strategy::KubeStrategy;
 use crate::time::unique_micros;
@@ -32,9 +32,9 @@ impl KubeStrategy {
         let now = Instant::now();
         let mut slots: Vec<SlotInfo> = leases
             .iter()
-            .map(|(slot, lease)| {
-                let rv = lease.metadata.resource_version.as_deref().unwrap_or("");
-                let rv = rv.parse::<u64>().unwrap_or(0);
+            .map(|(slot, lease)| -> Result<SlotInfo, InspectError> {
+                let rv = parse_rv(lease.metadata.resource_version.as_deref().unwrap_or(""))
+                    .map_err(|e| InspectError::Store(Reason::new(e.to_string())))?;
                 let recorded = fence_of(lease);
                 let identity = holder_of(lease);
                 let (revoked, identity) = match identity.strip_prefix(TOMBSTONE) {
@@ -48,7 +48,13 @@ impl KubeStrategy {
                     (Some((_, f)), None) => *f,
                     (None, None) => 0,
                 };
-                let info = SlotInfo::free(*slot, Fence(fence), Floor(floor_of(lease)));
+                // `list_pool` refused an unreadable floor already.
+                let floor = floor_of(lease).map_err(|stored| {
+                    InspectError::Store(Reason::new(format!(
+                        "slot {slot}: unreadable floor annotation {stored:?}"
+                    )))
+                })?;
+                let info = SlotInfo::free(*slot, Fence(fence), Floor(floor));
                 let spec = lease.spec.as_ref();
                 let duration = spec
                     .and_then(|s| s.lease_duration_seconds)
@@ -62,7 +68,7 @@ impl KubeStrategy {
                     .map_or(duration, |seen| {
                         duration.saturating_sub(now.saturating_duration_since(seen.at))
                     });
-                match split {
+                Ok(match split {
                     _ if left.is_zero() => info,
                     Some(_) if revoked => info.revoked_until(left),
                     Some((holder, prefix)) => info.held_by_prefix(holder, prefix, left).with_ages(
@@ -70,9 +76,9 @@ impl KubeStrategy {
                         ago(micros_of(spec.and_then(|s| s.acquire_time.as_ref()))),
                     ),
                     None => info,
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         slots.sort_by_key(|i| i.slot);
         Ok(slots)
     }

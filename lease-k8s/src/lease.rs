@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use leasehold_core::{AcquireError, PoolSpec, Reason};
+use leasehold_core::{AcquireError, Floor, PoolSpec, Reason};
 use serde_json::Value;
 
 use crate::names::{
@@ -46,22 +46,28 @@ pub(crate) struct Listed {
     pub(crate) format: Option<String>,
 }
 
-/// Reads the items of a LIST answer for `pool`. The pool's format record
-/// (`leasehold-<pool>-format`) gives the recorded ID format and is never a
-/// slot; an item is a slot only when its name is the one its slot label
-/// gives (labels copied onto another object do not make it a slot); slots
-/// outside the pool are left out, after their resourceVersion was checked.
-pub(crate) fn parse_list(pool: &PoolSpec, list: &Value) -> Result<Listed, AcquireError> {
+/// Reads the items of a LIST answer for `pool`, whose Leases live in
+/// `namespace`. The pool's format record (`leasehold-<pool>-format`) gives
+/// the recorded ID format and is never a slot; an item is a slot only when
+/// its name is the one its slot label gives (labels copied onto another
+/// object do not make it a slot); slots outside the pool are left out,
+/// after their resourceVersion was checked. A slot of the pool whose floor
+/// annotation is unreadable or whose resourceVersion cannot be followed by
+/// a bigger one, or a format record without a format, refuses the whole
+/// acquisition ([`AcquireError::DamagedRecord`]): an operator must repair
+/// it, and every holder of the pool meets it (a holder of that slot at its
+/// next renewal that raises the floor).
+pub(crate) fn parse_list(
+    pool: &PoolSpec,
+    namespace: &str,
+    list: &Value,
+) -> Result<Listed, AcquireError> {
     let mut listed = Listed::default();
     for item in list["items"].as_array().into_iter().flatten() {
         let name = item["metadata"]["name"].as_str().unwrap_or("");
         if name == format_name(pool.name()) {
-            listed.format = Some(
-                item["metadata"]["annotations"][FORMAT_ANNOTATION]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_owned(),
-            );
+            let format = format_of(item).ok_or_else(|| damaged_format(pool, namespace))?;
+            listed.format = Some(format.to_owned());
             continue;
         }
         // Labels copied onto another object do not make it a slot.
@@ -77,39 +83,110 @@ pub(crate) fn parse_list(pool: &PoolSpec, list: &Value) -> Result<Listed, Acquir
                 "LIST leases: unreadable Lease {name}: {e}"
             )))
         })?;
-        parse_rv(lease.metadata.resource_version.as_deref().unwrap_or(""))?;
+        let rv = parse_rv(lease.metadata.resource_version.as_deref().unwrap_or(""))?;
         if slot >= pool.size() {
             continue;
         }
-        listed.slots.insert(slot, slot_state(&lease));
+        if rv == u64::MAX {
+            return Err(AcquireError::DamagedRecord {
+                pool: pool.name().to_string(),
+                slot: Some(slot),
+                what: format!(
+                    "its Lease {name} in namespace {namespace} has resourceVersion {rv}, the \
+                     largest a fence can be, so the next holder's fence (the resourceVersion of \
+                     its write) could not be bigger (DESIGN.md rule 7)"
+                ),
+                fix: "a kube-apiserver backed by etcd never hands one out (etcd's revisions stay \
+                      below 2^63): check what serves this API, and move the pool's Leases to a \
+                      cluster whose resourceVersions can grow"
+                    .to_owned(),
+            });
+        }
+        let state =
+            slot_state(&lease).map_err(|stored| damaged_floor(pool, slot, namespace, &stored))?;
+        listed.slots.insert(slot, state);
         listed.raw.push((slot, lease));
     }
     Ok(listed)
 }
 
+/// The ID format a format record carries, if it carries one.
+pub(crate) fn format_of(record: &Value) -> Option<&str> {
+    record["metadata"]["annotations"][FORMAT_ANNOTATION].as_str()
+}
+
+/// The refusal of a pool whose format record carries no format.
+pub(crate) fn damaged_format(pool: &PoolSpec, namespace: &str) -> AcquireError {
+    let name = format_name(pool.name());
+    AcquireError::DamagedRecord {
+        pool: pool.name().to_string(),
+        slot: None,
+        what: format!(
+            "its format record, Lease {name} in namespace {namespace}, has no \
+             {FORMAT_ANNOTATION} annotation, so the ID format its holders generate is not known"
+        ),
+        fix: format!(
+            "kubectl annotate lease -n {namespace} {name} {FORMAT_ANNOTATION}=<the format text \
+             the pool's processes declare> --overwrite"
+        ),
+    }
+}
+
+/// What the unreadable floor annotation `stored` of a slot's Lease means.
+pub(crate) fn damaged_floor_text(name: &str, namespace: &str, stored: &str) -> String {
+    format!(
+        "its Lease {name} in namespace {namespace} has the floor annotation \
+         {FLOOR_ANNOTATION}={stored:?}, not a Unix time in milliseconds (a whole number from 0), \
+         so what its earlier holders stamped is not known and could be issued again (DESIGN.md \
+         rule 8)"
+    )
+}
+
+/// How to repair the floor annotation of `slot`'s Lease.
+pub(crate) fn floor_fix(pool: &PoolSpec, slot: u32, namespace: &str) -> String {
+    let floor = Floor::above_every_holder(pool).unix_millis();
+    format!(
+        "kubectl annotate lease -n {namespace} {} {FLOOR_ANNOTATION}={floor} --overwrite ({floor} \
+         is this host's Unix time in ms plus the pool's TTL and twice its max_clock_skew: above \
+         anything a holder of the slot can have stamped)",
+        lease_name(pool.name(), slot)
+    )
+}
+
+/// The refusal of `slot`, whose floor annotation holds `stored`.
+fn damaged_floor(pool: &PoolSpec, slot: u32, namespace: &str, stored: &str) -> AcquireError {
+    AcquireError::DamagedRecord {
+        pool: pool.name().to_string(),
+        slot: Some(slot),
+        what: damaged_floor_text(&lease_name(pool.name(), slot), namespace, stored),
+        fix: floor_fix(pool, slot, namespace),
+    }
+}
+
 /// A slot's state as its Lease says: free when nobody holds it, else held
-/// (a revoked holder's tombstone is held too).
-pub(crate) fn slot_state(lease: &Lease) -> Slot {
+/// (a revoked holder's tombstone is held too). `Err` with the stored value
+/// when its floor annotation is unreadable.
+pub(crate) fn slot_state(lease: &Lease) -> Result<Slot, String> {
     let rv = lease.metadata.resource_version.clone().unwrap_or_default();
     let holder = holder_of(lease);
-    let floor = floor_of(lease);
+    let floor = floor_of(lease)?;
     let spec = lease.spec.as_ref();
     let transitions = spec.and_then(|s| s.lease_transitions).unwrap_or(0);
     if holder.is_empty() {
-        return Slot::Free {
+        return Ok(Slot::Free {
             rv,
             floor,
             transitions,
-        };
+        });
     }
     let secs = spec.and_then(|s| s.lease_duration_seconds).unwrap_or(0);
-    Slot::Held {
+    Ok(Slot::Held {
         rv,
         holder: holder.to_owned(),
         duration: Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
         floor,
         transitions,
-    }
+    })
 }
 
 /// `holderIdentity`, or "" when nobody holds the Lease.
@@ -121,15 +198,24 @@ pub(crate) fn holder_of(lease: &Lease) -> &str {
         .unwrap_or("")
 }
 
-/// The floor annotation; 0 when absent or unreadable.
-pub(crate) fn floor_of(lease: &Lease) -> u64 {
-    lease
+/// The floor annotation: 0 when absent (a Lease never claimed with a
+/// floor, as in every store: nothing recorded is nothing issued), `Err`
+/// with the stored value when it is not a whole number from 0 (a sign, a
+/// fraction, letters, above `u64::MAX`). Read as 0, such a floor would let
+/// the next holder issue what its earlier holders stamped.
+pub(crate) fn floor_of(lease: &Lease) -> Result<u64, String> {
+    let Some(stored) = lease
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(FLOOR_ANNOTATION))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    else {
+        return Ok(0);
+    };
+    match stored.parse::<u64>() {
+        Ok(floor) if !stored.starts_with('+') => Ok(floor),
+        _ => Err(stored.clone()),
+    }
 }
 
 /// The fence annotation: the first 8 hex digits of the recording holder's

@@ -25,6 +25,7 @@ mod protocol;
 mod stats;
 mod strategy;
 mod time;
+mod tls;
 mod url;
 
 pub use config::{DEFAULT_TAKEOVER_MARGIN, KubeConfig};

@@ -44,8 +44,10 @@ pub(crate) fn holder_identity(holder: &str, token: &Token) -> String {
 /// its token (never more); `None` unless it ends in `_<32 hex digits>`.
 pub(crate) fn split_identity(identity: &str) -> Option<(&str, &str)> {
     let (holder, token) = identity.rsplit_once('_')?;
-    (token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| (holder, &token[..8]))
+    if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((holder, token.get(..8)?))
 }
 
 /// The fence annotation's value for a holder with `token` and `fence`.
@@ -112,5 +114,25 @@ mod tests {
         let e = check_pool(&PoolName::new("My_Ids").unwrap()).unwrap_err();
         assert!(!e.is_retryable());
         assert!(e.to_string().contains("lowercase"), "{e}");
+    }
+
+    /// A holder identity is whatever the Lease holds: split where its `_`
+    /// is, and cut to 8 digits only when the rest is 32 hex digits, never
+    /// at a byte count of anything else.
+    #[test]
+    fn identities_are_split_whatever_their_characters() {
+        let token = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            split_identity(&format!("hôte/1_{token}")),
+            Some(("hôte/1", "01234567"))
+        );
+        for identity in [
+            "é",
+            "hôte_é",
+            "hôte_ééééééééééééééééééééééééééééé",
+            "x_0123456é89abcdef0123456789abcde",
+        ] {
+            assert_eq!(split_identity(identity), None, "{identity}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::api::{Api, NoAnswer};
+use crate::api::{Api, NoAnswer, Resp};
 use crate::error::KubeError;
 
 /// The verbs the strategy uses on Leases: exactly the Role in `deploy/`.
@@ -15,10 +15,6 @@ const PROBE: &str = "leasehold-preflight";
 
 pub(crate) async fn run(api: &Api) -> Result<(), KubeError> {
     let deadline = Instant::now() + api.op_timeout;
-    let no_answer = |what: &'static str, e: NoAnswer| KubeError::Connect {
-        server: api.server.clone(),
-        detail: format!("{what}: {}", e.text()),
-    };
     // One access review per verb, all at once. A server that refuses access
     // reviews themselves leaves the check to the requests below.
     let (get, list, create, patch) = tokio::join!(
@@ -28,7 +24,13 @@ pub(crate) async fn run(api: &Api) -> Result<(), KubeError> {
         api.access_review("patch", deadline),
     );
     for (verb, answer) in VERBS.into_iter().zip([get, list, create, patch]) {
-        let resp = answer.map_err(|e| no_answer("access review", e))?;
+        let resp = match answer {
+            Ok(resp) => resp,
+            Err(e) => return Err(unanswered(api, "access review", e).await),
+        };
+        if let Some(refusal) = refused(api, &resp).await {
+            return Err(refusal);
+        }
         if !resp.ok() {
             continue;
         }
@@ -51,10 +53,13 @@ pub(crate) async fn run(api: &Api) -> Result<(), KubeError> {
         namespace: api.namespace.clone(),
         detail: format!("; the server says: {detail}"),
     };
-    let resp = api
-        .list("", deadline)
-        .await
-        .map_err(|e| no_answer("LIST leases", e))?;
+    let resp = match api.list("", deadline).await {
+        Ok(resp) => resp,
+        Err(e) => return Err(unanswered(api, "LIST leases", e).await),
+    };
+    if let Some(refusal) = refused(api, &resp).await {
+        return Err(refusal);
+    }
     match resp.status {
         200 => {
             let list: Value = serde_json::from_slice(&resp.body).unwrap_or(Value::Null);
@@ -77,10 +82,13 @@ pub(crate) async fn run(api: &Api) -> Result<(), KubeError> {
         "metadata": {"name": PROBE},
         "spec": {"leaseDurationSeconds": 1},
     });
-    let resp = api
-        .create(&probe, true, deadline)
-        .await
-        .map_err(|e| no_answer("dry-run create", e))?;
+    let resp = match api.create(&probe, true, deadline).await {
+        Ok(resp) => resp,
+        Err(e) => return Err(unanswered(api, "dry-run create", e).await),
+    };
+    if let Some(refusal) = refused(api, &resp).await {
+        return Err(refusal);
+    }
     match resp.status {
         // Created in a dry run (nothing stored), or a probe exists already.
         200 | 201 | 409 => Ok(()),
@@ -94,6 +102,66 @@ pub(crate) async fn run(api: &Api) -> Result<(), KubeError> {
             detail: resp.message(),
         }),
     }
+}
+
+/// The error for an answer that says this client cannot be served at all:
+/// 401 (no credentials it accepts), or, from a server named with
+/// `http://`, a 400 that is no API answer, from a port that answers a TLS
+/// handshake (Go's "Client sent an HTTP request to an HTTPS server").
+async fn refused(api: &Api, resp: &Resp) -> Option<KubeError> {
+    if resp.status == 401 {
+        return Some(KubeError::Unauthorized {
+            server: api.server.clone(),
+            credentials: api.shown.credentials.clone(),
+        });
+    }
+    if api.plain && resp.status == 400 && !resp.is_status() {
+        return takes_https_only(api).await;
+    }
+    None
+}
+
+/// The error for a request that got no answer: a refused handshake says
+/// why; a plain-HTTP request whose connection broke at a port that answers
+/// a TLS handshake says to use HTTPS; anything else is
+/// [`KubeError::Connect`].
+async fn unanswered(api: &Api, what: &'static str, e: NoAnswer) -> KubeError {
+    match e {
+        NoAnswer::Tls(failure, _) => KubeError::Tls {
+            server: api.server.clone(),
+            what: failure.what,
+            fix: failure.fix,
+        },
+        NoAnswer::Unknown(_) if api.plain => match takes_https_only(api).await {
+            Some(e) => e,
+            None => KubeError::Connect {
+                server: api.server.clone(),
+                detail: format!("{what}: {}", e.text()),
+            },
+        },
+        e => KubeError::Connect {
+            server: api.server.clone(),
+            detail: format!("{what}: {}", e.text()),
+        },
+    }
+}
+
+/// [`KubeError::Tls`] when the server's port answers a TLS handshake.
+async fn takes_https_only(api: &Api) -> Option<KubeError> {
+    crate::tls::speaks_tls(&api.authority, api.op_timeout)
+        .await
+        .then(|| KubeError::Tls {
+            server: api.server.clone(),
+            what: format!(
+                "the API server at {} takes HTTPS only: this client spoke plain HTTP (an http:// \
+                 server in the kubeconfig, or k8s://HOST:PORT) and the server answers a TLS \
+                 handshake",
+                api.authority
+            ),
+            fix: "write https:// in the kubeconfig's server, with the cluster's \
+                  certificate-authority and the user's client certificate or token"
+                .to_owned(),
+        })
 }
 
 #[cfg(test)]

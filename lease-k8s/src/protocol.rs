@@ -298,6 +298,15 @@ pub(crate) fn write_error(
 ) -> AcquireError {
     let msg = resp.message();
     match resp.status {
+        401 => AcquireError::Misconfigured {
+            what: format!(
+                "the API server accepts none of this client's credentials for `{verb}` ({msg})"
+            ),
+            fix: "give the kubeconfig's user a client certificate signed by the cluster's client \
+                  CA (client-certificate and client-key, or their -data forms) or a valid bearer \
+                  token (token or tokenFile)"
+                .to_owned(),
+        },
         403 => AcquireError::Misconfigured {
             what: format!(
                 "RBAC: this identity may not `{verb}` coordination.k8s.io/leases in namespace \

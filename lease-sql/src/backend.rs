@@ -2,10 +2,12 @@
 //! written once, in the files of this module: `server` (what connect checks
 //! of the server), `schema` (the lease and fence tables, their migrations and
 //! a pool's rows), `claim` (acquisition), `renew` (renewal and release) and
-//! `inspect` (inspect and revoke). [`Ops`] is its object-safe face, where
+//! `inspect` (inspect and revoke), and `damaged` (what a claim or renewal
+//! says of a row it cannot trust). [`Ops`] is its object-safe face, where
 //! the engine is erased (see `SqlStrategy`).
 
 mod claim;
+mod damaged;
 mod inspect;
 mod renew;
 mod schema;

@@ -41,6 +41,19 @@ pub enum SqlError {
         /// How to fix it.
         fix: String,
     },
+    /// TLS with the database failed, or is not what the URL asks for: the
+    /// server's certificate is not signed by a trusted CA, has expired, or
+    /// is for another host; the server refused this client's certificate,
+    /// or wants one the URL does not give; the server takes no TLS, and a
+    /// URL that asks for verified TLS never falls back to plain text. Final:
+    /// `fix` says what to change (see the crate README, "TLS").
+    #[error("{what}; {fix}")]
+    Tls {
+        /// What failed, naming the URL (without credentials) and the cause.
+        what: String,
+        /// How to fix it.
+        fix: String,
+    },
     /// The server is too old for the statements. Final.
     #[error("{what}; {fix}")]
     UnsupportedServer {
@@ -192,9 +205,9 @@ impl From<SqlError> for AcquireError {
                 Self::Unreachable(Reason::new(e.to_string()))
             }
             SqlError::UnsupportedServer { what, fix } => Self::UnsupportedServer { what, fix },
-            SqlError::Refused { what, fix } | SqlError::FenceSchema { what, fix } => {
-                Self::Misconfigured { what, fix }
-            }
+            SqlError::Refused { what, fix }
+            | SqlError::Tls { what, fix }
+            | SqlError::FenceSchema { what, fix } => Self::Misconfigured { what, fix },
             other => Self::Misconfigured {
                 what: other.to_string(),
                 fix: CHECK_ACCESS.to_owned(),

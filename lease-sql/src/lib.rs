@@ -27,6 +27,7 @@ mod notice;
 mod operate;
 mod statements;
 mod strategy;
+mod tls;
 mod url;
 
 pub use config::SqlConfig;

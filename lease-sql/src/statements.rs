@@ -98,6 +98,15 @@ pub(crate) struct Statements {
     /// holder, floor, and the µs until expiry, since renewal and since the
     /// claim, on the server's clock.
     pub(crate) inspect: String,
+    /// Binds the pool and its size: the lowest free slot whose floor or
+    /// fence a claim cannot trust, with its floor and fence as text and
+    /// whether each is usable (1 or 0). A claim picks the lowest free slot
+    /// and claims it only when both are, so this names what held it back.
+    pub(crate) damaged: String,
+    /// Binds pool, slot and token: the floor, as text, of a live lease of
+    /// that token whose floor a renewal cannot trust; what a renewal that
+    /// matched no row reads to say why.
+    pub(crate) damaged_floor: String,
     /// The server as it described itself (picks the restart guard's source).
     version: String,
     /// Whether claims wait out the restart guard (set at connect: the server
@@ -117,13 +126,20 @@ impl Statements {
         // still considers live: a renewal whose answer was lost is safe to
         // retry. Each writes the floor in the same statement (rule 8): renew
         // raises it to the holder's ceiling, release sets it to what was issued.
+        // A renewal raises only a floor it can trust: over a damaged one
+        // it matches no row (`Lost`), and the floor stays as found, for an
+        // operator to repair, rather than turning into this holder's
+        // ceiling, which can be below the floor the slot had when it was
+        // claimed (the holder may still be waiting for its clock to pass
+        // it).
+        let usable_floor = D::usable_floor();
         let expires = D::expires_after(&D::ttl_param(1));
         let raised = D::greatest("floor_ms", &D::floor_param(2));
         let (pool, slot, token) = (p(3), p(4), p(5));
         let renew = format!(
             "UPDATE {t} SET expires_at = {expires}, renewed_at = {now}, floor_ms = {raised} \
              WHERE pool = {pool} AND slot = {slot} AND token = {token} AND expires_at > {now} \
-             RETURNING {}",
+             AND {usable_floor} RETURNING {}",
             D::NOW_MICROS
         );
         let issued = D::floor_param(1);
@@ -148,6 +164,26 @@ impl Statements {
             D::micros_between("acquired_at", now),
             p(1)
         );
+        let usable_fence = D::usable_fence();
+        let damaged = format!(
+            "SELECT slot, {}, {}, {}, {} FROM {t} \
+             WHERE pool = {} AND slot < {} AND (token IS NULL OR expires_at <= {now}) \
+             AND NOT ({usable_floor} AND {usable_fence}) ORDER BY slot LIMIT 1",
+            D::shown("floor_ms"),
+            D::shown("fence"),
+            D::shown(&format!("CASE WHEN {usable_floor} THEN 1 ELSE 0 END")),
+            D::shown(&format!("CASE WHEN {usable_fence} THEN 1 ELSE 0 END")),
+            p(1),
+            p(2)
+        );
+        let damaged_floor = format!(
+            "SELECT {} FROM {t} WHERE pool = {} AND slot = {} AND token = {} \
+             AND expires_at > {now} AND NOT ({usable_floor})",
+            D::shown("floor_ms"),
+            p(1),
+            p(2),
+            p(3)
+        );
         Self {
             table: t,
             renew,
@@ -155,6 +191,8 @@ impl Statements {
             revoke,
             count,
             inspect,
+            damaged,
+            damaged_floor,
             version: version.to_owned(),
             guarded: false,
             promotion_guarded: false,
@@ -303,10 +341,12 @@ impl Statements {
             D::expires_after(&D::ttl_literal(spec.ttl())),
             D::greatest("span_ms", &span_millis(spec).to_string()),
         );
+        let usable = format!("{} AND {}", D::usable_floor(), D::usable_fence());
         let claim = D::acquire(
             t,
             pool,
             &free,
+            &usable,
             &set,
             &token,
             D::NOW_MICROS,
@@ -332,12 +372,13 @@ impl Statements {
         let (t, now) = (&self.table, D::NOW);
         format!(
             "UPDATE {t} SET expires_at = {}, renewed_at = {now}, floor_ms = {} \
-             WHERE pool = '{}' AND slot = {slot} AND token = {} AND expires_at > {now}; \
-             SELECT ROW_COUNT(), {}",
+             WHERE pool = '{}' AND slot = {slot} AND token = {} AND expires_at > {now} \
+             AND {}; SELECT ROW_COUNT(), {}",
             D::expires_after(&D::ttl_literal(spec.ttl())),
             D::greatest("floor_ms", &floor_value(ceiling).to_string()),
             spec.name().as_str(),
             D::token_literal(&hex(token)),
+            D::usable_floor(),
             D::NOW_MICROS,
         )
     }
@@ -396,14 +437,13 @@ pub(crate) fn floor_value(ms: u64) -> i64 {
 /// `holder` cut to [`HOLDER_MAX`] bytes on a char boundary.
 pub(crate) fn holder(spec: &PoolSpec) -> &str {
     let h = spec.holder();
-    if h.len() <= HOLDER_MAX {
-        return h;
-    }
-    let mut end = HOLDER_MAX;
-    while !h.is_char_boundary(end) {
-        end -= 1;
-    }
-    &h[..end]
+    let end = h
+        .char_indices()
+        .map(|(at, c)| at + c.len_utf8())
+        .take_while(|&end| end <= HOLDER_MAX)
+        .last()
+        .unwrap_or(0);
+    h.get(..end).unwrap_or_default()
 }
 
 #[cfg(test)]

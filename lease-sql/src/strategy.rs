@@ -36,8 +36,12 @@ impl SqlStrategy {
     /// keeps it for the first operation.
     ///
     /// Errors: [`SqlError::Unreachable`] when the database does not answer
-    /// (retryable); [`SqlError::Config`] for a bad URL or table name or an
-    /// engine this build leaves out, [`SqlError::Refused`] for bad credentials,
+    /// (retryable); [`SqlError::Config`] for a bad URL or table name, an
+    /// engine this build leaves out, a TLS mode that does not verify the
+    /// server or a TLS file that is missing or not PEM of its kind,
+    /// [`SqlError::Refused`] for bad credentials (or a login the server
+    /// refuses without TLS or a client certificate), [`SqlError::Tls`] for
+    /// a TLS handshake that failed or a server without TLS,
     /// [`SqlError::UnsupportedServer`] for a server without
     /// `SKIP LOCKED`/`RETURNING` (final); [`SqlError::Credentials`] when
     /// the password file or the credentials callback

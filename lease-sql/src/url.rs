@@ -4,6 +4,7 @@ use leasehold_core::ConfigError;
 use leasehold_core::url::{StoreUrl, duration_option, percent_decode, scheme_of, unknown_option};
 
 use crate::config::SqlConfig;
+use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::ident::TableName;
 
@@ -69,7 +70,8 @@ impl SqlConfig {
     ///
     /// Errors ([`SqlError::Config`]) name what is accepted: an unknown
     /// scheme, a missing host, a bad port, an unknown option, an invalid
-    /// table name.
+    /// table name, a TLS mode that does not verify the server (`require`,
+    /// `verify-ca`, `REQUIRED`, `VERIFY_CA`: the crate README, "TLS").
     ///
     /// ```
     /// use leasehold_sql::SqlConfig;
@@ -81,10 +83,7 @@ impl SqlConfig {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, SqlError> {
         // `sqlite:PATH` (sqlx's form without `//`) carries no authority.
-        let sqlite_short = url
-            .get(..7)
-            .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:"))
-            && !url[7..].starts_with("//");
+        let sqlite_short = sqlite_short(url).is_some_and(|rest| !rest.starts_with("//"));
         let scheme = if sqlite_short {
             "sqlite".to_owned()
         } else {
@@ -102,11 +101,18 @@ impl SqlConfig {
             if password_file.is_some() && has_password(&parts) {
                 return Err(two_passwords("password_file=PATH").into());
             }
-            let theirs = match scheme.as_str() {
-                "postgres" | "postgresql" => POSTGRES_OPTIONS,
-                _ => MYSQL_OPTIONS,
+            let (engine, theirs) = match scheme.as_str() {
+                "postgres" | "postgresql" => (Engine::Postgres, POSTGRES_OPTIONS),
+                _ => (Engine::MySql, MYSQL_OPTIONS),
             };
             check_options(parts.options().map(|(k, _)| k), theirs, &scheme)?;
+            // The TLS mode, as early as the URL is read (`connect` checks
+            // the one sqlx will use, and the files).
+            for (key, value) in parts.options() {
+                if key == "sslmode" || key == "ssl-mode" {
+                    crate::tls::mode(engine, key, value)?;
+                }
+            }
             (
                 parts.rebuild(parts.written_scheme()),
                 table,
@@ -134,13 +140,21 @@ impl SqlConfig {
     }
 }
 
+/// What follows `sqlite:` (any case) at the start of `url`, if it starts so.
+/// Split where `:` is, never at a byte count: a path may start with any
+/// character.
+fn sqlite_short(url: &str) -> Option<&str> {
+    url.split_once(':')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("sqlite"))
+        .map(|(_, rest)| rest)
+}
+
 /// The part of an SQLite URL (or plain path) that names the file.
 pub(crate) fn sqlite_path(url: &str) -> Option<&str> {
     let rest = match url.split_once("://") {
         Some((s, rest)) if s.eq_ignore_ascii_case("sqlite") => rest,
         Some(_) => return None,
-        None if url.len() >= 7 && url[..7].eq_ignore_ascii_case("sqlite:") => &url[7..],
-        None => url,
+        None => sqlite_short(url).unwrap_or(url),
     };
     Some(rest.split('?').next().unwrap_or(""))
 }
@@ -269,8 +283,8 @@ mod tests {
                 DEFAULT_OP_TIMEOUT,
             ),
             (
-                "postgresql://app@db:5433/app?sslmode=require&table=ids&op_timeout=2s",
-                "postgresql://app@db:5433/app?sslmode=require",
+                "postgresql://app@db:5433/app?sslmode=verify-full&table=ids&op_timeout=2s",
+                "postgresql://app@db:5433/app?sslmode=verify-full",
                 "ids",
                 s(2000),
             ),
@@ -284,6 +298,14 @@ mod tests {
                 "mysql://root@127.0.0.1:3306/x?ssl-mode=disabled",
                 "mysql://root@127.0.0.1:3306/x?ssl-mode=disabled",
                 DEFAULT_TABLE,
+                DEFAULT_OP_TIMEOUT,
+            ),
+            (
+                "mysql://app@db/x?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.crt&ssl-cert=/c.crt&\
+                 ssl-key=/c.key&table=t2",
+                "mysql://app@db/x?ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.crt&ssl-cert=/c.crt&\
+                 ssl-key=/c.key",
+                "t2",
                 DEFAULT_OP_TIMEOUT,
             ),
             (
@@ -368,6 +390,28 @@ mod tests {
                 "op_timeout=500ms or op_timeout=2s",
             ),
             ("postgres://app@db/app?table=Bad-Name", "invalid `table`"),
+            (
+                "postgres://app@db/app?sslmode=require",
+                "invalid `sslmode`: sslmode=require encrypts without checking the server's \
+                 certificate",
+            ),
+            (
+                "postgres://app@db/app?sslmode=verify-ca&sslrootcert=/ca.crt",
+                "checks who signed the server's certificate but not the host name",
+            ),
+            (
+                "postgres://app@db/app?ssl-mode=REQUIRE",
+                "use sslmode=verify-full",
+            ),
+            ("postgres://app@db/app?sslmode=verify_full", "no TLS mode"),
+            (
+                "mysql://root@h/x?ssl-mode=REQUIRED",
+                "invalid `ssl-mode`: ssl-mode=REQUIRED encrypts without checking",
+            ),
+            (
+                "mariadb://root@h/x?sslmode=verify_ca",
+                "use ssl-mode=VERIFY_IDENTITY",
+            ),
             ("sqlite://", "sqlite:// needs the path of the database file"),
             ("sqlite:?mode=ro", "needs the path"),
         ] {
@@ -433,6 +477,37 @@ mod tests {
             ("postgres://h/db", None),
         ] {
             assert_eq!(SqlConfig::new(url).sqlite_path(), path, "{url}");
+        }
+    }
+
+    /// A path is split where its parts are, never at a byte count: a
+    /// non-ASCII character where the scheme `sqlite:` would end (byte 7)
+    /// once made `sqlite_path` panic.
+    #[test]
+    fn non_ascii_paths_are_read_whole() {
+        for (url, path) in [
+            ("/tmp/aé.db", "/tmp/aé.db"),
+            ("sqliteé.db", "sqliteé.db"),
+            ("données/ids.sqlite", "données/ids.sqlite"),
+            ("sqlite:aé.db?mode=rwc", "aé.db"),
+            ("SQLITE:é", "é"),
+            ("sqlite://./идентификаторы.db", "./идентификаторы.db"),
+            ("🦀🦀.db", "🦀🦀.db"),
+        ] {
+            assert_eq!(SqlConfig::new(url).sqlite_path(), Some(path), "{url}");
+        }
+        for (url, passed_on) in [
+            ("sqlite:aé.db?mode=rwc&table=t", "sqlite:aé.db?mode=rwc"),
+            ("sqlite://./données.db", "sqlite://./données.db"),
+            ("sqlite:é", "sqlite:é"),
+        ] {
+            let c = SqlConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(c.url(), passed_on, "{url}");
+        }
+        // Not a scheme this backend takes, whatever follows.
+        for url in ["sqlité://x.db", "é://x"] {
+            let e = SqlConfig::from_url(url).unwrap_err().to_string();
+            assert!(e.contains("unknown scheme"), "{url}: {e}");
         }
     }
 }

@@ -1,5 +1,11 @@
 //! The behaviour suite on PostgreSQL 15, the newest PostgreSQL a wheel
-//! provides, MariaDB 10.11 and SQLite, plus the SQL-specific tests.
+//! provides, MariaDB 10.11 and SQLite, plus the SQL-specific tests; and on
+//! TLS-only PostgreSQL 15 and MariaDB servers, with the TLS tests.
+
+#[path = "conformance/tls.rs"]
+mod tls;
+
+mod damaged;
 
 use leasehold_core::Floor;
 use std::net::SocketAddr;
@@ -8,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_conformance::servers::{
-    Missing, PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, provide,
+    Missing, PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, provide, provide_tls,
 };
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_conformance::{Backend, Store, Target, ensure, fresh_pool, trials};
@@ -1325,6 +1331,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
     // durable and run with the guards on.
     let single = !backend.guard;
     let t = Target::new(label, server, Arc::new(backend)).with_revoke();
+    let t = damaged::register(t, label == "sqlite");
     let t = trials!(t;
         missing_table_is_final_and_names_ensure_pool,
         an_elector_that_can_never_lead_reports_its_final_error,
@@ -1354,6 +1361,22 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
     )
 }
 
+/// The suite on a TLS-only server, with the TLS tests.
+fn tls_target(label: &str, server: String, backend: Sql) -> Target {
+    use tls::*;
+    trials!(target(label, server, backend);
+        the_connection_is_verified_tls_with_a_client_certificate,
+        a_connection_without_tls_is_refused_and_the_fix_is_named,
+        a_server_certificate_from_an_untrusted_ca_is_refused,
+        an_expired_server_certificate_is_refused,
+        a_server_certificate_for_another_host_is_refused,
+        a_client_certificate_the_server_does_not_trust_is_refused,
+        a_missing_client_certificate_is_refused_and_named,
+        a_missing_or_wrong_file_is_a_configuration_error_naming_it,
+        unverified_tls_modes_are_refused_naming_the_verified_one,
+    )
+}
+
 fn main() -> ExitCode {
     let mut servers = Vec::new();
     let mut targets = Vec::new();
@@ -1369,10 +1392,40 @@ fn main() -> ExitCode {
                     addr: server.addr(),
                     guard: false,
                 };
-                targets.push(target(kind.name(), server.describe(), backend));
+                let t = target(kind.name(), server.describe(), backend);
+                targets.push(match kind {
+                    ServerKind::PostgresLatest => t,
+                    _ => t.with_test(
+                        "a_verified_tls_url_to_a_plain_server_does_not_fall_back",
+                        tls::a_verified_tls_url_to_a_plain_server_does_not_fall_back,
+                    ),
+                });
                 servers.push(server);
             }
             Err(missing) => targets.push(Target::missing(kind.name(), missing)),
+        }
+    }
+    // TLS only, each user known by its client certificate.
+    for (label, kind) in [
+        ("postgres15-tls", ServerKind::Postgres15),
+        ("mariadb-tls", ServerKind::MariaDb),
+    ] {
+        match provide_tls(kind) {
+            Ok(server) => {
+                let backend = Sql {
+                    url: server.url.clone(),
+                    addr: server.addr(),
+                    guard: false,
+                };
+                let shown = format!(
+                    "{} over TLS only, verified, client certificate {}",
+                    server.describe(),
+                    leasehold_conformance::tls::CLIENT_NAME
+                );
+                targets.push(tls_target(label, shown, backend));
+                servers.push(server);
+            }
+            Err(missing) => targets.push(Target::missing(label, missing)),
         }
     }
     let dir =

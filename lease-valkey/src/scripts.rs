@@ -27,7 +27,12 @@ impl Script {
 /// `floor.<slot>` (Unix ms, no TTL). Floors cross into Lua as decimal strings
 /// without leading zeros and are compared as such (longer is bigger, then
 /// byte order), which is exact for every `u64`; Lua's numbers are doubles,
-/// exact only below 2^53.
+/// exact only below 2^53. `bad_floor(fences, slot)` answers a stored floor
+/// that is not such a string (a sign, a leading zero, a letter, above
+/// `u64::MAX`), or nil: claims and renewals refuse the slot then, before
+/// they write anything, instead of reading it as 0 or raising it to their
+/// ceiling (which can be below the slot's real floor), so that it stays
+/// for an operator to repair.
 macro_rules! floor_functions {
     () => {
         r"
@@ -40,6 +45,12 @@ local function raise_floor(fences, slot, ceiling)
   local old = redis.call('HGET', fences, field) or '0'
   if above(ceiling, old) then redis.call('HSET', fences, field, ceiling) end
   return old
+end
+local function bad_floor(fences, slot)
+  local v = redis.call('HGET', fences, 'floor.' .. slot)
+  if not v or v == '0' then return nil end
+  if string.match(v, '^[1-9]%d*$') and not above(v, '18446744073709551615') then return nil end
+  return v
 end
 "
     };
@@ -114,6 +125,26 @@ local function fences_lost(fences, leases, prefix, size)
 end
 local function mark_if_lost(fences)
   if redis.call('EXISTS', fences) == 0 then redis.call('HSET', fences, 'lost', '1') end
+end
+"
+    };
+}
+
+/// `damaged_pool(fences)`: the first of the pool's records a claim relies
+/// on whose value is not whole milliseconds, as `field, value`, or nil:
+/// `span` (the restart guard's wait, `guard_functions`) and `replid_seen`
+/// (the promotion guard's, `promotion_functions`). `tonumber` would read
+/// either as 0: no wait. (`span_fsynced` read as 0 only makes a claim wait
+/// for the disk, and `next` is a hint.)
+macro_rules! damaged_functions {
+    () => {
+        r"
+local function damaged_pool(fences)
+  for _, field in ipairs({'span', 'replid_seen'}) do
+    local v = redis.call('HGET', fences, field)
+    if v and not string.match(v, '^%d+$') then return field, v end
+  end
+  return nil
 end
 "
     };
@@ -234,8 +265,9 @@ end
 
 /// The slot's next fence: `next_fence(fences, slot, secs, micros)` writes
 /// and answers `max(previous + 1, the server's TIME in µs)`; claims check
-/// `fence_usable(fences, slot)` before they write anything: the previous
-/// fence must be a number below 2^53 - 1 (Lua's numbers are doubles, exact
+/// `bad_fence(fences, slot)` (the stored fence when it is unusable, else
+/// nil) before they write anything: the previous fence must be a number
+/// below 2^53 - 1 (Lua's numbers are doubles, exact
 /// only below 2^53; the server's clock in µs is about 1.8e15, so this
 /// leaves two centuries). Seeding from the clock keeps fences
 /// rising across a loss of the fences hash (a restart without persistence,
@@ -245,11 +277,12 @@ end
 macro_rules! fence_function {
     () => {
         r"
-local function fence_usable(fences, slot)
+local function bad_fence(fences, slot)
   local old = redis.call('HGET', fences, slot)
-  if not old then return true end
+  if not old then return nil end
   local prev = tonumber(old)
-  return prev ~= nil and prev >= 0 and prev < 9007199254740991
+  if prev ~= nil and prev >= 0 and prev < 9007199254740991 then return nil end
+  return old
 end
 local function next_fence(fences, slot, secs, micros)
   local fence = (tonumber(redis.call('HGET', fences, slot) or '0') or 0) + 1
@@ -306,13 +339,17 @@ end
 /// claim recorded the pool's ID format, see `format_functions`), -1 when
 /// every slot is held, -2 when the fences hash was lost (see
 /// `fences_functions`), `{-3, ms}` while the restart or the promotion guard
-/// holds (see `guard_functions`, `promotion_functions`), `{-4, slot}` when that slot's fence is not a number
-/// below 2^53 - 1 (see `fence_function`; nothing is written then), or `{-5,
+/// holds (see `guard_functions`, `promotion_functions`), `{-4, slot, fence}` when that slot's fence is not a number
+/// below 2^53 - 1 (see `fence_function`; nothing is written then), `{-5,
 /// recorded}` when the pool recorded another ID format than the one declared
-/// (nothing is written then).
+/// (nothing is written then), or `{-6, slot, field, value}` when a record
+/// the claim relies on is damaged (`slot` -1 for a record of the pool: see
+/// `damaged_functions`; else the slot's floor: see `floor_functions`;
+/// nothing is written then).
 ///
-/// - The restart guard, then the lost fences hash, then the promotion guard,
-///   then the ID format are checked before anything else: a lost hash lost
+/// - The pool's records, then the restart guard, then the lost fences hash,
+///   then the promotion guard, then the ID format are checked before
+///   anything else: a lost hash lost
 ///   the recorded format too, another format is refused even when the pool
 ///   is full, and the promotion guard writes to the fences hash (so it comes
 ///   after the check that reads the hash's absence).
@@ -339,6 +376,7 @@ const CLAIM_HSETEX: &str = concat!(
     clock_function!(),
     holder_function!(),
     fences_functions!(),
+    damaged_functions!(),
     guard_functions!(),
     promotion_functions!(),
     fence_function!(),
@@ -346,6 +384,8 @@ const CLAIM_HSETEX: &str = concat!(
     r"
 local size = tonumber(ARGV[1])
 local span = tonumber(ARGV[6]) or 0
+local field, value = damaged_pool(KEYS[2])
+if field then return {-6, -1, field, value} end
 local wait = restarted(KEYS[2], ARGV[8], span)
 if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[2], KEYS[1], ARGV[5], size) then return -2 end
@@ -360,7 +400,10 @@ for i = 0, size - 1 do
   local s = (start + i) % size
   local f = tostring(s)
   if redis.call('HEXISTS', KEYS[1], f) == 0 and redis.call('EXISTS', ARGV[5] .. f) == 0 then
-    if not fence_usable(KEYS[2], f) then return {-4, s} end
+    local bad = bad_fence(KEYS[2], f)
+    if bad then return {-4, s, bad} end
+    bad = bad_floor(KEYS[2], f)
+    if bad then return {-6, s, 'floor.' .. f, bad} end
     local ok = redis.call('HSETEX', KEYS[1], 'FNX', 'PX', ARGV[2], 'FIELDS', 2,
       f, ARGV[3], 'token.' .. f .. '.' .. ARGV[3], f)
     if ok == 1 then
@@ -385,13 +428,16 @@ return -1
 /// still holds our token, and then raises the slot's floor to the ceiling
 /// (marking the fences hash lost first if it is gone); otherwise changes
 /// nothing. Returns `{1, secs, micros}` (the server's `TIME`) when renewed,
-/// 0 when not held.
+/// 0 when not held, `{-6, floor}` when the slot's floor is damaged (see
+/// `floor_functions`; nothing is written then).
 const RENEW_HSETEX: &str = concat!(
     floor_functions!(),
     clock_function!(),
     fences_functions!(),
     r"
 if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+local bad = bad_floor(KEYS[2], ARGV[1])
+if bad then return {-6, bad} end
 local ok = redis.call('HSETEX', KEYS[1], 'FXX', 'PX', ARGV[3], 'FIELDS', 2,
   ARGV[1], ARGV[2], 'token.' .. ARGV[1] .. '.' .. ARGV[2], ARGV[1])
 if ok ~= 1 then return 0 end
@@ -483,6 +529,7 @@ const CLAIM_SCRIPTS: &str = concat!(
     clock_function!(),
     holder_function!(),
     fences_functions!(),
+    damaged_functions!(),
     guard_functions!(),
     promotion_functions!(),
     fence_function!(),
@@ -490,6 +537,8 @@ const CLAIM_SCRIPTS: &str = concat!(
     r"
 local size = tonumber(ARGV[1])
 local span = tonumber(ARGV[6]) or 0
+local field, value = damaged_pool(KEYS[1])
+if field then return {-6, -1, field, value} end
 local wait = restarted(KEYS[1], ARGV[8], span)
 if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[1], KEYS[2], ARGV[4], size) then return -2 end
@@ -503,7 +552,10 @@ for i = 0, size - 1 do
   local s = (start + i) % size
   local f = tostring(s)
   if redis.call('HEXISTS', KEYS[2], f) == 0 and redis.call('EXISTS', ARGV[4] .. f) == 0 then
-    if not fence_usable(KEYS[1], f) then return {-4, s} end
+    local bad = bad_fence(KEYS[1], f)
+    if bad then return {-4, s, bad} end
+    bad = bad_floor(KEYS[1], f)
+    if bad then return {-6, s, 'floor.' .. f, bad} end
     if redis.call('SET', ARGV[4] .. f, ARGV[3], 'NX', 'PX', ARGV[2]) then
       local secs, micros = now()
       redis.call('HSET', KEYS[1], 'next', tostring(s + 1))
@@ -524,13 +576,16 @@ return -1
 /// hex, ttl ms, slot, ceiling (Unix ms). Raises the slot's floor to the
 /// ceiling when it extends (marking the fences hash lost first if it is
 /// gone) and returns `{1, secs, micros}` (the server's `TIME`); changes
-/// nothing and returns 0 otherwise.
+/// nothing and returns 0 otherwise, or `{-6, floor}` when it holds the slot
+/// but the slot's floor is damaged (see `floor_functions`).
 const RENEW_SCRIPTS: &str = concat!(
     floor_functions!(),
     clock_function!(),
     fences_functions!(),
     r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
+  local bad = bad_floor(KEYS[2], ARGV[3])
+  if bad then return {-6, bad} end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   mark_if_lost(KEYS[2])
   raise_floor(KEYS[2], ARGV[3], ARGV[4])

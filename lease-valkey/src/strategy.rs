@@ -2,11 +2,13 @@
 //! implementation. Each operation lives in a file of its own: `connect`
 //! (connection and server probe), `claim`, `renew` (renewal and release),
 //! `inspect` (inspect and revoke), `wait` (what a claim or renewal waits
-//! for after its mark), and `answers` (reading the scripts' answers).
+//! for after its mark), `answers` (reading the scripts' answers) and
+//! `damaged` (what is said of a record the scripts cannot trust).
 
 mod answers;
 mod claim;
 mod connect;
+mod damaged;
 mod inspect;
 mod renew;
 mod wait;

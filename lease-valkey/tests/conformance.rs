@@ -3,6 +3,8 @@
 //! 8.1 through Sentinel (a primary, a replica, three Sentinels); and on a
 //! Valkey 8.1 Cluster (three primaries with a replica each).
 
+mod damaged;
+
 use leasehold_core::Floor;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -2017,6 +2019,7 @@ fn target(kind: ServerKind, method: Method, path: ActivePath) -> (Target, Option
         a_lost_fences_hash_refuses_claims_of_every_id_format,
         wait_without_replicas_refuses,
     );
+    let t = damaged::register(t);
     let t = if find_binary(kind).is_some() {
         trials!(t;
             evicting_server_is_refused_unless_allowed,

@@ -577,3 +577,28 @@ fn kube_error(shown: &str, e: KubeError) -> ConnectError {
         },
     }
 }
+
+#[cfg(all(test, feature = "_sql"))]
+mod tests {
+    use super::*;
+
+    /// A TLS failure at connect (an expired or untrusted certificate, a
+    /// client certificate refused) is final, in the backend's words.
+    #[test]
+    fn a_tls_refusal_is_final_and_keeps_its_cause_and_fix() {
+        let e = sql_error(
+            "postgres://h/db",
+            SqlError::Tls {
+                what: "connecting to postgres://h/db: the server's certificate has expired".into(),
+                fix: "renew the server's certificate".into(),
+            },
+        );
+        assert!(matches!(e, ConnectError::Refused { .. }), "{e:?}");
+        assert!(!e.is_retryable());
+        assert!(
+            e.to_string()
+                .ends_with("has expired; renew the server's certificate"),
+            "{e}"
+        );
+    }
+}

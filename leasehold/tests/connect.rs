@@ -130,6 +130,43 @@ fn refusals_name_the_fix() {
     );
 }
 
+/// A URL that asks for TLS is checked before anything is sent: the modes
+/// that do not verify the server are refused naming the one that does, and
+/// a file it names that is not there is named with its option.
+#[cfg(all(feature = "postgres", feature = "mysql"))]
+#[tokio::test]
+async fn a_tls_url_that_cannot_be_verified_is_refused_naming_the_fix() {
+    for (url, fix) in [
+        (
+            "postgres://u@h/db?sslmode=require",
+            "use sslmode=verify-full",
+        ),
+        (
+            "mysql://u@h/db?ssl-mode=REQUIRED",
+            "use ssl-mode=VERIFY_IDENTITY",
+        ),
+    ] {
+        let e = refusal(url);
+        assert!(matches!(e, ConnectError::BadUrl { .. }), "{url}: {e:?}");
+        assert!(e.to_string().contains(fix), "{url}: {e}");
+    }
+    let url = "postgres://u@127.0.0.1:1/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt";
+    let e = StoreConfig::from_url(url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ConnectError::BadUrl { .. }) && !e.is_retryable(),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .contains("sslrootcert=/nonexistent/ca.crt: no such file"),
+        "{e}"
+    );
+}
+
 /// Every store whose feature is off is refused with the feature to turn on.
 #[test]
 fn a_store_left_out_of_the_build_names_its_feature() {
@@ -282,4 +319,25 @@ async fn a_credential_source_is_refused_where_no_password_is_taken() {
             "{e}"
         );
     }
+}
+
+/// The `etcd` feature brings TLS: `etcds://` reads its certificate files
+/// (a missing one is named with its option), and is not refused for want
+/// of a feature.
+#[cfg(feature = "etcd")]
+#[test]
+fn etcds_urls_are_read_with_tls_compiled_in() {
+    let pki = leasehold_conformance::tls::Pki::shared().expect("test certificates");
+    let url = format!(
+        "etcds://h:2379?ca={}&cert={}&key={}",
+        pki.ca.display(),
+        pki.client.cert.display(),
+        pki.client.key.display()
+    );
+    assert_eq!(kind(&url), "etcd");
+    let text = refusal("etcds://h?ca=/nonexistent/ca.crt").to_string();
+    assert!(
+        text.contains("cannot read ca=/nonexistent/ca.crt"),
+        "{text}"
+    );
 }

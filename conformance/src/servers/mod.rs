@@ -17,6 +17,7 @@ mod containers;
 mod discovery;
 mod kinds;
 mod local;
+mod pins;
 mod processes;
 mod server;
 mod settings;
@@ -28,13 +29,19 @@ pub use kinds::{
     VALKEY8_SENTINEL_LABEL, labels, wheels,
 };
 pub use local::{free_port, free_ports};
+pub use pins::{Pin, REQUIREMENTS, REQUIREMENTS_FILE, normalise, pins};
 pub use server::{Detached, Origin, Server};
 pub use settings::Settings;
 
 /// The report labels of the behaviour suite on TLS-only servers
 /// ([`provide_tls`]) and on the fake Kubernetes API server over HTTPS, each
 /// reached with a client certificate.
-pub const TLS_LABELS: &[&str] = &[];
+pub const TLS_LABELS: &[&str] = &[
+    "postgres15-tls",              // lease-sql/tests/conformance.rs
+    "mariadb-tls",                 // lease-sql/tests/conformance.rs
+    "etcd35-mtls",                 // etcd 3.5, clients over TLS only with certificates
+    "k8s (fake API server, mTLS)", // the FAKE API server over HTTPS, client certificates
+];
 
 use containers::{docker_probe, start_container};
 use local::start_local;
@@ -153,6 +160,34 @@ pub fn provide_with(kind: ServerKind, settings: Settings) -> Result<Server, Prov
 /// otherwise. No URL from the environment or container stands in for it.
 /// Prints one loud line saying what was used.
 pub fn provide_tls(kind: ServerKind) -> Result<Server, Missing> {
+    tls_only(kind, crate::tls::Pki::shared())
+}
+
+/// [`provide_tls`], but the server presents `server` (one of the shared
+/// [`Pki`](crate::tls::Pki)'s server certificates, such as
+/// [`Pki::expired`](crate::tls::Pki::expired) or
+/// [`Pki::wrong_host`](crate::tls::Pki::wrong_host)) instead of
+/// [`Pki::server`](crate::tls::Pki::server): for the tests of a client
+/// that must refuse it. Its [`Server::url`] is the same shape as
+/// [`provide_tls`]'s.
+pub fn provide_tls_presenting(
+    kind: ServerKind,
+    server: impl FnOnce(&crate::tls::Pki) -> &crate::tls::Pair,
+) -> Result<Server, Missing> {
+    let pki = crate::tls::Pki::shared().map(|pki| {
+        // A restart reads the files again: the value lives as long as the
+        // process (a few hundred bytes per server started).
+        let presenting: &'static crate::tls::Pki = Box::leak(Box::new(pki.presenting(server(pki))));
+        presenting
+    });
+    tls_only(kind, pki)
+}
+
+/// Starts a TLS-only server of `kind` with the certificates `pki`.
+fn tls_only(
+    kind: ServerKind,
+    pki: Result<&'static crate::tls::Pki, String>,
+) -> Result<Server, Missing> {
     let mut tried = vec![format!(
         "${}: not read for a TLS-only server",
         kind.env_var()
@@ -160,7 +195,7 @@ pub fn provide_tls(kind: ServerKind) -> Result<Server, Missing> {
     let started = match (kind.row().launch.tls_url, find_binary(kind)) {
         (None, _) => Err(format!("no TLS-only {kind} server can be started here")),
         (_, None) => Err(format!("local binary: not found ({})", kind.install_hint())),
-        (Some(_), Some(bin)) => crate::tls::Pki::shared().and_then(|pki| {
+        (Some(_), Some(bin)) => pki.and_then(|pki| {
             start_local(kind, &bin, Settings::Fast, Some(pki))
                 .map_err(|e| format!("local binary {}: failed to start: {e}", bin.display()))
         }),

@@ -53,7 +53,7 @@ impl Server {
     pub fn addr(&self) -> Option<SocketAddr> {
         let rest = self.url.split_once("://")?.1;
         let host_port = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
-        let host_port = host_port.split('/').next()?;
+        let host_port = host_port.split(['/', '?']).next()?;
         std::net::ToSocketAddrs::to_socket_addrs(host_port)
             .ok()?
             .next()

@@ -1,7 +1,9 @@
 //! The etcd backend for the suite, and helpers shared by the etcd tests.
 
 pub(crate) mod cluster;
+pub(crate) mod damaged;
 pub(crate) mod tests;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,9 +14,11 @@ use leasehold_conformance::{Backend, Store};
 use leasehold_core::{BoxFuture, PoolSpec};
 use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
-/// What the suite knows of an etcd server: its URL.
+/// What the suite knows of an etcd server: its store URL.
 #[derive(Clone)]
 pub(crate) struct EtcdBackend {
+    /// `etcd://HOST:PORT`, or `etcds://HOST:PORT?ca=…&cert=…&key=…` for a
+    /// server that takes TLS only.
     pub(crate) url: String,
     pub(crate) addr: Option<SocketAddr>,
     pub(crate) kind: ServerKind,
@@ -23,14 +27,28 @@ pub(crate) struct EtcdBackend {
 impl EtcdBackend {
     pub(crate) fn new(server: &Server) -> Self {
         Self {
-            url: server.url.clone(),
+            url: server.store_url(),
             addr: server.addr(),
             kind: server.kind,
         }
     }
 
+    /// The configuration of this server's URL.
+    pub(crate) fn config(&self) -> Result<EtcdConfig, String> {
+        EtcdConfig::from_url(&self.url).map_err(|e| e.to_string())
+    }
+
+    /// The configuration of this server's URL with `addr` (a fault proxy)
+    /// in place of the server's address; TLS still verifies the server's
+    /// certificate, which names 127.0.0.1.
+    pub(crate) fn config_via(&self, addr: SocketAddr) -> Result<EtcdConfig, String> {
+        let own = self.addr.ok_or("no store address")?;
+        let url = self.url.replacen(&own.to_string(), &addr.to_string(), 1);
+        EtcdConfig::from_url(&url).map_err(|e| e.to_string())
+    }
+
     pub(crate) async fn leases(&self) -> Result<EtcdStrategy, String> {
-        EtcdStrategy::connect(EtcdConfig::new([self.url.clone()]))
+        EtcdStrategy::connect(self.config()?)
             .await
             .map_err(|e| e.to_string())
     }
@@ -47,13 +65,9 @@ impl Backend for EtcdBackend {
         op_timeout: Duration,
     ) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
-            let leases = EtcdStrategy::connect(
-                EtcdConfig::from_url(&format!("etcd://{addr}"))
-                    .map_err(|e| e.to_string())?
-                    .op_timeout(op_timeout),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            let leases = EtcdStrategy::connect(self.config_via(addr)?.op_timeout(op_timeout))
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(Arc::new(leases) as Store)
         })
     }

@@ -30,6 +30,7 @@ pub(crate) fn register(target: Target) -> Target {
         floor_key_outlives_the_slot_key_and_ignores_non_owners,
         acquire_is_two_round_trips_while_candidates_are_free,
         credentials_pass_through_and_are_never_shown,
+        tls_to_a_plain_text_server_says_so,
     )
 }
 
@@ -47,7 +48,7 @@ async fn delete_behind_the_back(b: &EtcdBackend, key: &str) -> Result<(), String
 
 /// A lease deleted behind the holder's back is reported by the watch within
 /// 1 s, and the next renewal answers `Lost` without asking etcd.
-async fn watch_reports_a_deleted_key(b: Arc<EtcdBackend>) -> Result<(), String> {
+pub(crate) async fn watch_reports_a_deleted_key(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = fresh_pool(4, Duration::from_secs(30))?;
     let grant = leases
@@ -129,13 +130,14 @@ async fn watch_reports_a_rewritten_key(b: Arc<EtcdBackend>) -> Result<(), String
 
 /// Dropped connections are not a loss: the watch reconnects, and still
 /// reports the deletion that follows.
-async fn watch_survives_dropped_connections_then_reports_loss(
+pub(crate) async fn watch_survives_dropped_connections_then_reports_loss(
     b: Arc<EtcdBackend>,
 ) -> Result<(), String> {
     let addr = b.addr.ok_or("no store address")?;
     let proxy = FaultProxy::start(addr).await.map_err(|e| e.to_string())?;
     let leases = EtcdStrategy::connect(
-        EtcdConfig::new([format!("http://{}", proxy.addr())]).op_timeout(Duration::from_secs(1)),
+        b.config_via(proxy.addr())?
+            .op_timeout(Duration::from_secs(1)),
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -165,7 +167,7 @@ async fn watch_survives_dropped_connections_then_reports_loss(
 /// closes and the manager moves to Lost because the **watch** reported it
 /// (its reason, not a renewal's: renewals run every 3 s), then the manager
 /// re-acquires a new lease.
-async fn guard_closes_the_manager_gate_when_the_watch_sees_a_deletion(
+pub(crate) async fn guard_closes_the_manager_gate_when_the_watch_sees_a_deletion(
     b: Arc<EtcdBackend>,
 ) -> Result<(), String> {
     let leases = b.leases().await?;
@@ -836,4 +838,35 @@ async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Re
     }
     drop(server);
     Ok(())
+}
+
+/// `etcds://` to a server that takes plain text only: the handshake is cut
+/// off, and the error says the server answers without TLS, and what to do.
+/// Nothing falls back to plain text.
+async fn tls_to_a_plain_text_server_says_so(b: Arc<EtcdBackend>) -> Result<(), String> {
+    let pki = leasehold_conformance::tls::Pki::shared()?;
+    let addr = b.addr.ok_or("no store address")?;
+    let url = format!(
+        "etcds://{addr}?ca={}&cert={}&key={}",
+        pki.ca.display(),
+        pki.client.cert.display(),
+        pki.client.key.display()
+    );
+    let config = EtcdConfig::from_url(&url).map_err(|e| e.to_string())?;
+    match EtcdStrategy::connect(config).await {
+        Err(e @ EtcdError::Tls { .. }) => {
+            let text = e.to_string();
+            for needle in [
+                &format!("the server at {addr} takes plain text only"),
+                "turn TLS on in the server",
+                "write etcd://",
+            ] {
+                ensure!(text.contains(needle), "{needle:?} missing from: {text}");
+            }
+            eprintln!("refused, as it should be: {text}");
+            Ok(())
+        }
+        Err(e) => Err(format!("not a TLS error: {e}")),
+        Ok(_) => Err(format!("{url} connected to a plain-text server")),
+    }
 }

@@ -3,6 +3,7 @@
 #![deny(missing_docs)]
 
 mod faults;
+mod https;
 mod store;
 
 use std::convert::Infallible;
@@ -17,6 +18,7 @@ use hyper::{Request, Response};
 use serde_json::{Value, json};
 
 pub use faults::{Fault, Faults, Verb};
+pub use https::Https;
 use store::{Answer, Store, failure};
 pub use store::{RvFormat, is_dns1123_subdomain, is_micro_time};
 
@@ -31,6 +33,16 @@ struct Shared {
     store: Mutex<Store>,
     faults: Faults,
     requests: [AtomicU64; 7],
+    /// Requests answered 401 (no certificate the client CA signed, no
+    /// known token).
+    unauthorized: AtomicU64,
+}
+
+/// How connections are served: plain HTTP, or HTTPS with authentication.
+#[derive(Clone)]
+enum Serve {
+    Plain,
+    Https(tokio_rustls::TlsAcceptor, Arc<https::Auth>),
 }
 
 impl Shared {
@@ -55,21 +67,38 @@ fn verb_index(verb: Verb) -> usize {
 /// dropped. Usable from any runtime (or none).
 pub struct FakeApiServer {
     addr: SocketAddr,
+    https: bool,
     shared: Arc<Shared>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl FakeApiServer {
-    /// Starts a fake on a free loopback port, with the namespace `default`.
+    /// Starts a fake on a free loopback port, with the namespace `default`,
+    /// over plain HTTP without authentication.
     pub fn start() -> std::io::Result<Self> {
+        Self::serve(Serve::Plain)
+    }
+
+    /// Starts a fake that takes HTTPS only, as a kube-apiserver does: its
+    /// certificate from `https`, and every request authenticated by a
+    /// client certificate the client CA signed or by a known bearer token,
+    /// else answered 401 (see [`Https`]).
+    pub fn start_https(https: Https) -> std::io::Result<Self> {
+        let (acceptor, auth) = https::setup(&https)?;
+        Self::serve(Serve::Https(acceptor, Arc::new(auth)))
+    }
+
+    fn serve(serve: Serve) -> std::io::Result<Self> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
+        let https = matches!(serve, Serve::Https(..));
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::new()),
             faults: Faults::default(),
             requests: Default::default(),
+            unauthorized: AtomicU64::new(0),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let serving = shared.clone();
@@ -85,13 +114,14 @@ impl FakeApiServer {
                     let listener = tokio::net::TcpListener::from_std(listener)
                         .expect("fake API server socket");
                     tokio::select! {
-                        () = accept_loop(listener, serving) => {}
+                        () = accept_loop(listener, serving, serve) => {}
                         _ = stopped => {}
                     }
                 });
             })?;
         Ok(Self {
             addr,
+            https,
             shared,
             stop: Some(stop),
             thread: Some(thread),
@@ -103,14 +133,21 @@ impl FakeApiServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>`, or `https://…` for one started with
+    /// [`FakeApiServer::start_https`].
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// One line for reports; always says "fake".
     pub fn describe(&self) -> String {
         format!("{DESCRIPTION} at {}", self.url())
+    }
+
+    /// Requests answered 401 so far (HTTPS only).
+    pub fn unauthorized(&self) -> u64 {
+        self.shared.unauthorized.load(Ordering::Relaxed)
     }
 
     /// The fault switches.
@@ -197,29 +234,89 @@ impl std::fmt::Debug for FakeApiServer {
     }
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(listener: tokio::net::TcpListener, shared: Arc<Shared>, serve: Serve) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let shared = shared.clone();
+        let (shared, serve) = (shared.clone(), serve.clone());
         connections.spawn(async move {
-            // A handler that must drop the connection sends on `kill`; the
-            // connection future is then dropped, which closes the socket.
-            let (kill, mut killed) = tokio::sync::mpsc::channel::<()>(1);
-            let service = hyper::service::service_fn(move |req| {
-                let (shared, kill) = (shared.clone(), kill.clone());
-                async move { Ok::<_, Infallible>(handle(&shared, req, &kill).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            tokio::select! {
-                _ = conn => {}
-                _ = killed.recv() => {}
+            match serve {
+                Serve::Plain => connection(stream, shared, None).await,
+                Serve::Https(acceptor, auth) => {
+                    let Some(stream) = handshake(stream, &acceptor).await else {
+                        return;
+                    };
+                    let chain = stream.get_ref().1.peer_certificates().map(<[_]>::to_vec);
+                    let judge = Judge { auth, chain };
+                    connection(stream, shared, Some(Arc::new(judge))).await;
+                }
             }
         });
         while connections.try_join_next().is_some() {}
+    }
+}
+
+/// The TLS handshake of one connection; a plain HTTP request is answered as
+/// Go's `net/http` answers it on a TLS port, and nothing is served.
+async fn handshake(
+    stream: tokio::net::TcpStream,
+    acceptor: &tokio_rustls::TlsAcceptor,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    use tokio::io::AsyncWriteExt;
+    let mut first = [0u8; 5];
+    let seen = stream.peek(&mut first).await.ok()?;
+    if https::looks_like_http(&first[..seen]) {
+        let mut stream = stream;
+        let _ = stream.write_all(https::PLAIN_ON_TLS_PORT).await;
+        let _ = stream.shutdown().await;
+        return None;
+    }
+    acceptor.accept(stream).await.ok()
+}
+
+/// What an HTTPS connection showed, judged for each of its requests.
+struct Judge {
+    auth: Arc<https::Auth>,
+    chain: Option<Vec<rustls::pki_types::CertificateDer<'static>>>,
+}
+
+impl Judge {
+    fn allows(&self, req: &Request<Incoming>) -> bool {
+        let authorization = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        self.auth.allows(self.chain.as_deref(), authorization)
+    }
+}
+
+/// Serves one connection's requests.
+async fn connection<S>(stream: S, shared: Arc<Shared>, judge: Option<Arc<Judge>>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    // A handler that must drop the connection sends on `kill`; the
+    // connection future is then dropped, which closes the socket.
+    let (kill, mut killed) = tokio::sync::mpsc::channel::<()>(1);
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let (shared, kill, judge) = (shared.clone(), kill.clone(), judge.clone());
+        async move {
+            if let Some(judge) = &judge
+                && !judge.allows(&req)
+            {
+                shared.unauthorized.fetch_add(1, Ordering::Relaxed);
+                return Ok::<_, Infallible>(respond(failure(401, "Unauthorized", "Unauthorized")));
+            }
+            Ok::<_, Infallible>(handle(&shared, req, &kill).await)
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::select! {
+        _ = conn => {}
+        _ = killed.recv() => {}
     }
 }
 

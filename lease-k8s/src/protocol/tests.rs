@@ -100,7 +100,7 @@ fn a_released_slot_is_taken_at_once_on_its_resource_version() {
     let choice = choose(&slots(&[(0, free.clone())]), 0..1, now, |_, _, _| None);
     assert_eq!(choice.candidates, vec![(0, free.clone())]);
     assert_eq!(
-        slot_state(&lease(0, "41", "", 1)),
+        slot_state(&lease(0, "41", "", 1)).unwrap(),
         Slot::Free {
             rv: "41".to_owned(),
             floor: 500,
@@ -167,7 +167,7 @@ fn a_lease_not_seen_at_its_resource_version_is_not_taken() {
 #[test]
 fn a_revoked_tombstone_is_respected_until_it_expires() {
     let tombstone = lease(0, "41", &format!("revoked/app_{TOKEN}"), 10);
-    let state = slot_state(&tombstone);
+    let state = slot_state(&tombstone).unwrap();
     assert!(matches!(&state, Slot::Held { holder, .. } if holder.starts_with("revoked/")));
     let list = slots(&[(0, state.clone())]);
     let seen = Instant::now();
@@ -189,12 +189,12 @@ fn the_format_record_is_never_a_slot() {
         },
         "spec": {},
     });
-    let listed = parse_list(&pool(4), &json!({"items": [record.clone()]})).unwrap();
+    let listed = parse_list(&pool(4), "default", &json!({"items": [record.clone()]})).unwrap();
     assert_eq!(listed.format.as_deref(), Some("ids/v1"));
     assert!(listed.slots.is_empty() && listed.raw.is_empty());
     // Not even with a slot label copied onto it.
     record["metadata"]["labels"]["leasehold/slot"] = json!("0");
-    let listed = parse_list(&pool(4), &json!({"items": [record]})).unwrap();
+    let listed = parse_list(&pool(4), "default", &json!({"items": [record]})).unwrap();
     assert!(listed.slots.is_empty());
     // So slot 0 is absent, and a claim creates it.
     let choice = choose(&listed.slots, 0..1, Instant::now(), |_, _, _| None);
@@ -206,7 +206,7 @@ fn a_listed_lease_is_a_slot_only_under_its_own_name() {
     let mut copied = lease_json(1, "9", "", 1);
     copied["metadata"]["name"] = json!("something-else");
     let items = json!({"items": [lease_json(0, "8", &format!("app_{TOKEN}"), 10), copied]});
-    let listed = parse_list(&pool(4), &items).unwrap();
+    let listed = parse_list(&pool(4), "default", &items).unwrap();
     assert_eq!(listed.format, None);
     assert_eq!(listed.slots.len(), 1);
     assert_eq!(listed.slots[&0], held("8", 10));
@@ -216,10 +216,10 @@ fn a_listed_lease_is_a_slot_only_under_its_own_name() {
 #[test]
 fn slots_outside_the_pool_are_left_out_once_their_resource_version_is_read() {
     let items = json!({"items": [lease_json(5, "8", "", 1)]});
-    let listed = parse_list(&pool(4), &items).unwrap();
+    let listed = parse_list(&pool(4), "default", &items).unwrap();
     assert!(listed.slots.is_empty());
     let bad = json!({"items": [lease_json(5, "opaque", "", 1)]});
-    let e = parse_list(&pool(4), &bad).unwrap_err();
+    let e = parse_list(&pool(4), "default", &bad).unwrap_err();
     assert!(matches!(e, AcquireError::UnsupportedServer { .. }), "{e}");
 }
 
@@ -227,7 +227,7 @@ fn slots_outside_the_pool_are_left_out_once_their_resource_version_is_read() {
 fn a_resource_version_that_is_not_an_integer_is_final() {
     assert_eq!(parse_rv("123").unwrap(), 123);
     let items = json!({"items": [lease_json(0, "abc", "", 1)]});
-    let e = parse_list(&pool(4), &items).unwrap_err();
+    let e = parse_list(&pool(4), "default", &items).unwrap_err();
     assert!(!e.is_retryable());
     assert!(e.to_string().contains("\"abc\""), "{e}");
 }
@@ -376,4 +376,80 @@ fn a_revoke_writes_a_tombstone_with_the_holders_fence() {
     // A holder not written by leasehold: no fence to record.
     let patch = revoke_patch(&lease(0, "41", "someone", 10)).unwrap();
     assert_eq!(patch["metadata"].get("annotations"), None);
+}
+
+/// An unreadable floor annotation is refused, naming the slot, never read
+/// as 0 (the next holder would issue what earlier ones stamped); an absent
+/// one is a Lease never claimed with a floor: 0, as in every store.
+#[test]
+fn an_unreadable_floor_annotation_refuses_the_pool() {
+    for bad in ["-5", "abc", "1.5", "+5", "", "18446744073709551616", " 5"] {
+        let mut item = lease_json(2, "8", "", 1);
+        item["metadata"]["annotations"]["leasehold/floor"] = json!(bad);
+        let e = parse_list(&pool(4), "ns1", &json!({"items": [item]})).unwrap_err();
+        assert!(
+            matches!(e, AcquireError::DamagedRecord { slot: Some(2), .. }),
+            "{bad:?}: {e:?}"
+        );
+        assert!(!e.is_retryable());
+        let text = e.to_string();
+        for needle in [
+            "slot 2",
+            "leasehold-ids-2",
+            "ns1",
+            &format!("{bad:?}"),
+            "kubectl annotate lease -n ns1 leasehold-ids-2 leasehold/floor=",
+        ] {
+            assert!(text.contains(needle), "{bad:?}: {needle} missing: {text}");
+        }
+    }
+    let mut item = lease_json(2, "8", "", 1);
+    item["metadata"]["annotations"] = json!({});
+    let listed = parse_list(&pool(4), "ns1", &json!({"items": [item]})).unwrap();
+    assert!(matches!(listed.slots[&2], Slot::Free { floor: 0, .. }));
+    let mut item = lease_json(2, "8", "", 1);
+    item["metadata"]["annotations"]["leasehold/floor"] = json!("18446744073709551615");
+    let listed = parse_list(&pool(4), "ns1", &json!({"items": [item]})).unwrap();
+    assert!(matches!(
+        listed.slots[&2],
+        Slot::Free {
+            floor: u64::MAX,
+            ..
+        }
+    ));
+}
+
+/// A Lease at the largest resourceVersion a fence can be could not be
+/// followed by a bigger fence: refused, naming the slot.
+#[test]
+fn a_resource_version_at_the_largest_fence_refuses_the_pool() {
+    let items = json!({"items": [lease_json(1, "18446744073709551615", "", 1)]});
+    let e = parse_list(&pool(4), "default", &items).unwrap_err();
+    assert!(
+        matches!(e, AcquireError::DamagedRecord { slot: Some(1), .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("18446744073709551615"), "{e}");
+    let items = json!({"items": [lease_json(1, "18446744073709551614", "", 1)]});
+    assert!(parse_list(&pool(4), "default", &items).is_ok());
+}
+
+/// A format record without a format is refused, never read as the empty
+/// format.
+#[test]
+fn a_format_record_without_a_format_refuses_the_pool() {
+    let record = json!({
+        "metadata": {
+            "name": "leasehold-ids-format",
+            "resourceVersion": "7",
+            "labels": {"leasehold/pool": "ids"},
+        },
+        "spec": {},
+    });
+    let e = parse_list(&pool(4), "default", &json!({"items": [record]})).unwrap_err();
+    assert!(
+        matches!(e, AcquireError::DamagedRecord { slot: None, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("leasehold/id-format"), "{e}");
 }

@@ -1,6 +1,8 @@
 //! Backends for the suite: the fake API server and a real cluster.
 
+pub(crate) mod damaged;
 pub(crate) mod tests;
+pub(crate) mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,27 +23,55 @@ pub(crate) const REAL_LABEL: &str = servers::K8S_REAL_LABEL;
 #[derive(Clone)]
 pub(crate) struct FakeBackend {
     pub(crate) fake: Arc<FakeApiServer>,
+    /// Over HTTPS: the kubeconfig the suite connects with, as a user would.
+    pub(crate) kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig's directory, removed when the last clone goes.
+    _files: Option<Arc<tls::Kubeconfig>>,
 }
 
 impl FakeBackend {
     pub(crate) fn start() -> Self {
         Self {
             fake: Arc::new(FakeApiServer::start().expect("the fake API server starts")),
+            kubeconfig: None,
+            _files: None,
         }
     }
 
+    /// A fake that takes HTTPS only and authenticates every request,
+    /// reached through a kubeconfig with the CA and a client certificate
+    /// (see [`tls`]).
+    pub(crate) fn start_https() -> Result<Self, String> {
+        let fake = tls::https_fake(&tls::pki()?.server)?;
+        let files = tls::Kubeconfig::new(&fake.url())?;
+        Ok(Self {
+            fake: Arc::new(fake),
+            kubeconfig: Some(files.client_certificate()?),
+            _files: Some(Arc::new(files)),
+        })
+    }
+
     /// `leasehold-k8s-fake <version> (fake API server in process at <address>; not a
-    /// kube-apiserver)`.
+    /// kube-apiserver)`, and how it is reached over HTTPS.
     pub(crate) fn describe(&self) -> String {
+        let https = if self.kubeconfig.is_some() {
+            " over HTTPS, reached with a client certificate through a kubeconfig"
+        } else {
+            ""
+        };
         format!(
-            "leasehold-k8s-fake {} (fake API server in process at {}; not a kube-apiserver)",
+            "leasehold-k8s-fake {} (fake API server in process at {}{https}; not a \
+             kube-apiserver)",
             env!("CARGO_PKG_VERSION"),
             self.fake.addr()
         )
     }
 
     pub(crate) fn config(&self) -> KubeConfig {
-        KubeConfig::url(self.fake.url()).namespace("default")
+        match &self.kubeconfig {
+            Some(path) => KubeConfig::from_kubeconfig(path).namespace("default"),
+            None => KubeConfig::url(self.fake.url()).namespace("default"),
+        }
     }
 
     pub(crate) async fn strategy(&self) -> Result<KubeStrategy, String> {
@@ -65,10 +95,16 @@ impl Backend for FakeBackend {
         op_timeout: Duration,
     ) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
-            let config = KubeConfig::from_url(&format!("k8s://{addr}"))
-                .map_err(|e| e.to_string())?
-                .namespace("default")
-                .op_timeout(op_timeout);
+            let config = match &self.kubeconfig {
+                // The kubeconfig's server moved to the proxy; TLS still
+                // verifies the certificate, which names 127.0.0.1.
+                Some(path) => KubeConfig::from_kube(tls::kube_config_at(path, addr).await?),
+                None => {
+                    KubeConfig::from_url(&format!("k8s://{addr}")).map_err(|e| e.to_string())?
+                }
+            }
+            .namespace("default")
+            .op_timeout(op_timeout);
             let s: Store = Arc::new(
                 KubeStrategy::connect(config)
                     .await

@@ -45,6 +45,13 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                         Ok(None) => {}
                         Err(f) => return Err(self.to_sql_error(f).await.into()),
                     }
+                    // The lowest free slot holds a floor or fence no claim
+                    // can trust: final, until an operator repairs it.
+                    match self.damaged_slot(pool).await {
+                        Ok(Some(damaged)) => return Err(damaged),
+                        Ok(None) => {}
+                        Err(f) => return Err(self.to_sql_error(f).await.into()),
+                    }
                     let rows = match self.count_rows(pool).await {
                         Ok(n) => n,
                         Err(f) => return Err(self.to_sql_error(f).await.into()),
@@ -165,7 +172,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 self.fetch_one(q).await?.try_get(0)
             })
             .await?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        u64::try_from(n).map_err(|_| Failure::Final(format!("count pool rows: COUNT(*) was {n}")))
     }
 });
 
@@ -222,13 +229,20 @@ where
     let floor: i64 = row
         .try_get(2)
         .map_err(|e| D::classify("acquire: decoding grant_floor_ms", &e))?;
+    // The claim takes only a slot whose floor is from 0 (`usable_floor`).
+    let floor = u64::try_from(floor).map_err(|_| {
+        Failure::Final(format!(
+            "acquire: the claim answered the negative floor {floor} although it claims only a \
+             slot whose floor is from 0"
+        ))
+    })?;
     let now: i64 = row
         .try_get(3)
         .map_err(|e| D::classify("acquire: decoding the server's time", &e))?;
     Ok(Claim {
         slot,
         fence,
-        floor: Floor(u64::try_from(floor).unwrap_or(0)),
+        floor: Floor(floor),
         now,
     })
 }

@@ -29,7 +29,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             .await
             .map_err(|f| InspectError::Store(Reason::new(f.text().to_owned())))?;
         rows.iter()
-            .map(|row| slot_info::<D>(row, pool))
+            .map(|row| slot_info::<D>(row, pool, &self.info.table, &self.sql.table))
             .collect::<Result<_, _>>()
             .map_err(|e| InspectError::Store(Reason::new(format!("inspect: {e}"))))
     }
@@ -38,30 +38,52 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
 /// One row of the inspect statement as a [`SlotInfo`]. A live lease shows its
 /// holder and token prefix; a revoked one (the tombstone) shows no holder
 /// but the time until its expiry, since nobody can claim it before; a free
-/// or expired one shows only its fence and floor.
-fn slot_info<D: Dialect>(row: &D::Row, _pool: &PoolSpec) -> Result<SlotInfo, sqlx::Error>
+/// or expired one shows only its fence and floor. A negative floor or fence
+/// is refused, naming the slot: no claim is granted over it either.
+fn slot_info<D: Dialect>(
+    row: &D::Row,
+    pool: &PoolSpec,
+    table: &crate::ident::TableName,
+    quoted: &str,
+) -> Result<SlotInfo, String>
 where
     usize: ColumnIndex<D::Row>,
     i64: for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
     String: for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
     Vec<u8>: for<'r> sqlx::Decode<'r, D> + sqlx::Type<D>,
 {
-    let slot: D::Slot = row.try_get(0)?;
-    let token: Option<Vec<u8>> = row.try_get(1)?;
-    let fence: D::Fence = row.try_get(2)?;
-    let holder: Option<String> = row.try_get(3)?;
-    let floor: i64 = row.try_get(4)?;
-    let micros = |i: usize| -> Result<Option<Duration>, sqlx::Error> {
-        let v: Option<i64> = row.try_get(i)?;
+    let get = |e: sqlx::Error| e.to_string();
+    let slot: D::Slot = row.try_get(0).map_err(get)?;
+    let token: Option<Vec<u8>> = row.try_get(1).map_err(get)?;
+    let fence: D::Fence = row.try_get(2).map_err(get)?;
+    let holder: Option<String> = row.try_get(3).map_err(get)?;
+    let floor: i64 = row.try_get(4).map_err(get)?;
+    let micros = |i: usize| -> Result<Option<Duration>, String> {
+        let v: Option<i64> = row.try_get(i).map_err(get)?;
         Ok(v.and_then(|v| u64::try_from(v).ok())
             .map(Duration::from_micros))
     };
     let (expires_in, renewed_ago, held_for) = (micros(5)?, micros(6)?, micros(7)?);
-    let info = SlotInfo::free(
-        slot.try_into().unwrap_or(u32::MAX),
-        Fence(fence.try_into().unwrap_or(0)),
-        Floor(u64::try_from(floor).unwrap_or(0)),
-    );
+    let slot: u32 = slot
+        .try_into()
+        .map_err(|_| format!("a slot number out of range in {table}"))?;
+    let fence: u64 = fence.try_into().map_err(|_| {
+        format!(
+            "slot {slot} of pool {} has a negative fence in {table}: fences are never \
+             negative; something else wrote it",
+            pool.name()
+        )
+    })?;
+    let floor = u64::try_from(floor).map_err(|_| {
+        format!(
+            "slot {slot} of pool {} is damaged: {}; no claim is granted over it until it is \
+             repaired: {}",
+            pool.name(),
+            super::damaged::damaged_floor_text(table, &floor.to_string()),
+            super::damaged::floor_fix(quoted, pool, slot)
+        )
+    })?;
+    let info = SlotInfo::free(slot, Fence(fence), Floor(floor));
     let live = expires_in.filter(|d| !d.is_zero());
     Ok(match (token, live) {
         (Some(t), Some(left)) if t.as_slice() == TOMBSTONE.as_slice() => info.revoked_until(left),

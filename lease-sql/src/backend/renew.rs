@@ -47,13 +47,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
 
     pub(super) async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
         match self.renew_once(pool, grant, ceiling).await {
-            Ok(None) => Renewal::Lost(Reason::new(format!(
-                "slot {} of pool {} is no longer held by this token in {} (expired, taken or \
-                 revoked)",
-                grant.slot,
-                pool.name(),
-                self.info.table
-            ))),
+            Ok(None) => Renewal::Lost(self.lost_reason(pool, grant).await),
             Ok(Some(now)) => Renewal::renewed(applied_ttl::<D>(pool.ttl()))
                 .with_store_time(store_time(now)),
             Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),

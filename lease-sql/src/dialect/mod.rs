@@ -180,6 +180,11 @@ pub(crate) trait Dialect: sqlx::Database {
     const TEXT_TYPE: &'static str = "TEXT";
     /// The type of the floor columns (signed 64-bit: Unix milliseconds).
     const FLOOR_TYPE: &'static str = "BIGINT";
+    /// The largest value the `fence` column holds (signed 64-bit unless the
+    /// engine says otherwise). A slot whose fence is there can never be
+    /// handed over with a bigger one (DESIGN.md rule 7), and `fence + 1`
+    /// would fail or, in SQLite, turn into a float.
+    const MAX_FENCE: &'static str = "9223372036854775807";
     /// The type of the `id_format` column: up to 200 ASCII characters
     /// (`IdFormat::MAX_TEXT`) that compare byte for byte (no case folding,
     /// no trailing-space padding: two formats are the same exactly when
@@ -199,6 +204,7 @@ pub(crate) trait Dialect: sqlx::Database {
         + Type<Self>
         + TryInto<u64>
         + Copy
+        + fmt::Display
         + Send
         + 'static;
     /// A TTL as bound (see [`Dialect::ttl_param`]).
@@ -208,8 +214,10 @@ pub(crate) trait Dialect: sqlx::Database {
 
     /// `slot` as bound.
     fn slot(slot: u32) -> Self::Slot;
-    /// `fence` as bound (saturating where the column is signed).
-    fn fence(fence: u64) -> Self::Fence;
+    /// `fence` as bound; `None` when the column cannot hold it (above
+    /// `i64::MAX` where it is signed): two such fences must not compare
+    /// equal.
+    fn fence(fence: u64) -> Option<Self::Fence>;
     /// `ttl` as bound.
     fn ttl(ttl: Duration) -> Self::Ttl;
 
@@ -287,6 +295,23 @@ pub(crate) trait Dialect: sqlx::Database {
     /// The microseconds from the time expression `from` to `to` (a `BIGINT`;
     /// NULL when either is NULL).
     fn micros_between(from: &str, to: &str) -> String;
+    /// The condition that a row's `floor_ms` is a floor a claim or renewal
+    /// can trust: a whole number from 0 (Unix ms). A negative one says
+    /// nothing of what earlier holders stamped; claims and renewals refuse
+    /// the row and leave it as found (DESIGN.md rule 8).
+    fn usable_floor() -> String {
+        "floor_ms >= 0".to_owned()
+    }
+    /// The condition that a row's `fence` can grow: below
+    /// [`Dialect::MAX_FENCE`]. Claims refuse a row whose fence cannot.
+    fn usable_fence() -> String {
+        format!("fence < {}", Self::MAX_FENCE)
+    }
+    /// The value of the column `expr` as text, for an error that shows what
+    /// is stored.
+    fn shown(expr: &str) -> String {
+        format!("CAST({expr} AS {})", Self::TEXT_TYPE)
+    }
     /// The larger of two integer expressions.
     fn greatest(a: &str, b: &str) -> String {
         format!("GREATEST({a}, {b})")
@@ -312,6 +337,9 @@ pub(crate) trait Dialect: sqlx::Database {
     /// of `pool` that `free` selects with the assignments `set` (see
     /// `Statements::acquire`), and answers its slot, fence,
     /// `grant_floor_ms` and `now` (the server's time, [`Dialect::NOW_MICROS`]).
+    /// The row picked is claimed only where `usable` holds (its floor and
+    /// fence can be trusted): otherwise nothing is written, and the claim
+    /// answers no row, as when no slot is free.
     ///
     /// With `format` (the claim declares an ID format: its
     /// [`Dialect::format_literal`]), in the same transaction: first records
@@ -322,10 +350,12 @@ pub(crate) trait Dialect: sqlx::Database {
     /// committed record (the record never changes once written, so a read
     /// after the record's insert, in a new statement or a locking read, is
     /// what the claim relies on; see `statements::POOL_ROW`).
+    #[allow(clippy::too_many_arguments)]
     fn acquire(
         t: &str,
         pool: &str,
         free: &str,
+        usable: &str,
         set: &str,
         token: &str,
         now: &str,
@@ -406,6 +436,12 @@ pub(crate) trait Dialect: sqlx::Database {
     ) -> impl Future<Output = Result<Self::Connection, sqlx::Error>> + Send + '_;
     /// Classifies an error the server answered with; `msg` describes it.
     fn classify_database(e: &dyn DatabaseError, msg: String) -> Failure;
+    /// Whether the server refused a login with `e` (credentials, a missing
+    /// TLS connection or client certificate), by its error code.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    fn access_refused(_e: &dyn DatabaseError) -> bool {
+        false
+    }
     /// The rows a statement changed (or matched, where sqlx asks for that).
     fn rows_affected(r: &Self::QueryResult) -> u64;
     /// The store's identity for a `url` (see `Strategy::identity`).
@@ -506,15 +542,22 @@ with_sqlx_bounds!([async fn fenced_write<D>(
             .await
             .map_err(schema)?;
     }
+    let Some(fence) = D::fence(stamp.fence().0) else {
+        return Err(SqlError::Config(leasehold_core::ConfigError::new(
+            "fence",
+            format!("{} (of {stamp}, for {resource:?})", stamp.fence()),
+            format!(
+                "a fence the fence table's column holds, at most {} on {}",
+                D::MAX_FENCE,
+                D::ENGINE
+            ),
+        )));
+    };
     let text = if from.is_some() { &sql.take_over } else { &sql.write };
     let write = D::bind_fence_write(
         sqlx::query(text),
         resource,
-        (
-            D::fence(stamp.fence().0),
-            stamp.pool().as_str(),
-            D::slot(stamp.slot()),
-        ),
+        (fence, stamp.pool().as_str(), D::slot(stamp.slot())),
         from.map(|(pool, slot)| (pool.as_str(), D::slot(slot))),
     );
     let done = write.execute(&mut *conn).await.map_err(schema)?;
@@ -526,8 +569,16 @@ with_sqlx_bounds!([async fn fenced_write<D>(
         .fetch_one(&mut *conn)
         .await
         .map_err(schema)?;
-    let seen: D::Fence = row.try_get(0)?;
-    let seen = Fence(seen.try_into().unwrap_or(0));
+    let stored: D::Fence = row.try_get(0)?;
+    let seen = Fence(stored.try_into().map_err(|_| SqlError::FenceSchema {
+        what: format!(
+            "the fence table {t} holds the negative fence {stored} for {resource:?}, which \
+             every fence passes"
+        ),
+        fix: "fences are never negative, so something else wrote it: set it to the fence of \
+              the resource's last write"
+            .to_owned(),
+    })?);
     let pool: Option<String> = row.try_get(1)?;
     let slot: Option<D::Slot> = row.try_get(2)?;
     let owner = pool.zip(slot.and_then(|s| s.try_into().ok()));
@@ -567,16 +618,49 @@ pub(crate) async fn guarded<D: Dialect, T>(
 ) -> Result<T, SqlError> {
     match tokio::time::timeout(budget, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(match D::classify(&what, &e) {
-            Failure::Transient(m) | Failure::Contention(m) => SqlError::Unreachable(Reason::new(m)),
-            Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
-                what: m,
-                fix: "check the database URL, user, password and database name".to_owned(),
-            },
-        }),
+        Ok(Err(e)) => Err(connect_error::<D>(&what, &e)),
         Err(_) => Err(SqlError::Unreachable(Reason::new(format!(
             "{what}: no answer within {budget:?}"
         )))),
+    }
+}
+
+/// Opens the first connection of `url` (`fut`) within `budget`: its errors
+/// as [`guarded`]'s, or as `tls` explains them (a refused handshake, a
+/// server without TLS, a login refused where TLS may be what it wants).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) async fn open_connection<D: Dialect, T>(
+    url: &str,
+    tls: &crate::tls::Tls,
+    budget: Duration,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, SqlError> {
+    let what = format!("connecting to {}", redact(url));
+    match tokio::time::timeout(budget, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            let refused = match &e {
+                sqlx::Error::Database(db) => D::access_refused(db.as_ref()),
+                _ => false,
+            };
+            Err(tls
+                .explain(&what, &e, refused)
+                .unwrap_or_else(|| connect_error::<D>(&what, &e)))
+        }
+        Err(_) => Err(SqlError::Unreachable(Reason::new(format!(
+            "{what}: no answer within {budget:?}"
+        )))),
+    }
+}
+
+/// A connect-time error: unreachable (retryable) or refused (final).
+fn connect_error<D: Dialect>(what: &str, e: &sqlx::Error) -> SqlError {
+    match D::classify(what, e) {
+        Failure::Transient(m) | Failure::Contention(m) => SqlError::Unreachable(Reason::new(m)),
+        Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
+            what: m,
+            fix: "check the database URL, user, password and database name".to_owned(),
+        },
     }
 }
 

@@ -5,18 +5,21 @@ use std::time::Duration;
 
 use leasehold_core::credentials::Credentials;
 use sqlx::error::DatabaseError;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlQueryResult};
+use sqlx::mysql::{
+    MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlQueryResult, MySqlSslMode,
+};
 use sqlx::{ConnectOptions, Executor, MySql};
 
 use super::{
-    Dialect, FenceSql, Incarnation, Opened, Q, bad_url, connect_budget, guard_connect, unsupported,
-    version,
+    Dialect, FenceSql, Incarnation, Opened, Q, bad_url, connect_budget, guard_connect,
+    open_connection, unsupported, version,
 };
 use crate::config::SqlConfig;
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::statements::{pool_row, record_format};
+use crate::tls::Tls;
 
 /// How a lease connection is opened: the options, then the session's
 /// server-side limits.
@@ -35,6 +38,8 @@ impl Dialect for MySql {
         "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(6)) * 1000000 AS SIGNED)";
     const RENEW_AS_TEXT: bool = true;
     const TEXT_TYPE: &'static str = "CHAR";
+    // BIGINT UNSIGNED.
+    const MAX_FENCE: &'static str = "18446744073709551615";
     // Binary: compared byte for byte. A text column's collation would fold
     // case (the default utf8mb4 collations) or pad trailing spaces (every
     // `_bin` collation of MariaDB), and two different formats would pass
@@ -52,8 +57,8 @@ impl Dialect for MySql {
         slot
     }
 
-    fn fence(fence: u64) -> u64 {
-        fence
+    fn fence(fence: u64) -> Option<u64> {
+        Some(fence)
     }
 
     fn ttl(ttl: Duration) -> i64 {
@@ -211,6 +216,7 @@ impl Dialect for MySql {
         t: &str,
         pool: &str,
         free: &str,
+        usable: &str,
         set: &str,
         token: &str,
         now: &str,
@@ -239,7 +245,7 @@ impl Dialect for MySql {
              SELECT slot INTO @leasehold_slot FROM {t} WHERE {free} \
              ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED; \
              UPDATE {t} SET {set} \
-             WHERE pool = '{pool}' AND slot = @leasehold_slot; \
+             WHERE pool = '{pool}' AND slot = @leasehold_slot AND {usable}; \
              SELECT slot, fence, grant_floor_ms, {now} FROM {t} WHERE pool = '{pool}' AND slot = @leasehold_slot \
              AND token = {token}; \
              {recorded}\
@@ -360,7 +366,15 @@ impl Dialect for MySql {
             Some(c) => Self::pool_with_credentials(&opts, c),
             None => opts,
         };
-        let mut conn = guard_connect::<Self, _>(url, connect_budget(op), opts.connect()).await?;
+        let tls = Tls::read(
+            Engine::MySql,
+            url,
+            mode_name(opts.get_ssl_mode()),
+            opts.get_host(),
+            opts.get_username(),
+        )?;
+        let mut conn =
+            open_connection::<Self, _>(url, &tls, connect_budget(op), opts.connect()).await?;
         let version = version::<Self>(url, op, conn.fetch_one("SELECT VERSION()")).await?;
         check_version(&version)?;
         let mariadb = version.contains("MariaDB");
@@ -421,8 +435,27 @@ impl Dialect for MySql {
         classify(number, msg)
     }
 
+    /// ER_ACCESS_DENIED_ERROR (which MariaDB also answers a connection
+    /// without TLS to a server that requires it), MySQL's
+    /// ER_SECURE_TRANSPORT_REQUIRED.
+    fn access_refused(e: &dyn DatabaseError) -> bool {
+        e.try_downcast_ref::<MySqlDatabaseError>()
+            .is_some_and(|e| matches!(e.number(), 1045 | 3159))
+    }
+
     fn rows_affected(r: &MySqlQueryResult) -> u64 {
         r.rows_affected()
+    }
+}
+
+/// The mode's name in `ssl-mode`.
+fn mode_name(mode: MySqlSslMode) -> &'static str {
+    match mode {
+        MySqlSslMode::Disabled => "DISABLED",
+        MySqlSslMode::Preferred => "PREFERRED",
+        MySqlSslMode::Required => "REQUIRED",
+        MySqlSslMode::VerifyCa => "VERIFY_CA",
+        MySqlSslMode::VerifyIdentity => "VERIFY_IDENTITY",
     }
 }
 

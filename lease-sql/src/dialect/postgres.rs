@@ -5,17 +5,19 @@ use std::time::Duration;
 
 use leasehold_core::credentials::Credentials;
 use sqlx::error::DatabaseError;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgQueryResult};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgQueryResult, PgSslMode};
 use sqlx::{ConnectOptions, Executor, Postgres};
 
 use super::{
-    Dialect, FenceSql, Incarnation, Opened, Q, bad_url, connect_budget, guard_connect, unsupported,
+    Dialect, FenceSql, Incarnation, Opened, Q, bad_url, connect_budget, guard_connect,
+    open_connection, unsupported,
 };
 use crate::config::SqlConfig;
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::statements::{pool_row, record_format};
+use crate::tls::Tls;
 
 impl Dialect for Postgres {
     const ENGINE: Engine = Engine::Postgres;
@@ -40,8 +42,8 @@ impl Dialect for Postgres {
         i32::try_from(slot).unwrap_or(i32::MAX)
     }
 
-    fn fence(fence: u64) -> i64 {
-        i64::try_from(fence).unwrap_or(i64::MAX)
+    fn fence(fence: u64) -> Option<i64> {
+        i64::try_from(fence).ok()
     }
 
     fn ttl(ttl: Duration) -> i64 {
@@ -139,6 +141,7 @@ impl Dialect for Postgres {
         t: &str,
         pool: &str,
         free: &str,
+        usable: &str,
         set: &str,
         _token: &str,
         now: &str,
@@ -148,7 +151,7 @@ impl Dialect for Postgres {
             format!(
                 "UPDATE {t} SET {set} \
                  WHERE (pool, slot) = (SELECT pool, slot FROM {t} WHERE {free} \
-                 ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                 ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED) AND {usable} \
                  RETURNING slot, fence, grant_floor_ms, {now}"
             )
         };
@@ -247,13 +250,21 @@ impl Dialect for Postgres {
             Some(c) => Self::with_credentials(&base, c),
             None => base,
         };
+        let tls = Tls::read(
+            Engine::Postgres,
+            url,
+            mode_name(base.get_ssl_mode()),
+            base.get_host(),
+            base.get_username(),
+        )?;
         // Server-side limits, so a statement the client gave up on does not go
         // on holding locks.
         let opts = base.clone().options([
             ("statement_timeout", ms.as_str()),
             ("lock_timeout", ms.as_str()),
         ]);
-        let mut conn = guard_connect::<Self, _>(url, connect_budget(op), opts.connect()).await?;
+        let mut conn =
+            open_connection::<Self, _>(url, &tls, connect_budget(op), opts.connect()).await?;
         let version =
             super::version::<Self>(url, op, conn.fetch_one("SHOW server_version")).await?;
         if conn.server_version_num().unwrap_or(0) < 90_500 {
@@ -316,8 +327,26 @@ impl Dialect for Postgres {
         classify(e.code().as_deref().unwrap_or(""), msg)
     }
 
+    /// invalid_authorization_specification (no `pg_hba.conf` line, a
+    /// client certificate missing or refused), invalid_password.
+    fn access_refused(e: &dyn DatabaseError) -> bool {
+        matches!(e.code().as_deref(), Some("28000" | "28P01"))
+    }
+
     fn rows_affected(r: &PgQueryResult) -> u64 {
         r.rows_affected()
+    }
+}
+
+/// The mode's name in `sslmode`.
+fn mode_name(mode: PgSslMode) -> &'static str {
+    match mode {
+        PgSslMode::Disable => "disable",
+        PgSslMode::Allow => "allow",
+        PgSslMode::Prefer => "prefer",
+        PgSslMode::Require => "require",
+        PgSslMode::VerifyCa => "verify-ca",
+        PgSslMode::VerifyFull => "verify-full",
     }
 }
 

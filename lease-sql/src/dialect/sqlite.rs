@@ -51,8 +51,8 @@ impl Dialect for Sqlite {
         i64::from(slot)
     }
 
-    fn fence(fence: u64) -> i64 {
-        i64::try_from(fence).unwrap_or(i64::MAX)
+    fn fence(fence: u64) -> Option<i64> {
+        i64::try_from(fence).ok()
     }
 
     /// The `strftime` modifier.
@@ -97,6 +97,22 @@ impl Dialect for Sqlite {
         format!("MAX({a}, {b})")
     }
 
+    /// SQLite stores whatever it is given: text or a float in an INTEGER
+    /// column stays text or a float (and text compares above every number,
+    /// so `MAX` would keep it).
+    fn usable_floor() -> String {
+        "typeof(floor_ms) = 'integer' AND floor_ms >= 0".to_owned()
+    }
+
+    fn usable_fence() -> String {
+        format!("typeof(fence) = 'integer' AND fence < {}", Self::MAX_FENCE)
+    }
+
+    /// A literal of whatever is stored: numbers as written, text quoted.
+    fn shown(expr: &str) -> String {
+        format!("quote({expr})")
+    }
+
     fn expires_after(ttl: &str) -> String {
         strftime(&format!(",{ttl}"))
     }
@@ -118,6 +134,7 @@ impl Dialect for Sqlite {
         t: &str,
         pool: &str,
         free: &str,
+        usable: &str,
         set: &str,
         _token: &str,
         micros: &str,
@@ -129,6 +146,7 @@ impl Dialect for Sqlite {
                 "UPDATE {t} SET {set} \
                  WHERE pool = '{pool}' AND slot = (SELECT slot FROM {t} WHERE {free} \
                  ORDER BY slot LIMIT 1) AND (token IS NULL OR expires_at <= {now}) \
+                 AND {usable} \
                  RETURNING slot, fence, grant_floor_ms, {micros}"
             )
         };

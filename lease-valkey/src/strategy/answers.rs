@@ -55,9 +55,20 @@ pub(super) enum Claim {
     /// The restart guard holds for this many ms.
     Restarted(u64),
     /// This slot's fence is not a number the script can raise exactly.
-    FenceUnusable(u32),
+    FenceUnusable {
+        slot: u32,
+        fence: String,
+    },
     /// The pool recorded this ID format, not the one the claim declared.
     OtherIdFormat(String),
+    /// A record the claim relies on holds `value`, which it cannot trust:
+    /// the floor of `slot` (`field` `floor.<slot>`), or with no slot a
+    /// record of the pool (`span`, `replid_seen`).
+    Damaged {
+        slot: Option<u32>,
+        field: String,
+        value: String,
+    },
 }
 
 /// A claim script's answer: `{slot, fence, floor, secs, micros,
@@ -65,8 +76,9 @@ pub(super) enum Claim {
 /// server's `TIME`; 1 when the claimer's span is above the span known to be
 /// on disk or the claim recorded the pool's ID format), -1 when the pool is
 /// full, -2 when its fences hash was lost, `{-3, ms}` while the restart
-/// guard holds, `{-4, slot}` for a slot whose fence is unusable, `{-5,
-/// recorded}` when the pool recorded another ID format.
+/// guard holds, `{-4, slot, fence}` for a slot whose fence is unusable, `{-5,
+/// recorded}` when the pool recorded another ID format, `{-6, slot, field,
+/// value}` for a damaged record (`slot` -1: the pool's).
 pub(super) fn parse_claim(v: &Value) -> Option<Claim> {
     match v {
         Value::Integer(-1) => Some(Claim::Full),
@@ -74,9 +86,22 @@ pub(super) fn parse_claim(v: &Value) -> Option<Claim> {
         Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-3) => {
             Some(Claim::Restarted(u64::try_from(items[1].as_i64()?).ok()?))
         }
-        Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-4) => Some(
-            Claim::FenceUnusable(u32::try_from(items[1].as_i64()?).ok()?),
-        ),
+        Value::Array(items) if items.len() == 3 && items[0].as_i64() == Some(-4) => {
+            Some(Claim::FenceUnusable {
+                slot: u32::try_from(items[1].as_i64()?).ok()?,
+                fence: items[2].as_string()?,
+            })
+        }
+        Value::Array(items) if items.len() == 4 && items[0].as_i64() == Some(-6) => {
+            Some(Claim::Damaged {
+                slot: match items[1].as_i64()? {
+                    -1 => None,
+                    s => Some(u32::try_from(s).ok()?),
+                },
+                field: items[2].as_string()?,
+                value: items[3].as_string()?,
+            })
+        }
         Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-5) => {
             Some(Claim::OtherIdFormat(items[1].as_string()?))
         }
@@ -91,43 +116,95 @@ pub(super) fn parse_claim(v: &Value) -> Option<Claim> {
     }
 }
 
+/// What a renewal script answered.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Renewed {
+    /// Renewed, at the server's `TIME`.
+    At(Duration),
+    /// The token no longer holds the slot.
+    NotHeld,
+    /// The token holds the slot but its floor is damaged (this value):
+    /// nothing was written.
+    DamagedFloor(String),
+}
+
 /// A renewal script's answer: `{1, secs, micros}` when renewed (the server's
-/// `TIME`), 0 when not held.
-pub(super) fn parse_renewal(v: &Value) -> Option<Option<Duration>> {
+/// `TIME`), 0 when not held, `{-6, floor}` over a damaged floor.
+pub(super) fn parse_renewal(v: &Value) -> Option<Renewed> {
     match v {
-        Value::Integer(0) => Some(None),
+        Value::Integer(0) => Some(Renewed::NotHeld),
         Value::Array(items) if items.len() == 3 && items[0].as_i64() == Some(1) => {
-            Some(Some(store_time(&items[1], &items[2])?))
+            Some(Renewed::At(store_time(&items[1], &items[2])?))
+        }
+        Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-6) => {
+            Some(Renewed::DamagedFloor(items[1].as_string()?))
         }
         _ => None,
     }
 }
 
+/// Why the inspect script's answer cannot be shown.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Unreadable {
+    /// Not the shape the script answers.
+    Shape,
+    /// This slot's fence or floor is not a whole number from 0: what is
+    /// stored (`field` of the fences hash, `value`).
+    Damaged {
+        slot: u32,
+        field: String,
+        value: String,
+    },
+}
+
 /// The inspect script's answer (see `scripts::INSPECT`) as slots.
-pub(super) fn parse_inspect(v: &Value) -> Option<Vec<SlotInfo>> {
-    let Value::Array(items) = v else { return None };
-    let now = store_time(items.first()?, items.get(1)?)?;
-    items[2..].iter().map(|e| slot_info(e, now)).collect()
+pub(super) fn parse_inspect(v: &Value) -> Result<Vec<SlotInfo>, Unreadable> {
+    let Value::Array(items) = v else {
+        return Err(Unreadable::Shape);
+    };
+    let (Some(secs), Some(micros)) = (items.first(), items.get(1)) else {
+        return Err(Unreadable::Shape);
+    };
+    let now = store_time(secs, micros).ok_or(Unreadable::Shape)?;
+    items
+        .get(2..)
+        .unwrap_or_default()
+        .iter()
+        .map(|e| slot_info(e, now))
+        .collect()
 }
 
 /// One entry of the inspect script, `{slot, fence, floor, token, pttl,
 /// holder}`, at the server's time `now`.
-fn slot_info(entry: &Value, now: Duration) -> Option<SlotInfo> {
-    let Value::Array(f) = entry else { return None };
+fn slot_info(entry: &Value, now: Duration) -> Result<SlotInfo, Unreadable> {
+    let Value::Array(f) = entry else {
+        return Err(Unreadable::Shape);
+    };
     let [slot, fence, floor, token, pttl, record] = f.as_slice() else {
-        return None;
+        return Err(Unreadable::Shape);
+    };
+    let slot = slot
+        .as_i64()
+        .and_then(|s| u32::try_from(s).ok())
+        .ok_or(Unreadable::Shape)?;
+    let number = |v: &Value, field: String| {
+        as_u64(v).ok_or_else(|| Unreadable::Damaged {
+            slot,
+            field,
+            value: v.as_string().unwrap_or_default(),
+        })
     };
     let info = SlotInfo::free(
-        u32::try_from(slot.as_i64()?).ok()?,
-        Fence(as_u64(fence)?),
-        Floor(as_u64(floor)?),
+        slot,
+        Fence(number(fence, slot.to_string())?),
+        Floor(number(floor, format!("floor.{slot}"))?),
     );
     let token = token.as_string().unwrap_or_default();
     let left = pttl
         .as_i64()
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
-    Some(match (token.as_str(), left) {
+    Ok(match (token.as_str(), left) {
         ("", _) | (_, None) => info,
         ("revoked", Some(left)) => info.revoked_until(left),
         (prefix, Some(left)) => {
@@ -224,17 +301,56 @@ mod tests {
             parse_claim(&other),
             Some(Claim::OtherIdFormat("ids/v1: 64 bits".into()))
         );
-        let unusable = Value::Array(vec![Value::Integer(-4), Value::Integer(2)]);
-        assert_eq!(parse_claim(&unusable), Some(Claim::FenceUnusable(2)));
+        let unusable = Value::Array(vec![Value::Integer(-4), Value::Integer(2), s("-1")]);
+        assert_eq!(
+            parse_claim(&unusable),
+            Some(Claim::FenceUnusable {
+                slot: 2,
+                fence: "-1".into()
+            })
+        );
+        let floor = Value::Array(vec![
+            Value::Integer(-6),
+            Value::Integer(3),
+            s("floor.3"),
+            s("-5"),
+        ]);
+        assert_eq!(
+            parse_claim(&floor),
+            Some(Claim::Damaged {
+                slot: Some(3),
+                field: "floor.3".into(),
+                value: "-5".into()
+            })
+        );
+        let span = Value::Array(vec![
+            Value::Integer(-6),
+            Value::Integer(-1),
+            s("span"),
+            s("x"),
+        ]);
+        assert_eq!(
+            parse_claim(&span),
+            Some(Claim::Damaged {
+                slot: None,
+                field: "span".into(),
+                value: "x".into()
+            })
+        );
         assert_eq!(span_ms(Duration::from_micros(62_000_001)), 62_001);
         assert_eq!(parse_claim(&Value::Integer(-1)), Some(Claim::Full));
         assert_eq!(parse_claim(&Value::Integer(-2)), Some(Claim::FencesLost));
         let renewed = Value::Array(vec![Value::Integer(1), s("1700000001"), s("5")]);
         assert_eq!(
             parse_renewal(&renewed),
-            Some(Some(Duration::new(1_700_000_001, 5_000)))
+            Some(Renewed::At(Duration::new(1_700_000_001, 5_000)))
         );
-        assert_eq!(parse_renewal(&Value::Integer(0)), Some(None));
+        assert_eq!(parse_renewal(&Value::Integer(0)), Some(Renewed::NotHeld));
+        let damaged = Value::Array(vec![Value::Integer(-6), s("abc")]);
+        assert_eq!(
+            parse_renewal(&damaged),
+            Some(Renewed::DamagedFloor("abc".into()))
+        );
         // An old script's bare 1 (or microseconds out of range) is not a
         // renewal this version understands.
         assert_eq!(parse_renewal(&Value::Integer(1)), None);
@@ -283,5 +399,43 @@ mod tests {
         assert!(slots[2].holder.is_none() && slots[2].token_prefix.is_none());
         assert_eq!(slots[2].expires_in, Some(Duration::from_secs(7)));
         assert!(slots[3].holder.is_none() && slots[3].expires_in.is_none());
+    }
+
+    /// A stored floor or fence that is not a whole number from 0 is named,
+    /// never shown as 0.
+    #[test]
+    fn inspect_names_a_damaged_floor_or_fence() {
+        let s = |v: &str| Value::from(v);
+        let answer = |fence: &str, floor: &str| {
+            Value::Array(vec![
+                s("1700000010"),
+                s("0"),
+                Value::Array(vec![
+                    Value::Integer(2),
+                    s(fence),
+                    s(floor),
+                    s(""),
+                    Value::Integer(-2),
+                    s(""),
+                ]),
+            ])
+        };
+        assert_eq!(
+            parse_inspect(&answer("4", "-5")),
+            Err(Unreadable::Damaged {
+                slot: 2,
+                field: "floor.2".into(),
+                value: "-5".into()
+            })
+        );
+        assert_eq!(
+            parse_inspect(&answer("x", "9000")),
+            Err(Unreadable::Damaged {
+                slot: 2,
+                field: "2".into(),
+                value: "x".into()
+            })
+        );
+        assert!(parse_inspect(&answer("4", "9000")).is_ok());
     }
 }

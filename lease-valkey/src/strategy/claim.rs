@@ -6,7 +6,7 @@ use std::time::Duration;
 use leasehold_core::{AcquireError, Fence, Floor, Grant, PoolSpec, Reason, Strategy, Token};
 
 use super::answers::{Claim, parse_claim, span_ms, ttl_ms};
-use super::{ActivePath, PoolKeys, ValkeyStrategy};
+use super::{ActivePath, PoolKeys, ValkeyStrategy, damaged};
 use crate::error::Failure;
 
 impl ValkeyStrategy {
@@ -100,7 +100,16 @@ impl ValkeyStrategy {
                 size: pool.size(),
             }),
             Some(Claim::FencesLost) => Err(self.fences_lost(pool, &fences_key)),
-            Some(Claim::FenceUnusable(slot)) => Err(self.fence_unusable(pool, &fences_key, slot)),
+            Some(Claim::FenceUnusable { slot, fence }) => {
+                Err(damaged::fence_refused(pool, &fences_key, slot, &fence))
+            }
+            Some(Claim::Damaged { slot, field, value }) => Err(damaged::claim_refused(
+                pool,
+                &fences_key,
+                slot,
+                &field,
+                &value,
+            )),
             None => Err(AcquireError::Misconfigured {
                 what: format!("unexpected answer to the claim script: {value:?}"),
                 fix: "report this as a leasehold bug, with the server version".into(),
@@ -188,28 +197,12 @@ impl ValkeyStrategy {
                 "keep the server from losing data (maxmemory-policy noeviction; AOF or RDB; \
                  WAIT for replicas), then restore {fences_key} from a backup, or set every \
                  slot's fence above any fence used before (HSET {fences_key} <slot> <n>) and \
-                 its floor to the current Unix ms (HSET {fences_key} floor.<slot> <ms>) and, if \
-                 the pool's processes declare an ID format, record it again (HSET \
-                 {fences_key} id_format <text>), and delete the marker (HDEL {fences_key} lost)"
-            ),
-        }
-    }
-
-    /// A slot's fence is not a number the claim script can raise exactly.
-    fn fence_unusable(&self, pool: &PoolSpec, fences_key: &str, slot: u32) -> AcquireError {
-        AcquireError::Misconfigured {
-            what: format!(
-                "the fence of slot {slot} in {fences_key} (pool {}) is not a whole number \
-                 below 2^53 - 1, so the claim script cannot give the next one exactly; \
-                 {} grants this slot to nobody",
-                pool.name(),
-                self.inner.server
-            ),
-            fix: format!(
-                "make sure nothing but leasehold writes {fences_key}; a fence need not be \
-                 repaired to rise (the next one is at least the server's clock in µs), so \
-                 delete the field (HDEL {fences_key} {slot}) once every holder of the slot \
-                 has stopped"
+                 its floor to at least {floor} (HSET {fences_key} floor.<slot> {floor}: this \
+                 host's Unix time in ms plus the pool's TTL and twice its max_clock_skew, above \
+                 anything a holder can have stamped) and, if the pool's processes declare an \
+                 ID format, record it again (HSET {fences_key} id_format <text>), and delete \
+                 the marker (HDEL {fences_key} lost)",
+                floor = Floor::above_every_holder(pool).unix_millis()
             ),
         }
     }

@@ -3,8 +3,8 @@
 
 use leasehold_core::{InspectError, PoolSpec, Reason, SlotInfo};
 
-use super::ValkeyStrategy;
-use super::answers::parse_inspect;
+use super::answers::{Unreadable, parse_inspect};
+use super::{ValkeyStrategy, damaged};
 use crate::config::redact;
 use crate::error::ValkeyError;
 
@@ -25,17 +25,22 @@ impl ValkeyStrategy {
         let keys = self.keys(pool.name());
         let url = redact(&self.inner.config.url);
         let slot_key = keys.slot_key(slot);
-        let n = self
+        let answer = self
             .eval(
                 &self.inner.scripts.revoke,
                 vec![keys.leases, slot_key],
                 vec![slot.to_string()],
             )
             .await
-            .map_err(|f| self.failure_error("EVALSHA (revoke)", &url, f))?
-            .as_i64()
-            .unwrap_or(0);
-        Ok(n == 1)
+            .map_err(|f| self.failure_error("EVALSHA (revoke)", &url, f))?;
+        match answer.as_i64() {
+            Some(n @ (0 | 1)) => Ok(n == 1),
+            _ => Err(ValkeyError::Server {
+                server: self.inner.server.to_string(),
+                command: "EVALSHA (revoke)",
+                reason: format!("the revoke script answered {answer:?}, not 0 or 1"),
+            }),
+        }
     }
 
     /// One read-only script (one round trip) reads every slot of the pool on
@@ -63,11 +68,26 @@ impl ValkeyStrategy {
             )
             .await
             .map_err(|f| InspectError::Store(Reason::new(format!("inspect: {}", f.text()))))?;
-        parse_inspect(&value).ok_or_else(|| {
-            InspectError::Store(Reason::new(format!(
-                "unexpected answer to the inspect script from {}",
-                self.inner.server
-            )))
+        let fences = self.keys(pool.name()).fences;
+        parse_inspect(&value).map_err(|e| {
+            InspectError::Store(Reason::new(match e {
+                Unreadable::Shape => format!(
+                    "unexpected answer to the inspect script from {}",
+                    self.inner.server
+                ),
+                Unreadable::Damaged { slot, field, value } if field.starts_with("floor.") => {
+                    format!(
+                        "slot {slot} of pool {} is damaged: {}; no claim is granted over it \
+                         until it is repaired: {}",
+                        pool.name(),
+                        damaged::floor_text(&fences, slot, &value),
+                        damaged::floor_fix(&fences, pool, slot)
+                    )
+                }
+                Unreadable::Damaged { slot, value, .. } => {
+                    damaged::fence_refused(pool, &fences, slot, &value).to_string()
+                }
+            }))
         })
     }
 }

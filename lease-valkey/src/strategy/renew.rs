@@ -3,8 +3,8 @@
 use fred::types::Value;
 use leasehold_core::{Floor, Grant, PoolSpec, Reason, Release, Renewal};
 
-use super::answers::{parse_renewal, ttl_ms};
-use super::{ActivePath, ValkeyStrategy};
+use super::answers::{Renewed, parse_renewal, ttl_ms};
+use super::{ActivePath, ValkeyStrategy, damaged};
 use crate::error::Failure;
 
 impl ValkeyStrategy {
@@ -47,13 +47,24 @@ impl ValkeyStrategy {
             }
         };
         match result.as_ref().map(parse_renewal) {
-            Ok(Some(Some(at))) => match self.wait_for_replicas(&wait_keys, grant).await {
+            Ok(Some(Renewed::At(at))) => match self.wait_for_replicas(&wait_keys, grant).await {
                 Ok(()) => Renewal::renewed(applied).with_store_time(at),
                 Err(why) => Renewal::Retry(Reason::new(format!("renewed, but {why}"))),
             },
-            Ok(Some(None)) => Renewal::Lost(Reason::new(format!(
+            Ok(Some(Renewed::NotHeld)) => Renewal::Lost(Reason::new(format!(
                 "slot {} is no longer held by this token (expired, taken or revoked)",
                 grant.slot
+            ))),
+            // Raising it to this holder's ceiling could put it below the
+            // slot's real floor (the holder may still wait for its clock):
+            // left as found, for an operator.
+            Ok(Some(Renewed::DamagedFloor(value))) => Renewal::Lost(Reason::new(format!(
+                "slot {} of pool {}: {}; the renewal leaves it as found, so stop using the slot: \
+                 no claim is granted over it until it is repaired: {}",
+                grant.slot,
+                pool.name(),
+                damaged::floor_text(&wait_keys.fences, grant.slot, &value),
+                damaged::floor_fix(&wait_keys.fences, pool, grant.slot)
             ))),
             Ok(None) => Renewal::Retry(Reason::new(format!(
                 "unexpected answer to the renewal: {result:?}"
