@@ -31,7 +31,7 @@ pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// use leasehold_sql::SqlConfig;
 /// let config = SqlConfig::new("postgres://app:hunter2@db.internal/app?sslmode=verify-full");
 /// let shown = format!("{config:?}");
-/// assert!(shown.contains("postgres://app:***@db.internal/app?sslmode=require"));
+/// assert!(shown.contains("postgres://app:***@db.internal/app?sslmode=verify-full"));
 /// assert!(!shown.contains("hunter2"));
 /// ```
 ///

@@ -426,10 +426,11 @@ mod tests {
     /// none.
     #[test]
     fn a_password_file_replaces_the_urls_password() {
-        let c =
-            SqlConfig::from_url("postgres://app@db/app?password_file=/run/s/pw&sslmode=require")
-                .unwrap();
-        assert_eq!(c.url(), "postgres://app@db/app?sslmode=require");
+        let c = SqlConfig::from_url(
+            "postgres://app@db/app?password_file=/run/s/pw&application_name=ids",
+        )
+        .unwrap();
+        assert_eq!(c.url(), "postgres://app@db/app?application_name=ids");
         assert_eq!(
             c.credentials.as_ref().and_then(|s| s.file()),
             Some(std::path::Path::new("/run/s/pw"))
