@@ -108,14 +108,30 @@ enum Command {
     },
 }
 
+/// The environment variable that gives the store's URL.
+pub(crate) const URL_VAR: &str = "LEASEHOLD_URL";
+
 /// Where the store is.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Clone)]
 pub(crate) struct StoreArgs {
-    /// postgres://, mysql:// (MariaDB too), sqlite://FILE, redis:// or
-    /// valkey://, etcd://HOST:PORT[,HOST:PORT], k8s://HOST:PORT[/NAMESPACE]
-    /// (plain HTTP, e.g. kubectl proxy), k8s+https://…, or k8s:// alone for
-    /// $KUBECONFIG / ~/.kube/config / in-cluster.
-    #[arg(long)]
+    /// The store's URL: postgres://, mysql:// (MariaDB too), sqlite://FILE,
+    /// redis:// or valkey://, etcd://HOST:PORT[,HOST:PORT],
+    /// k8s://HOST:PORT[/NAMESPACE] (plain HTTP, e.g. kubectl proxy),
+    /// k8s+https://…, or k8s:// alone for $KUBECONFIG / ~/.kube/config /
+    /// in-cluster. Give the URL exactly one way: --url, --url-file, or the
+    /// environment variable LEASEHOLD_URL. A password in --url shows in `ps`
+    /// and the shell's history: use --url-file or LEASEHOLD_URL, or keep
+    /// the password out of the URL with its option password_file=PATH
+    /// (PostgreSQL, MySQL/MariaDB, Valkey/Redis, etcd).
+    #[arg(long = "url", value_name = "URL")]
+    pub(crate) url_arg: Option<String>,
+    /// A file holding the store's URL (a trailing newline is allowed), so
+    /// that a password in it stays out of `ps` and the shell's history.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) url_file: Option<PathBuf>,
+    /// The store's URL, from whichever of --url, --url-file and
+    /// LEASEHOLD_URL gave it (see [`StoreArgs::resolve`]).
+    #[arg(skip)]
     pub(crate) url: String,
     /// Seconds to wait for the store (connect and each request).
     #[arg(long, default_value_t = 5.0)]
@@ -139,9 +155,70 @@ pub(crate) struct StoreArgs {
     pub(crate) size: Option<u32>,
 }
 
+impl std::fmt::Debug for StoreArgs {
+    /// The URL redacted, as everywhere else.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreArgs")
+            .field("url", &leasehold::url::redacted(&self.url))
+            .field(
+                "url_arg",
+                &self.url_arg.as_deref().map(leasehold::url::redacted),
+            )
+            .field("url_file", &self.url_file)
+            .field("timeout", &self.timeout)
+            .field("table", &self.table)
+            .field("prefix", &self.prefix)
+            .field("namespace", &self.namespace)
+            .field("kubeconfig", &self.kubeconfig)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
 impl StoreArgs {
     /// The size assumed when `--size` is not given: the default pool's.
     pub(crate) const DEFAULT_SIZE: u32 = 512;
+
+    /// Sets [`StoreArgs::url`] from the one source that gives it: `--url`,
+    /// `--url-file`, or `LEASEHOLD_URL` (`env`, its value when set and not
+    /// empty). None, or more than one, is a usage error naming them.
+    pub(crate) fn resolve(&mut self, env: Option<String>) -> Result<(), CliError> {
+        let env = env.filter(|v| !v.trim().is_empty());
+        let given: Vec<&str> = [
+            self.url_arg.as_ref().map(|_| "--url"),
+            self.url_file.as_ref().map(|_| "--url-file"),
+            env.as_ref().map(|_| URL_VAR),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        self.url = match (given.as_slice(), &self.url_arg, &self.url_file, env) {
+            ([_], Some(url), _, _) => url.clone(),
+            ([_], _, Some(path), _) => read_url_file(path)?,
+            ([_], _, _, Some(url)) => url,
+            ([], ..) => {
+                return Err(CliError::new(
+                    Exit::Usage,
+                    format!(
+                        "no store URL: give it with --url URL, --url-file PATH or the environment \
+                         variable {URL_VAR}"
+                    ),
+                ));
+            }
+            (several, ..) => {
+                return Err(CliError::new(
+                    Exit::Usage,
+                    format!(
+                        "the store URL is given {} ways ({}); give it one way: --url, --url-file \
+                         or {URL_VAR}",
+                        several.len(),
+                        several.join(", ")
+                    ),
+                ));
+            }
+        };
+        Ok(())
+    }
 
     /// The pool's size as `--size` gives it, or the default.
     pub(crate) fn pool_size(&self) -> table::Size {
@@ -177,12 +254,18 @@ fn main() -> ExitCode {
             .unwrap_or_else(|| "panic".into());
         eprintln!("leasehold: internal error: {what} (please report it)");
     }));
-    let cli = Cli::parse();
-    let secrets = match &cli.command {
+    let mut cli = Cli::parse();
+    let secrets = match &mut cli.command {
         Command::Status { store, .. }
         | Command::Watch { store, .. }
         | Command::Revoke { store, .. }
-        | Command::Doctor { store } => redact::secrets(&store.url),
+        | Command::Doctor { store } => {
+            if let Err(e) = store.resolve(std::env::var(URL_VAR).ok()) {
+                eprintln!("leasehold: {}", e.message);
+                return ExitCode::from(e.code as u8);
+            }
+            redact::secrets(&store.url)
+        }
         Command::Decode { .. } => Vec::new(),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -206,6 +289,40 @@ fn main() -> ExitCode {
             ExitCode::from(e.code as u8)
         }
     }
+}
+
+/// The URL in the file at `path`, without its trailing line break (and
+/// surrounding blanks).
+fn read_url_file(path: &std::path::Path) -> Result<String, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CliError::new(
+            Exit::Usage,
+            format!(
+                "--url-file {}: cannot read it ({e}); give a readable file holding the store's URL",
+                path.display()
+            ),
+        )
+    })?;
+    let url = text.trim();
+    if url.is_empty() {
+        return Err(CliError::new(
+            Exit::Usage,
+            format!(
+                "--url-file {}: the file is empty; write the store's URL into it",
+                path.display()
+            ),
+        ));
+    }
+    if url.lines().count() > 1 {
+        return Err(CliError::new(
+            Exit::Usage,
+            format!(
+                "--url-file {}: the file holds more than one line; write the store's URL alone",
+                path.display()
+            ),
+        ));
+    }
+    Ok(url.to_owned())
 }
 
 async fn run(command: Command) -> Result<Exit, CliError> {

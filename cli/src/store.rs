@@ -23,7 +23,7 @@ fn from_connect(e: ConnectError) -> CliError {
 fn bad_url(url: &str, why: &str) -> CliError {
     CliError::new(
         Exit::BadUrl,
-        format!("bad store URL {}: {why}", leasehold::url::masked(url)),
+        format!("bad store URL {}: {why}", leasehold::url::redacted(url)),
     )
 }
 
@@ -186,6 +186,8 @@ mod tests {
 
     fn args(url: &str) -> StoreArgs {
         StoreArgs {
+            url_arg: None,
+            url_file: None,
             url: url.to_owned(),
             timeout: 5.0,
             table: None,

@@ -76,6 +76,9 @@ fn run_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output 
         } else {
             Stdio::null()
         });
+    // The URL is given by the test alone: a LEASEHOLD_URL of the caller's
+    // would be a second source.
+    cmd.env_remove("LEASEHOLD_URL");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -1006,6 +1009,151 @@ fn password_not_echoed(env: &Env) -> TestResult {
     }
 }
 
+/// `url` with `user:password@` (`password` `None`: `user@`) in its user
+/// info, keeping a user it names already.
+fn with_user_info(url: &str, user: &str, password: Option<&str>) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (user, host) = match rest.split_once('@') {
+        Some((u, h)) if !u.contains('/') => (u.split(':').next().unwrap_or(u), h),
+        _ => (user, rest),
+    };
+    match password {
+        Some(pw) => format!("{scheme}://{user}:{pw}@{host}"),
+        None => format!("{scheme}://{user}@{host}"),
+    }
+}
+
+/// `url` with the query option `option` (`key=value`) added.
+fn with_option(url: &str, option: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{option}")
+}
+
+/// An ACL user `user` with `password` on the Valkey/Redis at `url` (a new
+/// user on the shared server: the default user, which the other tests use,
+/// is untouched).
+fn valkey_acl_user(url: &str, user: &str, password: &str) -> TestResult {
+    let url = url.replacen("valkey://", "redis://", 1);
+    rt().block_on(async {
+        use fred::prelude::*;
+        let client = Builder::from_config(Config::from_url(&url).map_err(|e| e.to_string())?)
+            .build()
+            .map_err(|e| e.to_string())?;
+        client.init().await.map_err(|e| e.to_string())?;
+        let cmd =
+            fred::types::CustomCommand::new_static("ACL", fred::types::ClusterHash::Random, false);
+        let pw = format!(">{password}");
+        let answer: Result<fred::types::Value, _> = client
+            .custom(cmd, vec!["SETUSER", user, "on", &pw, "~*", "&*", "+@all"])
+            .await;
+        let _ = client.quit().await;
+        answer.map(drop).map_err(|e| e.to_string())
+    })
+}
+
+/// No output of the tool shows a password planted in the URL's user info,
+/// in its query string (`?password=`), or in a file it names
+/// (`password_file=`), with the URL from `--url`, `--url-file` or
+/// `LEASEHOLD_URL`, in `doctor`, `status`, `watch` and `revoke`. Where the
+/// store takes the password (PostgreSQL, which trusts the test's
+/// connections; Valkey/Redis, through an ACL user made with it) doctor
+/// runs its checks; elsewhere the commands fail, and say so without it.
+fn secrets_never_shown(env: &Env) -> TestResult {
+    let secret = format!("Pl4nted{}", unique_pool());
+    let takes = env.label.starts_with("postgres")
+        || env.label.starts_with("valkey")
+        || env.label.starts_with("redis");
+    let user = "leasehold_cli";
+    if env.label.starts_with("valkey") || env.label.starts_with("redis") {
+        valkey_acl_user(&env.url, user, &secret)?;
+    }
+    let dir = std::env::temp_dir().join(format!("leasehold-cli-secret-{}", unique_pool()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let password_file = dir.join("password");
+    std::fs::write(&password_file, format!("{secret}\n")).map_err(|e| e.to_string())?;
+    let url_file = dir.join("url");
+    let url_file_arg = url_file.to_str().ok_or("temp path")?.to_owned();
+    let forms = [
+        (
+            "user info",
+            with_user_info(&env.url, user, Some(&secret)),
+            takes,
+        ),
+        (
+            "query string",
+            with_option(&env.url, &format!("password={secret}")),
+            env.label.starts_with("postgres"),
+        ),
+        (
+            "password_file",
+            with_option(
+                &with_user_info(&env.url, user, None),
+                &format!("password_file={}", password_file.display()),
+            ),
+            takes,
+        ),
+    ];
+    let pool = unique_pool();
+    let outcome = (|| {
+        for (form, url, connects) in &forms {
+            let commands: [&[&str]; 4] = [
+                &["doctor"],
+                &["status", "--pool", &pool, "--size", "2"],
+                &[
+                    "watch",
+                    "--pool",
+                    &pool,
+                    "--size",
+                    "2",
+                    "--count",
+                    "1",
+                    "--interval",
+                    "50",
+                ],
+                &[
+                    "revoke", "--pool", &pool, "--slot", "0", "--size", "2", "--yes",
+                ],
+            ];
+            let mut runs: Vec<(String, Output)> = Vec::new();
+            for command in commands {
+                let mut args = command.to_vec();
+                args.extend(["--url", url.as_str(), "--timeout", "3"]);
+                runs.push((format!("{command:?} --url"), run(&args)));
+            }
+            std::fs::write(&url_file, format!("{url}\n")).map_err(|e| e.to_string())?;
+            runs.push((
+                "doctor --url-file".into(),
+                run(&["doctor", "--url-file", &url_file_arg, "--timeout", "3"]),
+            ));
+            runs.push((
+                "doctor with LEASEHOLD_URL".into(),
+                run_with(
+                    &["doctor", "--timeout", "3"],
+                    &[("LEASEHOLD_URL", url)],
+                    None,
+                ),
+            ));
+            for (what, o) in &runs {
+                let (out, err, code) = text(o);
+                if out.contains(&secret) || err.contains(&secret) {
+                    return Err(format!("{form}: {what} printed the password:\n{out}{err}"));
+                }
+                // Doctor ran its checks (0: all passed or warned, 1: one failed).
+                if *connects && what.starts_with("[\"doctor\"]") && !matches!(code, 0 | 1) {
+                    return Err(format!(
+                        "{form}: {what} did not connect (exit {code}):\n{out}{err}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
 // ---- tests without a server ----
 
 fn offline_trials() -> Vec<Trial> {
@@ -1030,6 +1178,25 @@ fn offline_trials() -> Vec<Trial> {
             }
             Ok(())
         }),
+        t("help_names_every_url_source", || {
+            for args in [&["status", "--help"][..], &["doctor", "--help"]] {
+                let o = run(args);
+                expect_code(&o, 0)?;
+                let out = text(&o).0;
+                for needle in [
+                    "--url <URL>",
+                    "--url-file <PATH>",
+                    "LEASEHOLD_URL",
+                    "password_file",
+                ] {
+                    if !out.contains(needle) {
+                        return Err(format!("{args:?} lacks {needle:?}:\n{out}"));
+                    }
+                }
+            }
+            Ok(())
+        }),
+        t("the_url_comes_from_exactly_one_source", url_sources),
         t("unknown_scheme_exit_3", || {
             let o = run(&["status", "--url", "ftp://h/x", "--pool", "ids"]);
             expect_code(&o, 3)?;
@@ -1186,6 +1353,75 @@ fn offline_trials() -> Vec<Trial> {
     ]
 }
 
+/// The URL is read from `--url`, `--url-file` (a trailing newline allowed)
+/// or `LEASEHOLD_URL`, from exactly one of them: none or several is a usage
+/// error (exit 2) naming them.
+fn url_sources() -> TestResult {
+    let dir = std::env::temp_dir().join(format!("leasehold-cli-url-{}", unique_pool()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let file = dir.join("url");
+    // An unknown scheme: exit 3 proves the URL was read, without a server.
+    std::fs::write(&file, "ftp://h/x\n").map_err(|e| e.to_string())?;
+    let file = file.to_str().ok_or("temp path")?.to_owned();
+    let bad_url = "leasehold: bad store URL ftp://h/x: unknown scheme \"ftp\"";
+    for (args, env) in [
+        (vec!["status", "--url", "ftp://h/x", "--pool", "p"], None),
+        (vec!["status", "--url-file", &file, "--pool", "p"], None),
+        (vec!["doctor"], Some("ftp://h/x")),
+    ] {
+        let env: Vec<(&str, &str)> = env.map(|v| ("LEASEHOLD_URL", v)).into_iter().collect();
+        let o = run_with(&args, &env, None);
+        expect_code(&o, 3).map_err(|e| format!("{args:?} {env:?}: {e}"))?;
+        let line = one_line_error(&o)?;
+        if !line.starts_with(bad_url) {
+            return Err(format!("{args:?} {env:?}: {line}"));
+        }
+    }
+    for (args, env, want) in [
+        (
+            vec!["doctor"],
+            None,
+            "leasehold: no store URL: give it with --url URL, --url-file PATH or the environment \
+             variable LEASEHOLD_URL",
+        ),
+        (
+            vec!["doctor", "--url", "ftp://h/x"],
+            Some("ftp://h/y"),
+            "leasehold: the store URL is given 2 ways (--url, LEASEHOLD_URL); give it one way: \
+             --url, --url-file or LEASEHOLD_URL",
+        ),
+        (
+            vec![
+                "status",
+                "--url",
+                "ftp://h/x",
+                "--url-file",
+                &file,
+                "--pool",
+                "p",
+            ],
+            None,
+            "leasehold: the store URL is given 2 ways (--url, --url-file); give it one way: \
+             --url, --url-file or LEASEHOLD_URL",
+        ),
+    ] {
+        let env: Vec<(&str, &str)> = env.map(|v| ("LEASEHOLD_URL", v)).into_iter().collect();
+        let o = run_with(&args, &env, None);
+        expect_code(&o, 2).map_err(|e| format!("{args:?}: {e}"))?;
+        same(&one_line_error(&o)?, want)?;
+    }
+    let missing = dir.join("missing");
+    let o = run(&["doctor", "--url-file", missing.to_str().unwrap_or("")]);
+    expect_code(&o, 2)?;
+    let line = one_line_error(&o)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if line.contains("--url-file") && line.contains("cannot read it") {
+        Ok(())
+    } else {
+        Err(line)
+    }
+}
+
 /// A UUIDv7 and an encrypted 64-bit nonce made by leasehold-nonce itself,
 /// decoded by the binary.
 fn decode_uuid7_and_encrypted() -> TestResult {
@@ -1256,6 +1492,7 @@ const COMMON: &[(&str, Option<bool>, StoreTest)] = &[
         Some(false),
         status_unsupported_exit_5,
     ),
+    ("secrets_never_shown", None, secrets_never_shown),
 ];
 
 struct Group {

@@ -1,5 +1,8 @@
 //! Checks that a credential never shows: in `Debug` or `Display` of configs,
-//! strategies and errors, and in any `tracing` span or event.
+//! strategies and errors, in any `tracing` span or event ([`capture`]), and
+//! in any metric's name, labels or description ([`capture_metrics`]).
+//! [`in_user_info`] and [`in_query`] plant a password in a store URL the two
+//! ways a URL carries one.
 //!
 //! ```
 //! use leasehold_conformance::secrets::{Secret, Shown};
@@ -81,6 +84,20 @@ impl Shown {
     /// Notes `Debug` of `value`.
     pub fn debug<T: fmt::Debug>(&mut self, what: &str, value: &T) -> &mut Self {
         self.text(&format!("{what} (Debug)"), &format!("{value:?}"))
+    }
+
+    /// Notes every metric name, label and description the process's
+    /// recorder captured so far (see [`capture_metrics`]).
+    pub fn metrics(&mut self) -> &mut Self {
+        let lines = capture_metrics()
+            .lines
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
+        for line in lines {
+            self.texts.push(("a metric".to_owned(), line));
+        }
+        self
     }
 
     /// Notes every span and event the process's subscriber captured so far
@@ -198,6 +215,127 @@ pub fn captured() -> usize {
     capture().lines.lock().map(|l| l.len()).unwrap_or(0)
 }
 
+/// Every metric the process registers and describes, as text: name,
+/// labels, unit and description (installed as the global `metrics`
+/// recorder on first use; a process that set another keeps it, and
+/// [`Shown::metrics`] then sees nothing, which
+/// [`metrics_capture_installed`] tells). Values are numbers: not kept.
+#[derive(Clone, Default)]
+pub struct MetricsCapture {
+    lines: Arc<Mutex<Vec<String>>>,
+    installed: bool,
+}
+
+impl MetricsCapture {
+    fn push(&self, line: String) {
+        if let Ok(mut lines) = self.lines.lock() {
+            lines.push(line);
+        }
+    }
+
+    fn describe(&self, key: metrics::KeyName, unit: Option<metrics::Unit>, text: &str) {
+        self.push(format!("describe {} {unit:?} {text}", key.as_str()));
+    }
+
+    fn register(&self, key: &metrics::Key) {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        self.push(format!("register {} {labels:?}", key.name()));
+    }
+}
+
+impl metrics::Recorder for MetricsCapture {
+    fn describe_counter(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        text: metrics::SharedString,
+    ) {
+        self.describe(key, unit, &text);
+    }
+    fn describe_gauge(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        text: metrics::SharedString,
+    ) {
+        self.describe(key, unit, &text);
+    }
+    fn describe_histogram(
+        &self,
+        key: metrics::KeyName,
+        unit: Option<metrics::Unit>,
+        text: metrics::SharedString,
+    ) {
+        self.describe(key, unit, &text);
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        self.register(key);
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        self.register(key);
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        self.register(key);
+        metrics::Histogram::noop()
+    }
+}
+
+/// The process's metrics capture, installed on first call.
+pub fn capture_metrics() -> &'static MetricsCapture {
+    static CAPTURE: OnceLock<MetricsCapture> = OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let mut c = MetricsCapture::default();
+        c.installed = metrics::set_global_recorder(c.clone()).is_ok();
+        c
+    })
+}
+
+/// Whether [`capture_metrics`] is the process's recorder.
+pub fn metrics_capture_installed() -> bool {
+    capture_metrics().installed
+}
+
+/// How many metric registrations and descriptions were captured so far.
+pub fn captured_metrics() -> usize {
+    capture_metrics().lines.lock().map(|l| l.len()).unwrap_or(0)
+}
+
+/// `url` with `secret` as the password of its user info: the user it
+/// names is kept (`user` when it names none).
+///
+/// ```
+/// use leasehold_conformance::secrets::{in_query, in_user_info};
+/// assert_eq!(in_user_info("postgres://app@db/app", "app", "pw"), "postgres://app:pw@db/app");
+/// assert_eq!(in_user_info("redis://h:6379", "default", "pw"), "redis://default:pw@h:6379");
+/// assert_eq!(in_query("redis://h:6379?prefix=p", "pw"), "redis://h:6379?prefix=p&password=pw");
+/// ```
+pub fn in_user_info(url: &str, user: &str, secret: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let before_path = rest.split(['/', '?']).next().unwrap_or(rest);
+    let (named, host) = match before_path.rsplit_once('@') {
+        Some((u, _)) => (u.split(':').next().unwrap_or(u), &rest[u.len() + 1..]),
+        None => (user, rest),
+    };
+    format!("{scheme}://{named}:{secret}@{host}")
+}
+
+/// `url` with `password=secret` added to its query string.
+pub fn in_query(url: &str, secret: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}password={secret}")
+}
+
 /// Runs a lease manager on `store` through acquisition, a few renewals
 /// (every 50 ms for 300 ms) and shutdown, so that the driver emits its spans
 /// and events with whatever the store's answers carry; notes the strategy's
@@ -217,6 +355,7 @@ pub async fn exercise(store: crate::Store, shown: &mut Shown) -> Outcome {
         .build()
         .map_err(|e| e.to_string())?;
     let before = captured();
+    let before_metrics = captured_metrics();
     let manager = match LeaseManager::start(store, config).await {
         Ok(m) => m,
         Err(e) => {
@@ -228,6 +367,11 @@ pub async fn exercise(store: crate::Store, shown: &mut Shown) -> Outcome {
     manager.shutdown().await;
     if capture_installed() && captured() == before {
         return Err("the driver emitted no span or event: nothing was checked".to_owned());
+    }
+    // Metrics register once per name and labels: a pool of its own
+    // registers anew.
+    if metrics_capture_installed() && captured_metrics() == before_metrics {
+        return Err("the driver registered no metric: nothing was checked".to_owned());
     }
     Ok(())
 }

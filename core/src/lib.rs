@@ -12,6 +12,7 @@
 mod cache;
 mod clock;
 mod config;
+pub mod credentials;
 #[cfg(feature = "tokio")]
 mod driver;
 mod error;

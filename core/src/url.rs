@@ -100,10 +100,19 @@ impl StoreUrl {
             ));
         }
         let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
-        let (userinfo, host_list) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
+        // The user info ends at the last `@` before the query (as in
+        // `redacted`): a password with an unencoded `/` or `@` is read whole,
+        // never as a host or a path.
+        let (userinfo, after_userinfo) = match before_query.rsplit_once('@') {
+            Some((u, rest)) => (Some(u), rest),
+            None => (None, before_query),
+        };
+        let (host_list, path) = after_userinfo
+            .split_once('/')
+            .unwrap_or((after_userinfo, ""));
+        let authority = match userinfo {
+            Some(u) => &before_query[..u.len() + 1 + host_list.len()],
+            None => host_list,
         };
         let (user, password) = match userinfo {
             Some(u) => match u.split_once(':') {
@@ -342,63 +351,201 @@ pub fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `url` as a library may show it (in `Debug`, identities, errors, logs):
-/// without user info, query string or fragment, since a password can hide
-/// in any of them; scheme, hosts and path kept. A URL without a scheme (a
-/// plain SQLite path) loses only what precedes an `@` and what follows a
-/// `?` or `#`.
+/// `url` as anything may show it (`Debug`, identities, errors, logs, the
+/// `leasehold` tool): the one redaction every store URL goes through. It
+/// hides every secret and keeps everything an operator needs to tell which
+/// store was meant:
+///
+/// - the password of the user info becomes `***` (the user name stays);
+/// - the value of every query option that carries a secret becomes `***`
+///   (see [`is_secret_option`]: `password`, `pass`, `token`, `sslkey`,
+///   `sslpassword`, `auth_token`, `sentinelPassword`, …; the option's name
+///   stays);
+/// - a `#fragment` becomes `#***` (no store URL has one; a password written
+///   unencoded may have cut the URL there);
+/// - the scheme, hosts, ports, path and every other option stay as written.
+///
+/// The user info ends at the last `@` before the query, so a password with
+/// an unencoded `/` or `@` is hidden whole. A URL without a scheme (a plain
+/// SQLite path) has no user info: only its query and fragment are read.
 ///
 /// ```
-/// use leasehold_core::url::shown;
-/// assert_eq!(shown("postgres://u:secret@h:5/db?sslmode=require"), "postgres://h:5/db");
-/// assert_eq!(shown("redis://:pw@h:1#x"), "redis://h:1");
-/// assert_eq!(shown("sqlite:///tmp/ids.sqlite?mode=rwc"), "sqlite:///tmp/ids.sqlite");
+/// use leasehold_core::url::redacted;
+/// assert_eq!(
+///     redacted("postgres://app:s3cret@db:5432/app?sslmode=verify-full&password=s3cret"),
+///     "postgres://app:***@db:5432/app?sslmode=verify-full&password=***"
+/// );
+/// assert_eq!(redacted("redis://:pw@h:1/2?prefix=ids"), "redis://:***@h:1/2?prefix=ids");
+/// assert_eq!(redacted("etcd://h:2379?password_file=/run/secrets/etcd"), "etcd://h:2379?password_file=/run/secrets/etcd");
+/// assert_eq!(redacted("sqlite:///tmp/ids.sqlite?mode=rwc"), "sqlite:///tmp/ids.sqlite?mode=rwc");
 /// ```
-pub fn shown(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => (Some(scheme), rest),
-        None => (None, url),
-    };
-    let rest = rest.split(['?', '#']).next().unwrap_or("");
-    let (authority, path) = match rest.split_once('/') {
-        Some((a, p)) => (a, Some(p)),
-        None => (rest, None),
-    };
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+pub fn redacted(url: &str) -> String {
+    let parts = Parts::of(url);
     let mut out = String::with_capacity(url.len());
-    if let Some(scheme) = scheme {
-        out.push_str(scheme);
-        out.push_str("://");
+    out.push_str(parts.scheme);
+    if let Some((user, password)) = parts.userinfo {
+        out.push_str(user);
+        if let Some(password) = password {
+            out.push(':');
+            if !password.is_empty() {
+                out.push_str("***");
+            }
+        }
+        out.push('@');
     }
-    out.push_str(host);
-    if let Some(path) = path {
-        out.push('/');
-        out.push_str(path);
+    out.push_str(parts.rest);
+    if let Some(query) = parts.query {
+        out.push('?');
+        for (i, pair) in query.split('&').enumerate() {
+            if i > 0 {
+                out.push('&');
+            }
+            match pair.split_once('=') {
+                Some((key, value)) if !value.is_empty() && is_secret_option(key) => {
+                    out.push_str(key);
+                    out.push_str("=***");
+                }
+                _ => out.push_str(pair),
+            }
+        }
+    }
+    if let Some(fragment) = parts.fragment {
+        out.push('#');
+        if !fragment.is_empty() {
+            out.push_str("***");
+        }
     }
     out
 }
 
-/// `url` as an operator's tool prints it: the password replaced by `***`,
-/// the user, hosts, path and options kept (they say which store was meant).
+/// The secrets [`redacted`] hides in `url`, each as written and, when it
+/// differs, percent-decoded: what no output may contain. For a last check
+/// of text that came from elsewhere (a driver's error message) before it is
+/// printed.
 ///
 /// ```
-/// use leasehold_core::url::masked;
-/// assert_eq!(masked("postgres://ids:s3cret@h/db?sslmode=require"), "postgres://ids:***@h/db?sslmode=require");
-/// assert_eq!(masked("etcd://h:2379"), "etcd://h:2379");
+/// use leasehold_core::url::secrets;
+/// assert_eq!(secrets("mysql://u:p%40ss@h/db?sslkey=/k.pem&x=1"), ["p%40ss", "p@ss", "/k.pem"]);
 /// ```
-pub fn masked(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => format!("{scheme}://{userinfo}@{host}{tail}"),
-        },
-        None => url.to_owned(),
+pub fn secrets(url: &str) -> Vec<String> {
+    let parts = Parts::of(url);
+    let mut written: Vec<&str> = Vec::new();
+    if let Some((_, Some(password))) = parts.userinfo.filter(|(_, p)| p != &Some("")) {
+        written.push(password);
     }
+    if let Some(query) = parts.query {
+        written.extend(
+            query
+                .split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .filter(|(key, value)| !value.is_empty() && is_secret_option(key))
+                .map(|(_, value)| value),
+        );
+    }
+    if let Some(fragment) = parts.fragment.filter(|f| !f.is_empty()) {
+        written.push(fragment);
+    }
+    let mut out = Vec::new();
+    for w in written {
+        for s in [w.to_owned(), percent_decode(w)] {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Whether the query option `key` (as written, or percent-encoded) carries
+/// a secret, whose value [`redacted`] hides: a name that, lowercased and
+/// without `-` and `_`, ends in `password`, `passwd`, `pass`, `pwd`,
+/// `token`, `secret` or `key` (`sslkey`, `ssl-key`, `key`: a TLS client
+/// key), but not one that names a file (`password_file`, `passfile`),
+/// whose value is a path an operator needs to see.
+///
+/// ```
+/// use leasehold_core::url::is_secret_option;
+/// for key in ["password", "pass", "token", "sslkey", "ssl-key", "sslpassword", "auth_token", "sentinelPassword", "key"] {
+///     assert!(is_secret_option(key), "{key}");
+/// }
+/// for key in ["password_file", "sslmode", "sslrootcert", "user", "prefix", "table"] {
+///     assert!(!is_secret_option(key), "{key}");
+/// }
+/// ```
+pub fn is_secret_option(key: &str) -> bool {
+    let name: String = percent_decode(key)
+        .chars()
+        .filter(|c| !matches!(c, '-' | '_'))
+        .flat_map(char::to_lowercase)
+        .collect();
+    !name.ends_with("file")
+        && [
+            "password", "passwd", "pass", "pwd", "token", "secret", "key",
+        ]
+        .iter()
+        .any(|end| name.ends_with(end))
+}
+
+/// The pieces of a URL [`redacted`] and [`secrets`] read, as written.
+struct Parts<'a> {
+    /// `scheme://`, or empty.
+    scheme: &'a str,
+    /// The user and, after a `:`, the password.
+    userinfo: Option<(&'a str, Option<&'a str>)>,
+    /// Hosts and path.
+    rest: &'a str,
+    query: Option<&'a str>,
+    fragment: Option<&'a str>,
+}
+
+impl<'a> Parts<'a> {
+    fn of(url: &'a str) -> Self {
+        let (scheme, after) = match url.find("://") {
+            Some(i) => url.split_at(i + 3),
+            None => ("", url),
+        };
+        // The user info ends at the last `@` before the query: a password
+        // may hold an unencoded `/`, `@` or `#`, never hidden by halves.
+        let query_at = after.find('?').unwrap_or(after.len());
+        let (userinfo, after) = match after[..query_at].rfind('@') {
+            Some(at) if !scheme.is_empty() => {
+                let userinfo = &after[..at];
+                let parsed = match userinfo.split_once(':') {
+                    Some((user, password)) => (user, Some(password)),
+                    None => (userinfo, None),
+                };
+                (Some(parsed), &after[at + 1..])
+            }
+            _ => (None, after),
+        };
+        let (before_fragment, fragment) = match after.split_once('#') {
+            Some((b, f)) => (b, Some(f)),
+            None => (after, None),
+        };
+        let (rest, query) = match before_fragment.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (before_fragment, None),
+        };
+        Self {
+            scheme,
+            userinfo,
+            rest,
+            query,
+            fragment,
+        }
+    }
+}
+
+/// The same as [`redacted`] (the one redaction); kept for callers written
+/// before it.
+pub fn shown(url: &str) -> String {
+    redacted(url)
+}
+
+/// The same as [`redacted`] (the one redaction); kept for callers written
+/// before it.
+pub fn masked(url: &str) -> String {
+    redacted(url)
 }
 
 #[cfg(test)]
@@ -429,6 +576,69 @@ mod tests {
             "{e}"
         );
         assert!(!format!("{u:?}").contains("p:w"));
+    }
+
+    /// A password with an unencoded `/` or `@` is read as the password, not
+    /// as a host or a path, so no error quotes a piece of it.
+    #[test]
+    fn the_user_info_ends_at_the_last_at_sign() {
+        let u = StoreUrl::parse("x://u:pa/ss@w@h:1/db?k=a@b", &["x"], FORM).unwrap();
+        assert_eq!((u.user(), u.password()), (Some("u"), Some("pa/ss@w")));
+        assert_eq!((u.hosts(), u.path()), (&["h:1".to_owned()][..], "db"));
+        assert_eq!(u.rebuild("y"), "y://u:pa/ss@w@h:1/db?k=a@b");
+    }
+
+    /// One rule for every URL: the password and the secret options hidden,
+    /// everything else kept as written.
+    #[test]
+    fn redaction_hides_every_secret_and_keeps_the_rest() {
+        for (url, shown) in [
+            (
+                "postgres://app:s3cret@db:5432/app?sslmode=verify-full",
+                "postgres://app:***@db:5432/app?sslmode=verify-full",
+            ),
+            (
+                "postgres://app@db/app?password=s3cret&application_name=x",
+                "postgres://app@db/app?password=***&application_name=x",
+            ),
+            (
+                "mysql://u@h/db?ssl-key=/k.pem&ssl-ca=/ca.pem&PASS=xq1&pwd=yq2",
+                "mysql://u@h/db?ssl-key=***&ssl-ca=/ca.pem&PASS=***&pwd=***",
+            ),
+            (
+                "redis-sentinel://:pw@s1:26379/2?sentinelServiceName=m&node=s2:1&sentinelPassword=zq3",
+                "redis-sentinel://:***@s1:26379/2?sentinelServiceName=m&node=s2:1&sentinelPassword=***",
+            ),
+            (
+                "etcd://root:pw@a:2379,b:2379?prefix=p&token=tq4&auth_token=uq5&api%2Dkey=vq6",
+                "etcd://root:***@a:2379,b:2379?prefix=p&token=***&auth_token=***&api%2Dkey=***",
+            ),
+            ("postgres://u:pa/ss@w@h/db", "postgres://u:***@h/db"),
+            ("redis://:@h:1", "redis://:@h:1"),
+            ("redis://user@h:1?password=", "redis://user@h:1?password="),
+            ("x://h/p#fragq7", "x://h/p#***"),
+            ("sqlite:ids.db?password=pw", "sqlite:ids.db?password=***"),
+            (
+                "./ids.db?password=pw&mode=rwc",
+                "./ids.db?password=***&mode=rwc",
+            ),
+            ("sqlite:///data/me@host/x.db", "sqlite:///data/me@host/x.db"),
+            (
+                "postgres://h/db?password_file=/run/secrets/pg",
+                "postgres://h/db?password_file=/run/secrets/pg",
+            ),
+            ("k8s://", "k8s://"),
+        ] {
+            assert_eq!(redacted(url), shown, "{url}");
+            for secret in secrets(url) {
+                assert!(!redacted(url).contains(&secret), "{url}: {secret}");
+            }
+        }
+        assert_eq!(
+            secrets("postgres://u:p%40w@h/db?password=a%20b&sslmode=x"),
+            ["p%40w", "p@w", "a%20b", "a b"]
+        );
+        assert!(secrets("postgres://u@h/db?sslmode=require").is_empty());
     }
 
     #[test]

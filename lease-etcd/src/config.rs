@@ -1,6 +1,7 @@
 //! Connection settings: endpoints, key prefix, credentials, TLS, timeouts.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use leasehold_core::ConfigError;
@@ -71,6 +72,7 @@ pub struct EtcdConfig {
     pub(crate) endpoints: Vec<String>,
     pub(crate) prefix: String,
     pub(crate) user: Option<(String, Secret)>,
+    pub(crate) password_file: Option<PathBuf>,
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<Tls>,
     pub(crate) op_timeout: Duration,
@@ -90,6 +92,7 @@ impl EtcdConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             prefix: DEFAULT_PREFIX.to_owned(),
             user: None,
+            password_file: None,
             #[cfg(feature = "tls")]
             tls: None,
             op_timeout: DEFAULT_OP_TIMEOUT,
@@ -109,6 +112,22 @@ impl EtcdConfig {
     /// kept out of every `Debug` output and message.
     pub fn user(mut self, name: impl Into<String>, password: impl Into<String>) -> Self {
         self.user = Some((name.into(), Secret(password.into())));
+        self
+    }
+
+    /// Reads the password of the user ([`EtcdConfig::user`], or the URL's
+    /// `etcd://USER@HOST`) from the file at `path` at
+    /// [`connect`](crate::EtcdStrategy::connect), instead of taking it from
+    /// the URL or the code: the file holds the password alone (one
+    /// trailing line break is not part of it). The URL option
+    /// `password_file=PATH` says the same.
+    ///
+    /// Read at connect only: `etcd-client` authenticates with it then and
+    /// renews its token with the same password, so a rotated password takes
+    /// effect at the next `connect` (keep the old one valid until every
+    /// process has reconnected). A password given as well is refused.
+    pub fn password_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.password_file = Some(path.into());
         self
     }
 
@@ -196,7 +215,38 @@ impl EtcdConfig {
                 "a positive bound such as 3s",
             ));
         }
+        if self.password_file.is_some() {
+            match &self.user {
+                None => {
+                    return Err(ConfigError::described(
+                        "password_file",
+                        "it needs a user name: etcd://USER@HOST?password_file=PATH, or \
+                         EtcdConfig::user(USER, \"\") with EtcdConfig::password_file(PATH)",
+                    ));
+                }
+                Some((_, password)) if !password.expose().is_empty() => {
+                    return Err(ConfigError::described(
+                        "password_file",
+                        "a password is given too (in the URL or EtcdConfig::user); give it one \
+                         way: drop it and keep it in the file",
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
         Ok(())
+    }
+
+    /// This configuration with the password read from its password file,
+    /// if it has one.
+    pub(crate) async fn with_password_from_file(
+        mut self,
+    ) -> Result<Self, leasehold_core::credentials::CredentialsError> {
+        if let (Some(path), Some((_, password))) = (&self.password_file, &mut self.user) {
+            let source = leasehold_core::credentials::CredentialSource::password_file(path);
+            *password = Secret(source.fetch().await?.expose_password().to_owned());
+        }
+        Ok(self)
     }
 
     /// The endpoints without any user-info part, for identities and messages.
@@ -270,7 +320,8 @@ impl fmt::Debug for EtcdConfig {
         d.field("endpoints", &self.public_endpoints())
             .field("prefix", &self.prefix)
             .field("user", &self.user.as_ref().map(|(name, _)| name))
-            .field("password", &self.user.as_ref().map(|_| "<redacted>"));
+            .field("password", &self.user.as_ref().map(|_| "<redacted>"))
+            .field("password_file", &self.password_file);
         #[cfg(feature = "tls")]
         match &self.tls {
             Some(Tls::Files(files)) => d.field("tls", files),

@@ -131,9 +131,18 @@ impl EtcdStrategy {
     /// server or the reverse), is [`EtcdError::Tls`], which names the cause
     /// and the fix. Any other failure of that request is left to the first
     /// acquisition: a cluster that does not answer yet is no error here.
+    /// A password file ([`EtcdConfig::password_file`]) is read here; a
+    /// file that cannot be read is [`EtcdError::Connect`] naming it.
     pub async fn connect(config: EtcdConfig) -> Result<Self, EtcdError> {
         config.validate()?;
         let endpoints = config.public_endpoints().join(",");
+        let config = config
+            .with_password_from_file()
+            .await
+            .map_err(|e| EtcdError::Connect {
+                endpoints: endpoints.clone(),
+                detail: e.to_string(),
+            })?;
         let options = config.connect_options()?;
         let bound = config.connect_timeout.unwrap_or(config.op_timeout) + config.op_timeout;
         let connected =

@@ -12,7 +12,7 @@ const FORM: &str = "etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]…] (etcds:/
                     ?prefix=NAME&op_timeout=3s";
 
 /// The options a URL takes, for the error that names an unknown one.
-const OPTIONS: &str = "prefix, op_timeout, and with etcds:// ca, cert, key";
+const OPTIONS: &str = "prefix, op_timeout, password_file, and with etcds:// ca, cert, key";
 
 /// etcd's client port, when a host names none.
 const DEFAULT_PORT: u16 = 2379;
@@ -100,6 +100,7 @@ impl EtcdConfig {
         };
         let prefix = parts.take("prefix");
         let op_timeout = parts.take_duration("op_timeout")?;
+        let password_file = parts.take("password_file");
         let [ca, cert, key] = ["ca", "cert", "key"].map(|option| parts.take(option));
         parts.refuse_unknown_options(OPTIONS)?;
         if !tls {
@@ -138,6 +139,9 @@ impl EtcdConfig {
         if let Some((name, password)) = user {
             config = config.user(name, password);
         }
+        if let Some(path) = password_file {
+            config = config.password_file(path);
+        }
         if let Some(prefix) = prefix {
             config = config.prefix(prefix);
         }
@@ -168,6 +172,28 @@ mod tests {
 
     use super::*;
     use crate::config::{DEFAULT_OP_TIMEOUT, DEFAULT_PREFIX};
+
+    /// `password_file` names the user's password; it needs the user, and
+    /// no password besides.
+    #[test]
+    fn a_password_file_needs_a_user_and_no_password() {
+        let c = EtcdConfig::from_url("etcd://ids@h:2379?password_file=/run/s/pw").unwrap();
+        assert_eq!(
+            c.password_file.as_deref(),
+            Some(std::path::Path::new("/run/s/pw"))
+        );
+        assert!(format!("{c:?}").contains("/run/s/pw"));
+        for (url, needle) in [
+            ("etcd://h:2379?password_file=/p", "it needs a user name"),
+            (
+                "etcd://ids:pw@h:2379?password_file=/p",
+                "a password is given too",
+            ),
+        ] {
+            let e = EtcdConfig::from_url(url).unwrap_err().to_string();
+            assert!(e.contains(needle), "{url}: {e}");
+        }
+    }
 
     #[test]
     fn accepted_urls_set_the_fields() {
@@ -237,8 +263,8 @@ mod tests {
             ("etcd://h?op_timeout=3", "op_timeout=500ms or op_timeout=2s"),
             (
                 "etcd://h?timeout=3s",
-                "unknown query option \"timeout\"; this URL takes prefix, op_timeout, and with \
-                 etcds:// ca, cert, key",
+                "unknown query option \"timeout\"; this URL takes prefix, op_timeout, \
+                 password_file, and with etcds:// ca, cert, key",
             ),
             (
                 "etcd://h?ca=/ca.crt",

@@ -194,7 +194,7 @@ impl fmt::Debug for KubeConfig {
     }
 }
 
-pub(crate) use leasehold_core::url::shown as public_url;
+pub(crate) use leasehold_core::url::redacted as public_url;
 
 #[cfg(test)]
 mod tests {
@@ -203,8 +203,8 @@ mod tests {
     #[test]
     fn urls_lose_credentials() {
         assert_eq!(
-            public_url("https://u:p@example.invalid:6443/x"),
-            "https://example.invalid:6443/x"
+            public_url("https://u:p@example.invalid:6443/x?token=t0k"),
+            "https://u:***@example.invalid:6443/x?token=***"
         );
         assert_eq!(public_url("http://127.0.0.1:1"), "http://127.0.0.1:1");
     }

@@ -17,6 +17,7 @@ use std::any::Any;
 use std::future::Future;
 use std::time::Duration;
 
+use leasehold_core::credentials::{CredentialSource, Credentials, CredentialsError};
 use leasehold_core::{
     AcquireError, BoxFuture, Durability, Floor, Grant, InspectError, PoolSpec, Release, Renewal,
     SlotInfo,
@@ -26,7 +27,7 @@ use sqlx::{Connection, Execute, Executor};
 use self::schema::Schema;
 use crate::config::SqlConfig;
 use crate::conns::Conns;
-use crate::dialect::{Dialect, connect_budget, guarded, with_sqlx_bounds};
+use crate::dialect::{CredentialsFailed, Dialect, connect_budget, guarded, with_sqlx_bounds};
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
@@ -84,6 +85,7 @@ pub(crate) trait Ops: Send + Sync {
     fn ping(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     fn ensure_fence_table<'a>(&'a self, t: &'a TableName) -> BoxFuture<'a, Result<(), SqlError>>;
     fn close(&self) -> BoxFuture<'_, ()>;
+    fn refresh_credentials(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     /// The caller's `sqlx::Pool<D>`.
     fn pool(&self) -> &(dyn Any + Send + Sync);
 }
@@ -96,13 +98,33 @@ pub(crate) struct Backend<D: Dialect> {
     pool: sqlx::Pool<D>,
     sql: Statements,
     info: Info,
+    /// Where the credentials come from when not from the URL: asked for
+    /// every new connection.
+    credentials: Option<CredentialSource>,
 }
 
 with_sqlx_bounds!([impl<D> Backend<D>] {
     /// Opens the database `config` names, keeping the first connection for
     /// the first operation.
     pub(crate) async fn connect(config: &SqlConfig, table: TableName) -> Result<Self, SqlError> {
-        let opened = D::open(config).await?;
+        let creds = match &config.credentials {
+            None => None,
+            Some(source) => {
+                let store = D::identity(&config.url);
+                let budget = connect_budget(config.op_timeout);
+                match tokio::time::timeout(budget, source.fetch()).await {
+                    Ok(Ok(creds)) => Some(creds),
+                    Ok(Err(error)) => return Err(SqlError::Credentials { store, error }),
+                    Err(_) => {
+                        return Err(SqlError::Unreachable(leasehold_core::Reason::new(format!(
+                            "{} of {store} did not answer within {budget:?}",
+                            source.describe()
+                        ))));
+                    }
+                }
+            }
+        };
+        let opened = D::open(config, creds.as_ref()).await?;
         let mut backend = Self {
             conns: Conns::new(config.max_connections, Some(opened.conn)),
             opts: opened.opts,
@@ -119,13 +141,65 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 durability: Durability::default(),
                 sync_standbys: opened.sync_standbys,
             },
+            credentials: config.credentials.clone(),
         };
         backend.check_server(config).await?;
         Ok(backend)
     }
+
+    /// A new lease connection, with fresh credentials when they come from
+    /// a credential source (which the caller's pool then gets too).
+    async fn open_connection(&self) -> Result<D::Connection, sqlx::Error> {
+        match &self.credentials {
+            None => D::connect(&self.opts).await,
+            Some(source) => {
+                let creds = self.fresh_credentials(source).await.map_err(|error| {
+                    sqlx::Error::Configuration(Box::new(CredentialsFailed {
+                        store: self.info.identity.clone(),
+                        error,
+                    }))
+                })?;
+                D::connect(&D::with_credentials(&self.opts, &creds)).await
+            }
+        }
+    }
+
+    /// Asks `source`, and gives its answer to the caller's pool for the
+    /// connections it opens from now on.
+    async fn fresh_credentials(
+        &self,
+        source: &CredentialSource,
+    ) -> Result<Credentials, CredentialsError> {
+        let creds = source.fetch().await?;
+        self.pool
+            .set_connect_options(D::pool_with_credentials(&self.pool.connect_options(), &creds));
+        Ok(creds)
+    }
+
+    /// Gives the caller's pool the credential source's newest answer (see
+    /// `SqlStrategy::refresh_credentials`).
+    async fn refresh_credentials(&self) -> Result<(), SqlError> {
+        let Some(source) = &self.credentials else {
+            return Ok(());
+        };
+        let store = || self.info.identity.clone();
+        match tokio::time::timeout(self.info.op_timeout, self.fresh_credentials(source)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(SqlError::Credentials {
+                store: store(),
+                error,
+            }),
+            Err(_) => Err(SqlError::Unreachable(leasehold_core::Reason::new(format!(
+                "{} of {} did not answer within {:?} (op_timeout)",
+                source.describe(),
+                store(),
+                self.info.op_timeout
+            )))),
+        }
+    }
     /// Runs `q` on a lease connection; the rows it changed.
     async fn execute<'q, E: Execute<'q, D> + 'q>(&self, q: E) -> Result<u64, sqlx::Error> {
-        let mut co = self.conns.checkout(|| D::connect(&self.opts)).await?;
+        let mut co = self.conns.checkout(|| self.open_connection()).await?;
         let n = D::rows_affected(&co.conn().execute(q).await?);
         co.done();
         Ok(n)
@@ -136,7 +210,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         &self,
         q: E,
     ) -> Result<Vec<D::Row>, sqlx::Error> {
-        let mut co = self.conns.checkout(|| D::connect(&self.opts)).await?;
+        let mut co = self.conns.checkout(|| self.open_connection()).await?;
         let rows = co.conn().fetch_all(q).await?;
         co.done();
         Ok(rows)
@@ -144,7 +218,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
 
     /// Runs `q` on a lease connection; the one row it answered.
     async fn fetch_one<'q, E: Execute<'q, D> + 'q>(&self, q: E) -> Result<D::Row, sqlx::Error> {
-        let mut co = self.conns.checkout(|| D::connect(&self.opts)).await?;
+        let mut co = self.conns.checkout(|| self.open_connection()).await?;
         let row = co.conn().fetch_one(q).await?;
         co.done();
         Ok(row)
@@ -188,6 +262,10 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     /// round trip), within the budget of a connect: the pool may have to
     /// open a connection first. Its errors are classified as connect's.
     async fn ping(&self) -> Result<(), SqlError> {
+        // The pool may open a connection: with the source's latest answer.
+        if self.pool.num_idle() == 0 {
+            self.refresh_credentials().await?;
+        }
         let what = format!("SELECT 1 on {}", self.info.identity);
         let budget = connect_budget(self.info.op_timeout);
         let select = sqlx::raw_sql("SELECT 1").execute(&self.pool);
@@ -279,6 +357,10 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
 
     fn close(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.close())
+    }
+
+    fn refresh_credentials(&self) -> BoxFuture<'_, Result<(), SqlError>> {
+        Box::pin(self.refresh_credentials())
     }
 
     fn pool(&self) -> &(dyn Any + Send + Sync) {

@@ -1,6 +1,10 @@
 //! Connection settings.
 
+use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
+
+use leasehold_core::credentials::{CallbackError, CredentialSource, Credentials};
 
 use crate::ident::DEFAULT_TABLE;
 
@@ -19,15 +23,20 @@ pub(crate) const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// assert_eq!(config.url(), "postgres://app@db.internal/app");
 /// ```
 ///
-/// `Debug` never shows credentials: the URL is printed without its user,
-/// password and query parameters.
+/// `Debug` never shows credentials: the URL is printed as
+/// [`leasehold_core::url::redacted`] shows it (the password and secret
+/// options as `***`), and a credential source by its kind and file only.
 ///
 /// ```
 /// use leasehold_sql::SqlConfig;
 /// let config = SqlConfig::new("postgres://app:hunter2@db.internal/app?sslmode=verify-full");
 /// let shown = format!("{config:?}");
-/// assert!(shown.contains("postgres://db.internal/app") && !shown.contains("hunter2"));
+/// assert!(shown.contains("postgres://app:***@db.internal/app?sslmode=verify-full"));
+/// assert!(!shown.contains("hunter2"));
 /// ```
+///
+/// To keep the password out of the URL, see [`SqlConfig::password_file`]
+/// and [`SqlConfig::credentials`].
 #[derive(Clone)]
 pub struct SqlConfig {
     pub(crate) url: String,
@@ -38,12 +47,13 @@ pub struct SqlConfig {
     pub(crate) restart_guard: bool,
     pub(crate) assume_one_timing: bool,
     pub(crate) keep_server_synchronous_commit: bool,
+    pub(crate) credentials: Option<CredentialSource>,
 }
 
 impl std::fmt::Debug for SqlConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlConfig")
-            .field("url", &leasehold_core::url::shown(&self.url))
+            .field("url", &leasehold_core::url::redacted(&self.url))
             .field("table", &self.table)
             .field("op_timeout", &self.op_timeout)
             .field("max_connections", &self.max_connections)
@@ -54,6 +64,7 @@ impl std::fmt::Debug for SqlConfig {
                 "unsafe_keep_server_synchronous_commit",
                 &self.keep_server_synchronous_commit,
             )
+            .field("credentials", &self.credentials)
             .finish()
     }
 }
@@ -71,7 +82,66 @@ impl SqlConfig {
             restart_guard: true,
             assume_one_timing: false,
             keep_server_synchronous_commit: false,
+            credentials: None,
         }
+    }
+
+    /// Reads the password from the file at `path` (PostgreSQL and
+    /// MySQL/MariaDB) **for every new connection**, instead of from the URL:
+    /// a Kubernetes Secret mounted as a file, rotated in place, takes effect
+    /// at the next connection, without a restart (connections already open
+    /// stay open). The file holds the password alone; one trailing line
+    /// break is not part of it. The URL option `password_file=PATH` says the
+    /// same. A URL that carries a password too is refused at connect.
+    ///
+    /// ```
+    /// use leasehold_sql::SqlConfig;
+    /// let config = SqlConfig::new("postgres://app@db.internal/app")
+    ///     .password_file("/run/secrets/leasehold/password");
+    /// assert!(format!("{config:?}").contains("PasswordFile(\"/run/secrets/leasehold/password\")"));
+    /// ```
+    pub fn password_file(self, path: impl Into<PathBuf>) -> Self {
+        self.credential_source(CredentialSource::password_file(path))
+    }
+
+    /// Asks `callback` for the user and password **for every new
+    /// connection** (PostgreSQL and MySQL/MariaDB): short-lived tokens such
+    /// as RDS IAM authentication tokens (valid 15 minutes) are made when a
+    /// connection needs one. A user the callback leaves out is the URL's.
+    /// An error it returns fails that connection: at connect,
+    /// [`SqlError::Credentials`](crate::SqlError::Credentials) (retryable);
+    /// later, the operation that needed the connection answers `Retry`
+    /// (renewals) or a retryable error, and the next attempt asks again. A
+    /// URL that carries a password too is refused at connect.
+    ///
+    /// ```no_run
+    /// use leasehold_sql::{SqlConfig, SqlStrategy};
+    /// use leasehold_core::credentials::Credentials;
+    /// # async fn rds_iam_token() -> Result<String, std::io::Error> { Ok(String::new()) }
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = SqlConfig::new("postgres://app@db.internal/app?sslmode=verify-full")
+    ///     .credentials(|| async { Ok::<_, std::io::Error>(Credentials::new("app", rds_iam_token().await?)) });
+    /// let strategy = SqlStrategy::connect(config).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The caller's pool ([`SqlStrategy::pool`](crate::SqlStrategy::pool))
+    /// gets the newest credentials whenever a lease connection is opened
+    /// and at [`SqlStrategy::refresh_credentials`](crate::SqlStrategy::refresh_credentials).
+    pub fn credentials<F, Fut, E>(self, callback: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Credentials, E>> + Send + 'static,
+        E: Into<CallbackError>,
+    {
+        self.credential_source(CredentialSource::callback(callback))
+    }
+
+    /// Where the credentials come from ([`SqlConfig::password_file`] and
+    /// [`SqlConfig::credentials`] set it): asked for every new connection.
+    pub fn credential_source(mut self, source: CredentialSource) -> Self {
+        self.credentials = Some(source);
+        self
     }
 
     /// The lease table (default `leasehold_leases`), validated on connect.

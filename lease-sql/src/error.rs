@@ -144,6 +144,18 @@ pub enum SqlError {
         /// The fence of the resource's last writer.
         seen: Fence,
     },
+    /// The password file or the credentials callback
+    /// ([`SqlConfig::password_file`](crate::SqlConfig::password_file),
+    /// [`SqlConfig::credentials`](crate::SqlConfig::credentials)) did not
+    /// answer when a connection needed it. Retryable: the next attempt
+    /// asks again.
+    #[error("cannot connect to {store}: {error}")]
+    Credentials {
+        /// The database, as [`leasehold_core::url::redacted`] shows its URL.
+        store: String,
+        /// What failed, and the fix.
+        error: leasehold_core::credentials::CredentialsError,
+    },
     /// The fence table lacks the columns fenced writes need (it was created
     /// by an older version). Final until migrated: `fix` says how.
     #[error("{what}; {fix}")]
@@ -166,7 +178,10 @@ impl SqlError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Self::Unreachable(_) | Self::Timeout(_) | Self::Contention(_)
+            Self::Unreachable(_)
+                | Self::Timeout(_)
+                | Self::Contention(_)
+                | Self::Credentials { .. }
         )
     }
 }
@@ -186,7 +201,9 @@ impl From<SqlError> for AcquireError {
             SqlError::MissingSchema { what, fix } => Self::MissingSchema { what, fix },
             SqlError::Unreachable(r) => Self::Unreachable(r),
             SqlError::Contention(r) => Self::Contention(r),
-            SqlError::Timeout(_) => Self::Unreachable(Reason::new(e.to_string())),
+            SqlError::Timeout(_) | SqlError::Credentials { .. } => {
+                Self::Unreachable(Reason::new(e.to_string()))
+            }
             SqlError::UnsupportedServer { what, fix } => Self::UnsupportedServer { what, fix },
             SqlError::Refused { what, fix }
             | SqlError::Tls { what, fix }

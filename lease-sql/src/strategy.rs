@@ -43,9 +43,13 @@ impl SqlStrategy {
     /// refuses without TLS or a client certificate), [`SqlError::Tls`] for
     /// a TLS handshake that failed or a server without TLS,
     /// [`SqlError::UnsupportedServer`] for a server without
-    /// `SKIP LOCKED`/`RETURNING` (final).
+    /// `SKIP LOCKED`/`RETURNING` (final); [`SqlError::Credentials`] when
+    /// the password file or the credentials callback
+    /// ([`SqlConfig::password_file`], [`SqlConfig::credentials`]) does not
+    /// answer (retryable).
     pub async fn connect(config: SqlConfig) -> Result<Self, SqlError> {
         let table = TableName::new(config.table.clone())?;
+        config.check_credentials()?;
         // A mistyped scheme is not a file path: without this it would be
         // taken for SQLite, whose error would mislead.
         if let Some((scheme, _)) = config.url.split_once("://")
@@ -112,6 +116,14 @@ impl SqlStrategy {
     /// the lease connections' statement timeouts); the lease operations do not
     /// use it. Query it with the sqlx this crate re-exports
     /// ([`crate::sqlx`]), whose types are the pool's.
+    ///
+    /// With a credential source ([`SqlConfig::password_file`],
+    /// [`SqlConfig::credentials`]) the pool opens its connections with the
+    /// source's latest answer: it gets a new one whenever a lease
+    /// connection is opened, at [`SqlStrategy::ping`], and at
+    /// [`SqlStrategy::refresh_credentials`]. sqlx 0.8 has no hook that runs
+    /// before the pool opens a connection, so with tokens that expire, call
+    /// `refresh_credentials` before work that may need a new connection.
     pub fn pool<D: SqlDatabase>(&self) -> Option<&sqlx::Pool<D>> {
         self.ops.pool().downcast_ref()
     }
@@ -144,6 +156,19 @@ impl SqlStrategy {
     /// when it answers with an error no retry fixes.
     pub async fn ping(&self) -> Result<(), SqlError> {
         self.ops.ping().await
+    }
+
+    /// Asks the credential source ([`SqlConfig::password_file`],
+    /// [`SqlConfig::credentials`]) again and gives its answer to the pool
+    /// of [`SqlStrategy::pool`] for the connections it opens from now on
+    /// (the lease connections ask for themselves). Nothing to do without a
+    /// source.
+    ///
+    /// Errors (retryable): [`SqlError::Credentials`] when the source fails,
+    /// [`SqlError::Unreachable`] when it does not answer within the
+    /// operation timeout.
+    pub async fn refresh_credentials(&self) -> Result<(), SqlError> {
+        self.ops.refresh_credentials().await
     }
 
     /// Closes the idle lease connections and the sqlx pool (every clone's).

@@ -10,10 +10,10 @@ use crate::ident::TableName;
 
 /// The accepted shapes, quoted by every URL error.
 const FORM: &str = "postgres://USER[:PASSWORD]@HOST[:PORT]/DB, mysql://… (MariaDB too) or \
-                    sqlite://PATH, with options ?table=NAME&op_timeout=2s";
+                    sqlite://PATH, with options ?table=NAME&op_timeout=2s&password_file=PATH";
 
 /// The options leasehold reads from the query (and removes before sqlx sees it).
-const OWN_OPTIONS: &str = "table, op_timeout";
+const OWN_OPTIONS: &str = "table, op_timeout, password_file";
 
 /// sqlx 0.8's own connection options, per engine: passed through as written.
 const POSTGRES_OPTIONS: &[&str] = &[
@@ -62,9 +62,11 @@ impl SqlConfig {
     /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (or `postgresql://`),
     /// `mysql://…` or `mariadb://…`, `sqlite://PATH` (or `sqlite:PATH`),
     /// with the options `table=NAME` ([`SqlConfig::table`]) and
-    /// `op_timeout=500ms` or `=2s` ([`SqlConfig::op_timeout`]). sqlx's own
-    /// options (`sslmode`, `application_name`, SQLite's `mode`, …) pass
-    /// through to it as written.
+    /// `op_timeout=500ms` or `=2s` ([`SqlConfig::op_timeout`]) and
+    /// `password_file=PATH` ([`SqlConfig::password_file`]: the password,
+    /// read for every new connection; not with a password in the URL, nor
+    /// for SQLite). sqlx's own options (`sslmode`, `application_name`,
+    /// SQLite's `mode`, …) pass through to it as written.
     ///
     /// Errors ([`SqlError::Config`]) name what is accepted: an unknown
     /// scheme, a missing host, a bad port, an unknown option, an invalid
@@ -87,13 +89,18 @@ impl SqlConfig {
         } else {
             scheme_of(url, Self::SCHEMES, FORM)?
         };
-        let (passed_on, table, op_timeout) = if scheme == "sqlite" {
-            sqlite(url)?
+        let (passed_on, table, op_timeout, password_file) = if scheme == "sqlite" {
+            let (passed_on, table, op_timeout) = sqlite(url)?;
+            (passed_on, table, op_timeout, None)
         } else {
             let mut parts = StoreUrl::parse(url, Self::SCHEMES, FORM)?;
             parts.require_one_host(FORM)?;
             let table = parts.take("table");
             let op_timeout = parts.take_duration("op_timeout")?;
+            let password_file = parts.take("password_file");
+            if password_file.is_some() && has_password(&parts) {
+                return Err(two_passwords("password_file=PATH").into());
+            }
             let (engine, theirs) = match scheme.as_str() {
                 "postgres" | "postgresql" => (Engine::Postgres, POSTGRES_OPTIONS),
                 _ => (Engine::MySql, MYSQL_OPTIONS),
@@ -106,9 +113,17 @@ impl SqlConfig {
                     crate::tls::mode(engine, key, value)?;
                 }
             }
-            (parts.rebuild(parts.written_scheme()), table, op_timeout)
+            (
+                parts.rebuild(parts.written_scheme()),
+                table,
+                op_timeout,
+                password_file,
+            )
         };
         let mut config = Self::new(passed_on);
+        if let Some(path) = password_file {
+            config = config.password_file(path);
+        }
         if let Some(table) = table {
             config = config.table(TableName::new(table)?.as_str());
         }
@@ -163,6 +178,7 @@ fn sqlite(url: &str) -> Result<(String, Option<String>, Option<std::time::Durati
         match key {
             "table" => table = Some(value),
             "op_timeout" => op_timeout = Some(duration_option("op_timeout", &value)?),
+            "password_file" => return Err(sqlite_has_no_password().into()),
             _ => kept.push(pair),
         }
     }
@@ -178,6 +194,56 @@ fn sqlite(url: &str) -> Result<(String, Option<String>, Option<std::time::Durati
         format!("{before}?{}", kept.join("&"))
     };
     Ok((passed_on, table, op_timeout))
+}
+
+/// Whether the URL carries a password: in its user info or as sqlx's
+/// `password=` option.
+fn has_password(parts: &StoreUrl) -> bool {
+    parts.password().is_some_and(|p| !p.is_empty()) || parts.options().any(|(k, _)| k == "password")
+}
+
+/// A password both in the URL and from `other` (a file, a callback).
+fn two_passwords(other: &str) -> ConfigError {
+    ConfigError::described(
+        "url",
+        format!(
+            "the URL carries a password, and {other} gives one too; give it one way: drop the \
+             password from the URL (user info or ?password=) and keep it in the file or the \
+             callback"
+        ),
+    )
+}
+
+/// A credential source for SQLite, which has no password.
+fn sqlite_has_no_password() -> ConfigError {
+    ConfigError::described(
+        "url",
+        "SQLite has no password: password_file and credentials callbacks are for PostgreSQL and \
+         MySQL/MariaDB; protect the database file with file permissions instead",
+    )
+}
+
+impl SqlConfig {
+    /// Refuses a credential source the URL contradicts: a password in the
+    /// URL too, or an SQLite database (checked again at connect, whatever
+    /// built the config).
+    pub(crate) fn check_credentials(&self) -> Result<(), SqlError> {
+        let Some(source) = &self.credentials else {
+            return Ok(());
+        };
+        if sqlite_path(&self.url).is_some() {
+            return Err(sqlite_has_no_password().into());
+        }
+        let parts = StoreUrl::parse(&self.url, Self::SCHEMES, FORM)?;
+        if has_password(&parts) {
+            let other = match source.file() {
+                Some(_) => "password_file",
+                None => "the credentials callback",
+            };
+            return Err(two_passwords(other).into());
+        }
+        Ok(())
+    }
 }
 
 fn check_options<'a>(
@@ -304,8 +370,8 @@ mod tests {
             ("postgres://a@h1,h2/app", "takes one host"),
             (
                 "postgres://app@db/app?tabel=ids",
-                "unknown query option \"tabel\"; this URL takes table, op_timeout, and sqlx's \
-                 options for postgres: sslmode",
+                "unknown query option \"tabel\"; this URL takes table, op_timeout, \
+                 password_file, and sqlx's options for postgres: sslmode",
             ),
             (
                 "mysql://root@h/x?prefix=a",
@@ -352,6 +418,54 @@ mod tests {
             let e = SqlConfig::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");
             assert!(!e.contains("feature"), "{url}: {e}");
+        }
+    }
+
+    /// `password_file` is leasehold's, never sqlx's; a password given both
+    /// in the URL and by a file or a callback is refused, and SQLite takes
+    /// none.
+    #[test]
+    fn a_password_file_replaces_the_urls_password() {
+        let c = SqlConfig::from_url(
+            "postgres://app@db/app?password_file=/run/s/pw&application_name=ids",
+        )
+        .unwrap();
+        assert_eq!(c.url(), "postgres://app@db/app?application_name=ids");
+        assert_eq!(
+            c.credentials.as_ref().and_then(|s| s.file()),
+            Some(std::path::Path::new("/run/s/pw"))
+        );
+        assert!(c.check_credentials().is_ok());
+        for url in [
+            "postgres://app:pw@db/app?password_file=/run/s/pw",
+            "postgres://app@db/app?password=pw&password_file=/run/s/pw",
+            "mysql://app:pw@db/app?password_file=/run/s/pw",
+        ] {
+            let e = SqlConfig::from_url(url).unwrap_err().to_string();
+            assert!(
+                e.contains("the URL carries a password, and password_file"),
+                "{url}: {e}"
+            );
+            assert!(!e.contains("pw@") && !e.contains("=pw"), "{url}: {e}");
+        }
+        let e = SqlConfig::from_url("sqlite://x.db?password_file=/p").unwrap_err();
+        assert!(e.to_string().contains("SQLite has no password"), "{e}");
+        let callback = || async {
+            Ok::<_, std::io::Error>(leasehold_core::credentials::Credentials::password_only("x"))
+        };
+        for (url, needle) in [
+            (
+                "postgres://app:pw@db/app",
+                "the credentials callback gives one too",
+            ),
+            ("sqlite://x.db", "SQLite has no password"),
+        ] {
+            let e = SqlConfig::new(url)
+                .credentials(callback)
+                .check_credentials()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{url}: {e}");
         }
     }
 

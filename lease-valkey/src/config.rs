@@ -1,7 +1,10 @@
 //! Connection settings.
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use leasehold_core::credentials::{CallbackError, CredentialSource, Credentials};
 
 use crate::tls::TlsFiles;
 
@@ -51,10 +54,13 @@ pub struct ValkeyConfig {
     pub(crate) one_timing: bool,
     pub(crate) require_durable: bool,
     pub(crate) tls: TlsFiles,
+    pub(crate) credentials: Option<CredentialSource>,
 }
 
 impl std::fmt::Debug for ValkeyConfig {
-    /// Never prints the URL's credentials.
+    /// Never prints a credential: the URL as
+    /// [`leasehold_core::url::redacted`] shows it, a credential source by
+    /// its kind and file only.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ValkeyConfig")
             .field("url", &redact(&self.url))
@@ -71,6 +77,7 @@ impl std::fmt::Debug for ValkeyConfig {
                 "tls_client_cert",
                 &self.tls.client.as_ref().map(|(cert, _)| cert),
             )
+            .field("credentials", &self.credentials)
             .finish()
     }
 }
@@ -95,6 +102,7 @@ impl ValkeyConfig {
             one_timing: false,
             require_durable: false,
             tls: TlsFiles::default(),
+            credentials: None,
         }
     }
 
@@ -130,6 +138,65 @@ impl ValkeyConfig {
     /// `-sentinel` and `-cluster` forms).
     pub fn uses_tls(&self) -> bool {
         crate::tls::scheme_uses_tls(self.url.split_once("://").map_or("", |(s, _)| s))
+    }
+
+
+    /// Reads the password from the file at `path` **for every new
+    /// connection** (the first, every reconnect, every Cluster node),
+    /// instead of from the URL: a Kubernetes Secret mounted as a file,
+    /// rotated in place, takes effect at the next connection, without a
+    /// restart (connections already authenticated stay so). The file holds
+    /// the password alone; one trailing line break is not part of it. The
+    /// user is the URL's (`redis://USER@HOST`), or `default`. The URL option
+    /// `password_file=PATH` says the same. A URL that carries a password
+    /// too is refused.
+    ///
+    /// ```
+    /// use leasehold_valkey::ValkeyConfig;
+    /// let config = ValkeyConfig::new("redis://ids@cache.internal:6379")
+    ///     .password_file("/run/secrets/valkey/password");
+    /// assert!(format!("{config:?}").contains("PasswordFile"));
+    /// ```
+    pub fn password_file(self, path: impl Into<PathBuf>) -> Self {
+        self.credential_source(CredentialSource::password_file(path))
+    }
+
+    /// Asks `callback` for the user and password **for every new
+    /// connection** (the first, every reconnect, every Cluster node):
+    /// short-lived tokens such as ElastiCache or MemoryDB IAM
+    /// authentication tokens are made when a connection needs one. A user
+    /// the callback leaves out is the URL's, or `default`. An error it
+    /// returns fails that connection: at connect,
+    /// [`ValkeyError::Credentials`](crate::ValkeyError::Credentials)
+    /// (retryable); later the client keeps reconnecting, asking again each
+    /// time, and operations meanwhile answer `Retry`. A URL that carries a
+    /// password too is refused.
+    ///
+    /// ```no_run
+    /// use leasehold_core::credentials::Credentials;
+    /// use leasehold_valkey::{ValkeyConfig, ValkeyStrategy};
+    /// # async fn elasticache_iam_token() -> Result<String, std::io::Error> { Ok(String::new()) }
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = ValkeyConfig::new("redis://ids@cache.internal:6379")
+    ///     .credentials(|| async { Ok::<_, std::io::Error>(Credentials::new("ids", elasticache_iam_token().await?)) });
+    /// let strategy = ValkeyStrategy::connect(config).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn credentials<F, Fut, E>(self, callback: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Credentials, E>> + Send + 'static,
+        E: Into<CallbackError>,
+    {
+        self.credential_source(CredentialSource::callback(callback))
+    }
+
+    /// Where the credentials come from ([`ValkeyConfig::password_file`] and
+    /// [`ValkeyConfig::credentials`] set it): asked for every new
+    /// connection.
+    pub fn credential_source(mut self, source: CredentialSource) -> Self {
+        self.credentials = Some(source);
+        self
     }
 
     /// The restart guard (default on). A server that does not write every
@@ -268,7 +335,7 @@ impl ValkeyConfig {
     }
 }
 
-pub(crate) use leasehold_core::url::shown as redact;
+pub(crate) use leasehold_core::url::redacted as redact;
 
 /// The key prefix, or an error that says which are accepted.
 pub(crate) fn check_prefix(prefix: &str) -> Result<(), leasehold_core::ConfigError> {
@@ -294,12 +361,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn redact_drops_credentials_and_query() {
+    fn redact_hides_the_password() {
         assert_eq!(
-            redact("redis://user:secret@db.example:6380/2?x=y"),
-            "redis://db.example:6380/2"
+            redact("redis://user:secret@db.example:6380/2?x=y&password=secret"),
+            "redis://user:***@db.example:6380/2?x=y&password=***"
         );
-        assert_eq!(redact("rediss://:pw@h:1"), "rediss://h:1");
+        assert_eq!(redact("rediss://:pw@h:1"), "rediss://:***@h:1");
         assert_eq!(redact("redis://h:1"), "redis://h:1");
         let dbg = format!("{:?}", ValkeyConfig::new("redis://u:hunter2@h:1"));
         assert!(!dbg.contains("hunter2"), "{dbg}");

@@ -89,6 +89,18 @@ pub enum ValkeyError {
         /// was set: no opt-in accepts the server.
         required: bool,
     },
+    /// The password file or the credentials callback
+    /// ([`ValkeyConfig::password_file`](crate::ValkeyConfig::password_file),
+    /// [`ValkeyConfig::credentials`](crate::ValkeyConfig::credentials)) did
+    /// not answer when the first connection needed it. Retryable: the next
+    /// `connect` asks again.
+    #[error("cannot connect to {store}: {error}")]
+    Credentials {
+        /// The server, as [`leasehold_core::url::redacted`] shows its URL.
+        store: String,
+        /// What failed, and the fix.
+        error: leasehold_core::credentials::CredentialsError,
+    },
     /// The server answered with an error.
     #[error("{server} answered {command} with an error: {reason}")]
     Server {

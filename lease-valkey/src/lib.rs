@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod credentials;
 mod durability;
 mod error;
 mod operate;

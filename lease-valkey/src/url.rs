@@ -25,8 +25,8 @@ const SENTINEL_FORM: &str = "redis-sentinel://[USER:PASSWORD@]SENTINEL[:PORT][,S
 const SENTINEL_PORT: u16 = 26379;
 
 /// The options every URL takes, and those a TLS URL takes too.
-const OPTIONS: &str = "prefix, op_timeout";
-const TLS_OPTIONS: &str = "prefix, op_timeout, ca, cert, key";
+const OPTIONS: &str = "prefix, op_timeout, password_file";
+const TLS_OPTIONS: &str = "prefix, op_timeout, password_file, ca, cert, key";
 
 impl ValkeyConfig {
     /// The URL schemes [`ValkeyConfig::from_url`] accepts: plain text, and
@@ -130,6 +130,10 @@ impl ValkeyConfig {
         let prefix = parts.take("prefix");
         let op_timeout = parts.take_duration("op_timeout")?;
         let files = tls_files(&mut parts, tls)?;
+        let password_file = parts.take("password_file");
+        if password_file.is_some() && has_password(&parts) {
+            return Err(two_passwords("password_file=PATH").into());
+        }
         parts.refuse_unknown_options(if tls { TLS_OPTIONS } else { OPTIONS })?;
         let scheme = if tls { "rediss" } else { "redis" };
         let for_fred = if sentinel {
@@ -148,8 +152,51 @@ impl ValkeyConfig {
         if let Some(timeout) = op_timeout {
             config = config.op_timeout(timeout);
         }
+        if let Some(path) = password_file {
+            config = config.password_file(path);
+        }
         Ok(config)
     }
+
+    /// Refuses a credential source the URL contradicts: a password in the
+    /// URL too (checked again at `connect`, whatever built the config).
+    pub(crate) fn check_credentials(&self) -> Result<(), ValkeyError> {
+        let Some(source) = &self.credentials else {
+            return Ok(());
+        };
+        let parts = StoreUrl::parse(&self.url, Self::SCHEMES, FORM)?;
+        if has_password(&parts) {
+            let other = match source.file() {
+                Some(_) => "password_file",
+                None => "the credentials callback",
+            };
+            return Err(two_passwords(other).into());
+        }
+        Ok(())
+    }
+
+    /// The user the URL names, if any.
+    pub(crate) fn url_user(&self) -> Option<String> {
+        StoreUrl::parse(&self.url, Self::SCHEMES, FORM)
+            .ok()
+            .and_then(|p| p.user().filter(|u| !u.is_empty()).map(str::to_owned))
+    }
+}
+
+/// Whether the URL carries a password in its user info.
+fn has_password(parts: &StoreUrl) -> bool {
+    parts.password().is_some_and(|p| !p.is_empty())
+}
+
+/// A password both in the URL and from `other` (a file, a callback).
+fn two_passwords(other: &str) -> ConfigError {
+    ConfigError::described(
+        "url",
+        format!(
+            "the URL carries a password, and {other} gives one too; give it one way: drop the \
+             password from the URL (redis://USER@HOST) and keep it in the file or the callback"
+        ),
+    )
 }
 
 /// The TLS files of a URL (`ca=`, `cert=`, `key=`, taken), which only a
@@ -572,7 +619,7 @@ mod tests {
             ("redis://h/db1", "a database number from 0 to 255"),
             (
                 "redis://h?prefx=a",
-                "unknown query option \"prefx\"; this URL takes prefix, op_timeout",
+                "unknown query option \"prefx\"; this URL takes prefix, op_timeout, password_file",
             ),
             ("redis://h?prefix=a{b}", "invalid `key_prefix`"),
             (
@@ -634,6 +681,38 @@ mod tests {
             let e = ValkeyConfig::from_url(url).unwrap_err().to_string();
             assert!(e.contains(needle), "{url}: {e}");
         }
+    }
+
+    /// `password_file` is taken out of the URL fred reads; a password given
+    /// both in the URL and by a file or a callback is refused.
+    #[test]
+    fn a_password_file_replaces_the_urls_password() {
+        let c = ValkeyConfig::from_url("redis://ids@h:6379/1?password_file=/run/s/pw&prefix=p")
+            .unwrap();
+        assert_eq!(c.url, "redis://ids@h:6379/1");
+        assert_eq!(c.url_user().as_deref(), Some("ids"));
+        assert_eq!(
+            c.credentials.as_ref().and_then(|s| s.file()),
+            Some(std::path::Path::new("/run/s/pw"))
+        );
+        assert!(c.check_credentials().is_ok());
+        let e = ValkeyConfig::from_url("redis://:pw@h?password_file=/p")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the URL carries a password, and password_file"),
+            "{e}"
+        );
+        let e = ValkeyConfig::new("redis://u:pw@h")
+            .credentials(|| async {
+                Ok::<_, std::io::Error>(leasehold_core::credentials::Credentials::password_only(
+                    "x",
+                ))
+            })
+            .check_credentials()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the credentials callback gives one too"), "{e}");
     }
 
     /// A config built without `from_url` with TLS files and a plain-text

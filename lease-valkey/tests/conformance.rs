@@ -1812,7 +1812,7 @@ async fn the_password_never_shows(b: Arc<Valkey>) -> Outcome {
             shown.both("ValkeyError (unreachable)", &e);
         }
     }
-    shown.traces().verdict()
+    shown.traces().metrics().verdict()
 }
 
 /// A server whose `maxmemory-policy` may evict keys is refused at connect

@@ -1,10 +1,14 @@
 //! A store URL → the backend that reads it, and the connect.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use leasehold_core::Memory;
+use leasehold_core::credentials::{CallbackError, CredentialSource, Credentials};
 #[cfg(feature = "etcd")]
 use leasehold_etcd::{EtcdConfig, EtcdError, EtcdStrategy};
 #[cfg(feature = "k8s")]
@@ -126,10 +130,35 @@ pub fn schemes_text() -> String {
 /// assert!(matches!(config.kind(), StoreKind::Sql(_)));
 /// # Ok::<(), leasehold::ConnectError>(())
 /// ```
-#[derive(Clone, Debug)]
+///
+/// `Debug` shows no secret: the URL as [`crate::url::redacted`] shows it,
+/// the backend's configuration (each redacts its own), and a credential
+/// source by its kind and file only.
+///
+/// ```
+/// let config = leasehold::StoreConfig::from_url("sqlite://ids.sqlite?op_timeout=2s")?;
+/// assert!(format!("{config:?}").contains("sqlite://ids.sqlite?op_timeout=2s"));
+/// # Ok::<(), leasehold::ConnectError>(())
+/// ```
+///
+/// Keep the password out of the URL with [`StoreConfig::password_file`]
+/// (or the URL option `password_file=PATH`) and
+/// [`StoreConfig::credentials`].
+#[derive(Clone)]
 pub struct StoreConfig {
     url: String,
     kind: StoreKind,
+    credentials: Option<CredentialSource>,
+}
+
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("url", &self.shown_url())
+            .field("kind", &self.kind)
+            .field("credentials", &self.credentials)
+            .finish()
+    }
 }
 
 /// Which store a [`StoreConfig`] opens, with that backend's configuration.
@@ -202,7 +231,7 @@ impl StoreConfig {
         #[allow(unused_variables)] // with no networked store compiled in
         let bad = |e: &dyn std::fmt::Display| ConnectError::bad_url(url, e);
         let kind = match row.feature {
-            "" => StoreKind::Memory(memory_name(url)),
+            "" => StoreKind::Memory(memory_name(url)?),
             #[cfg(feature = "_sql")]
             "postgres" | "mysql" | "sqlite" => {
                 StoreKind::Sql(SqlConfig::from_url(url).map_err(|e| match e {
@@ -230,7 +259,107 @@ impl StoreConfig {
         Ok(Self {
             url: url.to_owned(),
             kind,
+            credentials: None,
         })
+    }
+
+    /// Reads the password from the file at `path` instead of the URL (the
+    /// URL option `password_file=PATH` says the same): PostgreSQL,
+    /// MySQL/MariaDB and Valkey/Redis read it **again for every new
+    /// connection**, so a rotated Kubernetes Secret mounted as a file
+    /// takes effect without a restart; etcd reads it at connect (for the
+    /// URL's user: `etcd://USER@HOST`). The file holds the password alone;
+    /// one trailing line break is not part of it. A URL that carries a
+    /// password too is refused at connect, and so is a store that takes
+    /// no password (SQLite, Kubernetes, `memory://`).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::ConnectError> {
+    /// let store = leasehold::StoreConfig::from_url("postgres://app@db.internal/app?sslmode=verify-full")?
+    ///     .password_file("/run/secrets/leasehold/password")
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn password_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.credentials = Some(CredentialSource::password_file(path));
+        self
+    }
+
+    /// Asks `callback` for the user and password **for every new
+    /// connection** (PostgreSQL, MySQL/MariaDB, Valkey/Redis), instead of
+    /// a password in the URL: short-lived tokens such as RDS or
+    /// ElastiCache IAM authentication tokens (valid 15 minutes) are made
+    /// when a connection needs one. A user it leaves out is the URL's. If
+    /// it fails when the store is opened, [`StoreConfig::connect`] answers
+    /// [`ConnectError::Unreachable`] (retryable) naming the store and the
+    /// callback; later failures make the operation that needed the
+    /// connection retry. Refused at connect with a password in the URL
+    /// too, and for the other stores.
+    ///
+    /// ```no_run
+    /// use leasehold::credentials::Credentials;
+    /// # async fn rds_iam_token() -> Result<String, std::io::Error> { Ok(String::new()) }
+    /// # async fn run() -> Result<(), leasehold::ConnectError> {
+    /// let store = leasehold::StoreConfig::from_url("postgres://app@db.internal/app?sslmode=verify-full")?
+    ///     .credentials(|| async { Ok::<_, std::io::Error>(Credentials::new("app", rds_iam_token().await?)) })
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn credentials<F, Fut, E>(mut self, callback: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Credentials, E>> + Send + 'static,
+        E: Into<CallbackError>,
+    {
+        self.credentials = Some(CredentialSource::callback(callback));
+        self
+    }
+
+    /// The configuration with its credential source handed to the
+    /// backend, or why the store takes none.
+    fn with_credentials(mut self) -> Result<Self, ConnectError> {
+        let Some(source) = self.credentials.take() else {
+            return Ok(self);
+        };
+        let refuse = |why: String| ConnectError::bad_url(&self.url, why);
+        let none = |store: &str, instead: &str| {
+            refuse(format!(
+                "{} cannot be used with {store}, which takes no password; {instead}",
+                source.describe()
+            ))
+        };
+        let kind = match self.kind {
+            StoreKind::Memory(_) => Err(none("an in-process store", "leave it out")),
+            #[cfg(feature = "_sql")]
+            StoreKind::Sql(c) if c.sqlite_path().is_some() => Err(none(
+                "SQLite",
+                "protect the database file with file permissions instead",
+            )),
+            #[cfg(feature = "_sql")]
+            StoreKind::Sql(c) => Ok(StoreKind::Sql(c.credential_source(source))),
+            #[cfg(feature = "valkey")]
+            StoreKind::Valkey(c) => Ok(StoreKind::Valkey(c.credential_source(source))),
+            #[cfg(feature = "etcd")]
+            StoreKind::Etcd(c) => match source.file() {
+                Some(path) => Ok(StoreKind::Etcd(c.password_file(path))),
+                None => Err(refuse(
+                    "etcd reads its password once, at connect (etcd-client renews its \
+                         token with it): give etcd://USER@HOST?password_file=PATH; a \
+                         credentials callback is for SQL and Valkey/Redis stores"
+                        .to_owned(),
+                )),
+            },
+            #[cfg(feature = "k8s")]
+            StoreKind::Kube(_) => Err(none(
+                "Kubernetes",
+                "its credentials come from the kubeconfig or the pod's service account \
+                 (tokens, client certificates, exec plugins, which kube refreshes itself)",
+            )),
+        };
+        self.kind = kind?;
+        Ok(self)
     }
 
     /// The store and its backend's configuration.
@@ -238,9 +367,10 @@ impl StoreConfig {
         &self.kind
     }
 
-    /// The URL, password masked, as messages show it.
+    /// The URL as messages show it ([`crate::url::redacted`]: the password
+    /// and secret options as `***`).
     pub fn shown_url(&self) -> String {
-        leasehold_core::url::masked(&self.url)
+        leasehold_core::url::redacted(&self.url)
     }
 
     /// The bound on each store operation, whatever the store.
@@ -306,7 +436,9 @@ impl StoreConfig {
     /// do.
     pub async fn connect(self) -> Result<Store, ConnectError> {
         let shown = self.shown_url();
-        let inner = match self.kind {
+        let this = self.with_credentials()?;
+        let kind = this.kind;
+        let inner = match kind {
             StoreKind::Memory(name) => Inner::Memory(memory(&name)),
             #[cfg(feature = "_sql")]
             StoreKind::Sql(c) => Inner::Sql(
@@ -337,11 +469,22 @@ impl StoreConfig {
     }
 }
 
-/// `memory://NAME` → `NAME` (empty for `memory://`).
-fn memory_name(url: &str) -> String {
-    url.split_once("://")
-        .map(|(_, rest)| rest.trim_end_matches('/').to_owned())
-        .unwrap_or_default()
+/// `memory://NAME` → `NAME` (empty for `memory://`). A name takes no user
+/// info, options or fragment: they would become part of it (and be shown
+/// with it).
+fn memory_name(url: &str) -> Result<String, ConnectError> {
+    let name = url
+        .split_once("://")
+        .map(|(_, rest)| rest.trim_end_matches('/'))
+        .unwrap_or_default();
+    if name.contains(['@', '?', '#', ':']) {
+        return Err(ConnectError::bad_url(
+            url,
+            "memory://NAME takes a name of letters, digits, '-', '_', '.' or '/' only: no user, \
+             password, port or options",
+        ));
+    }
+    Ok(name.to_owned())
 }
 
 /// The process's in-memory store of `name`.
@@ -363,6 +506,11 @@ fn sql_error(shown: &str, e: SqlError) -> ConnectError {
             url,
             why: c.to_string(),
         },
+        // Its message names the store already.
+        e @ SqlError::Credentials { .. } => ConnectError::Unreachable {
+            message: e.to_string(),
+            url,
+        },
         e @ (SqlError::Unreachable(_) | SqlError::Timeout(_)) => ConnectError::Unreachable {
             message: format!("cannot reach {shown}: {e}"),
             url,
@@ -382,11 +530,13 @@ fn valkey_error(shown: &str, e: ValkeyError) -> ConnectError {
             url,
             why: c.to_string(),
         },
-        // Its message names the URL already (without credentials).
-        e @ ValkeyError::Unreachable { .. } => ConnectError::Unreachable {
-            message: e.to_string(),
-            url,
-        },
+        // Their messages name the URL already (without credentials).
+        e @ (ValkeyError::Unreachable { .. } | ValkeyError::Credentials { .. }) => {
+            ConnectError::Unreachable {
+                message: e.to_string(),
+                url,
+            }
+        }
         // A refused certificate, or TLS on one side only: final until the
         // configuration or the certificates change; the message names the
         // URL and the fix.

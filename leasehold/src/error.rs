@@ -2,7 +2,8 @@
 
 /// Why [`connect`](crate::connect) or
 /// [`StoreConfig::from_url`](crate::StoreConfig::from_url) failed. Every
-/// message names the store by its URL with the password masked.
+/// message names the store by its URL as [`crate::url::redacted`] shows it
+/// (no password, no secret option).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
@@ -10,7 +11,7 @@ pub enum ConnectError {
     /// a store whose feature is off, a bad host, port or option. Final.
     #[error("bad store URL {url}: {why}")]
     BadUrl {
-        /// The URL, password masked.
+        /// The URL, redacted.
         url: String,
         /// What is wrong and the accepted form.
         why: String,
@@ -19,7 +20,7 @@ pub enum ConnectError {
     /// connect by itself: check that the store runs and try again.
     #[error("{message}")]
     Unreachable {
-        /// The URL, password masked.
+        /// The URL, redacted.
         url: String,
         /// What failed, naming the URL.
         message: String,
@@ -29,7 +30,7 @@ pub enum ConnectError {
     /// message says how.
     #[error("{message}")]
     Refused {
-        /// The URL, password masked.
+        /// The URL, redacted.
         url: String,
         /// What the store answered and the fix, naming the URL.
         message: String,
@@ -42,7 +43,7 @@ impl ConnectError {
         matches!(self, Self::Unreachable { .. })
     }
 
-    /// The store's URL, password masked.
+    /// The store's URL, redacted ([`crate::url::redacted`]).
     pub fn url(&self) -> &str {
         match self {
             Self::BadUrl { url, .. }
@@ -53,7 +54,7 @@ impl ConnectError {
 
     pub(crate) fn bad_url(url: &str, why: impl std::fmt::Display) -> Self {
         Self::BadUrl {
-            url: leasehold_core::url::masked(url),
+            url: leasehold_core::url::redacted(url),
             why: why.to_string(),
         }
     }

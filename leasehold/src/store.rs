@@ -67,7 +67,7 @@ impl Store {
         each!(self, s => s as &dyn Operate)
     }
 
-    /// The store's URL, password masked.
+    /// The store's URL, redacted ([`crate::url::redacted`]).
     pub fn shown_url(&self) -> &str {
         &self.shown
     }

@@ -307,6 +307,91 @@ async fn a_tls_only_valkey_is_reached_over_tls_and_refuses_plain_text() {
     );
 }
 
+/// `StoreConfig`'s `Debug` and the refusals of `from_url` show no password,
+/// whether in the user info or in the query string, for every scheme.
+#[test]
+fn a_store_config_never_shows_its_password() {
+    const PW: &str = "Pl4nted-pw";
+    let mut urls = vec![format!("memory://x?password={PW}")];
+    for base in [
+        #[cfg(feature = "postgres")]
+        "postgres://app@db/app",
+        #[cfg(feature = "mysql")]
+        "mysql://app@db/app",
+        #[cfg(feature = "valkey")]
+        "redis://app@h:6379",
+        #[cfg(feature = "valkey")]
+        "valkey://app@h:6379",
+        #[cfg(feature = "etcd")]
+        "etcd://app@h:2379",
+        #[cfg(feature = "k8s")]
+        "k8s://app@h:8001",
+        #[cfg(feature = "sqlite")]
+        "sqlite://ids.sqlite",
+    ] {
+        urls.push(base.replacen("app@", &format!("app:{PW}@"), 1));
+        urls.push(format!("{base}?password={PW}"));
+        urls.push(format!("{base}?sslpassword={PW}&token={PW}"));
+    }
+    for url in urls {
+        let shown = match StoreConfig::from_url(&url) {
+            Ok(c) => format!("{c:?} {}", c.shown_url()),
+            Err(e) => format!("{e:?} {e} {}", e.url()),
+        };
+        assert!(!shown.contains(PW), "{url}: {shown}");
+    }
+}
+
+/// A credential source goes to the stores that take one, and the others
+/// refuse it at connect, saying why.
+#[tokio::test]
+async fn a_credential_source_is_refused_where_no_password_is_taken() {
+    let e = StoreConfig::from_url("memory://creds")
+        .unwrap()
+        .password_file("/run/secrets/pw")
+        .connect()
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("the password file /run/secrets/pw cannot be used with an in-process store"),
+        "{e}"
+    );
+    #[cfg(feature = "sqlite")]
+    {
+        let e = StoreConfig::from_url("sqlite://creds.sqlite")
+            .unwrap()
+            .credentials(|| async {
+                Ok::<_, std::io::Error>(leasehold::credentials::Credentials::password_only("x"))
+            })
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the credentials callback cannot be used with SQLite"),
+            "{e}"
+        );
+    }
+    #[cfg(feature = "postgres")]
+    {
+        let config =
+            StoreConfig::from_url("postgres://app@db/app?password_file=/run/s/pw").unwrap();
+        assert!(format!("{config:?}").contains("PasswordFile(\"/run/s/pw\")"));
+        let e = StoreConfig::from_url("postgres://app:pw@db/app")
+            .unwrap()
+            .password_file("/run/s/pw")
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the URL carries a password, and password_file gives one too"),
+            "{e}"
+        );
+    }
+}
+
 /// The `etcd` feature brings TLS: `etcds://` reads its certificate files
 /// (a missing one is named with its option), and is not refused for want
 /// of a feature.

@@ -774,8 +774,45 @@ async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Re
         let _ = secrets::capture();
         let mut shown = Shown::new(&Secret::given(root_pw));
         secrets::exercise(Arc::new(leases.clone()), &mut shown).await?;
-        shown.traces().verdict()?;
+        shown.traces().metrics().verdict()?;
     }
+
+    // The password from a file (read at connect), the user from the URL.
+    let dir = std::env::temp_dir().join(format!("leasehold-etcd-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let file = dir.join("password");
+    std::fs::write(&file, format!("{root_pw}\n")).map_err(|e| e.to_string())?;
+    let host = url.trim_start_matches("http://");
+    let from_file = EtcdConfig::from_url(&format!(
+        "etcd://root@{host}?password_file={}",
+        file.display()
+    ))
+    .map_err(|e| e.to_string())?;
+    let by_file = EtcdStrategy::connect(from_file.clone())
+        .await
+        .map_err(|e| format!("connect with password_file: {e}"))?;
+    let g = by_file
+        .acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("acquire with password_file: {e}"))?;
+    let r = by_file.release(&pool, &g, Floor::NONE).await;
+    ensure!(r == leasehold_core::Release::Released, "release {r:?}");
+    std::fs::write(&file, "wrong-Secret").map_err(|e| e.to_string())?;
+    match EtcdStrategy::connect(from_file.clone()).await {
+        Err(e @ EtcdError::Auth { .. }) => {
+            ensure!(!e.to_string().contains("wrong-Secret"), "password in: {e}");
+        }
+        other => return Err(format!("a wrong file answered {:?}", other.map(|_| ()))),
+    }
+    std::fs::remove_file(&file).map_err(|e| e.to_string())?;
+    match EtcdStrategy::connect(from_file).await {
+        Err(e @ EtcdError::Connect { .. }) => ensure!(
+            e.to_string().contains("the password file"),
+            "a missing file answered {e}"
+        ),
+        other => return Err(format!("a missing file answered {:?}", other.map(|_| ()))),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 
     // A wrong password is refused at connect, without echoing it.
     match EtcdStrategy::connect(EtcdConfig::new([url.clone()]).user("root", "wrong-Secret")).await {

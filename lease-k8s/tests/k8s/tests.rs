@@ -816,7 +816,7 @@ async fn kubeconfig_credentials_never_show(b: Arc<FakeBackend>) -> Outcome {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    shown.traces().verdict()
+    shown.traces().metrics().verdict()
 }
 
 fn stored_floor(p: &Private, pool: &PoolSpec, slot: u32) -> String {

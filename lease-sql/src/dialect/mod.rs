@@ -19,6 +19,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
+use leasehold_core::credentials::Credentials;
 use leasehold_core::{BoxFuture, Fence, FenceStamp, PoolName, Reason};
 use sqlx::error::DatabaseError;
 use sqlx::query::Query;
@@ -414,8 +415,21 @@ pub(crate) trait Dialect: sqlx::Database {
         from: Option<(&'q str, Self::Slot)>,
     ) -> Q<'q, Self>;
 
-    /// Opens the database `config` names and checks the server.
-    fn open(config: &SqlConfig) -> impl Future<Output = Result<Opened<Self>, SqlError>> + Send;
+    /// Opens the database `config` names and checks the server; with
+    /// `creds` (from the config's credential source) in place of the URL's.
+    fn open(
+        config: &SqlConfig,
+        creds: Option<&Credentials>,
+    ) -> impl Future<Output = Result<Opened<Self>, SqlError>> + Send;
+    /// `opts` (of the lease connections) with `creds` in place of their user
+    /// (when `creds` names one) and password.
+    fn with_credentials(opts: &Self::Opts, creds: &Credentials) -> Self::Opts;
+    /// The caller's pool's options `opts` with `creds`, as
+    /// [`Dialect::with_credentials`].
+    fn pool_with_credentials(
+        opts: &<Self::Connection as sqlx::Connection>::Options,
+        creds: &Credentials,
+    ) -> <Self::Connection as sqlx::Connection>::Options;
     /// Opens another lease connection.
     fn connect(
         opts: &Self::Opts,
@@ -445,6 +459,9 @@ pub(crate) trait Dialect: sqlx::Database {
             | sqlx::Error::PoolTimedOut
             | sqlx::Error::PoolClosed
             | sqlx::Error::WorkerCrashed => Failure::Transient(msg),
+            // The password file or the credentials callback did not answer:
+            // the next attempt asks again.
+            sqlx::Error::Configuration(e) if e.is::<CredentialsFailed>() => Failure::Transient(msg),
             sqlx::Error::Database(db) => Self::classify_database(db.as_ref(), msg),
             sqlx::Error::ColumnNotFound(_)
             | sqlx::Error::ColumnDecode { .. }
@@ -687,7 +704,24 @@ pub(crate) fn connect_budget(op: Duration) -> Duration {
     op.max(Duration::from_secs(1)) * 2
 }
 
-pub(crate) use leasehold_core::url::shown as redact;
+pub(crate) use leasehold_core::url::redacted as redact;
+
+/// The credential source did not answer when a lease connection needed it
+/// (carried in `sqlx::Error::Configuration`, classified as transient).
+#[derive(Debug)]
+pub(crate) struct CredentialsFailed {
+    /// The database, its URL redacted.
+    pub(crate) store: String,
+    pub(crate) error: leasehold_core::credentials::CredentialsError,
+}
+
+impl fmt::Display for CredentialsFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot connect to {}: {}", self.store, self.error)
+    }
+}
+
+impl std::error::Error for CredentialsFailed {}
 
 #[cfg(test)]
 mod tests {
@@ -696,12 +730,12 @@ mod tests {
     #[test]
     fn redaction() {
         assert_eq!(
-            redact("postgres://u:secret@h:5/db?sslmode=require"),
-            "postgres://h:5/db"
+            redact("postgres://u:secret@h:5/db?sslmode=require&password=secret"),
+            "postgres://u:***@h:5/db?sslmode=require&password=***"
         );
         assert_eq!(
             redact("mysql://root@127.0.0.1:3306/x"),
-            "mysql://127.0.0.1:3306/x"
+            "mysql://root@127.0.0.1:3306/x"
         );
         assert_eq!(redact("postgres://h"), "postgres://h");
     }

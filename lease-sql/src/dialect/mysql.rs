@@ -3,6 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use leasehold_core::credentials::Credentials;
 use sqlx::error::DatabaseError;
 use sqlx::mysql::{
     MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlQueryResult, MySqlSslMode,
@@ -352,12 +353,19 @@ impl Dialect for MySql {
         }
     }
 
-    async fn open(config: &SqlConfig) -> Result<Opened<Self>, SqlError> {
+    async fn open(
+        config: &SqlConfig,
+        creds: Option<&Credentials>,
+    ) -> Result<Opened<Self>, SqlError> {
         let (url, op) = (config.url.as_str(), config.op_timeout);
         let mysql_url = url.replacen("mariadb://", "mysql://", 1);
         let opts = MySqlConnectOptions::from_str(&mysql_url)
             .map_err(|e| bad_url(url, &e))?
             .timezone(Some("+00:00".to_owned()));
+        let opts = match creds {
+            Some(c) => Self::pool_with_credentials(&opts, c),
+            None => opts,
+        };
         let tls = Tls::read(
             Engine::MySql,
             url,
@@ -394,6 +402,24 @@ impl Dialect for MySql {
             config.max_connections,
             version,
         ))
+    }
+
+    fn with_credentials(opts: &MySqlOpts, creds: &Credentials) -> MySqlOpts {
+        MySqlOpts {
+            opts: Self::pool_with_credentials(&opts.opts, creds),
+            session: opts.session.clone(),
+        }
+    }
+
+    fn pool_with_credentials(
+        opts: &MySqlConnectOptions,
+        creds: &Credentials,
+    ) -> MySqlConnectOptions {
+        let opts = opts.clone().password(creds.expose_password());
+        match creds.user() {
+            Some(user) => opts.username(user),
+            None => opts,
+        }
     }
 
     async fn connect(opts: &MySqlOpts) -> sqlx::Result<MySqlConnection> {

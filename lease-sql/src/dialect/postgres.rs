@@ -3,6 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use leasehold_core::credentials::Credentials;
 use sqlx::error::DatabaseError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgQueryResult, PgSslMode};
 use sqlx::{ConnectOptions, Executor, Postgres};
@@ -236,12 +237,19 @@ impl Dialect for Postgres {
         }
     }
 
-    async fn open(config: &SqlConfig) -> Result<Opened<Self>, SqlError> {
+    async fn open(
+        config: &SqlConfig,
+        creds: Option<&Credentials>,
+    ) -> Result<Opened<Self>, SqlError> {
         let (url, op) = (config.url.as_str(), config.op_timeout);
         let ms = op.as_millis().max(1).to_string();
         let base = PgConnectOptions::from_str(url)
             .map_err(|e| bad_url(url, &e))?
             .application_name("leasehold");
+        let base = match creds {
+            Some(c) => Self::with_credentials(&base, c),
+            None => base,
+        };
         let tls = Tls::read(
             Engine::Postgres,
             url,
@@ -301,6 +309,18 @@ impl Dialect for Postgres {
         opts: &PgConnectOptions,
     ) -> impl Future<Output = sqlx::Result<PgConnection>> + Send + '_ {
         opts.connect()
+    }
+
+    fn with_credentials(opts: &PgConnectOptions, creds: &Credentials) -> PgConnectOptions {
+        let opts = opts.clone().password(creds.expose_password());
+        match creds.user() {
+            Some(user) => opts.username(user),
+            None => opts,
+        }
+    }
+
+    fn pool_with_credentials(opts: &PgConnectOptions, creds: &Credentials) -> PgConnectOptions {
+        Self::with_credentials(opts, creds)
     }
 
     fn classify_database(e: &dyn DatabaseError, msg: String) -> Failure {

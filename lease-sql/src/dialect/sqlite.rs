@@ -3,6 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use leasehold_core::credentials::Credentials;
 use sqlx::error::DatabaseError;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteQueryResult, SqliteSynchronous,
@@ -230,12 +231,17 @@ impl Dialect for Sqlite {
         }
     }
 
-    async fn open(config: &SqlConfig) -> Result<Opened<Self>, SqlError> {
+    /// No credentials: `SqlConfig::check_credentials` refuses a source for
+    /// SQLite before this runs.
+    async fn open(
+        config: &SqlConfig,
+        _creds: Option<&Credentials>,
+    ) -> Result<Opened<Self>, SqlError> {
         let (url, op) = (config.url.as_str(), config.op_timeout);
         if url.contains(":memory:") || url.contains("mode=memory") {
             return Err(SqlError::Config(leasehold_core::ConfigError::new(
                 "url",
-                url,
+                super::redact(url),
                 "a file path (sqlite://leases.sqlite): an in-memory SQLite database is private \
                  to one connection, so it cannot coordinate anything (use \
                  leasehold_core::Memory inside one process)",
@@ -289,6 +295,15 @@ impl Dialect for Sqlite {
         opts: &SqliteConnectOptions,
     ) -> impl Future<Output = sqlx::Result<SqliteConnection>> + Send + '_ {
         opts.connect()
+    }
+
+    /// SQLite has no password: unchanged.
+    fn with_credentials(opts: &SqliteConnectOptions, _: &Credentials) -> SqliteConnectOptions {
+        opts.clone()
+    }
+
+    fn pool_with_credentials(opts: &SqliteConnectOptions, _: &Credentials) -> SqliteConnectOptions {
+        opts.clone()
     }
 
     fn classify_database(e: &dyn DatabaseError, msg: String) -> Failure {

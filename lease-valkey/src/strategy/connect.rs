@@ -13,6 +13,7 @@ use leasehold_core::ConfigError;
 use super::answers::config_value;
 use super::{ActivePath, BACKSTOP_SLACK, Inner, ValkeyStrategy};
 use crate::config::{Method, ValkeyConfig, check_prefix, redact};
+use crate::credentials::Provider;
 use crate::durability::Persistence;
 use crate::error::{Failure, ValkeyError};
 use crate::scripts::Scripts;
@@ -292,6 +293,7 @@ impl ValkeyStrategy {
 /// cannot end before the operation timeout.
 fn check_settings(config: &ValkeyConfig) -> Result<(), ValkeyError> {
     check_prefix(&config.prefix)?;
+    config.check_credentials()?;
     crate::url::refuse_unread_tls_options(&config.url)?;
     if !config.uses_tls() && !config.tls.is_empty() {
         let scheme = config.url.split_once("://").map_or("", |(s, _)| s);
@@ -356,6 +358,14 @@ async fn open_client(
         hostnames: TlsHostMapping::None,
     });
     let hosts = fred_config.server.hosts();
+    // A credential source answers for every new connection, in place of
+    // the URL's password (which `check_settings` made sure is absent).
+    let failure = config.credentials.as_ref().map(|source| {
+        let provider = Provider::new(source.clone(), config.url_user(), url.to_owned());
+        let failure = provider.failure();
+        fred_config.credential_provider = Some(Arc::new(provider));
+        failure
+    });
     let client = Builder::from_config(fred_config)
         .with_connection_config(|c| {
             c.connection_timeout = timeout;
@@ -381,7 +391,21 @@ async fn open_client(
     let (reason, closed) = match tokio::time::timeout(timeout + BACKSTOP_SLACK, client.init()).await
     {
         Ok(Ok(_task)) => return Ok((client, tls)),
-        Ok(Err(e)) => (e.to_string(), *e.kind() == fred::error::ErrorKind::IO),
+        Ok(Err(e)) => {
+            // A credential source that failed is the cause, whatever the
+            // connection then did.
+            let failed = failure
+                .as_ref()
+                .and_then(|f| f.lock().map(|mut f| f.take()).unwrap_or(None));
+            if let Some(error) = failed {
+                let _ = tokio::time::timeout(timeout, client.quit()).await;
+                return Err(ValkeyError::Credentials {
+                    store: url.to_owned(),
+                    error,
+                });
+            }
+            (e.to_string(), *e.kind() == fred::error::ErrorKind::IO)
+        }
         Err(_) => ("no answer".to_owned(), false),
     };
     let _ = tokio::time::timeout(timeout, client.quit()).await;
