@@ -648,8 +648,8 @@ mod tests {
             ("rediss://h?ca=", "invalid `ca`: ca= is empty"),
             (
                 "rediss://h?sslrootcert=/ca",
-                "unknown query option \"sslrootcert\"; this URL takes prefix, op_timeout, ca, \
-                 cert, key",
+                "unknown query option \"sslrootcert\"; this URL takes prefix, op_timeout, \
+                 password_file, ca, cert, key",
             ),
             (
                 "redis-sentinel://h:26379",
