@@ -94,7 +94,7 @@ macro_rules! generator {
             /// host's clock, **at most the lease's `max_clock_skew`**
             /// (default 1 s; further behind, it refuses with
             /// [`GenerateError::ClockBehind`]). In async code, use
-            /// [`next_async`](Self::next_async) (feature `tokio`), which
+            /// `next_async` (feature `tokio`), which
             /// waits without blocking the runtime's thread, or
             /// [`try_next`](Self::try_next), which says how long it would
             /// wait.
@@ -246,7 +246,7 @@ impl<T: TimeSource> Sortable<W128, T> {
     /// Errors and waiting as `next`: it may wait on the calling thread, at
     /// most the lease's `max_clock_skew`, for this host's clock to pass a
     /// new lease's floor (in async code, use
-    /// [`next_uuid7_async`](Self::next_uuid7_async)).
+    /// `next_uuid7_async`, feature `tokio`).
     #[inline(always)]
     pub fn next_uuid7(&self) -> Result<Uuid7, GenerateError> {
         let plain = self.engine.next::<true, Wait>()?;
@@ -262,7 +262,7 @@ impl<T: TimeSource> Sortable<W128, T> {
     }
 
     /// [`next_uuid7`](Self::next_uuid7) for async code: as
-    /// [`next_async`](Self::next_async).
+    /// `next_async`.
     #[cfg(feature = "tokio")]
     pub async fn next_uuid7_async(&self) -> Result<Uuid7, GenerateError> {
         crate::asynch::until_ready(|| self.try_next_uuid7()).await
