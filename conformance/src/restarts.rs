@@ -685,3 +685,63 @@ pub async fn grants_resume_after_the_guard<S: leasehold_core::Strategy>(
     );
     Ok(())
 }
+
+/// A lease manager on a store whose restart guard holds grants back says
+/// so: a `Waiting` event with the cause `StoreRestarted` and the time the
+/// store gave (to its callbacks, which see the events of `start` too), and
+/// health would say not ready until then; `start` gives up after its
+/// acquire timeout with the guard as the last error. `pool` (prepared by the
+/// caller) must be held back for much longer than a few seconds: a TTL of
+/// an hour on a server started minutes ago. For the guard tests of each
+/// backend.
+pub async fn a_lease_manager_announces_the_guard_as_waiting<S: leasehold_core::Strategy>(
+    s: S,
+    pool: &PoolSpec,
+) -> Outcome {
+    use leasehold_core::events::Waiting;
+    use leasehold_core::{LeaseConfig, LeaseManager, MonoTime, StartError, WaitCause};
+    let waits: Arc<std::sync::Mutex<Vec<Waiting>>> = Arc::default();
+    let config = {
+        let waits = waits.clone();
+        LeaseConfig::builder(pool.name().as_str())
+            .pool_size(pool.size())
+            .ttl(pool.ttl())
+            .acquire_timeout(Duration::from_secs(2))
+            .on_waiting(move |w| waits.lock().unwrap_or_else(|e| e.into_inner()).push(*w))
+            .build()
+            .map_err(|e| e.to_string())?
+    };
+    let began = MonoTime::now();
+    let r = LeaseManager::start(s, config).await;
+    crate::ensure!(
+        matches!(
+            &r,
+            Err(StartError::Timeout {
+                last: Some(AcquireError::StoreRestarted { .. }),
+                ..
+            })
+        ),
+        "a lease manager under the restart guard answered {r:?}, not a timeout with the guard \
+         as the last error"
+    );
+    let waits = waits.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    crate::ensure!(
+        !waits.is_empty(),
+        "no Waiting event while the store's restart guard held grants back"
+    );
+    for w in &waits {
+        crate::ensure!(
+            w.cause == WaitCause::StoreRestarted,
+            "waiting for {:?}, not for the store's restart guard",
+            w.cause
+        );
+        crate::ensure!(
+            w.until > began + pool.ttl() / 2,
+            "the guard of a {:?} pool announced until {:?} from the start, not the time the \
+             store gave",
+            pool.ttl(),
+            w.until.saturating_since(began)
+        );
+    }
+    Ok(())
+}

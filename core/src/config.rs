@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, DEFAULT_MAX_CLOCK_SKEW, SystemClock};
 use crate::error::ConfigError;
+use crate::events::{Acquired, Hooks, LeaseEvent, Waiting};
 use crate::loss::LossEvent;
 use crate::pool::{IdFormat, MAX_TTL, PoolName, PoolSpec, check_size, check_ttl, default_holder};
 
@@ -122,7 +123,7 @@ impl Timing {
     }
 }
 
-/// A validated configuration: pool, size, holder, timings, loss callback.
+/// A validated configuration: pool, size, holder, timings, callbacks.
 ///
 /// ```
 /// use leasehold_core::LeaseConfig;
@@ -142,7 +143,13 @@ impl Timing {
 pub struct LeaseConfig {
     pub(crate) pool: PoolSpec,
     pub(crate) timing: Timing,
-    pub(crate) on_lost: Option<OnLost>,
+    /// The callbacks, and whether renewals are reported.
+    pub(crate) hooks: Hooks,
+    /// Where the driver sends events besides the callbacks: an elector's
+    /// channel, shared by its lease managers; `None`, a channel of the
+    /// manager's own.
+    #[cfg(feature = "tokio")]
+    pub(crate) events: Option<tokio::sync::broadcast::Sender<LeaseEvent>>,
     /// The wall clock ceilings and floors are computed with (by the
     /// driver, the `tokio` feature).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
@@ -164,7 +171,7 @@ impl LeaseConfig {
             backoff_max: None,
             max_clock_skew: None,
             id_format: None,
-            on_lost: None,
+            hooks: Hooks::default(),
             clock: None,
         }
     }
@@ -185,7 +192,8 @@ impl fmt::Debug for LeaseConfig {
         f.debug_struct("LeaseConfig")
             .field("pool", &self.pool)
             .field("timing", &self.timing)
-            .field("on_lost", &self.on_lost.is_some())
+            .field("on_lost", &self.hooks.on_lost.is_some())
+            .field("report_renewals", &self.hooks.renewals)
             .finish()
     }
 }
@@ -204,7 +212,7 @@ pub struct LeaseConfigBuilder {
     backoff_max: Option<Duration>,
     max_clock_skew: Option<Duration>,
     id_format: Option<IdFormat>,
-    on_lost: Option<OnLost>,
+    hooks: Hooks,
     clock: Option<Arc<dyn Clock>>,
 }
 
@@ -292,9 +300,43 @@ impl LeaseConfigBuilder {
         self.clock = Some(Arc::new(clock));
         self
     }
-    /// Called when a lease is lost, after generation has stopped.
+    /// Called when a lease is lost, after generation has stopped
+    /// ([`LeaseEvent::Lost`]). Runs on the lease driver's task: keep it
+    /// short. A panic in it is caught; the driver goes on.
     pub fn on_lost(mut self, f: impl Fn(&LossEvent) + Send + Sync + 'static) -> Self {
-        self.on_lost = Some(Arc::new(f));
+        self.hooks.on_lost = Some(Arc::new(f));
+        self
+    }
+    /// Called when a new grant is held, once the gate is open with it
+    /// ([`LeaseEvent::Acquired`]); for the first lease, before
+    /// `LeaseManager::start` returns. Runs on the lease driver's task: keep
+    /// it short. A panic in it is caught; the driver goes on.
+    pub fn on_acquired(mut self, f: impl Fn(&Acquired) + Send + Sync + 'static) -> Self {
+        self.hooks.on_acquired = Some(Arc::new(f));
+        self
+    }
+    /// Called when generation has to wait until a known time
+    /// ([`LeaseEvent::Waiting`]): the store's restart guard holds grants
+    /// back, or this host's clock is behind a new grant's floor. Runs on the
+    /// lease driver's task: keep it short. A panic in it is caught.
+    pub fn on_waiting(mut self, f: impl Fn(&Waiting) + Send + Sync + 'static) -> Self {
+        self.hooks.on_waiting = Some(Arc::new(f));
+        self
+    }
+    /// Called with every [`LeaseEvent`] (renewals only with
+    /// [`report_renewals`](Self::report_renewals)), after the callback of
+    /// its kind; may be given more than once. Runs on the lease driver's
+    /// task, from the first attempt to acquire on (during `start` too): keep
+    /// it short. A panic in it is caught; the driver goes on.
+    pub fn on_event(mut self, f: impl Fn(&LeaseEvent) + Send + Sync + 'static) -> Self {
+        self.hooks.on_event.push(Arc::new(f));
+        self
+    }
+    /// Also report every confirmed renewal ([`LeaseEvent::Renewed`], one
+    /// per renew interval) to [`on_event`](Self::on_event) and to
+    /// subscribers. Off by default.
+    pub fn report_renewals(mut self, on: bool) -> Self {
+        self.hooks.renewals = on;
         self
     }
 
@@ -374,7 +416,9 @@ impl LeaseConfigBuilder {
                 backoff_max,
                 max_clock_skew,
             },
-            on_lost: self.on_lost,
+            hooks: self.hooks,
+            #[cfg(feature = "tokio")]
+            events: None,
             clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
         })
     }

@@ -2,16 +2,18 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::cache;
 use crate::clock::{Clock, MonoTime, SystemClock};
-use crate::config::{LeaseConfig, OnLost, check_margin};
-use crate::error::{ConfigError, Reason, StartError};
+use crate::config::{LeaseConfig, check_margin};
+use crate::error::{AcquireError, ConfigError, Reason, StartError};
+use crate::events::{Acquired, LeaseEvent, Renewed, Sink, WaitCause, Waiting, panic_message};
 use crate::gate::{LeaseGate, Opening};
+use crate::health::{Health, Track, assess};
 use crate::loss::LossEvent;
 use crate::machine::{Action, Input, Machine};
 use crate::pool::PoolSpec;
@@ -64,6 +66,15 @@ pub enum LeaseState {
 pub struct LeaseManager {
     gate: LeaseGate,
     state: watch::Receiver<LeaseState>,
+    /// The subscribers' channel of the driver's events.
+    events: broadcast::Sender<LeaseEvent>,
+    /// The subscription made before the driver started, for the first
+    /// call of `events`.
+    first_events: Mutex<Option<broadcast::Receiver<LeaseEvent>>>,
+    /// What the driver knows beyond the gate, for `health`.
+    track: Arc<Mutex<Track>>,
+    /// The wall clock of ceilings and floors.
+    clock: Arc<dyn Clock>,
     shutdown: watch::Sender<bool>,
     losses: LossSignal,
     task: Option<JoinHandle<Option<Release>>>,
@@ -108,6 +119,13 @@ impl LeaseManager {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (loss_tx, loss_rx) = mpsc::unbounded_channel();
         let (started_tx, mut started_rx) = oneshot::channel();
+        let sink = Sink::new(config.hooks.clone(), config.events.clone());
+        let events = sink.tx.clone();
+        let first_events = Mutex::new(Some(events.subscribe()));
+        let track = Arc::new(Mutex::new(Track {
+            since: Some(MonoTime::now()),
+            ..Track::default()
+        }));
         let seed = u64::from(std::process::id()) ^ MonoTime::now().as_nanos();
         let driver = Driver {
             machine: Machine::new(config.timing.clone(), caps.deterministic, seed)
@@ -123,7 +141,8 @@ impl LeaseManager {
             pool: config.pool.clone(),
             gate: gate.clone(),
             state: state_tx,
-            on_lost: config.on_lost.clone(),
+            sink,
+            track: track.clone(),
             started: Some(started_tx),
             alive: Arc::downgrade(&alive),
             opened: None,
@@ -168,6 +187,10 @@ impl LeaseManager {
                 },
                 gate,
                 state: state_rx,
+                events,
+                first_events,
+                track,
+                clock: config.clock.clone(),
                 shutdown: starting.disarm(),
                 task: Some(task),
                 pool: config.pool,
@@ -191,9 +214,93 @@ impl LeaseManager {
         self.state.borrow().clone()
     }
 
-    /// A receiver that sees every state change.
+    /// A receiver that sees every state change. A renewal changes the
+    /// state too (its `deadline`): for what happens to the lease (acquired,
+    /// lost, waiting), with renewals only when asked for, see
+    /// [`LeaseManager::events`].
     pub fn subscribe(&self) -> watch::Receiver<LeaseState> {
         self.state.clone()
+    }
+
+    /// A subscription to this manager's [`LeaseEvent`]s: acquired, lost
+    /// (with its cause), waiting (the store's restart guard, a new grant's
+    /// floor), and renewed when the configuration asks for it
+    /// ([`report_renewals`](crate::LeaseConfigBuilder::report_renewals)).
+    /// The first call's subscription begins with `start` (its first event
+    /// is the first lease's [`LeaseEvent::Acquired`], after any waiting
+    /// `start` did); a later call's with the call.
+    ///
+    /// The driver never waits for a subscriber: one that falls more than
+    /// [`SUBSCRIPTION_CAPACITY`](crate::events::SUBSCRIPTION_CAPACITY)
+    /// events behind loses the oldest, and its next `recv` answers
+    /// `RecvError::Lagged(n)` with how many (see the [`events`](crate::events)
+    /// module). `recv` answers `RecvError::Closed` once the manager is
+    /// gone.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use leasehold_core::{LeaseConfig, LeaseEvent, LeaseManager, Memory, Reason};
+    /// let manager = LeaseManager::start(Memory::new(), LeaseConfig::builder("ids").build()?).await?;
+    /// let mut events = manager.events();
+    /// // The lease `start` waited for.
+    /// assert!(matches!(events.recv().await?, LeaseEvent::Acquired(_)));
+    /// let epoch = manager.gate().view().epoch;
+    /// manager.loss_signal().report(epoch, Reason::new("the key was deleted"));
+    /// match events.recv().await? {
+    ///     LeaseEvent::Lost(loss) => assert!(loss.reacquiring),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// assert!(matches!(events.recv().await?, LeaseEvent::Acquired(_)));
+    /// manager.shutdown().await;
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub fn events(&self) -> broadcast::Receiver<LeaseEvent> {
+        self.first_events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .unwrap_or_else(|| self.events.subscribe())
+    }
+
+    /// Readiness and liveness now (see [`Health`]): ready when a lease is
+    /// held and this host's clock has passed its floor (generation would
+    /// succeed); otherwise why not, since when or until when, and a
+    /// `Retry-After`. Live while the driver runs and can still acquire (it
+    /// has not panicked, and a fixed slot was not lost for good).
+    ///
+    /// A plain value: any HTTP framework turns it into a response
+    /// ([`Health::status`], a `Retry-After` header of
+    /// [`Health::retry_after_secs`], [`Health::reason`] as the body; for
+    /// liveness [`Health::live_status`]). A whole axum service with
+    /// `/readyz`, `/livez` and an ID endpoint is the `leasehold` crate's
+    /// `examples/id_service.rs`, which its tests run.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use leasehold_core::{LeaseConfig, LeaseManager, Memory};
+    /// let manager = LeaseManager::start(Memory::new(), LeaseConfig::builder("ids").build()?).await?;
+    /// let health = manager.health();
+    /// assert!(health.ready && health.live);
+    /// assert_eq!((health.status, health.retry_after), (200, None));
+    /// manager.shutdown().await;
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub fn health(&self) -> Health {
+        let now = MonoTime::now();
+        let track = self
+            .track
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let alive = self.task.as_ref().is_some_and(|t| !t.is_finished());
+        assess(
+            &self.gate.view(),
+            Some(&track),
+            alive,
+            self.clock.unix_offset(false),
+            SystemClock::wall_clock_step(),
+            now,
+        )
     }
 
     /// A handle through which a store-side watch reports a loss as soon as
@@ -321,7 +428,10 @@ struct Driver<S> {
     pool: PoolSpec,
     gate: LeaseGate,
     state: watch::Sender<LeaseState>,
-    on_lost: Option<OnLost>,
+    /// The callbacks and the subscribers.
+    sink: Sink,
+    /// What `health` reads beyond the gate.
+    track: Arc<Mutex<Track>>,
     started: Option<oneshot::Sender<Result<(), StartError>>>,
     cache_key: (String, String),
     /// Dead once the manager is dropped; the lease cache uses it to tell a
@@ -341,14 +451,6 @@ struct Driver<S> {
     released: Option<Release>,
     /// The wall clock of ceilings and floors (`LeaseConfigBuilder::clock`).
     clock: Arc<dyn Clock>,
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 /// What the driver does after performing one action.
@@ -419,6 +521,9 @@ impl<S: Strategy> Driver<S> {
     /// No action is due: waits for the machine's next wakeup, a loss report
     /// for the lease held now, or shutdown.
     async fn wait(&self, inbox: &mut Inbox) -> Input {
+        if self.machine.held().is_none() {
+            self.tracked(|t| t.next_attempt = self.machine.next_wakeup());
+        }
         match self.machine.next_wakeup() {
             Some(at) => tokio::select! {
                 _ = tokio::time::sleep_until(at.to_instant().into()) => Input::Tick,
@@ -443,9 +548,18 @@ impl<S: Strategy> Driver<S> {
             ),
             _ = shutdown_requested(&mut inbox.shutdown) => Input::Shutdown,
         };
-        self.acquire_latency = MonoTime::now().saturating_since(started);
+        let now = MonoTime::now();
+        self.acquire_latency = now.saturating_since(started);
         if let Input::AcquireFailed(e) = &input {
             self.telemetry.acquire_failed(e, self.acquire_latency);
+            if let AcquireError::StoreRestarted { resume_in } = e {
+                let until = now + *resume_in;
+                self.tracked(|t| t.guard_until = Some(until));
+                self.emit(LeaseEvent::Waiting(Waiting {
+                    until,
+                    cause: WaitCause::StoreRestarted,
+                }));
+            }
         }
         Step::Feed(input)
     }
@@ -521,6 +635,25 @@ impl<S: Strategy> Driver<S> {
             fence,
             deadline,
         });
+        self.tracked(|t| *t = Track::default());
+        // The gate is open with the grant: generation may go on.
+        self.emit(LeaseEvent::Acquired(Acquired {
+            slot,
+            fence,
+            floor: opening.floor,
+            deadline,
+            epoch: self.gate.view().epoch,
+        }));
+        // Generators wait until this host's clock passes the floor.
+        let ready_at_unix_ns = (opening.floor.0 + 1).saturating_mul(1_000_000);
+        let ready_at =
+            MonoTime::from_nanos(ready_at_unix_ns.saturating_sub(self.clock.unix_offset(false)));
+        if ready_at > MonoTime::now() {
+            self.emit(LeaseEvent::Waiting(Waiting {
+                until: ready_at,
+                cause: WaitCause::Floor,
+            }));
+        }
         match self.started.take().map(|tx| tx.send(Ok(()))) {
             // `start` was cancelled before the lease arrived: nobody will
             // ever use or release it, so give it back.
@@ -537,6 +670,14 @@ impl<S: Strategy> Driver<S> {
                 *d = deadline;
             }
         });
+        if let Some((grant, _)) = self.machine.held() {
+            let (slot, fence) = (grant.slot, grant.fence);
+            self.emit(LeaseEvent::Renewed(Renewed {
+                slot,
+                fence,
+                deadline,
+            }));
+        }
         Step::Done
     }
 
@@ -546,20 +687,22 @@ impl<S: Strategy> Driver<S> {
         Step::Done
     }
 
-    /// Runs the loss callback (the gate is already closed) and publishes the
-    /// loss, then `Acquiring` when a new lease is sought.
+    /// Runs the loss callbacks and tells the subscribers (the gate is
+    /// already closed: rule 4), then publishes the state, then `Acquiring`
+    /// when a new lease is sought.
     fn notify_lost(&mut self, event: LossEvent) -> Step {
         self.forget_cached();
         self.telemetry.lost(&event);
-        if let Some(cb) = &self.on_lost {
-            // A panicking callback must not kill the driver: the state would
-            // stay `Held` and nothing would re-acquire.
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(&event)));
-            if let Err(payload) = outcome {
-                self.telemetry
-                    .callback_panicked(event.slot, &panic_message(payload));
-            }
-        }
+        let now = MonoTime::now();
+        self.tracked(|t| {
+            *t = Track {
+                since: Some(now),
+                lost: Some(event.cause.clone()),
+                for_good: !event.reacquiring,
+                ..Track::default()
+            };
+        });
+        self.emit(LeaseEvent::Lost(event.clone()));
         let reacquiring = event.reacquiring;
         self.state.send_replace(LeaseState::Lost(event));
         if reacquiring {
@@ -587,6 +730,7 @@ impl<S: Strategy> Driver<S> {
 
     /// Startup failed: `start` returns this error.
     fn fail(&mut self, error: StartError) -> Step {
+        self.tracked(|t| t.stopped = true);
         self.state.send_replace(LeaseState::Stopped);
         if let Some(tx) = self.started.take() {
             let _ = tx.send(Err(error));
@@ -597,8 +741,30 @@ impl<S: Strategy> Driver<S> {
     /// The machine stopped: generation stays off for good.
     fn stop(&mut self) -> Step {
         self.gate.close();
+        self.tracked(|t| t.stopped = true);
         self.state.send_replace(LeaseState::Stopped);
         Step::Exit(self.released.take())
+    }
+
+    /// Runs the callbacks for `event` and sends it to the subscribers. A
+    /// panicking callback must not kill the driver (the state would stay as
+    /// it was and nothing would re-acquire): it is caught and logged.
+    fn emit(&self, event: LeaseEvent) {
+        let kind = match &event {
+            LeaseEvent::Acquired(_) => "acquired",
+            LeaseEvent::Renewed(_) => "renewed",
+            LeaseEvent::Lost(_) => "lost",
+            LeaseEvent::Waiting(_) => "waiting",
+            LeaseEvent::SteppedBack(_) => "stepped back",
+        };
+        for message in self.sink.emit(event) {
+            self.telemetry.callback_panicked(kind, &message);
+        }
+    }
+
+    /// Updates what `health` reads beyond the gate.
+    fn tracked(&self, f: impl FnOnce(&mut Track)) {
+        f(&mut self.track.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
     /// The next reported loss that concerns the lease held now (reports for

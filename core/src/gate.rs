@@ -489,6 +489,11 @@ impl LeaseGate {
         self.0.hot.deadline.store(0, Ordering::SeqCst);
     }
 
+    /// Whether the gate was retired (its lease manager is gone).
+    pub(crate) fn is_retired(&self) -> bool {
+        self.lock().retired
+    }
+
     /// Runs `f` inside the seqlock. Callers hold the writer lock.
     fn write(&self, f: impl FnOnce(&Hot)) {
         self.0.hot.seq.fetch_add(1, Ordering::SeqCst);

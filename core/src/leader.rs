@@ -7,11 +7,14 @@ use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
+use crate::clock::MonoTime;
+use crate::config::LeaseConfig;
 use crate::driver::{LeaseManager, LeaseState};
 use crate::error::{ConfigError, StartError};
+use crate::events::{Hook, LeaseEvent, SUBSCRIPTION_CAPACITY, Sink, SteppedBack};
 use crate::gate::LeaseGate;
 use crate::leader_config::LeaderConfig;
 use crate::strategy::{Fence, FenceStamp, Strategy};
@@ -116,6 +119,7 @@ pub struct LeaderBuilder<S> {
     on_stopped: Option<Callback<()>>,
     on_new_leader: Option<Callback<LeaderInfo>>,
     on_error: Option<Callback<StartError>>,
+    on_event: Vec<Hook<LeaseEvent>>,
     grace: Duration,
     observe_every: Option<Duration>,
 }
@@ -181,6 +185,7 @@ impl Leader {
             on_stopped: None,
             on_new_leader: None,
             on_error: None,
+            on_event: Vec::new(),
         }
     }
 }
@@ -220,6 +225,16 @@ impl<S: Strategy> LeaderBuilder<S> {
         self
     }
 
+    /// Called with every [`LeaseEvent`] of this elector's leases (acquired,
+    /// lost, waiting, renewed when the configuration asks for it) and
+    /// [`LeaseEvent::SteppedBack`] when a term's future returned and the
+    /// elector stands back. Runs on the elector's tasks: keep it short. A
+    /// panic in it is caught. [`Elector::events`] delivers the same.
+    pub fn on_event(mut self, f: impl Fn(&LeaseEvent) + Send + Sync + 'static) -> Self {
+        self.on_event.push(Arc::new(f));
+        self
+    }
+
     /// How long a lost term's future may take to return once told, before it
     /// is dropped (default: the safety margin).
     pub fn grace(mut self, grace: Duration) -> Self {
@@ -243,6 +258,13 @@ impl<S: Strategy> LeaderBuilder<S> {
         let (leading_tx, leading_rx) = watch::channel(None);
         let (leader_tx, leader_rx) = watch::channel(None);
         let (error_tx, error_rx) = watch::channel(None);
+        // One channel for the events of every lease manager this elector
+        // starts, and its own (stepped back).
+        let (events_tx, first_events) = broadcast::channel(SUBSCRIPTION_CAPACITY);
+        let mut lease = self.config.lease().clone();
+        lease.hooks.on_event.extend(self.on_event.iter().cloned());
+        lease.events = Some(events_tx.clone());
+        let sink = Sink::new(lease.hooks.clone(), Some(events_tx.clone()));
         let observe_every = self
             .observe_every
             .unwrap_or(self.config.timing().renew_interval());
@@ -258,6 +280,8 @@ impl<S: Strategy> LeaderBuilder<S> {
         let task = tokio::spawn(
             Campaign {
                 b: self,
+                lease,
+                sink,
                 current_term: term.clone(),
                 lead,
                 stop: stop_rx,
@@ -275,6 +299,8 @@ impl<S: Strategy> LeaderBuilder<S> {
             leading: leading_rx,
             leader: leader_rx,
             error: error_rx,
+            events: events_tx,
+            first_events: Mutex::new(Some(first_events)),
         }
     }
 }
@@ -301,9 +327,28 @@ pub struct Elector {
     leading: watch::Receiver<Option<LeaseGate>>,
     leader: watch::Receiver<Option<LeaderInfo>>,
     error: watch::Receiver<Option<StartError>>,
+    events: broadcast::Sender<LeaseEvent>,
+    /// The subscription made before the campaign started, for the first
+    /// call of `events`.
+    first_events: Mutex<Option<broadcast::Receiver<LeaseEvent>>>,
 }
 
 impl Elector {
+    /// A subscription to this elector's [`LeaseEvent`]s: those of every
+    /// term's lease (acquired, lost, waiting; renewed when asked for) and
+    /// [`LeaseEvent::SteppedBack`]. The first call's subscription begins
+    /// with the campaign; a later call's with the call. Delivered as
+    /// [`LeaseManager::events`] delivers them: a subscriber that falls more
+    /// than [`SUBSCRIPTION_CAPACITY`] events behind loses the oldest and is
+    /// told how many (`RecvError::Lagged`).
+    pub fn events(&self) -> broadcast::Receiver<LeaseEvent> {
+        self.first_events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .unwrap_or_else(|| self.events.subscribe())
+    }
+
     /// True while this process leads: a term is in progress and its lease's
     /// gate is open on the clock now. Two electors of one pool never both
     /// say so at one instant: the pool has one slot, and a term's gate closes
@@ -414,6 +459,11 @@ enum TermEnd {
 /// future, and the channels through which the elector sees it.
 struct Campaign<S, F> {
     b: LeaderBuilder<S>,
+    /// The lease configuration of every attempt, sending its events to the
+    /// elector's channel and callbacks.
+    lease: LeaseConfig,
+    /// The elector's own events (stepped back).
+    sink: Sink,
     current_term: Arc<Mutex<Option<AbortHandle>>>,
     lead: F,
     stop: watch::Receiver<bool>,
@@ -451,7 +501,7 @@ where
     /// fixed slot is refused: every replica configured with it would lead.
     async fn start_manager(&mut self) -> Option<Result<LeaseManager, StartError>> {
         if self.b.strategy.capabilities().coordinated {
-            let start = LeaseManager::start(self.b.strategy.clone(), self.b.config.lease().clone());
+            let start = LeaseManager::start(self.b.strategy.clone(), self.lease.clone());
             tokio::select! {
                 m = start => Some(m),
                 () = stopped(&mut self.stop) => None,
@@ -570,9 +620,16 @@ where
     /// back, and stand back for a TTL so that a follower, which asks at
     /// least every `backoff_max` (at most a TTL), takes over.
     async fn stand_back(&mut self, manager: LeaseManager) -> ControlFlow<()> {
+        let view = manager.gate().view();
         manager.shutdown().await;
+        let ttl = self.b.config.timing().ttl();
+        let _panics = self.sink.emit(LeaseEvent::SteppedBack(SteppedBack {
+            slot: view.slot,
+            fence: view.fence,
+            until: MonoTime::now() + ttl,
+        }));
         tokio::select! {
-            () = tokio::time::sleep(self.b.config.timing().ttl()) => ControlFlow::Continue(()),
+            () = tokio::time::sleep(ttl) => ControlFlow::Continue(()),
             () = stopped(&mut self.stop) => ControlFlow::Break(()),
         }
     }

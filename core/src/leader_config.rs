@@ -140,6 +140,17 @@ impl LeaderConfigBuilder {
         }
     }
 
+    /// Also report every confirmed renewal of the leader's lease
+    /// ([`LeaseEvent::Renewed`](crate::LeaseEvent::Renewed)) to
+    /// [`Elector::events`](crate::Elector::events) and
+    /// [`LeaderBuilder::on_event`](crate::LeaderBuilder::on_event). Off by
+    /// default.
+    pub fn report_renewals(self, on: bool) -> Self {
+        Self {
+            inner: self.inner.report_renewals(on),
+        }
+    }
+
     /// Validates and builds. The error names the field and its allowed range.
     pub fn build(self) -> Result<LeaderConfig, ConfigError> {
         Ok(LeaderConfig {

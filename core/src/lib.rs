@@ -16,8 +16,10 @@ pub mod credentials;
 #[cfg(feature = "tokio")]
 mod driver;
 mod error;
+pub mod events;
 mod fixed;
 mod gate;
+mod health;
 #[cfg(feature = "tokio")]
 mod leader;
 #[cfg(feature = "tokio")]
@@ -49,11 +51,13 @@ pub use config::{
 #[cfg(feature = "tokio")]
 pub use driver::{LeaseManager, LeaseState, LossSignal};
 pub use error::{AcquireError, ConfigError, Durability, DurabilityRisk, Reason, StartError};
+pub use events::{LeaseEvent, WaitCause};
 pub use fixed::{PodOrdinal, StaticSlot};
 pub use gate::{
     AttachError, Attachment, Closed, DEFAULT_MAX_CLOCK_SKEW, GateView, GenerationState, LeaseGate,
     Opening,
 };
+pub use health::{Condition, Health};
 #[cfg(feature = "tokio")]
 pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};
 #[cfg(feature = "tokio")]

@@ -1,5 +1,7 @@
 //! Why a lease was lost, as reported to the loss callback and the state watch.
 
+use std::fmt;
+
 use crate::error::Reason;
 use crate::strategy::Fence;
 
@@ -22,6 +24,28 @@ pub enum LossCause {
         /// How far ahead, beyond clock-rate and resolution allowances.
         by: std::time::Duration,
     },
+}
+
+impl fmt::Display for LossCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Rejected(reason) => write!(f, "the store rejected the renewal: {reason}"),
+            Self::DeadlinePassed { last_retry: None } => {
+                f.write_str("the local deadline passed without a confirmed renewal")
+            }
+            Self::DeadlinePassed {
+                last_retry: Some(reason),
+            } => write!(
+                f,
+                "the local deadline passed without a confirmed renewal (last attempt: {reason})"
+            ),
+            Self::StoreClockJumped { by } => write!(
+                f,
+                "the store's clock ran {by:?} ahead of this host's between two renewals, so the \
+                 store could expire the lease before the local deadline"
+            ),
+        }
+    }
 }
 
 /// Passed to the loss callback. Generation has already stopped.

@@ -178,13 +178,14 @@ impl Telemetry {
         self.deadline(Duration::ZERO);
     }
 
-    pub(crate) fn callback_panicked(&self, slot: u32, message: &str) {
+    /// A callback of `kind` (`"lost"`, `"acquired"`...) panicked.
+    pub(crate) fn callback_panicked(&self, kind: &str, message: &str) {
         #[cfg(feature = "tracing")]
         tracing::error!(
             pool = %self.pool,
-            slot,
+            event = kind,
             panic = message,
-            "the loss callback panicked; the driver goes on"
+            "a lease event callback (the {kind} event) panicked; the driver goes on"
         );
     }
 

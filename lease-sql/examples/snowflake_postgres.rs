@@ -1,7 +1,7 @@
 //! IDs in request handlers, on PostgreSQL: one machine ID (a slot of a pool
-//! of 512) leased for the process, sortable 64-bit IDs made with it, and
-//! what a handler does while the lease is lost: wait a little for it to
-//! come back, then answer 503 with Retry-After.
+//! of 512) leased for the process, sortable 64-bit IDs made with it without
+//! blocking the runtime's threads, and what a handler does while the lease
+//! is lost: answer 503 with the Retry-After the lease's health gives.
 //!
 //! ```sh
 //! cargo run -p leasehold-sql --example snowflake_postgres -- postgres://postgres@127.0.0.1:5432/postgres
@@ -29,25 +29,21 @@ pub enum Response {
 
 /// A request handler that needs a new ID (say, for a new order).
 pub async fn create_order(ids: &Sortable64) -> Response {
-    // Without a lease no ID can be proven unique. Wait a little for it to be
-    // held again (and for the clock to pass the previous holder's last
-    // timestamp) without blocking the runtime's thread; `next()` then waits
-    // at most for the next millisecond (it would otherwise wait for the
-    // floor on this thread, up to the lease's `max_clock_skew`).
-    if let Err(not_ready) = ids.gate().wait_ready(Duration::from_millis(250)).await {
-        let why = not_ready.to_string();
-        return Response::Unavailable {
-            retry_after: 1,
-            why,
-        };
-    }
-    match ids.next() {
+    // `next_async` waits for the next millisecond, or for the clock to pass
+    // the previous holder's last timestamp after a new lease, on the
+    // runtime's timer instead of this thread. Without a lease no ID can be
+    // proven unique: it refuses at once, and the answer is 503 with the
+    // Retry-After the lease's health gives (here the gate's: the lease
+    // manager's `health()` also says since when and until when).
+    match ids.next_async().await {
         Ok(id) => Response::Created(id.to_string()),
-        // Lost between the wait and the call: the same answer.
-        Err(e) => Response::Unavailable {
-            retry_after: 1,
-            why: e.to_string(),
-        },
+        Err(_) => {
+            let health = ids.gate().health();
+            Response::Unavailable {
+                retry_after: health.retry_after_secs().unwrap_or(1),
+                why: health.reason,
+            }
+        }
     }
 }
 
@@ -68,6 +64,9 @@ pub async fn run(url: &str, requests: usize) -> Result<Vec<String>, Box<dyn std:
     // Blocks until a slot is held: no ID is ever made without one.
     let manager = LeaseManager::start(strategy, config).await?;
     println!("machine ID {}", manager.gate().view().slot);
+    // What a readiness probe answers: 200 once IDs can be made.
+    let health = manager.health();
+    println!("readiness {}: {}", health.status, health.reason);
     let ids = Sortable64::new(manager.gate())?;
     let mut handlers = tokio::task::JoinSet::new();
     for _ in 0..requests {

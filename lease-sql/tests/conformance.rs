@@ -611,6 +611,17 @@ async fn the_restart_guard_holds_grants_for_a_ttl_after_the_server_started(
             ));
         }
     }
+    if s.engine() != Engine::Sqlite {
+        let r = leasehold_conformance::restarts::a_lease_manager_announces_the_guard_as_waiting(
+            s.clone(),
+            &long,
+        )
+        .await;
+        if r.is_err() {
+            s.close().await;
+        }
+        r?;
+    }
     let r =
         leasehold_conformance::restarts::grants_resume_after_the_guard(&s, Duration::from_secs(10))
             .await;

@@ -43,8 +43,8 @@ async fn snowflake_example_makes_distinct_ids_in_concurrent_handlers() {
     assert_eq!((made.len(), distinct.len()), (2_000, 2_000));
 }
 
-/// Without a lease the handler waits its quarter second, then answers 503
-/// with Retry-After and says why.
+/// Without a lease the handler answers 503 at once (generation never waits
+/// for a lease), with the Retry-After of the lease's health, and says why.
 #[tokio::test(flavor = "current_thread")]
 async fn snowflake_handler_answers_503_while_no_lease_is_held() {
     let ids = Sortable64::new(LeaseGate::new()).unwrap();

@@ -1190,6 +1190,11 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
             ));
         }
     }
+    leasehold_conformance::restarts::a_lease_manager_announces_the_guard_as_waiting(
+        s.clone(),
+        &fresh_pool(2, hour)?,
+    )
+    .await?;
     leasehold_conformance::restarts::grants_resume_after_the_guard(&s, Duration::from_secs(15))
         .await?;
     drop(s);

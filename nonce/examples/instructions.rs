@@ -16,7 +16,8 @@
 //! `counter96`, `counter128`, `sortable128`, `uuid7`, `encrypted64`,
 //! `encrypted96`, `encrypted128`, `speck64`, `speck96`, `aes`,
 //! `aes-crate` (the `aes` crate's `Aes128`, as used before), `fetch_add`,
-//! `uuid-now-v7`.
+//! `uuid-now-v7`, and `try_next` instead of `next`: `counter128-try`,
+//! `sortable128-try`, `counter64-try` (spinning while it would wait).
 
 #![allow(missing_docs)]
 
@@ -76,6 +77,24 @@ fn main() {
             let g = Sortable128::new(gate()).unwrap();
             Box::new(move |_| {
                 black_box(g.next_uuid7().unwrap());
+            })
+        }
+        "counter128-try" => {
+            let g = Counter128::new(gate()).unwrap();
+            Box::new(move |_| {
+                black_box(try_until_ready(|| g.try_next()));
+            })
+        }
+        "sortable128-try" => {
+            let g = Sortable128::new(gate()).unwrap();
+            Box::new(move |_| {
+                black_box(try_until_ready(|| g.try_next()));
+            })
+        }
+        "counter64-try" => {
+            let g = Counter64::new(gate()).unwrap();
+            Box::new(move |_| {
+                black_box(try_until_ready(|| g.try_next()));
             })
         }
         "encrypted64" => {
@@ -179,6 +198,18 @@ fn main() {
             );
         }
         _ => measured(n, &mut f),
+    }
+}
+
+/// `try_next` until it hands out a value, spinning while it would wait.
+#[inline(always)]
+fn try_until_ready<T>(f: impl Fn() -> Result<T, TryNextError>) -> T {
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(TryNextError::WouldWait { .. }) => std::hint::spin_loop(),
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::cipher::{BaseKey, BlockPermutation};
-use crate::error::{FillError, GenerateError};
+use crate::error::{FillError, GenerateError, TryNextError};
 use crate::generator::Plain;
 use crate::layout::{Layout, Parts};
 use crate::width::Width;
@@ -51,6 +51,22 @@ impl<G: Plain> Encrypted<G> {
     pub fn next(&self) -> Result<NonceOf<G>, GenerateError> {
         let plain = self.inner.next_plain()?;
         Ok(G::W::wrap(self.cipher.encrypt(plain)))
+    }
+
+    /// The next encrypted nonce if it can be handed out now, without
+    /// waiting: as the wrapped generator's `try_next`.
+    #[inline]
+    pub fn try_next(&self) -> Result<NonceOf<G>, TryNextError> {
+        let plain = self.inner.try_next_plain()?;
+        Ok(G::W::wrap(self.cipher.encrypt(plain)))
+    }
+
+    /// The next encrypted nonce, for async code: as the wrapped generator's
+    /// `next_async` (it sleeps on the runtime's timer where `next` would
+    /// wait on the thread, and never waits for a lease).
+    #[cfg(feature = "tokio")]
+    pub async fn next_async(&self) -> Result<NonceOf<G>, GenerateError> {
+        crate::asynch::until_ready(|| self.try_next()).await
     }
 
     /// Fills `out` with encrypted nonces. Each plain value is made exactly

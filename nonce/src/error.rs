@@ -114,6 +114,97 @@ impl fmt::Display for GenerateError {
 
 impl std::error::Error for GenerateError {}
 
+/// Why [`try_next`](crate::Sortable::try_next) gave no value: it would
+/// have had to wait, or generation is refused (as `next` refuses).
+///
+/// A wait is never a refusal: nothing is wrong, the value only carries a
+/// timestamp real time has not reached yet. Try again after `retry_in`
+/// (`next_async` does, with the `tokio` feature). A refusal is what `next`
+/// answers too: a closed gate ([`GenerateError::Closed`]) is never a wait,
+/// since only the lease manager can end it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TryNextError {
+    /// The next value's timestamp is ahead of this host's clock: it is
+    /// handed out once the clock gets there, about `retry_in` from now.
+    /// Nothing was handed out and nothing is held for the caller.
+    WouldWait {
+        /// How long until the clock reaches the value's timestamp.
+        retry_in: std::time::Duration,
+        /// Why the value is ahead of the clock.
+        why: WaitReason,
+    },
+    /// Generation is refused, exactly as `next` would refuse.
+    Refused(GenerateError),
+}
+
+/// Why a value's timestamp is ahead of this host's clock (see
+/// [`TryNextError::WouldWait`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitReason {
+    /// The lease is new and this host's clock has not passed the slot's
+    /// floor yet (the highest timestamp a previous holder of the slot may
+    /// have used, DESIGN.md rule 8): at most the lease's `max_clock_skew`
+    /// (further behind, generation refuses with
+    /// [`GenerateError::ClockBehind`]).
+    Floor,
+    /// The values of the current millisecond are used up (or, for 64-bit
+    /// counter nonces, the milliseconds saved up since the lease began):
+    /// the next value carries a later millisecond. Under a millisecond.
+    NextMillisecond,
+}
+
+impl TryNextError {
+    /// How long to wait before trying again, when it is a wait.
+    pub fn retry_in(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::WouldWait { retry_in, .. } => Some(*retry_in),
+            Self::Refused(_) => None,
+        }
+    }
+}
+
+impl From<GenerateError> for TryNextError {
+    fn from(e: GenerateError) -> Self {
+        Self::Refused(e)
+    }
+}
+
+impl fmt::Display for TryNextError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::WouldWait {
+                retry_in,
+                why: WaitReason::Floor,
+            } => write!(
+                f,
+                "no nonce yet: this host's clock has not passed the slot's floor (the highest \
+                 timestamp a previous holder may have used); try again in {retry_in:?} \
+                 (next_async waits without blocking the thread)"
+            ),
+            Self::WouldWait {
+                retry_in,
+                why: WaitReason::NextMillisecond,
+            } => write!(
+                f,
+                "no nonce yet: this millisecond's values are used up; try again in {retry_in:?} \
+                 (next_async waits without blocking the thread)"
+            ),
+            Self::Refused(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for TryNextError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Refused(e) => Some(e),
+            Self::WouldWait { .. } => None,
+        }
+    }
+}
+
 /// Why a generator could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

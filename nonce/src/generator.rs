@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use leasehold_core::LeaseGate;
 
-use crate::engine::Engine;
-use crate::error::{BuildError, GenerateError, LayoutError};
+use crate::engine::{Engine, NoWait, Wait};
+use crate::error::{BuildError, GenerateError, LayoutError, TryNextError};
 use crate::layout::{Layout, Parts};
 use crate::time::{FastClock, TimeSource};
 use crate::uuid7::Uuid7;
@@ -93,21 +93,52 @@ macro_rules! generator {
             /// previous holder of the slot may have used) is ahead of this
             /// host's clock, **at most the lease's `max_clock_skew`**
             /// (default 1 s; further behind, it refuses with
-            /// [`GenerateError::ClockBehind`]). In async code, await
-            /// `LeaseGate::wait_ready` (feature `tokio` of `leasehold-core`) before taking IDs: it
-            /// waits for a lease and for the floor without blocking the
-            /// runtime's thread, and gives up after a timeout (answer 503
-            /// with Retry-After).
+            /// [`GenerateError::ClockBehind`]). In async code, use
+            /// `next_async` (feature `tokio`), which
+            /// waits without blocking the runtime's thread, or
+            /// [`try_next`](Self::try_next), which says how long it would
+            /// wait.
             #[inline(always)]
             pub fn next(&self) -> Result<W::Nonce, GenerateError> {
-                self.engine.next::<true>().map(W::wrap)
+                self.engine.next::<true, Wait>().map(W::wrap)
+            }
+
+            /// The next nonce if it can be handed out now, without waiting:
+            /// the same checks and refusals as [`next`](Self::next) (a
+            /// closed gate is [`TryNextError::Refused`]`(`[`GenerateError::Closed`]`)`,
+            /// never a wait), but where `next` would wait for real time to
+            /// reach the value's timestamp (the next millisecond, or a new
+            /// lease's floor, at most the lease's `max_clock_skew`) it
+            /// answers [`TryNextError::WouldWait`] with how long and why.
+            /// Nothing is handed out or held back for the caller meanwhile:
+            /// call again after `retry_in` (a call before that answers the
+            /// same, and takes nothing from the state).
+            #[inline]
+            pub fn try_next(&self) -> Result<W::Nonce, TryNextError> {
+                self.engine.next::<true, NoWait>().map(W::wrap)
+            }
+
+            /// [`next`](Self::next) for async code: where `next` would
+            /// wait on the calling thread (for the next millisecond, or for
+            /// this host's clock to pass a new lease's floor, at most the
+            /// lease's `max_clock_skew`), this sleeps on the runtime's
+            /// timer (a wait under a millisecond yields to other tasks
+            /// instead), and then checks the gate at a fresh reading again.
+            /// It never waits for a lease: without one it answers
+            /// [`GenerateError::Closed`] at once, as `next` does (answer
+            /// 503; the lease manager's `health()` gives a Retry-After).
+            /// Refusals are `next`'s. Needs a tokio runtime with its timer
+            /// enabled. Dropping the future takes nothing from the state.
+            #[cfg(feature = "tokio")]
+            pub async fn next_async(&self) -> Result<W::Nonce, GenerateError> {
+                crate::asynch::until_ready(|| self.try_next()).await
             }
 
             /// Benchmarks only: `next` without the clock read and the gate check.
             #[doc(hidden)]
             #[inline]
             pub fn next_ungated_for_bench(&self) -> Result<W::Nonce, GenerateError> {
-                self.engine.next::<false>().map(W::wrap)
+                self.engine.next::<false, Wait>().map(W::wrap)
             }
 
             /// The layout.
@@ -148,7 +179,10 @@ macro_rules! generator {
         impl<W: Width, T: TimeSource> Plain for $name<W, T> {
             type W = W;
             fn next_plain(&self) -> Result<u128, GenerateError> {
-                self.engine.next::<true>()
+                self.engine.next::<true, Wait>()
+            }
+            fn try_next_plain(&self) -> Result<u128, TryNextError> {
+                self.engine.next::<true, NoWait>()
             }
             fn plain_layout(&self) -> &Layout {
                 self.layout()
@@ -211,12 +245,27 @@ impl<T: TimeSource> Sortable<W128, T> {
     ///
     /// Errors and waiting as `next`: it may wait on the calling thread, at
     /// most the lease's `max_clock_skew`, for this host's clock to pass a
-    /// new lease's floor (in async code, await `LeaseGate::wait_ready`
-    /// first).
+    /// new lease's floor (in async code, use
+    /// `next_uuid7_async`, feature `tokio`).
     #[inline(always)]
     pub fn next_uuid7(&self) -> Result<Uuid7, GenerateError> {
-        let plain = self.engine.next::<true>()?;
+        let plain = self.engine.next::<true, Wait>()?;
         Ok(Uuid7::from_sortable(self.layout(), plain))
+    }
+
+    /// [`next_uuid7`](Self::next_uuid7) without waiting: as
+    /// [`try_next`](Self::try_next).
+    #[inline]
+    pub fn try_next_uuid7(&self) -> Result<Uuid7, TryNextError> {
+        let plain = self.engine.next::<true, NoWait>()?;
+        Ok(Uuid7::from_sortable(self.layout(), plain))
+    }
+
+    /// [`next_uuid7`](Self::next_uuid7) for async code: as
+    /// `next_async`.
+    #[cfg(feature = "tokio")]
+    pub async fn next_uuid7_async(&self) -> Result<Uuid7, GenerateError> {
+        crate::asynch::until_ready(|| self.try_next_uuid7()).await
     }
 }
 
@@ -233,6 +282,8 @@ pub trait Plain: sealed::Sealed + Clone + Send + Sync + 'static {
     type W: Width;
     #[doc(hidden)]
     fn next_plain(&self) -> Result<u128, GenerateError>;
+    #[doc(hidden)]
+    fn try_next_plain(&self) -> Result<u128, TryNextError>;
     #[doc(hidden)]
     fn plain_layout(&self) -> &Layout;
 }

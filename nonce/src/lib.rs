@@ -8,6 +8,8 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "tokio")]
+mod asynch;
 mod cipher;
 mod encrypted;
 mod engine;
@@ -23,7 +25,9 @@ mod width;
 pub use cipher::BlockPermutation;
 pub use cipher::{BaseKey, KeyError};
 pub use encrypted::Encrypted;
-pub use error::{BuildError, FillError, GenerateError, LayoutError, ParseError};
+pub use error::{
+    BuildError, FillError, GenerateError, LayoutError, ParseError, TryNextError, WaitReason,
+};
 pub use generator::{Counter, Plain, Sortable};
 pub use layout::{DEFAULT_EPOCH_UNIX_MS, Layout, LayoutBuilder, OverflowWarning, Parts};
 pub use nonce::{Base32, Nonce64, Nonce96, Nonce128};

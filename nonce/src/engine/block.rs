@@ -9,7 +9,7 @@ use leasehold_core::MonoTime;
 
 #[cfg(test)]
 use super::tests;
-use super::{BLOCK_FIRST, BLOCK_MAX, BLOCK_WAYS, Engine, NS_PER_MS, Step};
+use super::{BLOCK_FIRST, BLOCK_MAX, BLOCK_WAYS, Engine, Mode, NS_PER_MS, Step};
 use crate::error::GenerateError;
 use crate::time::{Reading, TimeSource};
 
@@ -94,10 +94,10 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// when it is a little ahead), then open the fast path's window.
     #[cold]
     #[inline(never)]
-    pub(super) fn next_from_block_slow<const GATED: bool>(
+    pub(super) fn next_from_block_slow<const GATED: bool, M: Mode>(
         &self,
         way: &Way,
-    ) -> Result<u128, GenerateError> {
+    ) -> Result<u128, M::Err> {
         let ro = &self.ro;
         way.until.set(0);
         loop {
@@ -144,18 +144,23 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             let millis = way.millis.get();
             if GATED && millis + ro.layout.epoch_unix_ms() > ceiling {
                 self.block(epoch);
-                return Err(self.refuse(GenerateError::PastCeiling {
-                    timestamp_unix_ms: millis + ro.layout.epoch_unix_ms(),
-                    ceiling_unix_ms: ceiling,
-                }));
+                return Err(self
+                    .refuse(GenerateError::PastCeiling {
+                        timestamp_unix_ms: millis + ro.layout.epoch_unix_ms(),
+                        ceiling_unix_ms: ceiling,
+                    })
+                    .into());
             }
             if millis > ro.layout.max_millis() {
                 return Err(GenerateError::Exhausted {
                     timestamp_bits: ro.layout.timestamp_bits(),
-                });
+                }
+                .into());
             }
+            // Without waiting (`try_next`), the block stays this thread's:
+            // its values are handed out once the clock reaches them.
             if millis > now_ms {
-                match self.wait_for(millis, epoch)? {
+                match self.wait_for::<M>(millis, epoch)? {
                     Step::Ready => {}
                     Step::Retry => continue,
                 }

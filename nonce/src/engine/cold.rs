@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use leasehold_core::{MonoTime, UnixOffset};
 
-use super::{BLOCKED, Engine, MIN_WAIT, RESETTING, RESYNC_EVERY, Step};
-use crate::error::GenerateError;
+use super::{BLOCKED, Engine, MIN_WAIT, Mode, NS_PER_MS, RESETTING, RESYNC_EVERY, Step};
+use crate::error::{GenerateError, WaitReason};
 use crate::time::TimeSource;
 
 impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
@@ -16,10 +16,15 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
     /// checked again on every reading; a new lease meanwhile discards it. A
     /// timestamp further ahead than the gate's `max_clock_skew` (this host's
     /// clock is behind the slot's floor) is refused at once.
+    ///
+    /// Without waiting ([`Mode::WAITS`] false, `try_next`): the same checks
+    /// at one precise reading, then how long the wait would be instead of
+    /// the wait.
     #[cold]
     #[inline(never)]
-    pub(super) fn wait_for(&self, millis: u64, epoch: u64) -> Result<Step, GenerateError> {
-        let now_ms = self.millis(self.ro.time.precise());
+    pub(super) fn wait_for<M: Mode>(&self, millis: u64, epoch: u64) -> Result<Step, M::Err> {
+        let first = self.ro.time.precise();
+        let now_ms = self.millis(first);
         if now_ms < millis {
             let max_skew = self.ro.gate.view().max_clock_skew;
             let ahead = Duration::from_millis(millis - now_ms);
@@ -27,17 +32,19 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             if ahead > max_skew.max(MIN_WAIT) {
                 self.block(epoch);
                 self.warn_behind(epoch, ahead, max_skew);
-                return Err(self.refuse(GenerateError::ClockBehind {
-                    behind: ahead,
-                    max_clock_skew: max_skew,
-                }));
+                return Err(self
+                    .refuse(GenerateError::ClockBehind {
+                        behind: ahead,
+                        max_clock_skew: max_skew,
+                    })
+                    .into());
             }
         }
         let mut spins = 0u32;
+        let mut m = first;
         loop {
-            let m = self.ro.time.precise();
             match self.ro.gate.check(m) {
-                Err(_) => return Err(self.refuse(GenerateError::Closed)),
+                Err(_) => return Err(self.refuse(GenerateError::Closed).into()),
                 Ok(e) if e != epoch => return Ok(Step::Retry),
                 Ok(_) => {}
             }
@@ -47,12 +54,38 @@ impl<T: TimeSource, const SORTABLE: bool> Engine<T, SORTABLE> {
             if self.millis(m) >= millis {
                 return Ok(Step::Ready);
             }
+            if !M::WAITS {
+                return Err(M::would_wait(
+                    self.time_until(millis, m),
+                    self.why_ahead(now_ms),
+                ));
+            }
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
             }
+            m = self.ro.time.precise();
+        }
+    }
+
+    /// How long from the reading `m` until the timestamp `millis` (ms since
+    /// the layout epoch) is real time, with the Unix offset as it is now.
+    fn time_until(&self, millis: u64, m: MonoTime) -> Duration {
+        let unix_ns = (millis + self.ro.layout.epoch_unix_ms()).saturating_mul(NS_PER_MS);
+        let at = unix_ns.saturating_sub(self.ro.offset.load(Relaxed));
+        Duration::from_nanos(at.saturating_sub(m.as_nanos()).max(1))
+    }
+
+    /// Why a value is ahead of the clock, which reads `now_ms`: the slot's
+    /// floor, or this state's own use of the milliseconds up to now.
+    fn why_ahead(&self, now_ms: u64) -> WaitReason {
+        let floor = self.layout_ms(self.ro.gate.view().floor.0);
+        if floor >= now_ms && floor > 0 {
+            WaitReason::Floor
+        } else {
+            WaitReason::NextMillisecond
         }
     }
 
