@@ -1,7 +1,7 @@
 //! Starting a server from a local binary, privately, on a free loopback
 //! port with a temporary data directory: one recipe per family.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,71 +11,25 @@ use super::kinds::{Family, ServerKind};
 use super::processes::{Guard, Local, READY_WAIT, Relaunch, StartLocal};
 use super::server::{Origin, Server};
 use super::settings::Settings;
+use super::starting::{
+    self, StartError, free_ports, private_dir, retry_on_taken_port, wait_listening,
+};
 use crate::programs;
 
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-/// `n` free loopback ports, all different: each is drawn while the others
-/// are still bound (a port drawn and released at once can come back).
-///
-/// # Errors
-/// No port could be bound.
-pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("no free port: {e}"))?;
-    Ok(held
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()).unwrap_or(0))
-        .collect())
-}
-
-pub(super) fn temp_dir(kind: ServerKind) -> std::io::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!(
-        "leasehold-{kind}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
-pub(super) fn wait_for_port(
+/// Waits until the server `child` listens on `port` (see
+/// [`wait_listening`]), its log `log`.
+fn wait_for_port(
     port: u16,
     child: &mut Option<Child>,
     timeout: Duration,
     log: &Path,
-) -> Result<(), String> {
-    let start = Instant::now();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    while start.elapsed() < timeout {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return Ok(());
-        }
-        if let Some(c) = child.as_mut()
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            return Err(format!("exited with {status}: {}", tail(log)));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(format!(
-        "port {port} not open after {timeout:?}: {}",
-        tail(log)
-    ))
+) -> Result<(), StartError> {
+    let child = child.as_mut().ok_or("no server process to wait for")?;
+    wait_listening(child, port, timeout, log)
 }
 
 pub(super) fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(5)..].join(" | ")
+    starting::tail(&std::fs::read_to_string(log).unwrap_or_default(), 5)
 }
 
 pub(super) fn run(cmd: &mut Command) -> Result<(), String> {
@@ -92,6 +46,8 @@ pub(super) fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Starts a `kind` server from `bin` in a private directory, on new ports
+/// each time another process takes one first.
 pub(super) fn start_local(
     kind: ServerKind,
     bin: &Path,
@@ -100,31 +56,35 @@ pub(super) fn start_local(
     let launch = kind.row().launch;
     let start =
         recipe(launch.family).ok_or_else(|| format!("no local {kind} binary is supported"))?;
-    let dir = temp_dir(kind).map_err(|e| e.to_string())?;
-    let port = free_port();
-    let mut guard = Guard {
-        child: None,
-        stop: None,
-        lock_files: Vec::new(),
-        dir,
-        relaunch: Some(Relaunch {
-            start,
-            bin: bin.to_path_buf(),
-            port,
-            settings,
-        }),
-        #[cfg(feature = "testcontainers")]
-        _container: None,
-    };
     let version = version_of(bin, "--version");
-    guard.start()?;
-    Ok(Server {
-        kind,
-        url: launch.url_at(port),
-        version,
-        origin: Origin::Binary(bin.to_path_buf()),
-        settings: Some(settings),
-        guard: Some(guard),
+    retry_on_taken_port(kind.name(), || {
+        // Drawn together, so that they differ.
+        let ports = free_ports(2)?;
+        let mut guard = Guard {
+            child: None,
+            stop: None,
+            lock_files: Vec::new(),
+            dir: private_dir(kind.name())?,
+            relaunch: Some(Relaunch {
+                start,
+                bin: bin.to_path_buf(),
+                port: ports[0],
+                second_port: ports[1],
+                settings,
+            }),
+            #[cfg(feature = "testcontainers")]
+            _container: None,
+        };
+        // Dropped on an error: the server is stopped, the directory goes.
+        guard.start()?;
+        Ok(Server {
+            kind,
+            url: launch.url_at(ports[0]),
+            version: version.clone(),
+            origin: Origin::Binary(bin.to_path_buf()),
+            settings: Some(settings),
+            guard: Some(guard),
+        })
     })
 }
 
@@ -140,7 +100,7 @@ fn recipe(family: Family) -> Option<StartLocal> {
     }
 }
 
-fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
+fn start_postgres(l: &mut Local<'_>) -> Result<(), StartError> {
     let bindir = l.bin.parent().ok_or("no bin dir")?;
     let data = l.dir.join("data");
     // initdb refuses to run as root: run the server as `postgres` then.
@@ -202,9 +162,13 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
         .arg("-l")
         .arg(&l.log)
         .args(["-w", "-t", &wait, "-o", &opts, "start"]))
+    .map_err(|e| {
+        let log = std::fs::read_to_string(&l.log).unwrap_or_default();
+        StartError::from_log(format!("{e}: {}", starting::tail(&log, 5)), &log)
+    })
 }
 
-fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
+fn start_mariadb(l: &mut Local<'_>) -> Result<(), StartError> {
     let data = l.dir.join("data");
     // A restart finds the data directory installed.
     if !data.join("mysql").is_dir() {
@@ -244,13 +208,13 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
     l.guard.child = Some(child);
     wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
     let client = programs::require("mariadb")?;
-    run(Command::new(client)
+    Ok(run(Command::new(client)
         .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
         .arg(format!("-P{}", l.port))
-        .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]))
+        .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]))?)
 }
 
-fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
+fn start_redis(l: &mut Local<'_>) -> Result<(), StartError> {
     let persistence: &[&str] = match l.settings {
         Settings::Fast | Settings::Lossy => &["--appendonly", "no"],
         Settings::Durable => &["--appendonly", "yes", "--appendfsync", "always"],
@@ -271,11 +235,11 @@ fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
     // The port opens before the data is loaded (`-LOADING` until then).
     while !redis_pongs(l.port) {
         if start.elapsed() > READY_WAIT {
-            return Err(format!(
+            return Err(StartError::Failed(format!(
                 "no PONG on port {} after {READY_WAIT:?}: {}",
                 l.port,
                 tail(&l.log)
-            ));
+            )));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -296,8 +260,8 @@ fn redis_pongs(port: u16) -> bool {
         && line.trim_end() == "+PONG"
 }
 
-fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
-    let (port, peer) = (l.port, free_port());
+fn start_etcd(l: &mut Local<'_>) -> Result<(), StartError> {
+    let (port, peer) = (l.port, l.second_port);
     let child = Command::new(l.bin)
         .args(["--name", "n0", "--data-dir"])
         .arg(l.dir.join("data"))

@@ -20,6 +20,7 @@ mod local;
 mod processes;
 mod server;
 mod settings;
+mod starting;
 
 pub use discovery::{find_binary, servers_dir, short_version};
 pub use kinds::{
@@ -27,9 +28,12 @@ pub use kinds::{
     PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, TOPOLOGY_LABELS, VALKEY8_CLUSTER_LABEL,
     VALKEY8_SENTINEL_LABEL, labels, wheels,
 };
-pub use local::{free_port, free_ports};
 pub use server::{Detached, Origin, Server};
 pub use settings::Settings;
+pub use starting::{
+    StartError, free_port, free_ports, listens_on, private_dir, retry_on_taken_port,
+    retry_on_taken_port_async, wait_listening,
+};
 
 use containers::{docker_probe, start_container};
 use local::start_local;
