@@ -3,11 +3,12 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use super::discovery::version_of;
 use super::kinds::{Family, ServerKind};
+use super::mariadb;
 use super::processes::{Guard, Local, READY_WAIT, Relaunch, StartLocal};
 use super::server::{Origin, Server};
 use super::settings::Settings;
@@ -169,18 +170,16 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), StartError> {
 }
 
 fn start_mariadb(l: &mut Local<'_>) -> Result<(), StartError> {
-    let data = l.dir.join("data");
+    let files = mariadb::Files {
+        data: l.dir.join("data"),
+        tmp: l.dir.join("tmp"),
+        socket: l.dir.join("sock"),
+        pid: l.dir.join("pid"),
+        log: l.log.clone(),
+    };
     // A restart finds the data directory installed.
-    if !data.join("mysql").is_dir() {
-        let install = programs::require("mariadb-install-db")?;
-        run(Command::new(install)
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .args([
-                "--user=root",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ]))?;
+    if !files.data.join("mysql").is_dir() {
+        mariadb::install(&files.data, &files.tmp)?;
     }
     let settings: &[&str] = match l.settings {
         Settings::Fast => &["--innodb-flush-log-at-trx-commit=0"],
@@ -191,18 +190,9 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), StartError> {
             "--innodb-flush-log-at-timeout=2700",
         ],
     };
-    let child = Command::new(l.bin)
-        .arg("--no-defaults")
-        .arg(format!("--datadir={}", data.display()))
-        .arg(format!("--port={}", l.port))
-        .arg("--bind-address=127.0.0.1")
-        .arg(format!("--socket={}", l.dir.join("sock").display()))
-        .arg(format!("--pid-file={}", l.dir.join("pid").display()))
-        .arg(format!("--log-error={}", l.log.display()))
-        .args(["--user=root", "--skip-log-bin", "--max-connections=1000"])
+    let child = mariadb::server_command(l.bin, &files, l.port)
+        .arg("--skip-log-bin")
         .args(settings)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .map_err(|e| e.to_string())?;
     l.guard.child = Some(child);

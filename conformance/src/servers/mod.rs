@@ -17,6 +17,7 @@ mod containers;
 mod discovery;
 mod kinds;
 mod local;
+pub mod mariadb;
 mod processes;
 mod server;
 mod settings;
