@@ -9,14 +9,8 @@
 //!   is lost by the replication, never by a restart;
 //! - three Sentinels (`<server> sentinel.conf --sentinel`) watching the
 //!   primary under the service name [`SentinelTopology::SERVICE`], quorum 2,
-//!   `down-after-milliseconds 2000`, `failover-timeout 3000`.
-//!   (A Sentinel promotes no replica whose link to the primary has been down
-//!   for more than ten times `down-after-milliseconds` beyond the time the
-//!   primary has been seen down, and a Sentinel starved by a loaded machine
-//!   enters TILT mode and does nothing for 30 s. With 1000, one run on a
-//!   loaded machine here saw no promotion within 60 s of a kill, for a
-//!   replica cut off by [`SentinelTopology::cut_replication`]; 2000 doubles
-//!   that allowance, at the cost of a second more before a failover.)
+//!   `failover-timeout 3000`, set up for a loaded machine
+//!   ([`SentinelTuning::LOADED_MACHINE`], see "On a loaded machine" below).
 //!
 //! It returns once the replica is in sync and every Sentinel knows the
 //! replica and the two other Sentinels, so that a failover can be made at
@@ -35,6 +29,30 @@
 //! next `INFO` of it turns it into a replica); clients still connected to it
 //! keep writing there meanwhile.
 //!
+//! # On a loaded machine
+//!
+//! A Sentinel whose timer runs more than 2 s late (its process starved of
+//! CPU, or blocked on a slow disk: it fsyncs its configuration after every
+//! vote) enters TILT mode: for 30 s it acts on nothing, tells the others the
+//! primary is not down (so two of three in TILT mode make no quorum), and
+//! turns no old primary that comes back into a replica. On a loaded machine
+//! the Sentinels then fail to promote for minutes. So the topology raises
+//! the TILT trigger to 30 s and shortens TILT mode to 5 s (`SENTINEL
+//! DEBUG`, Redis 7.0 and later, Valkey); gives the third Sentinel a longer
+//! `down-after-milliseconds` (4 s, the others 2 s), so that it votes for one
+//! of the first two instead of all three standing at once and splitting
+//! their votes; asks a Sentinel not in TILT mode for the failover (`SENTINEL
+//! FAILOVER`, which needs no election) when none came 20 s after the kill;
+//! and brings a killed primary back as a replica of the new one itself.
+//! A failover the Sentinels still do not make within 90 s is
+//! [`FailoverError::NotPromoted`], with what each Sentinel was doing, and
+//! the topology is put back as it was. (A Sentinel promotes no replica whose
+//! link to the primary has been down for more than ten times
+//! `down-after-milliseconds` beyond the time the primary has been seen
+//! down: with 1000, one run on a loaded machine here saw no promotion within
+//! 60 s of a kill, for a replica cut off by
+//! [`SentinelTopology::cut_replication`]; 2000 doubles that allowance.)
+//!
 //! Blocking std code, like [`crate::servers`]: call it from
 //! `tokio::task::block_in_place` or `spawn_blocking` in async tests.
 
@@ -44,7 +62,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::servers::{self, ServerKind};
+use super::{Failover, FailoverError};
+use crate::servers::{self, ServerKind, StartError};
 
 /// How long a process of the topology may take to be ready (loaded machine).
 pub(super) const READY_WAIT: Duration = Duration::from_secs(120);
@@ -63,11 +82,73 @@ impl Node {
     }
 }
 
+/// How long [`SentinelTopology::fail_over`] waits for a promotion (a
+/// loaded machine included).
+const PROMOTION_WAIT: Duration = Duration::from_secs(90);
+
+/// How the three Sentinels are set up, and what
+/// [`SentinelTopology::wait_promoted`] does while they make no promotion
+/// (see the module documentation for what was measured).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SentinelTuning {
+    /// Each Sentinel's `down-after-milliseconds`, in order.
+    pub down_after: [Duration; 3],
+    /// Every Sentinel's `failover-timeout`: how long a failover may take,
+    /// the wait for the votes of an election (at most 10 s), and half the
+    /// time before a Sentinel tries again.
+    pub failover_timeout: Duration,
+    /// `SENTINEL DEBUG tilt-trigger`: a Sentinel whose timer runs this much
+    /// late (its process starved or blocked) enters TILT mode. `None`:
+    /// Sentinel's own, 2 s.
+    pub tilt_trigger: Option<Duration>,
+    /// `SENTINEL DEBUG tilt-period`: how long a Sentinel in TILT mode acts
+    /// on nothing. `None`: Sentinel's own, 30 s.
+    pub tilt_period: Option<Duration>,
+    /// How long after the wait for a promotion began, with every Sentinel
+    /// still naming the old primary, a Sentinel that is not in TILT mode is
+    /// asked for one (`SENTINEL FAILOVER`, which needs no election); asked
+    /// again every `2 × failover_timeout` while none comes. `None`: never.
+    pub force_after: Option<Duration>,
+}
+
+impl SentinelTuning {
+    /// Sentinel's own TILT timings, one `down-after-milliseconds` for all,
+    /// and no promotion asked for: what the topology ran with before it was
+    /// measured on a loaded machine, kept to measure against.
+    pub const PLAIN: Self = Self {
+        down_after: [Duration::from_secs(2); 3],
+        failover_timeout: Duration::from_secs(3),
+        tilt_trigger: None,
+        tilt_period: None,
+        force_after: None,
+    };
+
+    /// The topology's settings (see the module documentation).
+    pub const LOADED_MACHINE: Self = Self {
+        down_after: [
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+            Duration::from_secs(4),
+        ],
+        failover_timeout: Duration::from_secs(3),
+        tilt_trigger: Some(Duration::from_secs(30)),
+        tilt_period: Some(Duration::from_secs(5)),
+        force_after: Some(Duration::from_secs(20)),
+    };
+}
+
+impl Default for SentinelTuning {
+    fn default() -> Self {
+        Self::LOADED_MACHINE
+    }
+}
+
 /// A primary, one replica and three Sentinels on loopback (see the module
 /// documentation). Dropping it kills every process and removes its files.
 pub struct SentinelTopology {
     bin: PathBuf,
     dir: PathBuf,
+    tuning: SentinelTuning,
     /// The two data servers: index 0 started as the primary, 1 as its
     /// replica.
     servers: Vec<Node>,
@@ -108,21 +189,29 @@ impl SentinelTopology {
 
     /// Starts the topology with `kind`'s server binary (found as
     /// [`servers::find_binary`] finds it; Valkey 8 and Redis 7/8 all run
-    /// Sentinel from the same binary) and waits until it is ready for a
-    /// failover (see the module documentation).
+    /// Sentinel from the same binary), tuned for a loaded machine
+    /// ([`SentinelTuning::LOADED_MACHINE`]), and waits until it is ready for
+    /// a failover (see the module documentation).
     pub fn start(kind: ServerKind) -> Result<Self, String> {
+        Self::start_tuned(kind, SentinelTuning::default())
+    }
+
+    /// [`SentinelTopology::start`] with the Sentinels set up by `tuning`.
+    /// Starts again on other ports when another process takes one first.
+    pub fn start_tuned(kind: ServerKind, tuning: SentinelTuning) -> Result<Self, String> {
         let bin = servers::find_binary(kind)
             .ok_or_else(|| format!("no {kind} binary for Sentinel; {}", kind.install_hint()))?;
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-sentinel-{}-{}",
-            std::process::id(),
-            servers::free_port()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        servers::retry_on_taken_port("the Sentinel topology", || Self::start_once(&bin, tuning))
+    }
+
+    /// [`SentinelTopology::start_tuned`] on ports drawn once.
+    fn start_once(bin: &Path, tuning: SentinelTuning) -> Result<Self, StartError> {
+        let dir = servers::private_dir("sentinel")?;
         let ports = servers::free_ports(5)?;
         let mut topology = Self {
-            bin,
+            bin: bin.to_path_buf(),
             dir,
+            tuning,
             servers: Vec::new(),
             sentinels: Vec::new(),
             primary: 0,
@@ -167,9 +256,11 @@ impl SentinelTopology {
                 format!(
                     "port {port}\nbind 127.0.0.1\ndir {}\n\
                      sentinel monitor {service} 127.0.0.1 {primary_port} 2\n\
-                     sentinel down-after-milliseconds {service} 2000\n\
-                     sentinel failover-timeout {service} 3000\n",
-                    node_dir.display()
+                     sentinel down-after-milliseconds {service} {}\n\
+                     sentinel failover-timeout {service} {}\n",
+                    node_dir.display(),
+                    tuning.down_after[i].as_millis(),
+                    tuning.failover_timeout.as_millis()
                 ),
             )
             .map_err(|e| format!("{}: {e}", conf.display()))?;
@@ -186,12 +277,34 @@ impl SentinelTopology {
         for i in 0..3 {
             spawn(&topology.bin, &mut topology.sentinels[i])?;
             wait_pong(&mut topology.sentinels[i])?;
+            topology.tune(i)?;
         }
         topology.wait_ready()?;
         Ok(topology)
     }
 
-    fn spawn_server(&mut self, i: usize) -> Result<(), String> {
+    /// Sets the TILT timings of Sentinel `i` (`SENTINEL DEBUG`, which
+    /// Redis 7.0 and later and Valkey have; they last until it restarts).
+    fn tune(&self, i: usize) -> Result<(), String> {
+        let millis = |d: Duration| d.as_millis().to_string();
+        let mut args = vec!["SENTINEL".to_owned(), "DEBUG".to_owned()];
+        for (name, value) in [
+            ("tilt-trigger", self.tuning.tilt_trigger),
+            ("tilt-period", self.tuning.tilt_period),
+        ] {
+            if let Some(value) = value {
+                args.extend([name.to_owned(), millis(value)]);
+            }
+        }
+        if args.len() == 2 {
+            return Ok(());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        expect_ok(command(self.sentinels[i].addr(), &args)?)
+            .map_err(|e| format!("{args:?} on Sentinel {i}: {e}"))
+    }
+
+    fn spawn_server(&mut self, i: usize) -> Result<(), StartError> {
         spawn(&self.bin, &mut self.servers[i])?;
         wait_pong(&mut self.servers[i])
     }
@@ -243,6 +356,14 @@ impl SentinelTopology {
     /// The Sentinels' addresses.
     pub fn sentinel_addrs(&self) -> Vec<SocketAddr> {
         self.sentinels.iter().map(Node::addr).collect()
+    }
+
+    /// The Sentinels' processes (to starve them, as a loaded machine does).
+    pub fn sentinel_pids(&self) -> Vec<u32> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| s.child.as_ref().map(Child::id))
+            .collect()
     }
 
     /// The primary's address as last known (at start, or as
@@ -320,10 +441,28 @@ impl SentinelTopology {
 
     /// Waits until every Sentinel names another primary than the one last
     /// known, and that server answers `role:master`; returns its address
-    /// and remembers it as the primary.
+    /// and remembers it as the primary. While every Sentinel still names the
+    /// old primary [`SentinelTuning::force_after`] into the wait, a Sentinel
+    /// not in TILT mode is asked for the failover (`SENTINEL FAILOVER`).
+    ///
+    /// # Errors
+    /// No promotion within `timeout`: the message says what each Sentinel
+    /// named and was doing, and how their logs end.
     pub fn wait_promoted(&mut self, timeout: Duration) -> Result<SocketAddr, String> {
+        self.await_promotion(timeout)
+            .map(|(new, _)| new)
+            .map_err(|why| format!("no promotion within {timeout:?}: {why}"))
+    }
+
+    /// [`SentinelTopology::wait_promoted`]; also whether a failover was
+    /// asked for before the promotion came.
+    fn await_promotion(&mut self, timeout: Duration) -> Result<(SocketAddr, bool), String> {
         let old = self.primary_addr();
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut next_ask = self.tuning.force_after.map(|after| started + after);
+        let mut asked = Vec::new();
+        let mut forced = false;
         loop {
             let named: Vec<Option<SocketAddr>> = self
                 .sentinels
@@ -341,24 +480,121 @@ impl SentinelTopology {
                     .iter()
                     .position(|n| n.addr() == *new)
                     .ok_or_else(|| format!("the Sentinels name {new}, not one of ours"))?;
-                return Ok(*new);
+                return Ok((*new, forced));
             }
-            if Instant::now() > deadline {
+            let now = Instant::now();
+            if let Some(at) = next_ask
+                && now >= at
+            {
+                // A promotion some Sentinel already made is left to spread.
+                if named.iter().all(|n| *n == Some(old)) {
+                    let answer = self.ask_for_failover();
+                    forced |= answer.is_ok();
+                    asked.push(format!(
+                        "after {:.1} s: {}",
+                        (now - started).as_secs_f64(),
+                        answer.unwrap_or_else(|e| e)
+                    ));
+                }
+                next_ask = Some(now + 2 * self.tuning.failover_timeout);
+            }
+            if now > deadline {
                 return Err(format!(
-                    "no promotion within {timeout:?}: the Sentinels name {named:?} (the old \
-                     primary was {old}); the first Sentinel's log ends:\n{}",
-                    self.log_tail("sentinel0", 15)
+                    "the Sentinels name {named:?} (the old primary was {old}); {}; asked for \
+                     a failover: {}\n{}",
+                    self.sentinel_states(),
+                    if asked.is_empty() {
+                        "never".to_owned()
+                    } else {
+                        asked.join("; ")
+                    },
+                    self.sentinel_logs(8)
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
+    /// Asks the first Sentinel not in TILT mode for a failover (`SENTINEL
+    /// FAILOVER`): which one accepted, or what each answered.
+    fn ask_for_failover(&self) -> Result<String, String> {
+        let mut answers = Vec::new();
+        for (i, s) in self.sentinels.iter().enumerate() {
+            if in_tilt(s.addr()) != Some(false) {
+                answers.push(format!("sentinel{i} in TILT mode or not answering"));
+                continue;
+            }
+            match command(s.addr(), &["SENTINEL", "FAILOVER", Self::SERVICE]) {
+                Ok(Reply::Status(ok)) if ok == "OK" => {
+                    return Ok(format!("SENTINEL FAILOVER accepted by sentinel{i}"));
+                }
+                // `-INPROG`: a failover is under way; `-NOGOODSLAVE`: it
+                // sees no replica it may promote.
+                Ok(other) => answers.push(format!("sentinel{i} answered {other:?}")),
+                Err(e) => answers.push(format!("sentinel{i}: {e}")),
+            }
+        }
+        Err(answers.join(", "))
+    }
+
+    /// What each Sentinel says of itself and of the primary: TILT mode, the
+    /// primary's flags and failover state.
+    fn sentinel_states(&self) -> String {
+        self.sentinels
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let tilt = match in_tilt(s.addr()) {
+                    Some(true) => "in TILT mode",
+                    Some(false) => "not in TILT mode",
+                    None => "not answering",
+                };
+                let master = sentinel_master(s.addr()).unwrap_or_default();
+                format!(
+                    "sentinel{i} {tilt}, flags {}, failover state {}",
+                    field(&master, "flags").unwrap_or("?"),
+                    field(&master, "failover-state").unwrap_or("?")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// The last `lines` lines of every Sentinel's log.
+    fn sentinel_logs(&self, lines: usize) -> String {
+        (0..self.sentinels.len())
+            .map(|i| {
+                let name = format!("sentinel{i}");
+                format!("{name}'s log ends:\n{}", self.log_tail(&name, lines))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Takes the primary the Sentinels agree on, if that server answers as
+    /// one, as the primary: a failover the Sentinels made on their own (a
+    /// primary starved on a loaded machine looks down) is followed.
+    fn follow_sentinels(&mut self) {
+        let named: Vec<Option<SocketAddr>> = self
+            .sentinels
+            .iter()
+            .map(|s| master_addr(s.addr()).ok())
+            .collect();
+        if let Some(Some(now)) = named.first()
+            && named.iter().all(|n| n.as_ref() == Some(now))
+            && info_replication(*now).is_ok_and(|i| info_field(&i, "role") == Some("master"))
+            && let Some(i) = self.servers.iter().position(|n| n.addr() == *now)
+        {
+            self.primary = i;
+        }
+    }
+
     /// Starts again every data server [`SentinelTopology::kill_primary`]
-    /// killed, on its own files, and waits until the Sentinels made it a
-    /// replica of the current primary and its link is up: the topology can
-    /// fail over again. (It starts with the arguments it first had; the
-    /// Sentinels turn an old primary that comes back into a replica.)
+    /// killed, on its own files, as a replica of the current primary (as an
+    /// operator brings a failed primary back), and waits until its link is
+    /// up: the topology can fail over again. (Left to the Sentinels, an old
+    /// primary that comes back serves as a primary until one of them turns
+    /// it into a replica, which none does while in TILT mode.)
     ///
     /// # Errors
     /// A server did not start, or did not replicate within two minutes.
@@ -367,7 +603,12 @@ impl SentinelTopology {
             if self.servers[i].child.is_some() {
                 continue;
             }
-            self.spawn_server(i)?;
+            let primary = self.primary_addr();
+            let args = self.servers[i].args.clone();
+            self.servers[i].args = with_primary(&args, Some(primary));
+            let started = self.spawn_server(i);
+            self.servers[i].args = args;
+            started?;
             let addr = self.servers[i].addr();
             let deadline = Instant::now() + READY_WAIT;
             loop {
@@ -392,24 +633,92 @@ impl SentinelTopology {
         Ok(())
     }
 
+    /// Puts the topology back as it was before a failover that made no
+    /// promotion: the replica's replication credentials are cleared, the
+    /// killed primary `killed` starts again as a primary (without the
+    /// `--replicaof` it may have started with), and this waits until every
+    /// Sentinel names one primary that answers as one, with the other
+    /// server its replica, link up. (The Sentinels may still promote the
+    /// replica meanwhile; then the old primary is what follows.)
+    fn put_back(&mut self, killed: usize) -> Result<(), String> {
+        let replica = self.servers[1 - killed].addr();
+        for name in ["masteruser", "masterauth"] {
+            expect_ok(command(replica, &["CONFIG", "SET", name, ""])?)
+                .map_err(|e| format!("clearing {name} on the replica {replica}: {e}"))?;
+        }
+        let args = self.servers[killed].args.clone();
+        self.servers[killed].args = with_primary(&args, None);
+        let started = self.spawn_server(killed);
+        self.servers[killed].args = args;
+        started?;
+        let deadline = Instant::now() + READY_WAIT;
+        loop {
+            let named: Vec<Option<SocketAddr>> = self
+                .sentinels
+                .iter()
+                .map(|s| master_addr(s.addr()).ok())
+                .collect();
+            let settled = named.first().copied().flatten().and_then(|primary| {
+                let p = self.servers.iter().position(|n| n.addr() == primary)?;
+                let other = self.servers[1 - p].addr();
+                let replica = info_replication(other).ok()?;
+                (named.iter().all(|n| *n == Some(primary))
+                    && info_replication(primary)
+                        .is_ok_and(|i| info_field(&i, "role") == Some("master"))
+                    && info_field(&replica, "role") == Some("slave")
+                    && info_field(&replica, "master_link_status") == Some("up")
+                    && info_field(&replica, "master_port")
+                        == Some(primary.port().to_string().as_str()))
+                .then_some(p)
+            });
+            if let Some(p) = settled {
+                self.primary = p;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the topology did not settle within {READY_WAIT:?} after the killed primary \
+                     started again: the Sentinels name {named:?}; {}",
+                    self.sentinel_states()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The failover a crash makes, with the replica `lag` behind: the
     /// replica stops receiving ([`SentinelTopology::cut_replication`]), the
     /// primary goes on acknowledging for `lag`, is killed, the Sentinels
-    /// promote the replica, and the killed server comes back as the new
-    /// replica. Answers how long clients had no primary (from the kill until
-    /// every Sentinel named the new one).
+    /// promote the replica (asked to, if they have not by
+    /// [`SentinelTuning::force_after`]), and the killed server comes back
+    /// as the new replica.
     ///
     /// # Errors
-    /// A step failed.
-    pub fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
+    /// [`FailoverError::NotPromoted`] when the Sentinels made no promotion
+    /// within 90 s (the topology is then put back as it was: the killed
+    /// primary started again, its replica following it); any other failed
+    /// step is [`FailoverError::Failed`].
+    pub fn fail_over(&mut self, lag: Duration) -> Result<Failover, FailoverError> {
+        self.follow_sentinels();
         self.cut_replication()?;
         std::thread::sleep(lag);
         let killed = Instant::now();
+        let victim = self.primary;
         self.kill_primary()?;
-        self.wait_promoted(Duration::from_secs(90))?;
-        let down = killed.elapsed();
-        self.restart_killed()?;
-        Ok(down)
+        match self.await_promotion(PROMOTION_WAIT) {
+            Ok((_, forced)) => {
+                let down = killed.elapsed();
+                self.restart_killed()?;
+                Ok(Failover { down, forced })
+            }
+            Err(why) => {
+                let why = format!("none within {PROMOTION_WAIT:?} of the kill: {why}");
+                self.put_back(victim).map_err(|e| {
+                    FailoverError::Failed(format!("{why}\nputting the topology back failed: {e}"))
+                })?;
+                Err(FailoverError::NotPromoted(why))
+            }
+        }
     }
 
     /// `INFO replication` of the server at `addr`.
@@ -443,6 +752,19 @@ impl Drop for SentinelTopology {
     }
 }
 
+/// A data server's arguments `args` with `--replicaof` naming `primary`,
+/// or without it (`None`: it starts as a primary).
+fn with_primary(args: &[String], primary: Option<SocketAddr>) -> Vec<String> {
+    let mut args = match args.iter().position(|a| a == "--replicaof") {
+        Some(at) => [&args[..at], &args[(at + 2).min(args.len())..]].concat(),
+        None => args.to_vec(),
+    };
+    if let Some(p) = primary {
+        args.extend(["--replicaof".to_owned(), format!("{} {}", p.ip(), p.port())]);
+    }
+    args
+}
+
 pub(super) fn spawn(bin: &Path, node: &mut Node) -> Result<(), String> {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -462,8 +784,14 @@ pub(super) fn spawn(bin: &Path, node: &mut Node) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits until the process answers `PING` (its data loaded).
-pub(super) fn wait_pong(node: &mut Node) -> Result<(), String> {
+/// Waits until the process listens on its port (its own socket: another
+/// process may have taken the port first) and answers `PING` (its data
+/// loaded).
+pub(super) fn wait_pong(node: &mut Node) -> Result<(), StartError> {
+    let child = node.child.as_mut().ok_or("no process to wait for")?;
+    let log = node.dir.join("log");
+    servers::wait_listening(child, node.port, READY_WAIT, &log)
+        .map_err(|e| e.map(|what| format!("{:?}: {what}", node.args)))?;
     let deadline = Instant::now() + READY_WAIT;
     loop {
         if matches!(command(node.addr(), &["PING"]), Ok(Reply::Status(s)) if s == "PONG") {
@@ -472,11 +800,14 @@ pub(super) fn wait_pong(node: &mut Node) -> Result<(), String> {
         if let Some(child) = node.child.as_mut()
             && let Ok(Some(status)) = child.try_wait()
         {
-            let log = std::fs::read_to_string(node.dir.join("log")).unwrap_or_default();
-            return Err(format!("{:?} exited with {status}: {log}", node.args));
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(StartError::from_log(
+                format!("{:?} exited with {status}: {log}", node.args),
+                &log,
+            ));
         }
         if Instant::now() > deadline {
-            return Err(format!("no PONG on {} within {READY_WAIT:?}", node.addr()));
+            return Err(format!("no PONG on {} within {READY_WAIT:?}", node.addr()).into());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -511,6 +842,18 @@ fn sentinel_master(addr: SocketAddr) -> Result<Vec<String>, String> {
             .map(|i| i.text().unwrap_or_default().to_owned())
             .collect()),
         other => Err(format!("SENTINEL MASTER on {addr}: {other:?}")),
+    }
+}
+
+/// Whether the Sentinel at `addr` is in TILT mode (`sentinel_tilt` of
+/// `INFO sentinel`); `None` when it does not say.
+fn in_tilt(addr: SocketAddr) -> Option<bool> {
+    match command(addr, &["INFO", "sentinel"]).ok()? {
+        Reply::Bulk(Some(info)) => match info_field(&info, "sentinel_tilt")? {
+            "0" => Some(false),
+            _ => Some(true),
+        },
+        _ => None,
     }
 }
 
