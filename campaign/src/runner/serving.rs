@@ -121,7 +121,7 @@ impl Store {
     /// Fails the store over to its standby, which stops receiving `lag`
     /// before the primary is killed. In a Cluster, the primary of `pool`'s
     /// slot (the pool's keys share the hash tag `{campaign:<pool>}`). A
-    /// Sentinel topology whose HA made no promotion answers
+    /// Sentinel or Cluster topology whose HA made no promotion answers
     /// [`FailoverError::NotPromoted`], put back as it was; a pair's
     /// promotion is a command, made or failed.
     pub(crate) fn fail_over(
@@ -137,9 +137,9 @@ impl Store {
             Serving::Pair { pair, .. } => Ok(pair.fail_over(lag).map(commanded)?),
             Serving::Sentinel(t) => t.fail_over(lag),
             Serving::MariaPair { pair, .. } => Ok(pair.fail_over(lag).map(commanded)?),
-            Serving::ValkeyCluster(t) => Ok(t
-                .fail_over(&format!("{{{}:{pool}}}", crate::store::PREFIX), lag)
-                .map(commanded)?),
+            Serving::ValkeyCluster(t) => {
+                t.fail_over(&format!("{{{}:{pool}}}", crate::store::PREFIX), lag)
+            }
             _ => Err(FailoverError::Failed("no standby to fail over to".into())),
         }
     }
