@@ -36,21 +36,25 @@
 //! vote) enters TILT mode: for 30 s it acts on nothing, tells the others the
 //! primary is not down (so two of three in TILT mode make no quorum), and
 //! turns no old primary that comes back into a replica. On a loaded machine
-//! the Sentinels then fail to promote for minutes. So the topology raises
-//! the TILT trigger to 30 s and shortens TILT mode to 5 s (`SENTINEL
-//! DEBUG`, Redis 7.0 and later, Valkey); gives the third Sentinel a longer
-//! `down-after-milliseconds` (4 s, the others 2 s), so that it votes for one
-//! of the first two instead of all three standing at once and splitting
-//! their votes; asks a Sentinel not in TILT mode for the failover (`SENTINEL
-//! FAILOVER`, which needs no election) when none came 20 s after the kill;
-//! and brings a killed primary back as a replica of the new one itself.
-//! A failover the Sentinels still do not make within 90 s is
-//! [`FailoverError::NotPromoted`], with what each Sentinel was doing, and
-//! the topology is put back as it was. (A Sentinel promotes no replica whose
-//! link to the primary has been down for more than ten times
-//! `down-after-milliseconds` beyond the time the primary has been seen
-//! down: with 1000, one run on a loaded machine here saw no promotion within
-//! 60 s of a kill, for a replica cut off by
+//! the Sentinels then make no promotion for minutes. TILT mode is what
+//! keeps a Sentinel from acting on what it saw before a stall, so the
+//! topology keeps its trigger and shortens it to 5 s (`SENTINEL DEBUG
+//! tilt-period`, Redis 7.0 and later, Valkey); raising the trigger to 30 s
+//! instead promoted as well, but once failed over a second time, a stalled
+//! Sentinel taking the new primary for down. It also gives the third
+//! Sentinel a longer `down-after-milliseconds` (4 s, the others 2 s), so
+//! that it votes for one of the first two instead of all three standing at
+//! once and splitting their votes; asks a Sentinel not in TILT mode for the
+//! failover (`SENTINEL FAILOVER`, which needs no election) when none came
+//! 20 s after the kill; and brings a killed primary back as a replica of
+//! the new one itself. A failover the Sentinels still do not make within
+//! 90 s is [`FailoverError::NotPromoted`], with what each Sentinel was
+//! doing, and the topology is put back as it was.
+//!
+//! (A Sentinel promotes no replica whose link to the primary has been down
+//! for more than ten times `down-after-milliseconds` beyond the time the
+//! primary has been seen down: with 1000, one run on a loaded machine here
+//! saw no promotion within 60 s of a kill, for a replica cut off by
 //! [`SentinelTopology::cut_replication`]; 2000 doubles that allowance.)
 //!
 //! Blocking std code, like [`crate::servers`]: call it from
@@ -131,7 +135,7 @@ impl SentinelTuning {
             Duration::from_secs(4),
         ],
         failover_timeout: Duration::from_secs(3),
-        tilt_trigger: Some(Duration::from_secs(30)),
+        tilt_trigger: None,
         tilt_period: Some(Duration::from_secs(5)),
         force_after: Some(Duration::from_secs(20)),
     };
@@ -591,13 +595,15 @@ impl SentinelTopology {
 
     /// Starts again every data server [`SentinelTopology::kill_primary`]
     /// killed, on its own files, as a replica of the current primary (as an
-    /// operator brings a failed primary back), and waits until its link is
-    /// up: the topology can fail over again. (Left to the Sentinels, an old
-    /// primary that comes back serves as a primary until one of them turns
-    /// it into a replica, which none does while in TILT mode.)
+    /// operator brings a failed primary back), and waits until the topology
+    /// settled ([`SentinelTopology::settle`]): it can fail over again.
+    /// (Left to the Sentinels, an old primary that comes back serves as a
+    /// primary until one of them turns it into a replica, which none does
+    /// while in TILT mode.)
     ///
     /// # Errors
-    /// A server did not start, or did not replicate within two minutes.
+    /// A server did not start, or the topology did not settle within two
+    /// minutes.
     pub fn restart_killed(&mut self) -> Result<(), String> {
         for i in 0..self.servers.len() {
             if self.servers[i].child.is_some() {
@@ -609,48 +615,15 @@ impl SentinelTopology {
             let started = self.spawn_server(i);
             self.servers[i].args = args;
             started?;
-            let addr = self.servers[i].addr();
-            let deadline = Instant::now() + READY_WAIT;
-            loop {
-                let info = info_replication(addr).unwrap_or_default();
-                if info_field(&info, "role") == Some("slave")
-                    && info_field(&info, "master_link_status") == Some("up")
-                    && info_field(&info, "master_port")
-                        == Some(self.primary_addr().port().to_string().as_str())
-                {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(format!(
-                        "the restarted server {addr} did not become a replica of {} within \
-                         {READY_WAIT:?}: {info}",
-                        self.primary_addr()
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
         }
-        Ok(())
+        self.settle("a killed server started again as a replica")
     }
 
-    /// Puts the topology back as it was before a failover that made no
-    /// promotion: the replica's replication credentials are cleared, the
-    /// killed primary `killed` starts again as a primary (without the
-    /// `--replicaof` it may have started with), and this waits until every
-    /// Sentinel names one primary that answers as one, with the other
-    /// server its replica, link up. (The Sentinels may still promote the
-    /// replica meanwhile; then the old primary is what follows.)
-    fn put_back(&mut self, killed: usize) -> Result<(), String> {
-        let replica = self.servers[1 - killed].addr();
-        for name in ["masteruser", "masterauth"] {
-            expect_ok(command(replica, &["CONFIG", "SET", name, ""])?)
-                .map_err(|e| format!("clearing {name} on the replica {replica}: {e}"))?;
-        }
-        let args = self.servers[killed].args.clone();
-        self.servers[killed].args = with_primary(&args, None);
-        let started = self.spawn_server(killed);
-        self.servers[killed].args = args;
-        started?;
+    /// Waits until every Sentinel names one primary, that server answers
+    /// as one, and the other is its replica with its link up; takes that
+    /// primary as the primary. (Another failover the Sentinels make
+    /// meanwhile, a starved primary looking down, is followed.)
+    fn settle(&mut self, after: &str) -> Result<(), String> {
         let deadline = Instant::now() + READY_WAIT;
         loop {
             let named: Vec<Option<SocketAddr>> = self
@@ -676,14 +649,54 @@ impl SentinelTopology {
                 return Ok(());
             }
             if Instant::now() > deadline {
+                let infos: Vec<String> = self
+                    .servers
+                    .iter()
+                    .map(|n| {
+                        let info = info_replication(n.addr()).unwrap_or_default();
+                        format!(
+                            "{} role {}, link {}",
+                            n.addr(),
+                            info_field(&info, "role").unwrap_or("?"),
+                            info_field(&info, "master_link_status").unwrap_or("-")
+                        )
+                    })
+                    .collect();
                 return Err(format!(
-                    "the topology did not settle within {READY_WAIT:?} after the killed primary \
-                     started again: the Sentinels name {named:?}; {}",
+                    "the topology did not settle within {READY_WAIT:?} after {after}: the \
+                     Sentinels name {named:?}; {}; {}",
+                    infos.join(", "),
                     self.sentinel_states()
                 ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Clears the replication credentials [`SentinelTopology::cut_replication`]
+    /// gave the server at `addr`, so that it can follow a primary again.
+    fn clear_credentials(addr: SocketAddr) -> Result<(), String> {
+        for name in ["masteruser", "masterauth"] {
+            expect_ok(command(addr, &["CONFIG", "SET", name, ""])?)
+                .map_err(|e| format!("clearing {name} on {addr}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Puts the topology back as it was before a failover that made no
+    /// promotion: the replica's replication credentials are cleared, the
+    /// killed primary `killed` starts again as a primary (without the
+    /// `--replicaof` it may have started with), and this waits until the
+    /// topology settled. (The Sentinels may still promote the replica
+    /// meanwhile; then the old primary is what follows.)
+    fn put_back(&mut self, killed: usize) -> Result<(), String> {
+        Self::clear_credentials(self.servers[1 - killed].addr())?;
+        let args = self.servers[killed].args.clone();
+        self.servers[killed].args = with_primary(&args, None);
+        let started = self.spawn_server(killed);
+        self.servers[killed].args = args;
+        started?;
+        self.settle("the killed primary started again")
     }
 
     /// The failover a crash makes, with the replica `lag` behind: the
@@ -706,8 +719,10 @@ impl SentinelTopology {
         let victim = self.primary;
         self.kill_primary()?;
         match self.await_promotion(PROMOTION_WAIT) {
-            Ok((_, forced)) => {
+            Ok((new, forced)) => {
                 let down = killed.elapsed();
+                // It may be made a replica again by a later failover.
+                Self::clear_credentials(new)?;
                 self.restart_killed()?;
                 Ok(Failover { down, forced })
             }
