@@ -86,9 +86,11 @@ impl Node {
     }
 }
 
-/// How long [`SentinelTopology::fail_over`] waits for a promotion (a
-/// loaded machine included).
-const PROMOTION_WAIT: Duration = Duration::from_secs(90);
+/// How long a Sentinel may take to answer a question about its state
+/// while a failover is waited for; one that does not is asked again at the
+/// next look (a stopped Sentinel would hold each look for the full command
+/// timeout).
+const LOOK_WAIT: Duration = Duration::from_secs(2);
 
 /// How the three Sentinels are set up, and what
 /// [`SentinelTopology::wait_promoted`] does while they make no promotion
@@ -108,11 +110,15 @@ pub struct SentinelTuning {
     /// `SENTINEL DEBUG tilt-period`: how long a Sentinel in TILT mode acts
     /// on nothing. `None`: Sentinel's own, 30 s.
     pub tilt_period: Option<Duration>,
-    /// How long after the wait for a promotion began, with every Sentinel
-    /// still naming the old primary, a Sentinel that is not in TILT mode is
+    /// How long after the wait for a promotion began, with no Sentinel
+    /// naming another primary, a Sentinel that is not in TILT mode is
     /// asked for one (`SENTINEL FAILOVER`, which needs no election); asked
     /// again every `2 × failover_timeout` while none comes. `None`: never.
     pub force_after: Option<Duration>,
+    /// How long [`SentinelTopology::fail_over`] waits for a promotion before
+    /// it puts the topology back and answers
+    /// [`FailoverError::NotPromoted`].
+    pub promotion_wait: Duration,
 }
 
 impl SentinelTuning {
@@ -125,6 +131,7 @@ impl SentinelTuning {
         tilt_trigger: None,
         tilt_period: None,
         force_after: None,
+        promotion_wait: Duration::from_secs(90),
     };
 
     /// The topology's settings (see the module documentation).
@@ -138,6 +145,7 @@ impl SentinelTuning {
         tilt_trigger: None,
         tilt_period: Some(Duration::from_secs(5)),
         force_after: Some(Duration::from_secs(20)),
+        promotion_wait: Duration::from_secs(90),
     };
 }
 
@@ -445,7 +453,7 @@ impl SentinelTopology {
 
     /// Waits until every Sentinel names another primary than the one last
     /// known, and that server answers `role:master`; returns its address
-    /// and remembers it as the primary. While every Sentinel still names the
+    /// and remembers it as the primary. While no Sentinel names another than the
     /// old primary [`SentinelTuning::force_after`] into the wait, a Sentinel
     /// not in TILT mode is asked for the failover (`SENTINEL FAILOVER`).
     ///
@@ -490,8 +498,9 @@ impl SentinelTopology {
             if let Some(at) = next_ask
                 && now >= at
             {
-                // A promotion some Sentinel already made is left to spread.
-                if named.iter().all(|n| *n == Some(old)) {
+                // A promotion some Sentinel already made is left to spread
+                // (one that does not answer names none).
+                if named.iter().all(|n| n.is_none_or(|n| n == old)) {
                     let answer = self.ask_for_failover();
                     forced |= answer.is_ok();
                     asked.push(format!(
@@ -553,12 +562,14 @@ impl SentinelTopology {
                     Some(false) => "not in TILT mode",
                     None => "not answering",
                 };
-                let master = sentinel_master(s.addr()).unwrap_or_default();
-                format!(
-                    "sentinel{i} {tilt}, flags {}, failover state {}",
-                    field(&master, "flags").unwrap_or("?"),
-                    field(&master, "failover-state").unwrap_or("?")
-                )
+                match sentinel_master(s.addr()) {
+                    Ok(master) => format!(
+                        "sentinel{i} {tilt}, flags {}, failover {}",
+                        field(&master, "flags").unwrap_or("?"),
+                        field(&master, "failover-state").unwrap_or("none under way")
+                    ),
+                    Err(_) => format!("sentinel{i} {tilt}"),
+                }
             })
             .collect::<Vec<_>>()
             .join("; ")
@@ -708,9 +719,9 @@ impl SentinelTopology {
     ///
     /// # Errors
     /// [`FailoverError::NotPromoted`] when the Sentinels made no promotion
-    /// within 90 s (the topology is then put back as it was: the killed
-    /// primary started again, its replica following it); any other failed
-    /// step is [`FailoverError::Failed`].
+    /// within [`SentinelTuning::promotion_wait`] (the topology is then put
+    /// back as it was: the killed primary started again, its replica
+    /// following it); any other failed step is [`FailoverError::Failed`].
     pub fn fail_over(&mut self, lag: Duration) -> Result<Failover, FailoverError> {
         self.follow_sentinels();
         self.cut_replication()?;
@@ -718,7 +729,8 @@ impl SentinelTopology {
         let killed = Instant::now();
         let victim = self.primary;
         self.kill_primary()?;
-        match self.await_promotion(PROMOTION_WAIT) {
+        let wait = self.tuning.promotion_wait;
+        match self.await_promotion(wait) {
             Ok((new, forced)) => {
                 let down = killed.elapsed();
                 // It may be made a replica again by a later failover.
@@ -727,7 +739,7 @@ impl SentinelTopology {
                 Ok(Failover { down, forced })
             }
             Err(why) => {
-                let why = format!("none within {PROMOTION_WAIT:?} of the kill: {why}");
+                let why = format!("none within {wait:?} of the kill: {why}");
                 self.put_back(victim).map_err(|e| {
                     FailoverError::Failed(format!("{why}\nputting the topology back failed: {e}"))
                 })?;
@@ -851,7 +863,11 @@ pub(super) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 
 /// `SENTINEL MASTER <service>`: its flat list of names and values.
 fn sentinel_master(addr: SocketAddr) -> Result<Vec<String>, String> {
-    match command(addr, &["SENTINEL", "MASTER", SentinelTopology::SERVICE])? {
+    match command_within(
+        addr,
+        &["SENTINEL", "MASTER", SentinelTopology::SERVICE],
+        LOOK_WAIT,
+    )? {
         Reply::Array(Some(items)) => Ok(items
             .iter()
             .map(|i| i.text().unwrap_or_default().to_owned())
@@ -863,7 +879,7 @@ fn sentinel_master(addr: SocketAddr) -> Result<Vec<String>, String> {
 /// Whether the Sentinel at `addr` is in TILT mode (`sentinel_tilt` of
 /// `INFO sentinel`); `None` when it does not say.
 fn in_tilt(addr: SocketAddr) -> Option<bool> {
-    match command(addr, &["INFO", "sentinel"]).ok()? {
+    match command_within(addr, &["INFO", "sentinel"], LOOK_WAIT).ok()? {
         Reply::Bulk(Some(info)) => match info_field(&info, "sentinel_tilt")? {
             "0" => Some(false),
             _ => Some(true),
@@ -882,13 +898,14 @@ fn field<'a>(fields: &'a [String], name: &str) -> Option<&'a str> {
 
 /// The primary a Sentinel names (`SENTINEL GET-MASTER-ADDR-BY-NAME`).
 fn master_addr(sentinel: SocketAddr) -> Result<SocketAddr, String> {
-    match command(
+    match command_within(
         sentinel,
         &[
             "SENTINEL",
             "GET-MASTER-ADDR-BY-NAME",
             SentinelTopology::SERVICE,
         ],
+        LOOK_WAIT,
     )? {
         Reply::Array(Some(items)) if items.len() == 2 => {
             let host = items[0].text().unwrap_or_default();
@@ -905,9 +922,14 @@ fn master_addr(sentinel: SocketAddr) -> Result<SocketAddr, String> {
 
 /// Sends one command on a fresh connection and reads its reply.
 pub(super) fn command(addr: SocketAddr, args: &[&str]) -> Result<Reply, String> {
+    command_within(addr, args, Duration::from_secs(10))
+}
+
+/// [`command`], its reply awaited for `wait` at most.
+fn command_within(addr: SocketAddr, args: &[&str], wait: Duration) -> Result<Reply, String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("{addr}: {e}"))?;
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = stream.set_read_timeout(Some(wait));
     let mut out = format!("*{}\r\n", args.len());
     for a in args {
         out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
