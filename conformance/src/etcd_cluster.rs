@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::servers::{self, ServerKind};
+use crate::servers::{self, ServerKind, StartError};
+
+/// How long a member may take to listen on its client port (a loaded
+/// machine included).
+const LISTEN_WAIT: Duration = Duration::from_secs(60);
 
 struct Member {
     client_port: u16,
@@ -40,15 +44,17 @@ impl EtcdCluster {
         Self::start(&bin, members)
     }
 
-    /// Starts `members` members of the etcd binary `bin`, without waiting
-    /// for them (see [`EtcdCluster::wait_healthy`]).
+    /// Starts `members` members of the etcd binary `bin` and waits until
+    /// each listens on its ports, not until they form a cluster (see
+    /// [`EtcdCluster::wait_healthy`]). Starts again on other ports when
+    /// another process takes one first.
     pub fn start(bin: &Path, members: usize) -> Result<Self, String> {
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-etcd-cluster-{}-{}",
-            std::process::id(),
-            servers::free_port()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        servers::retry_on_taken_port("the etcd cluster", || Self::start_once(bin, members))
+    }
+
+    /// [`EtcdCluster::start`] on ports drawn once.
+    fn start_once(bin: &Path, members: usize) -> Result<Self, StartError> {
+        let dir = servers::private_dir("etcd-cluster")?;
         // A client and a peer port per member, all different.
         let ports: Vec<(u16, u16)> = servers::free_ports(2 * members)?
             .chunks(2)
@@ -60,7 +66,10 @@ impl EtcdCluster {
             .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
             .collect::<Vec<_>>()
             .join(",");
-        let token = format!("lh-{}-{}", std::process::id(), servers::free_port());
+        // Unique to this cluster: its directory's name.
+        let token = dir
+            .file_name()
+            .map_or_else(|| "leasehold".into(), |n| n.to_string_lossy().into_owned());
         let mut cluster = Self {
             bin: bin.to_path_buf(),
             members: Vec::new(),
@@ -84,6 +93,16 @@ impl EtcdCluster {
                 child: None,
             });
             cluster.spawn(i)?;
+        }
+        for i in 0..members {
+            let port = cluster.members[i].client_port;
+            let log = cluster.dir.join(format!("m{i}.log"));
+            let child = cluster.members[i]
+                .child
+                .as_mut()
+                .ok_or("a member that was just started is not running")?;
+            servers::wait_listening(child, port, LISTEN_WAIT, &log)
+                .map_err(|e| e.map(|what| format!("member m{i}: {what}")))?;
         }
         Ok(cluster)
     }

@@ -140,7 +140,6 @@ impl ValkeyConfig {
         crate::tls::scheme_uses_tls(self.url.split_once("://").map_or("", |(s, _)| s))
     }
 
-
     /// Reads the password from the file at `path` **for every new
     /// connection** (the first, every reconnect, every Cluster node),
     /// instead of from the URL: a Kubernetes Secret mounted as a file,

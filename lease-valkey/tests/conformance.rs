@@ -8,7 +8,7 @@
 mod damaged;
 
 use leasehold_core::Floor;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::{Arc, OnceLock};
@@ -964,7 +964,8 @@ struct OwnServer {
 
 impl OwnServer {
     /// Starts `bin` on a free loopback port without persistence, with
-    /// `args` and `env` added.
+    /// `args` and `env` added, in a directory of its own; on another port
+    /// when another process takes the one drawn first.
     fn start(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Self, String> {
         Self::start_as(bin, None, args, env)
     }
@@ -983,80 +984,62 @@ impl OwnServer {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Self, String> {
-        let port = leasehold_conformance::servers::free_port();
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-valkey-test-{}-{port}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let port_text = port.to_string();
-        let log = std::fs::File::create(dir.join("server.log")).map_err(|e| e.to_string())?;
-        let mut command = Command::new(bin);
-        let listen: Vec<&std::ffi::OsStr> = match tls {
-            None => vec!["--port".as_ref(), port_text.as_ref()],
-            Some((server, ca)) => vec![
-                "--port".as_ref(),
-                "0".as_ref(),
-                "--tls-port".as_ref(),
-                port_text.as_ref(),
-                "--tls-cert-file".as_ref(),
-                server.cert.as_os_str(),
-                "--tls-key-file".as_ref(),
-                server.key.as_os_str(),
-                "--tls-ca-cert-file".as_ref(),
-                ca.as_os_str(),
-                "--tls-auth-clients".as_ref(),
-                "yes".as_ref(),
-            ],
-        };
-        command
-            .args(listen)
-            .args(["--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::from(log.try_clone().map_err(|e| e.to_string())?))
-            .stderr(Stdio::from(log));
-        let child = command
-            .spawn()
-            .map_err(|e| format!("{}: {e}", bin.display()))?;
-        let mut server = Self {
-            child,
-            url: format!(
-                "{}://127.0.0.1:{port}",
-                if tls.is_some() { "rediss" } else { "redis" }
-            ),
-            port,
-            dir,
-        };
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let limit = Instant::now() + Duration::from_secs(30);
-        loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(server);
-            }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!(
-                    "{} exited with {status}: {}",
-                    bin.display(),
-                    server.log()
-                ));
-            }
-            if Instant::now() > limit {
-                return Err(format!(
-                    "{} not listening after 30 s: {}",
-                    bin.display(),
-                    server.log()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+        use leasehold_conformance::servers::{self, StartError};
+        servers::retry_on_taken_port("a Valkey of the test's own", || {
+            let port = servers::free_port();
+            let port_text = port.to_string();
+            let dir = servers::private_dir("valkey-test")?;
+            let log = dir.join("server.log");
+            let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+            let listen: Vec<&std::ffi::OsStr> = match tls {
+                None => vec!["--port".as_ref(), port_text.as_ref()],
+                Some((server, ca)) => vec![
+                    "--port".as_ref(),
+                    "0".as_ref(),
+                    "--tls-port".as_ref(),
+                    port_text.as_ref(),
+                    "--tls-cert-file".as_ref(),
+                    server.cert.as_os_str(),
+                    "--tls-key-file".as_ref(),
+                    server.key.as_os_str(),
+                    "--tls-ca-cert-file".as_ref(),
+                    ca.as_os_str(),
+                    "--tls-auth-clients".as_ref(),
+                    "yes".as_ref(),
+                ],
+            };
+            let mut command = Command::new(bin);
+            command
+                .args(listen)
+                .args(["--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&dir)
+                .args(args)
+                .envs(env.iter().copied())
+                .stdout(Stdio::from(file.try_clone().map_err(|e| e.to_string())?))
+                .stderr(Stdio::from(file));
+            let child = match command.spawn() {
+                Ok(child) => child,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(StartError::Failed(format!("{}: {e}", bin.display())));
+                }
+            };
+            // Dropped on an error: killed, its directory removed.
+            let mut server = Self {
+                child,
+                url: format!(
+                    "{}://127.0.0.1:{port}",
+                    if tls.is_some() { "rediss" } else { "redis" }
+                ),
+                port,
+                dir,
+            };
+            servers::wait_listening(&mut server.child, port, Duration::from_secs(30), &log)
+                .map_err(|e| e.map(|what| format!("{}: {what}", bin.display())))?;
+            Ok(server)
+        })
     }
 
     /// Starts `bin` as a replica of this server (`--replicaof`), on its own

@@ -14,6 +14,10 @@
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
+//! - `cargo xtask measure <mariadb-installs|sentinel-failovers|cluster-failovers>
+//!   [--rounds N]`: how the test servers' set-up and failovers hold up beside
+//!   two CPU-bound processes, each setting beside the one it replaced
+//!   (`xtask/src/measure.rs`).
 //! - `cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>`: the benchmarks.
 //! - `cargo xtask servers install|up|down|status`: test servers by hand.
 //! - `cargo xtask programs`: the external-programs check and the install of
@@ -35,6 +39,7 @@ use std::time::Instant;
 
 mod deny;
 mod guide;
+mod measure;
 mod package;
 mod pictures;
 mod svg;
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
         "soak-round" => test(&passthrough, Scope::Tests),
         "programs" => external_programs_check().and_then(|()| probe()),
         "burn" => burn(),
+        "measure" => measure::run(rest),
         "package" => package::run(),
         "deny" => deny::run(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
@@ -102,6 +108,7 @@ fn main() -> ExitCode {
             eprintln!(
                 "usage: cargo xtask test [-- <cargo test args>]\n       cargo xtask matrix [-- <args>]\n       \
                  cargo xtask soak <rounds> [-- <cargo test args>]\n       \
+                 cargo xtask measure <mariadb-installs|sentinel-failovers|cluster-failovers> [--rounds N]\n       \
                  cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>\n       \
                  cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]\n       \
                  cargo xtask deny\n       cargo xtask package"

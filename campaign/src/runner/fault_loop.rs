@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use leasehold_conformance::proxy::Fault as Net;
+use leasehold_conformance::topology::FailoverError;
 
 use super::collect::read_logs;
 use super::serving::{Serving, signal};
@@ -12,6 +13,19 @@ use super::start::Campaign;
 use super::workers::State;
 use crate::plan::{Fault, Planned};
 use crate::record::Record;
+
+/// How many times a planned failover is tried while the store's HA makes
+/// none.
+const FAILOVER_ATTEMPTS: u32 = 2;
+
+/// The count, and the timeline's label, of a failover attempt the store's
+/// HA did not make: the primary was killed and started again, which is a
+/// restart of the store, not a failover.
+pub(crate) const FAILOVER_NOT_MADE: &str = "failover not made (the primary restarted)";
+
+/// The count of the failovers the store's HA made only once asked for
+/// (`SENTINEL FAILOVER`, `CLUSTER FAILOVER FORCE`), among `failover`.
+const FAILOVER_ASKED: &str = "failover (of them, asked of the HA)";
 
 /// Runs the fault loop of a started run, until its length has passed or
 /// (`--ids`) its workers recorded that many IDs.
@@ -92,24 +106,53 @@ impl Campaign {
     /// third of the TTL: claims and renewals the primary acknowledges
     /// meanwhile are what the promotion forgets), then the primary is
     /// killed and the standby promoted. Shaded from the standby's stop
-    /// until the address moved.
+    /// until the new primary took over.
+    ///
+    /// A failover the store's own HA did not make (no promotion: the
+    /// topology put the killed primary back) is said, counted apart, and
+    /// tried once more; when the second makes none either the run fails,
+    /// so that a run without its failovers is never taken for evidence
+    /// about them.
     fn fail_over(&mut self, p: &Planned) -> Result<(), String> {
-        let run = &mut self.run;
-        *run.counts.entry(p.fault.name()).or_default() += 1;
         let lag = p.pause / 4;
-        run.mark("failover", None, None);
-        match self.store.fail_over(lag, &run.pool) {
-            Ok(down) => {
-                if let Some(m) = run.marks.last_mut() {
-                    m.until_ns = Some(m.at_ns + (lag + down).as_nanos() as u64);
+        for attempt in 1..=FAILOVER_ATTEMPTS {
+            let run = &mut self.run;
+            run.mark("failover", None, None);
+            let started = Instant::now();
+            match self.store.fail_over(lag, &run.pool) {
+                Ok(made) => {
+                    *run.counts.entry(p.fault.name()).or_default() += 1;
+                    if made.forced {
+                        *run.counts.entry(FAILOVER_ASKED).or_default() += 1;
+                    }
+                    if let Some(m) = run.marks.last_mut() {
+                        m.until_ns = Some(m.at_ns + (lag + made.down).as_nanos() as u64);
+                    }
+                    return Ok(());
                 }
-                Ok(())
-            }
-            Err(e) => {
-                eprintln!("\ncampaign: failing the store over failed: {e}");
-                Err(format!("failing the store over failed: {e}"))
+                Err(FailoverError::NotPromoted(why)) => {
+                    *run.counts.entry(FAILOVER_NOT_MADE).or_default() += 1;
+                    if let Some(m) = run.marks.last_mut() {
+                        m.what = FAILOVER_NOT_MADE.into();
+                        m.until_ns = Some(m.at_ns + started.elapsed().as_nanos() as u64);
+                    }
+                    eprintln!(
+                        "\ncampaign: failover attempt {attempt} of {FAILOVER_ATTEMPTS}: the \
+                         store's HA made none; the killed primary was started again: {why}"
+                    );
+                    if attempt == FAILOVER_ATTEMPTS {
+                        return Err(format!(
+                            "the store's HA made no failover in {FAILOVER_ATTEMPTS} attempts: {why}"
+                        ));
+                    }
+                }
+                Err(e) => {
+                    eprintln!("\ncampaign: failing the store over failed: {e}");
+                    return Err(format!("failing the store over failed: {e}"));
+                }
             }
         }
+        Ok(())
     }
 
     fn crash_backend(&mut self, p: &Planned, elapsed: Duration) -> Result<(), String> {

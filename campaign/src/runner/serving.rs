@@ -14,6 +14,7 @@ use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_conformance::topology::sentinel::SentinelTopology;
+use leasehold_conformance::topology::{Failover, FailoverError};
 
 use super::args::Topology;
 use leasehold_k8s_fake::{FakeApiServer, Fault as FakeFault, Verb as FakeVerb};
@@ -118,18 +119,28 @@ impl Store {
     }
 
     /// Fails the store over to its standby, which stops receiving `lag`
-    /// before the primary is killed: how long clients had no primary. In a
-    /// Cluster, the primary of `pool`'s slot (the pool's keys share the hash
-    /// tag `{campaign:<pool>}`).
-    pub(crate) fn fail_over(&mut self, lag: Duration, pool: &str) -> Result<Duration, String> {
+    /// before the primary is killed. In a Cluster, the primary of `pool`'s
+    /// slot (the pool's keys share the hash tag `{campaign:<pool>}`). A
+    /// Sentinel or Cluster topology whose HA made no promotion answers
+    /// [`FailoverError::NotPromoted`], put back as it was; a pair's
+    /// promotion is a command, made or failed.
+    pub(crate) fn fail_over(
+        &mut self,
+        lag: Duration,
+        pool: &str,
+    ) -> Result<Failover, FailoverError> {
+        let commanded = |down| Failover {
+            down,
+            forced: false,
+        };
         match &mut self.serving {
-            Serving::Pair { pair, .. } => pair.fail_over(lag),
+            Serving::Pair { pair, .. } => Ok(pair.fail_over(lag).map(commanded)?),
             Serving::Sentinel(t) => t.fail_over(lag),
-            Serving::MariaPair { pair, .. } => pair.fail_over(lag),
+            Serving::MariaPair { pair, .. } => Ok(pair.fail_over(lag).map(commanded)?),
             Serving::ValkeyCluster(t) => {
                 t.fail_over(&format!("{{{}:{pool}}}", crate::store::PREFIX), lag)
             }
-            _ => Err("no standby to fail over to".into()),
+            _ => Err(FailoverError::Failed("no standby to fail over to".into())),
         }
     }
 

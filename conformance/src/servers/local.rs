@@ -1,92 +1,36 @@
 //! Starting a server from a local binary, privately, on a free loopback
 //! port with a temporary data directory: one recipe per family.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use super::discovery::version_of;
 use super::kinds::{Family, ServerKind};
+use super::mariadb;
 use super::processes::{Guard, Local, READY_WAIT, Relaunch, StartLocal};
 use super::server::{Origin, Server};
 use super::settings::Settings;
+use super::starting::{
+    self, StartError, free_ports, private_dir, retry_on_taken_port, wait_listening,
+};
 use crate::programs;
 
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
-/// `n` free loopback ports, all different: each is drawn while the others
-/// are still bound (a port drawn and released at once can come back).
-///
-/// # Errors
-/// No port could be bound.
-pub fn free_ports(n: usize) -> Result<Vec<u16>, String> {
-    let held: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("no free port: {e}"))?;
-    Ok(held
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()).unwrap_or(0))
-        .collect())
-}
-
-/// A new directory for a server of `kind`, never one another server of
-/// this process uses: a server finding another's data directory would take
-/// it for its own after a restart, and stop that server when dropped. (A
-/// free port is no name for it: a port released is handed out again.)
-pub(super) fn temp_dir(kind: ServerKind) -> std::io::Result<PathBuf> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    loop {
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-{kind}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        // Left by an earlier process of the same ID: take the next name.
-        match std::fs::create_dir(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            other => return other.map(|()| dir),
-        }
-    }
-}
-
-pub(super) fn wait_for_port(
+/// Waits until the server `child` listens on `port` (see
+/// [`wait_listening`]), its log `log`.
+fn wait_for_port(
     port: u16,
     child: &mut Option<Child>,
     timeout: Duration,
     log: &Path,
-) -> Result<(), String> {
-    let start = Instant::now();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    while start.elapsed() < timeout {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return Ok(());
-        }
-        if let Some(c) = child.as_mut()
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            return Err(format!("exited with {status}: {}", tail(log)));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(format!(
-        "port {port} not open after {timeout:?}: {}",
-        tail(log)
-    ))
+) -> Result<(), StartError> {
+    let child = child.as_mut().ok_or("no server process to wait for")?;
+    wait_listening(child, port, timeout, log)
 }
 
 pub(super) fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(5)..].join(" | ")
+    starting::tail(&std::fs::read_to_string(log).unwrap_or_default(), 5)
 }
 
 pub(super) fn run(cmd: &mut Command) -> Result<(), String> {
@@ -103,6 +47,8 @@ pub(super) fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Starts a `kind` server from `bin` in a private directory, on new ports
+/// each time another process takes one first.
 pub(super) fn start_local(
     kind: ServerKind,
     bin: &Path,
@@ -112,38 +58,45 @@ pub(super) fn start_local(
     let launch = kind.row().launch;
     let start =
         recipe(launch.family).ok_or_else(|| format!("no local {kind} binary is supported"))?;
-    let dir = temp_dir(kind).map_err(|e| e.to_string())?;
-    let port = free_port();
-    let mut guard = Guard {
-        child: None,
-        stop: None,
-        lock_files: Vec::new(),
-        dir,
-        relaunch: Some(Relaunch {
-            start,
-            bin: bin.to_path_buf(),
-            port,
-            settings,
-            tls,
-        }),
-        #[cfg(feature = "testcontainers")]
-        _container: None,
-    };
     let version = version_of(bin, "--version");
-    let url = match tls {
-        None => launch.url_at(port),
-        Some(pki) => launch
-            .tls_url_at(port, pki)
-            .ok_or_else(|| format!("no TLS-only {kind} server can be started here"))?,
-    };
-    guard.start()?;
-    Ok(Server {
-        kind,
-        url,
-        version,
-        origin: Origin::Binary(bin.to_path_buf()),
-        settings: Some(settings),
-        guard: Some(guard),
+    if tls.is_some() && launch.tls_url.is_none() {
+        return Err(format!("no TLS-only {kind} server can be started here"));
+    }
+    retry_on_taken_port(kind.name(), || {
+        // Drawn together, so that they differ.
+        let ports = free_ports(2)?;
+        let mut guard = Guard {
+            child: None,
+            stop: None,
+            lock_files: Vec::new(),
+            dir: private_dir(kind.name())?,
+            relaunch: Some(Relaunch {
+                start,
+                bin: bin.to_path_buf(),
+                port: ports[0],
+                second_port: ports[1],
+                settings,
+                tls,
+            }),
+            #[cfg(feature = "testcontainers")]
+            _container: None,
+        };
+        // Dropped on an error: the server is stopped, the directory goes.
+        guard.start()?;
+        let url = match tls {
+            Some(pki) => launch
+                .tls_url_at(ports[0], pki)
+                .ok_or("no TLS-only server of this family")?,
+            None => launch.url_at(ports[0]),
+        };
+        Ok(Server {
+            kind,
+            url,
+            version: version.clone(),
+            origin: Origin::Binary(bin.to_path_buf()),
+            settings: Some(settings),
+            guard: Some(guard),
+        })
     })
 }
 
@@ -159,7 +112,7 @@ fn recipe(family: Family) -> Option<StartLocal> {
     }
 }
 
-fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
+fn start_postgres(l: &mut Local<'_>) -> Result<(), StartError> {
     let bindir = l.bin.parent().ok_or("no bin dir")?;
     let data = l.dir.join("data");
     // initdb refuses to run as root: run the server as `postgres` then.
@@ -231,6 +184,10 @@ fn start_postgres(l: &mut Local<'_>) -> Result<(), String> {
         .arg("-l")
         .arg(&l.log)
         .args(["-w", "-t", &wait, "-o", &opts, "start"]))
+    .map_err(|e| {
+        let log = std::fs::read_to_string(&l.log).unwrap_or_default();
+        StartError::from_log(format!("{e}: {}", starting::tail(&log, 5)), &log)
+    })
 }
 
 /// Makes the PostgreSQL cluster in `data` take TLS connections only, each
@@ -269,19 +226,17 @@ fn postgres_tls_only(data: &Path, pki: &crate::tls::Pki) -> Result<&'static str,
     Ok(" -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c ssl_ca_file=ca.crt")
 }
 
-fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
-    let data = l.dir.join("data");
+fn start_mariadb(l: &mut Local<'_>) -> Result<(), StartError> {
+    let files = mariadb::Files {
+        data: l.dir.join("data"),
+        tmp: l.dir.join("tmp"),
+        socket: l.dir.join("sock"),
+        pid: l.dir.join("pid"),
+        log: l.log.clone(),
+    };
     // A restart finds the data directory installed.
-    if !data.join("mysql").is_dir() {
-        let install = programs::require("mariadb-install-db")?;
-        run(Command::new(install)
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", data.display()))
-            .args([
-                "--user=root",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ]))?;
+    if !files.data.join("mysql").is_dir() {
+        mariadb::install(&files.data, &files.tmp)?;
     }
     let settings: &[&str] = match l.settings {
         Settings::Fast => &["--innodb-flush-log-at-trx-commit=0"],
@@ -307,49 +262,54 @@ fn start_mariadb(l: &mut Local<'_>) -> Result<(), String> {
         ],
         None => Vec::new(),
     };
-    let socket = l.dir.join("sock");
-    let child = Command::new(l.bin)
-        .arg("--no-defaults")
-        .arg(format!("--datadir={}", data.display()))
-        .arg(format!("--port={}", l.port))
-        .arg("--bind-address=127.0.0.1")
-        .arg(format!("--socket={}", socket.display()))
-        .arg(format!("--pid-file={}", l.dir.join("pid").display()))
-        .arg(format!("--log-error={}", l.log.display()))
-        .args(["--user=root", "--skip-log-bin", "--max-connections=1000"])
+    let child = mariadb::server_command(l.bin, &files, l.port)
+        .arg("--skip-log-bin")
         .args(settings)
         .args(&tls)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .map_err(|e| e.to_string())?;
     l.guard.child = Some(child);
     wait_for_port(l.port, &mut l.guard.child, READY_WAIT, &l.log)?;
     let client = programs::require("mariadb")?;
-    let mut setup = Command::new(client);
-    setup.args(["--no-defaults", "-uroot"]);
-    if l.tls.is_some() {
-        let user = format!("'{}'@'127.0.0.1'", crate::tls::CLIENT_NAME);
-        setup.arg(format!("--socket={}", socket.display())).args([
-            "-e",
-            &format!(
-                "CREATE DATABASE IF NOT EXISTS leasehold; \
-                 DROP USER IF EXISTS 'root'@'127.0.0.1', 'root'@'::1'; \
-                 CREATE USER IF NOT EXISTS {user} REQUIRE SUBJECT '/CN={}'; \
-                 GRANT ALL PRIVILEGES ON *.* TO {user}",
-                crate::tls::CLIENT_NAME
-            ),
-        ]);
-    } else {
-        setup
-            .arg("-h127.0.0.1")
-            .arg(format!("-P{}", l.port))
-            .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]);
+    let setup = || {
+        let mut setup = Command::new(&client);
+        setup.args(["--no-defaults", "-uroot"]);
+        if l.tls.is_some() {
+            let user = format!("'{}'@'127.0.0.1'", crate::tls::CLIENT_NAME);
+            setup
+                .arg(format!("--socket={}", files.socket.display()))
+                .args([
+                    "-e",
+                    &format!(
+                        "CREATE DATABASE IF NOT EXISTS leasehold; \
+                     DROP USER IF EXISTS 'root'@'127.0.0.1', 'root'@'::1'; \
+                     CREATE USER IF NOT EXISTS {user} REQUIRE SUBJECT '/CN={}'; \
+                     GRANT ALL PRIVILEGES ON *.* TO {user}",
+                        crate::tls::CLIENT_NAME
+                    ),
+                ]);
+        } else {
+            setup
+                .arg("-h127.0.0.1")
+                .arg(format!("-P{}", l.port))
+                .args(["-e", "CREATE DATABASE IF NOT EXISTS leasehold"]);
+        }
+        run(&mut setup)
+    };
+    // The port opens before the server takes logins: on a loaded machine
+    // the first one can be cut at its handshake. Tried again until the
+    // server's start is overdue.
+    let started = Instant::now();
+    loop {
+        match setup() {
+            Ok(()) => return Ok(()),
+            Err(e) if started.elapsed() > READY_WAIT => return Err(e.into()),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
     }
-    run(&mut setup)
 }
 
-fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
+fn start_redis(l: &mut Local<'_>) -> Result<(), StartError> {
     let persistence: &[&str] = match l.settings {
         Settings::Fast | Settings::Lossy => &["--appendonly", "no"],
         Settings::Durable => &["--appendonly", "yes", "--appendfsync", "always"],
@@ -393,11 +353,11 @@ fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
     if l.tls.is_some() {
         let log = std::fs::read_to_string(&l.log).unwrap_or_default();
         if log.contains("Missing implement of connection type tls") {
-            return Err(format!(
+            return Err(StartError::Failed(format!(
                 "{} is built without TLS (\"Missing implement of connection type tls\"); \
                  Debian's redis-server 7 has TLS",
                 l.bin.display()
-            ));
+            )));
         }
     }
     waited?;
@@ -409,11 +369,11 @@ fn start_redis(l: &mut Local<'_>) -> Result<(), String> {
     };
     while !ready(l) {
         if start.elapsed() > READY_WAIT {
-            return Err(format!(
+            return Err(StartError::Failed(format!(
                 "not ready on port {} after {READY_WAIT:?}: {}",
                 l.port,
                 tail(&l.log)
-            ));
+            )));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -443,8 +403,8 @@ fn redis_pongs(port: u16) -> bool {
         && line.trim_end() == "+PONG"
 }
 
-fn start_etcd(l: &mut Local<'_>) -> Result<(), String> {
-    let (port, peer) = (l.port, free_port());
+fn start_etcd(l: &mut Local<'_>) -> Result<(), StartError> {
+    let (port, peer) = (l.port, l.second_port);
     let mut cmd = Command::new(l.bin);
     cmd.args(["--name", "n0", "--data-dir"])
         .arg(l.dir.join("data"))

@@ -17,10 +17,12 @@ mod containers;
 mod discovery;
 mod kinds;
 mod local;
+pub mod mariadb;
 mod pins;
 mod processes;
 mod server;
 mod settings;
+mod starting;
 
 pub use discovery::{find_binary, servers_dir, short_version};
 pub use kinds::{
@@ -28,10 +30,13 @@ pub use kinds::{
     PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, TOPOLOGY_LABELS, VALKEY8_CLUSTER_LABEL,
     VALKEY8_SENTINEL_LABEL, labels, wheels,
 };
-pub use local::{free_port, free_ports};
 pub use pins::{Pin, REQUIREMENTS, REQUIREMENTS_FILE, normalise, pins};
 pub use server::{Detached, Origin, Server};
 pub use settings::Settings;
+pub use starting::{
+    StartError, free_port, free_ports, listens_on, private_dir, retry_on_taken_port,
+    retry_on_taken_port_async, wait_listening,
+};
 
 /// The report labels of the behaviour suite on TLS-only servers
 /// ([`provide_tls`]) and on the fake Kubernetes API server over HTTPS, each

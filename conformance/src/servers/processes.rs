@@ -6,6 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::settings::Settings;
+use super::starting::StartError;
 use crate::programs;
 
 /// How long a local server may take to accept connections, after a start or
@@ -19,6 +20,9 @@ pub(super) struct Local<'a> {
     pub(super) bin: &'a Path,
     pub(super) dir: PathBuf,
     pub(super) port: u16,
+    /// A second port, different from `port`, for a family that needs one
+    /// (etcd's peer port).
+    pub(super) second_port: u16,
     pub(super) log: PathBuf,
     pub(super) settings: Settings,
     /// TLS only, with this run's certificates ([`crate::tls::Pki`]): the
@@ -41,7 +45,7 @@ impl Local<'_> {
 }
 
 /// Starts a family's server from a local binary.
-pub(super) type StartLocal = fn(&mut Local<'_>) -> Result<(), String>;
+pub(super) type StartLocal = fn(&mut Local<'_>) -> Result<(), StartError>;
 
 pub(super) struct Guard {
     pub(super) child: Option<Child>,
@@ -65,13 +69,15 @@ pub(super) struct Relaunch {
     pub(super) start: StartLocal,
     pub(super) bin: PathBuf,
     pub(super) port: u16,
+    /// See [`Local::second_port`].
+    pub(super) second_port: u16,
     pub(super) settings: Settings,
     pub(super) tls: Option<&'static crate::tls::Pki>,
 }
 
 impl Guard {
     /// Starts (or starts again) the server of `self.relaunch`.
-    pub(super) fn start(&mut self) -> Result<(), String> {
+    pub(super) fn start(&mut self) -> Result<(), StartError> {
         let r = self
             .relaunch
             .clone()
@@ -81,6 +87,7 @@ impl Guard {
             log: self.dir.join("server.log"),
             dir: self.dir.clone(),
             port: r.port,
+            second_port: r.second_port,
             settings: r.settings,
             tls: r.tls,
             guard: self,

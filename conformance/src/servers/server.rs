@@ -175,7 +175,7 @@ impl Server {
     pub fn restart(&mut self) -> Result<(), String> {
         let guard = self.local_guard()?;
         guard.kill()?;
-        guard.start()
+        Ok(guard.start()?)
     }
 
     /// Stops the server's processes (`SIGSTOP`), as a VM pause or a stalled

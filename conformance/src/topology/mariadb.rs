@@ -23,13 +23,14 @@
 //!
 //! # The recipe (verified with Debian's MariaDB 10.11.19)
 //!
-//! Each server gets its own data directory from
-//! `mariadb-install-db --no-defaults --datadir=D --user=root
+//! Each server gets its own data directory and temporary directory from
+//! `mariadb-install-db --no-defaults --datadir=D --tmpdir=T --user=root
 //! --auth-root-authentication-method=normal --skip-test-db` (the system
 //! tables are written without a binary log, so nothing of them replicates),
-//! and runs as `mariadbd --no-defaults --datadir=D --port=P
+//! and runs as `mariadbd --no-defaults --datadir=D --tmpdir=T --port=P
 //! --bind-address=127.0.0.1 --socket=… --pid-file=… --log-error=… --user=root`
-//! with, on both, `--log-bin=D/binlog --log-slave-updates
+//! (the recipe of [`servers::mariadb`], which says why each server has a
+//! temporary directory of its own) with, on both, `--log-bin=D/binlog --log-slave-updates
 //! --innodb-flush-log-at-trx-commit=1 --sync-binlog=1` (durable, and a
 //! promoted replica writes a binary log of its own) and `--server-id=1`
 //! (primary) or `--server-id=2 --read-only` (replica). The replica follows
@@ -46,12 +47,15 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use crate::programs;
 use crate::proxy::FaultProxy;
-use crate::servers::free_port;
+use crate::servers::mariadb::Files;
+use crate::servers::{
+    self, StartError, free_ports, private_dir, retry_on_taken_port_async, wait_listening,
+};
 
 /// The database the clients use, created on the primary (and replicated).
 const DATABASE: &str = "leasehold";
@@ -63,14 +67,26 @@ const WAIT: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 struct Node {
     name: &'static str,
-    data: PathBuf,
+    /// The pair's directory, where its files are ([`Node::files`]).
+    dir: PathBuf,
     port: u16,
-    log: PathBuf,
     server_id: u32,
     child: Option<Child>,
 }
 
 impl Node {
+    /// The server's files in the pair's directory.
+    fn files(&self) -> Files {
+        let at = |what: &str| self.dir.join(format!("{}{what}", self.name));
+        Files {
+            data: at(""),
+            tmp: at(".tmp"),
+            socket: at(".sock"),
+            pid: at(".pid"),
+            log: at(".log"),
+        }
+    }
+
     fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
@@ -117,24 +133,28 @@ impl MariaPair {
     /// (`apt-get install mariadb-server`), or a step failed; the message has
     /// the server log's tail.
     pub async fn start() -> Result<Self, String> {
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-mariadb-pair-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let node = |name: &'static str, server_id: u32| Node {
+        retry_on_taken_port_async("MariaDB pair", Self::start_once).await
+    }
+
+    /// [`MariaPair::start`] on ports drawn once.
+    async fn start_once() -> Result<Self, StartError> {
+        let dir = private_dir("mariadb-pair")?;
+        let ports = free_ports(2)?;
+        let node = |name: &'static str, port: u16, server_id: u32| Node {
             name,
-            data: dir.join(name),
-            port: free_port(),
-            log: dir.join(format!("{name}.log")),
+            dir: dir.clone(),
+            port,
             server_id,
             child: None,
         };
-        let (primary, replica) = (node("primary", 1), node("replica", 2));
-        let proxy = FaultProxy::start(primary.addr())
-            .await
-            .map_err(|e| format!("starting the clients' address: {e}"))?;
+        let (primary, replica) = (node("primary", ports[0], 1), node("replica", ports[1], 2));
+        let proxy = match FaultProxy::start(primary.addr()).await {
+            Ok(proxy) => proxy,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(format!("starting the clients' address: {e}").into());
+            }
+        };
         let mut pair = Self {
             dir,
             primary,
@@ -144,8 +164,9 @@ impl MariaPair {
         };
         // Dropped on an error: both servers are killed, the directory goes.
         for node in [&mut pair.primary, &mut pair.replica] {
-            install(node)?;
-            launch(node, &pair.dir)?;
+            let files = node.files();
+            servers::mariadb::install(&files.data, &files.tmp)?;
+            launch(node)?;
         }
         sql(
             &pair.replica,
@@ -259,21 +280,21 @@ impl MariaPair {
         let server_id = self.primary.server_id.max(self.replica.server_id) + 1;
         let primary_port = self.current_primary().port;
         let position = sql_answer(self.current_primary(), "SELECT @@gtid_binlog_pos")?;
-        let dir = self.dir.clone();
         let node = if self.promoted {
             &mut self.primary
         } else {
             &mut self.replica
         };
         kill(node)?;
-        std::fs::remove_dir_all(&node.data)
-            .map_err(|e| format!("removing {}: {e}", node.data.display()))?;
-        for leftover in ["sock", "pid"] {
-            let _ = std::fs::remove_file(dir.join(format!("{}.{leftover}", node.name)));
+        let files = node.files();
+        std::fs::remove_dir_all(&files.data)
+            .map_err(|e| format!("removing {}: {e}", files.data.display()))?;
+        for leftover in [&files.socket, &files.pid] {
+            let _ = std::fs::remove_file(leftover);
         }
         node.server_id = server_id;
-        install(node)?;
-        launch(node, &dir)?;
+        servers::mariadb::install(&files.data, &files.tmp)?;
+        launch(node)?;
         sql(
             node,
             &format!(
@@ -334,7 +355,7 @@ impl MariaPair {
                 return Err(format!(
                     "the replica of {} did not answer 1 to {query} within {WAIT:?}: {status}\n{}",
                     self.describe(),
-                    tail(&replica.log)
+                    tail(&replica.files().log)
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -371,69 +392,25 @@ fn url_at(addr: SocketAddr) -> String {
     format!("mysql://root@{addr}/{DATABASE}")
 }
 
-fn install(node: &Node) -> Result<(), String> {
-    run(programs::command("mariadb-install-db")?
-        .arg("--no-defaults")
-        .arg(format!("--datadir={}", node.data.display()))
-        .args([
-            "--user=root",
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-        ]))
-}
-
-fn launch(node: &mut Node, dir: &Path) -> Result<(), String> {
-    let name = node.name;
-    let mut cmd = programs::command("mariadbd")?;
-    cmd.arg("--no-defaults")
-        .arg(format!("--datadir={}", node.data.display()))
-        .arg(format!("--port={}", node.port))
-        .arg("--bind-address=127.0.0.1")
-        .arg(format!(
-            "--socket={}",
-            dir.join(format!("{name}.sock")).display()
-        ))
-        .arg(format!(
-            "--pid-file={}",
-            dir.join(format!("{name}.pid")).display()
-        ))
-        .arg(format!("--log-error={}", node.log.display()))
-        .arg(format!("--log-bin={}", node.data.join("binlog").display()))
+/// Starts `node`'s server and waits until it listens on its port.
+fn launch(node: &mut Node) -> Result<(), StartError> {
+    let bin = programs::require("mariadbd")?;
+    let files = node.files();
+    let mut cmd = servers::mariadb::server_command(&bin, &files, node.port);
+    cmd.arg(format!("--log-bin={}", files.data.join("binlog").display()))
         .arg(format!("--server-id={}", node.server_id))
         .args([
-            "--user=root",
             "--log-slave-updates",
             "--innodb-flush-log-at-trx-commit=1",
             "--sync-binlog=1",
-            "--max-connections=1000",
         ]);
     if node.server_id != 1 {
         cmd.arg("--read-only");
     }
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{cmd:?}: {e}"))?;
-    node.child = Some(child);
-    let started = Instant::now();
-    loop {
-        if sql_answer(node, "SELECT 1").is_ok() {
-            return Ok(());
-        }
-        if let Some(c) = node.child.as_mut()
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            return Err(format!("{node} exited with {status}: {}", tail(&node.log)));
-        }
-        if started.elapsed() > WAIT {
-            return Err(format!(
-                "{node} not ready after {WAIT:?}: {}",
-                tail(&node.log)
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let child = cmd.spawn().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let child = node.child.insert(child);
+    wait_listening(child, node.port, WAIT, &files.log)
+        .map_err(|e| e.map(|what| format!("{node}: {what}\n{}", tail(&files.log))))
 }
 
 fn kill(node: &mut Node) -> Result<(), String> {
@@ -448,7 +425,7 @@ fn kill(node: &mut Node) -> Result<(), String> {
 fn sql(node: &Node, statements: &str) -> Result<(), String> {
     sql_answer(node, statements)
         .map(drop)
-        .map_err(|e| format!("{e}\n{}", tail(&node.log)))
+        .map_err(|e| format!("{e}\n{}", tail(&node.files().log)))
 }
 
 /// Runs `statements` on `node` as root; their output, without headers.
@@ -465,20 +442,6 @@ fn sql_answer(node: &Node, statements: &str) -> Result<String, String> {
             "{statements} on {node} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{cmd:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
         ))
     }
 }

@@ -29,7 +29,9 @@ use std::time::Duration;
 
 use crate::programs;
 use crate::proxy::FaultProxy;
-use crate::servers::{ServerKind, find_binary, free_port};
+use crate::servers::{
+    ServerKind, StartError, find_binary, free_ports, private_dir, retry_on_taken_port_async,
+};
 
 /// How the primary waits for its standby before it acknowledges a commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,21 +107,33 @@ impl PgPair {
         let bin = find_binary(kind)
             .ok_or_else(|| format!("no {kind} binary here ({})", kind.install_hint()))?;
         let bindir = bin.parent().ok_or("no bin dir")?.to_path_buf();
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-{kind}-{replication}-pair-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let node = |name: &str| Node {
+        retry_on_taken_port_async(&format!("{kind} {replication} pair"), || {
+            Self::start_once(kind, replication, bindir.clone())
+        })
+        .await
+    }
+
+    /// [`PgPair::start`] on ports drawn once.
+    async fn start_once(
+        kind: ServerKind,
+        replication: Replication,
+        bindir: PathBuf,
+    ) -> Result<Self, StartError> {
+        let dir = private_dir(&format!("{kind}-{replication}-pair"))?;
+        let ports = free_ports(2)?;
+        let node = |name: &str, port: u16| Node {
             data: dir.join(name),
-            port: free_port(),
+            port,
             log: dir.join(format!("{name}.log")),
         };
-        let (primary, standby) = (node("primary"), node("standby"));
-        let proxy = FaultProxy::start(primary.addr())
-            .await
-            .map_err(|e| format!("starting the clients' address: {e}"))?;
+        let (primary, standby) = (node("primary", ports[0]), node("standby", ports[1]));
+        let proxy = match FaultProxy::start(primary.addr()).await {
+            Ok(proxy) => proxy,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(format!("starting the clients' address: {e}").into());
+            }
+        };
         let pair = Self {
             kind,
             replication,
@@ -193,7 +207,7 @@ impl PgPair {
     /// # Errors
     /// `pg_ctl` failed.
     pub fn start_standby(&self) -> Result<(), String> {
-        self.start_node(self.current_standby())
+        Ok(self.start_node(self.current_standby())?)
     }
 
     /// Kills every process of the primary with SIGKILL: the crash an HA
@@ -316,9 +330,14 @@ impl PgPair {
             .arg(&self.standby.data))
     }
 
-    fn start_node(&self, node: &Node) -> Result<(), String> {
+    /// Starts `node`'s server (each listens on its own port, and has its
+    /// own socket in the pair's directory: `.s.PGSQL.<port>`).
+    fn start_node(&self, node: &Node) -> Result<(), StartError> {
         let opts = format!("-p {} -k {}", node.port, self.dir.display());
         self.pg_ctl_logged(node, &["-w", "-t", "60", "-o", &opts, "start"])
+            .map_err(|e| {
+                StartError::from_log(e, &std::fs::read_to_string(&node.log).unwrap_or_default())
+            })
     }
 
     /// Waits until the primary lists the standby as streaming (and, for

@@ -9,14 +9,8 @@
 //!   is lost by the replication, never by a restart;
 //! - three Sentinels (`<server> sentinel.conf --sentinel`) watching the
 //!   primary under the service name [`SentinelTopology::SERVICE`], quorum 2,
-//!   `down-after-milliseconds 2000`, `failover-timeout 3000`.
-//!   (A Sentinel promotes no replica whose link to the primary has been down
-//!   for more than ten times `down-after-milliseconds` beyond the time the
-//!   primary has been seen down, and a Sentinel starved by a loaded machine
-//!   enters TILT mode and does nothing for 30 s. With 1000, one run on a
-//!   loaded machine here saw no promotion within 60 s of a kill, for a
-//!   replica cut off by [`SentinelTopology::cut_replication`]; 2000 doubles
-//!   that allowance, at the cost of a second more before a failover.)
+//!   `failover-timeout 3000`, set up for a loaded machine
+//!   ([`SentinelTuning::LOADED_MACHINE`], see "On a loaded machine" below).
 //!
 //! It returns once the replica is in sync and every Sentinel knows the
 //! replica and the two other Sentinels, so that a failover can be made at
@@ -35,6 +29,49 @@
 //! next `INFO` of it turns it into a replica); clients still connected to it
 //! keep writing there meanwhile.
 //!
+//! # On a loaded machine
+//!
+//! A Sentinel whose timer runs more than 2 s late (its process starved of
+//! CPU, or blocked on a slow disk: it fsyncs its configuration after every
+//! vote) enters TILT mode: for 30 s it acts on nothing, tells the others the
+//! primary is not down (so two of three in TILT mode make no quorum), and
+//! turns no old primary that comes back into a replica. On a loaded machine
+//! the Sentinels then make no promotion for minutes. TILT mode is what
+//! keeps a Sentinel from acting on what it saw before a stall, so the
+//! topology keeps its trigger and shortens it to 5 s (`SENTINEL DEBUG
+//! tilt-period`, Redis 7.0 and later, Valkey). It also gives the third
+//! Sentinel a longer `down-after-milliseconds` (4 s, the others 2 s), so
+//! that it votes for one of the first two instead of all three standing at
+//! once and splitting their votes; asks a Sentinel not in TILT mode for the
+//! failover (`SENTINEL FAILOVER`, which needs no election) when none came
+//! 20 s after the kill; and brings a killed primary back as a replica of
+//! the new one itself. A failover the Sentinels still do not make within
+//! 90 s is [`FailoverError::NotPromoted`], with what each Sentinel was
+//! doing, and the topology is put back as it was.
+//!
+//! Measured with `cargo xtask measure sentinel-failovers`: Valkey 8.1, the
+//! same failover (replication cut, 500 ms of writes the replica misses, the
+//! primary killed) on a topology per tuning in turn, beside two CPU-bound
+//! processes (the machine's load 12 to 18, other work included); promoted
+//! out of attempts, and the time without a primary (median / longest):
+//!
+//! | | [`SentinelTuning::PLAIN`] (before) | [`SentinelTuning::LOADED_MACHINE`] |
+//! |---|---|---|
+//! | `--rounds 10` | 10 of 10, 3.3 s / 3.6 s | 10 of 10, 3.5 s / 10.9 s |
+//! | `--rounds 10 --stall-ms 2500`: the Sentinels also stopped 2.5 s every 10 s | 1 of 10: 9 without a promotion in 90 s, every Sentinel in TILT mode | 10 of 10, 3.4 s / 11.7 s |
+//!
+//! No failover needed asking for. With the TILT trigger raised to 30 s
+//! instead of TILT mode shortened, 11 of 12 stalled failovers went through;
+//! in the twelfth the Sentinels failed over a second time, to the restarted
+//! old primary (a stalled Sentinel taking the new one for down, which TILT
+//! mode is there to prevent).
+//!
+//! (A Sentinel promotes no replica whose link to the primary has been down
+//! for more than ten times `down-after-milliseconds` beyond the time the
+//! primary has been seen down: with 1000, one run on a loaded machine here
+//! saw no promotion within 60 s of a kill, for a replica cut off by
+//! [`SentinelTopology::cut_replication`]; 2000 doubles that allowance.)
+//!
 //! Blocking std code, like [`crate::servers`]: call it from
 //! `tokio::task::block_in_place` or `spawn_blocking` in async tests.
 
@@ -44,7 +81,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::servers::{self, ServerKind};
+use super::{Failover, FailoverError};
+use crate::servers::{self, ServerKind, StartError};
 
 /// How long a process of the topology may take to be ready (loaded machine).
 pub(super) const READY_WAIT: Duration = Duration::from_secs(120);
@@ -63,11 +101,81 @@ impl Node {
     }
 }
 
+/// How long a Sentinel may take to answer a question about its state
+/// while a failover is waited for; one that does not is asked again at the
+/// next look (a stopped Sentinel would hold each look for the full command
+/// timeout).
+const LOOK_WAIT: Duration = Duration::from_secs(2);
+
+/// How the three Sentinels are set up, and what
+/// [`SentinelTopology::wait_promoted`] does while they make no promotion
+/// (see the module documentation for what was measured).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SentinelTuning {
+    /// Each Sentinel's `down-after-milliseconds`, in order.
+    pub down_after: [Duration; 3],
+    /// Every Sentinel's `failover-timeout`: how long a failover may take,
+    /// the wait for the votes of an election (at most 10 s), and half the
+    /// time before a Sentinel tries again.
+    pub failover_timeout: Duration,
+    /// `SENTINEL DEBUG tilt-trigger`: a Sentinel whose timer runs this much
+    /// late (its process starved or blocked) enters TILT mode. `None`:
+    /// Sentinel's own, 2 s.
+    pub tilt_trigger: Option<Duration>,
+    /// `SENTINEL DEBUG tilt-period`: how long a Sentinel in TILT mode acts
+    /// on nothing. `None`: Sentinel's own, 30 s.
+    pub tilt_period: Option<Duration>,
+    /// How long after the wait for a promotion began, with no Sentinel
+    /// naming another primary, a Sentinel that is not in TILT mode is
+    /// asked for one (`SENTINEL FAILOVER`, which needs no election); asked
+    /// again every `2 × failover_timeout` while none comes. `None`: never.
+    pub force_after: Option<Duration>,
+    /// How long [`SentinelTopology::fail_over`] waits for a promotion before
+    /// it puts the topology back and answers
+    /// [`FailoverError::NotPromoted`].
+    pub promotion_wait: Duration,
+}
+
+impl SentinelTuning {
+    /// Sentinel's own TILT timings, one `down-after-milliseconds` for all,
+    /// and no promotion asked for: what the topology ran with before it was
+    /// measured on a loaded machine, kept to measure against.
+    pub const PLAIN: Self = Self {
+        down_after: [Duration::from_secs(2); 3],
+        failover_timeout: Duration::from_secs(3),
+        tilt_trigger: None,
+        tilt_period: None,
+        force_after: None,
+        promotion_wait: Duration::from_secs(90),
+    };
+
+    /// The topology's settings (see the module documentation).
+    pub const LOADED_MACHINE: Self = Self {
+        down_after: [
+            Duration::from_secs(2),
+            Duration::from_secs(2),
+            Duration::from_secs(4),
+        ],
+        failover_timeout: Duration::from_secs(3),
+        tilt_trigger: None,
+        tilt_period: Some(Duration::from_secs(5)),
+        force_after: Some(Duration::from_secs(20)),
+        promotion_wait: Duration::from_secs(90),
+    };
+}
+
+impl Default for SentinelTuning {
+    fn default() -> Self {
+        Self::LOADED_MACHINE
+    }
+}
+
 /// A primary, one replica and three Sentinels on loopback (see the module
 /// documentation). Dropping it kills every process and removes its files.
 pub struct SentinelTopology {
     bin: PathBuf,
     dir: PathBuf,
+    tuning: SentinelTuning,
     /// The two data servers: index 0 started as the primary, 1 as its
     /// replica.
     servers: Vec<Node>,
@@ -108,21 +216,29 @@ impl SentinelTopology {
 
     /// Starts the topology with `kind`'s server binary (found as
     /// [`servers::find_binary`] finds it; Valkey 8 and Redis 7/8 all run
-    /// Sentinel from the same binary) and waits until it is ready for a
-    /// failover (see the module documentation).
+    /// Sentinel from the same binary), tuned for a loaded machine
+    /// ([`SentinelTuning::LOADED_MACHINE`]), and waits until it is ready for
+    /// a failover (see the module documentation).
     pub fn start(kind: ServerKind) -> Result<Self, String> {
+        Self::start_tuned(kind, SentinelTuning::default())
+    }
+
+    /// [`SentinelTopology::start`] with the Sentinels set up by `tuning`.
+    /// Starts again on other ports when another process takes one first.
+    pub fn start_tuned(kind: ServerKind, tuning: SentinelTuning) -> Result<Self, String> {
         let bin = servers::find_binary(kind)
             .ok_or_else(|| format!("no {kind} binary for Sentinel; {}", kind.install_hint()))?;
-        let dir = std::env::temp_dir().join(format!(
-            "leasehold-sentinel-{}-{}",
-            std::process::id(),
-            servers::free_port()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        servers::retry_on_taken_port("the Sentinel topology", || Self::start_once(&bin, tuning))
+    }
+
+    /// [`SentinelTopology::start_tuned`] on ports drawn once.
+    fn start_once(bin: &Path, tuning: SentinelTuning) -> Result<Self, StartError> {
+        let dir = servers::private_dir("sentinel")?;
         let ports = servers::free_ports(5)?;
         let mut topology = Self {
-            bin,
+            bin: bin.to_path_buf(),
             dir,
+            tuning,
             servers: Vec::new(),
             sentinels: Vec::new(),
             primary: 0,
@@ -167,9 +283,11 @@ impl SentinelTopology {
                 format!(
                     "port {port}\nbind 127.0.0.1\ndir {}\n\
                      sentinel monitor {service} 127.0.0.1 {primary_port} 2\n\
-                     sentinel down-after-milliseconds {service} 2000\n\
-                     sentinel failover-timeout {service} 3000\n",
-                    node_dir.display()
+                     sentinel down-after-milliseconds {service} {}\n\
+                     sentinel failover-timeout {service} {}\n",
+                    node_dir.display(),
+                    tuning.down_after[i].as_millis(),
+                    tuning.failover_timeout.as_millis()
                 ),
             )
             .map_err(|e| format!("{}: {e}", conf.display()))?;
@@ -186,12 +304,34 @@ impl SentinelTopology {
         for i in 0..3 {
             spawn(&topology.bin, &mut topology.sentinels[i])?;
             wait_pong(&mut topology.sentinels[i])?;
+            topology.tune(i)?;
         }
         topology.wait_ready()?;
         Ok(topology)
     }
 
-    fn spawn_server(&mut self, i: usize) -> Result<(), String> {
+    /// Sets the TILT timings of Sentinel `i` (`SENTINEL DEBUG`, which
+    /// Redis 7.0 and later and Valkey have; they last until it restarts).
+    fn tune(&self, i: usize) -> Result<(), String> {
+        let millis = |d: Duration| d.as_millis().to_string();
+        let mut args = vec!["SENTINEL".to_owned(), "DEBUG".to_owned()];
+        for (name, value) in [
+            ("tilt-trigger", self.tuning.tilt_trigger),
+            ("tilt-period", self.tuning.tilt_period),
+        ] {
+            if let Some(value) = value {
+                args.extend([name.to_owned(), millis(value)]);
+            }
+        }
+        if args.len() == 2 {
+            return Ok(());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        expect_ok(command(self.sentinels[i].addr(), &args)?)
+            .map_err(|e| format!("{args:?} on Sentinel {i}: {e}"))
+    }
+
+    fn spawn_server(&mut self, i: usize) -> Result<(), StartError> {
         spawn(&self.bin, &mut self.servers[i])?;
         wait_pong(&mut self.servers[i])
     }
@@ -243,6 +383,14 @@ impl SentinelTopology {
     /// The Sentinels' addresses.
     pub fn sentinel_addrs(&self) -> Vec<SocketAddr> {
         self.sentinels.iter().map(Node::addr).collect()
+    }
+
+    /// The Sentinels' processes (to starve them, as a loaded machine does).
+    pub fn sentinel_pids(&self) -> Vec<u32> {
+        self.sentinels
+            .iter()
+            .filter_map(|s| s.child.as_ref().map(Child::id))
+            .collect()
     }
 
     /// The primary's address as last known (at start, or as
@@ -320,10 +468,28 @@ impl SentinelTopology {
 
     /// Waits until every Sentinel names another primary than the one last
     /// known, and that server answers `role:master`; returns its address
-    /// and remembers it as the primary.
+    /// and remembers it as the primary. While no Sentinel names another than the
+    /// old primary [`SentinelTuning::force_after`] into the wait, a Sentinel
+    /// not in TILT mode is asked for the failover (`SENTINEL FAILOVER`).
+    ///
+    /// # Errors
+    /// No promotion within `timeout`: the message says what each Sentinel
+    /// named and was doing, and how their logs end.
     pub fn wait_promoted(&mut self, timeout: Duration) -> Result<SocketAddr, String> {
+        self.await_promotion(timeout)
+            .map(|(new, _)| new)
+            .map_err(|why| format!("no promotion within {timeout:?}: {why}"))
+    }
+
+    /// [`SentinelTopology::wait_promoted`]; also whether a failover was
+    /// asked for before the promotion came.
+    fn await_promotion(&mut self, timeout: Duration) -> Result<(SocketAddr, bool), String> {
         let old = self.primary_addr();
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut next_ask = self.tuning.force_after.map(|after| started + after);
+        let mut asked = Vec::new();
+        let mut forced = false;
         loop {
             let named: Vec<Option<SocketAddr>> = self
                 .sentinels
@@ -341,75 +507,262 @@ impl SentinelTopology {
                     .iter()
                     .position(|n| n.addr() == *new)
                     .ok_or_else(|| format!("the Sentinels name {new}, not one of ours"))?;
-                return Ok(*new);
+                return Ok((*new, forced));
             }
-            if Instant::now() > deadline {
+            let now = Instant::now();
+            if let Some(at) = next_ask
+                && now >= at
+            {
+                // A promotion some Sentinel already made is left to spread
+                // (one that does not answer names none).
+                if named.iter().all(|n| n.is_none_or(|n| n == old)) {
+                    let answer = self.ask_for_failover();
+                    forced |= answer.is_ok();
+                    asked.push(format!(
+                        "after {:.1} s: {}",
+                        (now - started).as_secs_f64(),
+                        answer.unwrap_or_else(|e| e)
+                    ));
+                }
+                next_ask = Some(now + 2 * self.tuning.failover_timeout);
+            }
+            if now > deadline {
                 return Err(format!(
-                    "no promotion within {timeout:?}: the Sentinels name {named:?} (the old \
-                     primary was {old}); the first Sentinel's log ends:\n{}",
-                    self.log_tail("sentinel0", 15)
+                    "the Sentinels name {named:?} (the old primary was {old}); {}; asked for \
+                     a failover: {}\n{}",
+                    self.sentinel_states(),
+                    if asked.is_empty() {
+                        "never".to_owned()
+                    } else {
+                        asked.join("; ")
+                    },
+                    self.sentinel_logs(8)
                 ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
+    /// Asks the first Sentinel not in TILT mode for a failover (`SENTINEL
+    /// FAILOVER`): which one accepted, or what each answered.
+    fn ask_for_failover(&self) -> Result<String, String> {
+        let mut answers = Vec::new();
+        for (i, s) in self.sentinels.iter().enumerate() {
+            if in_tilt(s.addr()) != Some(false) {
+                answers.push(format!("sentinel{i} in TILT mode or not answering"));
+                continue;
+            }
+            match command(s.addr(), &["SENTINEL", "FAILOVER", Self::SERVICE]) {
+                Ok(Reply::Status(ok)) if ok == "OK" => {
+                    return Ok(format!("SENTINEL FAILOVER accepted by sentinel{i}"));
+                }
+                // `-INPROG`: a failover is under way; `-NOGOODSLAVE`: it
+                // sees no replica it may promote.
+                Ok(other) => answers.push(format!("sentinel{i} answered {other:?}")),
+                Err(e) => answers.push(format!("sentinel{i}: {e}")),
+            }
+        }
+        Err(answers.join(", "))
+    }
+
+    /// What each Sentinel says of itself and of the primary: TILT mode, the
+    /// primary's flags and failover state.
+    fn sentinel_states(&self) -> String {
+        self.sentinels
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let tilt = match in_tilt(s.addr()) {
+                    Some(true) => "in TILT mode",
+                    Some(false) => "not in TILT mode",
+                    None => "not answering",
+                };
+                match sentinel_master(s.addr()) {
+                    Ok(master) => format!(
+                        "sentinel{i} {tilt}, flags {}, failover {}",
+                        field(&master, "flags").unwrap_or("?"),
+                        field(&master, "failover-state").unwrap_or("none under way")
+                    ),
+                    Err(_) => format!("sentinel{i} {tilt}"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// The last `lines` lines of every Sentinel's log.
+    fn sentinel_logs(&self, lines: usize) -> String {
+        (0..self.sentinels.len())
+            .map(|i| {
+                let name = format!("sentinel{i}");
+                format!("{name}'s log ends:\n{}", self.log_tail(&name, lines))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Takes the primary the Sentinels agree on, if that server answers as
+    /// one, as the primary: a failover the Sentinels made on their own (a
+    /// primary starved on a loaded machine looks down) is followed.
+    fn follow_sentinels(&mut self) {
+        let named: Vec<Option<SocketAddr>> = self
+            .sentinels
+            .iter()
+            .map(|s| master_addr(s.addr()).ok())
+            .collect();
+        if let Some(Some(now)) = named.first()
+            && named.iter().all(|n| n.as_ref() == Some(now))
+            && info_replication(*now).is_ok_and(|i| info_field(&i, "role") == Some("master"))
+            && let Some(i) = self.servers.iter().position(|n| n.addr() == *now)
+        {
+            self.primary = i;
+        }
+    }
+
     /// Starts again every data server [`SentinelTopology::kill_primary`]
-    /// killed, on its own files, and waits until the Sentinels made it a
-    /// replica of the current primary and its link is up: the topology can
-    /// fail over again. (It starts with the arguments it first had; the
-    /// Sentinels turn an old primary that comes back into a replica.)
+    /// killed, on its own files, as a replica of the current primary (as an
+    /// operator brings a failed primary back), and waits until every
+    /// Sentinel names one primary that answers as one, with the other server
+    /// its replica, link up (a failover the Sentinels made meanwhile is
+    /// followed): the topology can fail over again.
+    /// (Left to the Sentinels, an old primary that comes back serves as a
+    /// primary until one of them turns it into a replica, which none does
+    /// while in TILT mode.)
     ///
     /// # Errors
-    /// A server did not start, or did not replicate within two minutes.
+    /// A server did not start, or the topology did not settle within two
+    /// minutes.
     pub fn restart_killed(&mut self) -> Result<(), String> {
         for i in 0..self.servers.len() {
             if self.servers[i].child.is_some() {
                 continue;
             }
-            self.spawn_server(i)?;
-            let addr = self.servers[i].addr();
-            let deadline = Instant::now() + READY_WAIT;
-            loop {
-                let info = info_replication(addr).unwrap_or_default();
-                if info_field(&info, "role") == Some("slave")
-                    && info_field(&info, "master_link_status") == Some("up")
-                    && info_field(&info, "master_port")
-                        == Some(self.primary_addr().port().to_string().as_str())
-                {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(format!(
-                        "the restarted server {addr} did not become a replica of {} within \
-                         {READY_WAIT:?}: {info}",
-                        self.primary_addr()
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(100));
+            let primary = self.primary_addr();
+            let args = self.servers[i].args.clone();
+            self.servers[i].args = with_primary(&args, Some(primary));
+            let started = self.spawn_server(i);
+            self.servers[i].args = args;
+            started?;
+        }
+        self.settle("a killed server started again as a replica")
+    }
+
+    /// Waits until every Sentinel names one primary, that server answers
+    /// as one, and the other is its replica with its link up; takes that
+    /// primary as the primary. (Another failover the Sentinels make
+    /// meanwhile, a starved primary looking down, is followed.)
+    fn settle(&mut self, after: &str) -> Result<(), String> {
+        let deadline = Instant::now() + READY_WAIT;
+        loop {
+            let named: Vec<Option<SocketAddr>> = self
+                .sentinels
+                .iter()
+                .map(|s| master_addr(s.addr()).ok())
+                .collect();
+            let settled = named.first().copied().flatten().and_then(|primary| {
+                let p = self.servers.iter().position(|n| n.addr() == primary)?;
+                let other = self.servers[1 - p].addr();
+                let replica = info_replication(other).ok()?;
+                (named.iter().all(|n| *n == Some(primary))
+                    && info_replication(primary)
+                        .is_ok_and(|i| info_field(&i, "role") == Some("master"))
+                    && info_field(&replica, "role") == Some("slave")
+                    && info_field(&replica, "master_link_status") == Some("up")
+                    && info_field(&replica, "master_port")
+                        == Some(primary.port().to_string().as_str()))
+                .then_some(p)
+            });
+            if let Some(p) = settled {
+                self.primary = p;
+                return Ok(());
             }
+            if Instant::now() > deadline {
+                let infos: Vec<String> = self
+                    .servers
+                    .iter()
+                    .map(|n| {
+                        let info = info_replication(n.addr()).unwrap_or_default();
+                        format!(
+                            "{} role {}, link {}",
+                            n.addr(),
+                            info_field(&info, "role").unwrap_or("?"),
+                            info_field(&info, "master_link_status").unwrap_or("-")
+                        )
+                    })
+                    .collect();
+                return Err(format!(
+                    "the topology did not settle within {READY_WAIT:?} after {after}: the \
+                     Sentinels name {named:?}; {}; {}",
+                    infos.join(", "),
+                    self.sentinel_states()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Clears the replication credentials [`SentinelTopology::cut_replication`]
+    /// gave the server at `addr`, so that it can follow a primary again.
+    fn clear_credentials(addr: SocketAddr) -> Result<(), String> {
+        for name in ["masteruser", "masterauth"] {
+            expect_ok(command(addr, &["CONFIG", "SET", name, ""])?)
+                .map_err(|e| format!("clearing {name} on {addr}: {e}"))?;
         }
         Ok(())
+    }
+
+    /// Puts the topology back as it was before a failover that made no
+    /// promotion: the replica's replication credentials are cleared, the
+    /// killed primary `killed` starts again as a primary (without the
+    /// `--replicaof` it may have started with), and this waits until the
+    /// topology settled. (The Sentinels may still promote the replica
+    /// meanwhile; then the old primary is what follows.)
+    fn put_back(&mut self, killed: usize) -> Result<(), String> {
+        Self::clear_credentials(self.servers[1 - killed].addr())?;
+        let args = self.servers[killed].args.clone();
+        self.servers[killed].args = with_primary(&args, None);
+        let started = self.spawn_server(killed);
+        self.servers[killed].args = args;
+        started?;
+        self.settle("the killed primary started again")
     }
 
     /// The failover a crash makes, with the replica `lag` behind: the
     /// replica stops receiving ([`SentinelTopology::cut_replication`]), the
     /// primary goes on acknowledging for `lag`, is killed, the Sentinels
-    /// promote the replica, and the killed server comes back as the new
-    /// replica. Answers how long clients had no primary (from the kill until
-    /// every Sentinel named the new one).
+    /// promote the replica (asked to, if they have not by
+    /// [`SentinelTuning::force_after`]), and the killed server comes back
+    /// as the new replica.
     ///
     /// # Errors
-    /// A step failed.
-    pub fn fail_over(&mut self, lag: Duration) -> Result<Duration, String> {
+    /// [`FailoverError::NotPromoted`] when the Sentinels made no promotion
+    /// within [`SentinelTuning::promotion_wait`] (the topology is then put
+    /// back as it was: the killed primary started again, its replica
+    /// following it); any other failed step is [`FailoverError::Failed`].
+    pub fn fail_over(&mut self, lag: Duration) -> Result<Failover, FailoverError> {
+        self.follow_sentinels();
         self.cut_replication()?;
         std::thread::sleep(lag);
         let killed = Instant::now();
+        let victim = self.primary;
         self.kill_primary()?;
-        self.wait_promoted(Duration::from_secs(90))?;
-        let down = killed.elapsed();
-        self.restart_killed()?;
-        Ok(down)
+        let wait = self.tuning.promotion_wait;
+        match self.await_promotion(wait) {
+            Ok((new, forced)) => {
+                let down = killed.elapsed();
+                // It may be made a replica again by a later failover.
+                Self::clear_credentials(new)?;
+                self.restart_killed()?;
+                Ok(Failover { down, forced })
+            }
+            Err(why) => {
+                let why = format!("none within {wait:?} of the kill: {why}");
+                self.put_back(victim).map_err(|e| {
+                    FailoverError::Failed(format!("{why}\nputting the topology back failed: {e}"))
+                })?;
+                Err(FailoverError::NotPromoted(why))
+            }
+        }
     }
 
     /// `INFO replication` of the server at `addr`.
@@ -443,6 +796,19 @@ impl Drop for SentinelTopology {
     }
 }
 
+/// A data server's arguments `args` with `--replicaof` naming `primary`,
+/// or without it (`None`: it starts as a primary).
+fn with_primary(args: &[String], primary: Option<SocketAddr>) -> Vec<String> {
+    let mut args = match args.iter().position(|a| a == "--replicaof") {
+        Some(at) => [&args[..at], &args[(at + 2).min(args.len())..]].concat(),
+        None => args.to_vec(),
+    };
+    if let Some(p) = primary {
+        args.extend(["--replicaof".to_owned(), format!("{} {}", p.ip(), p.port())]);
+    }
+    args
+}
+
 pub(super) fn spawn(bin: &Path, node: &mut Node) -> Result<(), String> {
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -462,8 +828,14 @@ pub(super) fn spawn(bin: &Path, node: &mut Node) -> Result<(), String> {
     Ok(())
 }
 
-/// Waits until the process answers `PING` (its data loaded).
-pub(super) fn wait_pong(node: &mut Node) -> Result<(), String> {
+/// Waits until the process listens on its port (its own socket: another
+/// process may have taken the port first) and answers `PING` (its data
+/// loaded).
+pub(super) fn wait_pong(node: &mut Node) -> Result<(), StartError> {
+    let child = node.child.as_mut().ok_or("no process to wait for")?;
+    let log = node.dir.join("log");
+    servers::wait_listening(child, node.port, READY_WAIT, &log)
+        .map_err(|e| e.map(|what| format!("{:?}: {what}", node.args)))?;
     let deadline = Instant::now() + READY_WAIT;
     loop {
         if matches!(command(node.addr(), &["PING"]), Ok(Reply::Status(s)) if s == "PONG") {
@@ -472,11 +844,14 @@ pub(super) fn wait_pong(node: &mut Node) -> Result<(), String> {
         if let Some(child) = node.child.as_mut()
             && let Ok(Some(status)) = child.try_wait()
         {
-            let log = std::fs::read_to_string(node.dir.join("log")).unwrap_or_default();
-            return Err(format!("{:?} exited with {status}: {log}", node.args));
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(StartError::from_log(
+                format!("{:?} exited with {status}: {log}", node.args),
+                &log,
+            ));
         }
         if Instant::now() > deadline {
-            return Err(format!("no PONG on {} within {READY_WAIT:?}", node.addr()));
+            return Err(format!("no PONG on {} within {READY_WAIT:?}", node.addr()).into());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -505,12 +880,28 @@ pub(super) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 
 /// `SENTINEL MASTER <service>`: its flat list of names and values.
 fn sentinel_master(addr: SocketAddr) -> Result<Vec<String>, String> {
-    match command(addr, &["SENTINEL", "MASTER", SentinelTopology::SERVICE])? {
+    match command_within(
+        addr,
+        &["SENTINEL", "MASTER", SentinelTopology::SERVICE],
+        LOOK_WAIT,
+    )? {
         Reply::Array(Some(items)) => Ok(items
             .iter()
             .map(|i| i.text().unwrap_or_default().to_owned())
             .collect()),
         other => Err(format!("SENTINEL MASTER on {addr}: {other:?}")),
+    }
+}
+
+/// Whether the Sentinel at `addr` is in TILT mode (`sentinel_tilt` of
+/// `INFO sentinel`); `None` when it does not say.
+fn in_tilt(addr: SocketAddr) -> Option<bool> {
+    match command_within(addr, &["INFO", "sentinel"], LOOK_WAIT).ok()? {
+        Reply::Bulk(Some(info)) => match info_field(&info, "sentinel_tilt")? {
+            "0" => Some(false),
+            _ => Some(true),
+        },
+        _ => None,
     }
 }
 
@@ -524,13 +915,14 @@ fn field<'a>(fields: &'a [String], name: &str) -> Option<&'a str> {
 
 /// The primary a Sentinel names (`SENTINEL GET-MASTER-ADDR-BY-NAME`).
 fn master_addr(sentinel: SocketAddr) -> Result<SocketAddr, String> {
-    match command(
+    match command_within(
         sentinel,
         &[
             "SENTINEL",
             "GET-MASTER-ADDR-BY-NAME",
             SentinelTopology::SERVICE,
         ],
+        LOOK_WAIT,
     )? {
         Reply::Array(Some(items)) if items.len() == 2 => {
             let host = items[0].text().unwrap_or_default();
@@ -547,9 +939,14 @@ fn master_addr(sentinel: SocketAddr) -> Result<SocketAddr, String> {
 
 /// Sends one command on a fresh connection and reads its reply.
 pub(super) fn command(addr: SocketAddr, args: &[&str]) -> Result<Reply, String> {
+    command_within(addr, args, Duration::from_secs(10))
+}
+
+/// [`command`], its reply awaited for `wait` at most.
+fn command_within(addr: SocketAddr, args: &[&str], wait: Duration) -> Result<Reply, String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .map_err(|e| format!("{addr}: {e}"))?;
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = stream.set_read_timeout(Some(wait));
     let mut out = format!("*{}\r\n", args.len());
     for a in args {
         out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
