@@ -8,6 +8,7 @@
 
 mod claim;
 mod damaged;
+mod grants;
 mod inspect;
 mod renew;
 mod schema;
@@ -31,6 +32,7 @@ use crate::dialect::{CredentialsFailed, Dialect, connect_budget, guarded, with_s
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
+use crate::privileges::MissingGrant;
 use crate::ident::TableName;
 use crate::statements::Statements;
 
@@ -50,6 +52,8 @@ pub(crate) struct Info {
     pub(crate) durability: Durability,
     /// Whether the server waited for synchronous standbys at connect.
     pub(crate) sync_standbys: bool,
+    /// What the URL asked of TLS (networked engines).
+    pub(crate) tls: Option<crate::tls::Asked>,
 }
 
 /// The object-safe face of a [`Backend`]: the one point where the engine is
@@ -86,6 +90,8 @@ pub(crate) trait Ops: Send + Sync {
     fn ensure_fence_table<'a>(&'a self, t: &'a TableName) -> BoxFuture<'a, Result<(), SqlError>>;
     fn close(&self) -> BoxFuture<'_, ()>;
     fn refresh_credentials(&self) -> BoxFuture<'_, Result<(), SqlError>>;
+    fn missing_grants(&self) -> BoxFuture<'_, Result<Vec<MissingGrant>, SqlError>>;
+    fn tls_version(&self) -> BoxFuture<'_, Result<Option<String>, SqlError>>;
     /// The caller's `sqlx::Pool<D>`.
     fn pool(&self) -> &(dyn Any + Send + Sync);
 }
@@ -140,6 +146,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 resolution: D::RESOLUTION,
                 durability: Durability::default(),
                 sync_standbys: opened.sync_standbys,
+                tls: opened.tls,
             },
             credentials: config.credentials.clone(),
         };
@@ -361,6 +368,19 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
 
     fn refresh_credentials(&self) -> BoxFuture<'_, Result<(), SqlError>> {
         Box::pin(self.refresh_credentials())
+    }
+
+    fn missing_grants(&self) -> BoxFuture<'_, Result<Vec<MissingGrant>, SqlError>> {
+        Box::pin(async move {
+            match self.missing_grants().await {
+                Ok(m) => Ok(m),
+                Err(f) => Err(self.to_sql_error(f).await),
+            }
+        })
+    }
+
+    fn tls_version(&self) -> BoxFuture<'_, Result<Option<String>, SqlError>> {
+        Box::pin(self.tls_version())
     }
 
     fn pool(&self) -> &(dyn Any + Send + Sync) {

@@ -14,7 +14,11 @@ pub(crate) enum Failure {
     Contention(String),
     /// The table is missing or not a lease table (checked by the caller).
     Schema(String),
-    /// Anything no retry fixes: bad URL, permissions, syntax.
+    /// The server refused for want of a privilege (PostgreSQL SQLSTATE
+    /// 42501, MySQL/MariaDB 1142, 1143, 1044, 1227, 1370): final, and the
+    /// caller names the GRANT that is missing (`backend/grants.rs`).
+    Denied(String),
+    /// Anything else no retry fixes: bad URL, syntax.
     Final(String),
 }
 
@@ -25,7 +29,11 @@ impl Failure {
 
     pub(crate) fn text(&self) -> &str {
         match self {
-            Self::Transient(s) | Self::Contention(s) | Self::Schema(s) | Self::Final(s) => s,
+            Self::Transient(s)
+            | Self::Contention(s)
+            | Self::Schema(s)
+            | Self::Denied(s)
+            | Self::Final(s) => s,
         }
     }
 }

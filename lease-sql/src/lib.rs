@@ -25,6 +25,7 @@ mod ident;
 #[cfg(feature = "postgres")]
 mod notice;
 mod operate;
+mod privileges;
 mod statements;
 mod strategy;
 mod tls;
@@ -38,6 +39,7 @@ pub use error::FenceError;
 pub use error::SqlError;
 pub use fence::{DEFAULT_FENCE_TABLE, FenceTable};
 pub use ident::{DEFAULT_TABLE, TableName};
+pub use privileges::{MissingGrant, lease_user_sql};
 pub use strategy::SqlStrategy;
 
 /// Re-exported so callers can name the pools and connections this crate hands out.

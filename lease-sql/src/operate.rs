@@ -8,6 +8,7 @@ use leasehold_core::{
     BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
 
+use crate::tls::Mode;
 use crate::{Engine, SqlError, SqlStrategy, sqlx};
 
 fn store_error(e: impl std::fmt::Display) -> OperateError {
@@ -89,6 +90,108 @@ impl SqlStrategy {
                 format!("cannot read the columns of {table}: {e}"),
             ),
         }
+    }
+}
+
+impl SqlStrategy {
+    /// TLS of the lease connections: its version and whether the server's
+    /// certificate was verified. Plain text, or TLS that checks nobody, is
+    /// a warning towards another host (whoever reads or sits on the path
+    /// sees the password and can forge answers) and fine on this machine.
+    async fn tls_check(&self) -> Check {
+        let Some(asked) = self.tls_asked() else {
+            return Check::new(Verdict::NotApplicable, "tls", "no network: a file");
+        };
+        let names = tls_names(self.engine());
+        let version = match self.tls_version().await {
+            Ok(v) => v,
+            Err(e) => {
+                return Check::new(
+                    Verdict::Warn,
+                    "tls",
+                    format!("cannot read the TLS of the lease connections: {e}"),
+                );
+            }
+        };
+        let shown = &asked.shown;
+        match (version, asked.mode) {
+            (Some(v), Mode::Verified) => Check::new(
+                Verdict::Ok,
+                "tls",
+                format!("{v}, server certificate verified ({shown})"),
+            ),
+            (Some(v), _) if asked.local => Check::new(
+                Verdict::Ok,
+                "tls",
+                format!("{v}, server certificate not verified ({shown}), on this machine"),
+            ),
+            (Some(v), _) => Check::new(
+                Verdict::Warn,
+                "tls",
+                format!(
+                    "{v}, server certificate not verified ({shown}): anyone on the path can                      pose as the database"
+                ),
+            )
+            .fix(names),
+            (None, _) if asked.local => Check::new(
+                Verdict::Ok,
+                "tls",
+                format!("plain text ({shown}), on this machine"),
+            ),
+            (None, _) => Check::new(
+                Verdict::Warn,
+                "tls",
+                format!(
+                    "plain text ({shown}) to another host: the password and the leases cross                      the network unencrypted"
+                ),
+            )
+            .fix(names),
+        }
+    }
+
+    /// The privileges of the lease user: each one the lease operations
+    /// need and it lacks is a failure naming the GRANT to add.
+    async fn grants_check(&self) -> Check {
+        let table = self.table().as_str();
+        match self.missing_grants().await {
+            Ok(missing) if missing.is_empty() => Check::new(
+                Verdict::Ok,
+                "grants",
+                format!(
+                    "the user may read, insert and update {table}, and read what the                      durability and promotion checks read"
+                ),
+            ),
+            Ok(missing) => {
+                let needs: Vec<&str> = missing.iter().map(|m| m.needed_for).collect();
+                let grants: Vec<&str> = missing.iter().map(|m| m.grant.as_str()).collect();
+                Check::new(
+                    Verdict::Fail,
+                    "grants",
+                    format!(
+                        "the user lacks {} privilege(s) the lease operations need, for {}",
+                        missing.len(),
+                        needs.join("; ")
+                    ),
+                )
+                .fix(format!(
+                    "as the admin, run: {} (the lease-sql README, \"Least privilege\")",
+                    grants.join("; ")
+                ))
+            }
+            Err(e) => Check::new(
+                Verdict::Fail,
+                "grants",
+                format!("cannot check the user's privileges on {table}: {e}"),
+            ),
+        }
+    }
+}
+
+/// The verified TLS options of `engine`'s URLs.
+fn tls_names(engine: Engine) -> &'static str {
+    match engine {
+        Engine::MySql => "add ssl-mode=VERIFY_IDENTITY&ssl-ca=CA.crt to the URL",
+        _ => "add sslmode=verify-full&sslrootcert=CA.crt to the URL",
     }
 }
 
@@ -185,6 +288,10 @@ impl Operate for SqlStrategy {
                      (SqlConfig::assume_one_timing_per_pool or restart_guard(false))",
                 ),
             ];
+            if engine != Engine::Sqlite {
+                checks.push(self.tls_check().await);
+                checks.push(self.grants_check().await);
+            }
             if engine == Engine::Sqlite {
                 checks.push(Check::new(
                     Verdict::NotApplicable,

@@ -220,6 +220,29 @@ impl SqlStrategy {
         self.ops.revoke(pool, slot).await
     }
 
+    /// The privileges the lease operations need that this connection's
+    /// user lacks, each with the `GRANT … TO …` an admin runs to give it
+    /// (the crate README, "Least privilege"); empty when it has them all,
+    /// and for SQLite. Each privilege is tried with a statement of its kind
+    /// that touches no row, so whatever granted it (the table, the
+    /// database, a role, `PUBLIC`) counts.
+    ///
+    /// Errors: [`SqlError::Unreachable`] (retryable) or the error that kept
+    /// a privilege from being tried.
+    pub async fn missing_grants(&self) -> Result<Vec<crate::MissingGrant>, SqlError> {
+        self.ops.missing_grants().await
+    }
+
+    /// The TLS version of the lease connections, `None` for plain text.
+    pub(crate) async fn tls_version(&self) -> Result<Option<String>, SqlError> {
+        self.ops.tls_version().await
+    }
+
+    /// What the URL asked of TLS (networked engines).
+    pub(crate) fn tls_asked(&self) -> Option<&crate::tls::Asked> {
+        self.ops.info().tls.as_ref()
+    }
+
     pub(crate) fn ensure_fence_table<'a>(
         &'a self,
         t: &'a TableName,

@@ -31,6 +31,30 @@ pub(crate) enum Mode {
     Verified,
 }
 
+/// What a connection's URL asked of TLS, kept for `doctor`.
+#[derive(Clone, Debug)]
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) struct Asked {
+    pub(crate) mode: Mode,
+    /// How the mode was chosen: `sslmode=verify-full`, `PGSSLMODE=prefer`,
+    /// or sqlx's default.
+    pub(crate) shown: String,
+    /// Whether the host is this machine (a loopback address, `localhost`,
+    /// or a Unix socket): no network to read plain text on.
+    pub(crate) local: bool,
+}
+
+/// Whether `host` (as a URL names it) is this machine.
+pub(crate) fn is_local(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.is_empty()
+        || host.starts_with('/')
+        || host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The options of one engine, as its users spell them.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 struct Names {
@@ -136,6 +160,16 @@ pub(crate) use files::Tls;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_hosts_are_local() {
+        for host in ["127.0.0.1", "127.3.4.5", "localhost", "[::1]", "::1", "/run/postgresql"] {
+            assert!(is_local(host), "{host}");
+        }
+        for host in ["10.0.0.1", "db.example.com", "192.168.1.2"] {
+            assert!(!is_local(host), "{host}");
+        }
+    }
 
     /// The verified mode and the modes that ask for no verification are
     /// taken; the unverified ones are refused, naming the verified one.

@@ -9,6 +9,7 @@ use sqlx::{ColumnIndex, Row};
 use super::Backend;
 use crate::dialect::{Dialect, with_sqlx_bounds};
 use crate::error::SqlError;
+use crate::failure::Failure;
 use crate::statements::TOMBSTONE;
 
 with_sqlx_bounds!([impl<D> Backend<D>] {
@@ -16,18 +17,23 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         let q = sqlx::query(&self.sql.revoke)
             .bind(pool.name().as_str())
             .bind(D::slot(slot));
-        let n = tokio::time::timeout(self.info.op_timeout, self.execute(q))
-            .await
-            .map_err(|_| SqlError::Timeout(self.info.op_timeout))??;
+        let n = match tokio::time::timeout(self.info.op_timeout, self.execute(q)).await {
+            Err(_) => return Err(SqlError::Timeout(self.info.op_timeout)),
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => match D::classify("revoke", &e) {
+                Failure::Denied(m) => return Err(self.denied(m).await),
+                _ => return Err(SqlError::Database(e)),
+            },
+        };
         Ok(n > 0)
     }
 
     pub(super) async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
         let q = sqlx::query(&self.sql.inspect).bind(pool.name().as_str());
-        let rows = self
-            .timed("inspect", self.fetch_all(q))
-            .await
-            .map_err(|f| InspectError::Store(Reason::new(f.text().to_owned())))?;
+        let rows = match self.timed("inspect", self.fetch_all(q)).await {
+            Ok(rows) => rows,
+            Err(f) => return Err(InspectError::Store(Reason::new(self.failure_text(f).await))),
+        };
         rows.iter()
             .map(|row| slot_info::<D>(row, pool, &self.info.table, &self.sql.table))
             .collect::<Result<_, _>>()

@@ -50,7 +50,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             Ok(None) => Renewal::Lost(self.lost_reason(pool, grant).await),
             Ok(Some(now)) => Renewal::renewed(applied_ttl::<D>(pool.ttl()))
                 .with_store_time(store_time(now)),
-            Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
+            Err(f) => Renewal::Retry(Reason::new(self.failure_text(f).await)),
         }
     }
 
@@ -63,7 +63,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         match self.timed("release", self.execute(q)).await {
             Ok(0) => Release::NotHeld,
             Ok(_) => Release::Released,
-            Err(f) => Release::Retry(Reason::new(f.text().to_owned())),
+            Err(f) => Release::Retry(Reason::new(self.failure_text(f).await)),
         }
     }
 });

@@ -255,6 +255,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                     check.text()
                 ))),
             },
+            Failure::Denied(m) => self.denied(m).await,
             Failure::Final(m) => SqlError::Refused {
                 what: m,
                 fix: CHECK_ACCESS.to_owned(),

@@ -27,20 +27,27 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             return Ok(());
         }
         let sql = format!("SELECT {}", columns.join(", "));
-        let row = tokio::time::timeout(self.info.op_timeout, self.fetch_one(sqlx::raw_sql(&sql)))
-            .await
-            .map_err(|_| SqlError::Timeout(self.info.op_timeout))?
-            .map_err(|e| match D::classify("reading the server's settings", &e) {
-                Failure::Transient(m) | Failure::Contention(m) => {
-                    SqlError::Unreachable(Reason::new(m))
-                }
-                Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
-                    what: m,
-                    fix: "let the lease user read the server's durability settings and its \
-                          uptime (MySQL 8: SELECT on performance_schema.global_status)"
-                        .to_owned(),
-                },
-            })?;
+        let read =
+            tokio::time::timeout(self.info.op_timeout, self.fetch_one(sqlx::raw_sql(&sql)))
+                .await
+                .map_err(|_| SqlError::Timeout(self.info.op_timeout))?;
+        let row = match read {
+            Ok(row) => row,
+            Err(e) => {
+                return Err(match D::classify("reading the server's settings", &e) {
+                    Failure::Transient(m) | Failure::Contention(m) => {
+                        SqlError::Unreachable(Reason::new(m))
+                    }
+                    Failure::Denied(m) => self.denied(m).await,
+                    Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
+                        what: m,
+                        fix: "let the lease user read the server's durability settings and its \
+                              uptime (MySQL 8: SELECT on performance_schema.global_status)"
+                            .to_owned(),
+                    },
+                });
+            }
+        };
         // Every column of the row: the settings (as many as the dialect's
         // query selects), then the guard's answer when there is a guard.
         let values = (0..row.len())

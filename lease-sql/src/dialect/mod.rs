@@ -111,6 +111,8 @@ pub(crate) struct Opened<D: Dialect> {
     /// acknowledges a commit (PostgreSQL `synchronous_standby_names`), as
     /// read at connect.
     pub(crate) sync_standbys: bool,
+    /// What the URL asked of TLS (a networked engine's).
+    pub(crate) tls: Option<crate::tls::Asked>,
 }
 
 impl<D: Dialect> Opened<D> {
@@ -132,7 +134,15 @@ impl<D: Dialect> Opened<D> {
             pool,
             version,
             sync_standbys: false,
+            tls: None,
         }
+    }
+
+    /// What the URL asked of TLS.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn tls(mut self, asked: crate::tls::Asked) -> Self {
+        self.tls = Some(asked);
+        self
     }
 
     /// Says whether the server waits for synchronous standbys (only
@@ -660,6 +670,13 @@ fn connect_error<D: Dialect>(what: &str, e: &sqlx::Error) -> SqlError {
         Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
             what: m,
             fix: "check the database URL, user, password and database name".to_owned(),
+        },
+        // MariaDB answers a login to a database the user has no privilege
+        // in with ER_DBACCESS_DENIED_ERROR.
+        Failure::Denied(m) => SqlError::Refused {
+            what: m,
+            fix: "the user has no privilege in this database: as the admin, give it the grants                   of a lease user (the crate README, \"Least privilege\";                   `leasehold_sql::lease_user_sql`)"
+                .to_owned(),
         },
     }
 }

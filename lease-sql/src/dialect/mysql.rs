@@ -395,13 +395,7 @@ impl Dialect for MySql {
             opts: opts.clone(),
             session,
         };
-        Ok(Opened::new(
-            conn,
-            lease,
-            opts,
-            config.max_connections,
-            version,
-        ))
+        Ok(Opened::new(conn, lease, opts, config.max_connections, version).tls(tls.asked()))
     }
 
     fn with_credentials(opts: &MySqlOpts, creds: &Credentials) -> MySqlOpts {
@@ -466,6 +460,10 @@ fn classify(number: u16, msg: String) -> Failure {
         1146 | 1054 => Failure::Schema(msg),
         // ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK, ER_LOCK_NOWAIT
         1205 | 1213 | 3572 => Failure::Contention(msg),
+        // ER_TABLEACCESS_DENIED_ERROR, ER_COLUMNACCESS_DENIED_ERROR,
+        // ER_DBACCESS_DENIED_ERROR, ER_SPECIFIC_ACCESS_DENIED_ERROR,
+        // ER_PROCACCESS_DENIED_ERROR
+        1142 | 1143 | 1044 | 1227 | 1370 => Failure::Denied(msg),
         // ER_STATEMENT_TIMEOUT (MariaDB max_statement_time), ER_QUERY_TIMEOUT (MySQL
         // max_execution_time), ER_CON_COUNT_ERROR, ER_TOO_MANY_USER_CONNECTIONS,
         // ER_SERVER_SHUTDOWN, ER_QUERY_INTERRUPTED, ER_OUT_OF_RESOURCES, ER_CONNECTION_KILLED
@@ -509,6 +507,9 @@ mod tests {
         assert_eq!(class(1146), of(Failure::Schema(String::new())));
         assert_eq!(class(1205), of(Failure::Contention(String::new())));
         assert_eq!(class(1045), of(Failure::Final(String::new())));
+        for denied in [1142, 1143, 1044, 1227, 1370] {
+            assert_eq!(class(denied), of(Failure::Denied(String::new())), "{denied}");
+        }
         let pool = <MySql as Dialect>::classify("x", &sqlx::Error::PoolTimedOut);
         assert!(matches!(pool, Failure::Transient(_)));
         for (version, ok) in [

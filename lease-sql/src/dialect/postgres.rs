@@ -301,7 +301,8 @@ impl Dialect for Postgres {
                 .await?;
         Ok(
             Opened::new(conn, opts, base, config.max_connections, version)
-                .sync_standbys(!standbys.trim().is_empty()),
+                .sync_standbys(!standbys.trim().is_empty())
+                .tls(tls.asked()),
         )
     }
 
@@ -357,6 +358,8 @@ fn classify(code: &str, msg: String) -> Failure {
         "42P01" | "42703" | "42809" | "42804" => Failure::Schema(msg),
         // serialization_failure, deadlock_detected, lock_not_available
         "40001" | "40P01" | "55P03" => Failure::Contention(msg),
+        // insufficient_privilege
+        "42501" => Failure::Denied(msg),
         // query_canceled (statement_timeout), admin/crash shutdown, cannot_connect_now,
         // idle session timeouts
         "57014" | "57P01" | "57P02" | "57P03" | "57P05" | "25P03" => Failure::Transient(msg),
@@ -391,6 +394,10 @@ mod tests {
         ));
         assert!(matches!(
             classify("42501", String::new()),
+            Failure::Denied(_)
+        ));
+        assert!(matches!(
+            classify("42601", String::new()),
             Failure::Final(_)
         ));
         let io = sqlx::Error::Io(std::io::Error::other("reset"));

@@ -95,6 +95,15 @@ fn query_decode(s: &str) -> String {
 }
 
 impl Tls {
+    /// What the URL asked of TLS, kept for `doctor`.
+    pub(crate) fn asked(&self) -> super::Asked {
+        super::Asked {
+            mode: self.mode,
+            shown: self.mode_shown.clone(),
+            local: super::is_local(&self.host),
+        }
+    }
+
     /// What `url` asks of TLS for `engine`, where `effective` is the
     /// mode sqlx will use (in the engine's spelling: it may come from
     /// `PGSSLMODE`), `host` and `user` those it connects to and as.
