@@ -5,6 +5,9 @@
 #[path = "conformance/tls.rs"]
 mod tls;
 
+#[path = "conformance/lease_user.rs"]
+mod lease_user;
+
 mod damaged;
 
 use leasehold_core::Floor;
@@ -30,6 +33,10 @@ struct Sql {
     addr: Option<SocketAddr>,
     /// Whether the guards are on (see [`Sql::config`]).
     guard: bool,
+    /// Where `url` names a lease user, which may not create or alter
+    /// tables: the admin's URL, for what only an admin does (prepare, plant
+    /// rows). `None` when `url` is an admin's.
+    admin: Option<String>,
 }
 
 impl Sql {
@@ -52,6 +59,29 @@ impl Sql {
         SqlStrategy::connect(self.config()?)
             .await
             .map_err(|e| e.to_string())
+    }
+
+    /// A strategy connected as the admin, who runs `prepare` (the lease
+    /// user where there is no other).
+    async fn admin(&self) -> Result<SqlStrategy, String> {
+        let url = self.admin.as_ref().unwrap_or(&self.url);
+        SqlStrategy::connect(
+            SqlConfig::from_url(url)
+                .map_err(|e| e.to_string())?
+                .restart_guard(self.guard),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    }
+
+    /// The lease user's backend on the same server, `url` its URL.
+    fn as_lease_user(&self, url: String) -> Self {
+        Self {
+            url,
+            addr: self.addr,
+            guard: self.guard,
+            admin: Some(self.admin.clone().unwrap_or_else(|| self.url.clone())),
+        }
     }
 }
 
@@ -86,7 +116,7 @@ impl Backend for Sql {
 
     fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            let s = self.strategy().await?;
+            let s = self.admin().await?;
             let r = s.ensure_pool(pool).await.map_err(|e| e.to_string());
             s.close().await;
             r
@@ -519,7 +549,7 @@ async fn claims_and_renewals_report_the_servers_time(b: Arc<Sql>) -> Result<(), 
         1,
         Duration::from_millis(30_000) + Duration::from_micros(1_234),
     )?;
-    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    b.prepare(&pool).await?;
     let resolution = s.capabilities().time_resolution;
     let before = Instant::now();
     let g = s
@@ -712,7 +742,7 @@ async fn bad_table_name_is_refused(b: Arc<Sql>) -> Result<(), String> {
 async fn fence_grows_on_claims_never_on_renewals(b: Arc<Sql>) -> Result<(), String> {
     let s = b.strategy().await?;
     let pool = fresh_pool(1, Duration::from_secs(30))?;
-    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    b.prepare(&pool).await?;
     let mut last = None;
     let mut last_time = None;
     for _ in 0..3 {
@@ -752,7 +782,9 @@ async fn fence_grows_on_claims_never_on_renewals(b: Arc<Sql>) -> Result<(), Stri
 /// and fills exactly `size` slots.
 async fn missing_pool_rows_are_added_on_acquisition(b: Arc<Sql>) -> Result<(), String> {
     let s = b.strategy().await?;
-    s.ensure_table().await.map_err(|e| e.to_string())?;
+    let admin = b.admin().await?;
+    admin.ensure_table().await.map_err(|e| e.to_string())?;
+    admin.close().await;
     let pool = fresh_pool(5, Duration::from_secs(30))?;
     let mut slots = Vec::new();
     for _ in 0..5 {
@@ -1159,12 +1191,11 @@ async fn claims_of_two_id_formats_racing_on_a_fresh_pool_never_both_hold_slots(
         let formats = &pairs[round % pairs.len()];
         let pool = fresh_pool(CLAIMERS as u32, Duration::from_secs(30))?;
         if round % 2 == 0 {
-            stores[0]
-                .ensure_pool(&pool)
-                .await
-                .map_err(|e| e.to_string())?;
+            b.prepare(&pool).await?;
         } else {
-            stores[0].ensure_table().await.map_err(|e| e.to_string())?;
+            let admin = b.admin().await?;
+            admin.ensure_table().await.map_err(|e| e.to_string())?;
+            admin.close().await;
         }
         let start = Arc::new(tokio::sync::Barrier::new(CLAIMERS));
         let mut tasks = Vec::new();
@@ -1254,6 +1285,7 @@ async fn renewal_blocked_by_a_lock_gives_retry_within_op_timeout(
                 .replace(".sqlite", &format!("-{}.sqlite", fresh_table("lock"))),
             addr: None,
             guard: false,
+            admin: None,
         })
     } else {
         b
@@ -1372,6 +1404,46 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
     )
 }
 
+/// The label of the suite as a lease user on `kind`'s server, if it has one.
+fn lease_user_label(kind: ServerKind) -> Option<&'static str> {
+    let label = match kind {
+        ServerKind::Postgres15 => "postgres15-lease-user",
+        ServerKind::MariaDb => "mariadb-lease-user",
+        _ => return None,
+    };
+    debug_assert!(leasehold_conformance::servers::LEASE_USER_LABELS.contains(&label));
+    Some(label)
+}
+
+/// The suite on `server` as a lease user made with the crate's
+/// statements (`lease_user_sql`), the admin of `admin` preparing.
+fn lease_user_target(label: &str, server: &leasehold_conformance::servers::Server, admin: &Sql) -> Target {
+    let made = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(lease_user::create(&admin.url, lease_user::LEASE_USER)));
+    match made {
+        Ok(url) => {
+            let shown = format!(
+                "{} as the lease user {} (SELECT, INSERT, UPDATE on the lease table)",
+                server.describe(),
+                lease_user::LEASE_USER
+            );
+            lease_user::register(
+                Target::new(label, shown, Arc::new(admin.as_lease_user(url))).with_revoke(),
+            )
+        }
+        Err(e) => Target::missing(
+            label,
+            Missing {
+                kind: server.kind,
+                tried: vec![format!("creating the lease user: {e}")],
+            },
+        ),
+    }
+}
+
 /// The suite on a TLS-only server, with the TLS tests.
 fn tls_target(label: &str, server: String, backend: Sql) -> Target {
     use tls::*;
@@ -1402,7 +1474,12 @@ fn main() -> ExitCode {
                     url: server.url.clone(),
                     addr: server.addr(),
                     guard: false,
+                    admin: None,
                 };
+                // The suite again as a lease user, where the engine has users.
+                if let Some(label) = lease_user_label(kind) {
+                    targets.push(lease_user_target(label, &server, &backend));
+                }
                 let t = target(kind.name(), server.describe(), backend);
                 targets.push(match kind {
                     ServerKind::PostgresLatest => t,
@@ -1427,6 +1504,7 @@ fn main() -> ExitCode {
                     url: server.url.clone(),
                     addr: server.addr(),
                     guard: false,
+                    admin: None,
                 };
                 let shown = format!(
                     "{} over TLS only, verified, client certificate {}",
@@ -1446,6 +1524,7 @@ fn main() -> ExitCode {
         url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
         addr: None,
         guard: false,
+        admin: None,
     };
     let version = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -1482,6 +1561,7 @@ fn main() -> ExitCode {
                     url: pair.url(),
                     addr: Some(pair.proxy().addr()),
                     guard: true,
+                    admin: None,
                 };
                 targets.push(target(label, pair.describe(), backend));
                 pairs.push(pair);

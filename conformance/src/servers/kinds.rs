@@ -45,7 +45,8 @@ pub const TOPOLOGY_LABELS: &[&str] = &[
 
 /// Every label the behaviour suites report on, in table order: the
 /// in-process backends, then each row of [`KINDS`]'s labels, then the
-/// replicated topologies, then the TLS-only servers. A missing report for any of them is a failure of
+/// replicated topologies, then the TLS-only servers, then the suites run as
+/// a lease user. A missing report for any of them is a failure of
 /// `cargo xtask test`.
 pub fn labels() -> Vec<&'static str> {
     IN_PROCESS_LABELS
@@ -54,6 +55,7 @@ pub fn labels() -> Vec<&'static str> {
         .chain(KINDS.iter().flat_map(|k| k.labels.iter().copied()))
         .chain(TOPOLOGY_LABELS.iter().copied())
         .chain(super::TLS_LABELS.iter().copied())
+        .chain(super::LEASE_USER_LABELS.iter().copied())
         .collect()
 }
 
@@ -507,7 +509,9 @@ mod tests {
         }
         assert_eq!(
             labels.len(),
-            12 + TOPOLOGY_LABELS.len() + super::super::TLS_LABELS.len(),
+            12 + TOPOLOGY_LABELS.len()
+                + super::super::TLS_LABELS.len()
+                + super::super::LEASE_USER_LABELS.len(),
             "{labels:?}"
         );
         assert_eq!(

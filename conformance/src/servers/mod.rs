@@ -49,6 +49,14 @@ pub const TLS_LABELS: &[&str] = &[
     "redis7-tls",                  // lease-valkey/tests/conformance.rs
 ];
 
+/// The report labels of the behaviour suite run as a lease user, which may
+/// read, insert and update the lease table and nothing else, while an
+/// admin prepares.
+pub const LEASE_USER_LABELS: &[&str] = &[
+    "postgres15-lease-user", // lease-sql/tests/conformance.rs
+    "mariadb-lease-user",    // lease-sql/tests/conformance.rs
+];
+
 use containers::{docker_probe, start_container};
 use local::start_local;
 
