@@ -47,6 +47,8 @@ struct Env {
     /// Kept alive for the whole run.
     _keep: Vec<Box<dyn std::any::Any + Send + Sync>>,
     sqlite_dir: Option<std::path::PathBuf>,
+    /// Where `url` names a lease user: the admin's URL.
+    admin_url: Option<String>,
 }
 
 /// One runtime for the whole run: the strategies' connections live on it.
@@ -744,6 +746,7 @@ fn store_env(
         strategy,
         _keep: keep,
         sqlite_dir: None,
+        admin_url: None,
     })
 }
 
@@ -839,11 +842,140 @@ fn sql_server_doctor(env: &Env) -> TestResult {
             ("ok", "path"),
             ("ok", "schema"),
             ("warn", "durability"),
+            // Plain text on the loopback: no network to read it on.
+            ("ok", "tls"),
+            ("ok", "grants"),
             ("ok|warn", "clock"),
             ("ok|warn", "latency"),
         ],
         0,
     )
+}
+
+/// The TLS-only PostgreSQL 15 (client certificates, `cert` authentication),
+/// reached as a lease user made with `lease_user_sql` (SELECT, INSERT and
+/// UPDATE on the lease table, known by the certificate
+/// `LEASE_CLIENT_NAME`), the admin (`CLIENT_NAME`) having prepared.
+fn tls_lease_user_env() -> Result<Env, String> {
+    use leasehold::sql::{SqlConfig, SqlStrategy, TableName, lease_user_sql, sqlx};
+    use leasehold_conformance::tls::{CLIENT_NAME, LEASE_CLIENT_NAME, Pki};
+    let server = servers::provide_tls(ServerKind::Postgres15).map_err(|m| m.to_string())?;
+    let pki = Pki::shared()?;
+    let admin = server.url.clone();
+    let path = |p: &std::path::Path| p.display().to_string();
+    let url = admin
+        .replacen(
+            &format!("//{CLIENT_NAME}@"),
+            &format!("//{LEASE_CLIENT_NAME}@"),
+            1,
+        )
+        .replacen(&path(&pki.client.cert), &path(&pki.lease_client.cert), 1)
+        .replacen(&path(&pki.client.key), &path(&pki.lease_client.key), 1);
+    if !url.contains(&path(&pki.lease_client.key)) || url == admin {
+        return Err(format!("no lease user's certificate in {url}"));
+    }
+    let mut env = store_env(
+        "postgres15-tls-lease-user",
+        admin.clone(),
+        vec![Box::new(server)],
+    )?;
+    rt().block_on(async {
+        let s = SqlStrategy::connect(SqlConfig::new(admin.as_str()).restart_guard(false))
+            .await
+            .map_err(|e| e.to_string())?;
+        // Known by its certificate: the password is never asked for.
+        let statements = lease_user_sql(
+            s.engine(),
+            &TableName::default(),
+            "postgres",
+            LEASE_CLIENT_NAME,
+            "unused",
+        )
+        .map_err(|e| e.to_string())?;
+        for sql in statements {
+            sqlx::raw_sql(&sql)
+                .execute(s.postgres().ok_or("not PostgreSQL")?)
+                .await
+                .map_err(|e| format!("{sql}: {e}"))?;
+        }
+        s.close().await;
+        Ok::<_, String>(())
+    })?;
+    env.url = url;
+    env.admin_url = Some(admin);
+    Ok(env)
+}
+
+/// Runs `sql` as the admin of `env`.
+fn as_admin(env: &Env, sql: &str) -> TestResult {
+    use leasehold::sql::{SqlConfig, SqlStrategy, sqlx};
+    let admin = env.admin_url.as_deref().ok_or("no admin")?;
+    rt().block_on(async {
+        let s = SqlStrategy::connect(SqlConfig::new(admin).restart_guard(false))
+            .await
+            .map_err(|e| e.to_string())?;
+        let r = sqlx::raw_sql(sql)
+            .execute(s.postgres().ok_or("not PostgreSQL")?)
+            .await
+            .map(drop)
+            .map_err(|e| format!("{sql}: {e}"));
+        s.close().await;
+        r
+    })
+}
+
+/// Doctor as the lease user over verified TLS: the tls line names the TLS
+/// version and a verified certificate, the grants line is ok, exit 0. With
+/// INSERT revoked, the grants line FAILs naming the GRANT to add, exit 1.
+fn tls_lease_user_doctor(env: &Env) -> TestResult {
+    let want = |grants| {
+        [
+            ("ok", "server"),
+            ("ok", "path"),
+            ("ok", "schema"),
+            ("warn", "durability"),
+            ("ok", "tls"),
+            (grants, "grants"),
+            ("ok|warn", "clock"),
+            ("ok|warn", "latency"),
+        ]
+    };
+    doctor_expect(env, &want("ok"), 0)?;
+    let (_, out, _) = doctor_lines(env)?;
+    println!("{out}");
+    let tls = out
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("tls"))
+        .unwrap_or("");
+    if !(tls.contains("TLSv1.")
+        && tls.contains("server certificate verified (sslmode=verify-full)"))
+    {
+        return Err(format!("the tls line: {tls:?}"));
+    }
+    let user = leasehold_conformance::tls::LEASE_CLIENT_NAME;
+    as_admin(
+        env,
+        &format!("REVOKE INSERT ON TABLE leasehold_leases FROM {user}"),
+    )?;
+    let failed = doctor_expect(env, &want("FAIL"), 1).and_then(|()| doctor_lines(env));
+    as_admin(
+        env,
+        &format!("GRANT INSERT ON TABLE leasehold_leases TO {user}"),
+    )?;
+    let (_, out, _) = failed?;
+    println!("{out}");
+    let grant = format!("GRANT INSERT ON TABLE \"public\".\"leasehold_leases\" TO {user}");
+    let line = out
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("grants"))
+        .unwrap_or("");
+    if line.contains(&grant) && !line.contains("GRANT SELECT") && !line.contains("GRANT UPDATE") {
+        Ok(())
+    } else {
+        Err(format!(
+            "the grants line does not name {grant:?} alone: {line}"
+        ))
+    }
 }
 
 fn valkey_doctor(env: &Env) -> TestResult {
@@ -1501,6 +1633,8 @@ struct Group {
     extra: Vec<(&'static str, StoreTest)>,
     /// A server that must be there under CI.
     server: bool,
+    /// Whether the tests every store runs ([`COMMON`]) run on it too.
+    common: bool,
 }
 
 fn groups() -> Vec<Group> {
@@ -1510,6 +1644,7 @@ fn groups() -> Vec<Group> {
             setup: Box::new(move || server_env(label, kind)),
             extra,
             server: true,
+            common: true,
         };
     vec![
         Group {
@@ -1522,6 +1657,7 @@ fn groups() -> Vec<Group> {
                 ("watch_redraws_on_a_terminal", watch_redraws_on_a_terminal),
             ],
             server: false,
+            common: true,
         },
         server(
             "postgres-latest",
@@ -1536,6 +1672,14 @@ fn groups() -> Vec<Group> {
             ServerKind::Postgres15,
             vec![("doctor", sql_server_doctor as StoreTest)],
         ),
+        // Doctor only: its test revokes a grant of the lease user for a while.
+        Group {
+            label: "postgres15-tls-lease-user",
+            setup: Box::new(tls_lease_user_env),
+            extra: vec![("doctor", tls_lease_user_doctor as StoreTest)],
+            server: true,
+            common: false,
+        },
         server(
             "mariadb",
             ServerKind::MariaDb,
@@ -1567,6 +1711,7 @@ fn groups() -> Vec<Group> {
                 ("doctor_rbac_forbidden", k8s_fake_doctor_rbac_forbidden),
             ],
             server: false,
+            common: true,
         },
     ]
 }
@@ -1590,7 +1735,8 @@ fn main() -> std::process::ExitCode {
     let args = Arguments::from_args();
     let mut trials = offline_trials();
     for group in groups() {
-        let names: Vec<String> = COMMON
+        let common = if group.common { COMMON } else { &[] };
+        let names: Vec<String> = common
             .iter()
             .map(|(n, _, _)| *n)
             .chain(group.extra.iter().map(|(n, _)| *n))
@@ -1622,7 +1768,7 @@ fn main() -> std::process::ExitCode {
                 env.label
             );
         }
-        let tests = COMMON
+        let tests = common
             .iter()
             .map(|(n, needs, f)| (*n, *needs, *f))
             .chain(group.extra.iter().map(|(n, f)| (*n, None, *f)));

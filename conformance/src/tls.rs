@@ -35,6 +35,11 @@ use rcgen::{
 /// SUBJECT`) knows the client by.
 pub const CLIENT_NAME: &str = "leasehold";
 
+/// The common name of the lease user's client certificate
+/// ([`Pki::lease_client`]): a user with the lease privileges only, known
+/// by its certificate like [`CLIENT_NAME`].
+pub const LEASE_CLIENT_NAME: &str = "leasehold_lease";
+
 /// A certificate and its private key, as PEM files.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pair {
@@ -58,6 +63,9 @@ pub struct Pki {
     /// The client's certificate: common name [`CLIENT_NAME`], signed by
     /// [`Pki::ca`], for client authentication.
     pub client: Pair,
+    /// The lease user's certificate: common name [`LEASE_CLIENT_NAME`],
+    /// signed by [`Pki::ca`], for client authentication.
+    pub lease_client: Pair,
     /// Another CA, which signed nothing a server presents: a client that
     /// trusts only it must refuse every server ("wrong CA").
     pub other_ca: PathBuf,
@@ -92,6 +100,8 @@ impl Pki {
         let server = leaf(&ca, "localhost", &local, Use::Server, false).map_err(err("server"))?;
         let client =
             leaf(&ca, CLIENT_NAME, &[], Use::Client, false).map_err(err("client certificate"))?;
+        let lease_client = leaf(&ca, LEASE_CLIENT_NAME, &[], Use::Client, false)
+            .map_err(err("lease user's client certificate"))?;
         let stranger = leaf(&other, CLIENT_NAME, &[], Use::Client, false)
             .map_err(err("other CA's client certificate"))?;
         let expired = leaf(&ca, "localhost", &local, Use::Server, true)
@@ -123,6 +133,7 @@ impl Pki {
             other_ca: write("other-ca.crt", &other.pem(), false)?,
             server: pair("server", server)?,
             client: pair("client", client)?,
+            lease_client: pair("lease-client", lease_client)?,
             stranger: pair("stranger", stranger)?,
             expired: pair("expired", expired)?,
             wrong_host: pair("wrong-host", wrong_host)?,

@@ -32,8 +32,8 @@ use crate::dialect::{CredentialsFailed, Dialect, connect_budget, guarded, with_s
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
-use crate::privileges::MissingGrant;
 use crate::ident::TableName;
+use crate::privileges::MissingGrant;
 use crate::statements::Statements;
 
 /// What a strategy is, whatever its engine.

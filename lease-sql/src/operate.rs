@@ -129,7 +129,8 @@ impl SqlStrategy {
                 Verdict::Warn,
                 "tls",
                 format!(
-                    "{v}, server certificate not verified ({shown}): anyone on the path can                      pose as the database"
+                    "{v}, server certificate not verified ({shown}): anyone on the path can \
+                    pose as the database"
                 ),
             )
             .fix(names),
@@ -142,7 +143,8 @@ impl SqlStrategy {
                 Verdict::Warn,
                 "tls",
                 format!(
-                    "plain text ({shown}) to another host: the password and the leases cross                      the network unencrypted"
+                    "plain text ({shown}) to another host: the password and the leases cross \
+                    the network unencrypted"
                 ),
             )
             .fix(names),
@@ -158,7 +160,8 @@ impl SqlStrategy {
                 Verdict::Ok,
                 "grants",
                 format!(
-                    "the user may read, insert and update {table}, and read what the                      durability and promotion checks read"
+                    "the user may read, insert and update {table}, and read what the \
+                    durability and promotion checks read"
                 ),
             ),
             Ok(missing) => {

@@ -43,10 +43,7 @@ pub(crate) const TABLE_PRIVILEGES: [(&str, &str); 3] = [
         "adding a pool's missing rows and its records of the ID format and of the server's \
          timeline or identity",
     ),
-    (
-        "UPDATE",
-        "claiming, renewing, releasing and revoking slots",
-    ),
+    ("UPDATE", "claiming, renewing, releasing and revoking slots"),
 ];
 
 /// The statements an admin runs to create the lease user `user` with
@@ -157,9 +154,7 @@ pub(crate) fn table_of(engine: Engine, schema: Option<&str>, table: &TableName) 
 /// A MySQL/MariaDB account as `CURRENT_USER()` answers it (`user@host`),
 /// in the form a GRANT names it (`'user'@'host'`).
 pub(crate) fn mysql_account(current_user: &str) -> String {
-    let (user, host) = current_user
-        .rsplit_once('@')
-        .unwrap_or((current_user, "%"));
+    let (user, host) = current_user.rsplit_once('@').unwrap_or((current_user, "%"));
     let q = |s: &str| s.replace('\\', "\\\\").replace('\'', "''");
     format!("'{}'@'{}'", q(user), q(host))
 }
@@ -190,5 +185,28 @@ mod tests {
         assert!(lease_user_sql(Engine::Postgres, &t, "db", "x; DROP", "p").is_err());
         assert!(lease_user_sql(Engine::Sqlite, &t, "db", "lease", "p").is_err());
         assert_eq!(mysql_account("lease@127.0.0.1"), "'lease'@'127.0.0.1'");
+    }
+
+    /// The README shows the statements `lease_user_sql` answers (which the
+    /// `-lease-user` conformance rows run), for the default table, the
+    /// user `leasehold_lease` and the database `leasehold`.
+    #[test]
+    fn the_readme_shows_the_statements_the_tests_run() {
+        let readme = include_str!("../README.md");
+        for engine in [Engine::Postgres, Engine::MySql] {
+            let sql = lease_user_sql(
+                engine,
+                &TableName::default(),
+                "leasehold",
+                "leasehold_lease",
+                "change-me",
+            )
+            .unwrap();
+            let block = format!("```sql\n{};\n```", sql.join(";\n"));
+            assert!(
+                readme.contains(&block),
+                "the README's \"Least privilege\" lacks, for {engine}:\n{block}"
+            );
+        }
     }
 }

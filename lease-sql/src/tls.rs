@@ -163,7 +163,14 @@ mod tests {
 
     #[test]
     fn loopback_hosts_are_local() {
-        for host in ["127.0.0.1", "127.3.4.5", "localhost", "[::1]", "::1", "/run/postgresql"] {
+        for host in [
+            "127.0.0.1",
+            "127.3.4.5",
+            "localhost",
+            "[::1]",
+            "::1",
+            "/run/postgresql",
+        ] {
             assert!(is_local(host), "{host}");
         }
         for host in ["10.0.0.1", "db.example.com", "192.168.1.2"] {

@@ -1408,6 +1408,7 @@ fn target(label: &str, server: String, backend: Sql) -> Target {
 fn lease_user_label(kind: ServerKind) -> Option<&'static str> {
     let label = match kind {
         ServerKind::Postgres15 => "postgres15-lease-user",
+        ServerKind::PostgresLatest => "postgres-latest-lease-user",
         ServerKind::MariaDb => "mariadb-lease-user",
         _ => return None,
     };
@@ -1417,7 +1418,11 @@ fn lease_user_label(kind: ServerKind) -> Option<&'static str> {
 
 /// The suite on `server` as a lease user made with the crate's
 /// statements (`lease_user_sql`), the admin of `admin` preparing.
-fn lease_user_target(label: &str, server: &leasehold_conformance::servers::Server, admin: &Sql) -> Target {
+fn lease_user_target(
+    label: &str,
+    server: &leasehold_conformance::servers::Server,
+    admin: &Sql,
+) -> Target {
     let made = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

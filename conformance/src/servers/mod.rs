@@ -53,8 +53,9 @@ pub const TLS_LABELS: &[&str] = &[
 /// read, insert and update the lease table and nothing else, while an
 /// admin prepares.
 pub const LEASE_USER_LABELS: &[&str] = &[
-    "postgres15-lease-user", // lease-sql/tests/conformance.rs
-    "mariadb-lease-user",    // lease-sql/tests/conformance.rs
+    "postgres15-lease-user",      // lease-sql/tests/conformance.rs
+    "postgres-latest-lease-user", // lease-sql/tests/conformance.rs
+    "mariadb-lease-user",         // lease-sql/tests/conformance.rs
 ];
 
 use containers::{docker_probe, start_container};

@@ -675,7 +675,9 @@ fn connect_error<D: Dialect>(what: &str, e: &sqlx::Error) -> SqlError {
         // in with ER_DBACCESS_DENIED_ERROR.
         Failure::Denied(m) => SqlError::Refused {
             what: m,
-            fix: "the user has no privilege in this database: as the admin, give it the grants                   of a lease user (the crate README, \"Least privilege\";                   `leasehold_sql::lease_user_sql`)"
+            fix: "the user has no privilege in this database: as the admin, give it the grants \
+            of a lease user (the crate README, \"Least privilege\"; \
+            `leasehold_sql::lease_user_sql`)"
                 .to_owned(),
         },
     }

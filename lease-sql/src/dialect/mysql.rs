@@ -508,7 +508,11 @@ mod tests {
         assert_eq!(class(1205), of(Failure::Contention(String::new())));
         assert_eq!(class(1045), of(Failure::Final(String::new())));
         for denied in [1142, 1143, 1044, 1227, 1370] {
-            assert_eq!(class(denied), of(Failure::Denied(String::new())), "{denied}");
+            assert_eq!(
+                class(denied),
+                of(Failure::Denied(String::new())),
+                "{denied}"
+            );
         }
         let pool = <MySql as Dialect>::classify("x", &sqlx::Error::PoolTimedOut);
         assert!(matches!(pool, Failure::Transient(_)));

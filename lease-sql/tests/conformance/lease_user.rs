@@ -61,9 +61,7 @@ pub(crate) async fn create(admin: &str, user: &str) -> Result<String, String> {
 
 /// The lease user has every privilege the lease operations need, and no
 /// more: it cannot create a table (so `prepare` is the admin's).
-async fn the_lease_user_has_its_grants_and_cannot_create_tables(
-    b: Arc<Sql>,
-) -> Result<(), String> {
+async fn the_lease_user_has_its_grants_and_cannot_create_tables(b: Arc<Sql>) -> Result<(), String> {
     let s = b.strategy().await?;
     let missing = s.missing_grants().await.map_err(|e| e.to_string())?;
     ensure!(missing.is_empty(), "the lease user lacks {missing:?}");
@@ -131,8 +129,14 @@ fn names_only(
     error: &str,
 ) -> Result<(), String> {
     let grants: Vec<&str> = missing.iter().map(|m| m.grant.as_str()).collect();
-    ensure!(grants == [grant], "missing_grants answered {grants:?}, not [{grant:?}]");
-    ensure!(error.contains(grant), "the error does not name {grant:?}: {error}");
+    ensure!(
+        grants == [grant],
+        "missing_grants answered {grants:?}, not [{grant:?}]"
+    );
+    ensure!(
+        error.contains(grant),
+        "the error does not name {grant:?}: {error}"
+    );
     Ok(())
 }
 
@@ -158,9 +162,7 @@ async fn a_claim_without_select_names_the_grant(b: Arc<Sql>) -> Result<(), Strin
 /// Without INSERT, a claim on a pool whose rows are missing (it would add
 /// them) is refused naming `GRANT INSERT`; a prepared pool's claims need
 /// no INSERT.
-async fn a_claim_that_adds_rows_without_insert_names_the_grant(
-    b: Arc<Sql>,
-) -> Result<(), String> {
+async fn a_claim_that_adds_rows_without_insert_names_the_grant(b: Arc<Sql>) -> Result<(), String> {
     let (url, user, grant) = user_without(&b, "INSERT").await?;
     let s = connect(&b, &url).await?;
     let prepared = fresh_pool(1, Duration::from_secs(30))?;
@@ -176,7 +178,12 @@ async fn a_claim_that_adds_rows_without_insert_names_the_grant(
     let missing = s.missing_grants().await.map_err(|e| e.to_string())?;
     s.close().await;
     let e = match r {
-        Ok(g) => return Err(format!("claimed slot {} of a new pool without INSERT", g.slot)),
+        Ok(g) => {
+            return Err(format!(
+                "claimed slot {} of a new pool without INSERT",
+                g.slot
+            ));
+        }
         Err(e) => e,
     };
     println!("{e}");
@@ -203,7 +210,11 @@ async fn claims_and_renewals_without_update_name_the_grant(b: Arc<Sql>) -> Resul
     let grant = match admin.engine() {
         Engine::MySql => {
             let table = format!("`{}`.`leasehold_leases`", database(&admin_url));
-            raw(&admin, &format!("REVOKE UPDATE ON {table} FROM '{user}'@'%'")).await?;
+            raw(
+                &admin,
+                &format!("REVOKE UPDATE ON {table} FROM '{user}'@'%'"),
+            )
+            .await?;
             format!("GRANT UPDATE ON {table} TO '{user}'@'%'")
         }
         _ => {
