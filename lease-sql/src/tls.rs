@@ -45,6 +45,7 @@ pub(crate) struct Asked {
 }
 
 /// Whether `host` (as a URL names it) is this machine.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn is_local(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.is_empty()

@@ -163,8 +163,14 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     /// The error of an operation the server refused for want of a
     /// privilege (`message`): what it said, and the GRANT of each privilege
     /// the lease user lacks.
+    /// The probes share one operation timeout: a renewal refused for want
+    /// of a privilege answers its `Retry` within two of them.
     pub(super) async fn denied(&self, message: String) -> SqlError {
-        let fix = match self.missing_grants().await {
+        let budget = self.info.op_timeout;
+        let found = tokio::time::timeout(budget, self.missing_grants())
+            .await
+            .unwrap_or_else(|_| Err(Failure::timeout("finding the missing privilege", budget)));
+        let fix = match found {
             Ok(missing) if !missing.is_empty() => grants_fix(&missing),
             Ok(_) => format!(
                 "the lease user has every privilege the lease operations need on {}; {CHECK_ACCESS}",
