@@ -1435,9 +1435,14 @@ fn lease_user_target(
                 server.describe(),
                 lease_user::LEASE_USER
             );
-            lease_user::register(
+            let t = lease_user::register(
                 Target::new(label, shown, Arc::new(admin.as_lease_user(url))).with_revoke(),
-            )
+            );
+            if server.kind == ServerKind::Postgres15 {
+                lease_user::register_postgres(t)
+            } else {
+                t
+            }
         }
         Err(e) => Target::missing(
             label,

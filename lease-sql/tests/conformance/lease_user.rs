@@ -265,3 +265,85 @@ pub(crate) fn register(t: leasehold_conformance::Target) -> leasehold_conformanc
         claims_and_renewals_report_the_servers_time,
     )
 }
+
+/// What the durability and promotion checks call is `PUBLIC`'s by default;
+/// revoked from `PUBLIC` in turn (on a server of this test's own: the
+/// revocation is server-wide), each is named with its `GRANT EXECUTE`: at
+/// connect for what connect reads, by `missing_grants` for what only the
+/// promotion guard reads.
+async fn revoked_check_functions_name_their_grant(_b: Arc<Sql>) -> Result<(), String> {
+    use leasehold_conformance::servers::{ServerKind, provide};
+    let server = provide(ServerKind::Postgres15).map_err(|m| m.to_string())?;
+    let url = create(&server.url, LEASE_USER).await?;
+    let admin = SqlStrategy::connect(
+        SqlConfig::from_url(&server.url)
+            .map_err(|e| e.to_string())?
+            .restart_guard(false),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let lease = || async {
+        SqlStrategy::connect(
+            SqlConfig::from_url(&url)
+                .map_err(|e| e.to_string())?
+                .restart_guard(false),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    };
+    // (function, read at connect)
+    for (function, at_connect) in [
+        ("current_setting(text)", true),
+        ("pg_postmaster_start_time()", true),
+        ("pg_current_wal_lsn()", false),
+        ("pg_walfile_name(pg_lsn)", false),
+    ] {
+        let grant = format!("GRANT EXECUTE ON FUNCTION {function} TO {LEASE_USER}");
+        raw(
+            &admin,
+            &format!("REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC"),
+        )
+        .await?;
+        let found = if at_connect {
+            match lease().await {
+                Ok(s) => {
+                    s.close().await;
+                    Err(format!("connected with {function} revoked"))
+                }
+                Err(e) => {
+                    println!("{e}");
+                    ensure!(e.contains(&grant), "the error does not name {grant:?}: {e}");
+                    Ok(())
+                }
+            }
+        } else {
+            match lease().await {
+                Ok(s) => {
+                    let missing = s.missing_grants().await.map_err(|e| e.to_string());
+                    s.close().await;
+                    let grants: Vec<String> = missing?.into_iter().map(|m| m.grant).collect();
+                    ensure!(
+                        grants == [grant.clone()],
+                        "missing_grants answered {grants:?}"
+                    );
+                    Ok(())
+                }
+                Err(e) => Err(format!("connect with {function} revoked: {e}")),
+            }
+        };
+        raw(
+            &admin,
+            &format!("GRANT EXECUTE ON FUNCTION {function} TO PUBLIC"),
+        )
+        .await?;
+        found?;
+    }
+    admin.close().await;
+    drop(server);
+    Ok(())
+}
+
+/// The PostgreSQL-only privilege tests.
+pub(crate) fn register_postgres(t: leasehold_conformance::Target) -> leasehold_conformance::Target {
+    leasehold_conformance::trials!(t; revoked_check_functions_name_their_grant)
+}
