@@ -24,7 +24,7 @@ const LEDGER: &str = "CREATE TABLE IF NOT EXISTS example_ledger (hour BIGINT PRI
 
 // ANCHOR: open
 /// The data's database: a plain pool, and the fence table in it.
-pub async fn open_data(data_url: &str) -> Result<PgPool, Box<dyn std::error::Error>> {
+pub async fn open_data(data_url: &str) -> Result<PgPool, Box<dyn std::error::Error + Send + Sync>> {
     let db = PgPool::connect(data_url).await?;
     FenceTable::default().ensure_on(&db).await?; // no lease checks: no leases here
     sqlx::query(LEDGER).execute(&db).await?;
@@ -67,7 +67,7 @@ pub async fn replica(
     db: PgPool,
     me: &'static str,
     every: Duration,
-) -> Result<Elector, Box<dyn std::error::Error>> {
+) -> Result<Elector, Box<dyn std::error::Error + Send + Sync>> {
     let store = leasehold::connect(leader_url).await?; // the leases live here
     let config = LeaderConfig::builder("ledger-writer")
         .holder(me)
@@ -113,7 +113,7 @@ pub async fn run(
     leader_url: &str,
     data_url: &str,
     hours: i64,
-) -> Result<Outcome, Box<dyn std::error::Error>> {
+) -> Result<Outcome, Box<dyn std::error::Error + Send + Sync>> {
     let db = open_data(data_url).await?;
     let every = Duration::from_millis(100);
     let mut replicas = vec![
@@ -164,7 +164,7 @@ pub async fn run(
 
 #[allow(dead_code)]
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut args = std::env::args().skip(1);
     let (Some(leader_url), Some(data_url)) = (args.next(), args.next()) else {
         return Err("pass the leader store's URL (valkey://…) and a postgres:// URL".into());

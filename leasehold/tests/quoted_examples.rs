@@ -196,14 +196,12 @@ fn every_quoted_example_exists_and_is_run_by_a_test() {
                 problems.push(format!("{shown} quotes {example}, which does not exist"));
                 continue;
             };
-            if let Some(anchor) = anchor {
-                if !src.contains(&format!("ANCHOR: {anchor}"))
-                    || !src.contains(&format!("ANCHOR_END: {anchor}"))
-                {
-                    problems.push(format!(
-                        "{shown} includes anchor {anchor} of {example}, which has no such anchor"
-                    ));
-                }
+            if let Some(anchor) = anchor.filter(|a| {
+                !src.contains(&format!("ANCHOR: {a}")) || !src.contains(&format!("ANCHOR_END: {a}"))
+            }) {
+                problems.push(format!(
+                    "{shown} includes anchor {anchor} of {example}, which has no such anchor"
+                ));
             }
             seen.insert(example);
         }
