@@ -27,11 +27,6 @@ const COMPILED_ONLY: &[(&str, &str)] = &[
         "lease-k8s/examples/leader.rs",
         "needs a Kubernetes API server; not yet run against the fake one of lease-k8s's tests",
     ),
-    (
-        "lease-sql/examples/invoices.rs",
-        "a walk-through on SQLite; the fence refusals it shows are the conformance suite's \
-         fenced-write tests",
-    ),
 ];
 
 fn root() -> PathBuf {
