@@ -150,7 +150,7 @@ pub(crate) struct StoreArgs {
     pub(crate) kubeconfig: Option<PathBuf>,
     /// The pool's size: `status` and `watch` count its never-used slots as
     /// free, and stores that look slots up one by one look up this many
-    /// [default: 512]
+    /// [default: on SQL the rows `prepare` made for the pool, elsewhere 512]
     #[arg(long)]
     pub(crate) size: Option<u32>,
 }
@@ -224,7 +224,11 @@ impl StoreArgs {
     pub(crate) fn pool_size(&self) -> table::Size {
         table::Size {
             slots: self.size.unwrap_or(Self::DEFAULT_SIZE),
-            given: self.size.is_some(),
+            from: if self.size.is_some() {
+                table::SizeFrom::Flag
+            } else {
+                table::SizeFrom::Assumed
+            },
         }
     }
 

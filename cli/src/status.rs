@@ -23,6 +23,7 @@ pub(crate) async fn status(
     let Some(spec) = spec else {
         return list_pools(&store, json).await;
     };
+    let (spec, size) = store::known_size(&store, spec, size).await?;
     let slots = store::inspect(&store, &spec).await?;
     let name = spec.name().as_str();
     if json {
@@ -83,6 +84,7 @@ pub(crate) async fn watch(
     let size = args.pool_size();
     let spec = pool_spec(pool, size.slots)?;
     let store = store::connect(args).await?;
+    let (spec, size) = store::known_size(&store, spec, size).await?;
     let tty = std::io::stdout().is_terminal();
     let mut before: Option<BTreeMap<u32, Vec<String>>> = None;
     let mut reads = 0u64;

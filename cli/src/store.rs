@@ -10,6 +10,7 @@ use leasehold::{
 
 use crate::StoreArgs;
 use crate::error::{CliError, Exit};
+use crate::table;
 
 fn from_connect(e: ConnectError) -> CliError {
     let code = match &e {
@@ -161,6 +162,31 @@ pub(crate) async fn inspect(store: &Store, pool: &PoolSpec) -> Result<Vec<SlotIn
         ),
         other => CliError::new(Exit::Store, other.to_string()),
     })
+}
+
+/// The pool's size from the store when `--size` did not give it and the
+/// store keeps it (SQL: the rows `prepare` made), with the spec to read it
+/// with; otherwise both as they were.
+pub(crate) async fn known_size(
+    store: &Store,
+    spec: PoolSpec,
+    size: table::Size,
+) -> Result<(PoolSpec, table::Size), CliError> {
+    if size.from != table::SizeFrom::Assumed {
+        return Ok((spec, size));
+    }
+    let name = spec.name().as_str();
+    match store.operator().pool_size(name).await {
+        Ok(Some(slots)) => {
+            let size = table::Size {
+                slots,
+                from: table::SizeFrom::Store,
+            };
+            Ok((pool_spec(name, slots)?, size))
+        }
+        Ok(None) => Ok((spec, size)),
+        Err(e) => Err(CliError::new(Exit::Store, format!("{e} (--table)"))),
+    }
 }
 
 /// The pools the store has, when it can tell.

@@ -152,13 +152,35 @@ pub(crate) fn render(
     out
 }
 
-/// The size of the pool `status` looks at: `--size`, or the default.
+/// The size of the pool `status` looks at: `--size`, what the store keeps
+/// (SQL: the rows `prepare` made), or the default.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Size {
     /// How many slots the pool has.
     pub(crate) slots: u32,
-    /// Whether `--size` gave it (else it is assumed).
-    pub(crate) given: bool,
+    /// Where the number comes from.
+    pub(crate) from: SizeFrom,
+}
+
+/// Where a pool's size comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SizeFrom {
+    /// `--size`.
+    Flag,
+    /// The store: SQL keeps a row per slot, made by `prepare`.
+    Store,
+    /// Nobody: the default pool's 512.
+    Assumed,
+}
+
+impl SizeFrom {
+    fn as_str(self) -> &'static str {
+        match self {
+            SizeFrom::Flag => "flag",
+            SizeFrom::Store => "store",
+            SizeFrom::Assumed => "assumed",
+        }
+    }
 }
 
 /// How many slots are held, revoked and free. A store lists only the slots
@@ -187,10 +209,9 @@ fn counts(slots: &[SlotInfo], size: Size) -> Counts {
 /// One line above the table: how many slots are held, revoked, free.
 pub(crate) fn summary(pool: &str, store: &str, slots: &[SlotInfo], size: Size) -> String {
     let c = counts(slots, size);
-    let assumed = if size.given {
-        ""
-    } else {
-        " (an assumed size: give the pool's with --size)"
+    let assumed = match size.from {
+        SizeFrom::Flag | SizeFrom::Store => "",
+        SizeFrom::Assumed => " (an assumed size: give the pool's with --size)",
     };
     format!(
         "pool {pool} on {store}: {} held, {} revoked, {} free of {} slots{assumed} (times on \
@@ -207,7 +228,8 @@ pub(crate) fn json(pool: &str, store: &str, slots: &[SlotInfo], size: Size) -> s
         "pool": pool,
         "store": store,
         "size": c.size,
-        "size_given": size.given,
+        "size_given": size.from == SizeFrom::Flag,
+        "size_from": size.from.as_str(),
         "held": c.held,
         "revoked": c.revoked,
         "free": c.free,
@@ -251,7 +273,7 @@ mod tests {
         let slots = [held(0), held(1), held(2)];
         let size = Size {
             slots: 512,
-            given: true,
+            from: SizeFrom::Flag,
         };
         let line = summary("ids", "PostgreSQL 18.6", &slots, size);
         assert_eq!(
@@ -271,7 +293,7 @@ mod tests {
         ];
         let size = Size {
             slots: 4,
-            given: true,
+            from: SizeFrom::Flag,
         };
         assert!(
             summary("ids", "s", &slots, size).contains(": 1 held, 0 revoked, 3 free of 4 slots")
@@ -284,7 +306,7 @@ mod tests {
     fn an_assumed_size_is_named_and_listed_slots_extend_it() {
         let size = Size {
             slots: 512,
-            given: false,
+            from: SizeFrom::Assumed,
         };
         let line = summary("ids", "s", &[held(0)], size);
         assert!(
@@ -293,7 +315,7 @@ mod tests {
         );
         let size = Size {
             slots: 2,
-            given: true,
+            from: SizeFrom::Flag,
         };
         let line = summary("ids", "s", &[held(0), held(5)], size);
         assert!(

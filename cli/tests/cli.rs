@@ -429,6 +429,79 @@ fn status_table(env: &Env) -> TestResult {
     Ok(())
 }
 
+/// Without `--size`, a SQL store answers how many slots the pool has (the
+/// rows `prepare` made for it); every other store keeps no size, so the
+/// summary says the default 512 is assumed.
+fn status_size_from_the_store(env: &Env) -> TestResult {
+    let pool = unique_pool();
+    let sql = matches!(
+        env.label.as_str(),
+        "sqlite" | "postgres-latest" | "postgres15" | "mariadb"
+    );
+    rt().block_on(async {
+        let store = StoreConfig::from_url(&env.url)
+            .map_err(|e| e.to_string())?
+            .map_sql(|c| c.restart_guard(false))
+            .map_valkey(|c| c.restart_guard(false))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        store
+            .operator()
+            .prepare(Some(&spec(&pool, 20, "worker-a")))
+            .await
+            .map_err(|e| format!("prepare: {e}"))?;
+        env.strategy
+            .acquire_dyn(&spec(&pool, 20, "worker-a"), CEILING)
+            .await
+            .map_err(|e| format!("acquire: {e}"))?;
+        Ok::<_, String>(())
+    })?;
+    let o = run(&["status", "--url", &env.url, "--pool", &pool]);
+    expect_code(&o, 0)?;
+    let out = text(&o).0;
+    let summary = out.lines().next().unwrap_or_default();
+    let want = if sql {
+        ": 1 held, 0 revoked, 19 free of 20 slots (times on the store's clock)"
+    } else {
+        ": 1 held, 0 revoked, 511 free of 512 slots (an assumed size: give the pool's with \
+         --size) (times on the store's clock)"
+    };
+    if !summary.ends_with(want) {
+        return Err(format!(
+            "summary line: {summary}\nexpected it to end with {want:?}"
+        ));
+    }
+    let o = run(&["status", "--url", &env.url, "--pool", &pool, "--json"]);
+    expect_code(&o, 0)?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).map_err(|e| format!("--json output: {e}"))?;
+    let (size, from) = (v["size"].as_u64(), v["size_from"].as_str());
+    let want = if sql {
+        (Some(20), Some("store"))
+    } else {
+        (Some(512), Some("assumed"))
+    };
+    if (size, from) != want {
+        return Err(format!(
+            "JSON size {size:?} from {from:?}, expected {want:?}"
+        ));
+    }
+    // --size still wins.
+    let o = run(&["status", "--url", &env.url, "--pool", &pool, "--size", "8"]);
+    expect_code(&o, 0)?;
+    let out = text(&o).0;
+    if !out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .contains(" free of 8 slots (times")
+    {
+        return Err(format!("with --size 8:\n{out}"));
+    }
+    Ok(())
+}
+
 /// Without --pool: the pools (SQL), or a usage error naming --pool.
 fn status_without_pool(env: &Env) -> TestResult {
     let (pool, _) = three_slots(env)?;
@@ -1617,6 +1690,11 @@ const COMMON: &[(&str, Option<bool>, StoreTest)] = &[
     ("revoke_leaves_tombstone", None, revoke_leaves_tombstone),
     ("status_without_pool", None, status_without_pool),
     ("status_table", Some(true), status_table),
+    (
+        "status_size_from_the_store",
+        Some(true),
+        status_size_from_the_store,
+    ),
     ("watch_prints_changes", Some(true), watch_prints_changes),
     ("watch_count_stops", Some(true), watch_count_stops),
     (

@@ -75,6 +75,16 @@ pub trait Operate: DynStrategy {
         Box::pin(std::future::ready(Err(OperateError::Unsupported(what))))
     }
 
+    /// How many slots `pool` has, where the store itself keeps that (SQL:
+    /// the rows [`Operate::prepare`] made for it), so a tool need not be told.
+    /// `None` where the size lives only in the holders' configuration (every
+    /// other store: a slot exists once a claim takes it), and for a pool the
+    /// store has no slots of: the default.
+    fn pool_size<'a>(&'a self, pool: &'a str) -> BoxFuture<'a, Result<Option<u32>, OperateError>> {
+        let _ = pool;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
     /// Creates what the store needs before leases can be claimed (a table,
     /// its migrations, the rows of `pool`'s slots), idempotently. A store
     /// that needs nothing (its claims create what they use) answers `Ok` at

@@ -77,7 +77,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     result
 }
 
-async fn act(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+/// Acts the failure out on the SQLite file at `url`, asserting each step.
+pub async fn act(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let ttl = Duration::from_millis(600);
     let mut replicas = Vec::new();
     for name in ["replica-a", "replica-b", "replica-c"] {

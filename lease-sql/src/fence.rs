@@ -94,6 +94,38 @@ impl FenceTable {
         strategy.ensure_fence_table(&self.name()).await
     }
 
+    /// Creates the table on a database of the caller's own, through a plain
+    /// sqlx pool (`sqlx::PgPool`, `sqlx::MySqlPool`, `sqlx::SqlitePool`), if
+    /// it does not exist, and adds the issuer columns to a table an older
+    /// version created: the same as [`FenceTable::ensure`], for a database
+    /// that holds no leases.
+    ///
+    /// This is **fencing into another store**: the leader is elected on one
+    /// store (Valkey, etcd, another SQL database) and writes here. The
+    /// lease checks of `connect` (the durability settings, the lease table)
+    /// are not run, and need not be: this database keeps no lease. What it
+    /// must keep is the fenced write itself, committed with your rows; make
+    /// it as durable as those rows need (on PostgreSQL, with
+    /// `synchronous_commit = off`, a crash can lose the last commits and their
+    /// fences together: run the transaction with
+    /// `SET LOCAL synchronous_commit = on` where that matters).
+    ///
+    /// ```no_run
+    /// # async fn demo(stamp: leasehold_core::FenceStamp) -> Result<(), Box<dyn std::error::Error>> {
+    /// use leasehold_sql::{FenceTable, sqlx};
+    /// let db = sqlx::PgPool::connect("postgres://app@db/billing").await?;
+    /// let fences = FenceTable::default();
+    /// fences.ensure_on(&db).await?;
+    /// let mut tx = db.begin().await?;
+    /// fences.advance(&mut *tx, "billing", &stamp).await?; // Err(Stale | OtherWriter) → drop tx
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn ensure_on<D: SqlDatabase>(&self, pool: &sqlx::Pool<D>) -> Result<(), SqlError> {
+        let mut conn = pool.acquire().await?;
+        D::ensure_fence_on(&mut *conn, &self.name()).await
+    }
+
     /// Records `stamp` for `resource`, or refuses with [`SqlError::Stale`]
     /// or [`SqlError::OtherWriter`] (see the type's docs). Run it on the
     /// writing transaction (`&mut *tx`), before the writes; on SQLite,

@@ -70,6 +70,31 @@ impl SqlStrategy {
         Err(sqlx::Error::PoolClosed)
     }
 
+    /// How many rows the lease table has for `pool` (what `prepare` made).
+    async fn slot_rows(&self, pool: &str) -> Result<i64, sqlx::Error> {
+        let table = self.table().as_str();
+        #[cfg(feature = "postgres")]
+        if let Some(p) = self.postgres() {
+            let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = $1");
+            return sqlx::query_scalar(&sql).bind(pool).fetch_one(p).await;
+        }
+        let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = ?");
+        #[cfg(feature = "mysql")]
+        if let Some(p) = self.mysql() {
+            // The pool column is VARBINARY on MySQL/MariaDB: compare bytes.
+            return sqlx::query_scalar(&sql)
+                .bind(pool.as_bytes())
+                .fetch_one(p)
+                .await;
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(p) = self.sqlite() {
+            return sqlx::query_scalar(&sql).bind(pool).fetch_one(p).await;
+        }
+        let _ = (pool, sql);
+        Err(sqlx::Error::PoolClosed)
+    }
+
     async fn schema_check(&self) -> Check {
         let table = self.table().as_str();
         match self.check_schema().await {
@@ -258,6 +283,20 @@ impl Operate for SqlStrategy {
                     self.server_version()
                 ))
             })
+        })
+    }
+
+    fn pool_size<'a>(&'a self, pool: &'a str) -> BoxFuture<'a, Result<Option<u32>, OperateError>> {
+        Box::pin(async move {
+            let rows = self.slot_rows(pool).await.map_err(|e| {
+                store_error(format!(
+                    "cannot count the slots of pool {pool} in table {} ({}): {e}; is this the \
+                     lease table?",
+                    self.table().as_str(),
+                    self.server_version()
+                ))
+            })?;
+            Ok(u32::try_from(rows).ok().filter(|n| *n > 0))
         })
     }
 

@@ -29,6 +29,8 @@ use crate::config::SqlConfig;
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
+use crate::ident::TableName;
+use crate::statements::FENCE_ISSUER_COLUMNS;
 
 /// A database this build of the crate speaks: `sqlx::Postgres`,
 /// `sqlx::MySql` and `sqlx::Sqlite`, each behind the Cargo feature of its
@@ -53,6 +55,14 @@ pub trait SqlDatabase: Dialect {
         resource: &'c str,
         from: (&'c PoolName, u32),
         stamp: &'c FenceStamp,
+    ) -> BoxFuture<'c, Result<(), SqlError>>;
+
+    /// `FenceTable::ensure_on` on this engine: the fence table `t` created
+    /// (or given its issuer columns) on a connection of the caller's.
+    #[doc(hidden)]
+    fn ensure_fence_on<'c>(
+        conn: &'c mut Self::Connection,
+        t: &'c TableName,
     ) -> BoxFuture<'c, Result<(), SqlError>>;
 }
 
@@ -97,6 +107,40 @@ with_sqlx_bounds!([impl<D> SqlDatabase for D] {
     ) -> BoxFuture<'c, Result<(), SqlError>> {
         Box::pin(fenced_write::<D>(conn, t, resource, Some(from), stamp))
     }
+
+    fn ensure_fence_on<'c>(
+        conn: &'c mut D::Connection,
+        t: &'c TableName,
+    ) -> BoxFuture<'c, Result<(), SqlError>> {
+        Box::pin(ensure_fence_table_on::<D>(conn, t))
+    }
+});
+
+with_sqlx_bounds!([async fn ensure_fence_table_on<D>(conn: &mut D::Connection, t: &TableName) -> Result<(), SqlError>] {
+    let quoted = t.quoted(D::QUOTE);
+    let has = |columns: &[String], c: &str| columns.iter().any(|h| h.eq_ignore_ascii_case(c));
+    let create = D::create_fence_table(&quoted);
+    let created = sqlx::query::<D>(&create).execute(&mut *conn).await;
+    let columns = fence_columns::<D>(conn, t).await?;
+    if columns.is_empty() {
+        // Not there even after CREATE: say why.
+        created?;
+    }
+    for column in FENCE_ISSUER_COLUMNS.iter().filter(|c| !has(&columns, c)) {
+        let add = D::add_fence_issuer_column(&quoted, column);
+        if let Err(e) = sqlx::query::<D>(&add).execute(&mut *conn).await {
+            // Another process may have added it in the meantime.
+            if !has(&fence_columns::<D>(conn, t).await?, column) {
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
+});
+
+with_sqlx_bounds!([async fn fence_columns<D>(conn: &mut D::Connection, t: &TableName) -> Result<Vec<String>, SqlError>] {
+    let rows = sqlx::query(D::COLUMNS).bind(t.as_str()).fetch_all(&mut *conn).await?;
+    Ok(rows.iter().map(|r| r.try_get(0)).collect::<Result<_, _>>()?)
 });
 
 /// A database just opened: the first lease connection, how to open more, a

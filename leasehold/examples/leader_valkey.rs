@@ -6,15 +6,14 @@
 //! leader is shut down and the other takes over.
 //!
 //! ```sh
-//! cargo run -p leasehold-valkey --example leader_valkey -- redis://127.0.0.1:6379
+//! cargo run -p leasehold --features valkey --example leader_valkey -- redis://127.0.0.1:6379
 //! ```
 
 use std::time::{Duration, Instant};
 
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use leasehold_core::{Elector, Leader, LeaderConfig, Leadership};
-use leasehold_valkey::{ValkeyConfig, ValkeyStrategy};
+use leasehold::{Elector, Leader, LeaderConfig, Leadership, Store};
 
 // ANCHOR: script
 /// The ledger hash.
@@ -63,18 +62,25 @@ async fn field(client: &fred::clients::Client, name: String) -> Result<Option<St
     client.custom(hget, args).await.map_err(|e| e.to_string())
 }
 
+/// The store's fred client, for the ledger's own commands (add `fred` 10
+/// to your dependencies to name its types).
+fn valkey_client(store: &Store) -> Result<fred::clients::Client, String> {
+    let valkey = store
+        .valkey()
+        .ok_or("this example needs a redis:// or valkey:// URL")?;
+    Ok(valkey.client().clone())
+}
+
 // ANCHOR: replica
 /// One replica: campaigns, and while it leads bills an "hour" every `every`.
 async fn replica(url: &str, me: &'static str, every: Duration) -> Result<Elector, String> {
-    let strategy = ValkeyStrategy::connect(ValkeyConfig::new(url))
-        .await
-        .map_err(|e| e.to_string())?;
-    let client = strategy.client().clone();
+    let store = leasehold::connect(url).await.map_err(|e| e.to_string())?;
+    let client = valkey_client(&store)?;
     let config = LeaderConfig::builder("invoice-job")
         .holder(me)
         .ttl(Duration::from_secs(5));
     Ok(
-        Leader::builder(strategy, config.build().map_err(|e| e.to_string())?)
+        Leader::builder(store, config.build().map_err(|e| e.to_string())?)
             .on_started_leading(move |l| println!("{me} leads with {}", l.stamp()))
             .on_error(move |e| eprintln!("{me} can never lead: {e}"))
             .campaign(move |leadership| {
@@ -107,9 +113,9 @@ pub async fn run(url: &str, hours: i64) -> Result<Vec<String>, Box<dyn std::erro
         replica(url, "a", every).await?,
         replica(url, "b", every).await?,
     ];
-    // The strategy owns the connection: keep it while its client is used.
-    let store = ValkeyStrategy::connect(ValkeyConfig::new(url)).await?;
-    let reader = store.client().clone();
+    // The store owns the connection: keep it while its client is used.
+    let store = leasehold::connect(url).await?;
+    let reader = valkey_client(&store)?;
     let billed = || async {
         let n = field(&reader, "hours".to_owned()).await?;
         n.map_or(Ok(0), |n| n.parse::<i64>().map_err(|e| e.to_string()))

@@ -4,14 +4,13 @@
 //! is lost: answer 503 with the Retry-After the lease's health gives.
 //!
 //! ```sh
-//! cargo run -p leasehold-sql --example snowflake_postgres -- postgres://postgres@127.0.0.1:5432/postgres
+//! cargo run -p leasehold --features postgres --example snowflake_postgres -- postgres://postgres@127.0.0.1:5432/postgres
 //! ```
 
 use std::time::Duration;
 
-use leasehold_core::{LeaseConfig, LeaseManager};
-use leasehold_nonce::Sortable64;
-use leasehold_sql::{SqlConfig, SqlStrategy};
+use leasehold::nonce::{Layout, Sortable64};
+use leasehold::{LeaseConfig, LeaseManager};
 
 /// What a handler answers.
 #[derive(Debug, PartialEq, Eq)]
@@ -50,9 +49,15 @@ pub async fn create_order(ids: &Sortable64) -> Response {
 /// Leases a machine ID from the database at `url`, serves `requests`
 /// concurrent requests, and gives the ID back. Returns the IDs made.
 pub async fn run(url: &str, requests: usize) -> Result<Vec<String>, Box<dyn std::error::Error>> {
-    let strategy = SqlStrategy::connect(SqlConfig::new(url)).await?;
+    let store = leasehold::connect(url).await?;
+    // The ID layout is declared with the lease: the store records the
+    // pool's format and refuses a process of another layout or epoch, whose
+    // IDs could equal these.
+    let layout = Layout::default64();
     let config = LeaseConfig::builder("order-ids")
+        .pool_size(512)
         .ttl(Duration::from_secs(10))
+        .id_format(layout.id_format())
         .on_lost(|loss| {
             eprintln!(
                 "machine ID {} lost ({:?}): answering 503",
@@ -60,14 +65,14 @@ pub async fn run(url: &str, requests: usize) -> Result<Vec<String>, Box<dyn std:
             )
         })
         .build()?;
-    strategy.ensure_pool(config.pool()).await?;
+    store.operator().prepare(Some(config.pool())).await?; // the table and the rows, once
     // Blocks until a slot is held: no ID is ever made without one.
-    let manager = LeaseManager::start(strategy, config).await?;
+    let manager = LeaseManager::start(store, config).await?;
     println!("machine ID {}", manager.gate().view().slot);
     // What a readiness probe answers: 200 once IDs can be made.
     let health = manager.health();
     println!("readiness {}: {}", health.status, health.reason);
-    let ids = Sortable64::new(manager.gate())?;
+    let ids = Sortable64::with_layout(manager.gate(), layout)?;
     let mut handlers = tokio::task::JoinSet::new();
     for _ in 0..requests {
         let ids = ids.clone(); // one generation state per lease: clone it

@@ -5,14 +5,14 @@
 //! process; the leader is shut down and the other takes over.
 //!
 //! ```sh
-//! cargo run -p leasehold-sql --example leader_postgres -- postgres://postgres@127.0.0.1:5432/postgres
+//! cargo run -p leasehold --features postgres --example leader_postgres -- postgres://postgres@127.0.0.1:5432/postgres
 //! ```
 
 use std::time::{Duration, Instant};
 
-use leasehold_core::{Elector, Leader, LeaderConfig, Leadership};
-use leasehold_sql::sqlx::{self, PgPool};
-use leasehold_sql::{FenceTable, SqlConfig, SqlError, SqlStrategy};
+use leasehold::sql::sqlx::{self, PgPool};
+use leasehold::sql::{FenceTable, SqlError};
+use leasehold::{Elector, Leader, LeaderConfig, Leadership, Store};
 
 const INVOICES: &str = "CREATE TABLE IF NOT EXISTS example_invoices (hour BIGINT, \
     customer TEXT, amount BIGINT, billed_by TEXT, PRIMARY KEY (hour, customer))";
@@ -48,16 +48,18 @@ async fn bill(db: &PgPool, leadership: &Leadership, me: &str) -> Result<bool, Sq
 
 // ANCHOR: replica
 /// One replica: campaigns, and while it leads bills an "hour" every `every`.
-fn replica(strategy: SqlStrategy, me: &'static str, every: Duration) -> Result<Elector, String> {
-    let db = strategy
-        .postgres()
+fn replica(store: Store, me: &'static str, every: Duration) -> Result<Elector, String> {
+    // The leases' own database, through the pool the store hands out.
+    let db = store
+        .sql()
+        .and_then(|sql| sql.postgres())
         .ok_or("this example needs a postgres:// URL")?
         .clone();
     let config = LeaderConfig::builder("invoice-job")
         .holder(me)
         .ttl(Duration::from_secs(5));
     Ok(
-        Leader::builder(strategy, config.build().map_err(|e| e.to_string())?)
+        Leader::builder(store, config.build().map_err(|e| e.to_string())?)
             .on_started_leading(move |l| println!("{me} leads with {}", l.stamp()))
             .on_stopped_leading(move || println!("{me} stopped leading"))
             .on_error(move |e| eprintln!("{me} can never lead: {e}"))
@@ -86,12 +88,13 @@ fn replica(strategy: SqlStrategy, me: &'static str, every: Duration) -> Result<E
 /// shuts the leader down, and runs until the other has billed as many more.
 /// Returns who billed each hour.
 pub async fn run(url: &str, hours: i64) -> Result<Vec<(i64, String)>, Box<dyn std::error::Error>> {
-    let setup = SqlStrategy::connect(SqlConfig::new(url)).await?;
-    setup.ensure_table().await?;
-    FenceTable::default().ensure(&setup).await?;
-    let db = setup.postgres().ok_or("a postgres:// URL")?.clone();
+    let setup = leasehold::connect(url).await?;
+    setup.operator().prepare(None).await?; // the lease table, once
+    let sql = setup.sql().ok_or("a postgres:// URL")?;
+    FenceTable::default().ensure(sql).await?;
+    let db = sql.postgres().ok_or("a postgres:// URL")?.clone();
     sqlx::query(INVOICES).execute(&db).await?;
-    let connect = || SqlStrategy::connect(SqlConfig::new(url));
+    let connect = || leasehold::connect(url);
     let every = Duration::from_millis(100);
     let mut replicas = vec![
         replica(connect().await?, "a", every)?,
