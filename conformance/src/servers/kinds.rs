@@ -54,6 +54,7 @@ pub fn labels() -> Vec<&'static str> {
         .chain(KINDS.iter().flat_map(|k| k.labels.iter().copied()))
         .chain(TOPOLOGY_LABELS.iter().copied())
         .chain(super::TLS_LABELS.iter().copied())
+        .chain(super::KV_LEASE_USER_LABELS.iter().copied())
         .collect()
 }
 
@@ -507,7 +508,9 @@ mod tests {
         }
         assert_eq!(
             labels.len(),
-            12 + TOPOLOGY_LABELS.len() + super::super::TLS_LABELS.len(),
+            12 + TOPOLOGY_LABELS.len()
+                + super::super::TLS_LABELS.len()
+                + super::super::KV_LEASE_USER_LABELS.len(),
             "{labels:?}"
         );
         assert_eq!(
