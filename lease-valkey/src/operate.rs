@@ -283,7 +283,7 @@ impl Operate for ValkeyStrategy {
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             vec![
-                Check::new(Verdict::Ok, "server", self.describe()),
+                Check::new(Verdict::Ok, "server", self.server().to_string()),
                 self.tls_check(),
                 self.grants_check().await,
                 self.path_check(),
