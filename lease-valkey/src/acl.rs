@@ -18,6 +18,8 @@ enum Needs {
     Cluster,
     /// Through Sentinel: the client asks the primary its role.
     Sentinel,
+    /// A URL that names a database: the client selects it.
+    Select,
 }
 
 /// One rule of the lease user's ACL: the rule, which servers need it, and a
@@ -72,6 +74,7 @@ const RULES: &[Rule] = &[
     rule("+cluster|slots", Needs::Cluster, &["cluster", "slots"]),
     rule("+cluster|info", Needs::Cluster, &["cluster", "info"]),
     rule("+role", Needs::Sentinel, &["role"]),
+    rule("+select", Needs::Select, &["select", "0"]),
 ];
 
 const fn rule(rule: &'static str, needs: Needs, probe: &'static [&'static str]) -> Rule {
@@ -96,6 +99,7 @@ pub struct LeaseUserAcl {
     waitaof: bool,
     cluster: bool,
     sentinel: bool,
+    select: bool,
 }
 
 impl LeaseUserAcl {
@@ -109,6 +113,7 @@ impl LeaseUserAcl {
             waitaof: true,
             cluster: false,
             sentinel: false,
+            select: false,
         }
     }
 
@@ -137,6 +142,12 @@ impl LeaseUserAcl {
         self
     }
 
+    /// For a URL that names a database (`redis://HOST/2`): `+select` too.
+    pub fn select(mut self, yes: bool) -> Self {
+        self.select = yes;
+        self
+    }
+
     /// The key pattern: every key of the prefix (`{<prefix>:<pool>}:…`).
     pub fn key_pattern(&self) -> String {
         format!("~{{{}:*", self.prefix)
@@ -149,6 +160,7 @@ impl LeaseUserAcl {
             Needs::Waitaof => self.waitaof,
             Needs::Cluster => self.cluster,
             Needs::Sentinel => self.sentinel,
+            Needs::Select => self.select,
         }
     }
 
@@ -286,6 +298,47 @@ mod tests {
                 .iter()
                 .any(|r| r == "+cluster|slots")
         );
+    }
+
+    /// The README's "Least privilege" section quotes these commands as
+    /// they are: one source of truth, which the conformance rows run.
+    #[test]
+    fn the_readme_quotes_the_acl() {
+        let readme = include_str!("../README.md");
+        let older = |waitaof| ServerInfo {
+            product: Product::Redis,
+            version: String::new(),
+            hsetex: false,
+            waitaof,
+        };
+        let base = LeaseUserAcl::new("ids");
+        for acl in [
+            base.clone(),
+            LeaseUserAcl::for_server("ids", &older(true)),
+            LeaseUserAcl::for_server("ids", &older(false)),
+        ] {
+            let line = acl.setuser("ids");
+            assert!(
+                readme.lines().any(|l| l == line),
+                "the README does not quote\n{line}"
+            );
+        }
+        let added = |with: LeaseUserAcl| -> String {
+            let all = base.rules();
+            let more: Vec<String> = with
+                .rules()
+                .into_iter()
+                .filter(|r| !all.contains(r))
+                .collect();
+            more.join(" ")
+        };
+        for extra in [
+            added(base.clone().cluster(true)),
+            added(base.clone().sentinel(true)),
+            added(base.clone().select(true)),
+        ] {
+            assert!(readme.contains(&format!("`{extra}`")), "{extra}");
+        }
     }
 
     #[test]

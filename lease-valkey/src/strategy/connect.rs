@@ -430,9 +430,18 @@ async fn open_client(
             // A refused password is not a connection problem; a refused
             // command (NOPERM) is the ACL's, named by the connect's probe.
             let details = e.details().trim_start();
-            if matches!(crate::error::classify(&e), Failure::Denied(_))
-                && !details.starts_with("NOPERM")
-            {
+            if details.starts_with("NOPERM") {
+                let _ = tokio::time::timeout(timeout, client.quit()).await;
+                let acl = LeaseUserAcl::new(&config.prefix);
+                let rules: Vec<String> = acl.rule_for(details).into_iter().collect();
+                let user = config.url_user().unwrap_or_else(|| "default".into());
+                return Err(ValkeyError::Denied {
+                    server: url.to_owned(),
+                    command: "the connection's setup",
+                    explained: crate::error::refusal_text(details, &rules, &user, &acl),
+                });
+            }
+            if matches!(crate::error::classify(&e), Failure::Denied(_)) {
                 let _ = tokio::time::timeout(timeout, client.quit()).await;
                 return Err(ValkeyError::Authentication {
                     url: url.to_owned(),

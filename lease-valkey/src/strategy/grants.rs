@@ -22,6 +22,7 @@ impl ValkeyStrategy {
         LeaseUserAcl::for_server(&self.inner.config.prefix, &self.inner.server)
             .cluster(self.inner.client.is_clustered())
             .sentinel(scheme.ends_with("-sentinel"))
+            .select(self.inner.client.client_config().database.is_some())
     }
 
     /// The URL's user, or `default`.

@@ -250,6 +250,34 @@ async fn unreadable_durability_names_config_get(b: Arc<LeaseUser>) -> Outcome {
     }
 }
 
+/// A URL that names a database makes the client `SELECT` it: a user
+/// without `+select` is told to add it; with it, the flow goes through.
+async fn a_database_needs_select(b: Arc<LeaseUser>) -> Outcome {
+    let admin = b.admin().await?;
+    let acl = LeaseUserAcl::for_server(PREFIX, admin.server());
+    set_user(&admin, "lease-db", PASSWORD, &acl.rules()).await?;
+    let url = format!("{}/2", b.url_as("lease-db", PASSWORD));
+    let connect = || async {
+        ValkeyStrategy::connect(
+            ValkeyConfig::from_url(&url)
+                .map_err(|e| e.to_string())?
+                .restart_guard(false)
+                .key_prefix(PREFIX),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    };
+    match connect().await {
+        Err(e) => ensure!(e.contains("+select") && !e.contains("cannot reach"), "{e}"),
+        Ok(_) => return Err("connected to database 2 without +select".into()),
+    }
+    set_user(&admin, "lease-db", PASSWORD, &acl.select(true).rules()).await?;
+    let s = connect().await?;
+    let g = s.grants().await.map_err(|e| e.to_string())?;
+    ensure!(g.complete(), "with +select: {g:?}");
+    Ok(())
+}
+
 /// A wrong password says authentication, not "cannot reach".
 async fn a_wrong_password_says_authentication(b: Arc<LeaseUser>) -> Outcome {
     match b.connect_as(USER, "not-the-password", false).await {
@@ -306,6 +334,7 @@ pub(crate) fn target(kind: ServerKind) -> (Target, Option<Server>) {
         each_missing_rule_is_named,
         unreadable_durability_names_config_get,
         a_wrong_password_says_authentication,
+        a_database_needs_select,
     );
     (t, Some(server))
 }
