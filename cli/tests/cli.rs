@@ -1035,6 +1035,8 @@ fn etcd_doctor(env: &Env) -> TestResult {
         &[
             ("ok", "server"),
             ("ok", "cluster"),
+            ("ok", "tls"),
+            ("n/a", "grants"),
             ("ok", "path"),
             ("n/a", "durability"),
             ("n/a", "clock"),

@@ -50,11 +50,13 @@ pub const TLS_LABELS: &[&str] = &[
 ];
 
 /// The report labels of the behaviour suite run as a lease user: an ACL user
-/// (Valkey/Redis) with only what a lease user needs, the admin parts of tests (revoke, planted records) done by the
+/// (Valkey/Redis) or an etcd user whose one role has read-write on the key
+/// prefix: only what a lease user needs, the admin parts of tests (revoke, planted records) done by the
 /// administrator.
 pub const KV_LEASE_USER_LABELS: &[&str] = &[
     "redis7-lease-user",  // lease-valkey/tests/conformance.rs
     "valkey8-lease-user", // lease-valkey/tests/conformance.rs
+    "etcd35-lease-user",  // lease-etcd/tests/conformance.rs
 ];
 
 use containers::{docker_probe, start_container};
