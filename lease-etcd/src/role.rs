@@ -85,19 +85,26 @@ impl LeaseRole {
 mod tests {
     use super::*;
 
+    /// Permissions as etcd answers `RoleGet` (with their range ends: the
+    /// client computes a prefix's end only when it sends one).
     #[test]
     fn the_prefix_is_covered_by_its_permission_only() {
         let role = LeaseRole::new("ids/");
         assert_eq!(role.key_prefix(), "ids/");
-        assert!(role.covered_by(&[role.permission()]));
-        assert!(role.covered_by(&[Permission::read_write("").with_all_keys()]));
+        let prefix = |p: Permission, key: &str| {
+            let mut end = key.as_bytes().to_vec();
+            *end.last_mut().unwrap() += 1;
+            p.with_range_end(end)
+        };
+        assert!(role.covered_by(&[prefix(Permission::read_write("ids/"), "ids/")]));
+        assert!(role.covered_by(&[Permission::read_write("\0").with_range_end("\0")]));
         assert!(role.covered_by(&[
-            Permission::read("ids/").with_prefix(),
-            Permission::write("i").with_prefix(),
+            prefix(Permission::read("ids/"), "ids/"),
+            prefix(Permission::write("i"), "i"),
         ]));
-        assert!(!role.covered_by(&[Permission::read("ids/").with_prefix()]));
+        assert!(!role.covered_by(&[prefix(Permission::read("ids/"), "ids/")]));
         assert!(!role.covered_by(&[Permission::read_write("ids/")]));
-        assert!(!role.covered_by(&[Permission::read_write("ids/a").with_prefix()]));
+        assert!(!role.covered_by(&[prefix(Permission::read_write("ids/a"), "ids/a")]));
         assert!(!role.covered_by(&[]));
     }
 

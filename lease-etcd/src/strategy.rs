@@ -76,6 +76,7 @@ pub(crate) struct Inner {
     /// The URL's user, when it has one.
     pub(crate) user: Option<String>,
     /// The endpoints, without credentials (for doctor's TLS handshake).
+    #[cfg(feature = "tls")]
     pub(crate) endpoints: Vec<String>,
     /// The TLS files of an `etcds://` URL (for the same).
     #[cfg(feature = "tls")]
@@ -196,6 +197,7 @@ impl EtcdStrategy {
                 transport: config.transport(),
                 hosts: config.hosts(),
                 user: config.user.as_ref().map(|(name, _)| name.clone()),
+                #[cfg(feature = "tls")]
                 endpoints: config.public_endpoints(),
                 #[cfg(feature = "tls")]
                 tls_files: match &config.tls {

@@ -73,7 +73,7 @@ impl ValkeyStrategy {
                 Renewal::Lost(Reason::new(format!("the server rejected the renewal: {r}")))
             }
             Err(Failure::Denied(refusal)) => {
-                Renewal::Retry(Reason::new(self.explain_refusal(&refusal).await))
+                Renewal::Retry(Reason::new(self.explain_refusal(refusal).await))
             }
             Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
         }
