@@ -1058,6 +1058,8 @@ fn valkey_doctor(env: &Env) -> TestResult {
     if names
         != [
             "server",
+            "tls",
+            "grants",
             "path",
             "eviction",
             "persistence",
@@ -1073,10 +1075,139 @@ fn valkey_doctor(env: &Env) -> TestResult {
             .find(|(_, name)| name == n)
             .map_or("", |(v, _)| v.as_str())
     };
-    if verdict("eviction") != "ok" || verdict("persistence") != "warn" || code != 0 {
+    if verdict("eviction") != "ok"
+        || verdict("persistence") != "warn"
+        || verdict("tls") != "ok"
+        || verdict("grants") != "ok"
+        || code != 0
+    {
         return Err(format!("verdicts {pairs:?}, exit {code}"));
     }
     Ok(())
+}
+
+/// The password of the lease users the doctor tests make.
+const LEASE_PASSWORD: &str = "lease-user-secret";
+
+/// Makes `user` on the server at `admin_url` (its default user, the
+/// administrator, over the URL's TLS) with the lease user's ACL for keys
+/// under `prefix` on that server, less the rules in `without`.
+fn valkey_lease_user(admin_url: &str, user: &str, prefix: &str, without: &[&str]) -> TestResult {
+    use leasehold::valkey::{LeaseUserAcl, ValkeyConfig, ValkeyStrategy};
+    rt().block_on(async {
+        let admin = ValkeyStrategy::connect(
+            ValkeyConfig::from_url(admin_url)
+                .map_err(|e| e.to_string())?
+                .restart_guard(false),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let mut args = vec![
+            "SETUSER".to_owned(),
+            user.to_owned(),
+            "reset".to_owned(),
+            "on".to_owned(),
+            format!(">{LEASE_PASSWORD}"),
+        ];
+        args.extend(
+            LeaseUserAcl::for_server(prefix, admin.server())
+                .rules()
+                .into_iter()
+                .filter(|r| !without.contains(&r.as_str())),
+        );
+        let cmd =
+            fred::types::CustomCommand::new_static("ACL", fred::types::ClusterHash::Random, false);
+        use fred::prelude::ClientLike;
+        let answer: Result<fred::types::Value, _> = admin.client().custom(cmd, args).await;
+        answer.map(drop).map_err(|e| e.to_string())
+    })
+}
+
+/// `leasehold doctor` on Redis 7 over TLS only (client certificates), as a
+/// lease user with exactly the lease user's ACL: the `tls` line says TLS
+/// 1.3 and verified, `grants` is ok, exit 0. The output is kept in
+/// `LEASEHOLD_DOCTOR_OUTPUT` when set. The same user less `+evalsha` FAILs
+/// `grants`, naming the rule, exit 1.
+fn valkey_tls_lease_user_doctor(_env: &Env) -> TestResult {
+    let server = servers::provide_tls(ServerKind::Redis7).map_err(|m| m.to_string())?;
+    let admin_url = server.url.clone();
+    valkey_lease_user(&admin_url, "lease", "leasehold", &[])?;
+    valkey_lease_user(&admin_url, "lease-no-evalsha", "leasehold", &["+evalsha"])?;
+    let as_user = |user: &str| {
+        admin_url.replacen(
+            "rediss://",
+            &format!("rediss://{user}:{LEASE_PASSWORD}@"),
+            1,
+        )
+    };
+    let o = run(&["doctor", "--url", &as_user("lease")]);
+    let (out, err, code) = text(&o);
+    if let Ok(path) = std::env::var("LEASEHOLD_DOCTOR_OUTPUT") {
+        std::fs::write(&path, &out).map_err(|e| format!("{path}: {e}"))?;
+    }
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let tls = line("tls");
+    let grants = line("grants");
+    if code != 0
+        || !err.is_empty()
+        || !tls.starts_with("ok")
+        || !tls.contains("TLS 1.3, server verified (chain and host name)")
+        || !grants.starts_with("ok")
+        || out.contains(LEASE_PASSWORD)
+    {
+        return Err(format!(
+            "doctor as the lease user (exit {code}):
+{out}{err}"
+        ));
+    }
+    let o = run(&["doctor", "--url", &as_user("lease-no-evalsha")]);
+    let (out, _, code) = text(&o);
+    let grants = line_of(&out, "grants");
+    if code != 1
+        || !grants.starts_with("FAIL")
+        || !grants.contains("the user lacks +evalsha")
+        || !grants.contains("ACL SETUSER lease-no-evalsha +evalsha")
+    {
+        return Err(format!(
+            "doctor without +evalsha (exit {code}):
+{out}"
+        ));
+    }
+    Ok(())
+}
+
+/// `leasehold doctor` on etcd 3.5 over mutual TLS only: the `tls` line
+/// gives the version its own handshake agreed on (not `TLS` alone) and
+/// what verified the server.
+fn etcd_tls_doctor(_env: &Env) -> TestResult {
+    let server = servers::provide_tls(ServerKind::Etcd35).map_err(|m| m.to_string())?;
+    let o = run(&["doctor", "--url", &server.store_url()]);
+    let (out, err, code) = text(&o);
+    let tls = line_of(&out, "tls");
+    if code != 0
+        || !tls.starts_with("ok")
+        // etcd 3.5.1 offers up to TLS 1.2 (measured); the version is read,
+        // whichever it is.
+        || !["TLS 1.2, ", "TLS 1.3, "].iter().any(|v| tls.contains(v))
+        || !tls.contains("server verified (chain and host name) against the CA in")
+        || !tls.contains("client certificate")
+    {
+        return Err(format!("doctor over TLS (exit {code}):\n{out}{err}"));
+    }
+    Ok(())
+}
+
+/// The line of doctor's `check`.
+fn line_of(out: &str, check: &str) -> String {
+    out.lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(check))
+        .unwrap_or("")
+        .to_owned()
 }
 
 /// An evicting Valkey (a server of its own: the setting is server-wide)
@@ -1130,6 +1261,8 @@ fn etcd_doctor(env: &Env) -> TestResult {
         &[
             ("ok", "server"),
             ("ok", "cluster"),
+            ("ok", "tls"),
+            ("n/a", "grants"),
             ("ok", "path"),
             ("n/a", "durability"),
             ("n/a", "clock"),
@@ -1777,9 +1910,20 @@ fn groups() -> Vec<Group> {
             vec![("doctor", valkey_doctor as StoreTest)],
         ),
         server(
+            "redis7",
+            ServerKind::Redis7,
+            vec![(
+                "doctor_tls_lease_user",
+                valkey_tls_lease_user_doctor as StoreTest,
+            )],
+        ),
+        server(
             "etcd35",
             ServerKind::Etcd35,
-            vec![("doctor", etcd_doctor as StoreTest)],
+            vec![
+                ("doctor", etcd_doctor as StoreTest),
+                ("doctor_tls", etcd_tls_doctor),
+            ],
         ),
         Group {
             label: "k8s-fake",

@@ -400,8 +400,8 @@ pub(crate) fn acquire_error(class: Class) -> AcquireError {
         }
         Class::Denied(m) => AcquireError::Misconfigured {
             what: format!("etcd refused access: {m}"),
-            fix: "check the user and password, and that the user's role may read and write the \
-                  key prefix and grant leases"
+            fix: "grant the user's role read-write on the key prefix (etcdctl role \
+                  grant-permission ROLE readwrite --prefix=true 'PREFIX/'), as the refusal says"
                 .to_owned(),
         },
         Class::Tls(failure) => AcquireError::Misconfigured {

@@ -34,6 +34,23 @@ pub(crate) enum Replay {
 }
 
 impl EtcdStrategy {
+    /// A refusal (`permission denied`) with what the user's role needs
+    /// ([`LeaseRole`](crate::LeaseRole)): every request leasehold sends
+    /// touches keys under the prefix, or needs no permission.
+    fn with_grant_to_add(&self, class: Class) -> Class {
+        match class {
+            Class::Denied(m) if m.contains("permission denied") => {
+                let role = crate::LeaseRole::new(&self.inner.prefix);
+                Class::Denied(format!(
+                    "{m}; the user's role needs read-write on the keys under '{}': as root, {}",
+                    role.key_prefix(),
+                    role.grant_command("ROLE")
+                ))
+            }
+            other => other,
+        }
+    }
+
     /// Runs one etcd request bounded by the operation timeout (the client's
     /// own timeout is the first line; this is the backstop). `request` gets a
     /// handle on the shared client. It is sent again, while the timeout
@@ -88,7 +105,7 @@ impl EtcdStrategy {
             let now = tokio::time::Instant::now();
             // Bounded by the deadline; the growing pause bounds the count.
             if !again || now >= deadline {
-                return Err(class);
+                return Err(self.with_grant_to_add(class));
             }
             maybe_reached |= !not_sent;
             // Another endpoint may answer; a short pause keeps a cluster that

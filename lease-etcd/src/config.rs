@@ -290,7 +290,7 @@ impl EtcdConfig {
 }
 
 /// `host` of `scheme://host:port`, `[v6]` kept in brackets.
-fn host_of(endpoint: &str) -> &str {
+pub(crate) fn host_of(endpoint: &str) -> &str {
     let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
     if rest.starts_with('[') {
         return rest.split_inclusive(']').next().unwrap_or(rest);

@@ -18,6 +18,7 @@ mod inspect;
 mod keys;
 mod lost;
 mod operate;
+mod role;
 mod strategy;
 mod tls;
 mod url;
@@ -25,6 +26,7 @@ mod watch;
 
 pub use config::{DEFAULT_CANDIDATES, DEFAULT_PREFIX, EtcdConfig, MAX_CANDIDATES};
 pub use error::EtcdError;
+pub use role::LeaseRole;
 pub use strategy::EtcdStrategy;
 #[cfg(feature = "stats")]
 pub use strategy::Stats;

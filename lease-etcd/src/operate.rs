@@ -7,7 +7,8 @@ use leasehold_core::{
 };
 
 use crate::error::{Class, classify};
-use crate::{EtcdError, EtcdStrategy};
+use crate::tls::{ClientCert, Transport, Trust};
+use crate::{EtcdError, EtcdStrategy, LeaseRole};
 
 impl EtcdStrategy {
     /// One `STATUS` request to the client's current endpoint.
@@ -34,6 +35,187 @@ impl EtcdStrategy {
             )))),
         }
     }
+}
+
+impl EtcdStrategy {
+    /// TLS: its version and what verified the server; plain text is a
+    /// warning unless every endpoint is on this machine.
+    async fn tls_check(&self) -> Check {
+        match &self.inner.transport {
+            Transport::Plain => {
+                let remote: Vec<&str> = self
+                    .inner
+                    .hosts
+                    .split(", ")
+                    .filter(|h| !is_loopback(h))
+                    .collect();
+                if remote.is_empty() {
+                    Check::new(
+                        Verdict::Ok,
+                        "tls",
+                        "plain text, to this machine only (loopback)",
+                    )
+                } else {
+                    Check::new(
+                        Verdict::Warn,
+                        "tls",
+                        format!(
+                            "plain text to {}: the password, its token and every lease cross \
+                             the network unencrypted and unauthenticated",
+                            remote.join(", ")
+                        ),
+                    )
+                    .fix("use etcds:// with ca= (and cert=/key= where the server asks)")
+                }
+            }
+            Transport::Tls { trust, client } => {
+                let against = match trust {
+                    Trust::CaFile(ca) => format!("the CA in {}", ca.display()),
+                    Trust::SystemRoots => "the system's root certificates".to_owned(),
+                    Trust::Given => "the TlsOptions given in code".to_owned(),
+                };
+                let cert = match client {
+                    ClientCert::File(c) => format!("client certificate {}", c.display()),
+                    ClientCert::None => "no client certificate".to_owned(),
+                    ClientCert::Given => "the client identity given in code".to_owned(),
+                };
+                let version = self.tls_version().await;
+                Check::new(
+                    Verdict::Ok,
+                    "tls",
+                    format!(
+                        "{version}, server verified (chain and host name) against {against}, \
+                         {cert}"
+                    ),
+                )
+            }
+        }
+    }
+
+    /// The version a handshake of its own agrees on (`TLS`, with why not,
+    /// where none could be made).
+    #[cfg(feature = "tls")]
+    async fn tls_version(&self) -> String {
+        let (Some(files), Some(endpoint)) = (&self.inner.tls_files, self.inner.endpoints.first())
+        else {
+            return "TLS".to_owned();
+        };
+        match crate::tls::handshake_version(endpoint, files, self.op_timeout()).await {
+            Ok(version) => version.to_owned(),
+            Err(why) => format!("TLS (version not read: {why})"),
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    async fn tls_version(&self) -> String {
+        "TLS".to_owned()
+    }
+
+    /// The user's roles against the lease role ([`LeaseRole`]): read-write
+    /// on every key under the prefix. A user may read itself and its own
+    /// roles (etcd 3.4+), so no root is needed.
+    async fn grants_check(&self) -> Check {
+        let Some(user) = self.inner.user.clone() else {
+            return Check::new(
+                Verdict::NotApplicable,
+                "grants",
+                "no user in the URL: etcd's auth is off, so every client may read and write \
+                 every key",
+            );
+        };
+        let role = LeaseRole::new(&self.inner.prefix);
+        let answer = self
+            .call("UserGet", |mut c| {
+                let user = user.clone();
+                async move { c.user_get(user).await }
+            })
+            .await;
+        let roles = match answer {
+            Ok(r) => r.roles().to_vec(),
+            Err(class) => {
+                return Check::new(
+                    Verdict::Warn,
+                    "grants",
+                    format!("the user's roles could not be read: {}", class.reason()),
+                );
+            }
+        };
+        if roles.iter().any(|r| r == "root") {
+            return Check::new(
+                Verdict::Warn,
+                "grants",
+                format!("user {user:?} has the root role: it may change every key and user"),
+            )
+            .fix(format!(
+                "hold leases as a user whose role has only read-write on '{}' ({})",
+                role.key_prefix(),
+                role.grant_command("ROLE")
+            ));
+        }
+        let mut permissions = Vec::new();
+        for name in &roles {
+            let answer = self
+                .call("RoleGet", |mut c| {
+                    let name = name.clone();
+                    async move { c.role_get(name).await }
+                })
+                .await;
+            match answer {
+                Ok(r) => permissions.extend(r.permissions()),
+                Err(class) => {
+                    return Check::new(
+                        Verdict::Warn,
+                        "grants",
+                        format!("role {name:?} could not be read: {}", class.reason()),
+                    );
+                }
+            }
+        }
+        if role.covered_by(&permissions) {
+            Check::new(
+                Verdict::Ok,
+                "grants",
+                format!(
+                    "user {user:?} (roles {}) may read and write the keys under '{}'",
+                    roles.join(", "),
+                    role.key_prefix()
+                ),
+            )
+        } else {
+            let named = roles.first().map_or("ROLE", String::as_str);
+            Check::new(
+                Verdict::Fail,
+                "grants",
+                format!(
+                    "no role of user {user:?} ({}) gives read-write on the keys under '{}'",
+                    if roles.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        roles.join(", ")
+                    },
+                    role.key_prefix()
+                ),
+            )
+            .fix(format!(
+                "as root: {}{}",
+                role.grant_command(named),
+                if roles.is_empty() {
+                    format!(" and etcdctl user grant-role {user} ROLE")
+                } else {
+                    String::new()
+                }
+            ))
+        }
+    }
+}
+
+/// Whether `host` is this machine: `localhost`, `127.0.0.0/8`, `::1`.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn server_checks(status: Result<StatusResponse, OperateError>) -> Vec<Check> {
@@ -101,6 +283,8 @@ impl Operate for EtcdStrategy {
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             let mut checks = server_checks(self.status().await);
+            checks.push(self.tls_check().await);
+            checks.push(self.grants_check().await);
             let example = PoolName::new("POOL").map_or_else(
                 |_| String::new(),
                 |pool| self.slot_key(&pool, 0).replace("POOL/0", "<pool>/<slot>"),

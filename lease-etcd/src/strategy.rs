@@ -73,6 +73,14 @@ pub(crate) struct Inner {
     pub(crate) transport: Transport,
     /// The endpoints' hosts, for the same messages.
     pub(crate) hosts: String,
+    /// The URL's user, when it has one.
+    pub(crate) user: Option<String>,
+    /// The endpoints, without credentials (for doctor's TLS handshake).
+    #[cfg(feature = "tls")]
+    pub(crate) endpoints: Vec<String>,
+    /// The TLS files of an `etcds://` URL (for the same).
+    #[cfg(feature = "tls")]
+    pub(crate) tls_files: Option<crate::tls::TlsFiles>,
     /// Grants a watch saw lost: renewals answer `Lost` for them at once.
     pub(crate) lost: LostFlags,
     pub(crate) stats: Counters,
@@ -188,6 +196,14 @@ impl EtcdStrategy {
                 identity: format!("etcd:{endpoints}/{}", config.prefix),
                 transport: config.transport(),
                 hosts: config.hosts(),
+                user: config.user.as_ref().map(|(name, _)| name.clone()),
+                #[cfg(feature = "tls")]
+                endpoints: config.public_endpoints(),
+                #[cfg(feature = "tls")]
+                tls_files: match &config.tls {
+                    Some(crate::config::Tls::Files(files)) => Some(files.clone()),
+                    _ => None,
+                },
                 prefix: config.prefix,
                 op_timeout: config.op_timeout,
                 candidates: config.candidates,

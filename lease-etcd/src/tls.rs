@@ -532,6 +532,76 @@ async fn speaks_plain_http2(addr: &str, within: std::time::Duration) -> bool {
     matches!(tokio::time::timeout(within, probe).await, Ok(Some(true)))
 }
 
+/// The TLS version a verified handshake with the server at `endpoint`
+/// agrees on (`TLS 1.3`), with `files`' CA and client certificate, as the
+/// client's own connections verify it (chain and host name); or why none
+/// was made. For `leasehold doctor`: tonic does not report it.
+#[cfg(feature = "tls")]
+pub(crate) async fn handshake_version(
+    endpoint: &str,
+    files: &TlsFiles,
+    within: std::time::Duration,
+) -> Result<&'static str, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use std::sync::Arc;
+
+    let addr = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, a)| a)
+        .to_owned();
+    let host = crate::config::host_of(&addr)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let Some(ca) = &files.ca else {
+        return Err("no ca= file: verified against the system's roots".into());
+    };
+    let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&read(ca)?) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let mut config = match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_slice_iter(&read(cert)?)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let key = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| e.to_string())?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let name = ServerName::try_from(host).map_err(|e| e.to_string())?;
+    let handshake = async {
+        let tcp = tokio::net::TcpStream::connect(&addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(tls.get_ref().1.protocol_version())
+    };
+    match tokio::time::timeout(within, handshake).await {
+        Ok(Ok(Some(rustls::ProtocolVersion::TLSv1_3))) => Ok("TLS 1.3"),
+        Ok(Ok(Some(rustls::ProtocolVersion::TLSv1_2))) => Ok("TLS 1.2"),
+        Ok(Ok(other)) => Err(format!("an unexpected protocol: {other:?}")),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!("no handshake within {within:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

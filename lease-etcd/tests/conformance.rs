@@ -2,7 +2,9 @@
 //! plus etcd-specific tests: watch-based loss, TTL errors, fences, round
 //! trips, credentials, and a three-member cluster losing members; and the
 //! suite again on etcd 3.5 taking mutual TLS only (`etcd35-mtls`), with the
-//! loss watch and every way TLS fails.
+//! loss watch and every way TLS fails; and on etcd 3.5 with auth, as a
+//! user whose one role has read-write on the key prefix
+//! (`etcd35-lease-user`).
 
 mod etcd;
 
@@ -46,7 +48,11 @@ fn main() -> ExitCode {
         }
         Err(missing) => targets.push(Target::missing(etcd::tls::MTLS_LABEL, missing)),
     }
+    // As a lease user: one role, read-write on the key prefix.
+    let (lease_user, lease_user_server) = etcd::lease_user::target(ServerKind::Etcd35);
+    targets.push(lease_user);
     let code = leasehold_conformance::run(targets);
+    drop(lease_user_server);
     drop(keep);
     code
 }

@@ -1412,7 +1412,7 @@ fn lease_user_label(kind: ServerKind) -> Option<&'static str> {
         ServerKind::MariaDb => "mariadb-lease-user",
         _ => return None,
     };
-    debug_assert!(leasehold_conformance::servers::LEASE_USER_LABELS.contains(&label));
+    debug_assert!(leasehold_conformance::servers::SQL_LEASE_USER_LABELS.contains(&label));
     Some(label)
 }
 

@@ -34,6 +34,10 @@ pub struct Persistence {
     pub save: Option<String>,
     /// The `WAIT` after claims and renewals: replicas and timeout.
     pub wait: Option<(u32, Duration)>,
+    /// `CONFIG GET` was refused to the user (`NOPERM`): the ACL rule that
+    /// grants it, `+config|get`. The settings then read unknown, which
+    /// counts as not durable.
+    pub config_denied: Option<String>,
 }
 
 impl Persistence {
@@ -47,6 +51,7 @@ impl Persistence {
             no_appendfsync_on_rewrite: None,
             save: None,
             wait,
+            config_denied: None,
         }
     }
 
@@ -116,8 +121,11 @@ impl Persistence {
             Some(false) => "no",
             None => "unknown",
         };
+        let denied = self.config_denied.as_deref().map_or(String::new(), |rule| {
+            format!(" (CONFIG GET is refused to this user: grant it {rule}, read-only)")
+        });
         format!(
-            "appendonly {}, appendfsync {}, no-appendfsync-on-rewrite {}",
+            "appendonly {}, appendfsync {}, no-appendfsync-on-rewrite {}{denied}",
             yes_no(self.appendonly),
             self.appendfsync.as_deref().unwrap_or("unknown"),
             yes_no(self.no_appendfsync_on_rewrite),

@@ -101,6 +101,30 @@ pub enum ValkeyError {
         /// What failed, and the fix.
         error: leasehold_core::credentials::CredentialsError,
     },
+    /// The server refused the user's password (`WRONGPASS`), or wants one
+    /// (`NOAUTH`). Final until the credentials are fixed.
+    #[error(
+        "authentication to {url} failed: {reason}; check the user and password (or the \
+         password file or credentials callback)"
+    )]
+    Authentication {
+        /// The URL, without credentials.
+        url: String,
+        /// The server's answer.
+        reason: String,
+    },
+    /// The user may not run a command the library needs (`NOPERM`, or a
+    /// script's call refused): the message names the ACL rules to add
+    /// ([`LeaseUserAcl`](crate::LeaseUserAcl)). Final until granted.
+    #[error("{server} refused {command} to this user: {explained}")]
+    Denied {
+        /// The server, e.g. `Redis 7.0.15`.
+        server: String,
+        /// The command.
+        command: &'static str,
+        /// The refusal, with the rules to grant.
+        explained: String,
+    },
     /// The server answered with an error.
     #[error("{server} answered {command} with an error: {reason}")]
     Server {
@@ -136,6 +160,36 @@ fn opt_ins_text(required: bool) -> &'static str {
          restarted while leases are held (a throwaway), ValkeyConfig::restart_guard(false) (no \
          guard: a restart can hand every held slot to a second holder at once)"
     }
+}
+
+/// A refusal and what to grant: `NOPERM …; grant the user +evalsha (ACL
+/// SETUSER ids +evalsha; …)`.
+pub(crate) fn refusal_text(
+    refusal: &str,
+    rules: &[String],
+    user: &str,
+    acl: &crate::LeaseUserAcl,
+) -> String {
+    if rules.is_empty() {
+        format!(
+            "{refusal}; a lease user needs these ACL rules (ACL SETUSER {user} {acl}), as \
+             leasehold doctor checks"
+        )
+    } else {
+        let rules = rules.join(" ");
+        format!(
+            "{refusal}; grant the user {rules} (ACL SETUSER {user} {rules}); all a lease user \
+             needs: {acl}"
+        )
+    }
+}
+
+/// Whether a script's error says the server refused one of its calls to
+/// the user (`redis.call` under an ACL): Redis 7 answers `ERR The user
+/// executing the script can't run this command or subcommand` (or `access
+/// at least one of the keys`), Valkey 8 `ERR ACL failure in script: …`.
+fn script_call_refused(details: &str) -> bool {
+    details.contains("user executing the script can't") || details.contains("ACL failure in script")
 }
 
 /// What a failed command means for a lease.
@@ -197,6 +251,7 @@ pub(crate) fn classify(e: &FredError) -> Failure {
         | ErrorKind::Protocol => Failure::Transient(text),
         ErrorKind::Auth => Failure::Denied(text),
         _ if is_code && code == "NOSCRIPT" => Failure::NoScript,
+        _ if script_call_refused(e.details()) => Failure::Denied(text),
         _ if is_code && DENIED_CODES.contains(&code) => Failure::Denied(text),
         _ if is_code && REJECTED_CODES.contains(&code) => Failure::Rejected(text),
         _ => Failure::Transient(text),
@@ -224,6 +279,13 @@ mod tests {
         assert!(matches!(classify(&wt), Failure::Rejected(_)));
         let perm = FredError::new(ErrorKind::Unknown, "NOPERM this user has no permissions");
         assert!(matches!(classify(&perm), Failure::Denied(_)));
+        for refused in [
+            "ERR The user executing the script can't run this command or subcommand script: a",
+            "ERR ACL failure in script: No permissions to access a key script: a",
+        ] {
+            let e = FredError::new(ErrorKind::Unknown, refused);
+            assert!(matches!(classify(&e), Failure::Denied(_)), "{refused}");
+        }
         let unk = FredError::new(ErrorKind::Unknown, "ERR unknown command 'HSETEX'");
         assert!(matches!(classify(&unk), Failure::Rejected(_)));
         let route = FredError::new(ErrorKind::Unknown, "Failed to route command.");

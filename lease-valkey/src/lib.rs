@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod acl;
 mod config;
 mod credentials;
 mod durability;
@@ -19,6 +20,7 @@ mod strategy;
 mod tls;
 mod url;
 
+pub use acl::{Grants, LeaseUserAcl};
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
 pub use durability::Persistence;
 pub use error::ValkeyError;

@@ -50,6 +50,82 @@ impl ValkeyStrategy {
         }
     }
 
+    /// TLS: its version and what verified the server; plain text is a
+    /// warning unless every server of the URL is on this machine.
+    fn tls_check(&self) -> Check {
+        if let Some(tls) = self.tls() {
+            return Check::new(Verdict::Ok, "tls", tls.to_string());
+        }
+        let hosts: Vec<String> = self
+            .client()
+            .client_config()
+            .server
+            .hosts()
+            .into_iter()
+            .map(|s| s.host.to_string())
+            .collect();
+        let remote: Vec<&str> = hosts
+            .iter()
+            .map(String::as_str)
+            .filter(|h| !is_loopback(h))
+            .collect();
+        if remote.is_empty() {
+            Check::new(
+                Verdict::Ok,
+                "tls",
+                "plain text, to this machine only (loopback)",
+            )
+        } else {
+            Check::new(
+                Verdict::Warn,
+                "tls",
+                format!(
+                    "plain text to {}: the password and every lease cross the network \
+                     unencrypted and unauthenticated",
+                    remote.join(", ")
+                ),
+            )
+            .fix("use rediss:// (or valkeys://) with the server's TLS port")
+        }
+    }
+
+    /// The user's ACL against the lease user's ([`ValkeyStrategy::grants`]).
+    async fn grants_check(&self) -> Check {
+        let acl = self.lease_user_acl();
+        let user = self.url_user();
+        match self.grants().await {
+            Ok(g) if g.missing.is_empty() && g.unchecked.is_none() => Check::new(
+                Verdict::Ok,
+                "grants",
+                format!(
+                    "the user may run every command leasehold sends, on the keys {}",
+                    &acl.key_pattern()[1..]
+                ),
+            ),
+            Ok(g) if g.missing.is_empty() => {
+                Check::new(Verdict::Warn, "grants", g.unchecked.unwrap_or_default())
+            }
+            Ok(g) => {
+                let missing = g.missing.join(" ");
+                let more = g.unchecked.map_or(String::new(), |u| format!(" ({u})"));
+                Check::new(
+                    Verdict::Fail,
+                    "grants",
+                    format!("the user lacks {missing}{more}"),
+                )
+                .fix(format!(
+                    "as an administrator: ACL SETUSER {user} {missing} (a lease user's whole \
+                     ACL: {acl})"
+                ))
+            }
+            Err(e) => Check::new(
+                Verdict::Fail,
+                "grants",
+                format!("the check of the user's ACL failed: {e}"),
+            ),
+        }
+    }
+
     fn persistence_check(&self) -> Check {
         let d = self.persistence();
         let fix = "appendonly yes, appendfsync always and no-appendfsync-on-rewrite no (CONFIG \
@@ -84,6 +160,15 @@ impl ValkeyStrategy {
         };
         Check::new(Verdict::Warn, "persistence", detail).fix(fix)
     }
+}
+
+/// Whether `host` is this machine: `localhost`, `127.0.0.0/8`, `::1`.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `AOF on (appendfsync everysec)`, `RDB snapshots off`.
@@ -198,7 +283,9 @@ impl Operate for ValkeyStrategy {
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             vec![
-                Check::new(Verdict::Ok, "server", self.describe()),
+                Check::new(Verdict::Ok, "server", self.server().to_string()),
+                self.tls_check(),
+                self.grants_check().await,
                 self.path_check(),
                 eviction_check(self.persistence()),
                 self.persistence_check(),
@@ -210,6 +297,16 @@ impl Operate for ValkeyStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"] {
+            assert!(is_loopback(h), "{h}");
+        }
+        for h in ["10.0.0.1", "cache.internal", "::2"] {
+            assert!(!is_loopback(h), "{h}");
+        }
+    }
 
     #[test]
     fn time_reads_integers_and_strings() {

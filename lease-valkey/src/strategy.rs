@@ -9,6 +9,7 @@ mod answers;
 mod claim;
 mod connect;
 mod damaged;
+mod grants;
 mod inspect;
 mod renew;
 mod wait;

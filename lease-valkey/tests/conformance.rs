@@ -1,7 +1,7 @@
 //! The whole behaviour suite on Redis 8.2 (HSETEX path), Redis 7.0 and
 //! Valkey 8.1 (script path), plus Valkey-specific behaviours; on Redis 7.0
 //! over TLS only, with client certificates, plus each way TLS must fail;
-//! and on Valkey
+//! on Redis 7.0 and Valkey 8.1 as an ACL lease user; and on Valkey
 //! 8.1 through Sentinel (a primary, a replica, three Sentinels); and on a
 //! Valkey 8.1 Cluster (three primaries with a replica each).
 
@@ -34,6 +34,11 @@ use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyError, ValkeyStra
 /// The TLS row's own tests: each way TLS must fail, named with its fix.
 #[path = "conformance/tls.rs"]
 mod tls;
+
+/// The suite as a lease user: the ACL of `LeaseUserAcl`, and what a
+/// missing rule says.
+#[path = "conformance/lease_user.rs"]
+mod lease_user;
 
 struct Valkey {
     url: String,
@@ -2407,10 +2412,15 @@ fn main() -> ExitCode {
         true,
     )])
     .unzip();
+    let (redis7_user, redis7_user_server) = lease_user::target(ServerKind::Redis7);
+    let (valkey8_user, valkey8_user_server) = lease_user::target(ServerKind::Valkey8);
+    targets.push(redis7_user);
+    targets.push(valkey8_user);
     targets.push(sentinel);
     targets.push(cluster);
     let code = leasehold_conformance::run(targets);
     drop(servers);
+    drop((redis7_user_server, valkey8_user_server));
     drop(topology);
     drop(cluster_topology);
     code

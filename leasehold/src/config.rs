@@ -540,10 +540,12 @@ fn valkey_error(shown: &str, e: ValkeyError) -> ConnectError {
         // A refused certificate, or TLS on one side only: final until the
         // configuration or the certificates change; the message names the
         // URL and the fix.
-        e @ ValkeyError::Tls { .. } => ConnectError::Refused {
-            message: e.to_string(),
-            url,
-        },
+        e @ (ValkeyError::Tls { .. } | ValkeyError::Authentication { .. }) => {
+            ConnectError::Refused {
+                message: e.to_string(),
+                url,
+            }
+        }
         e => ConnectError::Refused {
             message: format!("{shown}: {e}"),
             url,

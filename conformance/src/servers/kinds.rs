@@ -55,7 +55,8 @@ pub fn labels() -> Vec<&'static str> {
         .chain(KINDS.iter().flat_map(|k| k.labels.iter().copied()))
         .chain(TOPOLOGY_LABELS.iter().copied())
         .chain(super::TLS_LABELS.iter().copied())
-        .chain(super::LEASE_USER_LABELS.iter().copied())
+        .chain(super::SQL_LEASE_USER_LABELS.iter().copied())
+        .chain(super::KV_LEASE_USER_LABELS.iter().copied())
         .collect()
 }
 
@@ -511,7 +512,8 @@ mod tests {
             labels.len(),
             12 + TOPOLOGY_LABELS.len()
                 + super::super::TLS_LABELS.len()
-                + super::super::LEASE_USER_LABELS.len(),
+                + super::super::SQL_LEASE_USER_LABELS.len()
+                + super::super::KV_LEASE_USER_LABELS.len(),
             "{labels:?}"
         );
         assert_eq!(

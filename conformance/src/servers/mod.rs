@@ -52,10 +52,20 @@ pub const TLS_LABELS: &[&str] = &[
 /// The report labels of the behaviour suite run as a lease user, which may
 /// read, insert and update the lease table and nothing else, while an
 /// admin prepares.
-pub const LEASE_USER_LABELS: &[&str] = &[
+pub const SQL_LEASE_USER_LABELS: &[&str] = &[
     "postgres15-lease-user",      // lease-sql/tests/conformance.rs
     "postgres-latest-lease-user", // lease-sql/tests/conformance.rs
     "mariadb-lease-user",         // lease-sql/tests/conformance.rs
+];
+
+/// The report labels of the behaviour suite run as a lease user: an ACL user
+/// (Valkey/Redis) or an etcd user whose one role has read-write on the key
+/// prefix: only what a lease user needs, the admin parts of tests (revoke, planted records) done by the
+/// administrator.
+pub const KV_LEASE_USER_LABELS: &[&str] = &[
+    "redis7-lease-user",  // lease-valkey/tests/conformance.rs
+    "valkey8-lease-user", // lease-valkey/tests/conformance.rs
+    "etcd35-lease-user",  // lease-etcd/tests/conformance.rs
 ];
 
 use containers::{docker_probe, start_container};

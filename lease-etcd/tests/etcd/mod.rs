@@ -2,6 +2,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod damaged;
+pub(crate) mod lease_user;
 pub(crate) mod tests;
 pub(crate) mod tls;
 

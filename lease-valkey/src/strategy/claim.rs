@@ -72,7 +72,16 @@ impl ValkeyStrategy {
                 .await
             }
         };
-        let value = result.map_err(|f| self.claim_failure(pool, f))?;
+        let value = match result {
+            Ok(value) => value,
+            Err(Failure::Denied(refusal)) => {
+                return Err(AcquireError::Misconfigured {
+                    what: format!("{} refused the claim to this user", self.inner.server),
+                    fix: self.explain_refusal(&refusal).await,
+                });
+            }
+            Err(f) => return Err(self.claim_failure(pool, f)),
+        };
         match parse_claim(&value) {
             Some(Claim::Granted {
                 slot,
@@ -126,13 +135,10 @@ impl ValkeyStrategy {
             )),
             Failure::Denied(r) => AcquireError::Misconfigured {
                 what: format!("{} refused the claim: {r}", self.inner.server),
-                fix: "check the password and grant the user EVALSHA, EVAL and SCRIPT, and \
-                      the commands the scripts call (HSETEX, HGET, HSET, HDEL, HLEN, HEXISTS, \
-                      HINCRBY, HSETNX, EXISTS, SET, GET, PEXPIRE, DEL, TIME, and INFO for the \
-                      restart guard) on the pool's keys (and WAIT with \
-                      ValkeyConfig::wait_for_replicas, WAITAOF on a server that fsyncs once a \
-                      second, CONFIG GET at connect)"
-                    .into(),
+                fix: format!(
+                    "check the password, and grant the user the lease user's ACL: {}",
+                    self.lease_user_acl()
+                ),
             },
             Failure::Rejected(r) => AcquireError::Misconfigured {
                 what: format!("{} rejected the claim: {r}", self.inner.server),

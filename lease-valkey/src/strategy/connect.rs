@@ -12,6 +12,7 @@ use leasehold_core::ConfigError;
 
 use super::answers::config_value;
 use super::{ActivePath, BACKSTOP_SLACK, Inner, ValkeyStrategy};
+use crate::acl::LeaseUserAcl;
 use crate::config::{Method, ValkeyConfig, check_prefix, redact};
 use crate::credentials::Provider;
 use crate::durability::Persistence;
@@ -231,7 +232,15 @@ impl ValkeyStrategy {
             };
             let value = match answer {
                 Ok(v) => config_value(&v),
-                Err(Failure::Denied(_) | Failure::Rejected(_)) => return Ok(d),
+                Err(Failure::Denied(refusal)) => {
+                    d.config_denied = Some(
+                        LeaseUserAcl::new(&self.inner.config.prefix)
+                            .rule_for(&refusal)
+                            .unwrap_or_else(|| "+config|get".to_owned()),
+                    );
+                    return Ok(d);
+                }
+                Err(Failure::Rejected(_)) => return Ok(d),
                 Err(f) => return Err(self.failure_error("CONFIG GET", url, f)),
             };
             match name {
@@ -278,6 +287,20 @@ impl ValkeyStrategy {
                 timeout: self.inner.config.op_timeout,
                 reason,
             },
+            Failure::Denied(refusal) => {
+                let acl = self.lease_user_acl();
+                let rules: Vec<String> = acl.rule_for(&refusal).into_iter().collect();
+                let user = self
+                    .inner
+                    .config
+                    .url_user()
+                    .unwrap_or_else(|| "default".into());
+                ValkeyError::Denied {
+                    server: self.inner.server.to_string(),
+                    command,
+                    explained: crate::error::refusal_text(&refusal, &rules, &user, &acl),
+                }
+            }
             other => ValkeyError::Server {
                 server: self.inner.server.to_string(),
                 command,
@@ -402,6 +425,27 @@ async fn open_client(
                 return Err(ValkeyError::Credentials {
                     store: url.to_owned(),
                     error,
+                });
+            }
+            // A refused password is not a connection problem; a refused
+            // command (NOPERM) is the ACL's, named by the connect's probe.
+            let details = e.details().trim_start();
+            if details.starts_with("NOPERM") {
+                let _ = tokio::time::timeout(timeout, client.quit()).await;
+                let acl = LeaseUserAcl::new(&config.prefix);
+                let rules: Vec<String> = acl.rule_for(details).into_iter().collect();
+                let user = config.url_user().unwrap_or_else(|| "default".into());
+                return Err(ValkeyError::Denied {
+                    server: url.to_owned(),
+                    command: "the connection's setup",
+                    explained: crate::error::refusal_text(details, &rules, &user, &acl),
+                });
+            }
+            if matches!(crate::error::classify(&e), Failure::Denied(_)) {
+                let _ = tokio::time::timeout(timeout, client.quit()).await;
+                return Err(ValkeyError::Authentication {
+                    url: url.to_owned(),
+                    reason: e.to_string(),
                 });
             }
             (e.to_string(), *e.kind() == fred::error::ErrorKind::IO)

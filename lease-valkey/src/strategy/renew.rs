@@ -72,6 +72,9 @@ impl ValkeyStrategy {
             Err(Failure::Rejected(r)) => {
                 Renewal::Lost(Reason::new(format!("the server rejected the renewal: {r}")))
             }
+            Err(Failure::Denied(refusal)) => {
+                Renewal::Retry(Reason::new(self.explain_refusal(refusal).await))
+            }
             Err(f) => Renewal::Retry(Reason::new(f.text().to_owned())),
         }
     }
@@ -110,6 +113,9 @@ impl ValkeyStrategy {
             Ok(other) => Release::Retry(Reason::new(format!(
                 "unexpected answer to the release: {other:?}"
             ))),
+            Err(Failure::Denied(refusal)) => {
+                Release::Retry(Reason::new(self.explain_refusal(&refusal).await))
+            }
             Err(f) => Release::Retry(Reason::new(f.text().to_owned())),
         }
     }

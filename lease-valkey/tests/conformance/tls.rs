@@ -149,11 +149,19 @@ async fn a_verified_connection_says_so_and_reads_the_server(b: Arc<Valkey>) -> O
         kept.appendonly == Some(false) && kept.maxmemory_policy.as_deref() == Some("noeviction"),
         "CONFIG GET over TLS read {kept:?}"
     );
+    // Doctor: the server on its line, the TLS on the `tls` line.
     let checks = s.checks().await;
+    let server = s.server().to_string();
+    let tls_part = want
+        .strip_prefix(&format!("{server} over "))
+        .unwrap_or(&want);
     ensure!(
         checks
             .iter()
-            .any(|c| c.name == "server" && c.verdict == Verdict::Ok && c.detail == want),
+            .any(|c| c.name == "server" && c.verdict == Verdict::Ok && c.detail == server)
+            && checks
+                .iter()
+                .any(|c| c.name == "tls" && c.verdict == Verdict::Ok && c.detail == tls_part),
         "checks {checks:?}"
     );
     ensure!(
