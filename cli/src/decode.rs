@@ -52,6 +52,17 @@ impl LayoutName {
     }
 }
 
+/// How an ID of decimal digits only is read: a 16, 24 or 32-digit one is
+/// valid both as the hex that a nonce's `Display` prints and, when it fits
+/// a u64, as a decimal number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Digits {
+    /// As hex digits (`--hex`).
+    Hex,
+    /// As a decimal number (`--decimal`).
+    Decimal,
+}
+
 /// What an ID's text was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Form {
@@ -68,8 +79,73 @@ struct Parsed {
     form: Form,
 }
 
-fn parse(text: &str) -> Result<Parsed, String> {
+/// An ID's reading, or both readings of an ID of digits only.
+enum Reading {
+    One(Parsed),
+    Ambiguous { hex: Parsed, decimal: Parsed },
+}
+
+/// Hex digits (no `0x`) as an ID whose width follows from how many there are.
+fn parse_hex(hex: &str) -> Result<Parsed, String> {
+    let hex = hex.replace('_', "");
+    if hex.is_empty() || hex.len() > 32 {
+        return Err("hex needs 1 to 32 hex digits".into());
+    }
+    let value = u128::from_str_radix(&hex, 16)
+        .map_err(|_| "a character that is not a hex digit".to_owned())?;
+    let bits = match hex.len() {
+        0..=16 => 64,
+        17..=24 => 96,
+        _ => 128,
+    };
+    Ok(Parsed {
+        value,
+        bits,
+        form: Form::Hex,
+    })
+}
+
+fn parse_decimal(t: &str) -> Result<Parsed, String> {
+    let value: u64 = t.parse().map_err(|_| {
+        "a decimal number larger than a u64; give wider IDs in hex (0x…) or base32".to_owned()
+    })?;
+    Ok(Parsed {
+        value: u128::from(value),
+        bits: 64,
+        form: Form::Decimal,
+    })
+}
+
+/// Reads `text`. An ID of decimal digits only is read as `digits` says;
+/// without it, as the one form it is valid in, or both readings when it is
+/// valid as hex (16, 24 or 32 digits, as `Display` prints nonces) and as a
+/// decimal u64.
+fn parse(text: &str, digits: Option<Digits>) -> Result<Reading, String> {
     let t = text.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return match digits {
+            Some(Digits::Hex) => parse_hex(t).map(Reading::One),
+            Some(Digits::Decimal) => parse_decimal(t).map(Reading::One),
+            None => {
+                let hex = matches!(t.len(), 16 | 24 | 32)
+                    .then(|| parse_hex(t))
+                    .transpose()?;
+                match (hex, parse_decimal(t)) {
+                    (Some(hex), Ok(decimal)) => Ok(Reading::Ambiguous { hex, decimal }),
+                    (Some(hex), Err(_)) => Ok(Reading::One(hex)),
+                    (None, decimal) => decimal.map(Reading::One),
+                }
+            }
+        };
+    }
+    if digits == Some(Digits::Decimal) {
+        return Err("not a decimal number, as --decimal says it is".into());
+    }
+    parse_other(t).map(Reading::One)
+}
+
+/// Reads an ID that is not all decimal digits.
+fn parse_other(t: &str) -> Result<Parsed, String> {
     if t.len() == 36 && t.contains('-') {
         let u: Uuid7 = t.parse().map_err(|e| format!("{e}"))?;
         return Ok(Parsed {
@@ -79,32 +155,7 @@ fn parse(text: &str) -> Result<Parsed, String> {
         });
     }
     if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        let hex = hex.replace('_', "");
-        if hex.is_empty() || hex.len() > 32 {
-            return Err("0x-hex needs 1 to 32 hex digits".into());
-        }
-        let value = u128::from_str_radix(&hex, 16)
-            .map_err(|_| "a character that is not a hex digit after 0x".to_owned())?;
-        let bits = match hex.len() {
-            0..=16 => 64,
-            17..=24 => 96,
-            _ => 128,
-        };
-        return Ok(Parsed {
-            value,
-            bits,
-            form: Form::Hex,
-        });
-    }
-    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
-        let value: u64 = t.parse().map_err(|_| {
-            "a decimal number larger than a u64; give wider IDs in hex (0x…) or base32".to_owned()
-        })?;
-        return Ok(Parsed {
-            value: u128::from(value),
-            bits: 64,
-            form: Form::Decimal,
-        });
+        return parse_hex(hex).map_err(|e| format!("0x-{e}"));
     }
     let form = |hex_len: usize| {
         if t.len() == hex_len {
@@ -200,8 +251,33 @@ fn decode_one(
     text: &str,
     layout: Option<LayoutName>,
     key: Option<&BaseKey>,
+    digits: Option<Digits>,
 ) -> Result<String, String> {
-    let p = parse(text)?;
+    match parse(text, digits)? {
+        Reading::One(p) => render(text, &p, layout, key),
+        Reading::Ambiguous { hex, decimal } => {
+            let reading = |p: &Parsed| {
+                render(text, p, layout, key).unwrap_or_else(|e| format!("  (cannot: {e})\n"))
+            };
+            Err(format!(
+                "ambiguous: {} decimal digits are valid both as hex (as a nonce's Display \
+                 prints it) and as a decimal number; give --hex or --decimal. The two \
+                 readings:\n{}{}",
+                text.trim().len(),
+                reading(&hex),
+                reading(&decimal)
+            ))
+        }
+    }
+}
+
+/// The lines that take the ID `p` (read from `text`) apart.
+fn render(
+    text: &str,
+    p: &Parsed,
+    layout: Option<LayoutName>,
+    key: Option<&BaseKey>,
+) -> Result<String, String> {
     let name = layout.unwrap_or(LayoutName::for_bits(p.bits));
     let l = name.layout();
     if l.bits() < 128 && p.value >> l.bits() != 0 {
@@ -262,6 +338,7 @@ pub(crate) fn decode(
     ids: Vec<String>,
     layout: Option<LayoutName>,
     key_file: Option<&Path>,
+    digits: Option<Digits>,
 ) -> Result<Exit, CliError> {
     let key = match key_file {
         Some(path) => {
@@ -290,7 +367,7 @@ pub(crate) fn decode(
     let mut failed = 0usize;
     let mut first = true;
     for id in &ids {
-        match decode_one(id, layout, key.as_ref()) {
+        match decode_one(id, layout, key.as_ref(), digits) {
             Ok(text) => {
                 if !first {
                     println!();

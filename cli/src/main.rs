@@ -89,8 +89,17 @@ enum Command {
     /// line, when none is given.
     #[command(after_help = EXIT_CODES)]
     Decode {
-        /// A u64, 0x-hex, hex or Crockford base32 nonce, or a UUIDv7.
+        /// A nonce as its Display prints it (16, 24 or 32 hex digits), a
+        /// u64, 0x-hex, Crockford base32, or a UUIDv7. An ID of digits only
+        /// that is valid both as hex and as a decimal u64 is refused, with
+        /// both readings, unless --hex or --decimal says which.
         ids: Vec<String>,
+        /// Read IDs of decimal digits only as hex (what a nonce's Display prints).
+        #[arg(long, conflicts_with = "decimal")]
+        hex: bool,
+        /// Read IDs of decimal digits only as decimal numbers.
+        #[arg(long)]
+        decimal: bool,
         /// The layout: default64, default96, default128 or snowflake
         /// (default: from the ID's form).
         #[arg(long)]
@@ -358,7 +367,16 @@ async fn run(command: Command) -> Result<Exit, CliError> {
             ids,
             layout,
             key_file,
-        } => decode::decode(ids, layout, key_file.as_deref()),
+            hex,
+            decimal,
+        } => {
+            let digits = match (hex, decimal) {
+                (true, _) => Some(decode::Digits::Hex),
+                (_, true) => Some(decode::Digits::Decimal),
+                _ => None,
+            };
+            decode::decode(ids, layout, key_file.as_deref(), digits)
+        }
         Command::Doctor { store } => doctor::doctor(&store).await,
     }
 }

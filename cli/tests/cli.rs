@@ -1674,6 +1674,14 @@ fn offline_trials() -> Vec<Trial> {
             )
         }),
         t("decode_uuid7_and_encrypted", decode_uuid7_and_encrypted),
+        t(
+            "decode_refuses_digits_that_read_as_hex_and_decimal_showing_both",
+            decode_refuses_ambiguous_digits,
+        ),
+        t(
+            "decode_reads_what_display_prints",
+            decode_reads_what_display_prints,
+        ),
         t("decode_bad_input_exit_8", || {
             let o = run(&["decode", "not-an-id"]);
             expect_code(&o, 8)?;
@@ -1689,6 +1697,86 @@ fn offline_trials() -> Vec<Trial> {
             one_line_error(&o).map(drop)
         }),
     ]
+}
+
+/// The slot and counter lines `decode` prints for `v` in the 64-bit layout.
+fn slot_and_counter(v: u64) -> String {
+    let parts = leasehold::nonce::Layout::default64().decode(u128::from(v));
+    format!("  slot     {}\n  counter  {}\n", parts.slot, parts.counter)
+}
+
+/// A `Nonce64` whose Display (16 hex digits) has no letter is a valid
+/// decimal number too: `decode` refuses to guess, shows both readings, and
+/// reads it as `--hex` or `--decimal` says.
+fn decode_refuses_ambiguous_digits() -> TestResult {
+    let id = "0388990780404000";
+    let as_hex = u64::from_str_radix(id, 16).map_err(|e| e.to_string())?;
+    let as_decimal: u64 = id
+        .parse()
+        .map_err(|e: std::num::ParseIntError| e.to_string())?;
+    assert_eq!(leasehold::nonce::Nonce64(as_hex).to_string(), id);
+
+    let o = run(&["decode", id]);
+    expect_code(&o, 8)?;
+    let (out, err, _) = text(&o);
+    if !out.is_empty() {
+        return Err(format!("printed a reading of an ambiguous ID:\n{out}"));
+    }
+    for part in [
+        "ambiguous",
+        "give --hex or --decimal",
+        &format!("{id} (hex)"),
+        &format!("{id} (decimal)"),
+        &slot_and_counter(as_hex),
+        &slot_and_counter(as_decimal),
+        "leasehold: 1 of 1 IDs could not be decoded",
+    ] {
+        if !err.contains(part) {
+            return Err(format!("the refusal lacks {part:?}:\n{err}"));
+        }
+    }
+    if err.matches("  time     ").count() != 2 {
+        return Err(format!("the refusal does not show both times:\n{err}"));
+    }
+
+    let o = run(&["decode", "--hex", id]);
+    expect_code(&o, 0)?;
+    let out = text(&o).0;
+    if !out.starts_with(&format!("{id} (hex)\n")) || !out.contains(&slot_and_counter(as_hex)) {
+        return Err(format!("--hex did not read it as hex:\n{out}"));
+    }
+    let o = run(&["decode", "--decimal", id]);
+    expect_code(&o, 0)?;
+    let out = text(&o).0;
+    if !out.starts_with(&format!("{id} (decimal)\n"))
+        || !out.contains(&slot_and_counter(as_decimal))
+    {
+        return Err(format!("--decimal did not read it as decimal:\n{out}"));
+    }
+    let o = run(&["decode", "--hex", "--decimal", id]);
+    expect_code(&o, 2)
+}
+
+/// What `Display` prints decodes as that ID without a flag: 16 hex digits
+/// with a letter, and 24 hex digits with no letter (too large for a
+/// decimal u64, so not ambiguous).
+fn decode_reads_what_display_prints() -> TestResult {
+    let v: u64 = (1000 << 22) | (7 << 13) | 42;
+    let shown = leasehold::nonce::Nonce64(v).to_string();
+    let o = run(&["decode", &shown]);
+    expect_code(&o, 0)?;
+    let out = text(&o).0;
+    if !out.starts_with(&format!("{shown} (hex)\n")) || !out.contains(&slot_and_counter(v)) {
+        return Err(format!("{shown} was not read as its Display:\n{out}"));
+    }
+    let wide = "100003980000000000000123";
+    let o = run(&["decode", wide]);
+    expect_code(&o, 0)?;
+    let out = text(&o).0;
+    if !out.starts_with(&format!("{wide} (hex)\n")) || !out.contains("96 bits") {
+        return Err(format!("{wide} was not read as 96-bit hex:\n{out}"));
+    }
+    Ok(())
 }
 
 /// The URL is read from `--url`, `--url-file` (a trailing newline allowed)

@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -16,8 +17,9 @@ use crate::gate::{LeaseGate, Opening};
 use crate::health::{Health, Track, assess};
 use crate::loss::LossEvent;
 use crate::machine::{Action, Input, Machine};
+use crate::opening::{OpenStore, StoreWait};
 use crate::pool::PoolSpec;
-use crate::strategy::{Fence, Floor, Grant, Release, Renewal, Strategy};
+use crate::strategy::{BoxFuture, Fence, Floor, Grant, Release, Renewal, Strategy};
 use crate::telemetry::Telemetry;
 use crate::token::Token;
 
@@ -87,11 +89,40 @@ impl LeaseManager {
     /// Starts the driver and waits until the first lease is held, a final
     /// error occurs, or the acquire timeout passes (DESIGN.md, rule 6).
     ///
+    /// `store` is a connected strategy, or a store to connect first (the
+    /// `leasehold` crate's `StoreConfig`: [`OpenStore`]). A store that is
+    /// not reachable yet is tried again, with the configuration's backoff,
+    /// until the acquire timeout has passed ([`StartError::StoreUnreachable`]),
+    /// unless it carries a wait of its own; a store that refuses
+    /// (credentials, permissions, settings that can lose leases) stops the
+    /// start at once ([`StartError::StoreRefused`]). The acquire timeout
+    /// then counts again for the first lease.
+    ///
     /// The configuration is checked against what the strategy supports
     /// first: a pool larger than its `max_pool_size`, or a safety margin
     /// below [`min_safety_margin`](crate::min_safety_margin) with the store's
     /// time resolution, is a [`StartError::Config`].
-    pub async fn start<S: Strategy>(strategy: S, config: LeaseConfig) -> Result<Self, StartError> {
+    pub fn start<O: OpenStore>(
+        store: O,
+        config: LeaseConfig,
+    ) -> impl Future<Output = Result<Self, StartError>> + Send {
+        let wait = StoreWait::within(config.timing.acquire_timeout())
+            .backoff(config.timing.backoff_initial(), config.timing.backoff_max());
+        // Opened outside the state machine below, which is generic over the
+        // strategy itself: its `Send` then holds for every strategy, trait
+        // objects included.
+        Self::start_opening(store.open(wait), config)
+    }
+
+    async fn start_opening<S: Strategy>(
+        opening: BoxFuture<'static, Result<S, StartError>>,
+        config: LeaseConfig,
+    ) -> Result<Self, StartError> {
+        let strategy = opening.await?;
+        Self::start_on(strategy, config).await
+    }
+
+    async fn start_on<S: Strategy>(strategy: S, config: LeaseConfig) -> Result<Self, StartError> {
         let caps = strategy.capabilities();
         if config.pool.size > caps.max_pool_size {
             return Err(StartError::Config(ConfigError::new(

@@ -276,6 +276,22 @@ pub enum StartError {
     /// The driver panicked before a lease was held (a bug in a strategy or in
     /// leasehold): the message is the panic's.
     Panicked(String),
+    /// The store refused the connection ([`OpenStore`](crate::opening::OpenStore)):
+    /// credentials, permissions, a bad URL, settings that can lose leases.
+    /// Final until fixed: the reason names the store and the fix.
+    StoreRefused(Reason),
+    /// The store was not reachable before the deadline of the wait for it
+    /// ([`StoreWait`](crate::opening::StoreWait)).
+    StoreUnreachable {
+        /// The store, as [`url::redacted`](crate::url::redacted) shows it.
+        store: String,
+        /// The deadline that passed.
+        waited: Duration,
+        /// How many attempts were made.
+        attempts: u32,
+        /// What the last attempt answered.
+        last: Reason,
+    },
 }
 
 impl fmt::Display for StartError {
@@ -287,6 +303,18 @@ impl fmt::Display for StartError {
                 f,
                 "the lease driver panicked before a lease was held: {msg}; this is a bug, please \
                  report it"
+            ),
+            Self::StoreRefused(reason) => write!(f, "cannot open the store: {reason}"),
+            Self::StoreUnreachable {
+                store,
+                waited,
+                attempts,
+                last,
+            } => write!(
+                f,
+                "the store {store} was not reachable within {waited:?}, the deadline of the wait \
+                 for it ({attempts} attempts); the last: {last}. Check that the store runs and \
+                 that this host can reach it, or wait longer"
             ),
             Self::Timeout { waited, last } => {
                 write!(f, "no lease acquired within {waited:?} (acquire_timeout)")?;

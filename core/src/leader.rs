@@ -4,10 +4,11 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::ControlFlow;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::clock::MonoTime;
@@ -17,6 +18,7 @@ use crate::error::{ConfigError, StartError};
 use crate::events::{Hook, LeaseEvent, SUBSCRIPTION_CAPACITY, Sink, SteppedBack};
 use crate::gate::LeaseGate;
 use crate::leader_config::LeaderConfig;
+use crate::opening::{OpenStore, StoreWait};
 use crate::strategy::{Fence, FenceStamp, Strategy};
 
 /// One term of leadership, handed to the leader's future.
@@ -110,10 +112,14 @@ impl LeaderInfo {
 
 type Callback<T> = Arc<dyn Fn(&T) + Send + Sync>;
 
+/// The store of an elector, opening (connecting, and waiting for it while
+/// it is not reachable) when the campaign starts.
+type Opening<S> = Pin<Box<dyn Future<Output = Result<S, StartError>> + Send>>;
+
 /// Builds an [`Elector`]: see [`Leader::builder`].
 #[must_use]
 pub struct LeaderBuilder<S> {
-    strategy: Arc<S>,
+    store: Opening<S>,
     config: LeaderConfig,
     on_started: Option<Callback<Leadership>>,
     on_stopped: Option<Callback<()>>,
@@ -164,20 +170,37 @@ impl Leader {
     /// down**: as when the lease is lost, then the lease is released. A final
     /// error (a missing table, a configuration the store refuses) stops the
     /// campaign: see [`LeaderBuilder::on_error`] and [`Elector::wait_leading`].
-    pub fn campaign<S, F, Fut>(strategy: S, config: LeaderConfig, lead: F) -> Elector
+    ///
+    /// `store` is a connected strategy, or a store to connect first (the
+    /// `leasehold` crate's `StoreConfig`: [`OpenStore`]): see
+    /// [`Leader::builder`].
+    pub fn campaign<O, F, Fut>(store: O, config: LeaderConfig, lead: F) -> Elector
     where
-        S: Strategy,
+        O: OpenStore,
         F: FnMut(Leadership) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        Self::builder(strategy, config).campaign(lead)
+        Self::builder(store, config).campaign(lead)
     }
 
     /// A builder for callbacks client-go users know: started leading,
     /// stopped leading, new leader.
-    pub fn builder<S: Strategy>(strategy: S, config: LeaderConfig) -> LeaderBuilder<S> {
+    ///
+    /// `store` is a connected strategy, or a store to connect first (the
+    /// `leasehold` crate's `StoreConfig`: [`OpenStore`]). Such a store is
+    /// connected when the campaign starts, and while it is not reachable
+    /// the elector keeps trying, with the configuration's backoff, for as
+    /// long as it campaigns (or until the store's own wait deadline, if it
+    /// carries one: then a final [`StartError::StoreUnreachable`]). A store
+    /// that refuses stops the campaign at once ([`StartError::StoreRefused`],
+    /// reported as every final error is).
+    pub fn builder<O: OpenStore>(store: O, config: LeaderConfig) -> LeaderBuilder<O::Strategy> {
+        let wait = StoreWait::until_reached().backoff(
+            config.timing().backoff_initial(),
+            config.timing().backoff_max(),
+        );
         LeaderBuilder {
-            strategy: Arc::new(strategy),
+            store: Box::pin(store.open(wait)),
             grace: config.timing().safety_margin(),
             observe_every: None,
             config,
@@ -268,18 +291,27 @@ impl<S: Strategy> LeaderBuilder<S> {
         let observe_every = self
             .observe_every
             .unwrap_or(self.config.timing().renew_interval());
-        let observer = tokio::spawn(observe(
-            self.strategy.clone(),
-            self.config.pool().clone(),
-            observe_every,
-            leader_tx.clone(),
-            self.on_new_leader.clone(),
-            stop_rx.clone(),
-        ));
+        // The observer starts once the store is open.
+        let (opened_tx, opened_rx) = oneshot::channel();
+        let observer = tokio::spawn({
+            let (pool, leader, on_new_leader, stop) = (
+                self.config.pool().clone(),
+                leader_tx.clone(),
+                self.on_new_leader.clone(),
+                stop_rx.clone(),
+            );
+            async move {
+                if let Ok(strategy) = opened_rx.await {
+                    observe(strategy, pool, observe_every, leader, on_new_leader, stop).await;
+                }
+            }
+        });
         let term: Arc<Mutex<Option<AbortHandle>>> = Arc::default();
         let task = tokio::spawn(
             Campaign {
                 b: self,
+                strategy: None,
+                opened: Some(opened_tx),
                 lease,
                 sink,
                 current_term: term.clone(),
@@ -459,6 +491,10 @@ enum TermEnd {
 /// future, and the channels through which the elector sees it.
 struct Campaign<S, F> {
     b: LeaderBuilder<S>,
+    /// The store, once open.
+    strategy: Option<Arc<S>>,
+    /// Hands the open store to the observer.
+    opened: Option<oneshot::Sender<Arc<S>>>,
     /// The lease configuration of every attempt, sending its events to the
     /// elector's channel and callbacks.
     lease: LeaseConfig,
@@ -480,6 +516,21 @@ where
 {
     /// Campaigns until stopped: a lease manager per attempt; a term per grant.
     async fn run(mut self) {
+        let opened = tokio::select! {
+            opened = &mut self.b.store => opened,
+            () = stopped(&mut self.stop) => return,
+        };
+        let strategy = match opened {
+            Ok(strategy) => Arc::new(strategy),
+            Err(e) => {
+                self.give_up(&e);
+                return;
+            }
+        };
+        if let Some(tx) = self.opened.take() {
+            let _ = tx.send(strategy.clone());
+        }
+        self.strategy = Some(strategy);
         while !*self.stop.borrow() {
             let manager = match self.start_manager().await {
                 Some(Ok(m)) => m,
@@ -500,8 +551,9 @@ where
     /// Asks for the lease; `None` when the elector stopped meanwhile. A
     /// fixed slot is refused: every replica configured with it would lead.
     async fn start_manager(&mut self) -> Option<Result<LeaseManager, StartError>> {
-        if self.b.strategy.capabilities().coordinated {
-            let start = LeaseManager::start(self.b.strategy.clone(), self.lease.clone());
+        let strategy = self.strategy.clone()?;
+        if strategy.capabilities().coordinated {
+            let start = LeaseManager::start(strategy, self.lease.clone());
             tokio::select! {
                 m = start => Some(m),
                 () = stopped(&mut self.stop) => None,

@@ -27,6 +27,8 @@ mod leader_config;
 mod loss;
 pub mod machine;
 mod memory;
+#[cfg(feature = "tokio")]
+pub mod opening;
 pub mod operate;
 #[doc(hidden)]
 pub mod plant;
@@ -64,6 +66,8 @@ pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};
 pub use leader_config::{LeaderConfig, LeaderConfigBuilder};
 pub use loss::{LossCause, LossEvent};
 pub use memory::Memory;
+#[cfg(feature = "tokio")]
+pub use opening::{OpenStore, StoreWait};
 pub use operate::{Check, Operate, OperateError, Verdict};
 pub use pool::{IdFormat, MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};
 pub use strategy::{

@@ -16,6 +16,10 @@
 //! | `leasehold_renewal_latency_seconds` | histogram | |
 //! | `leasehold_deadline_seconds` | gauge | time left to the local deadline (0 when not held) |
 //! | `leasehold_campaigns_stopped_total` | counter | a leader election stopped by a final error |
+//!
+//! Waiting for a store that is not up yet (`opening::wait_for_store`) counts
+//! `leasehold_store_connect_attempts_total`, labelled `store` (the URL,
+//! redacted) and `outcome` (unreachable, refused, connected), not `pool`.
 
 // Each sink uses some of the arguments; with one or none enabled, the rest go
 // unused.

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use leasehold_core::Memory;
 use leasehold_core::credentials::{CallbackError, CredentialSource, Credentials};
+use leasehold_core::opening::{OpenStore, StoreWait, WaitError, wait_for_store};
+use leasehold_core::{BoxFuture, Memory, StartError};
 #[cfg(feature = "etcd")]
 use leasehold_etcd::{EtcdConfig, EtcdError, EtcdStrategy};
 #[cfg(feature = "k8s")]
@@ -144,11 +145,19 @@ pub fn schemes_text() -> String {
 /// Keep the password out of the URL with [`StoreConfig::password_file`]
 /// (or the URL option `password_file=PATH`) and
 /// [`StoreConfig::credentials`].
+///
+/// A process that may start before its store waits for it with
+/// [`StoreConfig::wait_for_store`]. A `StoreConfig` can also be handed,
+/// unconnected, to [`LeaseManager::start`](crate::LeaseManager::start) and
+/// [`Leader::builder`](crate::Leader::builder), which connect it and wait
+/// for a store that is not reachable yet (the manager within its acquire
+/// timeout, an elector for as long as it campaigns).
 #[derive(Clone)]
 pub struct StoreConfig {
     url: String,
     kind: StoreKind,
     credentials: Option<CredentialSource>,
+    wait: Option<StoreWait>,
 }
 
 impl fmt::Debug for StoreConfig {
@@ -157,6 +166,7 @@ impl fmt::Debug for StoreConfig {
             .field("url", &self.shown_url())
             .field("kind", &self.kind)
             .field("credentials", &self.credentials)
+            .field("wait", &self.wait)
             .finish()
     }
 }
@@ -260,7 +270,53 @@ impl StoreConfig {
             url: url.to_owned(),
             kind,
             credentials: None,
+            wait: None,
         })
+    }
+
+    /// Makes [`StoreConfig::connect`] wait for a store that is not
+    /// reachable yet, for up to `deadline` from the first attempt: a
+    /// process that starts before its store (a pod scheduled before the
+    /// database) then waits instead of failing at once.
+    ///
+    /// Only "not reachable" is tried again: a refused or dropped
+    /// connection, no answer in time, a host name that does not resolve
+    /// yet, a server still starting up (PostgreSQL's `57P03`), a password
+    /// file or credentials callback that does not answer yet. A refusal
+    /// (bad credentials, a bad URL, missing permissions, a server that can
+    /// lose leases) is final at once. Each attempt is proven with one
+    /// round trip ([`Operate::ping`](crate::Operate::ping)), since some
+    /// clients (etcd's gRPC channel) "connect" without reaching anyone.
+    /// Attempts are spaced by exponential backoff with jitter (100 ms
+    /// doubling up to 5 s; [`StoreConfig::wait_for_store_with`] sets
+    /// them), each failed one is logged at warn (feature `tracing` of
+    /// `leasehold-core`, the URL redacted) and counted (feature
+    /// `metrics`: `leasehold_store_connect_attempts_total`). A deadline
+    /// that passes is [`ConnectError::NotReachable`], naming the deadline
+    /// and the last cause.
+    ///
+    /// The same wait applies when this configuration is handed to
+    /// [`LeaseManager::start`](crate::LeaseManager::start) or
+    /// [`Leader::builder`](crate::Leader::builder), instead of theirs.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), leasehold::ConnectError> {
+    /// use std::time::Duration;
+    /// let store = leasehold::StoreConfig::from_url("postgres://app@db.internal/app")?
+    ///     .wait_for_store(Duration::from_secs(120))
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_for_store(self, deadline: Duration) -> Self {
+        self.wait_for_store_with(StoreWait::within(deadline))
+    }
+
+    /// [`StoreConfig::wait_for_store`] with a wait of your own: its
+    /// deadline (or [`StoreWait::until_reached`], none) and backoff.
+    pub fn wait_for_store_with(mut self, wait: StoreWait) -> Self {
+        self.wait = Some(wait);
+        self
     }
 
     /// Reads the password from the file at `path` instead of the URL (the
@@ -434,7 +490,60 @@ impl StoreConfig {
     /// Connects with the backend's own `connect`: its checks of the server
     /// (version, durability, permissions) run, and each refusal says what to
     /// do.
+    ///
+    /// Without [`StoreConfig::wait_for_store`], one attempt: a store that
+    /// is not reachable fails at once with the retryable
+    /// [`ConnectError::Unreachable`]. With it, attempts go on while the
+    /// store is not reachable, until its deadline.
     pub async fn connect(self) -> Result<Store, ConnectError> {
+        match self.wait {
+            None => self.connect_once().await,
+            Some(wait) => self.connect_waiting(wait).await,
+        }
+    }
+
+    /// Attempts to connect, proving each with a round trip, while the store
+    /// is not reachable and `wait` allows.
+    async fn connect_waiting(self, wait: StoreWait) -> Result<Store, ConnectError> {
+        let shown = self.shown_url();
+        let answer = wait_for_store(&shown, wait, ConnectError::is_retryable, || {
+            self.clone().connect_reached()
+        })
+        .await;
+        answer.map_err(|e| match e {
+            WaitError::Refused(e) => e,
+            WaitError::NotReachable {
+                waited,
+                attempts,
+                last,
+            } => ConnectError::NotReachable {
+                url: shown.clone(),
+                waited,
+                attempts,
+                last,
+            },
+        })
+    }
+
+    /// One attempt to connect, and one round trip to prove the store is
+    /// reached (a lazy client may connect without reaching anyone).
+    async fn connect_reached(self) -> Result<Store, ConnectError> {
+        let store = self.connect_once().await?;
+        match store.operator().ping().await {
+            Ok(()) => Ok(store),
+            Err(e) if e.is_retryable() => Err(ConnectError::Unreachable {
+                message: format!("cannot reach {}: {e}", store.shown_url()),
+                url: store.shown_url().to_owned(),
+            }),
+            Err(e) => Err(ConnectError::Refused {
+                message: format!("cannot use {}: {e}", store.shown_url()),
+                url: store.shown_url().to_owned(),
+            }),
+        }
+    }
+
+    /// One attempt to connect.
+    async fn connect_once(self) -> Result<Store, ConnectError> {
         let shown = self.shown_url();
         let this = self.with_credentials()?;
         let kind = this.kind;
@@ -466,6 +575,25 @@ impl StoreConfig {
             ),
         };
         Ok(Store::new(inner, shown))
+    }
+}
+
+/// A store connected, when a lease manager starts or an elector campaigns:
+/// while it is not reachable, tried again as [`StoreConfig::wait_for_store`]
+/// says or, without it, as the manager or elector waits.
+impl OpenStore for StoreConfig {
+    type Strategy = Store;
+
+    fn open(self, wait: StoreWait) -> BoxFuture<'static, Result<Store, StartError>> {
+        Box::pin(async move {
+            let wait = self.wait.unwrap_or(wait);
+            let shown = self.shown_url();
+            let answer = wait_for_store(&shown, wait, ConnectError::is_retryable, || {
+                self.clone().connect_reached()
+            })
+            .await;
+            answer.map_err(|e| e.into_start_error(&shown))
+        })
     }
 }
 

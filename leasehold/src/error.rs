@@ -16,14 +16,34 @@ pub enum ConnectError {
         /// What is wrong and the accepted form.
         why: String,
     },
-    /// The store did not answer, or not in time. Nothing retries a failed
-    /// connect by itself: check that the store runs and try again.
+    /// The store did not answer, or not in time. Without
+    /// [`StoreConfig::wait_for_store`](crate::StoreConfig::wait_for_store)
+    /// nothing retries a failed connect by itself: check that the store
+    /// runs and try again, or let `connect` wait for it.
     #[error("{message}")]
     Unreachable {
         /// The URL, redacted.
         url: String,
         /// What failed, naming the URL.
         message: String,
+    },
+    /// The store was still not reachable when the deadline of
+    /// [`StoreConfig::wait_for_store`](crate::StoreConfig::wait_for_store)
+    /// passed.
+    #[error(
+        "{url} was not reachable within {waited:?}, the deadline of wait_for_store ({attempts} \
+         attempts); the last: {last}. Check that the store runs and that this host can reach \
+         it, or wait longer"
+    )]
+    NotReachable {
+        /// The URL, redacted.
+        url: String,
+        /// The deadline that passed.
+        waited: std::time::Duration,
+        /// How many attempts were made.
+        attempts: u32,
+        /// What the last attempt answered.
+        last: String,
     },
     /// The store answered, and refused: credentials, permissions, a server
     /// too old, or settings that can lose leases. Final until fixed; the
@@ -40,7 +60,7 @@ pub enum ConnectError {
 impl ConnectError {
     /// True when trying again later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unreachable { .. })
+        matches!(self, Self::Unreachable { .. } | Self::NotReachable { .. })
     }
 
     /// The store's URL, redacted ([`crate::url::redacted`]).
@@ -48,6 +68,7 @@ impl ConnectError {
         match self {
             Self::BadUrl { url, .. }
             | Self::Unreachable { url, .. }
+            | Self::NotReachable { url, .. }
             | Self::Refused { url, .. } => url,
         }
     }

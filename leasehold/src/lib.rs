@@ -43,6 +43,14 @@ pub use leasehold_k8s as k8s;
 /// [`StoreConfig::connect`]. The scheme picks the backend (see [`STORES`]);
 /// each store's backend is compiled in by its cargo feature.
 ///
+/// **One attempt:** a store that is not reachable (down, still starting,
+/// its host name not resolving yet) fails at once with the retryable
+/// [`ConnectError::Unreachable`]. A process that may start before its store
+/// (a pod scheduled before the database) waits for it instead with
+/// [`connect_waiting`], or [`StoreConfig::wait_for_store`]; or it hands the
+/// unconnected [`StoreConfig`] to [`LeaseManager::start`] or
+/// [`Leader::builder`], which wait for the store as they wait for a lease.
+///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let store = leasehold::connect("memory://doc").await?;
@@ -51,4 +59,26 @@ pub use leasehold_k8s as k8s;
 /// ```
 pub async fn connect(url: &str) -> Result<Store, ConnectError> {
     StoreConfig::from_url(url)?.connect().await
+}
+
+/// [`connect`], waiting up to `deadline` for a store that is not reachable
+/// yet: [`StoreConfig::wait_for_store`], which says what is tried again
+/// (only "not reachable": a refusal is final at once), how, and what is
+/// logged and counted. A deadline that passes is
+/// [`ConnectError::NotReachable`], naming the deadline and the last cause.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), leasehold::ConnectError> {
+/// use std::time::Duration;
+/// let store = leasehold::connect_waiting("postgres://app@db.internal/app", Duration::from_secs(120)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect_waiting(
+    url: &str,
+    deadline: std::time::Duration,
+) -> Result<Store, ConnectError> {
+    StoreConfig::from_url(url)?
+        .wait_for_store(deadline)
+        .connect()
+        .await
 }
