@@ -50,6 +50,11 @@ pub(crate) struct Info {
     pub(crate) durability: Durability,
     /// Whether the server waited for synchronous standbys at connect.
     pub(crate) sync_standbys: bool,
+    /// What `connect` would have refused, kept instead
+    /// (`SqlConfig::refuse_at_connect(false)`): every claim answers it.
+    pub(crate) refusal: Option<String>,
+    /// The opt-in that accepted a server that can forget, as its URL option.
+    pub(crate) opt_in: Option<&'static str>,
 }
 
 /// The object-safe face of a [`Backend`]: the one point where the engine is
@@ -140,6 +145,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 resolution: D::RESOLUTION,
                 durability: Durability::default(),
                 sync_standbys: opened.sync_standbys,
+                refusal: None,
+                opt_in: None,
             },
             credentials: config.credentials.clone(),
         };
