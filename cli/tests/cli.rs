@@ -870,7 +870,10 @@ fn check_block(out: &str, verdict: &str, check: &str) -> Result<String, String> 
         .next()
         .ok_or_else(|| format!("no `{verdict} {check}` line:\n{out}"))?;
     let rest: Vec<&str> = lines.take_while(|l| l.starts_with("    ")).collect();
-    Ok(std::iter::once(first).chain(rest).collect::<Vec<_>>().join("\n"))
+    Ok(std::iter::once(first)
+        .chain(rest)
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 /// Doctor's verdict on `url` is `connect`'s: connect refuses it, doctor
@@ -881,7 +884,9 @@ fn doctor_judges_as_connect(url: &str, check: &str, needles: &[&str]) -> TestRes
         Err(leasehold::ConnectError::Refused { message, .. }) => {
             let first = message.lines().next().unwrap_or_default();
             if first.len() > 160 || !message.contains("\n  - ") {
-                return Err(format!("the refusal is not a short line and a list:\n{message}"));
+                return Err(format!(
+                    "the refusal is not a short line and a list:\n{message}"
+                ));
             }
         }
         other => return Err(format!("connect {url}: {other:?}, expected a refusal")),
@@ -964,7 +969,9 @@ fn valkey_aof_everysec(_env: &Env) -> TestResult {
     doctor_judges_as_connect(&url, "persistence", &["lacks WAITAOF"])?;
     let (out, _) = doctor_on(&url);
     if out.contains("or fix: appendonly yes, appendfsync everysec") {
-        return Err(format!("everysec offered to a server without WAITAOF:\n{out}"));
+        return Err(format!(
+            "everysec offered to a server without WAITAOF:\n{out}"
+        ));
     }
     let valkey = provide(ServerKind::Valkey8)?;
     let url = valkey.store_url();
@@ -973,14 +980,19 @@ fn valkey_aof_everysec(_env: &Env) -> TestResult {
     connects(&url).map_err(|e| format!("Valkey 8.1 with everysec: {e}"))?;
     let (out, code) = doctor_on(&url);
     if code != 0 {
-        return Err(format!("doctor on Valkey 8.1 with everysec: exit {code}\n{out}"));
+        return Err(format!(
+            "doctor on Valkey 8.1 with everysec: exit {code}\n{out}"
+        ));
     }
     check_block(&out, "warn", "persistence")?;
     config_set(&valkey.url, "no-appendfsync-on-rewrite", "yes")?;
     doctor_judges_as_connect(
         &url,
         "persistence",
-        &["no-appendfsync-on-rewrite yes", "or fix: appendonly yes, appendfsync everysec"],
+        &[
+            "no-appendfsync-on-rewrite yes",
+            "or fix: appendonly yes, appendfsync everysec",
+        ],
     )
 }
 

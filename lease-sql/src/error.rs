@@ -190,8 +190,8 @@ fn forgetful_text(d: &leasehold_core::Durability, required: bool) -> String {
     }
     if required {
         text.push_str(
-            "\n  - require_durable is set (the URL option require_durable=true, or \
-             StoreConfig::map_sql(|c| c.require_durable(true))), so no opt-in accepts it",
+            "\n  - require_durable(true) is set (the URL option require_durable=true), so \
+             neither assume_one_timing_per_pool(true) nor restart_guard(false) accepts it",
         );
     } else {
         text.push_str(

@@ -158,8 +158,8 @@ fn not_durable_text(
          - why: after a restart it may have forgotten leases that holders still use, and the \
          longest TTL and max_clock_skew of the pool's holders, so it could hand a slot to a \
          second holder while the first still generates IDs\n  \
-         - fix: appendonly yes, appendfsync always and no-appendfsync-on-rewrite no (CONFIG \
-         SET, and in valkey.conf / redis.conf)"
+         - fix: set appendonly yes, appendfsync always and no-appendfsync-on-rewrite no \
+         (CONFIG SET, and in valkey.conf / redis.conf)"
     );
     if waitaof {
         text.push_str(
@@ -174,8 +174,8 @@ fn not_durable_text(
     }
     if required {
         text.push_str(
-            "\n  - require_durable is set (the URL option require_durable=true, or \
-             StoreConfig::map_valkey(|c| c.require_durable(true))), so no opt-in accepts it",
+            "\n  - require_durable(true) is set (the URL option require_durable=true), so \
+             neither assume_one_timing_per_pool(true) nor restart_guard(false) accepts it",
         );
     } else {
         text.push_str(
