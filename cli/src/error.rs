@@ -22,6 +22,8 @@ pub(crate) enum Exit {
     Store = 7,
     /// `decode`: unreadable input.
     BadInput = 8,
+    /// The store refused the credentials.
+    Authentication = 9,
 }
 
 /// What went wrong, as one line, and the exit code it gives.

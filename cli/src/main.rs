@@ -26,11 +26,12 @@ Exit codes:
   1  doctor: at least one check FAILed
   2  usage: a bad option or argument (also: status without --pool on a store that cannot list pools)
   3  bad store URL or unknown scheme
-  4  the store cannot be reached (refused, timed out, bad credentials, no such file)
+  4  the store cannot be reached (refused, timed out, no such file)
   5  this store cannot list its slots yet (inspect unsupported)
   6  revoke not confirmed (answered no, or stdin is not a terminal and --yes is missing)
   7  the store answered with an error (missing lease table, query failed)
-  8  decode: an ID or key file that cannot be read";
+  8  decode: an ID or key file that cannot be read
+  9  authentication failed: the store refused the user, password or certificate";
 
 /// Look at and operate the leases of a leasehold store.
 #[derive(Parser, Debug)]
@@ -115,6 +116,22 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
     },
+}
+
+/// An error as the tool prints it: a refusal's list (lines starting `- `
+/// after its first line: the settings found, the fixes, the opt-ins) one
+/// item per indented line; any other multi-line message joined into one.
+fn error_text(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.len() > 1 && lines[1..].iter().all(|l| l.starts_with("- ")) {
+        lines.join("\n  ")
+    } else {
+        lines.join(" ")
+    }
 }
 
 /// The environment variable that gives the store's URL.
@@ -295,10 +312,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            let line = redact::scrub(&e.message, &secrets);
-            // One line: backends' multi-line messages are joined.
-            let line = line.lines().map(str::trim).collect::<Vec<_>>().join(" ");
-            eprintln!("leasehold: {line}");
+            let text = redact::scrub(&e.message, &secrets);
+            eprintln!("leasehold: {}", error_text(&text));
             ExitCode::from(e.code as u8)
         }
     }

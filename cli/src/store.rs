@@ -16,6 +16,7 @@ fn from_connect(e: ConnectError) -> CliError {
     let code = match &e {
         ConnectError::BadUrl { .. } => Exit::BadUrl,
         ConnectError::Unreachable { .. } => Exit::Unreachable,
+        ConnectError::Authentication { .. } => Exit::Authentication,
         _ => Exit::Store,
     };
     CliError::new(code, e.to_string())
@@ -29,9 +30,11 @@ fn bad_url(url: &str, why: &str) -> CliError {
 }
 
 /// Reads a store URL (no network), with the tool's settings: short
-/// timeouts, two connections, no restart guard (the tool never claims a
-/// slot, so there is no claim for it to hold back), and a look at stores a
-/// holder would refuse (doctor says what is wrong with them).
+/// timeouts, two connections, and a look at stores a holder would refuse:
+/// the backend judges the server as the URL's configuration (its opt-ins
+/// included) would at connect, and keeps the refusal instead of raising it
+/// (`refuse_at_connect(false)`: doctor reports it as a FAIL, and the
+/// strategy claims nothing).
 pub(crate) fn parse(args: &StoreArgs) -> Result<StoreConfig, CliError> {
     let url = args.url.trim();
     let timeout = args.timeout()?;
@@ -55,7 +58,7 @@ pub(crate) fn parse(args: &StoreArgs) -> Result<StoreConfig, CliError> {
     let config = config.op_timeout(timeout);
     #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
     let config = config.map_sql(|c| {
-        let c = c.max_connections(2).restart_guard(false);
+        let c = c.max_connections(2).refuse_at_connect(false);
         match &args.table {
             Some(t) => c.table(t.clone()),
             None => c,
@@ -63,7 +66,7 @@ pub(crate) fn parse(args: &StoreArgs) -> Result<StoreConfig, CliError> {
     });
     #[cfg(feature = "valkey")]
     let config = config.map_valkey(|c| {
-        let c = c.allow_eviction(true).restart_guard(false);
+        let c = c.refuse_at_connect(false);
         match &args.prefix {
             Some(p) => c.key_prefix(p.clone()),
             None => c,
@@ -288,7 +291,7 @@ mod tests {
             (
                 "https://h:2379",
                 Exit::BadUrl,
-                "say which store: etcd://HOST:PORT",
+                "say which store the address is: etcds://HOST:2379?ca=CA.crt for etcd over TLS",
             ),
             ("postgres:///db", Exit::BadUrl, "postgres:// needs a host"),
             ("redis://h:99999", Exit::BadUrl, "bad port \"99999\""),

@@ -22,6 +22,9 @@ use leasehold::{
 use leasehold_conformance::servers::{self, ServerKind};
 use libtest_mimic::{Arguments, Failed, Trial};
 
+#[path = "../../leasehold/tests/common/accounts.rs"]
+mod accounts;
+
 const BIN: &str = env!("CARGO_BIN_EXE_leasehold");
 
 /// The ceiling every test acquisition reports: its floor shows as this time.
@@ -907,21 +910,21 @@ fn sqlite_missing_table(env: &Env) -> TestResult {
 
 fn sql_server_doctor(env: &Env) -> TestResult {
     // Servers started for speed (fsync off / log flushed once a second) are
-    // not durable: a warning, not a failure.
+    // not durable: refused at connect, so doctor FAILs.
     doctor_expect(
         env,
         &[
             ("ok", "server"),
             ("ok", "path"),
             ("ok", "schema"),
-            ("warn", "durability"),
+            ("FAIL", "durability"),
             // Plain text on the loopback: no network to read it on.
             ("ok", "tls"),
             ("ok", "grants"),
             ("ok|warn", "clock"),
             ("ok|warn", "latency"),
         ],
-        0,
+        1,
     )
 }
 
@@ -932,7 +935,8 @@ fn sql_server_doctor(env: &Env) -> TestResult {
 fn tls_lease_user_env() -> Result<Env, String> {
     use leasehold::sql::{SqlConfig, SqlStrategy, TableName, lease_user_sql, sqlx};
     use leasehold_conformance::tls::{CLIENT_NAME, LEASE_CLIENT_NAME, Pki};
-    let server = servers::provide_tls(ServerKind::Postgres15).map_err(|m| m.to_string())?;
+    let server = servers::provide_tls_with(ServerKind::Postgres15, servers::Settings::Durable)
+        .map_err(|m| m.to_string())?;
     let pki = Pki::shared()?;
     let admin = server.url.clone();
     let path = |p: &std::path::Path| p.display().to_string();
@@ -1006,7 +1010,8 @@ fn tls_lease_user_doctor(env: &Env) -> TestResult {
             ("ok", "server"),
             ("ok", "path"),
             ("ok", "schema"),
-            ("warn", "durability"),
+            // A durable server: what connect accepts without an opt-in.
+            ("ok", "durability"),
             ("ok", "tls"),
             (grants, "grants"),
             ("ok|warn", "clock"),
@@ -1051,8 +1056,191 @@ fn tls_lease_user_doctor(env: &Env) -> TestResult {
     }
 }
 
+/// What `leasehold::connect` does with `url`: `Ok(())`, or its error.
+fn connects(url: &str) -> Result<(), leasehold::ConnectError> {
+    rt().block_on(async { leasehold::connect(url).await.map(drop) })
+}
+
+/// Doctor's output and exit code on `url`.
+fn doctor_on(url: &str) -> (String, i32) {
+    let o = run(&["doctor", "--url", url, "--timeout", "5"]);
+    let (out, err, code) = text(&o);
+    (format!("{out}{err}"), code)
+}
+
+/// The line of `check` with verdict `verdict` in doctor's output, with the
+/// lines under it (its fixes).
+fn check_block(out: &str, verdict: &str, check: &str) -> Result<String, String> {
+    let head = format!("{verdict:<4}  {check:<12}  ");
+    let mut lines = out.lines().skip_while(|l| !l.starts_with(&head));
+    let first = lines
+        .next()
+        .ok_or_else(|| format!("no `{verdict} {check}` line:\n{out}"))?;
+    let rest: Vec<&str> = lines.take_while(|l| l.starts_with("    ")).collect();
+    Ok(std::iter::once(first)
+        .chain(rest)
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// Doctor's verdict on `url` is `connect`'s: connect refuses it, doctor
+/// FAILs `check` with the fix and the opt-in (exit 1); with the opt-in in
+/// the URL, connect accepts it and doctor passes with a warning (exit 0).
+fn doctor_judges_as_connect(url: &str, check: &str, needles: &[&str]) -> TestResult {
+    match connects(url) {
+        Err(leasehold::ConnectError::Refused { message, .. }) => {
+            let first = message.lines().next().unwrap_or_default();
+            if first.len() > 160 || !message.contains("\n  - ") {
+                return Err(format!(
+                    "the refusal is not a short line and a list:\n{message}"
+                ));
+            }
+        }
+        other => return Err(format!("connect {url}: {other:?}, expected a refusal")),
+    }
+    let (out, code) = doctor_on(url);
+    if code != 1 {
+        return Err(format!("doctor exit {code}, expected 1:\n{out}"));
+    }
+    let block = check_block(&out, "FAIL", check)?;
+    for needle in needles.iter().chain(&["assume_one_timing_per_pool=true"]) {
+        if !block.contains(needle) {
+            return Err(format!("the FAIL lacks {needle:?}:\n{block}"));
+        }
+    }
+    let accepted = with_option(url, "assume_one_timing_per_pool=true");
+    connects(&accepted).map_err(|e| format!("connect with the opt-in: {e}"))?;
+    let (out, code) = doctor_on(&accepted);
+    if code != 0 {
+        return Err(format!("doctor with the opt-in: exit {code}:\n{out}"));
+    }
+    let block = check_block(&out, "warn", check)?;
+    if !block.contains("accepted by assume_one_timing_per_pool=true") {
+        return Err(format!("the warning does not name the opt-in:\n{block}"));
+    }
+    Ok(())
+}
+
+/// The private SQL servers run for speed (PostgreSQL `fsync=off`, MariaDB
+/// `innodb_flush_log_at_trx_commit=0`): connect refuses them, and so does
+/// doctor, until the URL opts in.
+fn sql_doctor_judges_as_connect(env: &Env) -> TestResult {
+    let setting = if env.label.starts_with("postgres") {
+        "fsync = off"
+    } else {
+        "innodb_flush_log_at_trx_commit = 0"
+    };
+    doctor_judges_as_connect(&env.url, "durability", &[setting, "StoreConfig::map_sql"])
+}
+
+/// The private Valkey/Redis servers run without persistence: connect
+/// refuses them, and so does doctor, until the URL opts in.
+fn valkey_doctor_judges_as_connect(env: &Env) -> TestResult {
+    doctor_judges_as_connect(
+        &env.url,
+        "persistence",
+        &["appendonly no", "StoreConfig::map_valkey"],
+    )
+}
+
+/// `CONFIG SET name value` on the Valkey/Redis at `url`.
+fn config_set(url: &str, name: &str, value: &str) -> TestResult {
+    let url = url.replacen("valkey://", "redis://", 1);
+    rt().block_on(async {
+        use fred::prelude::*;
+        let client = Builder::from_config(Config::from_url(&url).map_err(|e| e.to_string())?)
+            .build()
+            .map_err(|e| e.to_string())?;
+        client.init().await.map_err(|e| e.to_string())?;
+        let cmd = fred::types::CustomCommand::new_static(
+            "CONFIG",
+            fred::types::ClusterHash::Random,
+            false,
+        );
+        let answer: Result<fred::types::Value, _> =
+            client.custom(cmd, vec!["SET", name, value]).await;
+        let _ = client.quit().await;
+        answer.map(drop).map_err(|e| e.to_string())
+    })
+}
+
+/// Redis 7.0 (no WAITAOF) with the append-only file fsynced every second:
+/// refused, with no `everysec` advice; Valkey 8.1 (WAITAOF) with the same
+/// settings is accepted by both; and with `no-appendfsync-on-rewrite yes`
+/// refused again.
+fn valkey_aof_everysec(_env: &Env) -> TestResult {
+    let redis7 = provide(ServerKind::Redis7)?;
+    let url = redis7.store_url();
+    config_set(&redis7.url, "appendonly", "yes")?;
+    config_set(&redis7.url, "appendfsync", "everysec")?;
+    doctor_judges_as_connect(&url, "persistence", &["lacks WAITAOF"])?;
+    let (out, _) = doctor_on(&url);
+    if out.contains("or fix: appendonly yes, appendfsync everysec") {
+        return Err(format!(
+            "everysec offered to a server without WAITAOF:\n{out}"
+        ));
+    }
+    let valkey = provide(ServerKind::Valkey8)?;
+    let url = valkey.store_url();
+    config_set(&valkey.url, "appendonly", "yes")?;
+    config_set(&valkey.url, "appendfsync", "everysec")?;
+    connects(&url).map_err(|e| format!("Valkey 8.1 with everysec: {e}"))?;
+    let (out, code) = doctor_on(&url);
+    if code != 0 {
+        return Err(format!(
+            "doctor on Valkey 8.1 with everysec: exit {code}\n{out}"
+        ));
+    }
+    check_block(&out, "warn", "persistence")?;
+    config_set(&valkey.url, "no-appendfsync-on-rewrite", "yes")?;
+    doctor_judges_as_connect(
+        &url,
+        "persistence",
+        &[
+            "no-appendfsync-on-rewrite yes",
+            "or fix: appendonly yes, appendfsync everysec",
+        ],
+    )
+}
+
+/// A wrong password is "authentication failed", exit 9, on PostgreSQL,
+/// MariaDB and Valkey alike (a server of its own, whose users have
+/// passwords).
+fn wrong_password_exit_9(env: &Env) -> TestResult {
+    use accounts::{Accounts, Family};
+    let (kind, family) = if env.label.starts_with("postgres") {
+        (ServerKind::PostgresLatest, Family::Postgres)
+    } else if env.label.starts_with("mariadb") {
+        (ServerKind::MariaDb, Family::MariaDb)
+    } else {
+        (ServerKind::Valkey8, Family::Valkey)
+    };
+    let server = provide(kind)?;
+    let accounts = rt().block_on(Accounts::new(server, family))?;
+    let user = accounts::fresh("cliauth");
+    rt().block_on(accounts.create_user(&user, "right-Pw-1"))?;
+    let url = with_user_info(&accounts.url_of(&user), &user, Some("wrong-Pw-2"));
+    for command in [&["doctor"][..], &["status", "--pool", "ids"]] {
+        let mut args = command.to_vec();
+        args.extend(["--url", url.as_str(), "--timeout", "5"]);
+        let o = run(&args);
+        expect_code(&o, 9).map_err(|e| format!("{command:?}: {e}"))?;
+        let line = one_line_error(&o)?;
+        if !line.contains("authentication failed") || !line.contains("password_file") {
+            return Err(format!("{command:?}: {line}"));
+        }
+        if line.contains("wrong-Pw-2") || line.contains("cannot reach") {
+            return Err(format!("{command:?}: {line}"));
+        }
+    }
+    match connects(&url) {
+        Err(leasehold::ConnectError::Authentication { .. }) => Ok(()),
+        other => Err(format!("connect: {other:?}")),
+    }
+}
+
 fn valkey_doctor(env: &Env) -> TestResult {
-    // Private servers run without persistence: a warning.
+    // Private servers run without persistence: refused at connect, a FAIL.
     let (pairs, _, code) = doctor_lines(env)?;
     let names: Vec<&str> = pairs.iter().map(|(_, n)| n.as_str()).collect();
     if names
@@ -1076,10 +1264,10 @@ fn valkey_doctor(env: &Env) -> TestResult {
             .map_or("", |(v, _)| v.as_str())
     };
     if verdict("eviction") != "ok"
-        || verdict("persistence") != "warn"
+        || verdict("persistence") != "FAIL"
         || verdict("tls") != "ok"
         || verdict("grants") != "ok"
-        || code != 0
+        || code != 1
     {
         return Err(format!("verdicts {pairs:?}, exit {code}"));
     }
@@ -1129,7 +1317,8 @@ fn valkey_lease_user(admin_url: &str, user: &str, prefix: &str, without: &[&str]
 /// `LEASEHOLD_DOCTOR_OUTPUT` when set. The same user less `+evalsha` FAILs
 /// `grants`, naming the rule, exit 1.
 fn valkey_tls_lease_user_doctor(_env: &Env) -> TestResult {
-    let server = servers::provide_tls(ServerKind::Redis7).map_err(|m| m.to_string())?;
+    let server = servers::provide_tls_with(ServerKind::Redis7, servers::Settings::Durable)
+        .map_err(|m| m.to_string())?;
     let admin_url = server.url.clone();
     valkey_lease_user(&admin_url, "lease", "leasehold", &[])?;
     valkey_lease_user(&admin_url, "lease-no-evalsha", "leasehold", &["+evalsha"])?;
@@ -1241,17 +1430,21 @@ fn valkey_eviction_fails(_env: &Env) -> TestResult {
         let o = run(&["doctor", "--url", &cli_url]);
         expect_code(&o, 1)?;
         let out = text(&o).0;
-        let line = out
-            .lines()
-            .find(|l| l.starts_with("FAIL  eviction"))
-            .ok_or_else(|| format!("no FAIL eviction line:\n{out}"))?;
-        if line.contains("maxmemory-policy allkeys-lru")
-            && line.contains("— fix: CONFIG SET maxmemory-policy noeviction")
+        let block = check_block(&out, "FAIL", "eviction")?;
+        if !(block.contains("maxmemory-policy allkeys-lru")
+            && block.contains("- fix: CONFIG SET maxmemory-policy noeviction")
+            && block.contains("allow_eviction=true"))
         {
-            Ok(())
-        } else {
-            Err(line.to_owned())
+            return Err(block);
         }
+        // With the opt-in connect accepts it, and doctor warns.
+        let allowed = with_option(&cli_url, "allow_eviction=true");
+        match connects(&cli_url) {
+            Err(leasehold::ConnectError::Refused { .. }) => {}
+            other => return Err(format!("connect: {other:?}")),
+        }
+        let (out, _) = doctor_on(&allowed);
+        check_block(&out, "warn", "eviction").map(drop)
     })()
 }
 
@@ -1509,6 +1702,7 @@ fn offline_trials() -> Vec<Trial> {
                 "  3  bad store URL",
                 "  4  the store cannot be reached",
                 "  5  this store cannot list",
+                "  9  authentication failed",
             ] {
                 if !out.contains(code) {
                     return Err(format!("--help lacks {code:?}:\n{out}"));
@@ -1964,6 +2158,8 @@ fn groups() -> Vec<Group> {
             vec![
                 ("doctor", sql_server_doctor as StoreTest),
                 ("password_not_echoed", password_not_echoed),
+                ("doctor_judges_as_connect", sql_doctor_judges_as_connect),
+                ("wrong_password_exit_9", wrong_password_exit_9),
             ],
         ),
         server(
@@ -1982,7 +2178,11 @@ fn groups() -> Vec<Group> {
         server(
             "mariadb",
             ServerKind::MariaDb,
-            vec![("doctor", sql_server_doctor as StoreTest)],
+            vec![
+                ("doctor", sql_server_doctor as StoreTest),
+                ("doctor_judges_as_connect", sql_doctor_judges_as_connect),
+                ("wrong_password_exit_9", wrong_password_exit_9),
+            ],
         ),
         server(
             "valkey8",
@@ -1990,6 +2190,9 @@ fn groups() -> Vec<Group> {
             vec![
                 ("doctor", valkey_doctor as StoreTest),
                 ("doctor_eviction_fails", valkey_eviction_fails),
+                ("doctor_judges_as_connect", valkey_doctor_judges_as_connect),
+                ("doctor_aof_everysec", valkey_aof_everysec),
+                ("wrong_password_exit_9", wrong_password_exit_9),
             ],
         ),
         server(

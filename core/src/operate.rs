@@ -177,7 +177,8 @@ pub struct Check {
     pub name: &'static str,
     /// What was found.
     pub detail: String,
-    /// What to do, when the verdict is not `Ok`.
+    /// What to do, when the verdict is not `Ok`: one fix, or several, one
+    /// per line (shown each on a line of its own under the detail).
     pub fix: Option<String>,
 }
 
@@ -202,15 +203,25 @@ impl Check {
 impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:<4}  {:<12}  {}", self.verdict, self.name, self.detail)?;
-        if let Some(fix) = &self.fix {
-            write!(f, " — fix: {fix}")?;
+        match self.fix.as_deref() {
+            // Several fixes (a refusal's): one per line, under the detail.
+            Some(fix) if fix.contains('\n') => {
+                for line in fix.lines() {
+                    write!(f, "\n{:20}{line}", "")?;
+                }
+            }
+            Some(fix) => write!(f, " — fix: {fix}")?,
+            None => {}
         }
         Ok(())
     }
 }
 
-/// The durability check every store shares, from [`Operate::durability`].
-pub fn durability_check(d: &Durability, refused: &str) -> Check {
+/// The durability check every store shares, from [`Operate::durability`]:
+/// `ok` when durable, else a warning naming each risk, then `note` (what
+/// accepted the store, or what is refused; may be empty). A store that
+/// `connect` refuses is a [`refusal_check`] instead.
+pub fn durability_check(d: &Durability, note: &str) -> Check {
     if d.is_durable() {
         return Check::new(Verdict::Ok, "durability", d.to_string());
     }
@@ -223,12 +234,38 @@ pub fn durability_check(d: &Durability, refused: &str) -> Check {
     Check::new(
         Verdict::Warn,
         "durability",
-        format!(
-            "can forget acknowledged writes: {}; {refused}",
-            risks.join("; ")
-        ),
+        if note.is_empty() {
+            format!("can forget acknowledged writes: {}", risks.join("; "))
+        } else {
+            format!(
+                "can forget acknowledged writes: {}; {note}",
+                risks.join("; ")
+            )
+        },
     )
     .fix(fixes.join("; "))
+}
+
+/// A refusal's text split as a [`Check`] shows it: its first line (what was
+/// refused), and the lines after it (the settings found, the fixes and the
+/// opt-ins, `- ` items), each without its indent, one per line.
+pub fn split_refusal(text: &str) -> (String, String) {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default().trim().to_owned();
+    let rest: Vec<&str> = lines.map(str::trim).filter(|l| !l.is_empty()).collect();
+    (first, rest.join("\n"))
+}
+
+/// The check of what a strategy's `connect` refuses (the same text its
+/// error shows), FAILed: the store is unfit for leases as configured.
+pub fn refusal_check(name: &'static str, refusal: &str) -> Check {
+    let (what, fixes) = split_refusal(refusal);
+    let check = Check::new(Verdict::Fail, name, what);
+    if fixes.is_empty() {
+        check
+    } else {
+        check.fix(fixes)
+    }
 }
 
 /// How many round trips the clock and latency checks take.

@@ -215,6 +215,12 @@ impl StoreUrl {
         self.take(key).map(|v| duration_option(key, &v)).transpose()
     }
 
+    /// Removes the query option `key` and reads it as a switch: `true` or
+    /// `false` (`1`/`0`, `yes`/`no`, `on`/`off` too).
+    pub fn take_bool(&mut self, key: &'static str) -> Result<Option<bool>, ConfigError> {
+        self.take(key).map(|v| bool_option(key, &v)).transpose()
+    }
+
     /// The options not taken so far, decoded, in order.
     pub fn options(&self) -> impl Iterator<Item = (&str, &str)> {
         self.options
@@ -301,6 +307,20 @@ fn check_host(host: &str, form: &str) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// The value of the switch option `key`: `true` or `false` (`1`/`0`,
+/// `yes`/`no`, `on`/`off` too, in any case).
+pub fn bool_option(key: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(ConfigError::new(
+            key,
+            format!("{value:?}"),
+            format!("{key}=true or {key}=false"),
+        )),
+    }
 }
 
 /// The value of the duration option `key`: a whole number with the unit

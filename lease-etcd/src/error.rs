@@ -14,8 +14,9 @@ pub enum EtcdError {
     Config(#[from] ConfigError),
     /// etcd refused the credentials given with [`EtcdConfig::user`](crate::EtcdConfig::user).
     #[error(
-        "etcd authentication as user {user:?} failed ({detail}); check the user name and \
-         password (or the password file), and that auth is enabled on the cluster"
+        "authentication failed: etcd refused the credentials of user {user:?} ({detail}); check \
+         the user name and the password (in the URL or its password_file), and that auth is \
+         enabled on the cluster"
     )]
     Auth {
         /// The user name (never the password).

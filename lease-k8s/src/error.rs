@@ -29,7 +29,8 @@ pub enum KubeError {
     /// (401 Unauthorized): a client certificate its client CA did not
     /// sign, a wrong or expired token, or none at all.
     #[error(
-        "the Kubernetes API server at {server} does not accept this client's credentials (401 \
+        "authentication failed: the Kubernetes API server at {server} does not accept this \
+         client's credentials (401 \
          Unauthorized; this client sent {credentials}); give the kubeconfig's user a client \
          certificate signed by the cluster's client CA (client-certificate and client-key, or \
          their -data forms) or a valid bearer token (token or tokenFile; in a pod, the service \

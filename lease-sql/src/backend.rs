@@ -54,6 +54,11 @@ pub(crate) struct Info {
     pub(crate) sync_standbys: bool,
     /// What the URL asked of TLS (networked engines).
     pub(crate) tls: Option<crate::tls::Asked>,
+    /// What `connect` would have refused, kept instead
+    /// (`SqlConfig::refuse_at_connect(false)`): every claim answers it.
+    pub(crate) refusal: Option<String>,
+    /// The opt-in that accepted a server that can forget, as its URL option.
+    pub(crate) opt_in: Option<&'static str>,
 }
 
 /// The object-safe face of a [`Backend`]: the one point where the engine is
@@ -147,6 +152,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 durability: Durability::default(),
                 sync_standbys: opened.sync_standbys,
                 tls: opened.tls,
+                refusal: None,
+                opt_in: None,
             },
             credentials: config.credentials.clone(),
         };

@@ -46,6 +46,7 @@ pub struct SqlConfig {
     pub(crate) require_durable: bool,
     pub(crate) restart_guard: bool,
     pub(crate) assume_one_timing: bool,
+    pub(crate) refuse_at_connect: bool,
     pub(crate) keep_server_synchronous_commit: bool,
     pub(crate) credentials: Option<CredentialSource>,
 }
@@ -60,6 +61,7 @@ impl std::fmt::Debug for SqlConfig {
             .field("require_durable", &self.require_durable)
             .field("restart_guard", &self.restart_guard)
             .field("assume_one_timing_per_pool", &self.assume_one_timing)
+            .field("refuse_at_connect", &self.refuse_at_connect)
             .field(
                 "unsafe_keep_server_synchronous_commit",
                 &self.keep_server_synchronous_commit,
@@ -81,6 +83,7 @@ impl SqlConfig {
             require_durable: false,
             restart_guard: true,
             assume_one_timing: false,
+            refuse_at_connect: true,
             keep_server_synchronous_commit: false,
             credentials: None,
         }
@@ -205,6 +208,22 @@ impl SqlConfig {
     /// skew for the whole pool, as this promises, they cannot.
     pub fn assume_one_timing_per_pool(mut self, yes: bool) -> Self {
         self.assume_one_timing = yes;
+        self
+    }
+
+    /// Whether `connect` refuses a server this configuration does not
+    /// accept (default true): one that can forget acknowledged writes
+    /// ([`SqlError::Forgetful`](crate::SqlError::Forgetful),
+    /// [`SqlError::NotDurable`](crate::SqlError::NotDurable)), or that cannot
+    /// tell the restart guard when it started. With `false`, for an
+    /// operator's tool that only looks (`leasehold doctor`, `status`,
+    /// `revoke`), `connect` makes the same judgement and keeps it instead:
+    /// [`SqlStrategy::refusal`](crate::SqlStrategy::refusal) tells it, the
+    /// doctor's durability check reports it as a failure, and **every claim
+    /// answers it** as a final `AcquireError::Misconfigured`, so such a
+    /// strategy never holds a lease the default would have refused.
+    pub fn refuse_at_connect(mut self, refuse: bool) -> Self {
+        self.refuse_at_connect = refuse;
         self
     }
 

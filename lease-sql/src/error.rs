@@ -65,7 +65,9 @@ pub enum SqlError {
     /// The server can forget writes it acknowledged, and
     /// [`SqlConfig::require_durable`](crate::SqlConfig::require_durable) is
     /// set. Final: the message names each setting and its fix.
-    #[error("the database can lose leases it acknowledged, and durability is required: {0}")]
+    /// The message is a short first line, then each setting found and its
+    /// fix, one per line.
+    #[error("{}", forgetful_text(.0, true))]
     NotDurable(leasehold_core::Durability),
     /// The server can forget writes it acknowledged, and nothing in the
     /// configuration accepts that. Such a server can lose, in one crash, a
@@ -75,14 +77,22 @@ pub enum SqlError {
     /// setting, its fix, and the two opt-ins
     /// ([`SqlConfig::assume_one_timing_per_pool`](crate::SqlConfig::assume_one_timing_per_pool),
     /// [`SqlConfig::restart_guard`](crate::SqlConfig::restart_guard)).
-    #[error(
-        "the database can lose leases it acknowledged: {0} fix the settings named, or accept \
-         the risk explicitly: `SqlConfig::assume_one_timing_per_pool(true)` when every process \
-         of each pool uses the same TTL and max_clock_skew (the restart guard then waits them \
-         out after a restart), or `restart_guard(false)` for a throwaway database never \
-         restarted while leases are held"
-    )]
+    /// The message is a short first line, then each setting found and its
+    /// fix, and the opt-ins, one per line.
+    #[error("{}", forgetful_text(.0, false))]
     Forgetful(leasehold_core::Durability),
+    /// The database refused the credentials (PostgreSQL `28P01` or `28000`,
+    /// MySQL/MariaDB `1045`): a wrong user or password, or a user the server
+    /// does not let in from this host. Final until the URL, its
+    /// `password_file`, the credentials callback or the server's users
+    /// change.
+    #[error("{what}; {fix}")]
+    Authentication {
+        /// What the database answered, naming the URL (without credentials).
+        what: String,
+        /// What to check.
+        fix: String,
+    },
     /// The database answered an operator call or a fenced write with an
     /// error.
     #[error("database error: {0}")]
@@ -167,6 +177,36 @@ pub enum SqlError {
     },
 }
 
+/// The `Forgetful` and `NotDurable` messages: a first line, then each
+/// setting found and its fix, then the opt-ins (or why none applies).
+fn forgetful_text(d: &leasehold_core::Durability, required: bool) -> String {
+    let mut text =
+        "the database can lose leases it acknowledged, so leases on it are refused".to_owned();
+    for r in &d.risks {
+        text.push_str(&format!(
+            "\n  - found: {} = {} ({})\n  - fix: {}",
+            r.setting, r.value, r.loses, r.fix
+        ));
+    }
+    if required {
+        text.push_str(
+            "\n  - require_durable(true) is set (the URL option require_durable=true), so \
+             neither assume_one_timing_per_pool(true) nor restart_guard(false) accepts it",
+        );
+    } else {
+        text.push_str(
+            "\n  - or accept the risk, if every process of each pool uses the same TTL and \
+             max_clock_skew: the URL option assume_one_timing_per_pool=true, or \
+             StoreConfig::map_sql(|c| c.assume_one_timing_per_pool(true)) (the restart guard \
+             then waits them out after a restart)\n  \
+             - or, for a throwaway database never restarted while leases are held: the URL \
+             option restart_guard=false, or StoreConfig::map_sql(|c| c.restart_guard(false)) \
+             (no guard: a restart can hand every held slot to a second holder at once)",
+        );
+    }
+    text
+}
+
 /// The error type fenced writes answered before they answered [`SqlError`].
 #[deprecated(
     note = "fenced writes answer `SqlError`; `FenceError::Schema` is `SqlError::FenceSchema`"
@@ -206,6 +246,7 @@ impl From<SqlError> for AcquireError {
             }
             SqlError::UnsupportedServer { what, fix } => Self::UnsupportedServer { what, fix },
             SqlError::Refused { what, fix }
+            | SqlError::Authentication { what, fix }
             | SqlError::Tls { what, fix }
             | SqlError::FenceSchema { what, fix } => Self::Misconfigured { what, fix },
             other => Self::Misconfigured {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use leasehold_core::operate::durability_check;
+use leasehold_core::operate::{durability_check, refusal_check};
 use leasehold_core::{
     BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
@@ -93,6 +93,26 @@ impl SqlStrategy {
         }
         let _ = (pool, sql);
         Err(sqlx::Error::PoolClosed)
+    }
+
+    /// The durability check: what `connect` refuses under this
+    /// configuration FAILs with the refusal's fixes and opt-ins; what it
+    /// accepts is `ok`, or a warning naming the opt-in that accepted it.
+    fn durability_verdict(&self) -> Check {
+        if let Some(refusal) = self.refusal() {
+            return refusal_check("durability", refusal);
+        }
+        let accepted = match self.opt_in() {
+            Some(opt_in @ "restart_guard=false") => format!(
+                "accepted by {opt_in}: no restart guard, so a restart can hand every held slot \
+                 to a second holder at once"
+            ),
+            Some(opt_in) => {
+                format!("accepted by {opt_in}: the restart guard holds claims back after a restart")
+            }
+            None => String::new(),
+        };
+        durability_check(SqlStrategy::durability(self), &accepted)
     }
 
     async fn schema_check(&self) -> Check {
@@ -324,11 +344,7 @@ impl Operate for SqlStrategy {
                     format!("SQL lease table {table} ({engine}), one statement per operation"),
                 ),
                 self.schema_check().await,
-                durability_check(
-                    SqlStrategy::durability(self),
-                    "applications are refused unless they opt in \
-                     (SqlConfig::assume_one_timing_per_pool or restart_guard(false))",
-                ),
+                self.durability_verdict(),
             ];
             if engine != Engine::Sqlite {
                 checks.push(self.tls_check().await);

@@ -105,6 +105,21 @@ impl SqlStrategy {
         &self.ops.info().durability
     }
 
+    /// What `connect` would have refused this server for under its
+    /// configuration, kept because [`SqlConfig::refuse_at_connect`] was
+    /// `false` (the text of the [`SqlError`] it would have answered).
+    /// `None`: the server is accepted. Every claim answers it as a final
+    /// `AcquireError::Misconfigured`.
+    pub fn refusal(&self) -> Option<&str> {
+        self.ops.info().refusal.as_deref()
+    }
+
+    /// The opt-in (as its URL option) that accepted a server that can
+    /// forget acknowledged writes.
+    pub(crate) fn opt_in(&self) -> Option<&'static str> {
+        self.ops.info().opt_in
+    }
+
     /// The per-operation timeout.
     pub fn op_timeout(&self) -> Duration {
         self.ops.info().op_timeout
@@ -264,6 +279,12 @@ impl fmt::Debug for SqlStrategy {
 
 impl Strategy for SqlStrategy {
     async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
+        // A server this configuration does not accept, connected to only
+        // to be looked at: nothing is claimed on it.
+        if let Some(refusal) = self.refusal() {
+            let (what, fix) = leasehold_core::operate::split_refusal(refusal);
+            return Err(AcquireError::Misconfigured { what, fix });
+        }
         self.ops.acquire(pool, ceiling).await
     }
 

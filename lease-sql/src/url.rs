@@ -1,7 +1,9 @@
 //! Store URLs: the schemes this backend accepts and what their parts mean.
 
 use leasehold_core::ConfigError;
-use leasehold_core::url::{StoreUrl, duration_option, percent_decode, scheme_of, unknown_option};
+use leasehold_core::url::{
+    StoreUrl, bool_option, duration_option, percent_decode, scheme_of, unknown_option,
+};
 
 use crate::config::SqlConfig;
 use crate::engine::Engine;
@@ -13,7 +15,53 @@ const FORM: &str = "postgres://USER[:PASSWORD]@HOST[:PORT]/DB, mysql://… (Mari
                     sqlite://PATH, with options ?table=NAME&op_timeout=2s&password_file=PATH";
 
 /// The options leasehold reads from the query (and removes before sqlx sees it).
-const OWN_OPTIONS: &str = "table, op_timeout, password_file";
+const OWN_OPTIONS: &str = "table, op_timeout, password_file, assume_one_timing_per_pool, \
+                           restart_guard, require_durable";
+
+/// The opt-ins a URL may carry, each `=true` or `=false`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct OptIns {
+    one_timing: Option<bool>,
+    restart_guard: Option<bool>,
+    require_durable: Option<bool>,
+}
+
+impl OptIns {
+    /// Reads (and takes) each opt-in of `parts`.
+    fn take(parts: &mut StoreUrl) -> Result<Self, ConfigError> {
+        Ok(Self {
+            one_timing: parts.take_bool("assume_one_timing_per_pool")?,
+            restart_guard: parts.take_bool("restart_guard")?,
+            require_durable: parts.take_bool("require_durable")?,
+        })
+    }
+
+    /// Reads `key=value` if it is an opt-in (`false`: it is not).
+    fn read(&mut self, key: &str, value: &str) -> Result<bool, ConfigError> {
+        let slot = match key {
+            "assume_one_timing_per_pool" => (&mut self.one_timing, "assume_one_timing_per_pool"),
+            "restart_guard" => (&mut self.restart_guard, "restart_guard"),
+            "require_durable" => (&mut self.require_durable, "require_durable"),
+            _ => return Ok(false),
+        };
+        *slot.0 = Some(bool_option(slot.1, value)?);
+        Ok(true)
+    }
+
+    /// `config` with the opt-ins given.
+    fn apply(self, mut config: SqlConfig) -> SqlConfig {
+        if let Some(yes) = self.one_timing {
+            config = config.assume_one_timing_per_pool(yes);
+        }
+        if let Some(on) = self.restart_guard {
+            config = config.restart_guard(on);
+        }
+        if let Some(yes) = self.require_durable {
+            config = config.require_durable(yes);
+        }
+        config
+    }
+}
 
 /// sqlx 0.8's own connection options, per engine: passed through as written.
 const POSTGRES_OPTIONS: &[&str] = &[
@@ -65,7 +113,12 @@ impl SqlConfig {
     /// `op_timeout=500ms` or `=2s` ([`SqlConfig::op_timeout`]) and
     /// `password_file=PATH` ([`SqlConfig::password_file`]: the password,
     /// read for every new connection; not with a password in the URL, nor
-    /// for SQLite). sqlx's own options (`sslmode`, `application_name`,
+    /// for SQLite), and the opt-ins, each `=true` or `=false`, so that one
+    /// URL carries what an application accepts to the tools that check it
+    /// (`leasehold doctor`): `assume_one_timing_per_pool`
+    /// ([`SqlConfig::assume_one_timing_per_pool`]), `restart_guard`
+    /// ([`SqlConfig::restart_guard`]) and `require_durable`
+    /// ([`SqlConfig::require_durable`]). sqlx's own options (`sslmode`, `application_name`,
     /// SQLite's `mode`, …) pass through to it as written.
     ///
     /// Errors ([`SqlError::Config`]) name what is accepted: an unknown
@@ -89,9 +142,9 @@ impl SqlConfig {
         } else {
             scheme_of(url, Self::SCHEMES, FORM)?
         };
-        let (passed_on, table, op_timeout, password_file) = if scheme == "sqlite" {
-            let (passed_on, table, op_timeout) = sqlite(url)?;
-            (passed_on, table, op_timeout, None)
+        let (passed_on, table, op_timeout, password_file, opt_ins) = if scheme == "sqlite" {
+            let (passed_on, table, op_timeout, opt_ins) = sqlite(url)?;
+            (passed_on, table, op_timeout, None, opt_ins)
         } else {
             let mut parts = StoreUrl::parse(url, Self::SCHEMES, FORM)?;
             parts.require_one_host(FORM)?;
@@ -101,6 +154,7 @@ impl SqlConfig {
             if password_file.is_some() && has_password(&parts) {
                 return Err(two_passwords("password_file=PATH").into());
             }
+            let opt_ins = OptIns::take(&mut parts)?;
             let (engine, theirs) = match scheme.as_str() {
                 "postgres" | "postgresql" => (Engine::Postgres, POSTGRES_OPTIONS),
                 _ => (Engine::MySql, MYSQL_OPTIONS),
@@ -118,9 +172,10 @@ impl SqlConfig {
                 table,
                 op_timeout,
                 password_file,
+                opt_ins,
             )
         };
-        let mut config = Self::new(passed_on);
+        let mut config = opt_ins.apply(Self::new(passed_on));
         if let Some(path) = password_file {
             config = config.password_file(path);
         }
@@ -160,7 +215,9 @@ pub(crate) fn sqlite_path(url: &str) -> Option<&str> {
 }
 
 /// An SQLite URL: the file, then the options (leasehold's taken out).
-fn sqlite(url: &str) -> Result<(String, Option<String>, Option<std::time::Duration>), SqlError> {
+type SqliteParts = (String, Option<String>, Option<std::time::Duration>, OptIns);
+
+fn sqlite(url: &str) -> Result<SqliteParts, SqlError> {
     let file = sqlite_path(url).unwrap_or("");
     if file.is_empty() {
         return Err(ConfigError::described(
@@ -172,6 +229,7 @@ fn sqlite(url: &str) -> Result<(String, Option<String>, Option<std::time::Durati
     }
     let (before, query) = url.split_once('?').unwrap_or((url, ""));
     let (mut table, mut op_timeout, mut kept) = (None, None, Vec::new());
+    let mut opt_ins = OptIns::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         let value = percent_decode(value);
@@ -179,6 +237,7 @@ fn sqlite(url: &str) -> Result<(String, Option<String>, Option<std::time::Durati
             "table" => table = Some(value),
             "op_timeout" => op_timeout = Some(duration_option("op_timeout", &value)?),
             "password_file" => return Err(sqlite_has_no_password().into()),
+            _ if opt_ins.read(key, &value)? => {}
             _ => kept.push(pair),
         }
     }
@@ -193,7 +252,7 @@ fn sqlite(url: &str) -> Result<(String, Option<String>, Option<std::time::Durati
     } else {
         format!("{before}?{}", kept.join("&"))
     };
-    Ok((passed_on, table, op_timeout))
+    Ok((passed_on, table, op_timeout, opt_ins))
 }
 
 /// Whether the URL carries a password: in its user info or as sqlx's
@@ -271,6 +330,30 @@ mod tests {
     use super::*;
     use crate::config::DEFAULT_OP_TIMEOUT;
     use crate::ident::DEFAULT_TABLE;
+
+    /// The opt-ins a URL carries reach the configuration (and not sqlx),
+    /// so a tool given the application's URL judges the server as the
+    /// application does.
+    #[test]
+    fn the_opt_ins_are_url_options() {
+        for url in [
+            "postgres://app@db/app?assume_one_timing_per_pool=true&restart_guard=false\
+             &require_durable=1",
+            "mysql://app@db/app?require_durable=yes&restart_guard=off\
+             &assume_one_timing_per_pool=on",
+            "sqlite://./ids.db?assume_one_timing_per_pool=true&restart_guard=false\
+             &require_durable=true",
+        ] {
+            let c = SqlConfig::from_url(url).expect("accepted");
+            assert!(
+                c.assume_one_timing && !c.restart_guard && c.require_durable,
+                "{url}: {c:?}"
+            );
+            assert!(!c.url().contains("restart_guard"), "{url}: {}", c.url());
+        }
+        let c = SqlConfig::from_url("postgres://app@db/app").expect("accepted");
+        assert!(!c.assume_one_timing && c.restart_guard && !c.require_durable);
+    }
 
     #[test]
     fn accepted_urls_set_the_fields() {
@@ -371,7 +454,16 @@ mod tests {
             (
                 "postgres://app@db/app?tabel=ids",
                 "unknown query option \"tabel\"; this URL takes table, op_timeout, \
-                 password_file, and sqlx's options for postgres: sslmode",
+                 password_file, assume_one_timing_per_pool, restart_guard, require_durable, and \
+                 sqlx's options for postgres: sslmode",
+            ),
+            (
+                "postgres://app@db/app?restart_guard=maybe",
+                "restart_guard=true or restart_guard=false",
+            ),
+            (
+                "sqlite://./x.db?require_durable=2",
+                "require_durable=true or require_durable=false",
             ),
             (
                 "mysql://root@h/x?prefix=a",

@@ -53,6 +53,7 @@ pub struct ValkeyConfig {
     pub(crate) restart_guard: bool,
     pub(crate) one_timing: bool,
     pub(crate) require_durable: bool,
+    pub(crate) refuse_at_connect: bool,
     pub(crate) tls: TlsFiles,
     pub(crate) credentials: Option<CredentialSource>,
 }
@@ -72,6 +73,7 @@ impl std::fmt::Debug for ValkeyConfig {
             .field("restart_guard", &self.restart_guard)
             .field("assume_one_timing_per_pool", &self.one_timing)
             .field("require_durable", &self.require_durable)
+            .field("refuse_at_connect", &self.refuse_at_connect)
             .field("tls_ca", &self.tls.ca)
             .field(
                 "tls_client_cert",
@@ -101,6 +103,7 @@ impl ValkeyConfig {
             restart_guard: true,
             one_timing: false,
             require_durable: false,
+            refuse_at_connect: true,
             tls: TlsFiles::default(),
             credentials: None,
         }
@@ -281,6 +284,21 @@ impl ValkeyConfig {
     /// opt-ins accepts it.
     pub fn require_durable(mut self, yes: bool) -> Self {
         self.require_durable = yes;
+        self
+    }
+
+    /// Whether `connect` refuses a server that this configuration does not
+    /// accept (default true): one that may evict keys
+    /// ([`ValkeyError::Eviction`](crate::ValkeyError::Eviction)) or forget
+    /// acknowledged writes ([`ValkeyError::NotDurable`](crate::ValkeyError::NotDurable)).
+    /// With `false`, for an operator's tool that only looks (`leasehold
+    /// doctor`, `status`, `revoke`), `connect` makes the same judgement and
+    /// keeps it instead: [`ValkeyStrategy::refusal`](crate::ValkeyStrategy::refusal)
+    /// tells it, the doctor's checks report it as a failure, and **every
+    /// claim answers it** as a final `AcquireError::Misconfigured`, so such
+    /// a strategy never holds a lease the default would have refused.
+    pub fn refuse_at_connect(mut self, refuse: bool) -> Self {
+        self.refuse_at_connect = refuse;
         self
     }
 

@@ -42,15 +42,9 @@ pub enum ValkeyError {
     },
     /// The server may evict keys (`maxmemory-policy` is not `noeviction`),
     /// and [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
-    /// was not set. Final.
-    #[error(
-        "{server} may evict keys (maxmemory-policy is {policy}): an evicted lease lets a second \
-         holder claim its slot while the first still generates IDs, and an evicted fences hash \
-         loses the pool's fences and floors; set `CONFIG SET maxmemory-policy noeviction` and \
-         `maxmemory-policy noeviction` in valkey.conf / redis.conf (so that it survives a \
-         restart), or use a server of its own for leases; to accept the risk, \
-         ValkeyConfig::allow_eviction(true)"
-    )]
+    /// was not set. Final. The message is a short first line, then the
+    /// reason, the fix and the opt-in, one per line.
+    #[error("{}", eviction_text(server, policy))]
     Eviction {
         /// The server, e.g. `Redis 7.0.15`.
         server: String,
@@ -67,16 +61,10 @@ pub enum ValkeyError {
     /// or [`ValkeyConfig::restart_guard`](crate::ValkeyConfig::restart_guard)`(false)`
     /// accepts it, and always with
     /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable). Final.
-    #[error(
-        "{server} can lose writes it acknowledged (read with CONFIG GET: {settings}; {durability}): \
-         after a restart it may have forgotten leases that holders still use, and the longest \
-         TTL and max_clock_skew the pool's holders use, so it could hand a slot to a second \
-         holder while the first still generates IDs; fix: set appendonly yes, appendfsync \
-         always and no-appendfsync-on-rewrite no (CONFIG SET, and in valkey.conf / \
-         redis.conf), or on Redis or Valkey 7.2+ appendonly yes with appendfsync everysec and \
-         no-appendfsync-on-rewrite no (claims then wait for the fsync with WAITAOF){}",
-        opt_ins_text(*required)
-    )]
+    /// The message is a short first line, then the settings found, the
+    /// fixes this server can take (`appendfsync everysec` only where it has
+    /// `WAITAOF`) and the opt-ins, one per line.
+    #[error("{}", not_durable_text(server, settings, durability, *required, *waitaof))]
     NotDurable {
         /// The server, e.g. `Redis 7.0.15`.
         server: String,
@@ -88,6 +76,23 @@ pub enum ValkeyError {
         /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable)
         /// was set: no opt-in accepts the server.
         required: bool,
+        /// The server has `WAITAOF` (Redis and Valkey 7.2+), so `appendfsync
+        /// everysec` is a fix too.
+        waitaof: bool,
+    },
+    /// The server refused the credentials (`WRONGPASS`: a wrong user or
+    /// password; `NOAUTH`: a password is needed and none was given). Final
+    /// until the URL, its `password_file` or the server's users change.
+    #[error(
+        "authentication failed at {url}: {reason}; check the user and the password (in the URL, \
+         its password_file or the credentials callback), and that the user exists on the server \
+         and is on (ACL LIST)"
+    )]
+    Authentication {
+        /// The URL, without credentials.
+        url: String,
+        /// The server's answer.
+        reason: String,
     },
     /// The password file or the credentials callback
     /// ([`ValkeyConfig::password_file`](crate::ValkeyConfig::password_file),
@@ -100,18 +105,6 @@ pub enum ValkeyError {
         store: String,
         /// What failed, and the fix.
         error: leasehold_core::credentials::CredentialsError,
-    },
-    /// The server refused the user's password (`WRONGPASS`), or wants one
-    /// (`NOAUTH`). Final until the credentials are fixed.
-    #[error(
-        "authentication to {url} failed: {reason}; check the user and password (or the \
-         password file or credentials callback)"
-    )]
-    Authentication {
-        /// The URL, without credentials.
-        url: String,
-        /// The server's answer.
-        reason: String,
     },
     /// The user may not run a command the library needs (`NOPERM`, or a
     /// script's call refused): the message names the ACL rules to add
@@ -147,19 +140,67 @@ fn tls_text(url: &str, failure: &crate::tls::TlsFailure) -> String {
     }
 }
 
-/// The end of the `NotDurable` message: the opt-ins, or why none applies.
-fn opt_ins_text(required: bool) -> &'static str {
-    if required {
-        "; ValkeyConfig::require_durable(true) is set, so neither \
-         ValkeyConfig::assume_one_timing_per_pool(true) nor ValkeyConfig::restart_guard(false) \
-         accepts it"
+/// The `Eviction` message: a first line, then the reason, the fix and the
+/// opt-in as a list.
+fn eviction_text(server: &str, policy: &str) -> String {
+    format!(
+        "{server} may evict keys (maxmemory-policy {policy}), so leases on it are refused\n  \
+         - why: an evicted lease lets a second holder claim its slot while the first still \
+         generates IDs, and an evicted fences hash loses the pool's fences and floors\n  \
+         - fix: CONFIG SET maxmemory-policy noeviction, and maxmemory-policy noeviction in \
+         valkey.conf / redis.conf (so that it survives a restart); or a server of its own for \
+         leases\n  \
+         - or accept the risk: the URL option allow_eviction=true, or \
+         StoreConfig::map_valkey(|c| c.allow_eviction(true))"
+    )
+}
+
+/// The `NotDurable` message: a first line, then the settings found, the
+/// fixes this server can take, and the opt-ins (or why none applies).
+fn not_durable_text(
+    server: &str,
+    settings: &str,
+    durability: &str,
+    required: bool,
+    waitaof: bool,
+) -> String {
+    let mut text = format!(
+        "{server} can lose writes it acknowledged, so leases on it are refused\n  \
+         - found (CONFIG GET): {settings}; {durability}\n  \
+         - why: after a restart it may have forgotten leases that holders still use, and the \
+         longest TTL and max_clock_skew of the pool's holders, so it could hand a slot to a \
+         second holder while the first still generates IDs\n  \
+         - fix: set appendonly yes, appendfsync always and no-appendfsync-on-rewrite no \
+         (CONFIG SET, and in valkey.conf / redis.conf)"
+    );
+    if waitaof {
+        text.push_str(
+            "\n  - or fix: appendonly yes, appendfsync everysec and no-appendfsync-on-rewrite no \
+             (this server has WAITAOF: claims then wait for the fsync of what they rely on)",
+        );
     } else {
-        "; or, if every process of each pool uses the same TTL and max_clock_skew, \
-         ValkeyConfig::assume_one_timing_per_pool(true) (the restart guard waits out this \
-         process's TTL plus twice its max_clock_skew after a restart); or, for a server never \
-         restarted while leases are held (a throwaway), ValkeyConfig::restart_guard(false) (no \
-         guard: a restart can hand every held slot to a second holder at once)"
+        text.push_str(&format!(
+            "\n  - (appendfsync everysec is not enough on {server}: it lacks WAITAOF, which \
+             Redis and Valkey 7.2+ have)"
+        ));
     }
+    if required {
+        text.push_str(
+            "\n  - require_durable(true) is set (the URL option require_durable=true), so \
+             neither assume_one_timing_per_pool(true) nor restart_guard(false) accepts it",
+        );
+    } else {
+        text.push_str(
+            "\n  - or accept the risk, if every process of each pool uses the same TTL and \
+             max_clock_skew: the URL option assume_one_timing_per_pool=true, or \
+             StoreConfig::map_valkey(|c| c.assume_one_timing_per_pool(true)) (the restart guard \
+             then waits out this process's TTL plus twice its max_clock_skew after a restart)\n  \
+             - or, for a throwaway server never restarted while leases are held: the URL option \
+             restart_guard=false, or StoreConfig::map_valkey(|c| c.restart_guard(false)) (no \
+             guard: a restart can hand every held slot to a second holder at once)",
+        );
+    }
+    text
 }
 
 /// A refusal and what to grant: `NOPERM …; grant the user +evalsha (ACL
@@ -226,6 +267,25 @@ const REJECTED_CODES: &[&str] = &["ERR", "WRONGTYPE", "EXECABORT"];
 /// Server error codes that mean authentication or permission.
 const DENIED_CODES: &[&str] = &["NOPERM", "NOAUTH", "WRONGPASS"];
 
+/// Server error codes that mean authentication: a wrong user or password,
+/// or none given to a server that wants one.
+const AUTHENTICATION_CODES: &[&str] = &["NOAUTH", "WRONGPASS"];
+
+/// Whether `e` is the server refusing the credentials (`WRONGPASS`,
+/// `NOAUTH`, or what `fred` reports as an authentication error), from its
+/// kind and the reply's error code.
+pub(crate) fn is_authentication(e: &FredError) -> bool {
+    *e.kind() == ErrorKind::Auth || is_authentication_reply(e.details())
+}
+
+/// Whether an error's text carries a server reply with an authentication
+/// code (as a word of its own: `fred` puts its kind before the reply).
+pub(crate) fn is_authentication_reply(text: &str) -> bool {
+    text.split_whitespace()
+        .take(3)
+        .any(|word| AUTHENTICATION_CODES.contains(&word.trim_matches(':')))
+}
+
 /// Classifies a `fred` error where it is born.
 ///
 /// Client-side kinds (I/O, timeout, cancellation, routing, backpressure) are
@@ -286,6 +346,17 @@ mod tests {
             let e = FredError::new(ErrorKind::Unknown, refused);
             assert!(matches!(classify(&e), Failure::Denied(_)), "{refused}");
         }
+        assert!(
+            !is_authentication(&perm),
+            "a permission, not the credentials"
+        );
+        let wrong = FredError::new(
+            ErrorKind::Unknown,
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        );
+        assert!(is_authentication(&wrong));
+        let none = FredError::new(ErrorKind::Unknown, "NOAUTH Authentication required.");
+        assert!(is_authentication(&none));
         let unk = FredError::new(ErrorKind::Unknown, "ERR unknown command 'HSETEX'");
         assert!(matches!(classify(&unk), Failure::Rejected(_)));
         let route = FredError::new(ErrorKind::Unknown, "Failed to route command.");

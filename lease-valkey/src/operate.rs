@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
+use leasehold_core::operate::refusal_check;
 use leasehold_core::{
     BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
@@ -126,7 +127,13 @@ impl ValkeyStrategy {
         }
     }
 
+    /// The persistence check: what `connect` refuses under this
+    /// configuration FAILs with the refusal's fixes and opt-ins; what it
+    /// accepts is `ok`, or a warning naming what accepted it.
     fn persistence_check(&self) -> Check {
+        if let Some(refusal) = self.refusal_of("persistence") {
+            return refusal_check("persistence", refusal);
+        }
         let d = self.persistence();
         let fix = "appendonly yes, appendfsync always and no-appendfsync-on-rewrite no (CONFIG \
                    SET and the config file)";
@@ -139,26 +146,57 @@ impl ValkeyStrategy {
             );
         }
         let (aof, rdb) = settings(d);
-        let detail = match d.persists() {
-            Some(true) if d.fsyncs_on_request() && self.server().waitaof => format!(
+        let detail = match (self.fsync_claims(), self.opt_in()) {
+            (true, _) => format!(
                 "{aof}, {rdb}: a crash of the machine can lose the last acknowledged writes; \
                  claims wait for the fsync of the pool's restart span (WAITAOF), and the \
                  restart guard holds claims back after a restart"
             ),
-            Some(true) => format!(
-                "{aof}, {rdb}: a crash can lose the last acknowledged writes; processes are \
-                 refused unless they opt in (assume_one_timing_per_pool or \
-                 restart_guard(false)), and the restart guard then holds claims back after a \
-                 restart"
+            (false, Some(opt_in @ "restart_guard=false")) => format!(
+                "{aof}, {rdb}: a restart can forget leases; accepted by {opt_in}: no restart \
+                 guard, so a restart can hand every held slot to a second holder at once"
             ),
-            Some(false) => format!(
-                "{aof}, {rdb}: a restart loses every lease and floor; processes are refused \
-                 unless they opt in (assume_one_timing_per_pool or restart_guard(false)), and \
-                 the restart guard then holds claims back after a restart"
+            (false, Some(opt_in)) => format!(
+                "{aof}, {rdb}: a restart can forget leases; accepted by {opt_in}: the restart \
+                 guard holds claims back after a restart for this process's TTL plus twice its \
+                 max_clock_skew"
             ),
-            None => format!("{aof}, {rdb} (CONFIG GET is disabled or denied)"),
+            (false, None) => format!("{aof}, {rdb}"),
         };
         Check::new(Verdict::Warn, "persistence", detail).fix(fix)
+    }
+
+    /// The eviction check: an evicting server FAILs with the refusal
+    /// `connect` makes, unless the configuration allows eviction (a
+    /// warning then).
+    fn eviction_check(&self) -> Check {
+        let d = self.persistence();
+        match (d.evicts(), d.maxmemory_policy.as_deref()) {
+            (Some(false), Some(p)) => {
+                Check::new(Verdict::Ok, "eviction", format!("maxmemory-policy {p}"))
+            }
+            (Some(true), Some(p)) => match self.refusal_of("eviction") {
+                Some(refusal) => refusal_check("eviction", refusal),
+                None => Check::new(
+                    Verdict::Warn,
+                    "eviction",
+                    format!(
+                        "maxmemory-policy {p}: the server may evict a lease (two holders of one \
+                         slot) or the fences hash; accepted by allow_eviction=true"
+                    ),
+                )
+                .fix(
+                    "CONFIG SET maxmemory-policy noeviction, and set it in valkey.conf / \
+                     redis.conf; or give the leases a server of their own",
+                ),
+            },
+            _ => Check::new(
+                Verdict::Warn,
+                "eviction",
+                "maxmemory-policy unknown (CONFIG GET is disabled or denied)",
+            )
+            .fix("make sure the server runs with maxmemory-policy noeviction"),
+        }
     }
 }
 
@@ -185,32 +223,6 @@ fn settings(d: &Persistence) -> (String, String) {
         None => "RDB snapshots unknown".to_owned(),
     };
     (aof, rdb)
-}
-
-fn eviction_check(d: &Persistence) -> Check {
-    match (d.evicts(), d.maxmemory_policy.as_deref()) {
-        (Some(false), Some(p)) => {
-            Check::new(Verdict::Ok, "eviction", format!("maxmemory-policy {p}"))
-        }
-        (Some(true), Some(p)) => Check::new(
-            Verdict::Fail,
-            "eviction",
-            format!(
-                "maxmemory-policy {p}: the server may evict a lease (two holders of one slot) \
-                 or the fences hash"
-            ),
-        )
-        .fix(
-            "CONFIG SET maxmemory-policy noeviction, and set it in valkey.conf / redis.conf; or \
-             give the leases a server of their own",
-        ),
-        _ => Check::new(
-            Verdict::Warn,
-            "eviction",
-            "maxmemory-policy unknown (CONFIG GET is disabled or denied)",
-        )
-        .fix("make sure the server runs with maxmemory-policy noeviction"),
-    }
 }
 
 /// `TIME`'s answer: seconds and microseconds, as integers or strings.
@@ -287,7 +299,7 @@ impl Operate for ValkeyStrategy {
                 self.tls_check(),
                 self.grants_check().await,
                 self.path_check(),
-                eviction_check(self.persistence()),
+                self.eviction_check(),
                 self.persistence_check(),
             ]
         })

@@ -138,6 +138,11 @@ struct Inner {
     /// the append-only file with `appendfsync everysec` and
     /// `no-appendfsync-on-rewrite no`, on a server with `WAITAOF`.
     fsync_claims: bool,
+    /// What `connect` would have refused, kept instead
+    /// ([`ValkeyConfig::refuse_at_connect`]`(false)`): every claim answers
+    /// the first.
+    /// Each with the doctor's check that reports it.
+    refusals: Vec<(&'static str, String)>,
     /// Test hook: the next wait (for the fsync or for replicas) reconnects
     /// first.
     #[cfg(feature = "stats")]
@@ -229,6 +234,46 @@ impl ValkeyStrategy {
     /// name; there is no unverified TLS.
     pub fn tls(&self) -> Option<&crate::TlsInfo> {
         self.inner.tls.as_ref()
+    }
+
+    /// What `connect` would have refused this server for under its
+    /// configuration, kept because [`ValkeyConfig::refuse_at_connect`] was
+    /// `false`: the text of the [`ValkeyError`](crate::ValkeyError) it
+    /// would have answered (eviction before durability). `None`: the server
+    /// is accepted. Every claim answers it as a final
+    /// `AcquireError::Misconfigured`.
+    pub fn refusal(&self) -> Option<&str> {
+        self.inner.refusals.first().map(|(_, text)| text.as_str())
+    }
+
+    /// The opt-in that accepted a server that can forget acknowledged
+    /// writes, as its URL option (`None`: none was needed).
+    pub(crate) fn opt_in(&self) -> Option<&'static str> {
+        let config = &self.inner.config;
+        if self.inner.durability.keeps_every_write() || self.inner.fsync_claims {
+            None
+        } else if !config.restart_guard {
+            Some("restart_guard=false")
+        } else if config.one_timing {
+            Some("assume_one_timing_per_pool=true")
+        } else {
+            None
+        }
+    }
+
+    /// Whether claims wait for the fsync of the pool's recorded span.
+    pub(crate) fn fsync_claims(&self) -> bool {
+        self.inner.fsync_claims
+    }
+
+    /// The kept refusal the doctor's check `check` (`eviction`,
+    /// `persistence`) reports.
+    pub(crate) fn refusal_of(&self, check: &str) -> Option<&str> {
+        self.inner
+            .refusals
+            .iter()
+            .find(|(c, _)| *c == check)
+            .map(|(_, text)| text.as_str())
     }
 
     /// The path in use.

@@ -25,8 +25,10 @@ const SENTINEL_FORM: &str = "redis-sentinel://[USER:PASSWORD@]SENTINEL[:PORT][,S
 const SENTINEL_PORT: u16 = 26379;
 
 /// The options every URL takes, and those a TLS URL takes too.
-const OPTIONS: &str = "prefix, op_timeout, password_file";
-const TLS_OPTIONS: &str = "prefix, op_timeout, password_file, ca, cert, key";
+const OPTIONS: &str = "prefix, op_timeout, password_file, assume_one_timing_per_pool, \
+                       restart_guard, require_durable, allow_eviction";
+const TLS_OPTIONS: &str = "prefix, op_timeout, password_file, assume_one_timing_per_pool, \
+                           restart_guard, require_durable, allow_eviction, ca, cert, key";
 
 impl ValkeyConfig {
     /// The URL schemes [`ValkeyConfig::from_url`] accepts: plain text, and
@@ -50,7 +52,13 @@ impl ValkeyConfig {
     /// `redis://[USER:PASSWORD@]HOST[:PORT][/DB]` or `valkey://…` (port 6379
     /// by default), with the options `prefix=NAME`
     /// ([`ValkeyConfig::key_prefix`]) and `op_timeout=500ms` or `=2s`
-    /// ([`ValkeyConfig::op_timeout`]).
+    /// ([`ValkeyConfig::op_timeout`]), and the opt-ins, each `=true` or
+    /// `=false`, so that one URL carries what an application accepts to the
+    /// tools that check it (`leasehold doctor`):
+    /// `assume_one_timing_per_pool` ([`ValkeyConfig::assume_one_timing_per_pool`]),
+    /// `restart_guard` ([`ValkeyConfig::restart_guard`]), `require_durable`
+    /// ([`ValkeyConfig::require_durable`]) and `allow_eviction`
+    /// ([`ValkeyConfig::allow_eviction`]).
     ///
     /// Through Sentinel: `redis-sentinel://[USER:PASSWORD@]S1[:PORT][,S2[:PORT]…][/DB]?sentinelServiceName=NAME`
     /// (or `valkey-sentinel://`; Sentinels on port 26379 by default, more of
@@ -134,6 +142,10 @@ impl ValkeyConfig {
         if password_file.is_some() && has_password(&parts) {
             return Err(two_passwords("password_file=PATH").into());
         }
+        let one_timing = parts.take_bool("assume_one_timing_per_pool")?;
+        let restart_guard = parts.take_bool("restart_guard")?;
+        let require_durable = parts.take_bool("require_durable")?;
+        let allow_eviction = parts.take_bool("allow_eviction")?;
         parts.refuse_unknown_options(if tls { TLS_OPTIONS } else { OPTIONS })?;
         let scheme = if tls { "rediss" } else { "redis" };
         let for_fred = if sentinel {
@@ -154,6 +166,18 @@ impl ValkeyConfig {
         }
         if let Some(path) = password_file {
             config = config.password_file(path);
+        }
+        if let Some(yes) = one_timing {
+            config = config.assume_one_timing_per_pool(yes);
+        }
+        if let Some(on) = restart_guard {
+            config = config.restart_guard(on);
+        }
+        if let Some(yes) = require_durable {
+            config = config.require_durable(yes);
+        }
+        if let Some(allow) = allow_eviction {
+            config = config.allow_eviction(allow);
         }
         Ok(config)
     }
@@ -452,6 +476,21 @@ mod tests {
     use super::*;
     use crate::config::DEFAULT_OP_TIMEOUT;
 
+    /// The opt-ins a URL carries reach the configuration, so a tool given
+    /// the application's URL judges the server as the application does.
+    #[test]
+    fn the_opt_ins_are_url_options() {
+        let c = ValkeyConfig::from_url(
+            "redis://h?assume_one_timing_per_pool=true&restart_guard=false&require_durable=1\
+             &allow_eviction=yes",
+        )
+        .expect("accepted");
+        assert!(c.one_timing && !c.restart_guard && c.require_durable && c.allow_eviction);
+        assert_eq!(c.url, "redis://h");
+        let c = ValkeyConfig::from_url("redis://h").expect("accepted");
+        assert!(!c.one_timing && c.restart_guard && !c.require_durable && !c.allow_eviction);
+    }
+
     #[test]
     fn accepted_urls_set_the_fields() {
         for (url, for_fred, prefix, op_timeout) in [
@@ -649,7 +688,12 @@ mod tests {
             (
                 "rediss://h?sslrootcert=/ca",
                 "unknown query option \"sslrootcert\"; this URL takes prefix, op_timeout, \
-                 password_file, ca, cert, key",
+                 password_file, assume_one_timing_per_pool, restart_guard, require_durable, \
+                 allow_eviction, ca, cert, key",
+            ),
+            (
+                "redis://h?assume_one_timing_per_pool=maybe",
+                "assume_one_timing_per_pool=true or assume_one_timing_per_pool=false",
             ),
             (
                 "redis-sentinel://h:26379",

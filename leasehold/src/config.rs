@@ -104,11 +104,12 @@ impl StoreSchemes {
     }
 }
 
-/// Every scheme, grouped by store: `postgres, postgresql, mysql, mariadb,
-/// sqlite (SQL); redis, … (Valkey/Redis); …`.
+/// Every scheme this build accepts (the stores whose features are on),
+/// grouped by store: `postgres, postgresql, mysql, mariadb, sqlite (SQL);
+/// redis, … (Valkey/Redis); …`.
 pub fn schemes_text() -> String {
     let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
-    for row in STORES {
+    for row in STORES.iter().filter(|row| row.compiled()) {
         match groups.iter_mut().find(|(store, _)| *store == row.store) {
             Some((_, schemes)) => schemes.extend(row.schemes),
             None => groups.push((row.store, row.schemes.to_vec())),
@@ -216,11 +217,12 @@ impl StoreConfig {
         let url = url.trim();
         let scheme = scheme(url)?;
         let Some(row) = STORES.iter().find(|r| r.schemes.contains(&scheme.as_str())) else {
-            if matches!(scheme.as_str(), "http" | "https") {
+            if matches!(scheme.as_str(), "http" | "https")
+                && let Some(forms) = http_forms(&scheme)
+            {
                 return Err(ConnectError::bad_url(
                     url,
-                    "say which store: etcd://HOST:PORT for etcd, k8s://HOST:PORT for a \
-                     Kubernetes API server",
+                    format!("say which store the address is: {forms}"),
                 ));
             }
             return Err(ConnectError::bad_url(
@@ -232,9 +234,11 @@ impl StoreConfig {
             return Err(ConnectError::bad_url(
                 url,
                 format!(
-                    "{scheme}:// is a {} store, left out of this build; enable the `{}` feature \
-                     of the leasehold crate",
-                    row.store, row.feature
+                    "{scheme}:// is {} {} store, left out of this build; enable the `{}` \
+                     feature of the leasehold crate",
+                    article(row.store),
+                    row.store,
+                    row.feature
                 ),
             ));
         }
@@ -597,6 +601,38 @@ impl OpenStore for StoreConfig {
     }
 }
 
+/// `a` or `an`, as `store` (a name in [`STORES`]) is spoken.
+fn article(store: &str) -> &'static str {
+    match store.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u' | 'A' | 'E' | 'I' | 'O' | 'U') => "an",
+        _ => "a",
+    }
+}
+
+/// How to write the address of an `http://` or `https://` URL for each
+/// store of this build that is reached over HTTP(S) or gRPC (etcd,
+/// Kubernetes); `None` when the build has neither.
+fn http_forms(scheme: &str) -> Option<String> {
+    let tls = scheme == "https";
+    let mut forms = Vec::new();
+    if cfg!(feature = "etcd") {
+        forms.push(if tls {
+            "etcds://HOST:2379?ca=CA.crt for etcd over TLS"
+        } else {
+            "etcd://HOST:2379 for etcd"
+        });
+    }
+    if cfg!(feature = "k8s") {
+        forms.push(if tls {
+            "k8s+https://HOST:6443 (or k8s:// alone, for the kubeconfig's server and \
+             credentials) for a Kubernetes API server"
+        } else {
+            "k8s://HOST:PORT for a Kubernetes API server in plain HTTP (kubectl proxy)"
+        });
+    }
+    (!forms.is_empty()).then(|| forms.join(", or "))
+}
+
 /// `memory://NAME` → `NAME` (empty for `memory://`). A name takes no user
 /// info, options or fragment: they would become part of it (and be shown
 /// with it).
@@ -639,6 +675,11 @@ fn sql_error(shown: &str, e: SqlError) -> ConnectError {
             message: e.to_string(),
             url,
         },
+        // Its message says "authentication failed" and names the URL.
+        e @ SqlError::Authentication { .. } => ConnectError::Authentication {
+            message: e.to_string(),
+            url,
+        },
         e @ (SqlError::Unreachable(_) | SqlError::Timeout(_)) => ConnectError::Unreachable {
             message: format!("cannot reach {shown}: {e}"),
             url,
@@ -665,15 +706,17 @@ fn valkey_error(shown: &str, e: ValkeyError) -> ConnectError {
                 url,
             }
         }
+        e @ ValkeyError::Authentication { .. } => ConnectError::Authentication {
+            message: e.to_string(),
+            url,
+        },
         // A refused certificate, or TLS on one side only: final until the
         // configuration or the certificates change; the message names the
         // URL and the fix.
-        e @ (ValkeyError::Tls { .. } | ValkeyError::Authentication { .. }) => {
-            ConnectError::Refused {
-                message: e.to_string(),
-                url,
-            }
-        }
+        e @ ValkeyError::Tls { .. } => ConnectError::Refused {
+            message: e.to_string(),
+            url,
+        },
         e => ConnectError::Refused {
             message: format!("{shown}: {e}"),
             url,
@@ -690,6 +733,10 @@ fn etcd_error(shown: &str, e: EtcdError) -> ConnectError {
             why: c.to_string(),
         },
         e @ EtcdError::Connect { .. } => ConnectError::Unreachable {
+            message: format!("{shown}: {e}"),
+            url,
+        },
+        e @ EtcdError::Auth { .. } => ConnectError::Authentication {
             message: format!("{shown}: {e}"),
             url,
         },
@@ -712,10 +759,51 @@ fn kube_error(shown: &str, e: KubeError) -> ConnectError {
             message: format!("{shown}: {e}"),
             url,
         },
+        e @ KubeError::Unauthorized { .. } => ConnectError::Authentication {
+            message: format!("{shown}: {e}"),
+            url,
+        },
         e => ConnectError::Refused {
             message: format!("{shown}: {e}"),
             url,
         },
+    }
+}
+
+#[cfg(test)]
+mod words {
+    use super::*;
+
+    #[test]
+    fn a_store_takes_its_article() {
+        assert_eq!(article("etcd"), "an");
+        assert_eq!(article("in-process"), "an");
+        assert_eq!(article("Valkey/Redis"), "a");
+        assert_eq!(article("Kubernetes"), "a");
+    }
+
+    /// `http://` and `https://` are answered with the forms of the stores
+    /// this build reaches over HTTP(S) or gRPC, TLS with TLS.
+    #[test]
+    fn an_http_address_is_answered_with_the_forms_of_this_build() {
+        let https = http_forms("https");
+        let http = http_forms("http");
+        if cfg!(any(feature = "etcd", feature = "k8s")) {
+            let (https, http) = (https.unwrap_or_default(), http.unwrap_or_default());
+            assert_eq!(
+                cfg!(feature = "etcd"),
+                https.contains("etcds://"),
+                "{https}"
+            );
+            assert_eq!(
+                cfg!(feature = "k8s"),
+                https.contains("k8s+https://"),
+                "{https}"
+            );
+            assert_eq!(cfg!(feature = "etcd"), http.contains("etcd://"), "{http}");
+        } else {
+            assert_eq!((https, http), (None, None));
+        }
     }
 }
 

@@ -45,7 +45,21 @@ pub enum ConnectError {
         /// What the last attempt answered.
         last: String,
     },
-    /// The store answered, and refused: credentials, permissions, a server
+    /// The store refused the credentials: a wrong user or password (in the
+    /// URL, its `password_file` or the credentials callback), a user the
+    /// server does not know or let in from this host, a client certificate
+    /// or token it does not accept (PostgreSQL `28P01`/`28000`,
+    /// MySQL/MariaDB `1045`, Valkey/Redis `WRONGPASS`/`NOAUTH`, etcd's
+    /// authentication errors, Kubernetes 401). Final until the credentials
+    /// are fixed; the message says "authentication" and what to check.
+    #[error("{message}")]
+    Authentication {
+        /// The URL, redacted.
+        url: String,
+        /// What the store answered and what to check, naming the URL.
+        message: String,
+    },
+    /// The store answered, and refused: permissions, a server
     /// too old, or settings that can lose leases. Final until fixed; the
     /// message says how.
     #[error("{message}")]
@@ -69,6 +83,7 @@ impl ConnectError {
             Self::BadUrl { url, .. }
             | Self::Unreachable { url, .. }
             | Self::NotReachable { url, .. }
+            | Self::Authentication { url, .. }
             | Self::Refused { url, .. } => url,
         }
     }

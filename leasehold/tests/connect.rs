@@ -114,14 +114,50 @@ fn refusals_name_the_fix() {
         )
     );
     assert!(!e.is_retryable());
+    #[cfg(all(feature = "postgres", feature = "mysql", feature = "valkey"))]
     assert!(refusal("localhost:5432").to_string().contains(
         "it has no scheme; use one of postgres, postgresql, mysql, mariadb, sqlite (SQL); redis,"
     ));
-    assert!(
-        refusal("https://h:2379")
-            .to_string()
-            .contains("say which store: etcd://HOST:PORT")
-    );
+    // An HTTP(S) address: how to write it for each store reached so.
+    #[cfg(all(feature = "etcd", feature = "k8s"))]
+    {
+        let text = refusal("https://h:2379").to_string();
+        assert!(
+            text.contains(
+                "say which store the address is: etcds://HOST:2379?ca=CA.crt for etcd over TLS, \
+                 or k8s+https://HOST:6443"
+            ),
+            "{text}"
+        );
+        let text = refusal("http://h:2379").to_string();
+        assert!(
+            text.contains("etcd://HOST:2379 for etcd, or k8s://HOST:PORT"),
+            "{text}"
+        );
+    }
+}
+
+/// The schemes an unknown scheme's refusal lists are exactly those this
+/// build accepts: a store whose feature is off is not offered.
+#[test]
+fn the_unknown_scheme_list_is_what_this_build_accepts() {
+    let text = schemes_text();
+    let words: Vec<&str> = text
+        .split([',', ' ', ';', '(', ')'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    for row in STORES {
+        for scheme in row.schemes {
+            assert_eq!(
+                words.contains(scheme),
+                row.compiled(),
+                "{scheme} (feature {:?}) in {text}",
+                row.feature
+            );
+        }
+    }
+    let e = refusal("ftp://h/x");
+    assert!(e.to_string().ends_with(&text), "{e}");
     // The backends' own refusals come through, naming the accepted form.
     #[cfg(feature = "valkey")]
     assert!(
@@ -192,6 +228,7 @@ fn a_store_left_out_of_the_build_names_its_feature() {
             text.contains(&format!("enable the `{}` feature", row.feature)),
             "{text}"
         );
+        assert!(!text.contains(" a etcd"), "{text}");
     }
 }
 

@@ -185,7 +185,14 @@ pub fn provide_with(kind: ServerKind, settings: Settings) -> Result<Server, Prov
 /// otherwise. No URL from the environment or container stands in for it.
 /// Prints one loud line saying what was used.
 pub fn provide_tls(kind: ServerKind) -> Result<Server, Missing> {
-    tls_only(kind, crate::tls::Pki::shared())
+    tls_only(kind, crate::tls::Pki::shared(), Settings::Fast)
+}
+
+/// [`provide_tls`], started with `settings`: [`Settings::Durable`] for a
+/// server the library accepts without an opt-in (what a deployment runs),
+/// as the tests of `leasehold doctor`'s whole verdict need.
+pub fn provide_tls_with(kind: ServerKind, settings: Settings) -> Result<Server, Missing> {
+    tls_only(kind, crate::tls::Pki::shared(), settings)
 }
 
 /// [`provide_tls`], but the server presents `server` (one of the shared
@@ -205,13 +212,15 @@ pub fn provide_tls_presenting(
         let presenting: &'static crate::tls::Pki = Box::leak(Box::new(pki.presenting(server(pki))));
         presenting
     });
-    tls_only(kind, pki)
+    tls_only(kind, pki, Settings::Fast)
 }
 
-/// Starts a TLS-only server of `kind` with the certificates `pki`.
+/// Starts a TLS-only server of `kind` with the certificates `pki` and
+/// `settings`.
 fn tls_only(
     kind: ServerKind,
     pki: Result<&'static crate::tls::Pki, String>,
+    settings: Settings,
 ) -> Result<Server, Missing> {
     let mut tried = vec![format!(
         "${}: not read for a TLS-only server",
@@ -224,7 +233,7 @@ fn tls_only(
         )),
         (_, None) => Err(format!("local binary: not found ({})", kind.install_hint())),
         (Some(_), Some(bin)) => pki.and_then(|pki| {
-            start_local(kind, &bin, Settings::Fast, Some(pki))
+            start_local(kind, &bin, settings, Some(pki))
                 .map_err(|e| format!("local binary {}: failed to start: {e}", bin.display()))
         }),
     };

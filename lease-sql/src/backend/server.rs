@@ -66,15 +66,25 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             risks: D::durability_risks(&settings_read),
         };
         let forgetful = !self.info.durability.is_durable();
-        if config.require_durable && forgetful {
-            return Err(SqlError::NotDurable(self.info.durability.clone()));
-        }
         // A server that can forget loses, in one crash, the record of the
         // pool's longest restart span with the claims: refused unless the
         // configuration says all holders share one timing, or turns the
-        // guard off knowingly.
-        if forgetful && config.restart_guard && !config.assume_one_timing {
-            return Err(SqlError::Forgetful(self.info.durability.clone()));
+        // guard off knowingly. This judgement is the one `connect` makes
+        // and the doctor reports.
+        let refusal = if config.require_durable && forgetful {
+            Some(SqlError::NotDurable(self.info.durability.clone()))
+        } else if forgetful && config.restart_guard && !config.assume_one_timing {
+            Some(SqlError::Forgetful(self.info.durability.clone()))
+        } else {
+            None
+        };
+        self.info.opt_in = match (forgetful, config.restart_guard) {
+            (false, _) => None,
+            (true, false) => Some("restart_guard=false"),
+            (true, true) => Some("assume_one_timing_per_pool=true"),
+        };
+        if let Some(refusal) = refusal {
+            self.refuse(config, refusal)?;
         }
         // A server that keeps what it acknowledged forgets no lease on a
         // restart: only one that can forget needs the guard.
@@ -92,14 +102,17 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             && config.restart_guard
             && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         if self.sql.guarded && values.last().is_none_or(Option::is_none) {
-            return Err(SqlError::UnsupportedServer {
-                what: format!(
-                    "{version} does not tell when it started, which the restart guard needs"
-                ),
-                fix: "on MySQL 8 enable performance_schema (the default) and let the lease user \
-                      read performance_schema.global_status"
-                    .to_owned(),
-            });
+            self.refuse(
+                config,
+                SqlError::UnsupportedServer {
+                    what: format!(
+                        "{version} does not tell when it started, which the restart guard needs"
+                    ),
+                    fix: "on MySQL 8 enable performance_schema (the default) and let the lease \
+                          user read performance_schema.global_status"
+                        .to_owned(),
+                },
+            )?;
         }
         #[cfg(feature = "tracing")]
         if !self.info.durability.is_durable() {
@@ -110,6 +123,18 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 "the lease store can forget leases it acknowledged after a crash; the restart \
                  guard holds grants back after a restart, but a failover is not covered"
             );
+        }
+        Ok(())
+    }
+
+    /// Answers `refusal`, or keeps it (the first) when the configuration
+    /// says not to refuse at connect.
+    fn refuse(&mut self, config: &SqlConfig, refusal: SqlError) -> Result<(), SqlError> {
+        if config.refuse_at_connect {
+            return Err(refusal);
+        }
+        if self.info.refusal.is_none() {
+            self.info.refusal = Some(refusal.to_string());
         }
         Ok(())
     }

@@ -496,6 +496,11 @@ pub(crate) trait Dialect: sqlx::Database {
     fn access_refused(_e: &dyn DatabaseError) -> bool {
         false
     }
+    /// Whether the server refused the credentials (a wrong user or
+    /// password), and then what to check.
+    fn authentication_failed(_e: &dyn DatabaseError) -> Option<&'static str> {
+        None
+    }
     /// The rows a statement changed (or matched, where sqlx asks for that).
     fn rows_affected(r: &Self::QueryResult) -> u64;
     /// The store's identity for a `url` (see `Strategy::identity`).
@@ -693,13 +698,25 @@ pub(crate) async fn open_connection<D: Dialect, T>(
     match tokio::time::timeout(budget, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => {
-            let refused = match &e {
-                sqlx::Error::Database(db) => D::access_refused(db.as_ref()),
-                _ => false,
+            let (refused, authentication) = match &e {
+                sqlx::Error::Database(db) => (
+                    D::access_refused(db.as_ref()),
+                    D::authentication_failed(db.as_ref()).is_some(),
+                ),
+                _ => (false, false),
             };
-            Err(tls
-                .explain(&what, &e, refused)
-                .unwrap_or_else(|| connect_error::<D>(&what, &e)))
+            Err(match tls.explain(&what, &e, refused) {
+                // The credentials refused: said so, with what TLS may have
+                // to do with it.
+                Some(SqlError::Refused { what, fix }) if authentication => {
+                    SqlError::Authentication {
+                        what: format!("authentication failed {what}"),
+                        fix,
+                    }
+                }
+                Some(explained) => explained,
+                None => connect_error::<D>(&what, &e),
+            })
         }
         Err(_) => Err(SqlError::Unreachable(Reason::new(format!(
             "{what}: no answer within {budget:?}"
@@ -707,8 +724,17 @@ pub(crate) async fn open_connection<D: Dialect, T>(
     }
 }
 
-/// A connect-time error: unreachable (retryable) or refused (final).
+/// A connect-time error: unreachable (retryable), the credentials refused
+/// or refused otherwise (final).
 fn connect_error<D: Dialect>(what: &str, e: &sqlx::Error) -> SqlError {
+    if let sqlx::Error::Database(db) = e
+        && let Some(fix) = D::authentication_failed(db.as_ref())
+    {
+        return SqlError::Authentication {
+            what: format!("authentication failed {what}: {e}"),
+            fix: fix.to_owned(),
+        };
+    }
     match D::classify(what, e) {
         Failure::Transient(m) | Failure::Contention(m) => SqlError::Unreachable(Reason::new(m)),
         Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {

@@ -432,6 +432,17 @@ impl Dialect for MySql {
     /// ER_ACCESS_DENIED_ERROR (which MariaDB also answers a connection
     /// without TLS to a server that requires it), MySQL's
     /// ER_SECURE_TRANSPORT_REQUIRED.
+    fn authentication_failed(e: &dyn DatabaseError) -> Option<&'static str> {
+        // ER_ACCESS_DENIED_ERROR (3159, a connection without TLS refused,
+        // is TLS's to explain).
+        e.try_downcast_ref::<MySqlDatabaseError>()
+            .is_some_and(|e| e.number() == 1045)
+            .then_some(
+                "check the user and the password (in the URL, its password_file or the \
+                 credentials callback), and that the user exists for this host ('USER'@'HOST')",
+            )
+    }
+
     fn access_refused(e: &dyn DatabaseError) -> bool {
         e.try_downcast_ref::<MySqlDatabaseError>()
             .is_some_and(|e| matches!(e.number(), 1045 | 3159))

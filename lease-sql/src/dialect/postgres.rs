@@ -334,6 +334,14 @@ impl Dialect for Postgres {
         matches!(e.code().as_deref(), Some("28000" | "28P01"))
     }
 
+    fn authentication_failed(e: &dyn DatabaseError) -> Option<&'static str> {
+        Self::access_refused(e).then_some(
+            "check the user and the password (in the URL, its password_file, PGPASSWORD, \
+             ~/.pgpass or the credentials callback), and that pg_hba.conf lets this user in \
+             from this host",
+        )
+    }
+
     fn rows_affected(r: &PgQueryResult) -> u64 {
         r.rows_affected()
     }

@@ -190,7 +190,8 @@ impl Tls {
     /// The fix of a refused login, with what TLS may have to do with it.
     fn login_fix(&self) -> String {
         let n = names(self.engine);
-        let otherwise = "otherwise check the user, its password and the database name";
+        let otherwise = "otherwise check the user and its password (in the URL, its \
+                         password_file or the credentials callback), and the database name";
         let tls_only = match self.engine {
             Engine::MySql => "require_secure_transport = ON, or a user REQUIRE SSL or X509",
             _ => "pg_hba.conf with hostssl lines only, or rds.force_ssl = 1",

@@ -16,6 +16,12 @@ impl ValkeyStrategy {
         pool: &PoolSpec,
         ceiling: Floor,
     ) -> Result<Grant, AcquireError> {
+        // A server this configuration does not accept, connected to only
+        // to be looked at: nothing is claimed on it.
+        if let Some(refusal) = self.refusal() {
+            let (what, fix) = leasehold_core::operate::split_refusal(refusal);
+            return Err(AcquireError::Misconfigured { what, fix });
+        }
         let Some((ttl, applied)) = ttl_ms(pool.ttl()) else {
             return Err(AcquireError::Misconfigured {
                 what: format!("ttl {:?} is below the store's 1 ms resolution", pool.ttl()),

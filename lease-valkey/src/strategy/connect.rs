@@ -62,13 +62,14 @@ impl ValkeyStrategy {
                 identity: String::new(),
                 tls: tls.map(|t| t.info),
                 fsync_claims: false,
+                refusals: Vec::new(),
                 #[cfg(feature = "stats")]
                 reconnect_before_wait: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let server = strategy.probe(&url).await?;
         let durability = strategy.read_durability(&url).await?;
-        let (durability, fsync_claims) = strategy.accept(&server, durability).await?;
+        let (durability, fsync_claims, refusals) = strategy.accept(&server, durability).await?;
         let path = match (strategy.inner.config.method, server.hsetex) {
             (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
             (Method::Auto, false) | (Method::Scripts, _) => ActivePath::Scripts,
@@ -81,6 +82,7 @@ impl ValkeyStrategy {
             inner.durability = durability;
             inner.path = path;
             inner.fsync_claims = fsync_claims;
+            inner.refusals = refusals;
         }
         if path != ActivePath::Unsupported {
             strategy.load_scripts(path, &url).await?;
@@ -91,43 +93,32 @@ impl ValkeyStrategy {
 
     /// Refuses a server that may evict keys, or that can forget writes it
     /// acknowledged, unless the configuration accepts it (closing the
-    /// connection); otherwise what it keeps, and whether claims wait for
-    /// the fsync of the pool's recorded span.
+    /// connection); otherwise what it keeps, whether claims wait for the
+    /// fsync of the pool's recorded span, and the refusals kept instead of
+    /// raised ([`ValkeyConfig::refuse_at_connect`]`(false)`).
     async fn accept(
         &self,
         server: &ServerInfo,
         mut durability: Persistence,
-    ) -> Result<(Persistence, bool), ValkeyError> {
+    ) -> Result<(Persistence, bool, Vec<(&'static str, String)>), ValkeyError> {
         let config = &self.inner.config;
-        if durability.evicts() == Some(true) {
-            if !config.allow_eviction {
-                let _ = self.inner.client.quit().await;
-                return Err(ValkeyError::Eviction {
-                    server: server.to_string(),
-                    policy: durability.maxmemory_policy.unwrap_or_default(),
-                });
-            }
-            durability.eviction_allowed = true;
-        }
-        // With the append-only file and WAITAOF, a claim waits until the
-        // pool's recorded span is on disk, so the guard knows it after any
-        // restart.
-        let fsync_claims = config.restart_guard
-            && !durability.keeps_every_write()
-            && durability.fsyncs_on_request()
-            && server.waitaof;
-        let accepted = !config.restart_guard || config.one_timing || fsync_claims;
-        if !durability.keeps_every_write() && (config.require_durable || !accepted) {
-            let required = config.require_durable;
+        let (fsync_claims, mut refusals) = judge(config, server, &mut durability);
+        if config.refuse_at_connect && !refusals.is_empty() {
+            let refusal = refusals.swap_remove(0);
             let _ = self.inner.client.quit().await;
-            return Err(ValkeyError::NotDurable {
-                server: server.to_string(),
-                settings: durability.persistence_settings(),
-                durability: durability.to_string(),
-                required,
-            });
+            return Err(refusal);
         }
-        Ok((durability, fsync_claims))
+        let kept = refusals
+            .iter()
+            .map(|e| {
+                let check = match e {
+                    ValkeyError::Eviction { .. } => "eviction",
+                    _ => "persistence",
+                };
+                (check, e.to_string())
+            })
+            .collect();
+        Ok((durability, fsync_claims, kept))
     }
 
     /// Loads the scripts of `path` (`SCRIPT LOAD`), so that the first
@@ -287,6 +278,12 @@ impl ValkeyStrategy {
                 timeout: self.inner.config.op_timeout,
                 reason,
             },
+            Failure::Denied(reason) if crate::error::is_authentication_reply(&reason) => {
+                ValkeyError::Authentication {
+                    url: url.to_owned(),
+                    reason,
+                }
+            }
             Failure::Denied(refusal) => {
                 let acl = self.lease_user_acl();
                 let rules: Vec<String> = acl.rule_for(&refusal).into_iter().collect();
@@ -308,6 +305,47 @@ impl ValkeyStrategy {
             },
         }
     }
+}
+
+/// What `connect` judges of a server whose probe found `server` and whose
+/// settings are `durability`, under `config`: whether claims wait for the
+/// fsync of the pool's recorded span, and every refusal, eviction first
+/// (none: accepted). The one judgement behind the refusal at connect and
+/// the doctor's checks. Marks an eviction the configuration allows.
+pub(crate) fn judge(
+    config: &ValkeyConfig,
+    server: &ServerInfo,
+    durability: &mut Persistence,
+) -> (bool, Vec<ValkeyError>) {
+    let mut refusals = Vec::new();
+    if durability.evicts() == Some(true) {
+        if config.allow_eviction {
+            durability.eviction_allowed = true;
+        } else {
+            refusals.push(ValkeyError::Eviction {
+                server: server.to_string(),
+                policy: durability.maxmemory_policy.clone().unwrap_or_default(),
+            });
+        }
+    }
+    // With the append-only file and WAITAOF, a claim waits until the
+    // pool's recorded span is on disk, so the guard knows it after any
+    // restart.
+    let fsync_claims = config.restart_guard
+        && !durability.keeps_every_write()
+        && durability.fsyncs_on_request()
+        && server.waitaof;
+    let accepted = !config.restart_guard || config.one_timing || fsync_claims;
+    if !durability.keeps_every_write() && (config.require_durable || !accepted) {
+        refusals.push(ValkeyError::NotDurable {
+            server: server.to_string(),
+            settings: durability.persistence_settings(),
+            durability: durability.to_string(),
+            required: config.require_durable,
+            waitaof: server.waitaof,
+        });
+    }
+    (fsync_claims, refusals)
 }
 
 /// The settings `connect` refuses before it opens anything: the key
@@ -441,11 +479,11 @@ async fn open_client(
                     explained: crate::error::refusal_text(details, &rules, &user, &acl),
                 });
             }
-            if matches!(crate::error::classify(&e), Failure::Denied(_)) {
+            if crate::error::is_authentication(&e) {
                 let _ = tokio::time::timeout(timeout, client.quit()).await;
                 return Err(ValkeyError::Authentication {
                     url: url.to_owned(),
-                    reason: e.to_string(),
+                    reason: e.details().to_owned(),
                 });
             }
             (e.to_string(), *e.kind() == fred::error::ErrorKind::IO)
