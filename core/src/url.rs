@@ -371,6 +371,17 @@ pub fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Whether `host`, as a URL names it, is this machine: `localhost`, an
+/// address in `127.0.0.0/8` or `::1` (bracketed or not). Plain text to such
+/// a host crosses no network, which is why the doctors' `tls` checks pass it.
+pub fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// `url` as anything may show it (`Debug`, identities, errors, logs, the
 /// `leasehold` tool): the one redaction every store URL goes through. It
 /// hides every secret and keeps everything an operator needs to tell which
@@ -570,6 +581,18 @@ pub fn masked(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::is_loopback_host;
+
+    #[test]
+    fn loopback_hosts_are_this_machine() {
+        for h in ["localhost", "LocalHost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"] {
+            assert!(is_loopback_host(h), "{h}");
+        }
+        for h in ["10.0.0.1", "cache.internal", "::2", "[::2]", ""] {
+            assert!(!is_loopback_host(h), "{h}");
+        }
+    }
+
     use super::*;
 
     const FORM: &str = "x://HOST:PORT";

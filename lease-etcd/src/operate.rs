@@ -47,7 +47,7 @@ impl EtcdStrategy {
                     .inner
                     .hosts
                     .split(", ")
-                    .filter(|h| !is_loopback(h))
+                    .filter(|h| !leasehold_core::url::is_loopback_host(h))
                     .collect();
                 if remote.is_empty() {
                     Check::new(
@@ -207,15 +207,6 @@ impl EtcdStrategy {
             ))
         }
     }
-}
-
-/// Whether `host` is this machine: `localhost`, `127.0.0.0/8`, `::1`.
-fn is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn server_checks(status: Result<StatusResponse, OperateError>) -> Vec<Check> {

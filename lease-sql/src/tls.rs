@@ -47,13 +47,8 @@ pub(crate) struct Asked {
 /// Whether `host` (as a URL names it) is this machine.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn is_local(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.is_empty()
-        || host.starts_with('/')
-        || host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    // No host, or a Unix socket's directory: no network either.
+    host.is_empty() || host.starts_with('/') || leasehold_core::url::is_loopback_host(host)
 }
 
 /// The options of one engine, as its users spell them.

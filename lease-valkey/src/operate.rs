@@ -68,7 +68,7 @@ impl ValkeyStrategy {
         let remote: Vec<&str> = hosts
             .iter()
             .map(String::as_str)
-            .filter(|h| !is_loopback(h))
+            .filter(|h| !leasehold_core::url::is_loopback_host(h))
             .collect();
         if remote.is_empty() {
             Check::new(
@@ -200,15 +200,6 @@ impl ValkeyStrategy {
     }
 }
 
-/// Whether `host` is this machine: `localhost`, `127.0.0.0/8`, `::1`.
-fn is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// `AOF on (appendfsync everysec)`, `RDB snapshots off`.
 fn settings(d: &Persistence) -> (String, String) {
     let aof = match (d.appendonly, d.appendfsync.as_deref()) {
@@ -309,16 +300,6 @@ impl Operate for ValkeyStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn loopback_hosts() {
-        for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"] {
-            assert!(is_loopback(h), "{h}");
-        }
-        for h in ["10.0.0.1", "cache.internal", "::2"] {
-            assert!(!is_loopback(h), "{h}");
-        }
-    }
 
     #[test]
     fn time_reads_integers_and_strings() {
