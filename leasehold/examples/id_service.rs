@@ -92,7 +92,10 @@ pub fn router(service: Arc<Service>) -> Router {
 /// Connects to the store at `url`, prepares the pool and holds a lease of
 /// it: the service, ready to serve.
 pub async fn start(url: &str) -> Result<Arc<Service>, Box<dyn std::error::Error>> {
-    let store = leasehold::connect(url).await?;
+    // A pod may start before its store: wait for it (with backoff, a log
+    // line per attempt) rather than exit and crash-loop. A refusal (bad
+    // credentials, a server that can lose leases) still fails at once.
+    let store = leasehold::connect_waiting(url, Duration::from_secs(120)).await?;
     // The layout is declared with the lease: the store records it for the
     // pool and refuses a process whose IDs could equal these.
     let layout = Layout::default64();
