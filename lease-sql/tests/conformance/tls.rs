@@ -163,7 +163,13 @@ pub(super) async fn a_connection_without_tls_is_refused_and_the_fix_is_named(
         url = with(&url, option, None);
     }
     let e = refusal("a connection without TLS", &url).await?;
-    ensure!(matches!(e, SqlError::Refused { .. }), "{e:?}");
+    // The server answers as it does to a login it lets in by no rule
+    // (PostgreSQL: no pg_hba.conf entry; MariaDB: 1045), so the error is an
+    // authentication failure whose fix names TLS first.
+    ensure!(
+        matches!(e, SqlError::Refused { .. } | SqlError::Authentication { .. }),
+        "{e:?}"
+    );
     contains(
         "a connection without TLS",
         &e,
@@ -271,7 +277,10 @@ pub(super) async fn a_missing_client_certificate_is_refused_and_named(
     let url = with(&with(&b.url, o.cert, None), o.key, None);
     let e = refusal("no client certificate", &url).await?;
     ensure!(
-        matches!(e, SqlError::Refused { .. } | SqlError::Tls { .. }),
+        matches!(
+            e,
+            SqlError::Refused { .. } | SqlError::Tls { .. } | SqlError::Authentication { .. }
+        ),
         "{e:?}"
     );
     contains(
