@@ -585,7 +585,14 @@ mod tests {
 
     #[test]
     fn loopback_hosts_are_this_machine() {
-        for h in ["localhost", "LocalHost", "127.0.0.1", "127.1.2.3", "::1", "[::1]"] {
+        for h in [
+            "localhost",
+            "LocalHost",
+            "127.0.0.1",
+            "127.1.2.3",
+            "::1",
+            "[::1]",
+        ] {
             assert!(is_loopback_host(h), "{h}");
         }
         for h in ["10.0.0.1", "cache.internal", "::2", "[::2]", ""] {

@@ -167,7 +167,10 @@ pub(super) async fn a_connection_without_tls_is_refused_and_the_fix_is_named(
     // (PostgreSQL: no pg_hba.conf entry; MariaDB: 1045), so the error is an
     // authentication failure whose fix names TLS first.
     ensure!(
-        matches!(e, SqlError::Refused { .. } | SqlError::Authentication { .. }),
+        matches!(
+            e,
+            SqlError::Refused { .. } | SqlError::Authentication { .. }
+        ),
         "{e:?}"
     );
     contains(
