@@ -8,6 +8,7 @@ use leasehold_core::{
     BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
 
+use crate::statements::POOL_ROW;
 use crate::tls::Mode;
 use crate::{Engine, SqlError, SqlStrategy, sqlx};
 
@@ -75,10 +76,11 @@ impl SqlStrategy {
         let table = self.table().as_str();
         #[cfg(feature = "postgres")]
         if let Some(p) = self.postgres() {
-            let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = $1");
+            // The pool's own row (its ID format, restart span) is not a slot.
+            let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = $1 AND slot < {POOL_ROW}");
             return sqlx::query_scalar(&sql).bind(pool).fetch_one(p).await;
         }
-        let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = ?");
+        let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = ? AND slot < {POOL_ROW}");
         #[cfg(feature = "mysql")]
         if let Some(p) = self.mysql() {
             // The pool column is VARBINARY on MySQL/MariaDB: compare bytes.
