@@ -240,6 +240,14 @@ fn published_workspace(cmd: &mut Command, unpublished: &[&str]) {
 /// `.crate` against the others' through a local registry. `--allow-dirty`:
 /// what is checked is the files on disk, committed or not.
 fn package(unpublished: &[&str]) -> Result {
+    // cargo takes a crate it extracted from its local registry before, of
+    // the same version, as unchanged: a second run after a change to a
+    // published crate's API would verify the others against the old copy.
+    // Each run verifies what is on disk now.
+    let verify = target_dir().join("package");
+    if verify.exists() {
+        std::fs::remove_dir_all(&verify).map_err(|e| format!("{}: {e}", verify.display()))?;
+    }
     let mut cmd = cargo();
     cmd.args(["package", "--allow-dirty"]);
     published_workspace(&mut cmd, unpublished);
