@@ -252,6 +252,11 @@ impl LeaseConfigBuilder {
         self
     }
     /// How long `start` waits for the first lease (default 30 s; 1 ms to 24 h).
+    /// A store whose restart guard holds grants back says until when
+    /// ([`AcquireError::StoreRestarted`](crate::AcquireError::StoreRestarted)):
+    /// that wait does not count, and the timeout counts from when the guard
+    /// opens, so a guard longer than the timeout (the default span, 32 s, is)
+    /// is waited out instead of failing the start.
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
         self

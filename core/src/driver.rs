@@ -584,6 +584,7 @@ impl<S: Strategy> Driver<S> {
         if let Input::AcquireFailed(e) = &input {
             self.telemetry.acquire_failed(e, self.acquire_latency);
             if let AcquireError::StoreRestarted { resume_in } = e {
+                self.telemetry.guard_waiting(*resume_in);
                 let until = now + *resume_in;
                 self.tracked(|t| t.guard_until = Some(until));
                 self.emit(LeaseEvent::Waiting(Waiting {

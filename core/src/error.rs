@@ -265,7 +265,9 @@ pub enum StartError {
     Acquire(AcquireError),
     /// No lease within the acquire timeout; `last` is the last retryable error.
     Timeout {
-        /// The configured acquire timeout.
+        /// How long startup waited: the acquire timeout, counted again from
+        /// when a restart guard the store announced opens
+        /// ([`AcquireError::StoreRestarted`]).
         waited: Duration,
         /// The last error seen.
         last: Option<AcquireError>,

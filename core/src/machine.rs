@@ -119,8 +119,11 @@ enum Phase {
     Acquiring {
         next_at: MonoTime,
         attempt: u32,
-        /// Set for the first acquisition only (the acquire timeout).
+        /// Set for the first acquisition only (the acquire timeout, moved
+        /// out by a restart guard the store announced).
         give_up_at: Option<MonoTime>,
+        /// When this acquisition began.
+        since: MonoTime,
         last_error: Option<AcquireError>,
         in_flight: bool,
     },
@@ -321,6 +324,7 @@ impl Machine {
                 next_at: now,
                 attempt: 0,
                 give_up_at: Some(give_up_at),
+                since: now,
                 last_error: None,
                 in_flight: true,
             };
@@ -493,11 +497,29 @@ impl Machine {
             out.push(Action::Fail(StartError::Acquire(error)));
             return;
         }
+        if let AcquireError::StoreRestarted { resume_in } = error {
+            // The store answered, and said when it will grant again: the
+            // guard's wait is known, not a failure to reach the store, so it
+            // does not count against the acquire timeout. The timeout starts
+            // over from when the guard opens, and the next attempt is made
+            // then instead of polling a store that has said no until then.
+            let opens = now + resume_in;
+            if let Phase::Acquiring { give_up_at, .. } = &mut self.phase {
+                *give_up_at = give_up_at.map(|t| t.max(opens + self.timing.acquire_timeout()));
+            }
+            let at = opens + self.backoff(1);
+            self.schedule_acquire_at(attempt + 1, Some(error), at);
+            return;
+        }
         self.schedule_acquire(attempt + 1, Some(error), now);
     }
 
     fn schedule_acquire(&mut self, attempt: u32, error: Option<AcquireError>, now: MonoTime) {
-        let delay = self.backoff(attempt);
+        let at = now + self.backoff(attempt);
+        self.schedule_acquire_at(attempt, error, at);
+    }
+
+    fn schedule_acquire_at(&mut self, attempt: u32, error: Option<AcquireError>, at: MonoTime) {
         if let Phase::Acquiring {
             next_at,
             attempt: a,
@@ -506,7 +528,7 @@ impl Machine {
             ..
         } = &mut self.phase
         {
-            *next_at = now + delay;
+            *next_at = at;
             *a = attempt;
             if error.is_some() {
                 *last_error = error;
@@ -544,13 +566,14 @@ impl Machine {
             Phase::Acquiring {
                 next_at,
                 give_up_at,
+                since,
                 last_error,
                 in_flight,
                 ..
             } => {
-                if give_up_at.is_some_and(|t| now >= t) {
+                if let Some(limit) = give_up_at.filter(|t| now >= *t) {
                     let error = StartError::Timeout {
-                        waited: self.timing.acquire_timeout(),
+                        waited: limit.saturating_since(*since),
                         last: last_error.take(),
                     };
                     self.phase = Phase::Stopped;
@@ -585,6 +608,7 @@ impl Machine {
                 next_at: now + delay,
                 attempt: 1,
                 give_up_at: None,
+                since: now,
                 last_error: None,
                 in_flight: false,
             };

@@ -16,6 +16,7 @@
 //! | `leasehold_renewal_latency_seconds` | histogram | |
 //! | `leasehold_deadline_seconds` | gauge | time left to the local deadline (0 when not held) |
 //! | `leasehold_campaigns_stopped_total` | counter | a leader election stopped by a final error |
+//! | `leasehold_restart_guard_seconds` | gauge | time until the store's restart guard opens, as the store last announced it (0 once a slot is granted) |
 //!
 //! Waiting for a store that is not up yet (`opening::wait_for_store`) counts
 //! `leasehold_store_connect_attempts_total`, labelled `store` (the URL,
@@ -115,6 +116,8 @@ impl Telemetry {
         #[cfg(feature = "metrics")]
         {
             count!(self, "leasehold_acquisitions_total", "outcome" => "acquired");
+            metrics::gauge!("leasehold_restart_guard_seconds", "pool" => self.pool.clone())
+                .set(0.0);
             metrics::histogram!("leasehold_acquire_latency_seconds", "pool" => self.pool.clone())
                 .record(latency.as_secs_f64());
         }
@@ -225,6 +228,28 @@ impl Telemetry {
         #[cfg(feature = "metrics")]
         metrics::counter!("leasehold_refused_generations_total", "pool" => self.pool.clone())
             .absolute(total);
+    }
+
+    /// The store holds grants back for `opens_in` (its restart or promotion
+    /// guard): said once per announcement, with when it opens, because the
+    /// acquire timeout counts only from then.
+    pub(crate) fn guard_waiting(&self, opens_in: Duration) {
+        #[cfg(feature = "tracing")]
+        {
+            let opens_at_unix_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| (d + opens_in).as_millis() as u64);
+            tracing::warn!(
+                pool = %self.pool,
+                opens_in_ms = opens_in.as_millis() as u64,
+                opens_at_unix_ms,
+                "the store's restart guard grants no slot for another {opens_in:?}: waiting until \
+                 it opens (the acquire timeout counts from then)"
+            );
+        }
+        #[cfg(feature = "metrics")]
+        metrics::gauge!("leasehold_restart_guard_seconds", "pool" => self.pool.clone())
+            .set(opens_in.as_secs_f64());
     }
 
     fn deadline(&self, left: Duration) {

@@ -452,3 +452,109 @@ fn rule11_a_store_clock_jump_beyond_the_margin_is_a_loss() {
     );
     assert!(matches!(acts[..], [Action::Extend { .. }]), "{acts:?}");
 }
+
+/// Rule 6 beside rule 12: with the default timings the restart span (TTL plus
+/// twice the clock skew, 32 s) is longer than the acquire timeout (30 s). A
+/// store that says when its restart guard opens has answered: startup waits
+/// the guard out and takes the lease then, instead of failing at the timeout,
+/// which after every store restart would stop each process that starts inside
+/// the guard (a crash loop across a fleet).
+#[test]
+fn rule6_startup_waits_out_a_restart_guard_longer_than_the_acquire_timeout() {
+    let config = LeaseConfig::builder("p").build().unwrap();
+    let span = config.pool().restart_span();
+    let timing = config.timing().clone();
+    assert!(
+        span > timing.acquire_timeout(),
+        "the case under test: the default span {span:?} outlasts the default acquire timeout"
+    );
+    let mut m = Machine::new(timing.clone(), false, 9);
+    m.handle(Input::Start, t(0));
+    // The store restarted just before: its guard opens one span from now.
+    let opens = t(0) + span;
+    let mut now = t(40);
+    let mut attempts = 1;
+    while now < opens {
+        let acts = m.handle(
+            Input::AcquireFailed(AcquireError::StoreRestarted {
+                resume_in: opens.saturating_since(now),
+            }),
+            now,
+        );
+        assert!(acts.is_empty(), "{acts:?}");
+        now = m.next_wakeup().unwrap();
+        match &m.handle(Input::Tick, now)[..] {
+            [Action::Acquire { until }] => {
+                assert!(
+                    *until >= opens + timing.acquire_timeout(),
+                    "the attempt's bound counts the timeout from the guard's opening"
+                );
+                attempts += 1;
+            }
+            other => panic!("at {now:?}, before the guard opened at {opens:?}: {other:?}"),
+        }
+    }
+    assert!(
+        attempts <= 3,
+        "the next attempt waits for the guard instead of polling ({attempts} attempts)"
+    );
+    let acts = m.handle(
+        Input::Acquired {
+            grant: grant(4),
+            sent_at: now,
+            ceiling: ceiling(now),
+        },
+        now,
+    );
+    assert!(
+        matches!(acts[..], [Action::Open(Opening { slot: 4, .. })]),
+        "{acts:?}"
+    );
+}
+
+/// The timeout still holds for every other refusal after a guard: a store
+/// that opened its guard and then only answers "unreachable" is given up on
+/// one acquire timeout after the guard opened, and the error says how long
+/// startup waited in all.
+#[test]
+fn rule6_after_a_restart_guard_the_acquire_timeout_still_ends_startup() {
+    let mut m = Machine::new(timing(), false, 11);
+    m.handle(Input::Start, t(0));
+    let guard = 30 * S;
+    m.handle(
+        Input::AcquireFailed(AcquireError::StoreRestarted { resume_in: guard }),
+        t(1_000),
+    );
+    let opens = t(1_000) + guard;
+    let mut now;
+    loop {
+        now = m.next_wakeup().unwrap();
+        match &m.handle(Input::Tick, now)[..] {
+            [Action::Acquire { .. }] => {
+                assert!(
+                    now >= opens,
+                    "an attempt before the guard opened, at {now:?}"
+                );
+                m.handle(
+                    Input::AcquireFailed(AcquireError::Unreachable(Reason::new("down"))),
+                    now,
+                );
+            }
+            [Action::Fail(StartError::Timeout { waited, last })] => {
+                assert_eq!(
+                    now,
+                    opens + 20 * S,
+                    "one acquire timeout after the guard opened"
+                );
+                assert_eq!(
+                    *waited,
+                    51 * S,
+                    "from start: 1 s, the 30 s guard, the 20 s timeout"
+                );
+                assert!(matches!(last, Some(AcquireError::Unreachable(_))));
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
