@@ -745,3 +745,94 @@ pub async fn a_lease_manager_announces_the_guard_as_waiting<S: leasehold_core::S
     }
     Ok(())
 }
+
+/// A lease manager started inside the restart guard, with an acquire
+/// timeout far shorter than the guard, gets its lease once the guard opens:
+/// the store said when it grants again, so the wait does not count against
+/// the timeout. `make_pool` makes (and prepares, where the store needs it) a
+/// fresh pool with the TTL given. The server must be one the guard holds
+/// back (accepted with the one-timing opt-in, up for less than an hour).
+///
+/// The guard of a pool opens when the server has been up for the pool's
+/// span (TTL plus twice the clock skew), so the pool's TTL is chosen from the
+/// server's uptime, as the guard itself reports it, to open it a few seconds
+/// after the manager starts. On a machine too loaded to start the manager
+/// before that, the guard is open already and shows nothing: the attempt is
+/// made again with more room rather than counted.
+pub async fn a_lease_manager_started_inside_the_guard_gets_its_lease_when_it_opens<S, F>(
+    s: S,
+    make_pool: F,
+) -> Outcome
+where
+    S: leasehold_core::Strategy + Clone,
+    F: Fn(Duration) -> BoxFuture<'static, Result<PoolSpec, String>>,
+{
+    use leasehold_core::events::Waiting;
+    use leasehold_core::{DEFAULT_MAX_CLOCK_SKEW, LeaseConfig, LeaseManager, MonoTime};
+    let skews = DEFAULT_MAX_CLOCK_SKEW * 2;
+    let hour = Duration::from_secs(3600);
+    let acquire_timeout = Duration::from_secs(1);
+    for room in [Duration::from_secs(8), Duration::from_secs(30)] {
+        // The guard's own reading of the uptime: an hour's span less what is left.
+        let probe = make_pool(hour).await?;
+        let resume_in = match s.acquire(&probe, Floor::NONE).await {
+            Err(AcquireError::StoreRestarted { resume_in }) => resume_in,
+            other => {
+                return Err(format!(
+                    "a pool with a TTL of an hour was not held back by the guard: {other:?}"
+                ));
+            }
+        };
+        let uptime = (hour + skews).saturating_sub(resume_in);
+        let pool = make_pool(uptime + room - skews).await?;
+        let waits: Arc<std::sync::Mutex<Vec<Waiting>>> = Arc::default();
+        let config = {
+            let waits = waits.clone();
+            LeaseConfig::builder(pool.name().as_str())
+                .pool_size(pool.size())
+                .ttl(pool.ttl())
+                .acquire_timeout(acquire_timeout)
+                .on_waiting(move |w| waits.lock().unwrap_or_else(|e| e.into_inner()).push(*w))
+                .build()
+                .map_err(|e| e.to_string())?
+        };
+        let began = MonoTime::now();
+        let bound = room + Duration::from_secs(60);
+        let manager = tokio::time::timeout(bound, LeaseManager::start(s.clone(), config))
+            .await
+            .map_err(|_| format!("no lease within {bound:?}, for a guard opening in {room:?}"))?
+            .map_err(|e| {
+                format!(
+                    "a lease manager with a {acquire_timeout:?} acquire timeout, started \
+                     {room:?} before the guard opens, failed: {e}"
+                )
+            })?;
+        let held_at = MonoTime::now();
+        let open = manager.gate().check_now().is_ok();
+        manager.shutdown().await;
+        crate::ensure!(open, "the manager returned without an open gate");
+        let waits = waits.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(first) = waits.first() else {
+            // The guard had opened before the first attempt: no evidence.
+            continue;
+        };
+        let waited = held_at.saturating_since(began);
+        crate::ensure!(
+            waited > acquire_timeout,
+            "the lease came after {waited:?}, within the acquire timeout: the guard announced \
+             until {:?} from the start held nothing back",
+            first.until.saturating_since(began)
+        );
+        // The guard counts whole seconds of uptime one second short.
+        crate::ensure!(
+            held_at + Duration::from_millis(1_500) >= first.until,
+            "the lease came {:?} before the time the guard announced",
+            first.until.saturating_since(held_at)
+        );
+        return Ok(());
+    }
+    Err(format!(
+        "no attempt started before the guard opened, even with {:?} of room",
+        Duration::from_secs(30)
+    ))
+}

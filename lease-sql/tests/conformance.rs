@@ -647,6 +647,21 @@ async fn the_restart_guard_holds_grants_for_a_ttl_after_the_server_started(
             &long,
         )
         .await;
+        let r = match r {
+            Ok(()) => leasehold_conformance::restarts::a_lease_manager_started_inside_the_guard_gets_its_lease_when_it_opens(
+                s.clone(),
+                |ttl| {
+                    let s = s.clone();
+                    Box::pin(async move {
+                        let pool = fresh_pool(2, ttl)?;
+                        s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+                        Ok(pool)
+                    })
+                },
+            )
+            .await,
+            e => e,
+        };
         if r.is_err() {
             s.close().await;
         }

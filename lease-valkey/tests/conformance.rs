@@ -1183,6 +1183,11 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
         &fresh_pool(2, hour)?,
     )
     .await?;
+    leasehold_conformance::restarts::a_lease_manager_started_inside_the_guard_gets_its_lease_when_it_opens(
+        s.clone(),
+        |ttl| Box::pin(async move { fresh_pool(2, ttl) }),
+    )
+    .await?;
     leasehold_conformance::restarts::grants_resume_after_the_guard(&s, Duration::from_secs(15))
         .await?;
     drop(s);
