@@ -266,7 +266,7 @@ end
 
 /// The wipe guard: the pool's records found gone.
 ///
-/// `wiped(fences, on, own_span)` answers the ms until grants may resume, or
+/// `wiped(fences, on, own_span, raise)` answers the ms until grants may resume, or
 /// 0. A `FLUSHALL`, a `FLUSHDB`, or a deletion of the pool's keys while
 /// holders run leaves nothing that says the pool ever existed: the next
 /// claim would find every slot free and grant one a holder still uses
@@ -276,8 +276,10 @@ end
 /// records when, as the server's `TIME` in ms (`gone_seen`), and no claim
 /// is granted until the pool's restart span has passed since then. The
 /// span recorded by earlier holders went with the wipe, so it is the
-/// longest of the waiting claimers' own (each raises `span` to its own):
-/// the assumption `assume_one_timing_per_pool` states. By then every lease
+/// longest of the waiting claimers' own (each claim, `raise` true, raises
+/// `span` to its own; `prepare` does not, since an operator's tool may not
+/// know the pool's TTL): the assumption `assume_one_timing_per_pool`
+/// states. By then every lease
 /// granted before the wipe has passed its holder's deadline (their
 /// renewals answer `Lost`: the token is gone).
 ///
@@ -289,7 +291,7 @@ end
 macro_rules! wipe_functions {
     () => {
         r"
-local function wiped(fences, on, own_span)
+local function wiped(fences, on, own_span, raise)
   if on ~= '1' then return 0 end
   local seen = redis.call('HGET', fences, 'gone_seen')
   local t = redis.call('TIME')
@@ -308,7 +310,7 @@ local function wiped(fences, on, own_span)
   if passed < 0 then passed = 0 end
   local recorded = tonumber(redis.call('HGET', fences, 'span') or '0') or 0
   if own_span > recorded then
-    redis.call('HSET', fences, 'span', string.format('%.0f', own_span))
+    if raise then redis.call('HSET', fences, 'span', string.format('%.0f', own_span)) end
     recorded = own_span
   end
   if passed >= recorded then return 0 end
@@ -447,7 +449,7 @@ local span = tonumber(ARGV[6]) or 0
 local field, value = damaged_pool(KEYS[2])
 if field then return {-6, -1, field, value} end
 if fences_lost(KEYS[2], KEYS[1], ARGV[5], size) then return -2 end
-local gone = wiped(KEYS[2], ARGV[10], span)
+local gone = wiped(KEYS[2], ARGV[10], span, true)
 local wait = restarted(KEYS[2], ARGV[8], span)
 if gone > 0 and gone >= wait then return {-3, gone, 'wiped'} end
 if wait > 0 then return {-3, wait, 'restart'} end
@@ -603,7 +605,7 @@ local span = tonumber(ARGV[6]) or 0
 local field, value = damaged_pool(KEYS[1])
 if field then return {-6, -1, field, value} end
 if fences_lost(KEYS[1], KEYS[2], ARGV[4], size) then return -2 end
-local gone = wiped(KEYS[1], ARGV[10], span)
+local gone = wiped(KEYS[1], ARGV[10], span, true)
 local wait = restarted(KEYS[1], ARGV[8], span)
 if gone > 0 and gone >= wait then return {-3, gone, 'wiped'} end
 if wait > 0 then return {-3, wait, 'restart'} end
@@ -756,7 +758,8 @@ return 1
 /// size, the caller's restart span ms, `1` when the guards are on. Makes
 /// the pool's incarnation record as a claim would: a pool whose fences hash
 /// is gone counts as possibly wiped from now on (`wipe_functions`), so a
-/// `prepare` never hides a wipe, it only starts the wait earlier. Answers
+/// `prepare` never hides a wipe, it only starts the wait earlier; it leaves
+/// the recorded span as it is. Answers
 /// `{ms}` (the ms until grants may resume, 0: none), -2 when the fences
 /// hash was lost while leases remained (`fences_functions`), or `{-6, -1,
 /// field, value}` for a damaged record of the pool (`damaged_functions`).
@@ -768,7 +771,7 @@ const PREPARE_POOL: &str = concat!(
 local field, value = damaged_pool(KEYS[1])
 if field then return {-6, -1, field, value} end
 if fences_lost(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])) then return -2 end
-return {wiped(KEYS[1], ARGV[4], tonumber(ARGV[3]) or 0)}
+return {wiped(KEYS[1], ARGV[4], tonumber(ARGV[3]) or 0, false)}
 "
 );
 
