@@ -746,8 +746,11 @@ return 1
 /// the claimer's span. KEYS: fences hash. ARGV: span ms. The append-only
 /// file keeps writes in order, so a `span_fsynced` that survives a crash
 /// comes with a `span` at least as large; one that is lost only makes
-/// later claims wait for the disk again.
+/// later claims wait for the disk again. A fences hash that is gone (wiped
+/// since the claim) is not made again: a hash holding only this field
+/// would look like a pool's records to the wipe guard (`wipe_functions`).
 const RAISE_FSYNCED_SPAN: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local old = tonumber(redis.call('HGET', KEYS[1], 'span_fsynced') or '0') or 0
 if tonumber(ARGV[1]) > old then redis.call('HSET', KEYS[1], 'span_fsynced', ARGV[1]) end
 return 1

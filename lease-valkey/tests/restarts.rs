@@ -60,7 +60,8 @@ impl Stores for Valkey {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            let s = connect_patiently(ValkeyConfig::new(url).key_prefix("lhrestart")).await?;
+            // Accepted on a lossy server too (the one-timing opt-in).
+            let s = connect(url).await?;
             s.declare_new_pool(pool).await.map_err(|e| e.to_string())
         })
     }
