@@ -347,6 +347,15 @@ mod tests {
         assert_eq!(span_ms(Duration::from_micros(62_000_001)), 62_001);
         assert_eq!(parse_claim(&Value::Integer(-1)), Some(Claim::Full));
         assert_eq!(parse_claim(&Value::Integer(-2)), Some(Claim::FencesLost));
+        let held = |why: &str| Value::Array(vec![Value::Integer(-3), Value::Integer(4000), s(why)]);
+        assert_eq!(parse_claim(&held("wiped")), Some(Claim::Wiped(4000)));
+        assert_eq!(parse_claim(&held("restart")), Some(Claim::Restarted(4000)));
+        assert_eq!(
+            parse_claim(&held("promotion")),
+            Some(Claim::Restarted(4000))
+        );
+        let unnamed = Value::Array(vec![Value::Integer(-3), Value::Integer(7)]);
+        assert_eq!(parse_claim(&unnamed), Some(Claim::Restarted(7)));
         let renewed = Value::Array(vec![Value::Integer(1), s("1700000001"), s("5")]);
         assert_eq!(
             parse_renewal(&renewed),
