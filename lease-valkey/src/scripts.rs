@@ -266,8 +266,8 @@ end
 
 /// The wipe guard: the pool's records found gone.
 ///
-/// `wiped(fences, on, own_span, raise)` answers the ms until grants may resume, or
-/// 0. A `FLUSHALL`, a `FLUSHDB`, or a deletion of the pool's keys while
+/// `wiped(fences, on, own_span, raise)` answers the ms until grants may
+/// resume, or 0. A `FLUSHALL`, a `FLUSHDB`, or a deletion of the pool's keys while
 /// holders run leaves nothing that says the pool ever existed: the next
 /// claim would find every slot free and grant one a holder still uses
 /// until its next renewal. So a pool without its fences hash (which claims
@@ -279,9 +279,8 @@ end
 /// longest of the waiting claimers' own (each claim, `raise` true, raises
 /// `span` to its own; `prepare` does not, since an operator's tool may not
 /// know the pool's TTL): the assumption `assume_one_timing_per_pool`
-/// states. By then every lease
-/// granted before the wipe has passed its holder's deadline (their
-/// renewals answer `Lost`: the token is gone).
+/// states. By then every lease granted before the wipe has passed its
+/// holder's deadline (their renewals answer `Lost`: the token is gone).
 ///
 /// `gone_seen` `0` means no wait: a pool an operator declared new
 /// (`DECLARE_NEW_POOL`), or a fences hash made by a leasehold that did not
