@@ -6,6 +6,7 @@
 mod decode;
 mod doctor;
 mod error;
+mod prepare;
 mod redact;
 mod revoke;
 mod status;
@@ -85,6 +86,26 @@ enum Command {
         /// Do not ask (needed when stdin is not a terminal).
         #[arg(long)]
         yes: bool,
+    },
+    /// Creates what the store needs for a pool (SQL: the table and the
+    /// pool's rows, --size of them; Valkey/Redis: the pool's record).
+    #[command(after_help = EXIT_CODES)]
+    Prepare {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The pool.
+        #[arg(long)]
+        pool: String,
+        /// Valkey/Redis: states that the pool is new, or that every holder
+        /// of it has stopped, so that its first claim waits for nothing.
+        /// Without it a pool whose records are not on the server (a new
+        /// pool, or one wiped by FLUSHALL, FLUSHDB or a deletion of its
+        /// keys) grants no slot for one restart span. ONLY WITH EVERY HOLDER
+        /// OF THE POOL STOPPED: said of a pool wiped under running holders,
+        /// it lets a claim take a slot one of them still uses. Refused while
+        /// a slot of the pool has a lease.
+        #[arg(long)]
+        new_pool: bool,
     },
     /// Takes IDs apart: time, slot, counter. Reads IDs from stdin, one per
     /// line, when none is given.
@@ -289,6 +310,7 @@ fn main() -> ExitCode {
         Command::Status { store, .. }
         | Command::Watch { store, .. }
         | Command::Revoke { store, .. }
+        | Command::Prepare { store, .. }
         | Command::Doctor { store } => {
             if let Err(e) = store.resolve(std::env::var(URL_VAR).ok()) {
                 eprintln!("leasehold: {}", e.message);
@@ -378,6 +400,11 @@ async fn run(command: Command) -> Result<Exit, CliError> {
             slot,
             yes,
         } => revoke::revoke(&store, &pool, slot, yes).await,
+        Command::Prepare {
+            store,
+            pool,
+            new_pool,
+        } => prepare::prepare(&store, &pool, new_pool).await,
         Command::Decode {
             ids,
             layout,

@@ -1170,6 +1170,101 @@ fn config_set(url: &str, name: &str, value: &str) -> TestResult {
     })
 }
 
+/// A field of pool `pool`'s fences hash under the default prefix.
+fn fences_field(url: &str, pool: &str, field: &str) -> Result<Option<String>, String> {
+    let url = url.replacen("valkey://", "redis://", 1);
+    rt().block_on(async {
+        use fred::prelude::*;
+        let client = Builder::from_config(Config::from_url(&url).map_err(|e| e.to_string())?)
+            .build()
+            .map_err(|e| e.to_string())?;
+        client.init().await.map_err(|e| e.to_string())?;
+        let cmd = fred::types::CustomCommand::new_static(
+            "HGET",
+            fred::types::ClusterHash::FirstKey,
+            false,
+        );
+        let key = format!("{{leasehold:{pool}}}:fences");
+        let answer: Result<Option<String>, _> = client.custom(cmd, vec![key.as_str(), field]).await;
+        let _ = client.quit().await;
+        answer.map_err(|e| e.to_string())
+    })
+}
+
+/// `prepare` on a Valkey pool the server has no record of says that its
+/// first grant waits one span and how to skip it, and records when it saw
+/// the pool gone; `--new-pool` ends that wait; it is refused (exit 7) while
+/// a slot of the pool has a lease.
+fn valkey_prepare_new_pool(env: &Env) -> TestResult {
+    let pool = unique_pool();
+    let o = run(&["prepare", "--url", &env.url, "--pool", &pool, "--size", "2"]);
+    expect_code(&o, 0)?;
+    let (out, _, _) = text(&o);
+    if !(out.contains("records are not on") && out.contains("--new-pool")) {
+        return Err(format!("prepare of a pool never used said: {out}"));
+    }
+    match fences_field(&env.url, &pool, "gone_seen")? {
+        Some(ms) if ms != "0" => {}
+        other => return Err(format!("prepare recorded gone_seen {other:?}")),
+    }
+    let o = run(&[
+        "prepare",
+        "--url",
+        &env.url,
+        "--pool",
+        &pool,
+        "--size",
+        "2",
+        "--new-pool",
+    ]);
+    expect_code(&o, 0)?;
+    let seen = fences_field(&env.url, &pool, "gone_seen")?;
+    if seen.as_deref() != Some("0") {
+        return Err(format!("--new-pool left gone_seen {seen:?}"));
+    }
+    let held = rt()
+        .block_on(
+            env.strategy
+                .acquire_dyn(&spec(&pool, 2, "worker-a"), CEILING),
+        )
+        .map_err(|e| format!("acquire: {e}"))?;
+    let o = run(&[
+        "prepare",
+        "--url",
+        &env.url,
+        "--pool",
+        &pool,
+        "--size",
+        "2",
+        "--new-pool",
+    ]);
+    expect_code(&o, 7)?;
+    let line = one_line_error(&o)?;
+    if !line.contains(&format!("slot {} has a lease", held.slot)) {
+        return Err(format!("--new-pool over a held slot said: {line}"));
+    }
+    Ok(())
+}
+
+/// `--new-pool` on a store that holds no wait for a new pool is a usage
+/// error.
+fn new_pool_elsewhere_is_a_usage_error(env: &Env) -> TestResult {
+    let o = run(&[
+        "prepare",
+        "--url",
+        &env.url,
+        "--pool",
+        &unique_pool(),
+        "--new-pool",
+    ]);
+    expect_code(&o, 2)?;
+    let line = one_line_error(&o)?;
+    if !line.contains("--new-pool") {
+        return Err(format!("--new-pool on {} said: {line}", env.label));
+    }
+    Ok(())
+}
+
 /// Redis 7.0 (no WAITAOF) with the append-only file fsynced every second:
 /// refused, with no `everysec` advice; Valkey 8.1 (WAITAOF) with the same
 /// settings is accepted by both; and with `no-appendfsync-on-rewrite yes`
@@ -2153,6 +2248,10 @@ fn groups() -> Vec<Group> {
                 ("doctor", sqlite_doctor as StoreTest),
                 ("doctor_missing_table_fails", sqlite_missing_table),
                 ("revoke_asks_on_a_terminal", revoke_asks_on_a_terminal),
+                (
+                    "prepare_new_pool_is_a_usage_error",
+                    new_pool_elsewhere_is_a_usage_error,
+                ),
                 ("watch_redraws_on_a_terminal", watch_redraws_on_a_terminal),
             ],
             server: false,
@@ -2198,6 +2297,7 @@ fn groups() -> Vec<Group> {
                 ("doctor_eviction_fails", valkey_eviction_fails),
                 ("doctor_judges_as_connect", valkey_doctor_judges_as_connect),
                 ("doctor_aof_everysec", valkey_aof_everysec),
+                ("prepare_new_pool", valkey_prepare_new_pool),
                 ("wrong_password_exit_9", wrong_password_exit_9),
             ],
         ),

@@ -118,6 +118,17 @@ pub enum ValkeyError {
         /// The refusal, with the rules to grant.
         explained: String,
     },
+    /// [`ValkeyStrategy::declare_new_pool`](crate::ValkeyStrategy::declare_new_pool)
+    /// refused: the pool is in use (a slot has a live lease) or its fences
+    /// hash is marked lost. Nothing was written. Final until the cause is
+    /// gone; the message says what to do.
+    #[error("pool {pool} was not declared new: {why}")]
+    NotNew {
+        /// The pool.
+        pool: String,
+        /// Why, and what to do.
+        why: String,
+    },
     /// The server answered with an error.
     #[error("{server} answered {command} with an error: {reason}")]
     Server {

@@ -283,6 +283,23 @@ impl Operate for ValkeyStrategy {
         })
     }
 
+    /// Makes the pool's incarnation record
+    /// ([`ValkeyStrategy::prepare_pool`]): a pool whose records are gone
+    /// waits one restart span from now (logged), whether it was wiped or
+    /// is new; an operator skips that for a new pool with
+    /// [`ValkeyStrategy::declare_new_pool`]. Without a pool: nothing.
+    fn prepare<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move {
+            match pool {
+                Some(pool) => self.prepare_pool(pool).await.map(drop).map_err(from_valkey),
+                None => Ok(()),
+            }
+        })
+    }
+
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             vec![

@@ -132,15 +132,16 @@ end
 
 /// `damaged_pool(fences)`: the first of the pool's records a claim relies
 /// on whose value is not whole milliseconds, as `field, value`, or nil:
-/// `span` (the restart guard's wait, `guard_functions`) and `replid_seen`
-/// (the promotion guard's, `promotion_functions`). `tonumber` would read
-/// either as 0: no wait. (`span_fsynced` read as 0 only makes a claim wait
-/// for the disk, and `next` is a hint.)
+/// `span` (the restart guard's wait, `guard_functions`), `replid_seen`
+/// (the promotion guard's, `promotion_functions`) and `gone_seen` (the
+/// wipe guard's, `wipe_functions`). `tonumber` would read any of them as
+/// 0: no wait. (`span_fsynced` read as 0 only makes a claim wait for the
+/// disk, and `next` is a hint.)
 macro_rules! damaged_functions {
     () => {
         r"
 local function damaged_pool(fences)
-  for _, field in ipairs({'span', 'replid_seen'}) do
+  for _, field in ipairs({'span', 'replid_seen', 'gone_seen'}) do
     local v = redis.call('HGET', fences, field)
     if v and not string.match(v, '^%d+$') then return field, v end
   end
@@ -263,6 +264,61 @@ end
     };
 }
 
+/// The wipe guard: the pool's records found gone.
+///
+/// `wiped(fences, on, own_span, raise)` answers the ms until grants may
+/// resume, or 0. A `FLUSHALL`, a `FLUSHDB`, or a deletion of the pool's keys while
+/// holders run leaves nothing that says the pool ever existed: the next
+/// claim would find every slot free and grant one a holder still uses
+/// until its next renewal. So a pool without its fences hash (which claims
+/// create and nothing but an operator or a data loss removes) counts as
+/// possibly wiped: the first claim (or `prepare`) that finds it gone
+/// records when, as the server's `TIME` in ms (`gone_seen`), and no claim
+/// is granted until the pool's restart span has passed since then. The
+/// span recorded by earlier holders went with the wipe, so it is the
+/// longest of the waiting claimers' own (each claim, `raise` true, raises
+/// `span` to its own; `prepare` does not, since an operator's tool may not
+/// know the pool's TTL): the assumption `assume_one_timing_per_pool`
+/// states. By then every lease granted before the wipe has passed its
+/// holder's deadline (their renewals answer `Lost`: the token is gone).
+///
+/// `gone_seen` `0` means no wait: a pool an operator declared new
+/// (`DECLARE_NEW_POOL`), or a fences hash made by a leasehold that did not
+/// record it (its records are there). A genuinely new pool waits one span
+/// on its first claim unless declared new. `on` other than `'1'`: no guard
+/// (`restart_guard(false)`), and nothing is written.
+macro_rules! wipe_functions {
+    () => {
+        r"
+local function wiped(fences, on, own_span, raise)
+  if on ~= '1' then return 0 end
+  local seen = redis.call('HGET', fences, 'gone_seen')
+  local t = redis.call('TIME')
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not seen then
+    if redis.call('EXISTS', fences) == 1 then
+      redis.call('HSET', fences, 'gone_seen', '0')
+      return 0
+    end
+    seen = string.format('%.0f', now_ms)
+    redis.call('HSET', fences, 'gone_seen', seen)
+  end
+  seen = tonumber(seen)
+  if seen == 0 then return 0 end
+  local passed = now_ms - seen
+  if passed < 0 then passed = 0 end
+  local recorded = tonumber(redis.call('HGET', fences, 'span') or '0') or 0
+  if own_span > recorded then
+    if raise then redis.call('HSET', fences, 'span', string.format('%.0f', own_span)) end
+    recorded = own_span
+  end
+  if passed >= recorded then return 0 end
+  return recorded - passed
+end
+"
+    };
+}
+
 /// The slot's next fence: `next_fence(fences, slot, secs, micros)` writes
 /// and answers `max(previous + 1, the server's TIME in µs)`; claims check
 /// `bad_fence(fences, slot)` (the stored fence when it is unusable, else
@@ -338,8 +394,9 @@ end
 /// above the span known to be on disk, see `guard_functions`, or when this
 /// claim recorded the pool's ID format, see `format_functions`), -1 when
 /// every slot is held, -2 when the fences hash was lost (see
-/// `fences_functions`), `{-3, ms}` while the restart or the promotion guard
-/// holds (see `guard_functions`, `promotion_functions`), `{-4, slot, fence}` when that slot's fence is not a number
+/// `fences_functions`), `{-3, ms, why}` while the wipe, the restart or the
+/// promotion guard holds (`why`: `wiped`, `restart`, `promotion`; see
+/// `wipe_functions`, `guard_functions`, `promotion_functions`), `{-4, slot, fence}` when that slot's fence is not a number
 /// below 2^53 - 1 (see `fence_function`; nothing is written then), `{-5,
 /// recorded}` when the pool recorded another ID format than the one declared
 /// (nothing is written then), or `{-6, slot, field, value}` when a record
@@ -347,12 +404,15 @@ end
 /// `damaged_functions`; else the slot's floor: see `floor_functions`;
 /// nothing is written then).
 ///
-/// - The pool's records, then the restart guard, then the lost fences hash,
-///   then the promotion guard, then the ID format are checked before
-///   anything else: a lost hash lost
-///   the recorded format too, another format is refused even when the pool
-///   is full, and the promotion guard writes to the fences hash (so it comes
-///   after the check that reads the hash's absence).
+/// - The pool's records, then the lost fences hash, then the wipe and the
+///   restart guard (the longer wait is answered), then the promotion
+///   guard, then the ID format are checked before anything else: a lost
+///   hash lost the recorded format too, another format is refused even when
+///   the pool is full, and the wipe and promotion guards write to the
+///   fences hash (so they come after the check that reads the hash's
+///   absence). The wipe guard records a pool found gone even while the
+///   restart guard holds, so that after a restart that lost the pool the
+///   two waits run together.
 /// - When the hash holds two fields per slot (`HLEN >= 2 * size`) every slot
 ///   is held: answer at once, without a scan. (Fields whose TTL ran out but
 ///   that the server has not yet reclaimed still count; the server's active
@@ -379,6 +439,7 @@ const CLAIM_HSETEX: &str = concat!(
     damaged_functions!(),
     guard_functions!(),
     promotion_functions!(),
+    wipe_functions!(),
     fence_function!(),
     format_functions!(),
     r"
@@ -386,11 +447,13 @@ local size = tonumber(ARGV[1])
 local span = tonumber(ARGV[6]) or 0
 local field, value = damaged_pool(KEYS[2])
 if field then return {-6, -1, field, value} end
-local wait = restarted(KEYS[2], ARGV[8], span)
-if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[2], KEYS[1], ARGV[5], size) then return -2 end
+local gone = wiped(KEYS[2], ARGV[10], span, true)
+local wait = restarted(KEYS[2], ARGV[8], span)
+if gone > 0 and gone >= wait then return {-3, gone, 'wiped'} end
+if wait > 0 then return {-3, wait, 'restart'} end
 wait = promoted(KEYS[2], ARGV[10], math.max(span, recorded_span(KEYS[2])))
-if wait > 0 then return {-3, wait} end
+if wait > 0 then return {-3, wait, 'promotion'} end
 local recorded = other_format(KEYS[2], ARGV[9] or '')
 if recorded then return {-5, recorded} end
 if redis.call('HLEN', KEYS[1]) >= 2 * size then return -1 end
@@ -532,6 +595,7 @@ const CLAIM_SCRIPTS: &str = concat!(
     damaged_functions!(),
     guard_functions!(),
     promotion_functions!(),
+    wipe_functions!(),
     fence_function!(),
     format_functions!(),
     r"
@@ -539,11 +603,13 @@ local size = tonumber(ARGV[1])
 local span = tonumber(ARGV[6]) or 0
 local field, value = damaged_pool(KEYS[1])
 if field then return {-6, -1, field, value} end
-local wait = restarted(KEYS[1], ARGV[8], span)
-if wait > 0 then return {-3, wait} end
 if fences_lost(KEYS[1], KEYS[2], ARGV[4], size) then return -2 end
+local gone = wiped(KEYS[1], ARGV[10], span, true)
+local wait = restarted(KEYS[1], ARGV[8], span)
+if gone > 0 and gone >= wait then return {-3, gone, 'wiped'} end
+if wait > 0 then return {-3, wait, 'restart'} end
 wait = promoted(KEYS[1], ARGV[10], math.max(span, recorded_span(KEYS[1])))
-if wait > 0 then return {-3, wait} end
+if wait > 0 then return {-3, wait, 'promotion'} end
 local recorded = other_format(KEYS[1], ARGV[9] or '')
 if recorded then return {-5, recorded} end
 local start = tonumber(redis.call('HGET', KEYS[1], 'next') or '0') or 0
@@ -679,10 +745,53 @@ return 1
 /// the claimer's span. KEYS: fences hash. ARGV: span ms. The append-only
 /// file keeps writes in order, so a `span_fsynced` that survives a crash
 /// comes with a `span` at least as large; one that is lost only makes
-/// later claims wait for the disk again.
+/// later claims wait for the disk again. A fences hash that is gone (wiped
+/// since the claim) is not made again: a hash holding only this field
+/// would look like a pool's records to the wipe guard (`wipe_functions`).
 const RAISE_FSYNCED_SPAN: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local old = tonumber(redis.call('HGET', KEYS[1], 'span_fsynced') or '0') or 0
 if tonumber(ARGV[1]) > old then redis.call('HSET', KEYS[1], 'span_fsynced', ARGV[1]) end
+return 1
+";
+
+/// `prepare` of a pool (an operator's call, which applications make on
+/// every start). KEYS: fences hash, leases hash. ARGV: slot key prefix,
+/// size, the caller's restart span ms, `1` when the guards are on. Makes
+/// the pool's incarnation record as a claim would: a pool whose fences hash
+/// is gone counts as possibly wiped from now on (`wipe_functions`), so a
+/// `prepare` never hides a wipe, it only starts the wait earlier; it leaves
+/// the recorded span as it is. Answers
+/// `{ms}` (the ms until grants may resume, 0: none), -2 when the fences
+/// hash was lost while leases remained (`fences_functions`), or `{-6, -1,
+/// field, value}` for a damaged record of the pool (`damaged_functions`).
+const PREPARE_POOL: &str = concat!(
+    fences_functions!(),
+    damaged_functions!(),
+    wipe_functions!(),
+    r"
+local field, value = damaged_pool(KEYS[1])
+if field then return {-6, -1, field, value} end
+if fences_lost(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])) then return -2 end
+return {wiped(KEYS[1], ARGV[4], tonumber(ARGV[3]) or 0, false)}
+"
+);
+
+/// An operator's statement that a pool is new, or that every holder of
+/// it has stopped: its records are made, or its wipe guard's wait is ended
+/// (`gone_seen` `0`, see `wipe_functions`). KEYS: fences hash, leases hash.
+/// ARGV: slot key prefix, size. Refuses, writing nothing, when a slot has
+/// a live lease or a tombstone (HSETEX field or slot key): `{-1, slot}`;
+/// or when the fences hash is marked lost: -2 (that repair is its own).
+/// Answers 1.
+const DECLARE_NEW_POOL: &str = r"
+if redis.call('HEXISTS', KEYS[1], 'lost') == 1 then return -2 end
+for s = 0, tonumber(ARGV[2]) - 1 do
+  if redis.call('HEXISTS', KEYS[2], tostring(s)) == 1 or redis.call('EXISTS', ARGV[1] .. s) == 1 then
+    return {-1, s}
+  end
+end
+redis.call('HSET', KEYS[1], 'gone_seen', '0')
 return 1
 ";
 
@@ -698,6 +807,8 @@ pub(crate) struct Scripts {
     pub(crate) release_scripts: Script,
     pub(crate) inspect: Script,
     pub(crate) raise_fsynced_span: Script,
+    pub(crate) prepare_pool: Script,
+    pub(crate) declare_new_pool: Script,
     /// Sent with `EVAL` only (in a pipeline with `WAITAOF` or `WAIT`),
     /// never loaded.
     pub(crate) mark_lease: Script,
@@ -715,6 +826,8 @@ impl Scripts {
             release_scripts: Script::new("release (compare-and-delete)", RELEASE_SCRIPTS),
             inspect: Script::new("inspect", INSPECT),
             raise_fsynced_span: Script::new("raise the fsynced span", RAISE_FSYNCED_SPAN),
+            prepare_pool: Script::new("prepare the pool", PREPARE_POOL),
+            declare_new_pool: Script::new("declare the pool new", DECLARE_NEW_POOL),
             mark_lease: Script::new("mark the lease before a wait", MARK_LEASE),
         }
     }

@@ -13,6 +13,7 @@ mod grants;
 mod inspect;
 mod renew;
 mod wait;
+mod wipe;
 
 use std::fmt;
 use std::sync::Arc;

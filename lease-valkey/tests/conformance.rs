@@ -81,6 +81,15 @@ impl Backend for Valkey {
         Box::pin(async move { Ok(Arc::new(self.strategy(self.method).await?) as Store) })
     }
 
+    /// Every test's pool is new (a fresh random name): said so, so that its
+    /// first claim is not held back as a possibly wiped pool's.
+    fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let s = self.strategy(self.method).await?;
+            s.declare_new_pool(pool).await.map_err(|e| e.to_string())
+        })
+    }
+
     fn connect_via(
         &self,
         addr: SocketAddr,
@@ -1145,6 +1154,16 @@ async fn uptime_secs(s: &ValkeyStrategy) -> Result<u64, String> {
         .ok_or_else(|| format!("no uptime_in_seconds in INFO server: {text}"))
 }
 
+/// `pool`, declared new on the server (`ValkeyStrategy::declare_new_pool`):
+/// a test's fresh pool, whose first claim is then not held back as a
+/// possibly wiped pool's.
+async fn declared_new(s: &ValkeyStrategy, pool: PoolSpec) -> Result<PoolSpec, String> {
+    s.declare_new_pool(&pool)
+        .await
+        .map_err(|e| format!("declare the pool new: {e}"))?;
+    Ok(pool)
+}
+
 /// On a server that keeps nothing on disk the restart guard grants nothing
 /// until the server has been up for the pool's TTL plus twice its
 /// `max_clock_skew`, answering the retryable `StoreRestarted` with the time
@@ -1163,7 +1182,10 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
         .map_err(|e| e.to_string())?;
     let hour = Duration::from_secs(3600);
     let span = hour + leasehold_core::DEFAULT_MAX_CLOCK_SKEW * 2;
-    match s.acquire(&fresh_pool(2, hour)?, Floor::NONE).await {
+    match s
+        .acquire(&declared_new(&s, fresh_pool(2, hour)?).await?, Floor::NONE)
+        .await
+    {
         Err(e @ AcquireError::StoreRestarted { resume_in }) => {
             ensure!(e.is_retryable(), "StoreRestarted must be retryable");
             // The guard counts the whole-second uptime one second short.
@@ -1207,7 +1229,10 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
         durable.persistence()
     );
     durable
-        .acquire(&fresh_pool(2, hour)?, Floor::NONE)
+        .acquire(
+            &declared_new(&durable, fresh_pool(2, hour)?).await?,
+            Floor::NONE,
+        )
         .await
         .map_err(|e| format!("a durable server held a claim back: {e}"))?;
     // The strict option accepts it, and refuses the test server (no
@@ -1247,6 +1272,7 @@ async fn the_configured_clock_skew_lengthens_the_guard(b: Arc<Valkey>) -> Outcom
     let pool = fresh_pool(2, hour)?
         .with_max_clock_skew(hour)
         .map_err(|e| e.to_string())?;
+    let pool = declared_new(&s, pool).await?;
     let span = pool.restart_span();
     ensure!(span == hour * 3, "restart span {span:?}");
     let up_before = Duration::from_secs(uptime_secs(&s).await?);
@@ -1339,7 +1365,7 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    let p = fresh_pool(2, Duration::from_millis(100))?;
+    let p = declared_new(&s, fresh_pool(2, Duration::from_millis(100))?).await?;
     let (first, trips) = claim(&p, true).await?;
     ensure!(
         trips == 3,
@@ -1389,7 +1415,7 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
         vec!["SET".into(), "appendonly".into(), "no".into()],
     )
     .await?;
-    let p = fresh_pool(1, Duration::from_secs(2))?;
+    let p = declared_new(&s, fresh_pool(1, Duration::from_secs(2))?).await?;
     match claim(&p, false).await {
         Err(msg) if msg.contains("WAITAOF") && msg.contains("released it") => {}
         other => {
@@ -1415,7 +1441,7 @@ async fn expect_unproven_claim(
     why: &str,
     what: &str,
 ) -> Outcome {
-    let p = fresh_pool(1, ttl)?;
+    let p = declared_new(s, fresh_pool(1, ttl)?).await?;
     match s.acquire(&p, Floor::NONE).await {
         Err(e @ AcquireError::Unreachable(_)) => {
             let msg = e.to_string();
@@ -1626,7 +1652,7 @@ async fn a_reconnect_before_the_fsync_wait_proves_nothing(b: Arc<Valkey>) -> Out
     .map_err(|e| e.to_string())?;
     // Past the guard of the fresh server for the pools below (TTL 1 s),
     // with fsyncs still running.
-    let warm = fresh_pool(1, Duration::from_secs(1))?;
+    let warm = declared_new(&s, fresh_pool(1, Duration::from_secs(1))?).await?;
     let limit = Instant::now() + Duration::from_secs(60);
     loop {
         match s.acquire(&warm, Floor::NONE).await {
@@ -2165,6 +2191,15 @@ impl Backend for ThroughSentinel {
         Box::pin(async move { Ok(Arc::new(self.strategy().await?) as Store) })
     }
 
+    /// Every test's pool is new (a fresh random name): said so, so that its
+    /// first claim is not held back as a possibly wiped pool's.
+    fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let s = self.strategy().await?;
+            s.declare_new_pool(pool).await.map_err(|e| e.to_string())
+        })
+    }
+
     fn connect_via(
         &self,
         addr: SocketAddr,
@@ -2253,6 +2288,15 @@ impl Backend for InCluster {
         Box::pin(async move { Ok(Arc::new(self.strategy().await?) as Store) })
     }
 
+    /// Every test's pool is new (a fresh random name): said so, so that its
+    /// first claim is not held back as a possibly wiped pool's.
+    fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let s = self.strategy().await?;
+            s.declare_new_pool(pool).await.map_err(|e| e.to_string())
+        })
+    }
+
     fn connect_via(
         &self,
         addr: SocketAddr,
@@ -2328,9 +2372,13 @@ impl ThroughOnePrimary {
                 let config = ValkeyConfig::from_url(&url)
                     .map_err(|e| e.to_string())?
                     .op_timeout(self.op_timeout);
-                ValkeyStrategy::connect(config)
+                let s = ValkeyStrategy::connect(config)
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| e.to_string())?;
+                // The pool under this prefix is new: its first claim is
+                // not held back as a possibly wiped pool's.
+                s.declare_new_pool(pool).await.map_err(|e| e.to_string())?;
+                Ok::<_, String>(s)
             })
             .await
     }

@@ -128,6 +128,10 @@ async fn claim_then_fail_over(
         "{kind} took the {} path, not {path}",
         holder.path()
     );
+    holder
+        .declare_new_pool(&pool)
+        .await
+        .map_err(|e| format!("declare the pool new: {e}"))?;
     let earlier = holder
         .acquire(&pool, Floor::NONE)
         .await
@@ -399,6 +403,9 @@ async fn a_durable_restart_holds_nothing_back() -> Result<(), String> {
     let url = format!("{}?prefix=lhfailover&op_timeout=5s", server.store_url());
     let pool = fresh_pool(2, TTL)?;
     let s = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    s.declare_new_pool(&pool)
+        .await
+        .map_err(|e| format!("declare the pool new: {e}"))?;
     let first = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -465,6 +472,10 @@ async fn old_primary_renews_after_failover(min_replicas: bool) -> Result<bool, S
     let pool = fresh_pool(1, TTL)?;
     let url = store_url(&topology);
     let holder = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    holder
+        .declare_new_pool(&pool)
+        .await
+        .map_err(|e| format!("declare the pool new: {e}"))?;
     let grant = holder
         .acquire(&pool, Floor::NONE)
         .await
@@ -538,6 +549,10 @@ async fn claim_then_fail_over_in_cluster(
         "Valkey 8 took the {} path",
         holder.path()
     );
+    holder
+        .declare_new_pool(&pool)
+        .await
+        .map_err(|e| format!("declare the pool new: {e}"))?;
     let earlier = holder
         .acquire(&pool, Floor::NONE)
         .await

@@ -52,6 +52,20 @@ impl Stores for Valkey {
         })
     }
 
+    /// Every test's pool is new (a fresh random name): said so, so that
+    /// its first claim is not held back as a possibly wiped pool's.
+    fn prepare<'a>(
+        &'a self,
+        url: &'a str,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            // Accepted on a lossy server too (the one-timing opt-in).
+            let s = connect(url).await?;
+            s.declare_new_pool(pool).await.map_err(|e| e.to_string())
+        })
+    }
+
     fn connect_one_timing<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(connect(url).await?) as Store) })
     }

@@ -27,8 +27,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ttl(Duration::from_secs(15))
         .id_format(layout.id_format())
         .build()?;
-    // Nothing to create on Valkey/Redis: claims create their keys. Kept so
-    // the program runs unchanged on every store.
+    // Makes the pool's record. A pool whose record is not on the server (a
+    // new one, or one wiped by FLUSHALL) grants nothing for one TTL plus
+    // 2 s, the first start included; `leasehold prepare --new-pool` says a
+    // pool is new (with every holder stopped) and skips that wait.
     store.operator().prepare(Some(config.pool())).await?;
     // Returns once a slot is held: no ID is ever made without a lease.
     let manager = LeaseManager::start(store, config).await?;

@@ -52,8 +52,11 @@ pub(super) enum Claim {
     },
     Full,
     FencesLost,
-    /// The restart guard holds for this many ms.
+    /// The restart or the promotion guard holds for this many ms.
     Restarted(u64),
+    /// The wipe guard holds for this many ms: the pool's records were found
+    /// gone (`scripts::wipe_functions`).
+    Wiped(u64),
     /// This slot's fence is not a number the script can raise exactly.
     FenceUnusable {
         slot: u32,
@@ -75,16 +78,20 @@ pub(super) enum Claim {
 /// unconfirmed}` (the floor as a decimal string, exact for every `u64`; the
 /// server's `TIME`; 1 when the claimer's span is above the span known to be
 /// on disk or the claim recorded the pool's ID format), -1 when the pool is
-/// full, -2 when its fences hash was lost, `{-3, ms}` while the restart
-/// guard holds, `{-4, slot, fence}` for a slot whose fence is unusable, `{-5,
+/// full, -2 when its fences hash was lost, `{-3, ms, why}` while the wipe,
+/// restart or promotion guard holds (`why` `wiped` for the first), `{-4, slot, fence}` for a slot whose fence is unusable, `{-5,
 /// recorded}` when the pool recorded another ID format, `{-6, slot, field,
 /// value}` for a damaged record (`slot` -1: the pool's).
 pub(super) fn parse_claim(v: &Value) -> Option<Claim> {
     match v {
         Value::Integer(-1) => Some(Claim::Full),
         Value::Integer(-2) => Some(Claim::FencesLost),
-        Value::Array(items) if items.len() == 2 && items[0].as_i64() == Some(-3) => {
-            Some(Claim::Restarted(u64::try_from(items[1].as_i64()?).ok()?))
+        Value::Array(items) if (2..=3).contains(&items.len()) && items[0].as_i64() == Some(-3) => {
+            let ms = u64::try_from(items[1].as_i64()?).ok()?;
+            match items.get(2).and_then(Value::as_string).as_deref() {
+                Some("wiped") => Some(Claim::Wiped(ms)),
+                _ => Some(Claim::Restarted(ms)),
+            }
         }
         Value::Array(items) if items.len() == 3 && items[0].as_i64() == Some(-4) => {
             Some(Claim::FenceUnusable {
@@ -340,6 +347,15 @@ mod tests {
         assert_eq!(span_ms(Duration::from_micros(62_000_001)), 62_001);
         assert_eq!(parse_claim(&Value::Integer(-1)), Some(Claim::Full));
         assert_eq!(parse_claim(&Value::Integer(-2)), Some(Claim::FencesLost));
+        let held = |why: &str| Value::Array(vec![Value::Integer(-3), Value::Integer(4000), s(why)]);
+        assert_eq!(parse_claim(&held("wiped")), Some(Claim::Wiped(4000)));
+        assert_eq!(parse_claim(&held("restart")), Some(Claim::Restarted(4000)));
+        assert_eq!(
+            parse_claim(&held("promotion")),
+            Some(Claim::Restarted(4000))
+        );
+        let unnamed = Value::Array(vec![Value::Integer(-3), Value::Integer(7)]);
+        assert_eq!(parse_claim(&unnamed), Some(Claim::Restarted(7)));
         let renewed = Value::Array(vec![Value::Integer(1), s("1700000001"), s("5")]);
         assert_eq!(
             parse_renewal(&renewed),

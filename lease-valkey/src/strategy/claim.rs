@@ -110,6 +110,7 @@ impl ValkeyStrategy {
             Some(Claim::Restarted(ms)) => Err(AcquireError::StoreRestarted {
                 resume_in: Duration::from_millis(ms),
             }),
+            Some(Claim::Wiped(ms)) => Err(self.wiped(pool, Duration::from_millis(ms))),
             Some(Claim::Full) => Err(AcquireError::PoolExhausted {
                 pool: pool.name().to_string(),
                 size: pool.size(),
@@ -195,7 +196,7 @@ impl ValkeyStrategy {
     }
 
     /// The pool's fences hash was lost while leases of the pool remained.
-    fn fences_lost(&self, pool: &PoolSpec, fences_key: &str) -> AcquireError {
+    pub(super) fn fences_lost(&self, pool: &PoolSpec, fences_key: &str) -> AcquireError {
         AcquireError::Misconfigured {
             what: format!(
                 "the fences hash {fences_key} of pool {} was lost (evicted, deleted, or not \

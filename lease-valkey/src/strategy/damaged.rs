@@ -73,6 +73,24 @@ pub(super) fn claim_refused(
                  and waits out the pool's restart span if this server took over from a primary)"
             ),
         ),
+        (None, "gone_seen") => (
+            format!(
+                "the time a claim first saw the pool's records gone (field gone_seen of {key}) \
+                 is {}, not whole milliseconds, so the wipe guard could not tell how long to \
+                 hold claims back after a FLUSHALL or a deletion of the pool's keys",
+                shown(value)
+            ),
+            format!(
+                "HSET {key} gone_seen {} (this host's Unix time in ms: claims wait the pool's \
+                 restart span from now), or, with every holder of the pool stopped, \
+                 leasehold prepare --pool {} --new-pool",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis(),
+                pool.name()
+            ),
+        ),
         (None, other) => (
             format!("field {other} of {key} is {}", shown(value)),
             format!("make sure nothing but leasehold writes {key}"),

@@ -160,13 +160,18 @@ async fn a_fence_at_the_largest_the_script_counts_holds_claims_back(b: Arc<Valke
     expect_refused(&s, &pool, Some(0), &["\"9007199254740991\""]).await
 }
 
-/// `tonumber` read a damaged restart span or promotion record as 0: no
-/// wait after a restart or a failover (DESIGN.md rule 12). Claims refuse
-/// the pool, naming the record and the repair, and write nothing.
+/// `tonumber` read a damaged restart span, promotion record or wipe record
+/// as 0: no wait after a restart, a failover or a wipe (DESIGN.md rule 12).
+/// Claims refuse the pool, naming the record and the repair, and write
+/// nothing.
 async fn a_damaged_restart_span_or_promotion_record_holds_claims_back(b: Arc<Valkey>) -> Outcome {
     let s = b.strategy(b.method).await?;
     let pool = fresh_pool(1, Duration::from_secs(60))?;
-    for (field, bad, repair) in [("span", "1e9", "HSET"), ("replid_seen", "x", "HDEL")] {
+    for (field, bad, repair) in [
+        ("span", "1e9", "HSET"),
+        ("replid_seen", "x", "HDEL"),
+        ("gone_seen", "x", "HSET"),
+    ] {
         plant(&s, &pool, field, bad).await?;
         let shown = format!("{bad:?}");
         expect_refused(&s, &pool, None, &[field, &shown, repair]).await?;
