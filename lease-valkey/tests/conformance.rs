@@ -1202,12 +1202,15 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
     }
     leasehold_conformance::restarts::a_lease_manager_announces_the_guard_as_waiting(
         s.clone(),
-        &fresh_pool(2, hour)?,
+        &declared_new(&s, fresh_pool(2, hour)?).await?,
     )
     .await?;
     leasehold_conformance::restarts::a_lease_manager_started_inside_the_guard_gets_its_lease_when_it_opens(
         s.clone(),
-        |ttl| Box::pin(async move { fresh_pool(2, ttl) }),
+        |ttl| {
+            let s = s.clone();
+            Box::pin(async move { declared_new(&s, fresh_pool(2, ttl)?).await })
+        },
     )
     .await?;
     leasehold_conformance::restarts::grants_resume_after_the_guard(&s, Duration::from_secs(15))
