@@ -334,6 +334,13 @@ impl Operate for SqlStrategy {
         })
     }
 
+    fn prepare_new_pool<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move { self.ensure_new_pool(pool).await.map_err(from_sql) })
+    }
+
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             let engine = self.engine();

@@ -43,7 +43,10 @@ pub(crate) const SPAN_COLUMNS: [&str; 1] = ["span_ms"];
 /// generate, on the pool's own row ([`POOL_ROW`]); NULL on slot rows.
 pub(crate) const ID_FORMAT_COLUMNS: [&str; 1] = ["id_format"];
 
-/// The slot number of a pool's own row, which records the pool's ID format.
+/// The slot number of a pool's own row, which records the pool's ID format
+/// and, in `acquired_at`, the pool's record: since when claims may trust
+/// that the pool's rows were not deleted while holders ran (see
+/// [`Statements::record_pool`]).
 ///
 /// Why a row per pool and not a column on the slot rows: the check must be
 /// decided on one row that every claim of the pool meets. With the format
@@ -115,6 +118,9 @@ pub(crate) struct Statements {
     /// Whether claims wait out the promotion guard (set at connect: the
     /// engine reads its incarnation and the guard is not turned off).
     pub(crate) promotion_guarded: bool,
+    /// Whether claims wait out a pool whose record is gone (set at connect:
+    /// on unless the restart guard is turned off).
+    pub(crate) wipe_guarded: bool,
 }
 
 impl Statements {
@@ -196,6 +202,7 @@ impl Statements {
             version: version.to_owned(),
             guarded: false,
             promotion_guarded: false,
+            wipe_guarded: false,
         }
     }
 
@@ -267,6 +274,72 @@ impl Statements {
         ))
     }
 
+    /// The wipe guard's microseconds until grants resume for `spec`: the
+    /// pool's restart span after its record's time, the record being the
+    /// `acquired_at` of the pool's own row ([`POOL_ROW`]; see
+    /// [`Statements::record_pool`]). A pool without a record (no row, or a
+    /// row the ID-format record made, whose time is NULL) answers a full
+    /// span: its rows may have been deleted, with every lease of it, while
+    /// holders still generate, and nothing says since when, so nothing is
+    /// granted until a claim has recorded when it first saw them gone and a
+    /// span has passed since. A record older than any restart span
+    /// ([`LONGEST_SPAN_MICROS`]: a pool declared new, or recorded long ago)
+    /// answers at once, without reading the pool's spans.
+    fn pool_resume_in<D: Dialect>(&self, spec: &PoolSpec) -> Option<String> {
+        if !self.wipe_guarded {
+            return None;
+        }
+        let span = self.span_micros::<D>(spec);
+        let since = D::micros_between("acquired_at", D::NOW);
+        Some(format!(
+            "COALESCE((SELECT CASE WHEN acquired_at IS NULL THEN {span} \
+             WHEN {since} > {LONGEST_SPAN_MICROS} THEN -1 ELSE ({span}) - {since} END \
+             FROM {} WHERE {}), {span})",
+            self.table,
+            pool_row(spec.name().as_str()),
+        ))
+    }
+
+    /// Binds nothing: 1 when `pool` has its record (its own row with a
+    /// time), 0 when not.
+    pub(crate) fn pool_recorded(&self, pool: &str) -> String {
+        format!(
+            "SELECT COUNT(*) FROM {} WHERE {} AND acquired_at IS NOT NULL",
+            self.table,
+            pool_row(pool)
+        )
+    }
+
+    /// The statements that write `pool`'s record: its own row ([`POOL_ROW`])
+    /// with `since` (an SQL time: now for a pool first seen without a
+    /// record, [`Dialect::LONG_AGO`] for a pool declared new) in
+    /// `acquired_at`. The row is inserted if missing; a row without a time
+    /// (the ID-format record's) gets `since`; a row with a time keeps it,
+    /// unless `overwrite` (a pool declared new: nothing waits).
+    pub(crate) fn record_pool<D: Dialect>(
+        &self,
+        pool: &str,
+        since: &str,
+        overwrite: bool,
+    ) -> [String; 2] {
+        let t = &self.table;
+        let row = pool_row(pool);
+        let unless = if overwrite {
+            String::new()
+        } else {
+            " AND acquired_at IS NULL".to_owned()
+        };
+        [
+            D::insert_missing(
+                t,
+                "pool, slot, acquired_at",
+                &format!("('{pool}', {POOL_ROW}, {since})"),
+                "pool, slot",
+            ),
+            format!("UPDATE {t} SET acquired_at = {since} WHERE {row}{unless}"),
+        ]
+    }
+
     /// The restart guard's microseconds until grants resume for `spec` (see
     /// [`Dialect::resume_in_micros`]), when the guard is on.
     ///
@@ -284,10 +357,16 @@ impl Statements {
         } else {
             None
         };
-        match (restart, self.promotion_resume_in::<D>(spec)) {
-            (Some(a), Some(b)) => Some(D::greatest(&a, &b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.promotion_resume_in::<D>(spec),
+            self.pool_resume_in::<D>(spec),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(restart, |all, b| match all {
+            Some(a) => Some(D::greatest(&a, &b)),
+            None => Some(b),
+        })
     }
 
     /// The acquisition, as one text statement (or, on MySQL, one

@@ -217,6 +217,10 @@ pub(crate) trait Dialect: sqlx::Database {
     const RANDOM_START: bool;
     /// The server's current time, in the representation of the time columns.
     const NOW: &'static str;
+    /// A time long past, in the representation of the time columns: what a
+    /// pool's record holds when nothing need be waited for (a pool declared
+    /// new).
+    const LONG_AGO: &'static str;
     /// Lists the columns of the table named by the one parameter.
     const COLUMNS: &'static str;
     /// The server's clock now, as a `BIGINT` of microseconds since the Unix

@@ -25,6 +25,7 @@ impl Dialect for Postgres {
     const QUOTE: char = '"';
     const RANDOM_START: bool = false;
     const NOW: &'static str = "CURRENT_TIMESTAMP(6)";
+    const LONG_AGO: &'static str = "TIMESTAMPTZ '1970-01-01 00:00:00+00'";
     // Equality of text under the database's (always deterministic) default
     // collation is byte equality; VARCHAR does not pad.
     const FORMAT_TYPE: &'static str = "VARCHAR(200)";
