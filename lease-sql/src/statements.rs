@@ -43,10 +43,7 @@ pub(crate) const SPAN_COLUMNS: [&str; 1] = ["span_ms"];
 /// generate, on the pool's own row ([`POOL_ROW`]); NULL on slot rows.
 pub(crate) const ID_FORMAT_COLUMNS: [&str; 1] = ["id_format"];
 
-/// The slot number of a pool's own row, which records the pool's ID format
-/// and, in `acquired_at`, the pool's record: since when claims may trust
-/// that the pool's rows were not deleted while holders ran (see
-/// [`Statements::record_pool`]).
+/// The slot number of a pool's own row, which records the pool's ID format.
 ///
 /// Why a row per pool and not a column on the slot rows: the check must be
 /// decided on one row that every claim of the pool meets. With the format
@@ -67,6 +64,14 @@ pub(crate) const ID_FORMAT_COLUMNS: [&str; 1] = ["id_format"];
 /// so no claim, count, renewal, revoke or inspection of slots reaches the
 /// row (inspection bounds it explicitly, and its fence stays 0 as well).
 pub(crate) const POOL_ROW: u32 = 2_147_483_647;
+
+/// The slot number of a pool's record row: in `acquired_at`, since when
+/// claims may trust that the pool's rows were not deleted while holders ran
+/// (see [`Statements::record_pool`]). A row apart from [`POOL_ROW`], whose
+/// insertion decides which ID format a pool records first. Like it, beyond
+/// every slot a pool can have, with fence 0; the lowest of a pool's own
+/// rows, so `slot < RECORD_ROW` selects slot rows only.
+pub(crate) const RECORD_ROW: u32 = POOL_ROW - 1;
 /// The issuer columns of the fence table, added in 0.3
 /// (`migrations/<engine>/0004_leasehold_fence_issuer.sql`;
 /// `FenceTable::ensure` adds them to an older table): the pool and slot
@@ -164,7 +169,7 @@ impl Statements {
         let count = format!("SELECT COUNT(*) FROM {t} WHERE pool = {pool} AND slot < {slot}");
         let inspect = format!(
             "SELECT slot, token, fence, holder, floor_ms, {}, {}, {} FROM {t} \
-             WHERE pool = {} AND fence > 0 AND slot < {POOL_ROW} ORDER BY slot",
+             WHERE pool = {} AND fence > 0 AND slot < {RECORD_ROW} ORDER BY slot",
             D::micros_between(now, "expires_at"),
             D::micros_between("renewed_at", now),
             D::micros_between("acquired_at", now),
@@ -276,10 +281,9 @@ impl Statements {
 
     /// The wipe guard's microseconds until grants resume for `spec`: the
     /// pool's restart span after its record's time, the record being the
-    /// `acquired_at` of the pool's own row ([`POOL_ROW`]; see
-    /// [`Statements::record_pool`]). A pool without a record (no row, or a
-    /// row the ID-format record made, whose time is NULL) answers a full
-    /// span: its rows may have been deleted, with every lease of it, while
+    /// `acquired_at` of the pool's record row ([`RECORD_ROW`]; see
+    /// [`Statements::record_pool`]). A pool without a record (no row, or one
+    /// without a time) answers a full span: its rows may have been deleted, with every lease of it, while
     /// holders still generate, and nothing says since when, so nothing is
     /// granted until a claim has recorded when it first saw them gone and a
     /// span has passed since. A record older than any restart span
@@ -296,7 +300,7 @@ impl Statements {
              WHEN {since} > {LONGEST_SPAN_MICROS} THEN -1 ELSE ({span}) - {since} END \
              FROM {} WHERE {}), {span})",
             self.table,
-            pool_row(spec.name().as_str()),
+            record_row(spec.name().as_str()),
         ))
     }
 
@@ -306,16 +310,16 @@ impl Statements {
         format!(
             "SELECT COUNT(*) FROM {} WHERE {} AND acquired_at IS NOT NULL",
             self.table,
-            pool_row(pool)
+            record_row(pool)
         )
     }
 
-    /// The statements that write `pool`'s record: its own row ([`POOL_ROW`])
+    /// The statements that write `pool`'s record: its record row ([`RECORD_ROW`])
     /// with `since` (an SQL time: now for a pool first seen without a
     /// record, [`Dialect::LONG_AGO`] for a pool declared new) in
     /// `acquired_at`. The row is inserted if missing; a row without a time
-    /// (the ID-format record's) gets `since`; a row with a time keeps it,
-    /// unless `overwrite` (a pool declared new: nothing waits).
+    /// (written by hand) gets `since`; a row with a time keeps it, unless
+    /// `overwrite` (a pool declared new: nothing waits).
     pub(crate) fn record_pool<D: Dialect>(
         &self,
         pool: &str,
@@ -323,7 +327,7 @@ impl Statements {
         overwrite: bool,
     ) -> [String; 2] {
         let t = &self.table;
-        let row = pool_row(pool);
+        let row = record_row(pool);
         let unless = if overwrite {
             String::new()
         } else {
@@ -333,7 +337,7 @@ impl Statements {
             D::insert_missing(
                 t,
                 "pool, slot, acquired_at",
-                &format!("('{pool}', {POOL_ROW}, {since})"),
+                &format!("('{pool}', {RECORD_ROW}, {since})"),
                 "pool, slot",
             ),
             format!("UPDATE {t} SET acquired_at = {since} WHERE {row}{unless}"),
@@ -495,6 +499,11 @@ pub(crate) const INCARNATION_POOL: &str = "~incarnation";
 /// The condition that selects the promotion guard's record.
 fn incarnation_row() -> String {
     pool_row(INCARNATION_POOL)
+}
+
+/// The condition that selects `pool`'s record row ([`RECORD_ROW`]).
+fn record_row(pool: &str) -> String {
+    format!("pool = '{pool}' AND slot = {RECORD_ROW}")
 }
 
 /// The condition that selects `pool`'s own row ([`POOL_ROW`]).
