@@ -6,6 +6,7 @@
 mod decode;
 mod doctor;
 mod error;
+mod prepare;
 mod redact;
 mod revoke;
 mod status;
@@ -28,7 +29,7 @@ Exit codes:
   3  bad store URL or unknown scheme
   4  the store cannot be reached (refused, timed out, no such file)
   5  this store cannot list its slots yet (inspect unsupported)
-  6  revoke not confirmed (answered no, or stdin is not a terminal and --yes is missing)
+  6  revoke or prepare --new-pool not confirmed (answered no, or stdin is not a terminal and --yes is missing)
   7  the store answered with an error (missing lease table, query failed)
   8  decode: an ID or key file that cannot be read
   9  authentication failed: the store refused the user, password or certificate";
@@ -115,6 +116,27 @@ enum Command {
     Doctor {
         #[command(flatten)]
         store: StoreArgs,
+    },
+    /// Creates or migrates what the store needs (SQL: the lease table) and,
+    /// with --pool, the pool's slots (--size, default 512) and its record.
+    #[command(after_help = EXIT_CODES)]
+    Prepare {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Declare the pool new: its claims wait for nothing, also after
+        /// its records were found gone (SQL: a truncated or emptied table,
+        /// a pool's rows deleted, a pool never prepared on a table that was
+        /// there waits out a span otherwise). Only with every holder of the
+        /// pool stopped: one still running could see its IDs issued again.
+        #[arg(long, requires = "pool")]
+        new_pool: bool,
+        /// Do not ask before --new-pool (needed when stdin is not a
+        /// terminal).
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -289,6 +311,7 @@ fn main() -> ExitCode {
         Command::Status { store, .. }
         | Command::Watch { store, .. }
         | Command::Revoke { store, .. }
+        | Command::Prepare { store, .. }
         | Command::Doctor { store } => {
             if let Err(e) = store.resolve(std::env::var(URL_VAR).ok()) {
                 eprintln!("leasehold: {}", e.message);
@@ -393,5 +416,11 @@ async fn run(command: Command) -> Result<Exit, CliError> {
             decode::decode(ids, layout, key_file.as_deref(), digits)
         }
         Command::Doctor { store } => doctor::doctor(&store).await,
+        Command::Prepare {
+            store,
+            pool,
+            new_pool,
+            yes,
+        } => prepare::prepare(&store, pool.as_deref(), new_pool, yes).await,
     }
 }
