@@ -282,13 +282,15 @@ impl Statements {
     /// The wipe guard's microseconds until grants resume for `spec`: the
     /// pool's restart span after its record's time, the record being the
     /// `acquired_at` of the pool's record row ([`RECORD_ROW`]; see
-    /// [`Statements::record_pool`]). A pool without a record (no row, or one
-    /// without a time) answers a full span: its rows may have been deleted, with every lease of it, while
-    /// holders still generate, and nothing says since when, so nothing is
-    /// granted until a claim has recorded when it first saw them gone and a
-    /// span has passed since. A record older than any restart span
-    /// ([`LONGEST_SPAN_MICROS`]: a pool declared new, or recorded long ago)
-    /// answers at once, without reading the pool's spans.
+    /// [`Statements::record_pool`]). A pool without a record (no row, one
+    /// without a time, or one written for another table of the same name:
+    /// [`Dialect::table_identity`]) answers a full span: its rows may have
+    /// been deleted, with every lease of it, while holders still generate,
+    /// and nothing says since when, so nothing is granted until a claim has
+    /// recorded when it first saw them gone and a span has passed since. A
+    /// record older than any restart span ([`LONGEST_SPAN_MICROS`]: a pool
+    /// declared new, or recorded long ago) answers at once, without reading
+    /// the pool's spans.
     fn pool_resume_in<D: Dialect>(&self, spec: &PoolSpec) -> Option<String> {
         if !self.wipe_guarded {
             return None;
@@ -298,28 +300,43 @@ impl Statements {
         Some(format!(
             "COALESCE((SELECT CASE WHEN acquired_at IS NULL THEN {span} \
              WHEN {since} > {LONGEST_SPAN_MICROS} THEN -1 ELSE ({span}) - {since} END \
-             FROM {} WHERE {}), {span})",
+             FROM {} WHERE {} AND {}), {span})",
             self.table,
             record_row(spec.name().as_str()),
+            self.same_table::<D>(),
         ))
     }
 
-    /// Binds nothing: 1 when `pool` has its record (its own row with a
-    /// time), 0 when not.
-    pub(crate) fn pool_recorded(&self, pool: &str) -> String {
+    /// The condition that a record row was written for this very table
+    /// ([`Dialect::table_identity`], kept in `holder`): always true where
+    /// the engine has no identity.
+    fn same_table<D: Dialect>(&self) -> String {
+        match D::table_identity(&self.table) {
+            Some(identity) => format!("COALESCE(holder = {identity}, 1 = 0)"),
+            None => "1 = 1".to_owned(),
+        }
+    }
+
+    /// Binds nothing: 1 when `pool` has its record (its record row with a
+    /// time, written for this table), 0 when not.
+    pub(crate) fn pool_recorded<D: Dialect>(&self, pool: &str) -> String {
         format!(
-            "SELECT COUNT(*) FROM {} WHERE {} AND acquired_at IS NOT NULL",
+            "SELECT COUNT(*) FROM {} WHERE {} AND acquired_at IS NOT NULL AND {}",
             self.table,
-            record_row(pool)
+            record_row(pool),
+            self.same_table::<D>(),
         )
     }
 
     /// The statements that write `pool`'s record: its record row ([`RECORD_ROW`])
     /// with `since` (an SQL time: now for a pool first seen without a
     /// record, [`Dialect::LONG_AGO`] for a pool declared new) in
-    /// `acquired_at`. The row is inserted if missing; a row without a time
-    /// (written by hand) gets `since`; a row with a time keeps it, unless
-    /// `overwrite` (a pool declared new: nothing waits).
+    /// `acquired_at`, and the table's identity, where the engine has one
+    /// ([`Dialect::table_identity`]), in `holder`. The row is inserted if
+    /// missing; a row without a time (written by hand) or written for
+    /// another table of the same name (a restored one) gets `since`; a
+    /// record of this table keeps its time, unless `overwrite` (a pool
+    /// declared new: nothing waits).
     pub(crate) fn record_pool<D: Dialect>(
         &self,
         pool: &str,
@@ -328,19 +345,25 @@ impl Statements {
     ) -> [String; 2] {
         let t = &self.table;
         let row = record_row(pool);
+        let identity = D::table_identity(t).unwrap_or_else(|| "NULL".to_owned());
         let unless = if overwrite {
             String::new()
         } else {
-            " AND acquired_at IS NULL".to_owned()
+            format!(
+                " AND NOT (acquired_at IS NOT NULL AND {})",
+                self.same_table::<D>()
+            )
         };
         [
             D::insert_missing(
                 t,
-                "pool, slot, acquired_at",
-                &format!("('{pool}', {RECORD_ROW}, {since})"),
+                "pool, slot, acquired_at, holder",
+                &format!("('{pool}', {RECORD_ROW}, {since}, {identity})"),
                 "pool, slot",
             ),
-            format!("UPDATE {t} SET acquired_at = {since} WHERE {row}{unless}"),
+            format!(
+                "UPDATE {t} SET acquired_at = {since}, holder = {identity} WHERE {row}{unless}"
+            ),
         ]
     }
 

@@ -9,8 +9,10 @@
 //! `StoreRestarted`), so no second holder overlaps the first. `prepare` on
 //! the table that was there, which the quickstart runs on every start, does
 //! not declare the pool new; an operator who has stopped every holder can
-//! (`ensure_new_pool`). The control: a pool prepared in the call that
-//! created its table waits for nothing.
+//! (`ensure_new_pool`). On PostgreSQL, a table dropped and created again
+//! from an older copy (a restore that recreates it) is caught the same
+//! way. The control: a pool prepared in the call that created its table
+//! waits for nothing.
 //!
 //! Time bounds come from readings taken around the calls: a claim's answer
 //! can only come later than the bound, never earlier, on a loaded machine.
@@ -247,6 +249,44 @@ async fn delete_of_one_pool_while_a_holder_runs(engine: Engine) {
     }
     holder.close().await;
     claimer.close().await;
+}
+
+/// PostgreSQL: the table dropped and created again from a copy taken
+/// before the holder claimed, as restoring a dump that recreates the table
+/// does. The copy's records were written for the table it replaced (another
+/// OID): no record of this one, so claims wait out a span as after a wipe.
+async fn a_table_recreated_from_an_older_copy_while_a_holder_runs() {
+    let Some(store) = Engine::Postgres.store() else {
+        return;
+    };
+    let (holder, claimer) = (connect(&store.url).await, connect(&store.url).await);
+    let pool = spec("restored");
+    holder.ensure_pool(&pool).await.unwrap();
+    // The backup: the table before the holder's claim, its records included.
+    run(
+        &claimer,
+        "CREATE TABLE leasehold_backup (LIKE leasehold_leases INCLUDING ALL); \
+         INSERT INTO leasehold_backup SELECT * FROM leasehold_leases",
+    )
+    .await;
+    let held = match holder.acquire(&pool, Floor::NONE).await {
+        Ok(grant) => grant,
+        Err(e) => panic!("a fresh table's first claim must wait for nothing: {e}"),
+    };
+    // The restore: a new table of the same name, holding the old rows.
+    run(
+        &claimer,
+        "DROP TABLE leasehold_leases; ALTER TABLE leasehold_backup RENAME TO leasehold_leases",
+    )
+    .await;
+    wiped_pool_waits_a_span(&holder, &claimer, &pool, &held, false).await;
+    holder.close().await;
+    claimer.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_table_recreated_from_an_older_copy_while_a_holder_runs_waits_a_span() {
+    a_table_recreated_from_an_older_copy_while_a_holder_runs().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -168,7 +168,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         };
         let sql = format!(
             "SELECT {expr}, ({})",
-            self.sql.pool_recorded(pool.name().as_str())
+            self.sql.pool_recorded::<D>(pool.name().as_str())
         );
         let (micros, recorded): (Option<i64>, i64) = self
             .timed("restart guard", async {

@@ -313,6 +313,14 @@ pub(crate) trait Dialect: sqlx::Database {
     fn incarnation(_version: &str) -> Option<Incarnation> {
         None
     }
+    /// An SQL text expression naming the lease table `t` (quoted) as the
+    /// server keeps it, which changes when the table is dropped and created
+    /// again (a restore of a dump that recreates it), where the engine has
+    /// one: each pool's record keeps it, and a record of another table is
+    /// no record. `None` where the engine has none.
+    fn table_identity(_t: &str) -> Option<String> {
+        None
+    }
     /// The promotion guard's record statements (`;`-separated), sent ahead
     /// of a claim in its round trip: insert the record (`pool, slot, holder,
     /// acquired_at` = `values`, a comma-separated list of SQL expressions)

@@ -79,6 +79,14 @@ impl Dialect for Postgres {
         })
     }
 
+    /// The table's OID: a table dropped and created again has another;
+    /// `ALTER TABLE`, `TRUNCATE` and `VACUUM FULL` keep it.
+    fn table_identity(t: &str) -> Option<String> {
+        Some(format!(
+            "'table ' || CAST(CAST(CAST('{t}' AS regclass) AS oid) AS text)"
+        ))
+    }
+
     fn durability_columns(_version: &str) -> Option<&'static str> {
         Some(
             "current_setting('fsync'), current_setting('synchronous_commit'), \
