@@ -29,7 +29,7 @@ Exit codes:
   3  bad store URL or unknown scheme
   4  the store cannot be reached (refused, timed out, no such file)
   5  this store cannot list its slots yet (inspect unsupported)
-  6  revoke not confirmed (answered no, or stdin is not a terminal and --yes is missing)
+  6  revoke or prepare --new-pool not confirmed (answered no, or stdin is not a terminal and --yes is missing)
   7  the store answered with an error (missing lease table, query failed)
   8  decode: an ID or key file that cannot be read
   9  authentication failed: the store refused the user, password or certificate";
@@ -87,26 +87,6 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
-    /// Creates what the store needs for a pool (SQL: the table and the
-    /// pool's rows, --size of them; Valkey/Redis: the pool's record).
-    #[command(after_help = EXIT_CODES)]
-    Prepare {
-        #[command(flatten)]
-        store: StoreArgs,
-        /// The pool.
-        #[arg(long)]
-        pool: String,
-        /// Valkey/Redis: states that the pool is new, or that every holder
-        /// of it has stopped, so that its first claim waits for nothing.
-        /// Without it a pool whose records are not on the server (a new
-        /// pool, or one wiped by FLUSHALL, FLUSHDB or a deletion of its
-        /// keys) grants no slot for one restart span. ONLY WITH EVERY HOLDER
-        /// OF THE POOL STOPPED: said of a pool wiped under running holders,
-        /// it lets a claim take a slot one of them still uses. Refused while
-        /// a slot of the pool has a lease.
-        #[arg(long)]
-        new_pool: bool,
-    },
     /// Takes IDs apart: time, slot, counter. Reads IDs from stdin, one per
     /// line, when none is given.
     #[command(after_help = EXIT_CODES)]
@@ -136,6 +116,31 @@ enum Command {
     Doctor {
         #[command(flatten)]
         store: StoreArgs,
+    },
+    /// Creates or migrates what the store needs (SQL: the lease table) and,
+    /// with --pool, the pool's slots (--size, default 512; SQL) and its
+    /// record (SQL and Valkey/Redis).
+    #[command(after_help = EXIT_CODES)]
+    Prepare {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Declare the pool new: its claims wait for nothing, also after
+        /// its records were found gone (SQL: a truncated or emptied table,
+        /// a pool's rows deleted, a pool never prepared on a table that was
+        /// there; Valkey/Redis: FLUSHALL, FLUSHDB, a deletion of its keys,
+        /// or a pool never prepared: each waits out a span otherwise). Only
+        /// with every holder of the pool stopped: one still running could
+        /// see its IDs issued again. Refused on Valkey/Redis while a slot of
+        /// the pool has a lease.
+        #[arg(long, requires = "pool")]
+        new_pool: bool,
+        /// Do not ask before --new-pool (needed when stdin is not a
+        /// terminal).
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -400,11 +405,6 @@ async fn run(command: Command) -> Result<Exit, CliError> {
             slot,
             yes,
         } => revoke::revoke(&store, &pool, slot, yes).await,
-        Command::Prepare {
-            store,
-            pool,
-            new_pool,
-        } => prepare::prepare(&store, &pool, new_pool).await,
         Command::Decode {
             ids,
             layout,
@@ -420,5 +420,11 @@ async fn run(command: Command) -> Result<Exit, CliError> {
             decode::decode(ids, layout, key_file.as_deref(), digits)
         }
         Command::Doctor { store } => doctor::doctor(&store).await,
+        Command::Prepare {
+            store,
+            pool,
+            new_pool,
+            yes,
+        } => prepare::prepare(&store, pool.as_deref(), new_pool, yes).await,
     }
 }

@@ -1,6 +1,8 @@
-//! `leasehold prepare`: creates what the store needs for a pool (the
-//! store's own `prepare`), and, with `--new-pool`, states that the pool is
-//! new so that its first claim waits for nothing.
+//! `leasehold prepare`: creates or migrates what the store needs and, with
+//! a pool, the pool's slots and its record; `--new-pool` declares the pool
+//! new, after a confirmation.
+
+use std::io::{BufRead, IsTerminal, Write};
 
 use crate::StoreArgs;
 use crate::error::{CliError, Exit};
@@ -8,59 +10,86 @@ use crate::store::{self, pool_spec};
 
 pub(crate) async fn prepare(
     args: &StoreArgs,
-    pool: &str,
+    pool: Option<&str>,
     new_pool: bool,
+    yes: bool,
 ) -> Result<Exit, CliError> {
-    let spec = pool_spec(pool, args.pool_size().slots)?;
-    let store = store::connect(args).await?;
-    let failed =
-        |e: String| CliError::new(Exit::Store, format!("preparing pool {pool} failed: {e}"));
-    #[cfg(feature = "valkey")]
-    if let Some(valkey) = store.valkey() {
-        if new_pool {
-            valkey
-                .declare_new_pool(&spec)
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            println!(
-                "pool {pool} declared new on {}: its first claim waits for nothing",
-                store.operator().describe()
-            );
-            return Ok(Exit::Ok);
-        }
-        // The tool does not know the pool's TTL: the wait it reports is
-        // the claimers' own, which they compute themselves.
-        let wait = valkey
-            .prepare_pool(&spec)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        match wait {
-            None => println!("pool {pool} is prepared on {}", store.operator().describe()),
-            Some(_) => println!(
-                "pool {pool}: its records are not on {} (a new pool, or one wiped by FLUSHALL, \
-                 FLUSHDB or a deletion of its keys): no slot is granted until the claimers' \
-                 restart span (TTL + 2 × max_clock_skew) has passed from now. If the pool is \
-                 new, or every holder of it has stopped, skip the wait with --new-pool",
-                store.operator().describe()
-            ),
-        }
-        return Ok(Exit::Ok);
-    }
-    if new_pool {
+    let spec = match pool {
+        Some(name) => Some(pool_spec(name, args.pool_size().slots)?),
+        None => None,
+    };
+    let name = pool.unwrap_or_default();
+    if new_pool && !yes && !std::io::stdin().is_terminal() {
         return Err(CliError::new(
-            Exit::Usage,
+            Exit::NotConfirmed,
             format!(
-                "--new-pool: {} holds no wait for a new pool, so there is nothing to skip; \
-                 leave it out",
-                store.operator().describe()
+                "not declaring pool {name} new: stdin is not a terminal, so nobody can confirm \
+                 that every holder of the pool has stopped; add --yes"
             ),
         ));
     }
-    store
-        .operator()
-        .prepare(Some(&spec))
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    println!("pool {pool} is prepared on {}", store.operator().describe());
+    let store = store::connect(args).await?;
+    let operator = store.operator();
+    if new_pool && !yes {
+        eprint!(
+            "declare pool {name} on {} new? Its claims stop waiting out a span after its \
+             records were found gone (a wiped table). Only if every holder of the pool has \
+             stopped: one still running could see its IDs issued again. [y/N] ",
+            operator.describe()
+        );
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            return Err(CliError::new(
+                Exit::NotConfirmed,
+                format!("not prepared: pool {name} is unchanged"),
+            ));
+        }
+    }
+    let failed = |e: String| {
+        CliError::new(
+            Exit::Store,
+            format!("preparing {} failed: {e}", operator.describe()),
+        )
+    };
+    // Valkey/Redis cannot tell a new pool from a wiped one: say when its
+    // first claim waits, and how to skip that.
+    #[cfg(feature = "valkey")]
+    if let (Some(valkey), Some(spec), false) = (store.valkey(), &spec, new_pool) {
+        let wait = valkey
+            .prepare_pool(spec)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        if wait.is_some() {
+            println!(
+                "pool {name}: its records are not on {} (a new pool, or one wiped by FLUSHALL, \
+                 FLUSHDB or a deletion of its keys): no slot is granted until the claimers' \
+                 restart span (TTL + 2 × max_clock_skew) has passed from when that was first \
+                 seen. If the pool is new, or every holder of it has stopped, skip the wait \
+                 with --new-pool",
+                operator.describe()
+            );
+            return Ok(Exit::Ok);
+        }
+    }
+    let done = match (&spec, new_pool) {
+        (Some(spec), true) => operator.prepare_new_pool(spec).await,
+        (spec, _) => operator.prepare(spec.as_ref()).await,
+    };
+    done.map_err(|e| failed(e.to_string()))?;
+    match (pool, new_pool) {
+        (None, _) => println!("prepared {}", operator.describe()),
+        (Some(p), false) => println!(
+            "prepared pool {p} ({} slots) on {}",
+            args.pool_size().slots,
+            operator.describe()
+        ),
+        (Some(p), true) => println!(
+            "prepared pool {p} ({} slots) on {}, declared new: its claims wait for nothing",
+            args.pool_size().slots,
+            operator.describe()
+        ),
+    }
     Ok(Exit::Ok)
 }

@@ -1216,6 +1216,7 @@ fn valkey_prepare_new_pool(env: &Env) -> TestResult {
         "--size",
         "2",
         "--new-pool",
+        "--yes",
     ]);
     expect_code(&o, 0)?;
     let seen = fences_field(&env.url, &pool, "gone_seen")?;
@@ -1237,30 +1238,12 @@ fn valkey_prepare_new_pool(env: &Env) -> TestResult {
         "--size",
         "2",
         "--new-pool",
+        "--yes",
     ]);
     expect_code(&o, 7)?;
     let line = one_line_error(&o)?;
     if !line.contains(&format!("slot {} has a lease", held.slot)) {
         return Err(format!("--new-pool over a held slot said: {line}"));
-    }
-    Ok(())
-}
-
-/// `--new-pool` on a store that holds no wait for a new pool is a usage
-/// error.
-fn new_pool_elsewhere_is_a_usage_error(env: &Env) -> TestResult {
-    let o = run(&[
-        "prepare",
-        "--url",
-        &env.url,
-        "--pool",
-        &unique_pool(),
-        "--new-pool",
-    ]);
-    expect_code(&o, 2)?;
-    let line = one_line_error(&o)?;
-    if !line.contains("--new-pool") {
-        return Err(format!("--new-pool on {} said: {line}", env.label));
     }
     Ok(())
 }
@@ -1788,6 +1771,61 @@ fn secrets_never_shown(env: &Env) -> TestResult {
 
 // ---- tests without a server ----
 
+/// `prepare` on SQLite (a file of its own): the pool prepared by the call
+/// that creates the table is new; a pool prepared on the table that was
+/// there may be one whose rows were deleted, so its claims wait out a span;
+/// `--new-pool` (confirmed with `--yes`) declares it new and they wait for
+/// nothing.
+fn prepare_declares_a_sql_pool_new_only_when_told() -> TestResult {
+    let dir = servers::private_dir("cli-prepare")?;
+    let file = dir.join("leases.sqlite");
+    std::fs::write(&file, b"").map_err(|e| e.to_string())?;
+    let url = format!("sqlite://{}", file.display());
+    let prepare = |extra: &[&str]| {
+        let mut args = vec!["prepare", "--url", url.as_str(), "--size", "2"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    // A claim with every guard on, as an application makes it.
+    let claim = |pool: &str| {
+        rt().block_on(async {
+            let store = StoreConfig::from_url(&url)
+                .map_err(|e| e.to_string())?
+                .connect()
+                .await
+                .map_err(|e| e.to_string())?;
+            let strategy: Arc<dyn DynStrategy> = Arc::new(store);
+            Ok::<_, String>(strategy.acquire_dyn(&spec(pool, 2, "cli"), CEILING).await)
+        })
+    };
+    let outcome = (|| {
+        expect_code(&prepare(&["--pool", "first"]), 0)?;
+        if let Err(e) = claim("first")? {
+            return Err(format!("the pool prepared with its table waited: {e}"));
+        }
+        expect_code(&prepare(&["--pool", "second"]), 0)?;
+        let waits = |when: &str| match claim("second") {
+            Ok(Err(leasehold::AcquireError::StoreRestarted { .. })) => Ok(()),
+            other => Err(format!(
+                "{when}, a pool first prepared on the table that was there answered {other:?}, \
+                 not StoreRestarted"
+            )),
+        };
+        waits("with no --new-pool")?;
+        // Nobody can confirm on a pipe: nothing changes.
+        expect_code(&prepare(&["--pool", "second", "--new-pool"]), 6)?;
+        waits("after --new-pool was not confirmed")?;
+        expect_code(&prepare(&["--pool", "second", "--new-pool", "--yes"]), 0)?;
+        if let Err(e) = claim("second")? {
+            return Err(format!("the pool declared new waited: {e}"));
+        }
+        // --new-pool names a pool.
+        expect_code(&prepare(&["--new-pool", "--yes"]), 2)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
+}
+
 fn offline_trials() -> Vec<Trial> {
     let t = |name: &str, f: fn() -> TestResult| {
         Trial::test(format!("offline::{name}"), move || {
@@ -1795,6 +1833,10 @@ fn offline_trials() -> Vec<Trial> {
         })
     };
     vec![
+        t(
+            "prepare_declares_a_sql_pool_new_only_when_told",
+            prepare_declares_a_sql_pool_new_only_when_told,
+        ),
         t("help_documents_exit_codes", || {
             let o = run(&["--help"]);
             expect_code(&o, 0)?;
@@ -2248,10 +2290,6 @@ fn groups() -> Vec<Group> {
                 ("doctor", sqlite_doctor as StoreTest),
                 ("doctor_missing_table_fails", sqlite_missing_table),
                 ("revoke_asks_on_a_terminal", revoke_asks_on_a_terminal),
-                (
-                    "prepare_new_pool_is_a_usage_error",
-                    new_pool_elsewhere_is_a_usage_error,
-                ),
                 ("watch_redraws_on_a_terminal", watch_redraws_on_a_terminal),
             ],
             server: false,

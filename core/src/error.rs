@@ -148,10 +148,11 @@ pub enum AcquireError {
         /// How to fix it.
         fix: String,
     },
-    /// The store restarted, or failed over to a replica, recently and may
-    /// have forgotten leases it had acknowledged: no slot is granted until
-    /// every lease granted before has expired (the restart guard, and on
-    /// Valkey/Redis the promotion guard). Retryable.
+    /// The store restarted, or failed over to a replica, recently, or lost
+    /// the pool's records (SQL: a truncated or emptied table), and may have
+    /// forgotten leases it had acknowledged: no slot is granted until every
+    /// lease granted before has expired (the restart guard, the promotion
+    /// guard, SQL's wipe guard). Retryable.
     StoreRestarted {
         /// How long until grants resume.
         resume_in: Duration,
@@ -212,9 +213,10 @@ impl fmt::Display for AcquireError {
             ),
             Self::StoreRestarted { resume_in } => write!(
                 f,
-                "the lease store restarted or failed over to a replica recently and may have \
-                 lost leases it had acknowledged; no slot is granted for another {resume_in:?}, \
-                 until every lease from before has expired (retryable)"
+                "the lease store restarted or failed over to a replica recently, or lost the \
+                 pool's records (a wiped table), and may have lost leases it had acknowledged; \
+                 no slot is granted for another {resume_in:?}, until every lease from before \
+                 has expired (retryable)"
             ),
             Self::OtherIdFormat {
                 pool,

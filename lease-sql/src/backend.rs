@@ -90,7 +90,13 @@ pub(crate) trait Ops: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>>;
     fn ensure_table(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     fn check_schema(&self) -> BoxFuture<'_, Result<(), SqlError>>;
-    fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), SqlError>>;
+    /// The table, `pool`'s record and rows; `declared_new`: the caller says
+    /// the pool has no holder (see `Backend::prepare_pool`).
+    fn ensure_pool<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        declared_new: bool,
+    ) -> BoxFuture<'a, Result<(), SqlError>>;
     fn ping(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     fn ensure_fence_table<'a>(&'a self, t: &'a TableName) -> BoxFuture<'a, Result<(), SqlError>>;
     fn close(&self) -> BoxFuture<'_, ()>;
@@ -354,11 +360,12 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
         })
     }
 
-    fn ensure_pool<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), SqlError>> {
-        Box::pin(async move {
-            self.ensure_table().await?;
-            self.populate(pool).await
-        })
+    fn ensure_pool<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+        declared_new: bool,
+    ) -> BoxFuture<'a, Result<(), SqlError>> {
+        Box::pin(self.prepare_pool(pool, declared_new))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), SqlError>> {

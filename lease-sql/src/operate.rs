@@ -8,7 +8,7 @@ use leasehold_core::{
     BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
 
-use crate::statements::POOL_ROW;
+use crate::statements::RECORD_ROW;
 use crate::tls::Mode;
 use crate::{Engine, SqlError, SqlStrategy, sqlx};
 
@@ -76,11 +76,12 @@ impl SqlStrategy {
         let table = self.table().as_str();
         #[cfg(feature = "postgres")]
         if let Some(p) = self.postgres() {
-            // The pool's own row (its ID format, restart span) is not a slot.
-            let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = $1 AND slot < {POOL_ROW}");
+            // The pool's own rows (its ID format, its record) are not slots.
+            let sql =
+                format!("SELECT COUNT(*) FROM {table} WHERE pool = $1 AND slot < {RECORD_ROW}");
             return sqlx::query_scalar(&sql).bind(pool).fetch_one(p).await;
         }
-        let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = ? AND slot < {POOL_ROW}");
+        let sql = format!("SELECT COUNT(*) FROM {table} WHERE pool = ? AND slot < {RECORD_ROW}");
         #[cfg(feature = "mysql")]
         if let Some(p) = self.mysql() {
             // The pool column is VARBINARY on MySQL/MariaDB: compare bytes.
@@ -332,6 +333,13 @@ impl Operate for SqlStrategy {
                 None => self.ensure_table().await.map_err(from_sql),
             }
         })
+    }
+
+    fn prepare_new_pool<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move { self.ensure_new_pool(pool).await.map_err(from_sql) })
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

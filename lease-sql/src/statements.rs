@@ -64,6 +64,14 @@ pub(crate) const ID_FORMAT_COLUMNS: [&str; 1] = ["id_format"];
 /// so no claim, count, renewal, revoke or inspection of slots reaches the
 /// row (inspection bounds it explicitly, and its fence stays 0 as well).
 pub(crate) const POOL_ROW: u32 = 2_147_483_647;
+
+/// The slot number of a pool's record row: in `acquired_at`, since when
+/// claims may trust that the pool's rows were not deleted while holders ran
+/// (see [`Statements::record_pool`]). A row apart from [`POOL_ROW`], whose
+/// insertion decides which ID format a pool records first. Like it, beyond
+/// every slot a pool can have, with fence 0; the lowest of a pool's own
+/// rows, so `slot < RECORD_ROW` selects slot rows only.
+pub(crate) const RECORD_ROW: u32 = POOL_ROW - 1;
 /// The issuer columns of the fence table, added in 0.3
 /// (`migrations/<engine>/0004_leasehold_fence_issuer.sql`;
 /// `FenceTable::ensure` adds them to an older table): the pool and slot
@@ -115,6 +123,9 @@ pub(crate) struct Statements {
     /// Whether claims wait out the promotion guard (set at connect: the
     /// engine reads its incarnation and the guard is not turned off).
     pub(crate) promotion_guarded: bool,
+    /// Whether claims wait out a pool whose record is gone (set at connect:
+    /// on unless the restart guard is turned off).
+    pub(crate) wipe_guarded: bool,
 }
 
 impl Statements {
@@ -158,7 +169,7 @@ impl Statements {
         let count = format!("SELECT COUNT(*) FROM {t} WHERE pool = {pool} AND slot < {slot}");
         let inspect = format!(
             "SELECT slot, token, fence, holder, floor_ms, {}, {}, {} FROM {t} \
-             WHERE pool = {} AND fence > 0 AND slot < {POOL_ROW} ORDER BY slot",
+             WHERE pool = {} AND fence > 0 AND slot < {RECORD_ROW} ORDER BY slot",
             D::micros_between(now, "expires_at"),
             D::micros_between("renewed_at", now),
             D::micros_between("acquired_at", now),
@@ -196,6 +207,7 @@ impl Statements {
             version: version.to_owned(),
             guarded: false,
             promotion_guarded: false,
+            wipe_guarded: false,
         }
     }
 
@@ -267,6 +279,94 @@ impl Statements {
         ))
     }
 
+    /// The wipe guard's microseconds until grants resume for `spec`: the
+    /// pool's restart span after its record's time, the record being the
+    /// `acquired_at` of the pool's record row ([`RECORD_ROW`]; see
+    /// [`Statements::record_pool`]). A pool without a record (no row, one
+    /// without a time, or one written for another table of the same name:
+    /// [`Dialect::table_identity`]) answers a full span: its rows may have
+    /// been deleted, with every lease of it, while holders still generate,
+    /// and nothing says since when, so nothing is granted until a claim has
+    /// recorded when it first saw them gone and a span has passed since. A
+    /// record older than any restart span ([`LONGEST_SPAN_MICROS`]: a pool
+    /// declared new, or recorded long ago) answers at once, without reading
+    /// the pool's spans.
+    fn pool_resume_in<D: Dialect>(&self, spec: &PoolSpec) -> Option<String> {
+        if !self.wipe_guarded {
+            return None;
+        }
+        let span = self.span_micros::<D>(spec);
+        let since = D::micros_between("acquired_at", D::NOW);
+        Some(format!(
+            "COALESCE((SELECT CASE WHEN acquired_at IS NULL THEN {span} \
+             WHEN {since} > {LONGEST_SPAN_MICROS} THEN -1 ELSE ({span}) - {since} END \
+             FROM {} WHERE {} AND {}), {span})",
+            self.table,
+            record_row(spec.name().as_str()),
+            self.same_table::<D>(),
+        ))
+    }
+
+    /// The condition that a record row was written for this very table
+    /// ([`Dialect::table_identity`], kept in `holder`): always true where
+    /// the engine has no identity.
+    fn same_table<D: Dialect>(&self) -> String {
+        match D::table_identity(&self.table) {
+            Some(identity) => format!("COALESCE(holder = {identity}, 1 = 0)"),
+            None => "1 = 1".to_owned(),
+        }
+    }
+
+    /// Binds nothing: 1 when `pool` has its record (its record row with a
+    /// time, written for this table), 0 when not.
+    pub(crate) fn pool_recorded<D: Dialect>(&self, pool: &str) -> String {
+        format!(
+            "SELECT COUNT(*) FROM {} WHERE {} AND acquired_at IS NOT NULL AND {}",
+            self.table,
+            record_row(pool),
+            self.same_table::<D>(),
+        )
+    }
+
+    /// The statements that write `pool`'s record: its record row ([`RECORD_ROW`])
+    /// with `since` (an SQL time: now for a pool first seen without a
+    /// record, [`Dialect::LONG_AGO`] for a pool declared new) in
+    /// `acquired_at`, and the table's identity, where the engine has one
+    /// ([`Dialect::table_identity`]), in `holder`. The row is inserted if
+    /// missing; a row without a time (written by hand) or written for
+    /// another table of the same name (a restored one) gets `since`; a
+    /// record of this table keeps its time, unless `overwrite` (a pool
+    /// declared new: nothing waits).
+    pub(crate) fn record_pool<D: Dialect>(
+        &self,
+        pool: &str,
+        since: &str,
+        overwrite: bool,
+    ) -> [String; 2] {
+        let t = &self.table;
+        let row = record_row(pool);
+        let identity = D::table_identity(t).unwrap_or_else(|| "NULL".to_owned());
+        let unless = if overwrite {
+            String::new()
+        } else {
+            format!(
+                " AND NOT (acquired_at IS NOT NULL AND {})",
+                self.same_table::<D>()
+            )
+        };
+        [
+            D::insert_missing(
+                t,
+                "pool, slot, acquired_at, holder",
+                &format!("('{pool}', {RECORD_ROW}, {since}, {identity})"),
+                "pool, slot",
+            ),
+            format!(
+                "UPDATE {t} SET acquired_at = {since}, holder = {identity} WHERE {row}{unless}"
+            ),
+        ]
+    }
+
     /// The restart guard's microseconds until grants resume for `spec` (see
     /// [`Dialect::resume_in_micros`]), when the guard is on.
     ///
@@ -284,10 +384,16 @@ impl Statements {
         } else {
             None
         };
-        match (restart, self.promotion_resume_in::<D>(spec)) {
-            (Some(a), Some(b)) => Some(D::greatest(&a, &b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.promotion_resume_in::<D>(spec),
+            self.pool_resume_in::<D>(spec),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(restart, |all, b| match all {
+            Some(a) => Some(D::greatest(&a, &b)),
+            None => Some(b),
+        })
     }
 
     /// The acquisition, as one text statement (or, on MySQL, one
@@ -416,6 +522,11 @@ pub(crate) const INCARNATION_POOL: &str = "~incarnation";
 /// The condition that selects the promotion guard's record.
 fn incarnation_row() -> String {
     pool_row(INCARNATION_POOL)
+}
+
+/// The condition that selects `pool`'s record row ([`RECORD_ROW`]).
+fn record_row(pool: &str) -> String {
+    format!("pool = '{pool}' AND slot = {RECORD_ROW}")
 }
 
 /// The condition that selects `pool`'s own row ([`POOL_ROW`]).

@@ -213,13 +213,34 @@ impl SqlStrategy {
         self.ops.check_schema().await
     }
 
-    /// Creates the lease table if needed and the rows of slots `0..pool.size()`
-    /// (idempotent: existing rows, their fences and holders are kept). Run it
-    /// at deployment or startup; acquisition also adds missing rows by itself
-    /// when it finds a pool short of them, but never creates the table.
+    /// Creates the lease table if needed, the pool's record and the rows of
+    /// slots `0..pool.size()` (idempotent: existing rows, their fences and
+    /// holders are kept). Run it at deployment or startup; acquisition also
+    /// adds missing rows by itself when it finds a pool short of them, but
+    /// never creates the table.
+    ///
+    /// The record is what tells a claim that the pool's rows were not
+    /// deleted while holders ran (a truncated or emptied table): a pool
+    /// without one is held back for a span (its TTL plus twice its
+    /// `max_clock_skew`) from when it was first seen without it. This call
+    /// records a pool as new, with nothing to wait for, only when it found
+    /// the table missing; on a table that was there it records a missing
+    /// record as first seen now, which a new pool and a wiped one share
+    /// (see [`SqlStrategy::ensure_new_pool`]).
     /// Errors as [`SqlStrategy::ensure_table`]'s.
     pub async fn ensure_pool(&self, pool: &PoolSpec) -> Result<(), SqlError> {
-        self.ops.ensure_pool(pool).await
+        self.ops.ensure_pool(pool, false).await
+    }
+
+    /// [`SqlStrategy::ensure_pool`], and the pool recorded as **new**: its
+    /// claims wait for nothing, also where a claim has found its rows gone
+    /// and is waiting out a span. Use it only with every holder of the pool
+    /// stopped (a pool just added, or a wiped table after every process of
+    /// the pool has ended): a holder still generating could be handed its
+    /// slot's IDs twice.
+    /// Errors as [`SqlStrategy::ensure_table`]'s.
+    pub async fn ensure_new_pool(&self, pool: &PoolSpec) -> Result<(), SqlError> {
+        self.ops.ensure_pool(pool, true).await
     }
 
     /// Revokes the lease on `slot` of `pool` behind its holder's back, as an

@@ -22,9 +22,10 @@ use leasehold_sql::{SqlConfig, SqlStrategy};
 
 const POOL: &str = "failover";
 
-/// The pool's slot row once a release of it has reached the replica.
-const RELEASED: &str =
-    "SELECT COUNT(*) FROM leasehold_leases WHERE pool = 'failover' AND token IS NULL";
+/// The pool's slot row once a release of it has reached the replica (slot
+/// 0: the pool's own rows have no token either).
+const RELEASED: &str = "SELECT COUNT(*) FROM leasehold_leases WHERE pool = 'failover' AND slot = 0 \
+     AND token IS NULL";
 
 /// The promotion guard's record (`statements::INCARNATION_POOL`).
 const RECORD: &str = "pool = '~incarnation'";
@@ -387,16 +388,17 @@ async fn a_renewal_whose_wait_for_the_synchronous_standby_was_cancelled_is_not_r
     );
 }
 
-/// Waits until the standby has replayed the pool's row.
+/// Waits until the standby has replayed the pool's slot row.
 async fn wait_standby_has_the_pool(pair: &PgPair) {
     let standby = sqlx::PgPool::connect(&pair.standby_url()).await.unwrap();
     let limit = Instant::now() + Duration::from_secs(60);
     loop {
-        let n: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM leasehold_leases WHERE pool = 'failover'")
-                .fetch_one(&standby)
-                .await
-                .unwrap_or(0);
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM leasehold_leases WHERE pool = 'failover' AND slot = 0",
+        )
+        .fetch_one(&standby)
+        .await
+        .unwrap_or(0);
         if n == 1 {
             break;
         }

@@ -73,7 +73,8 @@ impl Stores for Sql {
         Box::pin(async move { Ok(Arc::new(connect(url).await?) as Store) })
     }
 
-    /// The table and the pool's rows, then (PostgreSQL) a checkpoint: with
+    /// The table and the pool's rows (the pool declared new), then
+    /// (PostgreSQL) a checkpoint: with
     /// `synchronous_commit = off` a crash would otherwise lose the table too,
     /// which is refused as a missing schema and proves nothing about leases.
     fn prepare<'a>(
@@ -84,7 +85,8 @@ impl Stores for Sql {
         Box::pin(async move {
             // Tables and rows only: no lease is taken on this connection.
             let s = connect_with(SqlConfig::new(url).restart_guard(false)).await?;
-            let mut r = s.ensure_pool(pool).await.map_err(|e| e.to_string());
+            // The tests' pools are fresh: nobody has held them.
+            let mut r = s.ensure_new_pool(pool).await.map_err(|e| e.to_string());
             if let (Ok(()), Some(pg)) = (&r, s.postgres()) {
                 r = sqlx::raw_sql("CHECKPOINT")
                     .execute(pg)

@@ -300,6 +300,16 @@ impl Operate for ValkeyStrategy {
         })
     }
 
+    /// [`ValkeyStrategy::declare_new_pool`]: the pool's first claim waits
+    /// for nothing. Only with every holder of the pool stopped; refused
+    /// while a slot of the pool has a lease.
+    fn prepare_new_pool<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move { self.declare_new_pool(pool).await.map_err(from_valkey) })
+    }
+
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             vec![

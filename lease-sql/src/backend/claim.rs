@@ -8,6 +8,7 @@ use sqlx::{ColumnIndex, Row};
 
 use super::Backend;
 use crate::dialect::{Dialect, with_sqlx_bounds};
+use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::statements::POOL_ROW;
 
@@ -38,12 +39,12 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                     // No free slot: the restart guard holds, or the pool is
                     // full, or it lacks rows (never prepared, or it grew).
                     // Rare path: check, count, fill, retry once.
-                    match self.resume_in(pool).await {
+                    match self.guard_holds(pool).await {
                         Ok(Some(resume_in)) => {
                             return Err(AcquireError::StoreRestarted { resume_in });
                         }
                         Ok(None) => {}
-                        Err(f) => return Err(self.to_sql_error(f).await.into()),
+                        Err(e) => return Err(e.into()),
                     }
                     // The lowest free slot holds a floor or fence no claim
                     // can trust: final, until an operator repairs it.
@@ -139,16 +140,40 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         }
     }
 
-    /// How long the restart guard still holds for leases of `pool`, if it
-    /// does.
-    async fn resume_in(&self, pool: &PoolSpec) -> Result<Option<Duration>, Failure> {
-        let Some(expr) = self.sql.resume_in::<D>(pool) else {
-            return Ok(None);
+    /// How long the guards still hold for leases of `pool`, if they do.
+    /// A pool found without its record (its rows deleted, or never
+    /// prepared) is recorded as first seen now, and waits a span from then.
+    async fn guard_holds(&self, pool: &PoolSpec) -> Result<Option<Duration>, SqlError> {
+        let (resume_in, recorded) = match self.resume_in(pool).await {
+            Ok(read) => read,
+            Err(f) => return Err(self.to_sql_error(f).await),
         };
-        let sql = format!("SELECT {expr}");
-        let micros: Option<i64> = self
+        if recorded || !self.sql.wipe_guarded {
+            return Ok(resume_in);
+        }
+        if self.record_pool(pool, D::NOW, false).await? {
+            warn_records_gone(&self.info, pool, "a claim");
+        }
+        match self.resume_in(pool).await {
+            Ok((resume_in, _)) => Ok(resume_in),
+            Err(f) => Err(self.to_sql_error(f).await),
+        }
+    }
+
+    /// How long the guards still hold for leases of `pool`, if they do, and
+    /// whether the pool has its record.
+    async fn resume_in(&self, pool: &PoolSpec) -> Result<(Option<Duration>, bool), Failure> {
+        let Some(expr) = self.sql.resume_in::<D>(pool) else {
+            return Ok((None, true));
+        };
+        let sql = format!(
+            "SELECT {expr}, ({})",
+            self.sql.pool_recorded::<D>(pool.name().as_str())
+        );
+        let (micros, recorded): (Option<i64>, i64) = self
             .timed("restart guard", async {
-                self.fetch_one(sqlx::raw_sql(&sql)).await?.try_get(0)
+                let row = self.fetch_one(sqlx::raw_sql(&sql)).await?;
+                Ok((row.try_get(0)?, row.try_get(1)?))
             })
             .await?;
         let micros = micros.ok_or_else(|| {
@@ -157,10 +182,11 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 self.info.version
             ))
         })?;
-        Ok(u64::try_from(micros)
+        let resume_in = u64::try_from(micros)
             .ok()
             .filter(|&m| m > 0)
-            .map(Duration::from_micros))
+            .map(Duration::from_micros);
+        Ok((resume_in, recorded > 0))
     }
 
     async fn count_rows(&self, pool: &PoolSpec) -> Result<u64, Failure> {
@@ -245,4 +271,21 @@ where
         floor: Floor(floor),
         now,
     })
+}
+
+/// Says why claims of `pool` wait: `who` found its record missing and
+/// recorded it as first seen now.
+pub(super) fn warn_records_gone(info: &super::Info, pool: &PoolSpec, who: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        store = %info.identity,
+        pool = %pool.name(),
+        "the pool's records are gone ({who} found none): the table may have been wiped or \
+         restored, or the pool is new; waiting out the span until {:?} from now, when every \
+         holder that may still generate has stopped (a new pool whose holders are all stopped \
+         can be prepared as new instead: SqlStrategy::ensure_new_pool)",
+        pool.restart_span()
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (info, pool, who);
 }

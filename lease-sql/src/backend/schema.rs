@@ -17,6 +17,18 @@ use crate::statements::{
 const POPULATE_CHUNK: u32 = 1000;
 with_sqlx_bounds!([impl<D> Backend<D>] {
     pub(super) async fn ensure_table(&self) -> Result<(), SqlError> {
+        self.create_table().await.map(drop)
+    }
+
+    /// Creates the lease table if it does not exist, and migrates an older
+    /// one; answers whether the table was missing when this call began
+    /// (created by it, or by a concurrent call at the same moment: either
+    /// way a table no holder can have claimed in before).
+    async fn create_table(&self) -> Result<bool, SqlError> {
+        let missing = match self.timed("schema check", self.column_names()).await {
+            Ok(columns) => columns.is_empty(),
+            Err(f) => return Err(self.to_sql_error(f).await),
+        };
         let ddl = D::create_table(&self.sql.table);
         if let Err(f) = self
             .bounded(
@@ -33,7 +45,58 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 _ => return Err(self.to_sql_error(f).await),
             }
         }
-        self.add_floor_columns().await
+        self.add_floor_columns().await?;
+        Ok(missing)
+    }
+
+    /// What `prepare` does for a pool: the table (created or migrated), the
+    /// pool's record, then its rows. The record is written before the rows,
+    /// so rows never stand without it for a claim to take.
+    ///
+    /// A pool without a record is recorded as new (nothing to wait for)
+    /// only when nobody can have held it: the table was missing when this
+    /// call began, or the caller declares it (`declared_new`, with every
+    /// holder of the pool stopped; it replaces a record a claim made when
+    /// it found the pool's rows gone). On a table that was there, a missing
+    /// record is recorded as first seen now: the pool may be new, or its
+    /// rows deleted while holders run, which nothing in the table tells
+    /// apart, so claims wait out a span.
+    pub(super) async fn prepare_pool(
+        &self,
+        pool: &PoolSpec,
+        declared_new: bool,
+    ) -> Result<(), SqlError> {
+        let created = self.create_table().await?;
+        if created || declared_new {
+            self.record_pool(pool, D::LONG_AGO, declared_new).await?;
+        } else if self.record_pool(pool, D::NOW, false).await? {
+            super::claim::warn_records_gone(&self.info, pool, "prepare");
+        }
+        self.populate(pool).await
+    }
+
+    /// Writes `pool`'s record (see `Statements::record_pool`); whether a
+    /// statement changed a row.
+    pub(super) async fn record_pool(
+        &self,
+        pool: &PoolSpec,
+        since: &str,
+        overwrite: bool,
+    ) -> Result<bool, SqlError> {
+        let mut wrote = false;
+        for sql in self
+            .sql
+            .record_pool::<D>(pool.name().as_str(), since, overwrite)
+        {
+            match self
+                .timed("recording the pool", self.execute(sqlx::raw_sql(&sql)))
+                .await
+            {
+                Ok(n) => wrote |= n > 0,
+                Err(f) => return Err(self.to_sql_error(f).await),
+            }
+        }
+        Ok(wrote)
     }
 
     /// Migrates an older table: adds the floor, span and ID-format columns

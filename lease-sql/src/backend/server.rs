@@ -15,6 +15,11 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     /// read the server's start, in one round trip; refuses a server that
     /// can forget acknowledged writes when `config` requires durability.
     pub(super) async fn check_server(&mut self, config: &SqlConfig) -> Result<(), SqlError> {
+        // A pool whose rows are gone (a truncated or emptied table, a
+        // pool's rows deleted) lost its holders' leases while they still
+        // generate: on every engine, unless the restart guard is turned off.
+        self.sql.wipe_guarded = config.restart_guard
+            && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         let version = self.info.version.clone();
         let settings = D::durability_columns(&version);
         let guard = D::resume_in_micros("1000000", &version);

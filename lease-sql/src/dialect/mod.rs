@@ -217,6 +217,10 @@ pub(crate) trait Dialect: sqlx::Database {
     const RANDOM_START: bool;
     /// The server's current time, in the representation of the time columns.
     const NOW: &'static str;
+    /// A time long past, in the representation of the time columns: what a
+    /// pool's record holds when nothing need be waited for (a pool declared
+    /// new).
+    const LONG_AGO: &'static str;
     /// Lists the columns of the table named by the one parameter.
     const COLUMNS: &'static str;
     /// The server's clock now, as a `BIGINT` of microseconds since the Unix
@@ -307,6 +311,14 @@ pub(crate) trait Dialect: sqlx::Database {
     /// guard is then off). `version` is the server as it described itself
     /// at connect.
     fn incarnation(_version: &str) -> Option<Incarnation> {
+        None
+    }
+    /// An SQL text expression naming the lease table `t` (quoted) as the
+    /// server keeps it, which changes when the table is dropped and created
+    /// again (a restore of a dump that recreates it), where the engine has
+    /// one: each pool's record keeps it, and a record of another table is
+    /// no record. `None` where the engine has none.
+    fn table_identity(_t: &str) -> Option<String> {
         None
     }
     /// The promotion guard's record statements (`;`-separated), sent ahead

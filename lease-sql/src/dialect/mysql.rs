@@ -34,6 +34,7 @@ impl Dialect for MySql {
     const QUOTE: char = '`';
     const RANDOM_START: bool = true;
     const NOW: &'static str = "CURRENT_TIMESTAMP(6)";
+    const LONG_AGO: &'static str = "TIMESTAMP '1970-01-01 00:00:01'";
     const NOW_MICROS: &'static str =
         "CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(6)) * 1000000 AS SIGNED)";
     const RENEW_AS_TEXT: bool = true;

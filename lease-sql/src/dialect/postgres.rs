@@ -25,6 +25,7 @@ impl Dialect for Postgres {
     const QUOTE: char = '"';
     const RANDOM_START: bool = false;
     const NOW: &'static str = "CURRENT_TIMESTAMP(6)";
+    const LONG_AGO: &'static str = "TIMESTAMPTZ '1970-01-01 00:00:00+00'";
     // Equality of text under the database's (always deterministic) default
     // collation is byte equality; VARCHAR does not pad.
     const FORMAT_TYPE: &'static str = "VARCHAR(200)";
@@ -76,6 +77,14 @@ impl Dialect for Postgres {
             first: Some("'timeline 00000001'"),
             long_ago: "TIMESTAMPTZ '1970-01-01 00:00:00+00'",
         })
+    }
+
+    /// The table's OID: a table dropped and created again has another;
+    /// `ALTER TABLE`, `TRUNCATE` and `VACUUM FULL` keep it.
+    fn table_identity(t: &str) -> Option<String> {
+        Some(format!(
+            "'table ' || CAST(CAST(CAST('{t}' AS regclass) AS oid) AS text)"
+        ))
     }
 
     fn durability_columns(_version: &str) -> Option<&'static str> {

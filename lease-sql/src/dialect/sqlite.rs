@@ -32,6 +32,7 @@ impl Dialect for Sqlite {
     const QUOTE: char = '"';
     const RANDOM_START: bool = false;
     const NOW: &'static str = "strftime('%Y-%m-%d %H:%M:%f','now')";
+    const LONG_AGO: &'static str = "'1970-01-01 00:00:00.000'";
     const COLUMNS: &'static str = "SELECT name AS c FROM pragma_table_info(?)";
     const FLOOR_TYPE: &'static str = "INTEGER";
     // TEXT compares with the BINARY collation: byte for byte, unpadded.

@@ -126,7 +126,7 @@ async fn expect_refused(s: &SqlStrategy, pool: &PoolSpec, needles: &[&str]) -> O
 async fn a_negative_floor_holds_claims_back_and_ends_a_renewal(b: Arc<Sql>) -> Outcome {
     let s = b.strategy().await?;
     let pool = fresh_pool(1, Duration::from_secs(60))?;
-    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    s.ensure_new_pool(&pool).await.map_err(|e| e.to_string())?;
     plant(&s, &pool, 0, "floor_ms", "-5").await?;
     expect_refused(&s, &pool, &["floor_ms", "-5"]).await?;
     let (floor, free) = row(&s, &pool, 0, "floor_ms").await?;
@@ -187,7 +187,7 @@ async fn a_negative_floor_holds_claims_back_and_ends_a_renewal(b: Arc<Sql>) -> O
 async fn a_fence_at_the_largest_the_column_holds_holds_claims_back(b: Arc<Sql>) -> Outcome {
     let s = b.strategy().await?;
     let pool = fresh_pool(1, Duration::from_secs(60))?;
-    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    s.ensure_new_pool(&pool).await.map_err(|e| e.to_string())?;
     let max = max_fence(&s);
     plant(&s, &pool, 0, "fence", max).await?;
     expect_refused(&s, &pool, &["fence", max]).await?;
@@ -224,7 +224,7 @@ async fn a_fence_at_the_largest_the_column_holds_holds_claims_back(b: Arc<Sql>) 
 async fn a_floor_or_fence_that_is_not_an_integer_holds_claims_back(b: Arc<Sql>) -> Outcome {
     let s = b.strategy().await?;
     let pool = fresh_pool(1, Duration::from_secs(60))?;
-    s.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    s.ensure_new_pool(&pool).await.map_err(|e| e.to_string())?;
     for (column, value, shown) in [
         ("floor_ms", "'abc'", "'abc'"),
         ("floor_ms", "1.5", "1.5"),
