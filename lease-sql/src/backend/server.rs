@@ -1,5 +1,7 @@
-//! What connect checks of the server: its durability settings, and that the
-//! restart guard can read when it started.
+//! What connect checks of the server: its durability settings, its
+//! replication (a replica is refused; a primary that can split brain is
+//! reported, or refused on request), and that the restart guard can read
+//! when it started.
 
 use leasehold_core::{Durability, Reason};
 use sqlx::Row;
@@ -11,16 +13,21 @@ use crate::error::SqlError;
 use crate::failure::Failure;
 
 with_sqlx_bounds!([impl<D> Backend<D>] {
-    /// Reads the durability settings and checks that the restart guard can
-    /// read the server's start, in one round trip; refuses a server that
-    /// can forget acknowledged writes when `config` requires durability.
+    /// Reads the durability and replication settings and checks that the
+    /// restart guard can read the server's start, in one round trip;
+    /// refuses a replica, a server that can forget acknowledged writes when
+    /// `config` requires durability, and one that can split brain when
+    /// `config` refuses that.
     pub(super) async fn check_server(&mut self, config: &SqlConfig) -> Result<(), SqlError> {
         let version = self.info.version.clone();
         let settings = D::durability_columns(&version);
+        let replication = super::replication::columns(D::ENGINE, &version);
+        let replication_n = super::replication::count(D::ENGINE, &version);
         let guard = D::resume_in_micros("1000000", &version);
         let columns: Vec<String> = settings
             .map(str::to_owned)
             .into_iter()
+            .chain(replication.map(str::to_owned))
             .chain(guard.as_ref().map(|g| format!("CAST({g} AS {})", D::TEXT_TYPE)))
             .collect();
         if columns.is_empty() {
@@ -41,15 +48,17 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                     Failure::Denied(m) => self.denied(m).await,
                     Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
                         what: m,
-                        fix: "let the lease user read the server's durability settings and its \
-                              uptime (MySQL 8: SELECT on performance_schema.global_status)"
+                        fix: "let the lease user read the server's durability and replication \
+                              settings and its uptime (MySQL 8: SELECT on \
+                              performance_schema.global_status)"
                             .to_owned(),
                     },
                 });
             }
         };
         // Every column of the row: the settings (as many as the dialect's
-        // query selects), then the guard's answer when there is a guard.
+        // query selects), the replication columns, then the guard's answer
+        // when there is a guard.
         let values = (0..row.len())
             .map(|i| row.try_get::<Option<String>, _>(i))
             .collect::<Result<Vec<_>, _>>()
@@ -57,11 +66,16 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 what: format!("reading the server's durability settings ({sql}): {e}"),
                 fix: "report this as a leasehold bug, with the server version".to_owned(),
             })?;
-        let settings_read: Vec<String> = values
+        let settings_n = values.len() - replication_n - usize::from(guard.is_some());
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        let settings_read: Vec<String> = values.iter().take(settings_n).map(text).collect();
+        let replication_read: Vec<String> = values
             .iter()
-            .take(values.len() - usize::from(guard.is_some()))
-            .map(|v| v.clone().unwrap_or_default())
+            .skip(settings_n)
+            .take(replication_n)
+            .map(text)
             .collect();
+        self.check_replication(config, &replication_read)?;
         self.info.durability = Durability {
             risks: D::durability_risks(&settings_read),
         };
@@ -122,6 +136,39 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 durability = %self.info.durability,
                 "the lease store can forget leases it acknowledged after a crash; the restart \
                  guard holds grants back after a restart, but a failover is not covered"
+            );
+        }
+        Ok(())
+    }
+
+    /// Judges the replication columns read at connect: a replica is
+    /// refused, and so is a primary that can split brain when `config`
+    /// says so; otherwise such a primary is a warning.
+    fn check_replication(&mut self, config: &SqlConfig, read: &[String]) -> Result<(), SqlError> {
+        let judged = super::replication::judge(D::ENGINE, &self.info.version, read);
+        self.info.replication = judged.replication;
+        let refusal = match judged.replica {
+            Some((what, fix)) => Some(SqlError::Replica { what, fix }),
+            None if config.refuse_split_brain && self.info.replication.split_brain.is_some() => {
+                Some(SqlError::SplitBrain(self.info.replication.clone()))
+            }
+            None => None,
+        };
+        if let Some(refusal) = refusal {
+            self.info.replication.refusal = Some(refusal.to_string());
+            return self.refuse(config, refusal);
+        }
+        #[cfg(feature = "tracing")]
+        if let Some(risk) = &self.info.replication.split_brain {
+            tracing::warn!(
+                store = %self.info.identity,
+                server = %self.info.version,
+                replication = %self.info.replication.found,
+                setting = %risk.setting,
+                fix = %risk.fix,
+                "the lease store can split brain: after a failover the old primary goes on \
+                 confirming claims and renewals to the clients a partition left with it; \
+                 refuse_split_brain=true refuses such a store at connect"
             );
         }
         Ok(())
