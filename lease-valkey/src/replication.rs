@@ -84,6 +84,9 @@ pub(crate) fn replica_text(server: &str, read: &Read) -> (String, String) {
 /// has, once its replicas are cut off? `wait` is the configured
 /// `wait_for_replicas`.
 pub(crate) fn judge(read: &Read, wait: Option<(u32, Duration)>) -> Replication {
+    if read.replicas == 0 {
+        return Replication::new("primary with no replica connected (INFO replication)");
+    }
     let min = read.min_replicas.map_or_else(
         || "unknown (CONFIG GET unavailable)".to_owned(),
         |n| n.to_string(),
@@ -101,7 +104,7 @@ pub(crate) fn judge(read: &Read, wait: Option<(u32, Duration)>) -> Replication {
         ));
     }
     let replication = Replication::new(found);
-    if read.replicas == 0 || waits.is_some() || read.min_replicas.is_some_and(|n| n > 0) {
+    if waits.is_some() || read.min_replicas.is_some_and(|n| n > 0) {
         return replication;
     }
     replication.with_risk(SplitBrainRisk {
