@@ -299,13 +299,19 @@ pub fn refusal_check(name: &'static str, refusal: &str) -> Check {
 /// How many round trips the clock and latency checks take.
 pub const DOCTOR_SAMPLES: usize = 5;
 
-/// Every check of `store`: its own ([`Operate::checks`]), its replication
-/// ([`replication_check`]), then the clock
+/// Every check of `store`: its own ([`Operate::checks`]) with its
+/// replication ([`replication_check`]) after its durability, then the clock
 /// (from [`DOCTOR_SAMPLES`] bracketed readings of the store's time) and the
 /// latency (the median of [`DOCTOR_SAMPLES`] pings).
 pub async fn doctor(store: &dyn Operate) -> Vec<Check> {
     let mut checks = store.checks().await;
-    checks.push(replication_check(&store.replication()));
+    // Beside what the store keeps of a write (its durability or
+    // persistence line), else after the store's own checks.
+    let at = checks
+        .iter()
+        .rposition(|c| matches!(c.name, "durability" | "persistence"))
+        .map_or(checks.len(), |i| i + 1);
+    checks.insert(at, replication_check(&store.replication()));
     let mut readings = Vec::new();
     let mut clockless = false;
     for _ in 0..DOCTOR_SAMPLES {
