@@ -225,3 +225,60 @@ async fn mariadb_an_asynchronous_replica_lets_the_primary_split_brain_reported_o
         Ok(s) => panic!("refuse_split_brain accepted {:?}", s.replication()),
     }
 }
+
+/// Semi-synchronous replication in force (the primary's commits wait for
+/// the replica's acknowledgement) closes the split brain: not reported,
+/// and `refuse_split_brain` accepts the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_semi_synchronous_replication_closes_the_split_brain() {
+    let Some(pair) = maria_pair().await else {
+        return;
+    };
+    let replica = sqlx::MySqlPool::connect(&pair.replica_url()).await.unwrap();
+    sqlx::raw_sql(
+        "SET GLOBAL rpl_semi_sync_slave_enabled = ON; STOP SLAVE IO_THREAD; \
+         START SLAVE IO_THREAD",
+    )
+    .execute(&replica)
+    .await
+    .unwrap();
+    replica.close().await;
+    let primary = sqlx::MySqlPool::connect(&pair.primary_url()).await.unwrap();
+    sqlx::raw_sql(
+        "SET GLOBAL rpl_semi_sync_master_enabled = ON; \
+         SET GLOBAL rpl_semi_sync_master_timeout = 3600000",
+    )
+    .execute(&primary)
+    .await
+    .unwrap();
+    let limit = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let clients: String = sqlx::query_scalar(
+            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+             WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'",
+        )
+        .fetch_one(&primary)
+        .await
+        .unwrap();
+        if clients == "1" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < limit,
+            "the replica did not reconnect semi-synchronously in 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    primary.close().await;
+    let s = connect(SqlConfig::new(pair.primary_url()).refuse_split_brain(true))
+        .await
+        .expect("a primary whose commits wait for its replica");
+    assert!(
+        s.replication().split_brain.is_none(),
+        "{:?}",
+        s.replication()
+    );
+    let line = replication_line(&s).await;
+    assert_eq!(line.verdict, Verdict::Ok, "{line}");
+    s.close().await;
+}

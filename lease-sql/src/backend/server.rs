@@ -75,7 +75,9 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             .take(replication_n)
             .map(text)
             .collect();
-        self.check_replication(config, &replication_read)?;
+        // A replica's refusal is answered first; kept (for a look), it comes
+        // after any refusal for durability, so each check reports its own.
+        let replication_refusal = self.check_replication(config, &replication_read)?;
         self.info.durability = Durability {
             risks: D::durability_risks(&settings_read),
         };
@@ -128,6 +130,9 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 },
             )?;
         }
+        if let Some(refusal) = replication_refusal {
+            self.refuse(config, refusal)?;
+        }
         #[cfg(feature = "tracing")]
         if !self.info.durability.is_durable() {
             tracing::warn!(
@@ -143,8 +148,14 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
 
     /// Judges the replication columns read at connect: a replica is
     /// refused, and so is a primary that can split brain when `config`
-    /// says so; otherwise such a primary is a warning.
-    fn check_replication(&mut self, config: &SqlConfig, read: &[String]) -> Result<(), SqlError> {
+    /// says so (answered at once, or, when `config` says not to refuse at
+    /// connect, returned for [`Self::refuse`] to keep); otherwise such a
+    /// primary is a warning.
+    fn check_replication(
+        &mut self,
+        config: &SqlConfig,
+        read: &[String],
+    ) -> Result<Option<SqlError>, SqlError> {
         let judged = super::replication::judge(D::ENGINE, &self.info.version, read);
         self.info.replication = judged.replication;
         let refusal = match judged.replica {
@@ -155,8 +166,11 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             None => None,
         };
         if let Some(refusal) = refusal {
+            if config.refuse_at_connect {
+                return Err(refusal);
+            }
             self.info.replication.refusal = Some(refusal.to_string());
-            return self.refuse(config, refusal);
+            return Ok(Some(refusal));
         }
         #[cfg(feature = "tracing")]
         if let Some(risk) = &self.info.replication.split_brain {
@@ -171,7 +185,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                  refuse_split_brain=true refuses such a store at connect"
             );
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Answers `refusal`, or keeps it (the first) when the configuration
