@@ -10,7 +10,9 @@ use leasehold_conformance::servers::ServerKind;
 use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
 use leasehold_core::operate::doctor;
-use leasehold_core::{AcquireError, Floor, PoolName, PoolSpec, Strategy, Verdict};
+use std::time::{Duration, Instant};
+
+use leasehold_core::{AcquireError, Floor, PoolName, PoolSpec, Renewal, Strategy, Verdict};
 use leasehold_sql::{SqlConfig, SqlError, SqlStrategy};
 
 /// Under CI a missing server fails; elsewhere it is a SKIPPED line.
@@ -58,7 +60,7 @@ fn pool() -> PoolSpec {
     PoolSpec::new(
         PoolName::new("replication").unwrap(),
         1,
-        std::time::Duration::from_secs(10),
+        Duration::from_secs(10),
     )
     .unwrap()
 }
@@ -226,14 +228,10 @@ async fn mariadb_an_asynchronous_replica_lets_the_primary_split_brain_reported_o
     }
 }
 
-/// Semi-synchronous replication in force (the primary's commits wait for
-/// the replica's acknowledgement) closes the split brain: not reported,
-/// and `refuse_split_brain` accepts the primary.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_semi_synchronous_replication_closes_the_split_brain() {
-    let Some(pair) = maria_pair().await else {
-        return;
-    };
+/// Turns semi-synchronous replication on (the replica acknowledges, the
+/// primary's commits wait for it, for up to an hour), and waits until the
+/// primary counts the replica as a semi-synchronous client.
+async fn semi_synchronous(pair: &MariaPair) {
     let replica = sqlx::MySqlPool::connect(&pair.replica_url()).await.unwrap();
     sqlx::raw_sql(
         "SET GLOBAL rpl_semi_sync_slave_enabled = ON; STOP SLAVE IO_THREAD; \
@@ -251,7 +249,7 @@ async fn mariadb_semi_synchronous_replication_closes_the_split_brain() {
     .execute(&primary)
     .await
     .unwrap();
-    let limit = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let limit = Instant::now() + Duration::from_secs(60);
     loop {
         let clients: String = sqlx::query_scalar(
             "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
@@ -264,12 +262,23 @@ async fn mariadb_semi_synchronous_replication_closes_the_split_brain() {
             break;
         }
         assert!(
-            std::time::Instant::now() < limit,
+            Instant::now() < limit,
             "the replica did not reconnect semi-synchronously in 60 s"
         );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     primary.close().await;
+}
+
+/// Semi-synchronous replication in force (the primary's commits wait for
+/// the replica's acknowledgement) closes the split brain: not reported,
+/// and `refuse_split_brain` accepts the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_semi_synchronous_replication_closes_the_split_brain() {
+    let Some(pair) = maria_pair().await else {
+        return;
+    };
+    semi_synchronous(&pair).await;
     let s = connect(SqlConfig::new(pair.primary_url()).refuse_split_brain(true))
         .await
         .expect("a primary whose commits wait for its replica");
@@ -281,4 +290,81 @@ async fn mariadb_semi_synchronous_replication_closes_the_split_brain() {
     let line = replication_line(&s).await;
     assert_eq!(line.verdict, Verdict::Ok, "{line}");
     s.close().await;
+}
+
+/// The split brain `tests/failover.rs` measures on MariaDB
+/// (`mariadb_split_brain_lets_the_old_primarys_clients_renew`), with the
+/// setting the replication line recommends: the replica is promoted while
+/// the old primary still runs, holder A still reaches the old primary, B
+/// the new one. The old primary's commits now wait for a replica it no
+/// longer has, so none of A's renewals there is confirmed once B holds the
+/// slot: A stops at its deadline instead of overlapping B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_split_brain_with_semi_synchronous_replication_stops_the_old_primarys_clients() {
+    let pool = PoolSpec::new(
+        PoolName::new("splitbrain").unwrap(),
+        1,
+        Duration::from_secs(3),
+    )
+    .unwrap()
+    .with_max_clock_skew(Duration::from_millis(100))
+    .unwrap();
+    let Some(mut pair) = maria_pair().await else {
+        return;
+    };
+    semi_synchronous(&pair).await;
+    let a = connect(SqlConfig::new(pair.primary_url()).op_timeout(Duration::from_secs(1)))
+        .await
+        .expect("A on the primary");
+    a.ensure_pool(&pool)
+        .await
+        .expect("the lease table and the pool's rows");
+    let a_grant = a.acquire(&pool, Floor(0)).await.expect("A's claim");
+    tokio::task::block_in_place(|| {
+        pair.wait_replicated(
+            "SELECT COUNT(*) FROM leasehold.leasehold_leases WHERE pool = 'splitbrain' \
+             AND token IS NOT NULL",
+        )
+    })
+    .unwrap();
+    tokio::task::block_in_place(|| pair.promote_replica()).unwrap();
+    let b = loop_connect(SqlConfig::new(pair.url())).await;
+    let limit = Instant::now() + Duration::from_secs(120);
+    let mut before = Vec::new();
+    let b_grant = loop {
+        before.push(a.renew(&pool, &a_grant, Floor(0)).await);
+        match b.acquire(&pool, Floor(0)).await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && Instant::now() < limit => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("B's claim on the promoted replica: {e}"),
+        }
+    };
+    assert_eq!(b_grant.slot, a_grant.slot);
+    let mut after = Vec::new();
+    for _ in 0..3 {
+        after.push(a.renew(&pool, &a_grant, Floor(0)).await);
+    }
+    eprintln!("A's renewals on the old primary before B's grant: {before:?}; after: {after:?}");
+    assert!(
+        after.iter().all(|r| !matches!(r, Renewal::Renewed { .. })),
+        "no renewal on the old primary may be confirmed once its semi-synchronous replica is \
+         gone: {after:?}"
+    );
+}
+
+/// Connects, trying again while the server is unreachable (a promotion in
+/// progress) for up to 60 s.
+async fn loop_connect(config: SqlConfig) -> SqlStrategy {
+    let limit = Instant::now() + Duration::from_secs(60);
+    loop {
+        match connect(config.clone()).await {
+            Ok(s) => return s,
+            Err(e) if e.is_retryable() && Instant::now() < limit => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
 }
