@@ -72,10 +72,10 @@ impl ValkeyStrategy {
         let durability = strategy.read_durability(&url).await?;
         let (mut replication, replication_refusal) =
             strategy.read_replication(&server, &url).await?;
-        if let Some(refusal) = &replication_refusal {
+        if let Some(refusal) = replication_refusal {
             if strategy.inner.config.refuse_at_connect {
                 let _ = strategy.inner.client.quit().await;
-                return Err(replication_refusal.expect("a refusal"));
+                return Err(refusal);
             }
             replication.refusal = Some(refusal.to_string());
         }
