@@ -880,6 +880,7 @@ fn sqlite_doctor(env: &Env) -> TestResult {
             ("ok", "path"),
             ("ok", "schema"),
             ("ok", "durability"),
+            ("ok", "replication"),
             ("n/a", "clock"),
             ("ok|warn", "latency"),
         ],
@@ -924,6 +925,7 @@ fn sql_server_doctor(env: &Env) -> TestResult {
             ("ok", "path"),
             ("ok", "schema"),
             ("FAIL", "durability"),
+            ("ok", "replication"),
             // Plain text on the loopback: no network to read it on.
             ("ok", "tls"),
             ("ok", "grants"),
@@ -1018,6 +1020,7 @@ fn tls_lease_user_doctor(env: &Env) -> TestResult {
             ("ok", "schema"),
             // A durable server: what connect accepts without an opt-in.
             ("ok", "durability"),
+            ("ok", "replication"),
             ("ok", "tls"),
             (grants, "grants"),
             ("ok|warn", "clock"),
@@ -1335,6 +1338,7 @@ fn valkey_doctor(env: &Env) -> TestResult {
             "path",
             "eviction",
             "persistence",
+            "replication",
             "clock",
             "latency",
         ]
@@ -1351,6 +1355,7 @@ fn valkey_doctor(env: &Env) -> TestResult {
         || verdict("persistence") != "FAIL"
         || verdict("tls") != "ok"
         || verdict("grants") != "ok"
+        || verdict("replication") != "ok"
         || code != 1
     {
         return Err(format!("verdicts {pairs:?}, exit {code}"));
@@ -1542,6 +1547,7 @@ fn etcd_doctor(env: &Env) -> TestResult {
             ("n/a", "grants"),
             ("ok", "path"),
             ("n/a", "durability"),
+            ("ok", "replication"),
             ("n/a", "clock"),
             ("ok|warn", "latency"),
         ],
@@ -1556,6 +1562,7 @@ fn k8s_fake_doctor(env: &Env) -> TestResult {
             ("ok", "server"),
             ("ok", "rbac"),
             ("n/a", "durability"),
+            ("ok", "replication"),
             ("n/a", "clock"),
             ("ok|warn", "latency"),
         ],

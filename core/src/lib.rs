@@ -34,6 +34,7 @@ pub mod operate;
 pub mod plant;
 mod pool;
 pub mod rand;
+mod replication;
 mod strategy;
 #[cfg(feature = "tokio")]
 mod telemetry;
@@ -70,6 +71,7 @@ pub use memory::Memory;
 pub use opening::{OpenStore, StoreWait};
 pub use operate::{Check, Operate, OperateError, Verdict};
 pub use pool::{IdFormat, MAX_POOL_SIZE, MAX_TTL, MIN_TTL, PoolName, PoolSpec, default_holder};
+pub use replication::{Replication, SplitBrainRisk};
 pub use strategy::{
     BoxFuture, Capabilities, DynStrategy, Fence, FenceStamp, Floor, Grant, InspectError, Release,
     Renewal, SlotInfo, Strategy,

@@ -19,7 +19,9 @@
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::{BoxFuture, Durability, DynStrategy, InspectError, PoolSpec, Reason, SlotInfo};
+use crate::{
+    BoxFuture, Durability, DynStrategy, InspectError, PoolSpec, Reason, Replication, SlotInfo,
+};
 
 /// An operator's handle on a store: object-safe, so a tool keeps one
 /// `Box<dyn Operate>` whatever the store.
@@ -39,6 +41,14 @@ pub trait Operate: DynStrategy {
     /// Which settings let the store forget a write it acknowledged, as read
     /// at connect. A store with no such setting (etcd, Kubernetes) is durable.
     fn durability(&self) -> Durability;
+
+    /// How the store replicates, as read at connect, and whether a failover
+    /// can leave an old primary confirming writes (a split brain). The
+    /// default: a store that cannot split brain, whose writes are decided
+    /// in one place (SQLite's file, etcd's Raft quorum, Kubernetes' etcd).
+    fn replication(&self) -> Replication {
+        Replication::default()
+    }
 
     /// One round trip to the store.
     fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>>;
@@ -261,6 +271,24 @@ pub fn durability_check(d: &Durability, note: &str) -> Check {
     .fix(fixes.join("; "))
 }
 
+/// The replication check every store shares, from
+/// [`Operate::replication`]: FAIL with the refusal's fixes where `connect`
+/// refuses the store for its replication (a replica, or a setup that can
+/// split brain under `refuse_split_brain`), a warning naming the setting
+/// that closes a split brain where one can happen, else `ok`.
+pub fn replication_check(r: &Replication) -> Check {
+    if let Some(refusal) = &r.refusal {
+        return refusal_check("replication", refusal);
+    }
+    match &r.split_brain {
+        None => Check::new(Verdict::Ok, "replication", r.found.clone()),
+        Some(risk) => Check::new(Verdict::Warn, "replication", r.to_string()).fix(format!(
+            "{}; or refuse such a setup at connect: the URL option refuse_split_brain=true",
+            risk.fix
+        )),
+    }
+}
+
 /// A refusal's text split as a [`Check`] shows it: its first line (what was
 /// refused), and the lines after it (the settings found, the fixes and the
 /// opt-ins, `- ` items), each without its indent, one per line.
@@ -286,11 +314,19 @@ pub fn refusal_check(name: &'static str, refusal: &str) -> Check {
 /// How many round trips the clock and latency checks take.
 pub const DOCTOR_SAMPLES: usize = 5;
 
-/// Every check of `store`: its own ([`Operate::checks`]), then the clock
+/// Every check of `store`: its own ([`Operate::checks`]) with its
+/// replication ([`replication_check`]) after its durability, then the clock
 /// (from [`DOCTOR_SAMPLES`] bracketed readings of the store's time) and the
 /// latency (the median of [`DOCTOR_SAMPLES`] pings).
 pub async fn doctor(store: &dyn Operate) -> Vec<Check> {
     let mut checks = store.checks().await;
+    // Beside what the store keeps of a write (its durability or
+    // persistence line), else after the store's own checks.
+    let at = checks
+        .iter()
+        .rposition(|c| matches!(c.name, "durability" | "persistence"))
+        .map_or(checks.len(), |i| i + 1);
+    checks.insert(at, replication_check(&store.replication()));
     let mut readings = Vec::new();
     let mut clockless = false;
     for _ in 0..DOCTOR_SAMPLES {
@@ -412,6 +448,36 @@ mod tests {
         assert!(c.detail.contains("behind"), "{c}");
         assert!(c.fix.is_some());
         assert_eq!(clock_check(&[]).verdict, Verdict::Warn);
+    }
+
+    /// A store that cannot split brain passes; one that can is a warning
+    /// naming the setting that closes it and the opt-in that refuses it;
+    /// one `connect` refused for its replication FAILs with the refusal's
+    /// lines.
+    #[test]
+    fn the_replication_check_warns_of_a_split_brain_and_fails_a_refusal() {
+        let c = replication_check(&Replication::default());
+        assert_eq!(c.verdict, Verdict::Ok, "{c}");
+        let risky = Replication::new("primary, 1 replica").with_risk(crate::SplitBrainRisk {
+            setting: "min-replicas-to-write".into(),
+            value: "0".into(),
+            fix: "CONFIG SET min-replicas-to-write 1".into(),
+        });
+        let c = replication_check(&risky);
+        assert_eq!(c.verdict, Verdict::Warn, "{c}");
+        let shown = c.to_string();
+        for needle in [
+            "min-replicas-to-write = 0",
+            "CONFIG SET min-replicas-to-write 1",
+            "refuse_split_brain=true",
+        ] {
+            assert!(shown.contains(needle), "{needle} missing: {shown}");
+        }
+        let refused = risky.with_refusal("a replica is refused\n  - fix: the primary's address");
+        let c = replication_check(&refused);
+        assert_eq!(c.verdict, Verdict::Fail, "{c}");
+        assert_eq!(c.detail, "a replica is refused");
+        assert_eq!(c.fix.as_deref(), Some("- fix: the primary's address"));
     }
 
     #[test]

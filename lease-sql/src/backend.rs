@@ -11,6 +11,7 @@ mod damaged;
 mod grants;
 mod inspect;
 mod renew;
+mod replication;
 mod schema;
 mod server;
 
@@ -52,6 +53,9 @@ pub(crate) struct Info {
     pub(crate) durability: Durability,
     /// Whether the server waited for synchronous standbys at connect.
     pub(crate) sync_standbys: bool,
+    /// The server's replication as read at connect, with what `connect`
+    /// would have refused for it when told not to refuse.
+    pub(crate) replication: leasehold_core::Replication,
     /// What the URL asked of TLS (networked engines).
     pub(crate) tls: Option<crate::tls::Asked>,
     /// What `connect` would have refused, kept instead
@@ -157,6 +161,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 resolution: D::RESOLUTION,
                 durability: Durability::default(),
                 sync_standbys: opened.sync_standbys,
+                replication: leasehold_core::Replication::default(),
                 tls: opened.tls,
                 refusal: None,
                 opt_in: None,

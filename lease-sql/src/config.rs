@@ -47,6 +47,7 @@ pub struct SqlConfig {
     pub(crate) restart_guard: bool,
     pub(crate) assume_one_timing: bool,
     pub(crate) refuse_at_connect: bool,
+    pub(crate) refuse_split_brain: bool,
     pub(crate) keep_server_synchronous_commit: bool,
     pub(crate) credentials: Option<CredentialSource>,
 }
@@ -62,6 +63,7 @@ impl std::fmt::Debug for SqlConfig {
             .field("restart_guard", &self.restart_guard)
             .field("assume_one_timing_per_pool", &self.assume_one_timing)
             .field("refuse_at_connect", &self.refuse_at_connect)
+            .field("refuse_split_brain", &self.refuse_split_brain)
             .field(
                 "unsafe_keep_server_synchronous_commit",
                 &self.keep_server_synchronous_commit,
@@ -84,6 +86,7 @@ impl SqlConfig {
             restart_guard: true,
             assume_one_timing: false,
             refuse_at_connect: true,
+            refuse_split_brain: false,
             keep_server_synchronous_commit: false,
             credentials: None,
         }
@@ -224,6 +227,33 @@ impl SqlConfig {
     /// strategy never holds a lease the default would have refused.
     pub fn refuse_at_connect(mut self, refuse: bool) -> Self {
         self.refuse_at_connect = refuse;
+        self
+    }
+
+    /// Refuse a primary that can split brain (default false: `connect`
+    /// accepts it, logs a `tracing` warning, and `leasehold doctor`'s
+    /// `replication` line warns): `connect` answers
+    /// [`SqlError::SplitBrain`](crate::SqlError::SplitBrain) naming the
+    /// setting that closes it. The URL option `refuse_split_brain=true`
+    /// says the same.
+    ///
+    /// Which primaries can split brain, as read at connect: PostgreSQL with
+    /// streaming standbys (`pg_stat_replication`) and an empty
+    /// `synchronous_standby_names` (or the lease user's
+    /// `synchronous_commit` at `local` or `off`); MariaDB with replicas
+    /// connected (`Slaves_connected`) and no semi-synchronous replication
+    /// in force (`rpl_semi_sync_master_enabled`, `Rpl_semi_sync_master_status`).
+    /// After a failover such an old primary, cut off from its replicas,
+    /// goes on confirming the claims and renewals of the clients a
+    /// partition left with it, while the promoted replica grants the same
+    /// slots to the others. MySQL 8's replicas are not read (see the crate
+    /// README, "Replication").
+    ///
+    /// A replica (a standby in recovery, a read-only or replicating
+    /// MySQL/MariaDB server) is refused whatever this says:
+    /// [`SqlError::Replica`](crate::SqlError::Replica).
+    pub fn refuse_split_brain(mut self, yes: bool) -> Self {
+        self.refuse_split_brain = yes;
         self
     }
 

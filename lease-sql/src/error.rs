@@ -81,6 +81,29 @@ pub enum SqlError {
     /// fix, and the opt-ins, one per line.
     #[error("{}", forgetful_text(.0, false))]
     Forgetful(leasehold_core::Durability),
+    /// The server is a replica: a PostgreSQL standby (in recovery), a
+    /// MySQL/MariaDB server that is read-only (`read_only`,
+    /// `super_read_only`) or replicates from another. Leases written there
+    /// are not the primary's (a MySQL/MariaDB user with SUPER or
+    /// `READ_ONLY ADMIN` can still write to a read-only replica, and its
+    /// claims would then go unseen by every client of the primary),
+    /// whatever the user's privileges. Final: `fix` says where to point
+    /// the URL. The message is a first line, then the fix.
+    #[error("{what}\n  - fix: {fix}")]
+    Replica {
+        /// What the server is, as read at connect.
+        what: String,
+        /// Where to point the URL instead.
+        fix: String,
+    },
+    /// The server is a primary whose replicas can split brain (an old
+    /// primary, after a failover, goes on confirming claims and renewals to
+    /// the clients a partition left with it), and
+    /// [`SqlConfig::refuse_split_brain`](crate::SqlConfig::refuse_split_brain)
+    /// is set. Final: the message names the setting that closes it. The
+    /// message is a first line, then what was found and the fix.
+    #[error("{}", split_brain_text(.0))]
+    SplitBrain(leasehold_core::Replication),
     /// The database refused the credentials (PostgreSQL `28P01` or `28000`,
     /// MySQL/MariaDB `1045`): a wrong user or password, or a user the server
     /// does not let in from this host. Final until the URL, its
@@ -203,6 +226,21 @@ fn forgetful_text(d: &leasehold_core::Durability, required: bool) -> String {
              option restart_guard=false, or StoreConfig::map_sql(|c| c.restart_guard(false)) \
              (no guard: a restart can hand every held slot to a second holder at once)",
         );
+    }
+    text
+}
+
+/// The `SplitBrain` message: a first line, then what was found and the fix.
+fn split_brain_text(r: &leasehold_core::Replication) -> String {
+    let mut text = "the database can split brain, and refuse_split_brain(true) (the URL option \
+                    refuse_split_brain=true) refuses it"
+        .to_owned();
+    text.push_str(&format!("\n  - found: {}", r.found));
+    if let Some(risk) = &r.split_brain {
+        text.push_str(&format!(
+            "\n  - found: {} = {}\n  - fix: {}",
+            risk.setting, risk.value, risk.fix
+        ));
     }
     text
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold_core::operate::{durability_check, refusal_check};
 use leasehold_core::{
-    BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
+    BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Replication, Verdict,
 };
 
 use crate::statements::RECORD_ROW;
@@ -102,7 +102,9 @@ impl SqlStrategy {
     /// configuration FAILs with the refusal's fixes and opt-ins; what it
     /// accepts is `ok`, or a warning naming the opt-in that accepted it.
     fn durability_verdict(&self) -> Check {
-        if let Some(refusal) = self.refusal() {
+        // A refusal for replication is the replication check's.
+        let replication = SqlStrategy::replication(self).refusal.as_deref();
+        if let Some(refusal) = self.refusal().filter(|r| Some(*r) != replication) {
             return refusal_check("durability", refusal);
         }
         let accepted = match self.opt_in() {
@@ -257,6 +259,10 @@ impl Operate for SqlStrategy {
 
     fn durability(&self) -> Durability {
         SqlStrategy::durability(self).clone()
+    }
+
+    fn replication(&self) -> Replication {
+        SqlStrategy::replication(self).clone()
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {

@@ -105,6 +105,13 @@ impl SqlStrategy {
         &self.ops.info().durability
     }
 
+    /// The server's replication as read at connect: what it is (a primary,
+    /// with how many replicas), whether it can split brain and the setting
+    /// that closes it (see [`SqlConfig::refuse_split_brain`]).
+    pub fn replication(&self) -> &leasehold_core::Replication {
+        &self.ops.info().replication
+    }
+
     /// What `connect` would have refused this server for under its
     /// configuration, kept because [`SqlConfig::refuse_at_connect`] was
     /// `false` (the text of the [`SqlError`] it would have answered).

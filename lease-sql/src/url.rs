@@ -16,7 +16,7 @@ const FORM: &str = "postgres://USER[:PASSWORD]@HOST[:PORT]/DB, mysql://… (Mari
 
 /// The options leasehold reads from the query (and removes before sqlx sees it).
 const OWN_OPTIONS: &str = "table, op_timeout, password_file, assume_one_timing_per_pool, \
-                           restart_guard, require_durable";
+                           restart_guard, require_durable, refuse_split_brain";
 
 /// The opt-ins a URL may carry, each `=true` or `=false`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,6 +24,7 @@ struct OptIns {
     one_timing: Option<bool>,
     restart_guard: Option<bool>,
     require_durable: Option<bool>,
+    refuse_split_brain: Option<bool>,
 }
 
 impl OptIns {
@@ -33,6 +34,7 @@ impl OptIns {
             one_timing: parts.take_bool("assume_one_timing_per_pool")?,
             restart_guard: parts.take_bool("restart_guard")?,
             require_durable: parts.take_bool("require_durable")?,
+            refuse_split_brain: parts.take_bool("refuse_split_brain")?,
         })
     }
 
@@ -42,6 +44,7 @@ impl OptIns {
             "assume_one_timing_per_pool" => (&mut self.one_timing, "assume_one_timing_per_pool"),
             "restart_guard" => (&mut self.restart_guard, "restart_guard"),
             "require_durable" => (&mut self.require_durable, "require_durable"),
+            "refuse_split_brain" => (&mut self.refuse_split_brain, "refuse_split_brain"),
             _ => return Ok(false),
         };
         *slot.0 = Some(bool_option(slot.1, value)?);
@@ -58,6 +61,9 @@ impl OptIns {
         }
         if let Some(yes) = self.require_durable {
             config = config.require_durable(yes);
+        }
+        if let Some(yes) = self.refuse_split_brain {
+            config = config.refuse_split_brain(yes);
         }
         config
     }
@@ -117,8 +123,9 @@ impl SqlConfig {
     /// URL carries what an application accepts to the tools that check it
     /// (`leasehold doctor`): `assume_one_timing_per_pool`
     /// ([`SqlConfig::assume_one_timing_per_pool`]), `restart_guard`
-    /// ([`SqlConfig::restart_guard`]) and `require_durable`
-    /// ([`SqlConfig::require_durable`]). sqlx's own options (`sslmode`, `application_name`,
+    /// ([`SqlConfig::restart_guard`]), `require_durable`
+    /// ([`SqlConfig::require_durable`]) and `refuse_split_brain`
+    /// ([`SqlConfig::refuse_split_brain`]). sqlx's own options (`sslmode`, `application_name`,
     /// SQLite's `mode`, …) pass through to it as written.
     ///
     /// Errors ([`SqlError::Config`]) name what is accepted: an unknown
@@ -342,17 +349,23 @@ mod tests {
             "mysql://app@db/app?require_durable=yes&restart_guard=off\
              &assume_one_timing_per_pool=on",
             "sqlite://./ids.db?assume_one_timing_per_pool=true&restart_guard=false\
-             &require_durable=true",
+             &require_durable=true&refuse_split_brain=true",
         ] {
             let c = SqlConfig::from_url(url).expect("accepted");
             assert!(
                 c.assume_one_timing && !c.restart_guard && c.require_durable,
                 "{url}: {c:?}"
             );
+            assert_eq!(
+                c.refuse_split_brain,
+                url.contains("refuse_split_brain"),
+                "{url}"
+            );
             assert!(!c.url().contains("restart_guard"), "{url}: {}", c.url());
         }
         let c = SqlConfig::from_url("postgres://app@db/app").expect("accepted");
         assert!(!c.assume_one_timing && c.restart_guard && !c.require_durable);
+        assert!(!c.refuse_split_brain);
     }
 
     #[test]
@@ -454,8 +467,8 @@ mod tests {
             (
                 "postgres://app@db/app?tabel=ids",
                 "unknown query option \"tabel\"; this URL takes table, op_timeout, \
-                 password_file, assume_one_timing_per_pool, restart_guard, require_durable, and \
-                 sqlx's options for postgres: sslmode",
+                 password_file, assume_one_timing_per_pool, restart_guard, require_durable, \
+                 refuse_split_brain, and sqlx's options for postgres: sslmode",
             ),
             (
                 "postgres://app@db/app?restart_guard=maybe",

@@ -54,6 +54,7 @@ pub struct ValkeyConfig {
     pub(crate) one_timing: bool,
     pub(crate) require_durable: bool,
     pub(crate) refuse_at_connect: bool,
+    pub(crate) refuse_split_brain: bool,
     pub(crate) tls: TlsFiles,
     pub(crate) credentials: Option<CredentialSource>,
 }
@@ -74,6 +75,7 @@ impl std::fmt::Debug for ValkeyConfig {
             .field("assume_one_timing_per_pool", &self.one_timing)
             .field("require_durable", &self.require_durable)
             .field("refuse_at_connect", &self.refuse_at_connect)
+            .field("refuse_split_brain", &self.refuse_split_brain)
             .field("tls_ca", &self.tls.ca)
             .field(
                 "tls_client_cert",
@@ -104,6 +106,7 @@ impl ValkeyConfig {
             one_timing: false,
             require_durable: false,
             refuse_at_connect: true,
+            refuse_split_brain: false,
             tls: TlsFiles::default(),
             credentials: None,
         }
@@ -299,6 +302,30 @@ impl ValkeyConfig {
     /// a strategy never holds a lease the default would have refused.
     pub fn refuse_at_connect(mut self, refuse: bool) -> Self {
         self.refuse_at_connect = refuse;
+        self
+    }
+
+    /// Refuse a primary that can split brain (default false: `connect`
+    /// accepts it, logs a `tracing` warning, and `leasehold doctor`'s
+    /// `replication` line warns): `connect` answers
+    /// [`ValkeyError::SplitBrain`](crate::ValkeyError::SplitBrain) naming the
+    /// setting that closes it. The URL option `refuse_split_brain=true` says
+    /// the same.
+    ///
+    /// A primary can split brain when it has replicas (`INFO replication`:
+    /// `connected_slaves`) and confirms writes alone:
+    /// `min-replicas-to-write 0` (or unreadable: `CONFIG GET` denied), and
+    /// no [`ValkeyConfig::wait_for_replicas`]. After a failover it goes on
+    /// confirming the claims and renewals of the clients a partition left
+    /// with it, while the promoted replica grants the same slots to the
+    /// others. `min-replicas-to-write 1` with `min-replicas-max-lag` below
+    /// the pools' span makes it refuse writes instead (`NOREPLICAS`: a
+    /// renewal answers `Retry`).
+    ///
+    /// A plain URL naming a replica is refused whatever this says:
+    /// [`ValkeyError::Replica`](crate::ValkeyError::Replica).
+    pub fn refuse_split_brain(mut self, yes: bool) -> Self {
+        self.refuse_split_brain = yes;
         self
     }
 

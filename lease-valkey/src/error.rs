@@ -80,6 +80,26 @@ pub enum ValkeyError {
         /// everysec` is a fix too.
         waitaof: bool,
     },
+    /// A plain URL names a replica (`INFO replication`: `role:slave`): its
+    /// writes are refused (`READONLY`) or, on a writable replica, dropped at
+    /// the next resync, and never the primary's. Final: `fix` says what to
+    /// give instead (the primary's address, or a Sentinel URL). The message
+    /// is a first line, then the fix.
+    #[error("{what}\n  - fix: {fix}")]
+    Replica {
+        /// What the server is, as read at connect.
+        what: String,
+        /// What to give instead.
+        fix: String,
+    },
+    /// The server is a primary whose replicas can split brain (after a
+    /// failover it goes on confirming claims and renewals to the clients a
+    /// partition left with it), and
+    /// [`ValkeyConfig::refuse_split_brain`](crate::ValkeyConfig::refuse_split_brain)
+    /// is set. Final: the message names the setting that closes it. The
+    /// message is a first line, then what was found and the fix.
+    #[error("{}", split_brain_text(.0))]
+    SplitBrain(leasehold_core::Replication),
     /// The server refused the credentials (`WRONGPASS`: a wrong user or
     /// password; `NOAUTH`: a password is needed and none was given). Final
     /// until the URL, its `password_file` or the server's users change.
@@ -149,6 +169,21 @@ fn tls_text(url: &str, failure: &crate::tls::TlsFailure) -> String {
         }
         _ => format!("TLS to {url} failed: {failure}"),
     }
+}
+
+/// The `SplitBrain` message: a first line, then what was found and the fix.
+fn split_brain_text(r: &leasehold_core::Replication) -> String {
+    let mut text = "the server can split brain, and refuse_split_brain(true) (the URL option \
+                    refuse_split_brain=true) refuses it"
+        .to_owned();
+    text.push_str(&format!("\n  - found: {}", r.found));
+    if let Some(risk) = &r.split_brain {
+        text.push_str(&format!(
+            "\n  - found: {} = {}\n  - fix: {}",
+            risk.setting, risk.value, risk.fix
+        ));
+    }
+    text
 }
 
 /// The `Eviction` message: a first line, then the reason, the fix and the
@@ -377,5 +412,12 @@ mod tests {
             "READONLY You can't write against a replica.",
         );
         assert!(matches!(classify(&ro), Failure::Transient(_)));
+        // A primary short of replicas under `min-replicas-to-write` wrote
+        // nothing: a renewal it refuses is retried, never confirmed.
+        let noreplicas = FredError::new(
+            ErrorKind::Unknown,
+            "NOREPLICAS Not enough good replicas to write.",
+        );
+        assert!(matches!(classify(&noreplicas), Failure::Transient(_)));
     }
 }

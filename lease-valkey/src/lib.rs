@@ -14,6 +14,7 @@ mod credentials;
 mod durability;
 mod error;
 mod operate;
+mod replication;
 mod scripts;
 mod server;
 mod strategy;

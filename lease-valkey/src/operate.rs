@@ -258,6 +258,10 @@ impl Operate for ValkeyStrategy {
         self.persistence().durability()
     }
 
+    fn replication(&self) -> leasehold_core::Replication {
+        ValkeyStrategy::replication(self).clone()
+    }
+
     fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {
         Box::pin(async move { self.bare("PING").await.map(drop) })
     }

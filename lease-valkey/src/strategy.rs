@@ -144,6 +144,9 @@ struct Inner {
     /// the first.
     /// Each with the doctor's check that reports it.
     refusals: Vec<(&'static str, String)>,
+    /// The server's replication as read at connect, with what `connect`
+    /// would have refused for it when told not to refuse.
+    replication: leasehold_core::Replication,
     /// Test hook: the next wait (for the fsync or for replicas) reconnects
     /// first.
     #[cfg(feature = "stats")]
@@ -205,6 +208,13 @@ impl ValkeyStrategy {
     /// [`ValkeyConfig::allow_eviction`] let an evicting server through.
     pub fn persistence(&self) -> &Persistence {
         &self.inner.durability
+    }
+
+    /// The server's replication as read at connect: a primary and how many
+    /// replicas it has, whether it can split brain and the setting that
+    /// closes it (see [`ValkeyConfig::refuse_split_brain`]).
+    pub fn replication(&self) -> &leasehold_core::Replication {
+        &self.inner.replication
     }
 
     /// Whether the claim scripts hold grants back after a restart: on a

@@ -26,9 +26,10 @@ const SENTINEL_PORT: u16 = 26379;
 
 /// The options every URL takes, and those a TLS URL takes too.
 const OPTIONS: &str = "prefix, op_timeout, password_file, assume_one_timing_per_pool, \
-                       restart_guard, require_durable, allow_eviction";
+                       restart_guard, require_durable, allow_eviction, refuse_split_brain";
 const TLS_OPTIONS: &str = "prefix, op_timeout, password_file, assume_one_timing_per_pool, \
-                           restart_guard, require_durable, allow_eviction, ca, cert, key";
+                           restart_guard, require_durable, allow_eviction, refuse_split_brain, \
+                           ca, cert, key";
 
 impl ValkeyConfig {
     /// The URL schemes [`ValkeyConfig::from_url`] accepts: plain text, and
@@ -57,8 +58,9 @@ impl ValkeyConfig {
     /// tools that check it (`leasehold doctor`):
     /// `assume_one_timing_per_pool` ([`ValkeyConfig::assume_one_timing_per_pool`]),
     /// `restart_guard` ([`ValkeyConfig::restart_guard`]), `require_durable`
-    /// ([`ValkeyConfig::require_durable`]) and `allow_eviction`
-    /// ([`ValkeyConfig::allow_eviction`]).
+    /// ([`ValkeyConfig::require_durable`]), `allow_eviction`
+    /// ([`ValkeyConfig::allow_eviction`]) and `refuse_split_brain`
+    /// ([`ValkeyConfig::refuse_split_brain`]).
     ///
     /// Through Sentinel: `redis-sentinel://[USER:PASSWORD@]S1[:PORT][,S2[:PORT]…][/DB]?sentinelServiceName=NAME`
     /// (or `valkey-sentinel://`; Sentinels on port 26379 by default, more of
@@ -146,6 +148,7 @@ impl ValkeyConfig {
         let restart_guard = parts.take_bool("restart_guard")?;
         let require_durable = parts.take_bool("require_durable")?;
         let allow_eviction = parts.take_bool("allow_eviction")?;
+        let refuse_split_brain = parts.take_bool("refuse_split_brain")?;
         parts.refuse_unknown_options(if tls { TLS_OPTIONS } else { OPTIONS })?;
         let scheme = if tls { "rediss" } else { "redis" };
         let for_fred = if sentinel {
@@ -178,6 +181,9 @@ impl ValkeyConfig {
         }
         if let Some(allow) = allow_eviction {
             config = config.allow_eviction(allow);
+        }
+        if let Some(yes) = refuse_split_brain {
+            config = config.refuse_split_brain(yes);
         }
         Ok(config)
     }
@@ -482,13 +488,15 @@ mod tests {
     fn the_opt_ins_are_url_options() {
         let c = ValkeyConfig::from_url(
             "redis://h?assume_one_timing_per_pool=true&restart_guard=false&require_durable=1\
-             &allow_eviction=yes",
+             &allow_eviction=yes&refuse_split_brain=true",
         )
         .expect("accepted");
         assert!(c.one_timing && !c.restart_guard && c.require_durable && c.allow_eviction);
+        assert!(c.refuse_split_brain);
         assert_eq!(c.url, "redis://h");
         let c = ValkeyConfig::from_url("redis://h").expect("accepted");
         assert!(!c.one_timing && c.restart_guard && !c.require_durable && !c.allow_eviction);
+        assert!(!c.refuse_split_brain);
     }
 
     #[test]
@@ -689,7 +697,7 @@ mod tests {
                 "rediss://h?sslrootcert=/ca",
                 "unknown query option \"sslrootcert\"; this URL takes prefix, op_timeout, \
                  password_file, assume_one_timing_per_pool, restart_guard, require_durable, \
-                 allow_eviction, ca, cert, key",
+                 allow_eviction, refuse_split_brain, ca, cert, key",
             ),
             (
                 "redis://h?assume_one_timing_per_pool=maybe",

@@ -449,3 +449,29 @@ fn etcds_urls_are_read_with_tls_compiled_in() {
         "{text}"
     );
 }
+
+/// The URL option that refuses a store able to split brain reaches the SQL
+/// backend through the one URL table; a SQLite file cannot split brain, so
+/// it is accepted, and the doctor's replication line passes.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn refuse_split_brain_is_a_url_option_and_a_file_cannot_split_brain() {
+    let dir = std::env::temp_dir().join(format!("leasehold-split-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!(
+        "sqlite://{}?refuse_split_brain=true",
+        dir.join("ids.sqlite").display()
+    );
+    let store = leasehold::connect(&url).await.expect("a file");
+    assert!(store.operator().replication().split_brain.is_none());
+    let line = doctor(store.operator())
+        .await
+        .into_iter()
+        .find(|c| c.name == "replication")
+        .expect("a replication line");
+    assert_eq!(line.verdict, Verdict::Ok, "{line}");
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let e = refusal("sqlite://ids.sqlite?refuse_split_brain=maybe");
+    assert!(e.to_string().contains("refuse_split_brain=true or"), "{e}");
+}

@@ -1,5 +1,7 @@
-//! What connect checks of the server: its durability settings, and that the
-//! restart guard can read when it started.
+//! What connect checks of the server: its durability settings, its
+//! replication (a replica is refused; a primary that can split brain is
+//! reported, or refused on request), and that the restart guard can read
+//! when it started.
 
 use leasehold_core::{Durability, Reason};
 use sqlx::Row;
@@ -11,9 +13,11 @@ use crate::error::SqlError;
 use crate::failure::Failure;
 
 with_sqlx_bounds!([impl<D> Backend<D>] {
-    /// Reads the durability settings and checks that the restart guard can
-    /// read the server's start, in one round trip; refuses a server that
-    /// can forget acknowledged writes when `config` requires durability.
+    /// Reads the durability and replication settings and checks that the
+    /// restart guard can read the server's start, in one round trip;
+    /// refuses a replica, a server that can forget acknowledged writes when
+    /// `config` requires durability, and one that can split brain when
+    /// `config` refuses that.
     pub(super) async fn check_server(&mut self, config: &SqlConfig) -> Result<(), SqlError> {
         // A pool whose rows are gone (a truncated or emptied table, a
         // pool's rows deleted) lost its holders' leases while they still
@@ -22,10 +26,13 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         let version = self.info.version.clone();
         let settings = D::durability_columns(&version);
+        let replication = super::replication::columns(D::ENGINE, &version);
+        let replication_n = super::replication::count(D::ENGINE, &version);
         let guard = D::resume_in_micros("1000000", &version);
         let columns: Vec<String> = settings
             .map(str::to_owned)
             .into_iter()
+            .chain(replication.map(str::to_owned))
             .chain(guard.as_ref().map(|g| format!("CAST({g} AS {})", D::TEXT_TYPE)))
             .collect();
         if columns.is_empty() {
@@ -46,15 +53,17 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                     Failure::Denied(m) => self.denied(m).await,
                     Failure::Schema(m) | Failure::Final(m) => SqlError::Refused {
                         what: m,
-                        fix: "let the lease user read the server's durability settings and its \
-                              uptime (MySQL 8: SELECT on performance_schema.global_status)"
+                        fix: "let the lease user read the server's durability and replication \
+                              settings and its uptime (MySQL 8: SELECT on \
+                              performance_schema.global_status)"
                             .to_owned(),
                     },
                 });
             }
         };
         // Every column of the row: the settings (as many as the dialect's
-        // query selects), then the guard's answer when there is a guard.
+        // query selects), the replication columns, then the guard's answer
+        // when there is a guard.
         let values = (0..row.len())
             .map(|i| row.try_get::<Option<String>, _>(i))
             .collect::<Result<Vec<_>, _>>()
@@ -62,11 +71,18 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 what: format!("reading the server's durability settings ({sql}): {e}"),
                 fix: "report this as a leasehold bug, with the server version".to_owned(),
             })?;
-        let settings_read: Vec<String> = values
+        let settings_n = values.len() - replication_n - usize::from(guard.is_some());
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        let settings_read: Vec<String> = values.iter().take(settings_n).map(text).collect();
+        let replication_read: Vec<String> = values
             .iter()
-            .take(values.len() - usize::from(guard.is_some()))
-            .map(|v| v.clone().unwrap_or_default())
+            .skip(settings_n)
+            .take(replication_n)
+            .map(text)
             .collect();
+        // A replica's refusal is answered first; kept (for a look), it comes
+        // after any refusal for durability, so each check reports its own.
+        let replication_refusal = self.check_replication(config, &replication_read)?;
         self.info.durability = Durability {
             risks: D::durability_risks(&settings_read),
         };
@@ -119,6 +135,9 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 },
             )?;
         }
+        if let Some(refusal) = replication_refusal {
+            self.refuse(config, refusal)?;
+        }
         #[cfg(feature = "tracing")]
         if !self.info.durability.is_durable() {
             tracing::warn!(
@@ -130,6 +149,48 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
             );
         }
         Ok(())
+    }
+
+    /// Judges the replication columns read at connect: a replica is
+    /// refused, and so is a primary that can split brain when `config`
+    /// says so (answered at once, or, when `config` says not to refuse at
+    /// connect, returned for [`Self::refuse`] to keep); otherwise such a
+    /// primary is a warning.
+    fn check_replication(
+        &mut self,
+        config: &SqlConfig,
+        read: &[String],
+    ) -> Result<Option<SqlError>, SqlError> {
+        let judged = super::replication::judge(D::ENGINE, &self.info.version, read);
+        self.info.replication = judged.replication;
+        let refusal = match judged.replica {
+            Some((what, fix)) => Some(SqlError::Replica { what, fix }),
+            None if config.refuse_split_brain && self.info.replication.split_brain.is_some() => {
+                Some(SqlError::SplitBrain(self.info.replication.clone()))
+            }
+            None => None,
+        };
+        if let Some(refusal) = refusal {
+            if config.refuse_at_connect {
+                return Err(refusal);
+            }
+            self.info.replication.refusal = Some(refusal.to_string());
+            return Ok(Some(refusal));
+        }
+        #[cfg(feature = "tracing")]
+        if let Some(risk) = &self.info.replication.split_brain {
+            tracing::warn!(
+                store = %self.info.identity,
+                server = %self.info.version,
+                replication = %self.info.replication.found,
+                setting = %risk.setting,
+                fix = %risk.fix,
+                "the lease store can split brain: after a failover the old primary goes on \
+                 confirming claims and renewals to the clients a partition left with it; \
+                 refuse_split_brain=true refuses such a store at connect"
+            );
+        }
+        Ok(None)
     }
 
     /// Answers `refusal`, or keeps it (the first) when the configuration

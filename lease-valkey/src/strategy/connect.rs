@@ -63,13 +63,27 @@ impl ValkeyStrategy {
                 tls: tls.map(|t| t.info),
                 fsync_claims: false,
                 refusals: Vec::new(),
+                replication: leasehold_core::Replication::default(),
                 #[cfg(feature = "stats")]
                 reconnect_before_wait: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let server = strategy.probe(&url).await?;
         let durability = strategy.read_durability(&url).await?;
-        let (durability, fsync_claims, refusals) = strategy.accept(&server, durability).await?;
+        let (mut replication, replication_refusal) =
+            strategy.read_replication(&server, &url).await?;
+        if let Some(refusal) = replication_refusal {
+            if strategy.inner.config.refuse_at_connect {
+                let _ = strategy.inner.client.quit().await;
+                return Err(refusal);
+            }
+            replication.refusal = Some(refusal.to_string());
+        }
+        let (durability, fsync_claims, mut refusals) = strategy.accept(&server, durability).await?;
+        // A replica's refusal comes first: claims answer it.
+        if let Some(refusal) = replication.refusal.clone() {
+            refusals.insert(0, ("replication", refusal));
+        }
         let path = match (strategy.inner.config.method, server.hsetex) {
             (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
             (Method::Auto, false) | (Method::Scripts, _) => ActivePath::Scripts,
@@ -83,6 +97,7 @@ impl ValkeyStrategy {
             inner.path = path;
             inner.fsync_claims = fsync_claims;
             inner.refusals = refusals;
+            inner.replication = replication;
         }
         if path != ActivePath::Unsupported {
             strategy.load_scripts(path, &url).await?;
@@ -119,6 +134,85 @@ impl ValkeyStrategy {
             })
             .collect();
         Ok((durability, fsync_claims, kept))
+    }
+
+    /// Reads the server's replication (`INFO replication`, and on a primary
+    /// with replicas `CONFIG GET min-replicas-to-write` and
+    /// `min-replicas-max-lag`) and judges it: what it is, and the refusal
+    /// `connect` makes (a plain URL naming a replica; a primary that can
+    /// split brain under [`ValkeyConfig::refuse_split_brain`]). Through
+    /// Sentinel or a Cluster the client asks for primaries, so a replica
+    /// found there is one mid-failover, not refused. A server that refuses
+    /// `INFO replication` or `CONFIG GET` to the user leaves them unknown.
+    async fn read_replication(
+        &self,
+        server: &ServerInfo,
+        url: &str,
+    ) -> Result<(leasehold_core::Replication, Option<ValkeyError>), ValkeyError> {
+        use crate::replication::{Read, judge, replica_text};
+        let config = &self.inner.config;
+        let info: String = match self
+            .call("INFO", ClusterHash::Random, vec!["replication".into()])
+            .await
+        {
+            Ok(info) => info,
+            Err(Failure::Denied(_) | Failure::Rejected(_)) => {
+                let unknown = leasehold_core::Replication::new(
+                    "unknown: INFO replication was refused to the user",
+                );
+                return Ok((unknown, None));
+            }
+            Err(f) => return Err(self.failure_error("INFO replication", url, f)),
+        };
+        let mut read = Read::from_info(&info);
+        if read.is_replica() {
+            let (what, fix) = replica_text(&server.to_string(), &read);
+            let plain = !self.inner.client.is_clustered()
+                && !config
+                    .url
+                    .split_once("://")
+                    .is_some_and(|(scheme, _)| scheme.ends_with("-sentinel"));
+            let refusal = plain.then(|| ValkeyError::Replica {
+                what: what.clone(),
+                fix,
+            });
+            return Ok((leasehold_core::Replication::new(what), refusal));
+        }
+        if read.replicas > 0 {
+            for name in ["min-replicas-to-write", "min-replicas-max-lag"] {
+                let args = vec!["GET".into(), name.into()];
+                let value = match self
+                    .call::<Value>("CONFIG", ClusterHash::Random, args)
+                    .await
+                {
+                    Ok(v) => config_value(&v),
+                    Err(Failure::Denied(_) | Failure::Rejected(_)) => None,
+                    Err(f) => return Err(self.failure_error("CONFIG GET", url, f)),
+                };
+                match name {
+                    "min-replicas-to-write" => {
+                        read.min_replicas = value.and_then(|v| v.trim().parse().ok());
+                    }
+                    _ => read.max_lag = value,
+                }
+            }
+        }
+        let replication = judge(&read, config.wait);
+        if let Some(risk) = &replication.split_brain {
+            tracing::warn!(
+                store = %url,
+                server = %server,
+                replication = %replication.found,
+                setting = %risk.setting,
+                fix = %risk.fix,
+                "the lease store can split brain: after a failover the old primary goes on \
+                 confirming claims and renewals to the clients a partition left with it; \
+                 refuse_split_brain=true refuses such a store at connect"
+            );
+        }
+        let refusal = (config.refuse_split_brain && replication.split_brain.is_some())
+            .then(|| ValkeyError::SplitBrain(replication.clone()));
+        Ok((replication, refusal))
     }
 
     /// Loads the scripts of `path` (`SCRIPT LOAD`), so that the first

@@ -1,0 +1,232 @@
+//! What connect reads of a replicated server, on two private durable Valkey
+//! 8.1 servers, one made the other's replica (`REPLICAOF`): a plain URL
+//! naming the replica is refused; the primary, which confirms writes
+//! without its replica (`min-replicas-to-write 0`), can split brain (after
+//! a failover it goes on confirming claims and renewals to the clients a
+//! partition left with it): connect reports it with the setting that closes
+//! it, and refuses it when asked to (`refuse_split_brain`). With
+//! `min-replicas-to-write 1`, or claims that wait for a replica, it cannot;
+//! and a renewal the primary then refuses for want of replicas
+//! (`NOREPLICAS`) is retried, never confirmed.
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::{ClientLike, Config};
+use fred::types::{Builder, ClusterHash, CustomCommand, Value};
+use leasehold_conformance::fresh_pool;
+use leasehold_conformance::servers::{Server, ServerKind, Settings, provide_with};
+use leasehold_core::operate::doctor;
+use leasehold_core::{AcquireError, Check, Floor, Renewal, Strategy, Verdict};
+use leasehold_valkey::{ValkeyConfig, ValkeyError, ValkeyStrategy};
+
+/// A primary and its replica, each a private durable server.
+struct Pair {
+    primary: Server,
+    replica: Server,
+}
+
+impl Pair {
+    /// Starts both and makes the second the first's replica; waits until
+    /// the primary counts it. `None` (a SKIPPED line) where Valkey is not
+    /// installed; under CI a missing server fails.
+    async fn start() -> Option<Self> {
+        let start = || provide_with(ServerKind::Valkey8, Settings::Durable);
+        let (primary, replica) = match (start(), start()) {
+            (Ok(p), Ok(r)) => (p, r),
+            (Err(e), _) | (_, Err(e)) => {
+                if std::env::var("CI").is_ok_and(|v| v == "true") {
+                    panic!("no Valkey 8 under CI: {e}");
+                }
+                eprintln!("SKIPPED (no Valkey 8 here): {e}");
+                return None;
+            }
+        };
+        let (p, r) = (primary.addr().unwrap(), replica.addr().unwrap());
+        assert_ne!(p, r, "two servers are needed, one the other's replica");
+        let pair = Self { primary, replica };
+        let port = p.port().to_string();
+        let host = p.ip().to_string();
+        pair.replica_cmd(&["REPLICAOF", &host, &port]).await;
+        pair.wait_info("connected_slaves:1", "the replica to connect")
+            .await;
+        Some(pair)
+    }
+
+    fn url(server: &Server, options: &str) -> String {
+        format!(
+            "{}?prefix=lhreplication&op_timeout=5s{options}",
+            server.store_url()
+        )
+    }
+
+    fn primary_url(&self, options: &str) -> String {
+        Self::url(&self.primary, options)
+    }
+
+    fn replica_url(&self, options: &str) -> String {
+        Self::url(&self.replica, options)
+    }
+
+    async fn primary_cmd(&self, args: &[&str]) -> Value {
+        command(&self.primary.url, args).await
+    }
+
+    async fn replica_cmd(&self, args: &[&str]) -> Value {
+        command(&self.replica.url, args).await
+    }
+
+    /// Polls the primary's `INFO replication` until it holds `line`.
+    async fn wait_info(&self, line: &str, what: &str) {
+        let limit = Instant::now() + Duration::from_secs(60);
+        loop {
+            let info = self.primary_cmd(&["INFO", "replication"]).await;
+            let text = info.as_string().unwrap_or_default();
+            if text.lines().any(|l| l.trim() == line) {
+                return;
+            }
+            assert!(Instant::now() < limit, "waited 60 s for {what}: {text}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// One command to the server at `url`, on a connection of its own.
+async fn command(url: &str, args: &[&str]) -> Value {
+    let client = Builder::from_config(Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    let (name, rest) = args.split_first().unwrap();
+    let cmd = CustomCommand::new(name.to_string(), ClusterHash::Random, false);
+    let rest: Vec<String> = rest.iter().map(|a| (*a).to_owned()).collect();
+    let answer = client
+        .custom::<Value, String>(cmd, rest)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let _ = client.quit().await;
+    answer
+}
+
+async fn connect(url: &str) -> Result<ValkeyStrategy, ValkeyError> {
+    ValkeyStrategy::connect(ValkeyConfig::from_url(url)?).await
+}
+
+/// The doctor's `replication` line for `s`.
+async fn replication_line(s: &ValkeyStrategy) -> Check {
+    doctor(s)
+        .await
+        .into_iter()
+        .find(|c| c.name == "replication")
+        .expect("a replication line")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_url_naming_a_replica_is_refused() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    match connect(&pair.replica_url("")).await {
+        Err(e @ ValkeyError::Replica { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("is a replica of"), "{text}");
+            assert!(text.contains("redis-sentinel://"), "{text}");
+        }
+        Err(e) => panic!("a replica must be refused as one: {e:?}"),
+        Ok(s) => panic!("a replica was accepted: {:?}", s.replication()),
+    }
+    // An operator's look keeps the refusal: the doctor FAILs the
+    // replication line, and a claim answers it.
+    let config = ValkeyConfig::from_url(&pair.replica_url(""))
+        .unwrap()
+        .refuse_at_connect(false);
+    let s = ValkeyStrategy::connect(config).await.expect("a look");
+    let line = replication_line(&s).await;
+    assert_eq!(line.verdict, Verdict::Fail, "{line}");
+    assert!(line.detail.contains("is a replica"), "{line}");
+    let pool = fresh_pool(1, Duration::from_secs(10)).unwrap();
+    match s.acquire(&pool, Floor::NONE).await {
+        Err(AcquireError::Misconfigured { what, .. }) => {
+            assert!(what.contains("is a replica"), "{what}");
+        }
+        other => panic!("a claim on a replica must be refused: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_writes_without_its_replica_can_split_brain_reported_or_refused() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let s = connect(&pair.primary_url("")).await.expect("a primary");
+    let risk = s.replication().split_brain.clone().expect("a split brain");
+    assert_eq!(
+        (risk.setting.as_str(), risk.value.as_str()),
+        ("min-replicas-to-write", "0")
+    );
+    let line = replication_line(&s).await;
+    assert_eq!(line.verdict, Verdict::Warn, "{line}");
+    let fix = line.fix.clone().unwrap_or_default();
+    assert!(fix.contains("min-replicas-to-write 1"), "{line}");
+    assert!(fix.contains("refuse_split_brain=true"), "{line}");
+    match connect(&pair.primary_url("&refuse_split_brain=true")).await {
+        Err(e @ ValkeyError::SplitBrain(_)) => {
+            assert!(e.to_string().contains("min-replicas-to-write"), "{e}");
+        }
+        Err(e) => panic!("expected a split-brain refusal: {e:?}"),
+        Ok(s) => panic!("refuse_split_brain accepted {:?}", s.replication()),
+    }
+    // Claims that wait for a replica close it too.
+    let waiting = ValkeyConfig::from_url(&pair.primary_url("&refuse_split_brain=true"))
+        .unwrap()
+        .wait_for_replicas(1, Duration::from_secs(1));
+    let s = ValkeyStrategy::connect(waiting)
+        .await
+        .expect("claims that wait for a replica cannot split brain");
+    assert!(
+        s.replication().split_brain.is_none(),
+        "{:?}",
+        s.replication()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_min_replicas_to_write_the_primary_cannot_split_brain_and_its_refusals_are_retried() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    for (name, value) in [
+        ("min-replicas-max-lag", "1"),
+        ("min-replicas-to-write", "1"),
+    ] {
+        pair.primary_cmd(&["CONFIG", "SET", name, value]).await;
+    }
+    pair.wait_info("min_slaves_good_slaves:1", "the replica to count as good")
+        .await;
+    let s = connect(&pair.primary_url("&refuse_split_brain=true"))
+        .await
+        .expect("a primary that needs a replica to write");
+    assert!(
+        s.replication().split_brain.is_none(),
+        "{:?}",
+        s.replication()
+    );
+    let line = replication_line(&s).await;
+    assert_eq!(line.verdict, Verdict::Ok, "{line}");
+
+    // The primary loses its replica: it refuses writes (NOREPLICAS), and
+    // a renewal it refuses is a Retry, a claim a retryable error.
+    let pool = fresh_pool(2, Duration::from_secs(30)).unwrap();
+    let grant = s.acquire(&pool, Floor::NONE).await.expect("a claim");
+    pair.replica_cmd(&["REPLICAOF", "NO", "ONE"]).await;
+    pair.wait_info("min_slaves_good_slaves:0", "the replica to be gone")
+        .await;
+    let renewal = s.renew(&pool, &grant, Floor::NONE).await;
+    assert!(
+        matches!(renewal, Renewal::Retry { .. }),
+        "a renewal the primary refuses for want of replicas must be retried: {renewal:?}"
+    );
+    match s.acquire(&pool, Floor::NONE).await {
+        Err(e) => assert!(e.is_retryable(), "{e:?}"),
+        Ok(g) => panic!("a claim was granted without a replica: {g:?}"),
+    }
+}
