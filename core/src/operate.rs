@@ -97,6 +97,21 @@ pub trait Operate: DynStrategy {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    /// [`Operate::prepare`] for `pool`, declaring it **new**: where the store
+    /// keeps a record that holds claims back once a pool's records were
+    /// found gone (SQL: a truncated or emptied table, a pool's rows deleted,
+    /// a pool never prepared on a table that was there), the pool is
+    /// recorded as having nothing to wait for. Only with every holder of
+    /// the pool stopped: one still generating could see its IDs issued
+    /// again. A store that keeps no such record prepares the pool: the
+    /// default.
+    fn prepare_new_pool<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        self.prepare(Some(pool))
+    }
+
     /// The store's own checks (server, the lease path, schema, persistence,
     /// permissions), each with a verdict and a fix. [`doctor`] adds the
     /// clock and latency checks every store shares.
