@@ -7,13 +7,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::{Target, ensure, fresh_pool, fresh_pool_name, trials};
 use leasehold_core::{
     AcquireError, Floor, LeaseConfig, LeaseManager, Operate, PoolSpec, Release, Renewal, Strategy,
     Token,
 };
-use leasehold_etcd::EtcdStrategy;
 use leasehold_etcd::etcd_client::DeleteOptions;
+use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
 use super::{EtcdBackend, until};
 
@@ -22,6 +23,7 @@ pub(crate) fn register(target: Target) -> Target {
     trials!(target;
         wipe_a_claim_after_the_prefix_is_deleted_waits_out_the_restart_span,
         wipe_a_pool_declared_new_is_claimed_at_once_and_a_pool_never_prepared_waits,
+        wipe_a_first_start_on_an_unused_etcd_waits_only_for_the_clocks,
     )
 }
 
@@ -230,5 +232,87 @@ async fn wipe_a_pool_declared_new_is_claimed_at_once_and_a_pool_never_prepared_w
     );
     let _ = s.release(&neighbour, &held, Floor::NONE).await;
     wipe(&s, &prefix).await?;
+    Ok(())
+}
+
+/// On an etcd of its own, where nothing of the key prefix exists and no
+/// etcd lease is held (a first start), a pool's first claim waits only
+/// 2 × `max_clock_skew`: no holder of any pool can still be generating,
+/// only clocks are left to wait for. Once a holder holds a lease there, a
+/// wipe holds the next claim back the whole span.
+async fn wipe_a_first_start_on_an_unused_etcd_waits_only_for_the_clocks(
+    b: Arc<EtcdBackend>,
+) -> Result<(), String> {
+    let cluster = EtcdCluster::start_kind(b.kind, 1)?;
+    super::cluster::leader(&cluster, Duration::from_secs(30)).await?;
+    let s = EtcdStrategy::connect(EtcdConfig::new(cluster.endpoints()))
+        .await
+        .map_err(|e| e.to_string())?;
+    let skew = Duration::from_millis(500);
+    let pool = fresh_pool(2, Duration::from_secs(30))?
+        .with_max_clock_skew(skew)
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    s.prepare(Some(&pool)).await.map_err(|e| e.to_string())?;
+    let mut refused = None;
+    let held = loop {
+        match s.acquire(&pool, Floor::NONE).await {
+            Ok(grant) => break grant,
+            Err(AcquireError::StoreRestarted { resume_in }) => {
+                // 2 x 500 ms, raised to etcd's smallest lease TTL (2 s with
+                // the default election timeout), counted down in whole
+                // seconds.
+                ensure!(
+                    resume_in <= Duration::from_secs(2),
+                    "a first start was told to wait {resume_in:?}"
+                );
+                refused.get_or_insert(resume_in);
+            }
+            Err(e) => return Err(format!("first claim: {e}")),
+        }
+        ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "a first start still refused after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let granted_after = started.elapsed();
+    eprintln!("first start: refused {refused:?}, granted after {granted_after:?}");
+    ensure!(
+        granted_after >= skew * 2,
+        "a first start was granted after {granted_after:?}, before 2 x the skew"
+    );
+
+    // A holder holds a lease now: a wipe waits the whole span.
+    let deleted = s
+        .client()
+        .clone()
+        .delete(
+            format!("{}/", leasehold_etcd::DEFAULT_PREFIX),
+            Some(DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .map_err(|e| e.to_string())?
+        .deleted();
+    ensure!(deleted >= 2, "the delete took {deleted} keys");
+    match s.acquire(&pool, Floor::NONE).await {
+        Err(AcquireError::StoreRestarted { resume_in }) => ensure!(
+            resume_in >= pool.restart_span().saturating_sub(Duration::from_secs(1)),
+            "after a wipe with a holder's lease alive the wait was {resume_in:?}, not the span \
+             {:?}",
+            pool.restart_span()
+        ),
+        other => return Err(format!("a claim after the wipe answered {other:?}")),
+    }
+    match s.renew(&pool, &held, Floor::NONE).await {
+        Renewal::Lost(_) => {}
+        r => {
+            return Err(format!(
+                "the wiped holder's renewal answered {r:?}, not Lost"
+            ));
+        }
+    }
+    drop(cluster);
     Ok(())
 }
