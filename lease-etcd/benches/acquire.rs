@@ -46,6 +46,11 @@ async fn run(server: &Server) -> Result<Row, String> {
     }
     let pool = PoolSpec::new(fresh_pool_name(), POOL, Duration::from_secs(60))
         .map_err(|e| e.to_string())?;
+    // A fresh name, declared new: else its first claims would wait out the
+    // wipe guard's span, as a pool whose keys are all gone must.
+    leasehold_core::Operate::prepare_new_pool(&clients[0], &pool)
+        .await
+        .map_err(|e| e.to_string())?;
     let barrier = Arc::new(tokio::sync::Barrier::new(ACQUIRERS + 1));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..ACQUIRERS {

@@ -1,6 +1,7 @@
 //! Acquisition: `LeaseGrant` (beside the ID-format check), then one
 //! transaction that tries several free slots as a chain of nested
-//! `if create_revision(key) == 0 then put`.
+//! `if create_revision(key) == 0 then put`, inside the wipe guard's compare
+//! (`guard.rs`): the pool's incarnation key exists and no guard key does.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -15,6 +16,7 @@ use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Reason, Token};
 use crate::call::{Replay, Sent};
 use crate::damaged;
 use crate::error::Class;
+use crate::guard::{self, Held};
 use crate::keys;
 use crate::strategy::EtcdStrategy;
 
@@ -38,6 +40,9 @@ enum Landed {
     },
     /// No candidate was free; the slots held at that revision.
     Full { held: HashSet<u32> },
+    /// The pool's incarnation key was missing or its guard key there:
+    /// nothing was tried.
+    Held(Held),
 }
 
 impl EtcdStrategy {
@@ -133,6 +138,13 @@ impl EtcdStrategy {
                 }
                 Ok(Landed::Full { held }) => {
                     free = Some((0..pool.size()).filter(|s| !held.contains(s)).collect());
+                }
+                Ok(Landed::Held(held)) => {
+                    if let Err(e) = self.answer_held(pool, held, Some(lease_id)).await {
+                        self.revoke_in_background(lease_id);
+                        return Err(e);
+                    }
+                    // Made without a guard meanwhile: claims go on.
                 }
                 Err(class) => {
                     // The connection broke under the transaction (an endpoint
@@ -326,7 +338,12 @@ impl EtcdStrategy {
                     .or_else(otherwise),
             );
         }
-        let txn = chain.ok_or_else(|| Class::Rejected("no candidate slot".into()))?;
+        let chain = chain.ok_or_else(|| Class::Rejected("no candidate slot".into()))?;
+        // Inside the wipe guard's compare: the same round trip.
+        let txn = Txn::new()
+            .when(guard::open_compares(&self.inner.prefix, pool))
+            .and_then([TxnOp::txn(chain)])
+            .or_else(guard::held_reads(&self.inner.prefix, pool));
         let resp = self
             // A second send could win a second slot with the same lease:
             // only an attempt that never left is repeated here.
@@ -343,7 +360,15 @@ impl EtcdStrategy {
 /// or to the range read at the bottom.
 fn walk(resp: &TxnResponse, candidates: &[u32], prefix: &str) -> Result<Landed, Class> {
     let malformed = |what: &str| Class::Rejected(format!("unexpected txn response: {what}"));
-    let mut level = resp.clone();
+    let ops = resp.op_responses();
+    if !resp.succeeded() {
+        return guard::held(&ops)
+            .map(Landed::Held)
+            .ok_or_else(|| malformed("guard shape"));
+    }
+    let Some(TxnOpResponse::Txn(mut level)) = ops.into_iter().next() else {
+        return Err(malformed("guard shape"));
+    };
     for (depth, &slot) in candidates.iter().enumerate() {
         let ops = level.op_responses();
         if level.succeeded() {

@@ -10,7 +10,12 @@
 //!   prefix and pool is ever a floor key; and `~` sorts after every digit, so
 //!   the slot range [`slot_range_end`] never includes floor keys;
 //! - `~format`: the ID format the pool's holders declared (its canonical
-//!   text), on no lease, written by the first claim that declares one.
+//!   text), on no lease, written by the first claim that declares one;
+//! - `~incarnation`: on no lease, made by `prepare` (or by the first claim
+//!   that finds it missing): while it exists, the pool's records were not
+//!   wiped since. Every claim checks it inside its own transaction;
+//! - `~guard`: on an etcd lease whose TTL is the wait a claim set when it
+//!   found `~incarnation` missing; no slot is granted while it exists.
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use leasehold_core::{Fence, Floor, PoolName, PoolSpec, Token};
@@ -46,6 +51,19 @@ pub(crate) fn floor_key(prefix: &str, pool: &PoolName, slot: u32) -> String {
 /// on no lease, written once by the first claim that declares one.
 pub(crate) fn format_key(prefix: &str, pool: &PoolName) -> String {
     format!("{prefix}/{pool}/~format")
+}
+
+/// `<prefix>/<pool>/~incarnation`: there while the pool's records are,
+/// on no lease. A wipe of the prefix (or a restore of a snapshot taken
+/// before it was made) takes it away with the slot and floor keys.
+pub(crate) fn incarnation_key(prefix: &str, pool: &PoolName) -> String {
+    format!("{prefix}/{pool}/~incarnation")
+}
+
+/// `<prefix>/<pool>/~guard`: on an etcd lease that ends when claims may go
+/// on after the pool's records were found gone.
+pub(crate) fn guard_key(prefix: &str, pool: &PoolName) -> String {
+    format!("{prefix}/{pool}/~guard")
 }
 
 /// A floor as stored: 20 zero-padded decimal digits (`u64::MAX` has 20), so
@@ -194,6 +212,10 @@ mod tests {
             assert!(key.as_str() >= prefix.as_str() && key < end, "{key}");
         }
         assert!(floor >= end);
+        for key in [incarnation_key("lh", &pool), guard_key("lh", &pool)] {
+            assert!(key >= end, "{key}");
+            assert_eq!(slot_of(&prefix, key.as_bytes()), None);
+        }
     }
 
     #[test]

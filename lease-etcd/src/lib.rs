@@ -13,6 +13,7 @@ mod call;
 mod config;
 mod damaged;
 mod error;
+mod guard;
 mod hold;
 mod inspect;
 mod keys;

@@ -271,6 +271,40 @@ impl Operate for EtcdStrategy {
         })
     }
 
+    /// Makes each pool's incarnation key (`<prefix>/<pool>/~incarnation`).
+    /// Where it is missing, the pool's records may have been wiped with
+    /// holders still running, which looks the same as a pool never used:
+    /// it is made with a guard, and claims wait the pool's restart span
+    /// (TTL + 2 × `max_clock_skew`), or only 2 × `max_clock_skew` on a
+    /// cluster where nothing of the key prefix exists and no etcd lease is
+    /// held. [`Operate::prepare_new_pool`] (`leasehold prepare --new-pool`)
+    /// skips the wait for a pool an operator knows is new.
+    fn prepare<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move {
+            match pool {
+                None => Ok(()),
+                Some(pool) => self
+                    .prepare_pool(pool)
+                    .await
+                    .map(drop)
+                    .map_err(operate_error),
+            }
+        })
+    }
+
+    /// Makes `pool`'s incarnation key with no guard, and takes away a guard
+    /// a claim set: claims go on at once. Only with every holder of the
+    /// pool stopped.
+    fn prepare_new_pool<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move { self.declare_new(pool).await.map_err(operate_error) })
+    }
+
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
             let mut checks = server_checks(self.status().await);
@@ -301,5 +335,17 @@ impl Operate for EtcdStrategy {
             ));
             checks
         })
+    }
+}
+
+/// An operator call's failure, from the class of etcd's answer.
+fn operate_error(class: Class) -> OperateError {
+    match class {
+        Class::Uncertain(_) => OperateError::Unreachable(class.reason()),
+        Class::Tls(failure) => OperateError::NeedsFix {
+            what: format!("TLS to etcd failed: {}", failure.what),
+            fix: failure.fix,
+        },
+        other => OperateError::Store(other.reason()),
     }
 }

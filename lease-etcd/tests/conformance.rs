@@ -26,6 +26,7 @@ fn main() -> ExitCode {
                 let mut target = Target::new(kind.name(), server.describe(), backend).with_revoke();
                 target = etcd::tests::register(target);
                 target = etcd::damaged::register(target);
+                target = etcd::wipe::register(target);
                 if kind == ServerKind::Etcd35 {
                     // Three members each: on one version, to keep the run short.
                     target = etcd::cluster::register(target);

@@ -27,8 +27,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ttl(Duration::from_secs(15))
         .id_format(layout.id_format())
         .build()?;
-    // Nothing to create on etcd: claims create their keys. Kept so the
-    // program runs unchanged on every store.
+    // Makes the pool's incarnation key. A pool without one (a new one, or
+    // one whose keys were deleted or restored away) grants nothing for one
+    // TTL plus 2 s; on an etcd with no key under the prefix and no lease
+    // held, as at a first start, for 2 s. `leasehold prepare --new-pool`
+    // says a pool is new (with every holder stopped) and skips the wait.
     store.operator().prepare(Some(config.pool())).await?;
     // Returns once a slot is held: no ID is ever made without a lease.
     let manager = LeaseManager::start(store, config).await?;

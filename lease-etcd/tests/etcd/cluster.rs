@@ -14,7 +14,7 @@ use leasehold_core::{
 };
 use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
-use super::EtcdBackend;
+use super::{EtcdBackend, declare_new};
 
 /// Registers the tests that start a three-member cluster of the target's
 /// etcd version on `target`.
@@ -128,6 +128,7 @@ async fn cluster_one_member_down_keeps_leases_renewing(b: Arc<EtcdBackend>) -> R
     // member is the defect this test looks for.
     let leases = connect(&cluster, EtcdStrategy::DEFAULT_OP_TIMEOUT).await?;
     let pool = fresh_pool(8, Duration::from_secs(4))?;
+    declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -222,6 +223,7 @@ async fn cluster_requests_cut_mid_flight_are_sent_again_elsewhere(
     .await
     .map_err(|e| e.to_string())?;
     let pool = fresh_pool(16, Duration::from_secs(10))?;
+    declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -293,6 +295,7 @@ async fn cluster_two_members_down_retry_and_gate_closes_at_deadline(
         .build()
         .map_err(|e| e.to_string())?;
     let pool = config.pool().clone();
+    declare_new(&leases, &pool).await?;
     let manager = LeaseManager::start(leases.clone(), config)
         .await
         .map_err(|e| e.to_string())?;

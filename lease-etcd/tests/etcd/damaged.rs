@@ -89,6 +89,7 @@ async fn claim(s: &EtcdStrategy, pool: &PoolSpec) -> Result<Grant, String> {
 async fn a_damaged_floor_holds_claims_back_and_ends_a_renewal(b: Arc<EtcdBackend>) -> Outcome {
     let s = b.leases().await?;
     let pool = fresh_pool(1, Duration::from_secs(60))?;
+    super::declare_new(&s, &pool).await?;
     let key = floor_key(&pool);
     // "-5" and "" sort below every ceiling's digits (the raise replaces
     // them); the others above (the raise leaves them).

@@ -104,6 +104,13 @@ impl Backend for LeaseUser {
         Some(self.addr)
     }
 
+    /// Every test's pool is new (a fresh random name): said so, as the
+    /// lease user, so that its first claim is not held back as a possibly
+    /// wiped pool's.
+    fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move { super::declare_new(&self.connect_as("lease").await?, pool).await })
+    }
+
     /// Revoking is the administrator's.
     fn revoke<'a>(
         &'a self,
@@ -211,6 +218,7 @@ async fn a_wrong_password_says_authentication(b: Arc<LeaseUser>) -> Outcome {
 async fn leases_need_no_permission_of_their_own(b: Arc<LeaseUser>) -> Outcome {
     let s = b.connect_as("lease").await?;
     let pool = fresh_pool(2, Duration::from_secs(10))?;
+    super::declare_new(&s, &pool).await?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await

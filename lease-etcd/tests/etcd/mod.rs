@@ -5,6 +5,7 @@ pub(crate) mod damaged;
 pub(crate) mod lease_user;
 pub(crate) mod tests;
 pub(crate) mod tls;
+pub(crate) mod wipe;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -77,6 +78,12 @@ impl Backend for EtcdBackend {
         self.addr
     }
 
+    /// Every test's pool is new (a fresh random name): said so, so that its
+    /// first claim is not held back as a possibly wiped pool's.
+    fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move { declare_new(&self.leases().await?, pool).await })
+    }
+
     fn revoke<'a>(
         &'a self,
         pool: &'a PoolSpec,
@@ -91,6 +98,14 @@ impl Backend for EtcdBackend {
             }
         }))
     }
+}
+
+/// Declares `pool` new (`Operate::prepare_new_pool`): a test's fresh pool,
+/// whose first claim is then not held back as a possibly wiped pool's.
+pub(crate) async fn declare_new(leases: &EtcdStrategy, pool: &PoolSpec) -> Result<(), String> {
+    leasehold_core::Operate::prepare_new_pool(leases, pool)
+        .await
+        .map_err(|e| format!("declare the pool new: {e}"))
 }
 
 /// Polls `check` every 10 ms until it is true or `limit` passes; returns the

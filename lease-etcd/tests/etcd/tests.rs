@@ -13,7 +13,7 @@ use leasehold_core::{
 };
 use leasehold_etcd::{EtcdConfig, EtcdError, EtcdStrategy};
 
-use super::{EtcdBackend, until};
+use super::{EtcdBackend, declare_new, until};
 
 /// Registers the etcd-specific tests on `target`.
 pub(crate) fn register(target: Target) -> Target {
@@ -51,6 +51,7 @@ async fn delete_behind_the_back(b: &EtcdBackend, key: &str) -> Result<(), String
 pub(crate) async fn watch_reports_a_deleted_key(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = fresh_pool(4, Duration::from_secs(30))?;
+    declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -94,6 +95,7 @@ pub(crate) async fn watch_reports_a_deleted_key(b: Arc<EtcdBackend>) -> Result<(
 async fn watch_reports_a_rewritten_key(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = fresh_pool(4, Duration::from_secs(30))?;
+    declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -142,6 +144,7 @@ pub(crate) async fn watch_survives_dropped_connections_then_reports_loss(
     .await
     .map_err(|e| e.to_string())?;
     let pool = fresh_pool(2, Duration::from_secs(30))?;
+    declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -188,6 +191,7 @@ pub(crate) async fn guard_closes_the_manager_gate_when_the_watch_sees_a_deletion
         })
         .build()
         .map_err(|e| e.to_string())?;
+    declare_new(&leases, config.pool()).await?;
     let manager = LeaseManager::start(leases.clone(), config)
         .await
         .map_err(|e| e.to_string())?;
@@ -297,6 +301,7 @@ async fn too_short_ttl_is_a_configuration_error(b: Arc<EtcdBackend>) -> Result<(
 async fn fractional_ttl_is_rounded_up_and_reported(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = fresh_pool(2, Duration::from_millis(2500))?;
+    declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -319,6 +324,7 @@ async fn fractional_ttl_is_rounded_up_and_reported(b: Arc<EtcdBackend>) -> Resul
 async fn fence_is_the_keys_create_revision(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = fresh_pool(2, Duration::from_secs(30))?;
+    declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -424,6 +430,7 @@ async fn revoke_leaves_a_tombstone_on_the_same_lease_once(
     let leases = b.leases().await?;
     let ttl = Duration::from_secs(30);
     let pool = fresh_pool(1, ttl)?;
+    declare_new(&leases, &pool).await?;
     let sent = Instant::now();
     let grant = leases
         .acquire(&pool, Floor(1_000))
@@ -518,6 +525,7 @@ async fn revoke_leaves_a_tombstone_on_the_same_lease_once(
 async fn watch_reports_a_revoke(b: Arc<EtcdBackend>) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = fresh_pool(2, Duration::from_secs(30))?;
+    declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
@@ -562,6 +570,7 @@ async fn floor_key_outlives_the_slot_key_and_ignores_non_owners(
     // The first holder's lease is short (it is left to expire); the second
     // holder's is long, so its renewals do not depend on a quiet machine.
     let short = fresh_pool(1, Duration::from_secs(2))?;
+    declare_new(&leases, &short).await?;
     let long_ttl = Duration::from_secs(30);
     let long = PoolSpec::new(short.name().clone(), 1, long_ttl).map_err(|e| e.to_string())?;
     let floor_of = || read_floor(&leases, &short, 0);
@@ -683,6 +692,7 @@ async fn acquire_is_two_round_trips_while_candidates_are_free(
 ) -> Result<(), String> {
     let leases = b.leases().await?;
     let pool = fresh_pool(64, Duration::from_secs(30))?;
+    declare_new(&leases, &pool).await?;
     let before = leases.stats().rpcs;
     leases
         .acquire(&pool, Floor::NONE)
@@ -758,6 +768,7 @@ async fn credentials_pass_through_and_are_never_shown(b: Arc<EtcdBackend>) -> Re
     let leases = EtcdStrategy::connect(config)
         .await
         .map_err(|e| e.to_string())?;
+    declare_new(&leases, &pool).await?;
     ensure!(
         !leases.identity().contains(root_pw) && !format!("{leases:?}").contains(root_pw),
         "password in identity or Debug"

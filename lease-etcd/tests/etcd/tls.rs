@@ -88,6 +88,7 @@ async fn the_server_is_verified_and_shows_no_key(b: Arc<EtcdBackend>) -> Result<
         .await
         .map_err(|e| e.to_string())?;
     let pool = leasehold_conformance::fresh_pool(1, Duration::from_secs(10))?;
+    super::declare_new(&leases, &pool).await?;
     let grant = leases
         .acquire(&pool, Floor::NONE)
         .await
