@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_conformance::suite::fresh_pool_name;
-use leasehold_core::{Floor, PoolSpec, Renewal, Strategy};
+use leasehold_core::{Floor, Operate, PoolSpec, Renewal, Strategy};
 use leasehold_k8s::{KubeConfig, KubeStrategy};
 use leasehold_k8s_fake::FakeApiServer;
 
@@ -41,6 +41,12 @@ async fn run(fake: &FakeApiServer, size: u32) -> Result<Row, String> {
         );
     }
     let pool = PoolSpec::new(fresh_pool_name(), size, Duration::from_secs(60))
+        .map_err(|e| e.to_string())?;
+    // A fresh pool nobody held: declared new, so the race is not held back
+    // by the wipe guard.
+    clients[0]
+        .prepare_new_pool(&pool)
+        .await
         .map_err(|e| e.to_string())?;
     let barrier = Arc::new(tokio::sync::Barrier::new(ACQUIRERS + 1));
     let mut tasks = tokio::task::JoinSet::new();

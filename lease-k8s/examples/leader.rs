@@ -16,7 +16,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use leasehold_core::{Fence, LeaseConfig, LeaseManager};
+use leasehold_core::{Fence, LeaseConfig, LeaseManager, Operate};
 use leasehold_k8s::{KubeConfig, KubeStrategy};
 
 /// Storage that checks fences: it refuses a write carrying a smaller fence
@@ -62,7 +62,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(_) => {
             fake = leasehold_k8s_fake::FakeApiServer::start()?;
             println!("using the {}", fake.describe());
-            KubeConfig::url(fake.url()).namespace("default")
+            let kube = KubeConfig::url(fake.url()).namespace("default");
+            // A fake of our own: nobody held the pool, so it is declared
+            // new and the first start has no wipe guard to wait out. On a
+            // cluster it waits one restart span (4 s here) the first time.
+            KubeStrategy::connect(kube.clone())
+                .await?
+                .prepare_new_pool(config()?.pool())
+                .await?;
+            kube
         }
     };
     let store = FencedStore::default();

@@ -1,6 +1,7 @@
 //! Acquisition, 2 round trips: LIST the pool's Leases, then one write to a
 //! takeable slot chosen at random (`protocol.rs` decides which and how); a
-//! write whose answer was lost is resolved by the ambiguity rule.
+//! write whose answer was lost is resolved by the ambiguity rule. The LIST
+//! also reads the pool's incarnation record: the wipe guard costs no request.
 
 use k8s_openapi::api::coordination::v1::Lease;
 use leasehold_core::rand::SplitMix;
@@ -39,7 +40,15 @@ impl KubeStrategy {
         let mut rng = SplitMix::from_os();
         for _ in 0..MAX_LISTS {
             sent += 1;
-            let Listed { slots, raw, format } = self.list_pool(pool, deadline).await?;
+            let Listed {
+                slots,
+                raw,
+                format,
+                incarnation,
+            } = self.list_pool(pool, deadline).await?;
+            // Before anything is written: a pool whose Leases were wiped
+            // grants nothing until the guard has passed (`guard.rs`).
+            self.check_incarnation(pool, incarnation, deadline).await?;
             self.check_format(pool, format, deadline).await?;
             if let Some(won) = self
                 .adopt_pending(pool, &raw, ceiling, deadline, &mut sent)
@@ -369,7 +378,7 @@ impl KubeStrategy {
 
 /// The error of an acquisition's request that got no answer: a refused TLS
 /// handshake is a setup mistake (final), anything else retryable.
-fn no_answer(what: &str, e: NoAnswer) -> AcquireError {
+pub(crate) fn no_answer(what: &str, e: NoAnswer) -> AcquireError {
     match e {
         NoAnswer::Tls(failure, _) => AcquireError::Misconfigured {
             what: format!("{what}: TLS to the API server failed: {}", failure.what),

@@ -9,9 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use leasehold_core::{AcquireError, Floor, PoolSpec, Reason};
 use serde_json::Value;
 
+use crate::guard::{Incarnation, damaged_incarnation, incarnation_of};
 use crate::names::{
     FENCE_ANNOTATION, FLOOR_ANNOTATION, FORMAT_ANNOTATION, POOL_LABEL, SLOT_LABEL, format_name,
-    lease_name,
+    incarnation_name, lease_name,
 };
 
 /// What one LIST says about one slot.
@@ -44,11 +45,14 @@ pub(crate) struct Listed {
     pub(crate) raw: Vec<(u32, Lease)>,
     /// The pool's recorded ID format, if it has a format record.
     pub(crate) format: Option<String>,
+    /// The pool's incarnation record, if it has one (the wipe guard).
+    pub(crate) incarnation: Option<Incarnation>,
 }
 
 /// Reads the items of a LIST answer for `pool`, whose Leases live in
 /// `namespace`. The pool's format record (`leasehold-<pool>-format`) gives
-/// the recorded ID format and is never a slot; an item is a slot only when
+/// the recorded ID format and its incarnation record the wipe guard's state;
+/// neither is a slot; an item is a slot only when
 /// its name is the one its slot label gives (labels copied onto another
 /// object do not make it a slot); slots outside the pool are left out,
 /// after their resourceVersion was checked. A slot of the pool whose floor
@@ -68,6 +72,11 @@ pub(crate) fn parse_list(
         if name == format_name(pool.name()) {
             let format = format_of(item).ok_or_else(|| damaged_format(pool, namespace))?;
             listed.format = Some(format.to_owned());
+            continue;
+        }
+        if name == incarnation_name(pool.name()) {
+            let found = incarnation_of(item).ok_or_else(|| damaged_incarnation(pool, namespace))?;
+            listed.incarnation = Some(found);
             continue;
         }
         // Labels copied onto another object do not make it a slot.

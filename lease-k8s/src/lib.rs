@@ -13,6 +13,7 @@ mod api;
 mod cache;
 mod config;
 mod error;
+mod guard;
 mod hold;
 mod inspect;
 mod lease;
@@ -31,8 +32,8 @@ mod url;
 pub use config::{DEFAULT_TAKEOVER_MARGIN, KubeConfig};
 pub use error::KubeError;
 pub use names::{
-    FENCE_ANNOTATION, FLOOR_ANNOTATION, FORMAT_ANNOTATION, POOL_LABEL, SLOT_LABEL, format_name,
-    lease_name,
+    FENCE_ANNOTATION, FLOOR_ANNOTATION, FORMAT_ANNOTATION, INCARNATION_ANNOTATION, POOL_LABEL,
+    SLOT_LABEL, format_name, incarnation_name, lease_name,
 };
 pub use ordinal::OrdinalLease;
 pub use preflight::VERBS;

@@ -20,6 +20,9 @@ pub(crate) const FENCE_POINTER: &str = "/metadata/annotations/leasehold~1fence";
 /// Annotation of the pool's format record ([`format_name`]): the ID format
 /// the pool's holders declared, its canonical text.
 pub const FORMAT_ANNOTATION: &str = "leasehold/id-format";
+/// Annotation of the pool's incarnation record ([`incarnation_name`]):
+/// whether it was declared new or made with a wipe guard.
+pub const INCARNATION_ANNOTATION: &str = "leasehold/incarnation";
 /// Prefix of a revoked holder's tombstone in `holderIdentity`.
 pub(crate) const TOMBSTONE: &str = "revoked/";
 
@@ -33,6 +36,16 @@ pub fn lease_name(pool: &PoolName, slot: u32) -> String {
 /// names end in digits, so no slot's Lease has this name.
 pub fn format_name(pool: &PoolName) -> String {
     format!("leasehold-{pool}-format")
+}
+
+/// `leasehold-<pool>--incarnation`: the pool's incarnation record, a Lease
+/// that holds no slot (no slot label, never held) and whose absence means
+/// the pool's Leases may have been wiped (the wipe guard). Slot names end
+/// in digits and the format record in `-format`, so no other object of any
+/// pool has this name; and `-` sorts before digits, so a deletion in name
+/// order takes it before the pool's slots.
+pub fn incarnation_name(pool: &PoolName) -> String {
+    format!("leasehold-{pool}--incarnation")
 }
 
 /// `<holder>_<token hex>`, matched as a whole string.

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use leasehold_core::{
-    BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
+    AcquireError, BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
 
 use crate::{KubeError, KubeStrategy};
@@ -16,6 +16,13 @@ const PING: &str = "leasehold-ping";
 fn from_kube(e: KubeError) -> OperateError {
     match e {
         e @ KubeError::Connect { .. } => OperateError::Unreachable(Reason::new(e.to_string())),
+        other => OperateError::Store(Reason::new(other.to_string())),
+    }
+}
+
+fn from_acquire(e: AcquireError) -> OperateError {
+    match e {
+        e @ AcquireError::Unreachable(_) => OperateError::Unreachable(Reason::new(e.to_string())),
         other => OperateError::Store(Reason::new(other.to_string())),
     }
 }
@@ -59,6 +66,39 @@ impl Operate for KubeStrategy {
                 .await
                 .map_err(from_kube)
         })
+    }
+
+    /// Makes `pool`'s incarnation record (`leasehold-<pool>--incarnation`).
+    /// Where it is missing, the pool's Leases may have been wiped with
+    /// holders still running, which looks the same as a pool never used:
+    /// it is made with a guard, and claims wait the pool's restart span
+    /// (TTL + 2 × `max_clock_skew`). [`Operate::prepare_new_pool`]
+    /// (`leasehold prepare --new-pool`) skips the wait for a pool an
+    /// operator knows is new.
+    fn prepare<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move {
+            match pool {
+                None => Ok(()),
+                Some(pool) => self
+                    .prepare_pool(pool)
+                    .await
+                    .map(drop)
+                    .map_err(from_acquire),
+            }
+        })
+    }
+
+    /// Makes `pool`'s incarnation record declared new, taking away a guard
+    /// a claim set: claims go on at once. Only with every holder of the
+    /// pool stopped.
+    fn prepare_new_pool<'a>(
+        &'a self,
+        pool: &'a PoolSpec,
+    ) -> BoxFuture<'a, Result<(), OperateError>> {
+        Box::pin(async move { self.declare_new(pool).await.map_err(from_acquire) })
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_conformance::{Target, ensure, fresh_pool, trials};
+use leasehold_conformance::{Target, ensure, trials};
 use leasehold_core::{AcquireError, Floor, PoolSpec, Release, Renewal, Strategy};
 use leasehold_k8s::{KubeConfig, KubeStrategy, lease_name};
 use leasehold_k8s_fake::FakeApiServer;
 use serde_json::{Value, json};
 
-use super::FakeBackend;
+use super::{FakeBackend, new_pool};
 
 type Outcome = Result<(), String>;
 
@@ -88,7 +88,7 @@ async fn a_damaged_floor_annotation_holds_claims_back_and_ends_a_renewal(
     _b: Arc<FakeBackend>,
 ) -> Outcome {
     let (fake, s) = private().await?;
-    let pool = fresh_pool(1, Duration::from_secs(60))?;
+    let pool = new_pool(&s, 1, Duration::from_secs(60)).await?;
     let g = s
         .acquire(&pool, Floor(1_000))
         .await
@@ -152,7 +152,7 @@ async fn a_resource_version_at_the_largest_fence_holds_claims_back(
     _b: Arc<FakeBackend>,
 ) -> Outcome {
     let (fake, s) = private().await?;
-    let pool = fresh_pool(1, Duration::from_secs(60))?;
+    let pool = new_pool(&s, 1, Duration::from_secs(60)).await?;
     let g = s
         .acquire(&pool, Floor(1_000))
         .await

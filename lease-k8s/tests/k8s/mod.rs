@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use leasehold_conformance::servers::{self, Server};
 use leasehold_conformance::{Backend, Store};
-use leasehold_core::{BoxFuture, PoolSpec};
+use leasehold_core::{BoxFuture, Operate, PoolSpec};
 use leasehold_k8s::{KubeConfig, KubeStrategy};
 use leasehold_k8s_fake::FakeApiServer;
 
@@ -18,6 +18,18 @@ use leasehold_k8s_fake::FakeApiServer;
 pub(crate) const FAKE_LABEL: &str = servers::K8S_FAKE_LABEL;
 /// The row of a real cluster.
 pub(crate) const REAL_LABEL: &str = servers::K8S_REAL_LABEL;
+
+/// A fresh pool of `size` slots, declared new through `s`: tests that
+/// start on an empty pool do not wait out the wipe guard's span.
+pub(crate) async fn new_pool(
+    s: &KubeStrategy,
+    size: u32,
+    ttl: Duration,
+) -> Result<PoolSpec, String> {
+    let pool = leasehold_conformance::fresh_pool(size, ttl)?;
+    s.prepare_new_pool(&pool).await.map_err(|e| e.to_string())?;
+    Ok(pool)
+}
 
 /// The suite's backend on the fake API server.
 #[derive(Clone)]
@@ -116,6 +128,18 @@ impl Backend for FakeBackend {
 
     fn store_addr(&self) -> Option<SocketAddr> {
         Some(self.fake.addr())
+    }
+
+    /// Declares the suite's fresh pool new: nobody held it, so its first
+    /// claim has no wipe guard to wait out.
+    fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.strategy()
+                .await?
+                .prepare_new_pool(pool)
+                .await
+                .map_err(|e| e.to_string())
+        })
     }
 
     fn revoke<'a>(
@@ -232,6 +256,18 @@ impl Backend for RealBackend {
                     .map_err(|e| e.to_string())?,
             );
             Ok(s)
+        })
+    }
+
+    /// Declares the suite's fresh pool new, as on the fake.
+    fn prepare<'a>(&'a self, pool: &'a PoolSpec) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            KubeStrategy::connect(self.config())
+                .await
+                .map_err(|e| e.to_string())?
+                .prepare_new_pool(pool)
+                .await
+                .map_err(|e| e.to_string())
         })
     }
 

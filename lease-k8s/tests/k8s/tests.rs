@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold_conformance::{Target, ensure, fresh_pool, trials};
+use leasehold_conformance::{Target, ensure, trials};
 use leasehold_core::{AcquireError, Floor, PoolName, PoolSpec, Release, Renewal, Strategy, Token};
 use leasehold_k8s::{KubeConfig, KubeError, KubeStrategy, OrdinalLease};
 use leasehold_k8s_fake::{FakeApiServer, Fault, RvFormat, Verb};
@@ -77,6 +77,12 @@ impl Private {
             .map_err(|e| e.to_string())
     }
 
+    /// A fresh pool of `size` slots, declared new: its first claim has no
+    /// wipe guard to wait out.
+    pub(crate) async fn new_pool(&self, size: u32, ttl: Duration) -> Result<PoolSpec, String> {
+        super::new_pool(&self.connect().await?, size, ttl).await
+    }
+
     fn lease(&self, pool: &PoolSpec, slot: u32) -> serde_json::Value {
         self.fake
             .lease("default", &leasehold_k8s::lease_name(pool.name(), slot))
@@ -105,7 +111,7 @@ fn delta(before: [u64; 6], after: [u64; 6]) -> u64 {
 async fn acquire_is_two_round_trips_renew_and_release_one(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(8, Duration::from_secs(30))?;
+    let pool = p.new_pool(8, Duration::from_secs(30)).await?;
     let before = p.requests();
     let g = s
         .acquire(&pool, Floor::NONE)
@@ -159,7 +165,7 @@ async fn acquire_is_two_round_trips_renew_and_release_one(b: Arc<FakeBackend>) -
 async fn never_puts_and_never_deletes(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(2, Duration::from_secs(30))?;
+    let pool = p.new_pool(2, Duration::from_secs(30)).await?;
     for _ in 0..3 {
         let g = s
             .acquire(&pool, Floor::NONE)
@@ -176,7 +182,10 @@ async fn never_puts_and_never_deletes(b: Arc<FakeBackend>) -> Outcome {
 async fn lease_carries_labels_holder_and_floor(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_millis(1500))?.with_holder("web-0");
+    let pool = p
+        .new_pool(1, Duration::from_millis(1500))
+        .await?
+        .with_holder("web-0");
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -222,7 +231,7 @@ async fn lease_carries_labels_holder_and_floor(b: Arc<FakeBackend>) -> Outcome {
 async fn renewals_always_move_the_resource_version(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -279,7 +288,7 @@ async fn bad_pool_name_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
 async fn ttl_below_one_second_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_millis(500))?;
+    let pool = p.new_pool(1, Duration::from_millis(500)).await?;
     match s.acquire(&pool, Floor::NONE).await {
         Err(e @ AcquireError::Misconfigured { .. }) => {
             ensure!(e.to_string().contains("at least 1s"), "unclear: {e}");
@@ -292,7 +301,7 @@ async fn ttl_below_one_second_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
 async fn foreign_lease_with_our_name_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(5))?;
+    let pool = p.new_pool(1, Duration::from_secs(5)).await?;
     let creates = p.fake.requests(Verb::Create);
     let name = leasehold_k8s::lease_name(pool.name(), 0);
     p.fake.insert_raw(
@@ -340,7 +349,7 @@ async fn missing_namespace_is_a_final_error(b: Arc<FakeBackend>) -> Outcome {
         .await
         .map_err(|e| e.to_string())?;
     match s
-        .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
+        .acquire(&p.new_pool(2, Duration::from_secs(5)).await?, Floor::NONE)
         .await
     {
         Err(e) if !e.is_retryable() && e.to_string().contains("does not exist") => {}
@@ -374,11 +383,9 @@ async fn missing_rbac_names_the_verb(b: Arc<FakeBackend>) -> Outcome {
     let s = KubeStrategy::connect(p.config().preflight(false))
         .await
         .map_err(|e| e.to_string())?;
+    let pool = super::new_pool(&s, 2, Duration::from_secs(5)).await?;
     p.fake.faults().set(Verb::Create, Fault::Forbidden);
-    match s
-        .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
-        .await
-    {
+    match s.acquire(&pool, Floor::NONE).await {
         Err(e) if !e.is_retryable() && e.to_string().contains("`create`") => Ok(()),
         other => Err(format!("acquire: {other:?}")),
     }
@@ -396,10 +403,8 @@ async fn non_integer_resource_version_is_a_final_error(b: Arc<FakeBackend>) -> O
     let s = KubeStrategy::connect(p.config().preflight(false))
         .await
         .map_err(|e| e.to_string())?;
-    match s
-        .acquire(&fresh_pool(2, Duration::from_secs(5))?, Floor::NONE)
-        .await
-    {
+    let pool = super::new_pool(&s, 2, Duration::from_secs(5)).await?;
+    match s.acquire(&pool, Floor::NONE).await {
         Err(e @ AcquireError::UnsupportedServer { .. }) => {
             ensure!(
                 !e.is_retryable() && e.to_string().contains("not an integer"),
@@ -429,7 +434,7 @@ async fn unreachable_server_at_connect_is_a_connect_error(_b: Arc<FakeBackend>) 
 async fn ambiguous_create_is_ours_when_the_get_says_so(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     p.fake
         .faults()
         .set_times(Verb::Create, Fault::ApplyThenStatus(504), 1);
@@ -455,7 +460,7 @@ async fn ambiguous_create_is_ours_when_the_get_says_so(b: Arc<FakeBackend>) -> O
 async fn lost_answer_is_adopted_by_the_next_acquisition(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     p.fake
         .faults()
         .set_times(Verb::Create, Fault::ApplyThenDrop, 1);
@@ -491,7 +496,7 @@ async fn lost_answer_is_adopted_by_the_next_acquisition(b: Arc<FakeBackend>) -> 
 async fn throttled_acquire_is_retryable_and_says_retry_after(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(2, Duration::from_secs(5))?;
+    let pool = super::new_pool(&s, 2, Duration::from_secs(5)).await?;
     p.fake.faults().set_times(
         Verb::List,
         Fault::TooManyRequests {
@@ -518,7 +523,7 @@ async fn throttled_acquire_is_retryable_and_says_retry_after(b: Arc<FakeBackend>
 async fn renew_under_server_errors_is_retry_never_lost(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -562,7 +567,7 @@ async fn renew_under_server_errors_is_retry_never_lost(b: Arc<FakeBackend>) -> O
 async fn renew_whose_answer_was_lost_is_harmless(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -583,7 +588,7 @@ async fn renew_whose_answer_was_lost_is_harmless(b: Arc<FakeBackend>) -> Outcome
 async fn deleted_lease_is_lost_and_recreated_with_a_bigger_fence(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -621,7 +626,7 @@ async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended(
 ) -> Outcome {
     let p = b.private()?;
     let holder = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(1))?;
+    let pool = p.new_pool(1, Duration::from_secs(1)).await?;
     let g = holder
         .acquire(&pool, Floor::NONE)
         .await
@@ -678,7 +683,7 @@ async fn revoke_leaves_a_tombstone_until_the_lease_would_have_ended(
 /// waits a full lease duration (on its own clock) from its first sighting.
 async fn a_fresh_process_waits_a_lease_duration_before_a_takeover(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
-    let pool = fresh_pool(1, Duration::from_secs(1))?;
+    let pool = p.new_pool(1, Duration::from_secs(1)).await?;
     let old = p.connect().await?;
     let g = old
         .acquire(&pool, Floor::NONE)
@@ -717,7 +722,7 @@ async fn a_fresh_process_waits_a_lease_duration_before_a_takeover(b: Arc<FakeBac
 
 async fn ordinal_lease_pins_the_slot_and_refuses_a_twin(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
-    let pool = fresh_pool(8, Duration::from_secs(30))?;
+    let pool = p.new_pool(8, Duration::from_secs(30)).await?;
     let first = OrdinalLease::with_slot(p.connect().await?, 3);
     let twin = OrdinalLease::with_slot(p.connect().await?, 3);
     let g = first
@@ -750,7 +755,7 @@ async fn ordinal_lease_pins_the_slot_and_refuses_a_twin(b: Arc<FakeBackend>) -> 
 async fn debug_output_shows_no_token(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     let g = s
         .acquire(&pool, Floor::NONE)
         .await
@@ -831,7 +836,7 @@ fn stored_floor(p: &Private, pool: &PoolSpec, slot: u32) -> String {
 async fn floor_is_kept_on_the_lease_and_handed_over(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     let g = s
         .acquire(&pool, Floor(1_000))
         .await
@@ -891,7 +896,7 @@ async fn floor_is_kept_on_the_lease_and_handed_over(b: Arc<FakeBackend>) -> Outc
 /// gets the highest ceiling it reported.
 async fn floor_survives_a_takeover_after_expiry(b: Arc<FakeBackend>) -> Outcome {
     let p = b.private()?;
-    let pool = fresh_pool(1, Duration::from_secs(1))?;
+    let pool = p.new_pool(1, Duration::from_secs(1)).await?;
     let old = p.connect().await?;
     let g = old
         .acquire(&pool, Floor(5_000))
@@ -927,7 +932,7 @@ async fn lost_renewal_answer_with_a_floor_raise_is_learned_and_renewed(
 ) -> Outcome {
     let p = b.private()?;
     let s = p.connect().await?;
-    let pool = fresh_pool(1, Duration::from_secs(30))?;
+    let pool = p.new_pool(1, Duration::from_secs(30)).await?;
     let g = s
         .acquire(&pool, Floor(1_000))
         .await

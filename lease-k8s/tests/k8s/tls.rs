@@ -11,12 +11,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use leasehold_conformance::tls::{Pair, Pki};
-use leasehold_conformance::{Target, ensure, fresh_pool, trials};
+use leasehold_conformance::{Target, ensure, trials};
 use leasehold_core::{Floor, Release, Renewal, Strategy, Token};
 use leasehold_k8s::{KubeConfig, KubeError, KubeStrategy};
 use leasehold_k8s_fake::{FakeApiServer, Https};
 
-use super::FakeBackend;
+use super::{FakeBackend, new_pool};
 
 type Outcome = Result<(), String>;
 
@@ -189,7 +189,7 @@ async fn holds(path: &Path) -> Outcome {
     let s = KubeStrategy::connect(config(path))
         .await
         .map_err(|e| e.to_string())?;
-    let pool = fresh_pool(2, Duration::from_secs(30))?;
+    let pool = new_pool(&s, 2, Duration::from_secs(30)).await?;
     let grant = s
         .acquire(&pool, Floor::NONE)
         .await
