@@ -21,7 +21,9 @@ use k8s::{FakeBackend, RealBackend};
 fn main() -> ExitCode {
     let fake = Arc::new(FakeBackend::start());
     let target = Target::new(k8s::FAKE_LABEL, fake.describe(), fake).with_revoke();
-    let mut targets = vec![k8s::damaged::register(k8s::tests::register(target))];
+    let mut targets = vec![k8s::wipe::register(k8s::damaged::register(
+        k8s::tests::register(target),
+    ))];
     // The fake again, over HTTPS only, every request authenticated: the
     // suite through a kubeconfig with a client certificate, and the TLS,
     // token and kubeconfig cases.

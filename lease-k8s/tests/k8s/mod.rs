@@ -3,6 +3,7 @@
 pub(crate) mod damaged;
 pub(crate) mod tests;
 pub(crate) mod tls;
+pub(crate) mod wipe;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
