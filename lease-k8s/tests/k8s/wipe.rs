@@ -157,8 +157,10 @@ async fn prepare_after_a_wipe_does_not_take_the_pool_for_new(_b: Arc<FakeBackend
         .await
         .map_err(|e| e.to_string())?;
     let (_, after, refusals) = claim_until_granted(&rival, &pool, t_wipe).await?;
+    // A lower bound only: a stalled machine may reach the first claim after
+    // the guard has passed, and then rightly be granted at once.
     ensure!(
-        !refusals.is_empty() && after + CLOCKS >= pool.restart_span(),
+        after + CLOCKS >= pool.restart_span(),
         "after prepare the wiped pool was granted {after:?} after the wipe ({} refusals)",
         refusals.len()
     );
@@ -197,7 +199,8 @@ async fn a_new_pool_waits_a_span_unless_declared_new(_b: Arc<FakeBackend>) -> Ou
 /// answer 409 and they read it), and every one of them waits.
 async fn racing_claimers_of_a_wiped_pool_all_wait(_b: Arc<FakeBackend>) -> Outcome {
     let (fake, s) = private().await?;
-    let pool = new_pool(&s, 4, Duration::from_secs(1)).await?;
+    // A span (14 s) no loaded machine takes to send eight claims.
+    let pool = new_pool(&s, 4, Duration::from_secs(12)).await?;
     s.acquire(&pool, Floor::NONE)
         .await
         .map_err(|e| e.to_string())?;
