@@ -216,6 +216,11 @@ async fn with_min_replicas_to_write_the_primary_cannot_split_brain_and_its_refus
     // The primary loses its replica: it refuses writes (NOREPLICAS), and
     // a renewal it refuses is a Retry, a claim a retryable error.
     let pool = fresh_pool(2, Duration::from_secs(30)).unwrap();
+    // A fresh pool, said to be one: its first claim is not held back as a
+    // possibly wiped pool's.
+    s.declare_new_pool(&pool)
+        .await
+        .expect("declare the fresh pool new");
     let grant = s.acquire(&pool, Floor::NONE).await.expect("a claim");
     pair.replica_cmd(&["REPLICAOF", "NO", "ONE"]).await;
     pair.wait_info("min_slaves_good_slaves:0", "the replica to be gone")
