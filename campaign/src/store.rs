@@ -113,6 +113,35 @@ pub async fn start_manager(
         .map_err(|e| format!("start: {e}"))
 }
 
+/// Declares the run's `pools` new on the store at `url`, before any worker
+/// starts. A run's pools are fresh, with no holder yet, so their first
+/// claims need not wait out the span that a pool whose records are gone
+/// waits (the wipe guard cannot tell a new pool from a wiped one).
+pub async fn declare_new(
+    url: &str,
+    options: &Options,
+    pools: &[String],
+    slots: u32,
+    ttl: Duration,
+) -> Result<(), String> {
+    let store = parse(url)?
+        .map_sql(|c| options.sql(c))
+        .map_valkey(|c| options.valkey(c))
+        .connect()
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    for name in pools {
+        let pool = leasehold::PoolName::new(name.clone()).map_err(|e| e.to_string())?;
+        let spec = leasehold::PoolSpec::new(pool, slots, ttl).map_err(|e| e.to_string())?;
+        store
+            .operator()
+            .prepare_new_pool(&spec)
+            .await
+            .map_err(|e| format!("declare pool {name} new: {e}"))?;
+    }
+    Ok(())
+}
+
 /// What a store's strategy says of it, before a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {

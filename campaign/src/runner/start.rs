@@ -98,6 +98,13 @@ pub fn start(plan: Plan) -> Result<Campaign, String> {
         args,
     };
     let (fence_rt, fence_pools, fences) = prepare_fences(&store, &run.pool, run.args.slots)?;
+    fence_rt.block_on(crate::store::declare_new(
+        &run.url,
+        &run.options,
+        &fence_pools,
+        run.args.slots,
+        run.args.ttl,
+    ))?;
     let start_ns = MonoTime::now().as_nanos();
     let started = Instant::now();
     for i in 0..run.args.workers {
