@@ -268,7 +268,7 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         svg.text(
             x(first),
             B_Y + 26.0,
-            "B's claims: StoreRestarted (retryable), retried with backoff",
+            "B's claim: StoreRestarted (retryable) with when the guard opens; B tries again then",
             Anchor::Start,
             13.0,
             VERMILION,
