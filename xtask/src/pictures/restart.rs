@@ -268,7 +268,7 @@ pub(super) fn draw(p: &Params) -> Result<Svg, String> {
         svg.text(
             x(first),
             B_Y + 26.0,
-            "B's claim: StoreRestarted (retryable) with when the guard opens; B tries again then",
+            "B's claim: StoreRestarted (retryable), until the guard opens",
             Anchor::Start,
             13.0,
             VERMILION,
