@@ -249,11 +249,13 @@ fn spec(pool: &str, size: u32, holder: &str) -> PoolSpec {
     .with_holder(holder)
 }
 
-/// On etcd, a pool with none of its keys may be one whose keys were wiped,
-/// so its first claim waits a span unless the pool is declared new: these
+/// On etcd and Kubernetes (whose wipe guard no option turns off, as
+/// `restart_guard(false)` does for these tests' SQL and Valkey stores), a
+/// pool with none of its records may be one whose records were wiped, so
+/// its first claim waits a span unless the pool is declared new: these
 /// tests' pools are fresh, and said so (`Operate::prepare_new_pool`).
-async fn declared_new_on_etcd(env: &Env, pool: &PoolSpec) -> Result<(), String> {
-    if !env.label.starts_with("etcd") {
+async fn declared_new_where_guarded(env: &Env, pool: &PoolSpec) -> Result<(), String> {
+    if !(env.label.starts_with("etcd") || env.label.starts_with("k8s")) {
         return Ok(());
     }
     let store = StoreConfig::from_url(&env.url)
@@ -273,7 +275,7 @@ async fn declared_new_on_etcd(env: &Env, pool: &PoolSpec) -> Result<(), String> 
 fn three_slots(env: &Env) -> Result<(String, [Grant; 3]), String> {
     let pool = unique_pool();
     rt().block_on(async {
-        declared_new_on_etcd(env, &spec(&pool, 3, "worker-a")).await?;
+        declared_new_where_guarded(env, &spec(&pool, 3, "worker-a")).await?;
         let mut grants = Vec::new();
         for holder in ["worker-a", "worker-b", "worker-c"] {
             let g = env
@@ -479,7 +481,7 @@ fn status_size_from_the_store(env: &Env) -> TestResult {
             .prepare(Some(&declared))
             .await
             .map_err(|e| format!("prepare: {e}"))?;
-        declared_new_on_etcd(env, &declared).await?;
+        declared_new_where_guarded(env, &declared).await?;
         env.strategy
             .acquire_dyn(&declared, CEILING)
             .await
