@@ -71,6 +71,14 @@ pub enum Fault {
     /// standby is promoted and the clients' address moves to it; the old
     /// primary is rebuilt as the new standby. Replicated topologies only.
     Failover,
+    /// Wipe the store's lease records of the run's pools while holders
+    /// run, as an operator would: SQL `TRUNCATE` (SQLite: `DELETE`) of the
+    /// lease table, Valkey/Redis `FLUSHALL`, an etcd delete of each pool's
+    /// key prefix, Kubernetes the pools' Lease objects deleted. The holders'
+    /// renewals answer `Lost`; the wipe guard grants nothing for one restart
+    /// span. Single servers (and etcd's own cluster) only, with
+    /// `--wipe-heavy`.
+    Wipe,
 }
 
 impl Fault {
@@ -88,6 +96,7 @@ impl Fault {
             Fault::Member => "member",
             Fault::BackendCrash => "backend-crash",
             Fault::Failover => "failover",
+            Fault::Wipe => "wipe",
         }
     }
 }
@@ -130,6 +139,12 @@ pub struct StoreFaults {
     /// The store is a replicated topology that can fail over; every other
     /// fault is then a failover.
     pub failover: bool,
+    /// The store's lease records can be wiped by the runner (a single
+    /// server, a file, etcd's own cluster or the fake API server).
+    pub wipe: bool,
+    /// Wipe-heavy: every other fault is a wipe (taking turns with the
+    /// other heavy kinds).
+    pub wipe_heavy: bool,
 }
 
 /// The faults of a run of `length` with `workers` workers and leases of `ttl`:
@@ -167,8 +182,14 @@ pub fn plan(
     if store.backend_crash {
         kinds.push(Fault::BackendCrash);
     }
-    // The kinds that every other fault cycles through.
+    // The kinds that every other fault cycles through. A wipe only with
+    // its flag (so the plans of earlier seeds stay what they were), and
+    // first, so that a short run with other heavy kinds too wipes at its
+    // first heavy fault.
     let mut heavy_kinds = Vec::new();
+    if store.wipe && store.wipe_heavy {
+        heavy_kinds.push(Fault::Wipe);
+    }
     if store.restart && store.restart_heavy {
         heavy_kinds.push(Fault::Restart);
     }
@@ -225,6 +246,8 @@ mod tests {
         backend_crash: false,
         crash_heavy: false,
         failover: false,
+        wipe: false,
+        wipe_heavy: false,
     };
     /// A server reached over the network, which can be frozen.
     const NETWORKED: StoreFaults = StoreFaults {
@@ -397,6 +420,72 @@ mod tests {
             let want = [Fault::Restart, Fault::BackendCrash][i % 2];
             assert_eq!(*f, want, "{both:?}");
         }
+    }
+
+    /// Wipe-heavy: every other fault a wipe, taking turns with restarts
+    /// (the wipe first); never without the flag, nor on a store the runner
+    /// cannot wipe.
+    #[test]
+    fn a_wipe_heavy_plan_wipes_every_other_time_and_only_then() {
+        let wipes = |store| -> Vec<usize> {
+            plan_of(7, store)
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.fault == Fault::Wipe)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let alone = plan_of(
+            7,
+            StoreFaults {
+                wipe: true,
+                wipe_heavy: true,
+                ..NETWORKED
+            },
+        );
+        for (i, p) in alone.iter().enumerate() {
+            assert_eq!(p.fault == Fault::Wipe, i % 2 == 1, "fault {i}: {alone:?}");
+        }
+        let with_restarts = plan_of(
+            7,
+            StoreFaults {
+                restart: true,
+                restart_heavy: true,
+                wipe: true,
+                wipe_heavy: true,
+                ..NETWORKED
+            },
+        );
+        let odd: Vec<_> = with_restarts
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|p| p.fault)
+            .collect();
+        assert!(odd.len() >= 4, "{with_restarts:?}");
+        for (i, f) in odd.iter().enumerate() {
+            assert_eq!(
+                *f,
+                [Fault::Wipe, Fault::Restart][i % 2],
+                "{with_restarts:?}"
+            );
+        }
+        // The flag without a store that can be wiped, or a store that can
+        // be wiped without the flag: no wipe, and the plan of the seed is
+        // what it was.
+        assert!(
+            wipes(StoreFaults {
+                wipe_heavy: true,
+                ..NETWORKED
+            })
+            .is_empty()
+        );
+        let unflagged = StoreFaults {
+            wipe: true,
+            ..POSTGRES
+        };
+        assert!(wipes(unflagged).is_empty());
+        assert_eq!(plan_of(7, unflagged), plan_of(7, POSTGRES));
     }
 
     #[test]

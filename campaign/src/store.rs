@@ -142,6 +142,133 @@ pub async fn declare_new(
     Ok(())
 }
 
+/// Wipes the lease records of `pools` on the store at `url` while their
+/// holders run, the way an operator would (the `wipe` fault): the records
+/// of the wipe guard go with them, so claims wait out a restart span and
+/// the holders' renewals answer `Lost` (with `restart_guard(false)`, SQL
+/// and Valkey/Redis grant the slots again at once: the control).
+pub async fn wipe(url: &str, pools: &[String]) -> Result<(), String> {
+    match parse(url)?.kind().clone() {
+        StoreKind::Sql(sql) => wipe_sql(sql).await,
+        StoreKind::Valkey(valkey) => wipe_valkey(valkey).await,
+        StoreKind::Etcd(etcd) => wipe_etcd(etcd, pools).await,
+        StoreKind::Kube(kube) => wipe_kube(kube, pools).await,
+        _ => Err(format!("store URL {url}: no wipe for this store")),
+    }
+}
+
+/// SQL: the whole lease table emptied, `TRUNCATE` (SQLite, which has
+/// none: `DELETE` of every row). The run's pools are the table's only
+/// ones; the fenced writes' tables are the application's and stay.
+async fn wipe_sql(config: SqlConfig) -> Result<(), String> {
+    use leasehold_sql::{Engine, sqlx};
+    let s = leasehold_sql::SqlStrategy::connect(
+        config
+            .op_timeout(Duration::from_secs(2))
+            .max_connections(1)
+            // The wipe takes no lease.
+            .restart_guard(false),
+    )
+    .await
+    .map_err(|e| format!("wipe connect: {e}"))?;
+    // A table name is letters, digits and underscores (checked on
+    // connect): no quoting needed.
+    let table = s.table().as_str();
+    let sql = match s.engine() {
+        Engine::Sqlite => format!("DELETE FROM {table}"),
+        _ => format!("TRUNCATE TABLE {table}"),
+    };
+    let r = if let Some(p) = s.postgres() {
+        sqlx::raw_sql(&sql).execute(p).await.map(drop)
+    } else if let Some(p) = s.mysql() {
+        sqlx::raw_sql(&sql).execute(p).await.map(drop)
+    } else if let Some(p) = s.sqlite() {
+        sqlx::raw_sql(&sql).execute(p).await.map(drop)
+    } else {
+        Ok(())
+    };
+    s.close().await;
+    r.map_err(|e| format!("{sql}: {e}"))
+}
+
+/// Valkey/Redis: `FLUSHALL`. The fenced writes' keys go too (as in a
+/// restart of a server that keeps nothing): their logs then hold the
+/// writes after the last wipe.
+async fn wipe_valkey(config: ValkeyConfig) -> Result<(), String> {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand, Value};
+    let s = leasehold_valkey::ValkeyStrategy::connect(
+        config
+            .key_prefix(PREFIX)
+            .op_timeout(Duration::from_secs(2))
+            // The wipe takes no lease.
+            .restart_guard(false),
+    )
+    .await
+    .map_err(|e| format!("wipe connect: {e}"))?;
+    s.client()
+        .custom::<Value, Value>(
+            CustomCommand::new_static("FLUSHALL", ClusterHash::Random, false),
+            Vec::new(),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| format!("FLUSHALL: {e}"))
+}
+
+/// etcd: each pool's key prefix deleted (`etcdctl del --prefix
+/// campaign/<pool>/`): slots, floors and the incarnation key. The fenced
+/// keys live under a prefix of their own and stay.
+async fn wipe_etcd(config: EtcdConfig, pools: &[String]) -> Result<(), String> {
+    let s = leasehold_etcd::EtcdStrategy::connect(
+        config.prefix(PREFIX).op_timeout(Duration::from_secs(2)),
+    )
+    .await
+    .map_err(|e| format!("wipe connect: {e}"))?;
+    for pool in pools {
+        s.client()
+            .clone()
+            .delete(
+                format!("{PREFIX}/{pool}/"),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            )
+            .await
+            .map_err(|e| format!("delete the prefix of {pool}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Kubernetes: each pool's Lease objects, by its label, deleted one by one
+/// in name order as `kubectl delete leases -l leasehold/pool=<pool>` does
+/// (the incarnation record sorts first). The fence objects carry no pool
+/// label and stay.
+async fn wipe_kube(config: KubeConfig, pools: &[String]) -> Result<(), String> {
+    use leasehold_k8s::kube::Error;
+    use leasehold_k8s::kube::api::{DeleteParams, ListParams};
+    let api = KubeFences::connect(config).await?.api;
+    for pool in pools {
+        let selector = format!("{}={pool}", leasehold_k8s::POOL_LABEL);
+        let list = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| format!("list the Leases of {pool}: {e}"))?;
+        let mut names: Vec<String> = list
+            .items
+            .into_iter()
+            .filter_map(|o| o.metadata.name)
+            .collect();
+        names.sort();
+        for name in names {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(format!("delete Lease {name}: {e}")),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What a store's strategy says of it, before a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {

@@ -29,6 +29,8 @@ pub struct Args {
     pub(crate) restart_heavy: bool,
     /// Every other fault a backend crash (PostgreSQL).
     pub(crate) crash_heavy: bool,
+    /// Every other fault a wipe of the pools' lease records.
+    pub(crate) wipe_heavy: bool,
     /// One server, or a primary with a standby that fails over.
     pub(crate) topology: Topology,
     /// Workers of one pool with different timings: every other worker at
@@ -137,7 +139,7 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String
 const USAGE: &str = "usage: campaign [--backend sqlite|postgres|mariadb|redis8|redis7|\
                             valkey8|etcd35|etcd34|etcd-cluster|k8s-fake] [--short] [--unsafe] [--seed S] [--secs N] [--ids N] \
                             [--workers W] [--slots K] [--ttl-ms T] [--skew-ms M] \
-                            [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] \
+                            [--store fast|durable|lossy] [--restart-heavy] [--crash-heavy] [--wipe-heavy] \
                             [--topology single|replicated-async|replicated-sync|sentinel|cluster|etcd-3|etcd-5] \
                             [--mixed-fleet [--assume-one-timing]] [--no-restart-guard] \
                             [--unsafe-keep-server-synchronous-commit] [--keep] \
@@ -163,6 +165,7 @@ impl Args {
             store: Settings::Fast,
             restart_heavy: false,
             crash_heavy: false,
+            wipe_heavy: false,
             topology: Topology::Single,
             mixed_fleet: false,
             assume_one_timing: false,
@@ -206,6 +209,7 @@ impl Args {
             }
             "--restart-heavy" => self.restart_heavy = true,
             "--crash-heavy" => self.crash_heavy = true,
+            "--wipe-heavy" => self.wipe_heavy = true,
             "--mixed-fleet" => self.mixed_fleet = true,
             "--assume-one-timing" => self.assume_one_timing = true,
             "--no-restart-guard" => self.no_restart_guard = true,
@@ -249,7 +253,26 @@ impl Args {
 
     /// Unsafe, control and planted-bug runs fail unless they find something.
     pub(crate) fn must_fail(&self) -> bool {
-        self.unsafe_mode || self.keep_server_synchronous_commit || self.planted()
+        self.unsafe_mode
+            || self.keep_server_synchronous_commit
+            || self.planted()
+            || self.wipe_control()
+    }
+
+    /// The wipe guard's control: wipes with the guard turned off, which
+    /// must let a claimer in beside a holder (duplicates or overlaps).
+    pub(crate) fn wipe_control(&self) -> bool {
+        self.wipe_heavy && self.no_restart_guard
+    }
+
+    /// Whether the backend's wipe guard can be turned off
+    /// (`restart_guard(false)`): SQL and Valkey/Redis; on etcd and
+    /// Kubernetes it is always on.
+    fn guard_optional(&self) -> bool {
+        !matches!(
+            self.backend.as_str(),
+            "etcd35" | "etcd" | "etcd34" | "etcd-cluster" | "etcd35x3" | "k8s-fake" | "k8s"
+        )
     }
 
     /// Refuses flags that do not go together.
@@ -296,6 +319,42 @@ impl Args {
                  --restart-heavy and --crash-heavy",
                 self.topology.name()
             ));
+        }
+        if self.wipe_heavy && self.topology != Topology::Single {
+            // The replicated topologies fail over every other fault; a
+            // wipe there is the same statement on the primary, which
+            // replicates like any write (a Valkey Cluster's FLUSHALL is
+            // per node), so the single servers test the guard, and etcd's
+            // own cluster (`--backend etcd-cluster`) a wipe through Raft.
+            return Err(format!(
+                "--wipe-heavy runs on one server (--topology single) or --backend \
+                 etcd-cluster, not --topology {}",
+                self.topology.name()
+            ));
+        }
+        if self.wipe_heavy && self.mixed_fleet {
+            return Err(
+                "--wipe-heavy goes without --mixed-fleet: a wipe takes the spans the holders \
+                 recorded and the guard waits the claimer's own, so a pool of several timings \
+                 is not covered (DESIGN.md, `assume_one_timing_per_pool`)"
+                    .into(),
+            );
+        }
+        if self.wipe_control() && !self.guard_optional() {
+            return Err(format!(
+                "--no-restart-guard --wipe-heavy: the wipe guard of {} is always on, so the \
+                 control has nothing to turn off (SQL and Valkey/Redis only)",
+                self.backend
+            ));
+        }
+        if self.wipe_control()
+            && (self.unsafe_mode || self.keep_server_synchronous_commit || self.planted())
+        {
+            return Err(
+                "--no-restart-guard --wipe-heavy is the wipe guard's control: it goes without \
+                 --unsafe, --plant and the synchronous-commit control"
+                    .into(),
+            );
         }
         if !self.plants.is_empty() && !leasehold_core::plant::BUILT {
             return Err(format!("--plant: {}", leasehold_core::plant::NotBuilt));
@@ -347,6 +406,7 @@ pub(crate) fn replay_command(a: &Args) -> String {
     flag(a.store == Settings::Lossy, "--store lossy");
     flag(a.restart_heavy, "--restart-heavy");
     flag(a.crash_heavy, "--crash-heavy");
+    flag(a.wipe_heavy, "--wipe-heavy");
     flag(a.mixed_fleet, "--mixed-fleet");
     flag(a.assume_one_timing, "--assume-one-timing");
     flag(a.no_restart_guard, "--no-restart-guard");
@@ -440,6 +500,18 @@ mod tests {
         assert_eq!(replay_command(&again), replay);
     }
 
+    /// The wipe guard's control must find something; a guarded wipe run
+    /// must be clean.
+    #[test]
+    fn wipes_without_the_guard_must_find_something() {
+        let control = parse(&["--backend", "valkey8", "--wipe-heavy", "--no-restart-guard"]);
+        assert!(control.unwrap().must_fail());
+        let guarded = parse(&["--backend", "valkey8", "--wipe-heavy"]).unwrap();
+        assert!(!guarded.must_fail());
+        assert!(replay_command(&guarded).contains(" --wipe-heavy"));
+        assert!(!parse(&["--no-restart-guard"]).unwrap().must_fail());
+    }
+
     #[test]
     fn usage_and_unknown_flags_are_errors() {
         assert!(
@@ -472,6 +544,28 @@ mod tests {
             (
                 &["--workers", "2"][..],
                 "--workers must be more than --slots",
+            ),
+            (
+                &[
+                    "--backend",
+                    "postgres",
+                    "--topology",
+                    "replicated-async",
+                    "--wipe-heavy",
+                ][..],
+                "--wipe-heavy runs on one server",
+            ),
+            (
+                &["--wipe-heavy", "--mixed-fleet"][..],
+                "--wipe-heavy goes without --mixed-fleet",
+            ),
+            (
+                &["--backend", "etcd35", "--wipe-heavy", "--no-restart-guard"][..],
+                "--no-restart-guard --wipe-heavy: the wipe guard of etcd35 is always on",
+            ),
+            (
+                &["--wipe-heavy", "--no-restart-guard", "--unsafe"][..],
+                "--no-restart-guard --wipe-heavy is the wipe guard's control",
             ),
         ] {
             let got = parse(argv).unwrap_err();

@@ -14,6 +14,10 @@ use super::workers::State;
 use crate::plan::{Fault, Planned};
 use crate::record::Record;
 
+/// How long a wipe is tried again while the store does not answer (a
+/// server still starting after a restart).
+const WIPE_RETRIES: Duration = Duration::from_secs(10);
+
 /// How many times a planned failover is tried while the store's HA makes
 /// none.
 const FAILOVER_ATTEMPTS: u32 = 2;
@@ -39,8 +43,11 @@ pub fn fault_loop(c: &mut Campaign) -> Result<(), String> {
         if elapsed >= c.outline.length || ids_done {
             break;
         }
+        // A wipe waits for a frozen store to thaw: its statement would
+        // hang there, and an operator's would too.
         if let Some(p) = c.faults.get(c.next_fault)
             && elapsed >= p.at
+            && !(p.fault == Fault::Wipe && c.run.freeze_until.is_some())
         {
             let p = *p;
             c.fire(&p, elapsed)?;
@@ -78,6 +85,7 @@ impl Campaign {
             Fault::BackendCrash => self.crash_backend(p, elapsed),
             Fault::Member => self.kill_member(p),
             Fault::Failover => self.fail_over(p),
+            Fault::Wipe => self.wipe_store(p),
             _ => {
                 self.run.inject(p, &self.store);
                 Ok(())
@@ -99,6 +107,42 @@ impl Campaign {
         if let Some(m) = run.marks.last_mut() {
             m.until_ns = Some(m.at_ns + at.elapsed().as_nanos() as u64);
         }
+        Ok(())
+    }
+
+    /// Wipes the lease records of the run's pools, as an operator would
+    /// (`crate::store::wipe`), while the holders run. Shaded for the
+    /// restart span of the run's leases: how long the wipe guard grants
+    /// nothing from the first claim that saw the records gone.
+    fn wipe_store(&mut self, p: &Planned) -> Result<(), String> {
+        let run = &mut self.run;
+        let span = leasehold::PoolSpec::new(
+            leasehold::PoolName::new(self.fence_pools[0].clone()).map_err(|e| e.to_string())?,
+            run.args.slots,
+            run.args.ttl,
+        )
+        .map_err(|e| e.to_string())?
+        .restart_span();
+        run.mark("wipe", None, Some(span));
+        // Right after a restart the server may still be starting.
+        let deadline = Instant::now() + WIPE_RETRIES;
+        loop {
+            match self
+                .fence_rt
+                .block_on(crate::store::wipe(&self.store.url, &self.fence_pools))
+            {
+                Ok(()) => break,
+                Err(e) if Instant::now() < deadline => {
+                    eprintln!("\ncampaign: wiping the store failed, trying again: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => {
+                    eprintln!("\ncampaign: wiping the store failed: {e}");
+                    return Err(format!("wiping the store failed: {e}"));
+                }
+            }
+        }
+        *self.run.counts.entry(p.fault.name()).or_default() += 1;
         Ok(())
     }
 

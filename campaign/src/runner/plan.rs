@@ -158,7 +158,7 @@ fn label(args: &Args) -> String {
         "{}-{}{}{}",
         args.backend,
         if args.unsafe_mode { "unsafe-" } else { "" },
-        if args.keep_server_synchronous_commit {
+        if args.keep_server_synchronous_commit || args.wipe_control() {
             "control-"
         } else {
             ""
@@ -251,6 +251,8 @@ fn mode(args: &Args, unsafe_by_design: Option<&str>) -> String {
         )
     } else if args.unsafe_mode {
         "unsafe".to_owned()
+    } else if args.wipe_control() {
+        "control: wipes without the wipe guard (must find duplicates or overlaps)".to_owned()
     } else if args.keep_server_synchronous_commit {
         format!(
             "control: PostgreSQL lease sessions keep the server's synchronous_commit{} \

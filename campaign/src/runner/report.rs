@@ -76,6 +76,11 @@ pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCo
                 println!(
                     "FAILED: the {mode} run found nothing: the campaign did not catch the planted bug"
                 );
+            } else if c.run.args.wipe_control() {
+                println!(
+                    "FAILED: the {mode} run found no duplicate and no overlap: the wipes did \
+                     not show what the guard prevents"
+                );
             } else if must_fail {
                 println!(
                     "FAILED: the {mode} run found no duplicate: the check did not show it can fail"

@@ -144,6 +144,19 @@ impl Store {
         }
     }
 
+    /// Whether the runner can wipe the store's lease records (the `wipe`
+    /// fault, `crate::store::wipe`): a file, one server, etcd's own
+    /// cluster (one Raft write) or the fake API server. Not the replicated
+    /// topologies: their runs fail over every other fault, and a wipe on
+    /// the primary replicates like any write (a Valkey Cluster's
+    /// `FLUSHALL` is per node); the single servers test the guard.
+    pub(crate) fn can_wipe(&self) -> bool {
+        matches!(
+            self.serving,
+            Serving::File | Serving::Server(_) | Serving::Cluster(_) | Serving::Fake(_)
+        )
+    }
+
     /// Whether the server can be crashed and restarted.
     pub(crate) fn can_restart(&self) -> bool {
         match &self.serving {

@@ -182,16 +182,25 @@ fn fault_plan(
             backend_crash: store.backends,
             crash_heavy: args.crash_heavy,
             failover: store.can_fail_over(),
+            wipe: store.can_wipe(),
+            wipe_heavy: args.wipe_heavy,
         },
     )
 }
 
-/// `--restart-heavy` and `--crash-heavy` need a store that can take them.
+/// `--restart-heavy`, `--wipe-heavy` and `--crash-heavy` need a store
+/// that can take them.
 fn refuse_heavy(args: &Args, store: &Store) -> Result<(), String> {
     if args.restart_heavy && !store.can_restart() {
         return Err(format!(
             "--restart-heavy: the {} store cannot be restarted by this process",
             args.backend
+        ));
+    }
+    if args.wipe_heavy && !store.can_wipe() {
+        return Err(format!(
+            "--wipe-heavy: the {} store cannot be wiped by this process",
+            store.describe
         ));
     }
     if args.crash_heavy && !store.backends {

@@ -34,6 +34,11 @@ pub fn check(c: &Campaign, got: &Collected) -> Checked {
     let refused = refused_calls(&c.run.dir);
     let passed = if c.run.args.planted() {
         !report.is_clean()
+    } else if c.run.args.wipe_control() {
+        // Without the guard a wipe lets a claimer in beside the holder:
+        // duplicates where their clocks stamp the same IDs, an overlap of
+        // their holding periods in any case.
+        report.duplicates > 0 || !report.overlaps.is_empty()
     } else if c.run.args.must_fail() {
         report.duplicates > 0
     } else if c.outline.unsafe_by_design.is_some() {

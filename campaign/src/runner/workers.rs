@@ -255,7 +255,8 @@ impl Run {
             | Fault::Restart
             | Fault::Member
             | Fault::BackendCrash
-            | Fault::Failover => {}
+            | Fault::Failover
+            | Fault::Wipe => {}
         }
     }
 }
