@@ -68,9 +68,9 @@ pub struct FailoverCost {
 
 /// What each failover cost, judged from the holding periods and the
 /// run's other faults. A holder *lost its lease through the failover*
-/// when its period was generating when the failover began
-/// (`open < began ≤ end`), its claim is on the new primary
-/// (`open < knows_until`), and it made its last ID under that grant no
+/// when its claim is on the new primary (`open < knows_until`), it still
+/// generated when the failover began (`end ≥ began`), and it made its
+/// last ID under that grant no
 /// later than `took_over + ttl`: a renewal sent after the take-over would
 /// carry its deadline past that, so a period ending by then was renewed
 /// by nothing the new primary confirmed. `marks` are the run's faults:
@@ -99,9 +99,9 @@ pub fn failover_costs(
             let mut excused = 0;
             for p in periods {
                 let known = p.open_ns < f.knows_until_ns;
-                let held_at_start = p.open_ns < f.began_ns && p.end_ns >= f.began_ns;
+                let held_since_start = p.end_ns >= f.began_ns;
                 let ended = p.end_ns <= f.took_over_ns + ttl_ns;
-                if !(known && held_at_start && ended) {
+                if !(known && held_since_start && ended) {
                     continue;
                 }
                 let from = f.began_ns.saturating_sub(ttl_ns);
@@ -331,6 +331,25 @@ mod tests {
             [1]
         );
         assert_eq!(c.excused, 0);
+    }
+
+    #[test]
+    fn on_a_synchronous_standby_a_claim_made_after_the_cut_is_known_too() {
+        // Claimed between the start of the failover and the kill, lost.
+        let periods = [period(1, 100 * S + S / 2, 101 * S)];
+        let marks = [mark(F.began_ns, Some(F.took_over_ns), None)];
+        let sync = Failover {
+            knows_until_ns: 101 * S,
+            ..F
+        };
+        let lost = |f: Failover| {
+            failover_costs(&[f], &periods, &marks, TTL, 200 * S)[0]
+                .lost_known
+                .len()
+        };
+        assert_eq!(lost(sync), 1);
+        // An asynchronous standby cut off at the start never had it.
+        assert_eq!(lost(F), 0);
     }
 
     #[test]

@@ -323,12 +323,20 @@ fn failover_pause_cell(costs: &[FailoverCost]) -> String {
     if pauses.is_empty() {
         return "none".into();
     }
+    let each: Vec<String> = costs
+        .iter()
+        .map(|c| {
+            c.pause_ns
+                .map_or("none".into(), |p| format!("{:.1}", p as f64 / 1e9))
+        })
+        .collect();
     pauses.sort_unstable();
     format!(
-        "{} failovers: median {}, longest {}",
+        "{} failovers: median {}, longest {} (each, s: {})",
         pauses.len(),
         ms(pauses[pauses.len() / 2]),
-        ms(pauses[pauses.len() - 1])
+        ms(pauses[pauses.len() - 1]),
+        each.join(", ")
     )
 }
 
