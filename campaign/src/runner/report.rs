@@ -242,7 +242,7 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, logs: &[(u32, Vec<Record>
             failover_pause_cell(costs),
         ),
         (
-            "leases lost by holders the new primary knew (claimed before the cut-off)",
+            "leases lost by holders the new primary knew (their claim on it)",
             lost_known_cell(costs),
         ),
         (
