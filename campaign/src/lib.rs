@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod availability;
 pub mod check;
 pub mod drift;
 pub mod plan;

@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 use leasehold_conformance::proxy::Fault as Net;
 use leasehold_conformance::topology::FailoverError;
 
+use super::args::Topology;
 use super::collect::read_logs;
 use super::serving::{Serving, signal};
 use super::start::Campaign;
 use super::workers::State;
+use crate::availability::Failover;
 use crate::plan::{Fault, Planned};
 use crate::record::Record;
 
@@ -170,7 +172,22 @@ impl Campaign {
                         *run.counts.entry(FAILOVER_ASKED).or_default() += 1;
                     }
                     if let Some(m) = run.marks.last_mut() {
-                        m.until_ns = Some(m.at_ns + (lag + made.down).as_nanos() as u64);
+                        let took_over = m.at_ns + (lag + made.down).as_nanos() as u64;
+                        m.until_ns = Some(took_over);
+                        // A synchronous standby has every acknowledged
+                        // commit up to the kill; an asynchronous one what
+                        // was confirmed before it was cut off, which began
+                        // after the mark.
+                        let knows_until = if run.args.topology == Topology::ReplicatedSync {
+                            m.at_ns + lag.as_nanos() as u64
+                        } else {
+                            m.at_ns
+                        };
+                        run.failovers.push(Failover {
+                            began_ns: m.at_ns,
+                            knows_until_ns: knows_until,
+                            took_over_ns: took_over,
+                        });
                     }
                     return Ok(());
                 }
@@ -252,6 +269,17 @@ impl Campaign {
             };
             *self.run.counts.entry(count).or_default() += 1;
             self.run.mark(&label, None, Some(p.pause));
+            if leader.is_some()
+                && let Some(m) = self.run.marks.last()
+            {
+                // Raft is the failover: every committed claim is on the
+                // next leader, which no runner step names.
+                self.run.failovers.push(Failover {
+                    began_ns: m.at_ns,
+                    knows_until_ns: m.at_ns,
+                    took_over_ns: m.at_ns,
+                });
+            }
             self.member_down = Some((victim, Instant::now() + p.pause));
         }
         Ok(())

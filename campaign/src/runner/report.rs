@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use leasehold_conformance::programs;
 
+use super::args::Topology;
 use super::args::replay_command;
 use super::collect::Collected;
 use super::crash::AIM_AFTER_CLAIM;
@@ -14,8 +15,13 @@ use super::ms;
 use super::start::Campaign;
 use super::verdict::{Checked, Verdict};
 use super::workers::Run;
+use crate::availability::{
+    FailoverCost, Gap, Goals, failover_costs, judge, longest_gap_over_failovers, longest_gaps,
+};
 use crate::check::{Report, duplicate_sources};
+use crate::record::Record;
 use crate::timeline::svg;
+use leasehold_conformance::topology::cluster::ClusterTuning;
 
 /// Draws the run's timeline, prints its table, who made any duplicates and
 /// its verdict; removes the logs of a clean run (unless `--keep`). The exit
@@ -58,7 +64,9 @@ pub fn report(c: &Campaign, got: &Collected, checked: &Checked) -> Result<ExitCo
             picture: &picture,
             png: &png,
             store: &c.store.describe,
+            end_ns: got.end_ns,
         },
+        &got.logs,
         c.fences.is_some(),
     );
     print_duplicate_sources(run, got);
@@ -159,9 +167,20 @@ struct Summary<'a> {
     /// The PNG beside the picture, or why there is none.
     png: &'a str,
     store: &'a str,
+    /// When the last worker stopped (BOOTTIME ns).
+    end_ns: u64,
 }
 
-fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
+/// Prints the table, and writes it beside the timeline as
+/// `<label>.md`, the run's summary file.
+fn print_table(run: &Run, r: &Report, s: &Summary<'_>, logs: &[(u32, Vec<Record>)], fences: bool) {
+    let costs = &failover_costs(
+        &run.failovers,
+        &r.periods,
+        &run.marks,
+        run.args.ttl.as_nanos() as u64,
+        s.end_ns,
+    );
     let per_kind: Vec<String> = r.ids.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let closed = r.periods.iter().filter(|p| p.closed).count();
     let rows: Vec<(&str, String)> = vec![
@@ -225,8 +244,17 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
         ("backend crashes (PostgreSQL, in place)", crashes_cell(run)),
         (
             "grant pause after a failover (new primary to next grant)",
-            failover_pause_cell(run, &r.periods),
+            failover_pause_cell(costs),
         ),
+        (
+            "leases lost by holders the new primary knew (their claim on it)",
+            lost_known_cell(costs),
+        ),
+        (
+            "longest time without IDs, per process (between two of its IDs)",
+            gaps_cell(run, logs, s.start_ns),
+        ),
+        ("failover goals", goals_cell(run, costs)),
         ("worker timings (TTL / max_clock_skew)", timings_cell(run)),
         ("worker clock rates", rates_cell(run)),
         (
@@ -242,9 +270,15 @@ fn print_table(run: &Run, r: &Report, s: &Summary<'_>, fences: bool) {
         ("machine load (1/5/15 min)", s.load.clone()),
         ("timeline", format!("{} ({})", s.picture.display(), s.png)),
     ];
-    println!("\n| {} | |\n|---|---|", run.args.backend);
+    let mut table = format!("| {} | |\n|---|---|\n", run.args.backend);
     for (k, v) in rows {
-        println!("| {k} | {v} |");
+        table.push_str(&format!("| {k} | {v} |\n"));
+    }
+    println!("\n{table}");
+    let summary = s.picture.with_extension("md");
+    match std::fs::write(&summary, &table) {
+        Ok(()) => println!("summary: {}", summary.display()),
+        Err(e) => println!("no summary file: {}: {e}", summary.display()),
     }
 }
 
@@ -283,34 +317,137 @@ fn fences_cell(r: &Report, fences: bool) -> String {
 }
 
 /// The backend crashes (PostgreSQL) and what they did.
-/// For each failover, the time from the new primary taking over (the end
-/// of its mark) to the next grant of any slot: what the promotion guard
-/// holds grants back for.
-fn failover_pause_cell(run: &Run, periods: &[crate::check::Period]) -> String {
-    let mut pauses: Vec<i64> = run
-        .marks
+/// For each failover, the time from the new primary taking over to the
+/// next grant of any slot: what the promotion guard holds grants back for.
+fn failover_pause_cell(costs: &[FailoverCost]) -> String {
+    let mut pauses: Vec<i64> = costs
         .iter()
-        .filter(|m| m.what == "failover")
-        .filter_map(|m| m.until_ns)
-        .filter_map(|took_over| {
-            periods
-                .iter()
-                .map(|p| p.open_ns)
-                .filter(|&open| open >= took_over)
-                .min()
-                .map(|next| (next - took_over) as i64)
-        })
+        .filter_map(|c| c.pause_ns)
+        .map(|p| p as i64)
         .collect();
     if pauses.is_empty() {
         return "none".into();
     }
+    let each: Vec<String> = costs
+        .iter()
+        .map(|c| {
+            c.pause_ns
+                .map_or("none".into(), |p| format!("{:.1}", p as f64 / 1e9))
+        })
+        .collect();
     pauses.sort_unstable();
     format!(
-        "{} failovers: median {}, longest {}",
+        "{} failovers: median {}, longest {} (each, s: {})",
         pauses.len(),
         ms(pauses[pauses.len() / 2]),
-        ms(pauses[pauses.len() - 1])
+        ms(pauses[pauses.len() - 1]),
+        each.join(", ")
     )
+}
+
+/// Per failover, the holders whose claim the new primary had and who
+/// made no more IDs under that grant after it.
+fn lost_known_cell(costs: &[FailoverCost]) -> String {
+    if costs.is_empty() {
+        return "none (no failover)".into();
+    }
+    let lost: usize = costs.iter().map(|c| c.lost_known.len()).sum();
+    let excused: u32 = costs.iter().map(|c| c.excused).sum();
+    let per: Vec<String> = costs
+        .iter()
+        .map(|c| c.lost_known.len().to_string())
+        .collect();
+    let who: Vec<String> = costs
+        .iter()
+        .flat_map(|c| c.lost_known.iter())
+        .take(12)
+        .map(|l| format!("w{} {} slot {}", l.worker, l.kind.name(), l.slot))
+        .collect();
+    format!(
+        "{lost} in {} failovers (per failover: {}){}; {excused} more whose worker or store \
+         had another fault then, not counted",
+        costs.len(),
+        per.join(", "),
+        if who.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", who.join(", "))
+        }
+    )
+}
+
+/// Each process's longest time between two of its IDs; the longest over
+/// the run and the longest that overlaps a failover.
+fn gaps_cell(run: &Run, logs: &[(u32, Vec<Record>)], start_ns: u64) -> String {
+    let secs = |ns: u64| format!("{:.2} s", ns as f64 / 1e9);
+    let at = |ns: u64| format!("{:.1} s", ns.saturating_sub(start_ns) as f64 / 1e9);
+    let mut gaps = longest_gaps(logs);
+    if gaps.is_empty() {
+        return "none".into();
+    }
+    gaps.sort_by_key(|g| g.worker);
+    let longest = gaps.iter().max_by_key(|g| g.len_ns()).copied();
+    let over = longest_gap_over_failovers(logs, &run.failovers);
+    let describe = |g: &Gap| {
+        format!(
+            "{} (w{} {}, {}–{})",
+            secs(g.len_ns()),
+            g.worker,
+            g.kind.name(),
+            at(g.from_ns),
+            at(g.to_ns)
+        )
+    };
+    format!(
+        "longest {}; longest over a failover {}; per process: {}",
+        longest.as_ref().map_or("none".into(), describe),
+        over.as_ref().map_or("none".into(), describe),
+        gaps.iter()
+            .map(|g| format!("w{} {}", g.worker, secs(g.len_ns())))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// The goals of the run's topology, each met or missed.
+fn goals_cell(run: &Run, costs: &[FailoverCost]) -> String {
+    const S: u64 = 1_000_000_000;
+    let span = (run.args.ttl + Duration::from_millis(2 * run.max_skew_ms.unsigned_abs())).as_nanos()
+        as u64;
+    let goals = match run.args.topology {
+        Topology::ReplicatedAsync | Topology::Sentinel => Goals {
+            pause_median_ns: Some(span + S),
+            pause_longest_ns: Some(span + 5 * S),
+            no_known_holder_lost: false,
+        },
+        Topology::ReplicatedSync => Goals {
+            pause_median_ns: Some(span + S),
+            pause_longest_ns: Some(span + 5 * S),
+            no_known_holder_lost: true,
+        },
+        Topology::Cluster => {
+            let node = ClusterTuning::default().node_timeout.as_nanos() as u64;
+            Goals {
+                pause_median_ns: Some(span + node + 2 * S),
+                pause_longest_ns: Some(span + node + 2 * S),
+                no_known_holder_lost: false,
+            }
+        }
+        Topology::Etcd3 | Topology::Etcd5 => Goals {
+            pause_median_ns: None,
+            pause_longest_ns: None,
+            no_known_holder_lost: true,
+        },
+        Topology::Single => return "none (no failovers)".into(),
+    };
+    if costs.is_empty() {
+        return "not judged: no failover".into();
+    }
+    judge(&goals, costs)
+        .into_iter()
+        .map(|(what, met)| format!("{what}: {}", if met { "met" } else { "**MISSED**" }))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn crashes_cell(run: &Run) -> String {

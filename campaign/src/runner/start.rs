@@ -84,6 +84,7 @@ pub fn start(plan: Plan) -> Result<Campaign, String> {
         rng,
         workers: Vec::new(),
         marks: Vec::new(),
+        failovers: Vec::new(),
         counts: BTreeMap::new(),
         skews: Vec::new(),
         rates: Vec::new(),

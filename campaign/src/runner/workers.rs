@@ -12,6 +12,7 @@ use leasehold_core::MonoTime;
 use super::args::{Args, plant_names};
 use super::crash::Crash;
 use super::serving::{Store, signal};
+use crate::availability::Failover;
 use crate::drift::{Drifted, Rate};
 use crate::plan::{Fault, Planned, Rng};
 use crate::store::Options;
@@ -48,6 +49,9 @@ pub(crate) struct Run {
     pub(crate) rng: Rng,
     pub(crate) workers: Vec<Worker>,
     pub(crate) marks: Vec<FaultMark>,
+    /// The failovers made (and, on etcd, the leader kills), for what they
+    /// cost the workers.
+    pub(crate) failovers: Vec<Failover>,
     pub(crate) counts: BTreeMap<&'static str, u64>,
     pub(crate) skews: Vec<i64>,
     /// Per start: its clocks' rate, and a real reading (BOOTTIME ns) taken
