@@ -771,6 +771,9 @@ fn watch_count_stops(env: &Env) -> TestResult {
 /// `(verdict, check)` pairs, the whole output (for failure messages), the exit code.
 type Doctor = (Vec<(String, String)>, String, i32);
 
+/// The names of the guards' lines.
+const GUARD_LINES: [&str; 4] = ["restart", "promotion", "wipe", "guards"];
+
 fn doctor_lines(env: &Env) -> Result<Doctor, String> {
     let o = run(&["doctor", "--url", &env.url]);
     let (out, err, code) = text(&o);
@@ -787,7 +790,11 @@ fn doctor_lines(env: &Env) -> Result<Doctor, String> {
     for l in lines.by_ref() {
         let mut w = l.split_whitespace();
         if let (Some(v @ ("ok" | "warn" | "FAIL" | "n/a")), Some(name)) = (w.next(), w.next()) {
-            pairs.push((v.to_owned(), name.to_owned()));
+            // The guards' lines depend on the pools other tests make at
+            // the same time: `doctor_wipe_guard` reads them, of its own.
+            if !GUARD_LINES.contains(&name) {
+                pairs.push((v.to_owned(), name.to_owned()));
+            }
         }
     }
     last.push_str(&out);
@@ -1560,6 +1567,172 @@ fn valkey_eviction_fails(_env: &Env) -> TestResult {
     })()
 }
 
+/// Deletes every record of `pool` behind the tool's back, as a
+/// `DELETE … WHERE pool = …`, a `DEL` of the pool's keys, an `etcdctl del
+/// --prefix` or a `kubectl delete leases` would.
+fn wipe_pool(env: &Env, pool: &str) -> TestResult {
+    if let Some(fake) = env
+        ._keep
+        .iter()
+        .find_map(|k| k.downcast_ref::<Arc<leasehold_k8s_fake::FakeApiServer>>())
+    {
+        let mut gone = 0;
+        for (name, _) in fake.leases("default") {
+            if name.starts_with(&format!("leasehold-{pool}-")) && fake.delete("default", &name) {
+                gone += 1;
+            }
+        }
+        return if gone > 0 {
+            Ok(())
+        } else {
+            Err(format!("no Lease of pool {pool} to delete"))
+        };
+    }
+    rt().block_on(async {
+        let store = StoreConfig::from_url(&env.url)
+            .map_err(|e| e.to_string())?
+            .map_sql(|c| c.restart_guard(false))
+            .map_valkey(|c| c.restart_guard(false))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(sql) = store.sql() {
+            use leasehold::sql::sqlx;
+            let delete = format!("DELETE FROM leasehold_leases WHERE pool = '{pool}'");
+            let done = if let Some(p) = sql.postgres() {
+                sqlx::raw_sql(&delete).execute(p).await.map(drop)
+            } else if let Some(p) = sql.mysql() {
+                sqlx::raw_sql(&delete).execute(p).await.map(drop)
+            } else if let Some(p) = sql.sqlite() {
+                sqlx::raw_sql(&delete).execute(p).await.map(drop)
+            } else {
+                return Err("an engine this test does not know".to_owned());
+            };
+            return done.map_err(|e| format!("{delete}: {e}"));
+        }
+        if let Some(valkey) = store.valkey() {
+            use fred::prelude::*;
+            let keys = valkey.keys(&PoolName::new(pool).map_err(|e| e.to_string())?);
+            let cmd = fred::types::CustomCommand::new_static(
+                "DEL",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            );
+            let deleted: i64 = valkey
+                .client()
+                .custom(
+                    cmd,
+                    vec![keys.slot_key(0), keys.slot_key(1), keys.fences, keys.leases],
+                )
+                .await
+                .map_err(|e| format!("DEL: {e}"))?;
+            return if deleted > 0 {
+                Ok(())
+            } else {
+                Err(format!("no key of pool {pool} to delete"))
+            };
+        }
+        if let Some(etcd) = store.etcd() {
+            use leasehold::etcd::etcd_client::DeleteOptions;
+            let resp = etcd
+                .client()
+                .clone()
+                .delete(
+                    format!("leasehold/{pool}/"),
+                    Some(DeleteOptions::new().with_prefix()),
+                )
+                .await
+                .map_err(|e| format!("delete the prefix: {e}"))?;
+            return if resp.deleted() > 0 {
+                Ok(())
+            } else {
+                Err(format!("no key of pool {pool} to delete"))
+            };
+        }
+        Err("a store this test cannot wipe".to_owned())
+    })
+}
+
+/// The doctor line `verdict  wipe` of `pool`, or why not.
+fn wipe_line(env: &Env, pool: &str, verdict: &str) -> Result<String, String> {
+    let o = run(&["doctor", "--url", &env.url, "--pool", pool]);
+    let (out, err, _) = text(&o);
+    out.lines()
+        .find(|l| {
+            l.starts_with(&format!("{verdict:<4}  wipe")) && l.contains(&format!("pool {pool}:"))
+        })
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no `{verdict} wipe` line of pool {pool}:\n{out}{err}"))
+}
+
+/// Doctor shows the wipe guard's incarnation record of the pool named: a
+/// pool declared new has it (ok); a pool never prepared has none (a
+/// warning whose fix is the `prepare` that makes it, naming the store and
+/// the pool); a pool whose records were deleted and then prepared again
+/// (as every start does) has a guard running (a warning with when it
+/// opens).
+fn doctor_wipe_guard(env: &Env) -> TestResult {
+    let (fresh, never) = (unique_pool(), unique_pool());
+    let prepare = |pool: &str, new: bool| {
+        let mut args = vec!["prepare", "--url", &env.url, "--pool", pool, "--size", "2"];
+        if new {
+            args.extend(["--new-pool", "--yes"]);
+        }
+        expect_code(&run(&args), 0)
+    };
+    prepare(&fresh, true)?;
+    let line = wipe_line(env, &fresh, "ok")?;
+    if !line.contains("incarnation record present") || !line.contains("claims wait for nothing") {
+        return Err(format!("a pool declared new: {line}"));
+    }
+    println!("{line}");
+    let line = wipe_line(env, &never, "warn")?;
+    let fix = format!(
+        "fix: leasehold prepare --url {} --pool {never} (",
+        leasehold::url::redacted(&env.url)
+    );
+    if !line.contains("no incarnation record")
+        || !line.contains(&fix)
+        || !line.contains("--new-pool --yes")
+    {
+        return Err(format!("a pool never prepared: {line}"));
+    }
+    println!("{line}");
+    // A slot claimed, so that the pool has records on every store, and (on
+    // etcd) an etcd lease outlives the wipe: a cluster with no lease at all
+    // would get a guard of only 2 × max_clock_skew.
+    rt().block_on(
+        env.strategy
+            .acquire_dyn(&spec(&fresh, 2, "worker-a"), CEILING),
+    )
+    .map_err(|e| format!("acquire: {e}"))?;
+    let before = std::time::SystemTime::now();
+    wipe_pool(env, &fresh)?;
+    prepare(&fresh, false)?;
+    let line = wipe_line(env, &fresh, "warn")?;
+    println!("{line}");
+    if !line.contains("the pool's records were found gone at")
+        || !line.contains("guard running: no slot is granted until")
+        || !line.contains("--new-pool --yes")
+    {
+        return Err(format!("a wiped pool prepared again: {line}"));
+    }
+    // When it was seen gone: after the wipe, on a clock (or, on etcd, in
+    // whole seconds of a lease's TTL) within two seconds of this one.
+    let at = line
+        .split("found gone at ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .ok_or_else(|| format!("no time: {line}"))?;
+    let shown = leasehold::guards::utc(before - Duration::from_secs(2));
+    if at < shown.as_str() {
+        return Err(format!(
+            "seen gone at {at}, before the wipe ({shown}): {line}"
+        ));
+    }
+    Ok(())
+}
+
 fn etcd_doctor(env: &Env) -> TestResult {
     doctor_expect(
         env,
@@ -2318,6 +2491,7 @@ fn groups() -> Vec<Group> {
             setup: Box::new(sqlite_env),
             extra: vec![
                 ("doctor", sqlite_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("doctor_missing_table_fails", sqlite_missing_table),
                 ("revoke_asks_on_a_terminal", revoke_asks_on_a_terminal),
                 ("watch_redraws_on_a_terminal", watch_redraws_on_a_terminal),
@@ -2330,6 +2504,7 @@ fn groups() -> Vec<Group> {
             ServerKind::PostgresLatest,
             vec![
                 ("doctor", sql_server_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("password_not_echoed", password_not_echoed),
                 ("doctor_judges_as_connect", sql_doctor_judges_as_connect),
                 ("wrong_password_exit_9", wrong_password_exit_9),
@@ -2353,6 +2528,7 @@ fn groups() -> Vec<Group> {
             ServerKind::MariaDb,
             vec![
                 ("doctor", sql_server_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("doctor_judges_as_connect", sql_doctor_judges_as_connect),
                 ("wrong_password_exit_9", wrong_password_exit_9),
             ],
@@ -2362,6 +2538,7 @@ fn groups() -> Vec<Group> {
             ServerKind::Valkey8,
             vec![
                 ("doctor", valkey_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("doctor_eviction_fails", valkey_eviction_fails),
                 ("doctor_judges_as_connect", valkey_doctor_judges_as_connect),
                 ("doctor_aof_everysec", valkey_aof_everysec),
@@ -2387,6 +2564,7 @@ fn groups() -> Vec<Group> {
             ServerKind::Etcd35,
             vec![
                 ("doctor", etcd_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("doctor_tls", etcd_tls_doctor),
             ],
         ),
@@ -2395,6 +2573,7 @@ fn groups() -> Vec<Group> {
             setup: Box::new(k8s_fake_env),
             extra: vec![
                 ("doctor", k8s_fake_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("doctor_rbac_forbidden", k8s_fake_doctor_rbac_forbidden),
             ],
             server: false,
