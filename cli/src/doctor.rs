@@ -57,13 +57,14 @@ async fn guard_checks(
     url: &str,
 ) -> Vec<Check> {
     let operator = store.operator();
-    let mut checks = Vec::new();
+    // What keeps a pool's lines from showing, after the lines shown.
+    let mut notes = Vec::new();
     let pools = match named {
         Some(spec) => vec![spec],
         None => match operator.pools().await {
             Ok(names) => {
                 if names.is_empty() {
-                    checks.push(Check::new(
+                    notes.push(Check::new(
                         Verdict::NotApplicable,
                         "wipe",
                         "no pool in the store yet: no incarnation record to read",
@@ -75,7 +76,7 @@ async fn guard_checks(
                     .collect()
             }
             Err(OperateError::Unsupported(_)) => {
-                checks.push(Check::new(
+                notes.push(Check::new(
                     Verdict::NotApplicable,
                     "wipe",
                     format!(
@@ -87,7 +88,7 @@ async fn guard_checks(
                 Vec::new()
             }
             Err(e) => {
-                checks.push(Check::new(
+                notes.push(Check::new(
                     Verdict::Fail,
                     "wipe",
                     format!("the pools could not be listed: {e}"),
@@ -114,7 +115,8 @@ async fn guard_checks(
             )),
         }
     }
-    for line in lines {
+    let mut checks: Vec<Check> = Vec::new();
+    for line in lines.into_iter().chain(notes) {
         if !checks.contains(&line) {
             checks.push(line);
         }

@@ -1060,6 +1060,7 @@ fn tls_lease_user_doctor(env: &Env) -> TestResult {
     doctor_expect(env, &want("ok"), 0)?;
     let (_, out, _) = doctor_lines(env)?;
     println!("{out}");
+    lease_user_reads_the_guards(&env.url)?;
     let tls = out
         .lines()
         .find(|l| l.split_whitespace().nth(1) == Some("tls"))
@@ -1093,6 +1094,28 @@ fn tls_lease_user_doctor(env: &Env) -> TestResult {
             "the grants line does not name {grant:?} alone: {line}"
         ))
     }
+}
+
+/// Doctor as a lease user reads the guards of a pool never prepared: its
+/// missing incarnation record is a warning, and no line FAILs (a durable
+/// server: nothing refused).
+fn lease_user_reads_the_guards(url: &str) -> TestResult {
+    let pool = unique_pool();
+    let o = run(&["doctor", "--url", url, "--pool", &pool]);
+    let (out, err, code) = text(&o);
+    println!("{out}");
+    let wipe = line_of(&out, "wipe");
+    if code != 0
+        || !err.is_empty()
+        || !wipe.starts_with("warn")
+        || !wipe.contains(&format!("pool {pool}: no incarnation record"))
+        || out.lines().any(|l| l.starts_with("FAIL"))
+    {
+        return Err(format!(
+            "doctor --pool as the lease user (exit {code}):\n{out}{err}"
+        ));
+    }
+    Ok(())
 }
 
 /// What `leasehold::connect` does with `url`: `Ok(())`, or its error.
@@ -1473,6 +1496,7 @@ fn valkey_tls_lease_user_doctor(_env: &Env) -> TestResult {
 {out}{err}"
         ));
     }
+    lease_user_reads_the_guards(&as_user("lease"))?;
     let o = run(&["doctor", "--url", &as_user("lease-no-evalsha")]);
     let (out, _, code) = text(&o);
     let grants = line_of(&out, "grants");
@@ -1653,6 +1677,87 @@ fn wipe_pool(env: &Env, pool: &str) -> TestResult {
     })
 }
 
+/// Damages `pool`'s incarnation record so that no claim can trust it: a
+/// record row without its time (SQL), a `gone_seen` that is not whole
+/// milliseconds (Valkey/Redis), a guard key on no etcd lease (etcd), a
+/// record Lease that is a guard without its start (Kubernetes).
+fn damage_record(env: &Env, pool: &str) -> TestResult {
+    if let Some(fake) = env
+        ._keep
+        .iter()
+        .find_map(|k| k.downcast_ref::<Arc<leasehold_k8s_fake::FakeApiServer>>())
+    {
+        let name = format!("leasehold-{pool}--incarnation");
+        fake.insert_raw(
+            "default",
+            &name,
+            serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": name,
+                    "namespace": "default",
+                    "resourceVersion": "1",
+                    "labels": {"leasehold/pool": pool},
+                    "annotations": {"leasehold/incarnation": "guarded"},
+                },
+                "spec": {"leaseDurationSeconds": 32},
+            }),
+        );
+        return Ok(());
+    }
+    rt().block_on(async {
+        let store = StoreConfig::from_url(&env.url)
+            .map_err(|e| e.to_string())?
+            .map_sql(|c| c.restart_guard(false))
+            .map_valkey(|c| c.restart_guard(false))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(sql) = store.sql() {
+            use leasehold::sql::sqlx;
+            let update = format!(
+                "UPDATE leasehold_leases SET acquired_at = NULL \
+                 WHERE pool = '{pool}' AND slot = 2147483646"
+            );
+            let done = if let Some(p) = sql.postgres() {
+                sqlx::raw_sql(&update).execute(p).await.map(drop)
+            } else if let Some(p) = sql.mysql() {
+                sqlx::raw_sql(&update).execute(p).await.map(drop)
+            } else if let Some(p) = sql.sqlite() {
+                sqlx::raw_sql(&update).execute(p).await.map(drop)
+            } else {
+                return Err("an engine this test does not know".to_owned());
+            };
+            return done.map_err(|e| format!("{update}: {e}"));
+        }
+        if let Some(valkey) = store.valkey() {
+            use fred::prelude::*;
+            let keys = valkey.keys(&PoolName::new(pool).map_err(|e| e.to_string())?);
+            let cmd = fred::types::CustomCommand::new_static(
+                "HSET",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            );
+            let _: i64 = valkey
+                .client()
+                .custom(cmd, vec![keys.fences.as_str(), "gone_seen", "soon"])
+                .await
+                .map_err(|e| format!("HSET: {e}"))?;
+            return Ok(());
+        }
+        if let Some(etcd) = store.etcd() {
+            etcd.client()
+                .clone()
+                .put(format!("leasehold/{pool}/~guard"), "x", None)
+                .await
+                .map_err(|e| format!("put the guard key: {e}"))?;
+            return Ok(());
+        }
+        Err("a store this test cannot damage".to_owned())
+    })
+}
+
 /// The doctor line `verdict  wipe` of `pool`, or why not.
 fn wipe_line(env: &Env, pool: &str, verdict: &str) -> Result<String, String> {
     let o = run(&["doctor", "--url", &env.url, "--pool", pool]);
@@ -1670,7 +1775,7 @@ fn wipe_line(env: &Env, pool: &str, verdict: &str) -> Result<String, String> {
 /// warning whose fix is the `prepare` that makes it, naming the store and
 /// the pool); a pool whose records were deleted and then prepared again
 /// (as every start does) has a guard running (a warning with when it
-/// opens).
+/// opens); a record no claim can trust FAILs.
 fn doctor_wipe_guard(env: &Env) -> TestResult {
     let (fresh, never) = (unique_pool(), unique_pool());
     let prepare = |pool: &str, new: bool| {
@@ -1729,6 +1834,16 @@ fn doctor_wipe_guard(env: &Env) -> TestResult {
         return Err(format!(
             "seen gone at {at}, before the wipe ({shown}): {line}"
         ));
+    }
+    // A record no claim can trust: FAIL, exit 1, with its repair.
+    damage_record(env, &fresh)?;
+    let line = wipe_line(env, &fresh, "FAIL")?;
+    println!("{line}");
+    let code = run(&["doctor", "--url", &env.url, "--pool", &fresh])
+        .status
+        .code();
+    if !line.contains("fix:") || code != Some(1) {
+        return Err(format!("a damaged record (exit {code:?}): {line}"));
     }
     Ok(())
 }

@@ -346,11 +346,13 @@ impl EtcdStrategy {
             // A guard key on no lease never ends: claims wait for it forever.
             Some(_) => GuardState::Damaged {
                 what: format!(
-                    "the guard key {} is on no etcd lease, so it never ends: the pool's claims                      wait for ever",
+                    "the guard key {} is on no etcd lease, so it never ends: the pool's claims \
+                     wait for ever",
                     keys::guard_key(&self.inner.prefix, pool.name())
                 ),
                 fix: format!(
-                    "with every holder of the pool stopped: leasehold prepare --pool {name}                      --new-pool --yes (or etcdctl del {})",
+                    "with every holder of the pool stopped: leasehold prepare --pool {name} \
+                     --new-pool --yes (or etcdctl del {})",
                     keys::guard_key(&self.inner.prefix, pool.name())
                 ),
             },

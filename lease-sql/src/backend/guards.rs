@@ -83,7 +83,16 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         let mut guards = Vec::new();
 
         if D::ENGINE != Engine::Sqlite {
-            let restart = if self.sql.guarded {
+            let restart = if self.info.refusal.is_some() {
+                Guard::new(
+                    GuardKind::Restart,
+                    GuardState::Off {
+                        why: "not in force: claims are refused (the FAIL above); an opt-in in \
+                              the URL that accepts the server turns it on"
+                            .into(),
+                    },
+                )
+            } else if self.sql.guarded {
                 // MySQL counts whole seconds of uptime, one second short.
                 let start = now + start_in.unwrap_or(0)
                     - if D::ENGINE == Engine::MySql { 1_000_000 } else { 0 };

@@ -113,7 +113,16 @@ impl ValkeyStrategy {
         let span_damaged = !fields.span.is_empty() && whole(&fields.span).is_none();
         let mut guards = Vec::new();
 
-        let restart = if !self.guard_on() {
+        let restart = if self.refusal().is_some() {
+            Guard::new(
+                GuardKind::Restart,
+                GuardState::Off {
+                    why: "not in force: claims are refused (the FAIL above); an opt-in in the \
+                          URL that accepts the server turns it on"
+                        .into(),
+                },
+            )
+        } else if !self.guard_on() {
             let why = if self.inner.config.restart_guard {
                 "off: the server keeps every acknowledged write (AOF, appendfsync always, fsynced \
                  while a child saves)"
