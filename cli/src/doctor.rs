@@ -87,13 +87,14 @@ async fn guard_checks(
                 ));
                 Vec::new()
             }
+            // A missing table is the schema line's FAIL already.
             Err(e) => {
                 notes.push(Check::new(
-                    Verdict::Fail,
+                    Verdict::NotApplicable,
                     "wipe",
-                    format!("the pools could not be listed: {e}"),
+                    format!("no pool's records read: the pools could not be listed ({e})"),
                 ));
-                Vec::new()
+                return notes;
             }
         },
     };
