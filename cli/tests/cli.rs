@@ -1848,6 +1848,85 @@ fn doctor_wipe_guard(env: &Env) -> TestResult {
     Ok(())
 }
 
+/// Doctor with the URL an application that opts in uses
+/// (`assume_one_timing_per_pool=true`: the restart guard on, on these
+/// speed-tuned servers), after a claim: the restart guard's line names the
+/// server's start and the span recorded has passed; the promotion guard's
+/// names the identity the claim recorded (PostgreSQL's first timeline,
+/// MariaDB's server ID, Valkey's replication ID), which waits for nothing.
+fn doctor_restart_and_promotion_guards(env: &Env) -> TestResult {
+    let url = with_option(&env.url, "assume_one_timing_per_pool=true");
+    let pool = unique_pool();
+    let o = run(&[
+        "prepare",
+        "--url",
+        &url,
+        "--pool",
+        &pool,
+        "--size",
+        "2",
+        "--new-pool",
+        "--yes",
+    ]);
+    expect_code(&o, 0)?;
+    // A span of 3 s (TTL 1 s, max_clock_skew 1 s): the restart guard holds
+    // claims until the server has been up that long.
+    let spec = PoolSpec::new(
+        PoolName::new(&pool).map_err(|e| e.to_string())?,
+        2,
+        Duration::from_secs(1),
+    )
+    .map_err(|e| e.to_string())?
+    .with_holder("worker-a");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    rt().block_on(async {
+        let store = StoreConfig::from_url(&url)
+            .map_err(|e| e.to_string())?
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        loop {
+            match store.acquire_dyn(&spec, CEILING).await {
+                Ok(_) => return Ok::<_, String>(()),
+                Err(leasehold::AcquireError::StoreRestarted { resume_in })
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(resume_in.min(Duration::from_millis(500))).await;
+                }
+                Err(e) => return Err(format!("acquire: {e}")),
+            }
+        }
+    })?;
+    let before = std::time::SystemTime::now();
+    let o = run(&["doctor", "--url", &url, "--pool", &pool]);
+    let (out, err, _) = text(&o);
+    println!("{out}");
+    let restart = line_of(&out, "restart");
+    let promotion = line_of(&out, "promotion");
+    let identity = if env.label.starts_with("postgres") {
+        "timeline 00000001, first seen long past"
+    } else if env.label.starts_with("mariadb") {
+        "server_id 1, first seen long past"
+    } else {
+        "replication ID "
+    };
+    let started = restart
+        .split("the server started at ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or("");
+    if !restart.starts_with(&format!(
+        "ok    restart       pool {pool}: the server started at "
+    )) || !restart.contains("more than a restart span ago")
+        || started > leasehold::guards::utc(before).as_str()
+        || !promotion.starts_with(&format!("ok    promotion     pool {pool}: {identity}"))
+        || !promotion.contains("claims wait for nothing")
+    {
+        return Err(format!("doctor with the restart guard on:\n{out}{err}"));
+    }
+    Ok(())
+}
+
 fn etcd_doctor(env: &Env) -> TestResult {
     doctor_expect(
         env,
@@ -2620,6 +2699,10 @@ fn groups() -> Vec<Group> {
             vec![
                 ("doctor", sql_server_doctor as StoreTest),
                 ("doctor_wipe_guard", doctor_wipe_guard),
+                (
+                    "doctor_restart_and_promotion_guards",
+                    doctor_restart_and_promotion_guards,
+                ),
                 ("password_not_echoed", password_not_echoed),
                 ("doctor_judges_as_connect", sql_doctor_judges_as_connect),
                 ("wrong_password_exit_9", wrong_password_exit_9),
@@ -2644,6 +2727,10 @@ fn groups() -> Vec<Group> {
             vec![
                 ("doctor", sql_server_doctor as StoreTest),
                 ("doctor_wipe_guard", doctor_wipe_guard),
+                (
+                    "doctor_restart_and_promotion_guards",
+                    doctor_restart_and_promotion_guards,
+                ),
                 ("doctor_judges_as_connect", sql_doctor_judges_as_connect),
                 ("wrong_password_exit_9", wrong_password_exit_9),
             ],
@@ -2654,6 +2741,10 @@ fn groups() -> Vec<Group> {
             vec![
                 ("doctor", valkey_doctor as StoreTest),
                 ("doctor_wipe_guard", doctor_wipe_guard),
+                (
+                    "doctor_restart_and_promotion_guards",
+                    doctor_restart_and_promotion_guards,
+                ),
                 ("doctor_eviction_fails", valkey_eviction_fails),
                 ("doctor_judges_as_connect", valkey_doctor_judges_as_connect),
                 ("doctor_aof_everysec", valkey_aof_everysec),
