@@ -1594,7 +1594,7 @@ fn valkey_eviction_fails(_env: &Env) -> TestResult {
 /// Deletes every record of `pool` behind the tool's back, as a
 /// `DELETE … WHERE pool = …`, a `DEL` of the pool's keys, an `etcdctl del
 /// --prefix` or a `kubectl delete leases` would.
-fn wipe_pool(env: &Env, pool: &str) -> TestResult {
+fn wipe_pool(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
     if let Some(fake) = env
         ._keep
         .iter()
@@ -1613,7 +1613,7 @@ fn wipe_pool(env: &Env, pool: &str) -> TestResult {
         };
     }
     rt().block_on(async {
-        let store = StoreConfig::from_url(&env.url)
+        let store = StoreConfig::from_url(url)
             .map_err(|e| e.to_string())?
             .map_sql(|c| c.restart_guard(false))
             .map_valkey(|c| c.restart_guard(false))
@@ -1622,7 +1622,7 @@ fn wipe_pool(env: &Env, pool: &str) -> TestResult {
             .map_err(|e| e.to_string())?;
         if let Some(sql) = store.sql() {
             use leasehold::sql::sqlx;
-            let delete = format!("DELETE FROM leasehold_leases WHERE pool = '{pool}'");
+            let delete = format!("DELETE FROM {table} WHERE pool = '{pool}'");
             let done = if let Some(p) = sql.postgres() {
                 sqlx::raw_sql(&delete).execute(p).await.map(drop)
             } else if let Some(p) = sql.mysql() {
@@ -1681,7 +1681,7 @@ fn wipe_pool(env: &Env, pool: &str) -> TestResult {
 /// record row without its time (SQL), a `gone_seen` that is not whole
 /// milliseconds (Valkey/Redis), a guard key on no etcd lease (etcd), a
 /// record Lease that is a guard without its start (Kubernetes).
-fn damage_record(env: &Env, pool: &str) -> TestResult {
+fn damage_record(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
     if let Some(fake) = env
         ._keep
         .iter()
@@ -1707,7 +1707,7 @@ fn damage_record(env: &Env, pool: &str) -> TestResult {
         return Ok(());
     }
     rt().block_on(async {
-        let store = StoreConfig::from_url(&env.url)
+        let store = StoreConfig::from_url(url)
             .map_err(|e| e.to_string())?
             .map_sql(|c| c.restart_guard(false))
             .map_valkey(|c| c.restart_guard(false))
@@ -1717,7 +1717,7 @@ fn damage_record(env: &Env, pool: &str) -> TestResult {
         if let Some(sql) = store.sql() {
             use leasehold::sql::sqlx;
             let update = format!(
-                "UPDATE leasehold_leases SET acquired_at = NULL \
+                "UPDATE {table} SET acquired_at = NULL \
                  WHERE pool = '{pool}' AND slot = 2147483646"
             );
             let done = if let Some(p) = sql.postgres() {
@@ -1759,8 +1759,8 @@ fn damage_record(env: &Env, pool: &str) -> TestResult {
 }
 
 /// The doctor line `verdict  wipe` of `pool`, or why not.
-fn wipe_line(env: &Env, pool: &str, verdict: &str) -> Result<String, String> {
-    let o = run(&["doctor", "--url", &env.url, "--pool", pool]);
+fn wipe_line(url: &str, pool: &str, verdict: &str) -> Result<String, String> {
+    let o = run(&["doctor", "--url", url, "--pool", pool]);
     let (out, err, _) = text(&o);
     out.lines()
         .find(|l| {
@@ -1778,23 +1778,40 @@ fn wipe_line(env: &Env, pool: &str, verdict: &str) -> Result<String, String> {
 /// opens); a record no claim can trust FAILs.
 fn doctor_wipe_guard(env: &Env) -> TestResult {
     let (fresh, never) = (unique_pool(), unique_pool());
+    // SQL: a table of the test's own, since doctor without --pool reads
+    // every pool of a table, and the damaged record this test leaves would
+    // FAIL the doctor of every other test on the shared one.
+    let sql = ["sqlite", "postgres", "mariadb"]
+        .iter()
+        .any(|p| env.label.starts_with(p));
+    let table = if sql {
+        format!("lhwipe_{}", unique_pool())
+    } else {
+        "leasehold_leases".to_owned()
+    };
+    let url = if sql {
+        with_option(&env.url, &format!("table={table}"))
+    } else {
+        env.url.clone()
+    };
+    let url = url.as_str();
     let prepare = |pool: &str, new: bool| {
-        let mut args = vec!["prepare", "--url", &env.url, "--pool", pool, "--size", "2"];
+        let mut args = vec!["prepare", "--url", url, "--pool", pool, "--size", "2"];
         if new {
             args.extend(["--new-pool", "--yes"]);
         }
         expect_code(&run(&args), 0)
     };
     prepare(&fresh, true)?;
-    let line = wipe_line(env, &fresh, "ok")?;
+    let line = wipe_line(url, &fresh, "ok")?;
     if !line.contains("incarnation record present") || !line.contains("claims wait for nothing") {
         return Err(format!("a pool declared new: {line}"));
     }
     println!("{line}");
-    let line = wipe_line(env, &never, "warn")?;
+    let line = wipe_line(url, &never, "warn")?;
     let fix = format!(
         "fix: leasehold prepare --url {} --pool {never} (",
-        leasehold::url::redacted(&env.url)
+        leasehold::url::redacted(url)
     );
     if !line.contains("no incarnation record")
         || !line.contains(&fix)
@@ -1806,15 +1823,18 @@ fn doctor_wipe_guard(env: &Env) -> TestResult {
     // A slot claimed, so that the pool has records on every store, and (on
     // etcd) an etcd lease outlives the wipe: a cluster with no lease at all
     // would get a guard of only 2 × max_clock_skew.
-    rt().block_on(
-        env.strategy
-            .acquire_dyn(&spec(&fresh, 2, "worker-a"), CEILING),
-    )
-    .map_err(|e| format!("acquire: {e}"))?;
+    // (SQL: the pool's rows, in the test's own table, are its records.)
+    if !sql {
+        rt().block_on(
+            env.strategy
+                .acquire_dyn(&spec(&fresh, 2, "worker-a"), CEILING),
+        )
+        .map_err(|e| format!("acquire: {e}"))?;
+    }
     let before = std::time::SystemTime::now();
-    wipe_pool(env, &fresh)?;
+    wipe_pool(env, url, &table, &fresh)?;
     prepare(&fresh, false)?;
-    let line = wipe_line(env, &fresh, "warn")?;
+    let line = wipe_line(url, &fresh, "warn")?;
     println!("{line}");
     if !line.contains("the pool's records were found gone at")
         || !line.contains("guard running: no slot is granted until")
@@ -1836,10 +1856,10 @@ fn doctor_wipe_guard(env: &Env) -> TestResult {
         ));
     }
     // A record no claim can trust: FAIL, exit 1, with its repair.
-    damage_record(env, &fresh)?;
-    let line = wipe_line(env, &fresh, "FAIL")?;
+    damage_record(env, url, &table, &fresh)?;
+    let line = wipe_line(url, &fresh, "FAIL")?;
     println!("{line}");
-    let code = run(&["doctor", "--url", &env.url, "--pool", &fresh])
+    let code = run(&["doctor", "--url", url, "--pool", &fresh])
         .status
         .code();
     if !line.contains("fix:") || code != Some(1) {
