@@ -111,11 +111,16 @@ enum Command {
         #[arg(long)]
         key_file: Option<PathBuf>,
     },
-    /// Checks a store's setup, one line per check with a fix.
+    /// Checks a store's setup, one line per check with a fix, and what its
+    /// guards hold back (restart, promotion, and each pool's wipe guard).
     #[command(after_help = EXIT_CODES)]
     Doctor {
         #[command(flatten)]
         store: StoreArgs,
+        /// The pool whose guards to read; without it, every pool the store
+        /// can list (SQL), or none.
+        #[arg(long)]
+        pool: Option<String>,
     },
     /// Creates or migrates what the store needs (SQL: the lease table) and,
     /// with --pool, the pool's slots (--size, default 512; SQL) and its
@@ -316,7 +321,7 @@ fn main() -> ExitCode {
         | Command::Watch { store, .. }
         | Command::Revoke { store, .. }
         | Command::Prepare { store, .. }
-        | Command::Doctor { store } => {
+        | Command::Doctor { store, .. } => {
             if let Err(e) = store.resolve(std::env::var(URL_VAR).ok()) {
                 eprintln!("leasehold: {}", e.message);
                 return ExitCode::from(e.code as u8);
@@ -419,7 +424,7 @@ async fn run(command: Command) -> Result<Exit, CliError> {
             };
             decode::decode(ids, layout, key_file.as_deref(), digits)
         }
-        Command::Doctor { store } => doctor::doctor(&store).await,
+        Command::Doctor { store, pool } => doctor::doctor(&store, pool.as_deref()).await,
         Command::Prepare {
             store,
             pool,

@@ -771,6 +771,9 @@ fn watch_count_stops(env: &Env) -> TestResult {
 /// `(verdict, check)` pairs, the whole output (for failure messages), the exit code.
 type Doctor = (Vec<(String, String)>, String, i32);
 
+/// The names of the guards' lines.
+const GUARD_LINES: [&str; 4] = ["restart", "promotion", "wipe", "guards"];
+
 fn doctor_lines(env: &Env) -> Result<Doctor, String> {
     let o = run(&["doctor", "--url", &env.url]);
     let (out, err, code) = text(&o);
@@ -787,7 +790,11 @@ fn doctor_lines(env: &Env) -> Result<Doctor, String> {
     for l in lines.by_ref() {
         let mut w = l.split_whitespace();
         if let (Some(v @ ("ok" | "warn" | "FAIL" | "n/a")), Some(name)) = (w.next(), w.next()) {
-            pairs.push((v.to_owned(), name.to_owned()));
+            // The guards' lines depend on the pools other tests make at
+            // the same time: `doctor_wipe_guard` reads them, of its own.
+            if !GUARD_LINES.contains(&name) {
+                pairs.push((v.to_owned(), name.to_owned()));
+            }
         }
     }
     last.push_str(&out);
@@ -1053,6 +1060,7 @@ fn tls_lease_user_doctor(env: &Env) -> TestResult {
     doctor_expect(env, &want("ok"), 0)?;
     let (_, out, _) = doctor_lines(env)?;
     println!("{out}");
+    lease_user_reads_the_guards(&env.url)?;
     let tls = out
         .lines()
         .find(|l| l.split_whitespace().nth(1) == Some("tls"))
@@ -1086,6 +1094,28 @@ fn tls_lease_user_doctor(env: &Env) -> TestResult {
             "the grants line does not name {grant:?} alone: {line}"
         ))
     }
+}
+
+/// Doctor as a lease user reads the guards of a pool never prepared: its
+/// missing incarnation record is a warning, and no line FAILs (a durable
+/// server: nothing refused).
+fn lease_user_reads_the_guards(url: &str) -> TestResult {
+    let pool = unique_pool();
+    let o = run(&["doctor", "--url", url, "--pool", &pool]);
+    let (out, err, code) = text(&o);
+    println!("{out}");
+    let wipe = line_of(&out, "wipe");
+    if code != 0
+        || !err.is_empty()
+        || !wipe.starts_with("warn")
+        || !wipe.contains(&format!("pool {pool}: no incarnation record"))
+        || out.lines().any(|l| l.starts_with("FAIL"))
+    {
+        return Err(format!(
+            "doctor --pool as the lease user (exit {code}):\n{out}{err}"
+        ));
+    }
+    Ok(())
 }
 
 /// What `leasehold::connect` does with `url`: `Ok(())`, or its error.
@@ -1466,6 +1496,7 @@ fn valkey_tls_lease_user_doctor(_env: &Env) -> TestResult {
 {out}{err}"
         ));
     }
+    lease_user_reads_the_guards(&as_user("lease"))?;
     let o = run(&["doctor", "--url", &as_user("lease-no-evalsha")]);
     let (out, _, code) = text(&o);
     let grants = line_of(&out, "grants");
@@ -1558,6 +1589,362 @@ fn valkey_eviction_fails(_env: &Env) -> TestResult {
         let (out, _) = doctor_on(&allowed);
         check_block(&out, "warn", "eviction").map(drop)
     })()
+}
+
+/// Deletes every record of `pool` behind the tool's back, as a
+/// `DELETE … WHERE pool = …`, a `DEL` of the pool's keys, an `etcdctl del
+/// --prefix` or a `kubectl delete leases` would.
+fn wipe_pool(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
+    if let Some(fake) = env
+        ._keep
+        .iter()
+        .find_map(|k| k.downcast_ref::<Arc<leasehold_k8s_fake::FakeApiServer>>())
+    {
+        let mut gone = 0;
+        for (name, _) in fake.leases("default") {
+            if name.starts_with(&format!("leasehold-{pool}-")) && fake.delete("default", &name) {
+                gone += 1;
+            }
+        }
+        return if gone > 0 {
+            Ok(())
+        } else {
+            Err(format!("no Lease of pool {pool} to delete"))
+        };
+    }
+    rt().block_on(async {
+        let store = StoreConfig::from_url(url)
+            .map_err(|e| e.to_string())?
+            .map_sql(|c| c.restart_guard(false))
+            .map_valkey(|c| c.restart_guard(false))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(sql) = store.sql() {
+            use leasehold::sql::sqlx;
+            let delete = format!("DELETE FROM {table} WHERE pool = '{pool}'");
+            let done = if let Some(p) = sql.postgres() {
+                sqlx::raw_sql(&delete).execute(p).await.map(drop)
+            } else if let Some(p) = sql.mysql() {
+                sqlx::raw_sql(&delete).execute(p).await.map(drop)
+            } else if let Some(p) = sql.sqlite() {
+                sqlx::raw_sql(&delete).execute(p).await.map(drop)
+            } else {
+                return Err("an engine this test does not know".to_owned());
+            };
+            return done.map_err(|e| format!("{delete}: {e}"));
+        }
+        if let Some(valkey) = store.valkey() {
+            use fred::prelude::*;
+            let keys = valkey.keys(&PoolName::new(pool).map_err(|e| e.to_string())?);
+            let cmd = fred::types::CustomCommand::new_static(
+                "DEL",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            );
+            let deleted: i64 = valkey
+                .client()
+                .custom(
+                    cmd,
+                    vec![keys.slot_key(0), keys.slot_key(1), keys.fences, keys.leases],
+                )
+                .await
+                .map_err(|e| format!("DEL: {e}"))?;
+            return if deleted > 0 {
+                Ok(())
+            } else {
+                Err(format!("no key of pool {pool} to delete"))
+            };
+        }
+        if let Some(etcd) = store.etcd() {
+            use leasehold::etcd::etcd_client::DeleteOptions;
+            let resp = etcd
+                .client()
+                .clone()
+                .delete(
+                    format!("leasehold/{pool}/"),
+                    Some(DeleteOptions::new().with_prefix()),
+                )
+                .await
+                .map_err(|e| format!("delete the prefix: {e}"))?;
+            return if resp.deleted() > 0 {
+                Ok(())
+            } else {
+                Err(format!("no key of pool {pool} to delete"))
+            };
+        }
+        Err("a store this test cannot wipe".to_owned())
+    })
+}
+
+/// Damages `pool`'s incarnation record so that no claim can trust it: a
+/// record row without its time (SQL), a `gone_seen` that is not whole
+/// milliseconds (Valkey/Redis), a guard key on no etcd lease (etcd), a
+/// record Lease that is a guard without its start (Kubernetes).
+fn damage_record(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
+    if let Some(fake) = env
+        ._keep
+        .iter()
+        .find_map(|k| k.downcast_ref::<Arc<leasehold_k8s_fake::FakeApiServer>>())
+    {
+        let name = format!("leasehold-{pool}--incarnation");
+        fake.insert_raw(
+            "default",
+            &name,
+            serde_json::json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": name,
+                    "namespace": "default",
+                    "resourceVersion": "1",
+                    "labels": {"leasehold/pool": pool},
+                    "annotations": {"leasehold/incarnation": "guarded"},
+                },
+                "spec": {"leaseDurationSeconds": 32},
+            }),
+        );
+        return Ok(());
+    }
+    rt().block_on(async {
+        let store = StoreConfig::from_url(url)
+            .map_err(|e| e.to_string())?
+            .map_sql(|c| c.restart_guard(false))
+            .map_valkey(|c| c.restart_guard(false))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(sql) = store.sql() {
+            use leasehold::sql::sqlx;
+            let update = format!(
+                "UPDATE {table} SET acquired_at = NULL \
+                 WHERE pool = '{pool}' AND slot = 2147483646"
+            );
+            let done = if let Some(p) = sql.postgres() {
+                sqlx::raw_sql(&update).execute(p).await.map(drop)
+            } else if let Some(p) = sql.mysql() {
+                sqlx::raw_sql(&update).execute(p).await.map(drop)
+            } else if let Some(p) = sql.sqlite() {
+                sqlx::raw_sql(&update).execute(p).await.map(drop)
+            } else {
+                return Err("an engine this test does not know".to_owned());
+            };
+            return done.map_err(|e| format!("{update}: {e}"));
+        }
+        if let Some(valkey) = store.valkey() {
+            use fred::prelude::*;
+            let keys = valkey.keys(&PoolName::new(pool).map_err(|e| e.to_string())?);
+            let cmd = fred::types::CustomCommand::new_static(
+                "HSET",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            );
+            let _: i64 = valkey
+                .client()
+                .custom(cmd, vec![keys.fences.as_str(), "gone_seen", "soon"])
+                .await
+                .map_err(|e| format!("HSET: {e}"))?;
+            return Ok(());
+        }
+        if let Some(etcd) = store.etcd() {
+            etcd.client()
+                .clone()
+                .put(format!("leasehold/{pool}/~guard"), "x", None)
+                .await
+                .map_err(|e| format!("put the guard key: {e}"))?;
+            return Ok(());
+        }
+        Err("a store this test cannot damage".to_owned())
+    })
+}
+
+/// The doctor line `verdict  wipe` of `pool`, or why not.
+fn wipe_line(url: &str, pool: &str, verdict: &str) -> Result<String, String> {
+    let o = run(&["doctor", "--url", url, "--pool", pool]);
+    let (out, err, _) = text(&o);
+    out.lines()
+        .find(|l| {
+            l.starts_with(&format!("{verdict:<4}  wipe")) && l.contains(&format!("pool {pool}:"))
+        })
+        .map(str::to_owned)
+        .ok_or_else(|| format!("no `{verdict} wipe` line of pool {pool}:\n{out}{err}"))
+}
+
+/// Doctor shows the wipe guard's incarnation record of the pool named: a
+/// pool declared new has it (ok); a pool never prepared has none (a
+/// warning whose fix is the `prepare` that makes it, naming the store and
+/// the pool); a pool whose records were deleted and then prepared again
+/// (as every start does) has a guard running (a warning with when it
+/// opens); a record no claim can trust FAILs.
+fn doctor_wipe_guard(env: &Env) -> TestResult {
+    let (fresh, never) = (unique_pool(), unique_pool());
+    // SQL: a table of the test's own, since doctor without --pool reads
+    // every pool of a table, and the damaged record this test leaves would
+    // FAIL the doctor of every other test on the shared one.
+    let sql = ["sqlite", "postgres", "mariadb"]
+        .iter()
+        .any(|p| env.label.starts_with(p));
+    let table = if sql {
+        format!("lhwipe_{}", unique_pool())
+    } else {
+        "leasehold_leases".to_owned()
+    };
+    let url = if sql {
+        with_option(&env.url, &format!("table={table}"))
+    } else {
+        env.url.clone()
+    };
+    let url = url.as_str();
+    let prepare = |pool: &str, new: bool| {
+        let mut args = vec!["prepare", "--url", url, "--pool", pool, "--size", "2"];
+        if new {
+            args.extend(["--new-pool", "--yes"]);
+        }
+        expect_code(&run(&args), 0)
+    };
+    prepare(&fresh, true)?;
+    let line = wipe_line(url, &fresh, "ok")?;
+    if !line.contains("incarnation record present") || !line.contains("claims wait for nothing") {
+        return Err(format!("a pool declared new: {line}"));
+    }
+    println!("{line}");
+    let line = wipe_line(url, &never, "warn")?;
+    let fix = format!(
+        "fix: leasehold prepare --url {} --pool {never} (",
+        leasehold::url::redacted(url)
+    );
+    if !line.contains("no incarnation record")
+        || !line.contains(&fix)
+        || !line.contains("--new-pool --yes")
+    {
+        return Err(format!("a pool never prepared: {line}"));
+    }
+    println!("{line}");
+    // A slot claimed, so that the pool has records on every store, and (on
+    // etcd) an etcd lease outlives the wipe: a cluster with no lease at all
+    // would get a guard of only 2 × max_clock_skew.
+    // (SQL: the pool's rows, in the test's own table, are its records.)
+    if !sql {
+        rt().block_on(
+            env.strategy
+                .acquire_dyn(&spec(&fresh, 2, "worker-a"), CEILING),
+        )
+        .map_err(|e| format!("acquire: {e}"))?;
+    }
+    let before = std::time::SystemTime::now();
+    wipe_pool(env, url, &table, &fresh)?;
+    prepare(&fresh, false)?;
+    let line = wipe_line(url, &fresh, "warn")?;
+    println!("{line}");
+    if !line.contains("the pool's records were found gone at")
+        || !line.contains("guard running: no slot is granted until")
+        || !line.contains("--new-pool --yes")
+    {
+        return Err(format!("a wiped pool prepared again: {line}"));
+    }
+    // When it was seen gone: after the wipe, on a clock (or, on etcd, in
+    // whole seconds of a lease's TTL) within two seconds of this one.
+    let at = line
+        .split("found gone at ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .ok_or_else(|| format!("no time: {line}"))?;
+    let shown = leasehold::guards::utc(before - Duration::from_secs(2));
+    if at < shown.as_str() {
+        return Err(format!(
+            "seen gone at {at}, before the wipe ({shown}): {line}"
+        ));
+    }
+    // A record no claim can trust: FAIL, exit 1, with its repair.
+    damage_record(env, url, &table, &fresh)?;
+    let line = wipe_line(url, &fresh, "FAIL")?;
+    println!("{line}");
+    let code = run(&["doctor", "--url", url, "--pool", &fresh])
+        .status
+        .code();
+    if !line.contains("fix:") || code != Some(1) {
+        return Err(format!("a damaged record (exit {code:?}): {line}"));
+    }
+    Ok(())
+}
+
+/// Doctor with the URL an application that opts in uses
+/// (`assume_one_timing_per_pool=true`: the restart guard on, on these
+/// speed-tuned servers), after a claim: the restart guard's line names the
+/// server's start and the span recorded has passed; the promotion guard's
+/// names the identity the claim recorded (PostgreSQL's first timeline,
+/// MariaDB's server ID, Valkey's replication ID), which waits for nothing.
+fn doctor_restart_and_promotion_guards(env: &Env) -> TestResult {
+    let url = with_option(&env.url, "assume_one_timing_per_pool=true");
+    let pool = unique_pool();
+    let o = run(&[
+        "prepare",
+        "--url",
+        &url,
+        "--pool",
+        &pool,
+        "--size",
+        "2",
+        "--new-pool",
+        "--yes",
+    ]);
+    expect_code(&o, 0)?;
+    // A span of 3 s (TTL 1 s, max_clock_skew 1 s): the restart guard holds
+    // claims until the server has been up that long.
+    let spec = PoolSpec::new(
+        PoolName::new(&pool).map_err(|e| e.to_string())?,
+        2,
+        Duration::from_secs(1),
+    )
+    .map_err(|e| e.to_string())?
+    .with_holder("worker-a");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    rt().block_on(async {
+        let store = StoreConfig::from_url(&url)
+            .map_err(|e| e.to_string())?
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        loop {
+            match store.acquire_dyn(&spec, CEILING).await {
+                Ok(_) => return Ok::<_, String>(()),
+                Err(leasehold::AcquireError::StoreRestarted { resume_in })
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(resume_in.min(Duration::from_millis(500))).await;
+                }
+                Err(e) => return Err(format!("acquire: {e}")),
+            }
+        }
+    })?;
+    let before = std::time::SystemTime::now();
+    let o = run(&["doctor", "--url", &url, "--pool", &pool]);
+    let (out, err, _) = text(&o);
+    println!("{out}");
+    let restart = line_of(&out, "restart");
+    let promotion = line_of(&out, "promotion");
+    let identity = if env.label.starts_with("postgres") {
+        "timeline 00000001, first seen long past"
+    } else if env.label.starts_with("mariadb") {
+        "server_id 1, first seen long past"
+    } else {
+        "replication ID "
+    };
+    let started = restart
+        .split("the server started at ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .unwrap_or("");
+    if !restart.starts_with(&format!(
+        "ok    restart       pool {pool}: the server started at "
+    )) || !restart.contains("more than a restart span ago")
+        || started > leasehold::guards::utc(before).as_str()
+        || !promotion.starts_with(&format!("ok    promotion     pool {pool}: {identity}"))
+        || !promotion.contains("claims wait for nothing")
+    {
+        return Err(format!("doctor with the restart guard on:\n{out}{err}"));
+    }
+    Ok(())
 }
 
 fn etcd_doctor(env: &Env) -> TestResult {
@@ -2318,6 +2705,7 @@ fn groups() -> Vec<Group> {
             setup: Box::new(sqlite_env),
             extra: vec![
                 ("doctor", sqlite_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("doctor_missing_table_fails", sqlite_missing_table),
                 ("revoke_asks_on_a_terminal", revoke_asks_on_a_terminal),
                 ("watch_redraws_on_a_terminal", watch_redraws_on_a_terminal),
@@ -2330,6 +2718,11 @@ fn groups() -> Vec<Group> {
             ServerKind::PostgresLatest,
             vec![
                 ("doctor", sql_server_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
+                (
+                    "doctor_restart_and_promotion_guards",
+                    doctor_restart_and_promotion_guards,
+                ),
                 ("password_not_echoed", password_not_echoed),
                 ("doctor_judges_as_connect", sql_doctor_judges_as_connect),
                 ("wrong_password_exit_9", wrong_password_exit_9),
@@ -2353,6 +2746,11 @@ fn groups() -> Vec<Group> {
             ServerKind::MariaDb,
             vec![
                 ("doctor", sql_server_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
+                (
+                    "doctor_restart_and_promotion_guards",
+                    doctor_restart_and_promotion_guards,
+                ),
                 ("doctor_judges_as_connect", sql_doctor_judges_as_connect),
                 ("wrong_password_exit_9", wrong_password_exit_9),
             ],
@@ -2362,6 +2760,11 @@ fn groups() -> Vec<Group> {
             ServerKind::Valkey8,
             vec![
                 ("doctor", valkey_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
+                (
+                    "doctor_restart_and_promotion_guards",
+                    doctor_restart_and_promotion_guards,
+                ),
                 ("doctor_eviction_fails", valkey_eviction_fails),
                 ("doctor_judges_as_connect", valkey_doctor_judges_as_connect),
                 ("doctor_aof_everysec", valkey_aof_everysec),
@@ -2387,6 +2790,7 @@ fn groups() -> Vec<Group> {
             ServerKind::Etcd35,
             vec![
                 ("doctor", etcd_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("doctor_tls", etcd_tls_doctor),
             ],
         ),
@@ -2395,6 +2799,7 @@ fn groups() -> Vec<Group> {
             setup: Box::new(k8s_fake_env),
             extra: vec![
                 ("doctor", k8s_fake_doctor as StoreTest),
+                ("doctor_wipe_guard", doctor_wipe_guard),
                 ("doctor_rbac_forbidden", k8s_fake_doctor_rbac_forbidden),
             ],
             server: false,

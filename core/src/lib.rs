@@ -19,6 +19,7 @@ mod error;
 pub mod events;
 mod fixed;
 mod gate;
+pub mod guards;
 mod health;
 #[cfg(feature = "tokio")]
 mod leader;
@@ -60,6 +61,7 @@ pub use gate::{
     AttachError, Attachment, Closed, DEFAULT_MAX_CLOCK_SKEW, GateView, GenerationState, LeaseGate,
     Opening,
 };
+pub use guards::{Guard, GuardKind, GuardState};
 pub use health::{Condition, Health};
 #[cfg(feature = "tokio")]
 pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};

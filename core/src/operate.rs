@@ -19,6 +19,7 @@
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::guards::Guard;
 use crate::{
     BoxFuture, Durability, DynStrategy, InspectError, PoolSpec, Reason, Replication, SlotInfo,
 };
@@ -120,6 +121,21 @@ pub trait Operate: DynStrategy {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<(), OperateError>> {
         self.prepare(Some(pool))
+    }
+
+    /// What the store's guards (DESIGN.md rule 12) hold back, read without
+    /// writing: with `pool`, that pool's readings (the restart and
+    /// promotion guards with the pool's restart span, and its wipe guard's
+    /// incarnation record); without, what the store can tell of itself
+    /// (the restart and promotion guards). A store without guards (one
+    /// that forgets nothing and keeps no incarnation record) answers
+    /// nothing: the default.
+    fn guards<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<Vec<Guard>, OperateError>> {
+        let _ = pool;
+        Box::pin(std::future::ready(Ok(Vec::new())))
     }
 
     /// The store's own checks (server, the lease path, schema, persistence,

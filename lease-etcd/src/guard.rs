@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
-use leasehold_core::{AcquireError, PoolSpec};
+use leasehold_core::{AcquireError, Guard, GuardKind, GuardState, PoolSpec};
 
 use crate::acquire::acquire_error;
 use crate::error::Class;
@@ -278,6 +278,93 @@ impl EtcdStrategy {
         })
         .await
         .map(drop)
+    }
+}
+
+impl EtcdStrategy {
+    /// What `pool`'s wipe guard holds back, read without writing (doctor):
+    /// its incarnation key (missing: the pool was never prepared, or its
+    /// keys were deleted), and the guard key's etcd lease with its time
+    /// left. etcd keeps no wall-clock time of a key, so the record's
+    /// revision stands for when it was made.
+    pub(crate) async fn read_guard(&self, pool: &PoolSpec) -> Result<Guard, Class> {
+        let txn = Txn::new().and_then([
+            TxnOp::get(keys::incarnation_key(&self.inner.prefix, pool.name()), None),
+            TxnOp::get(keys::guard_key(&self.inner.prefix, pool.name()), None),
+        ]);
+        let resp = self
+            .call("Txn", |mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        let ops = resp.op_responses();
+        let first = |i: usize| match ops.get(i) {
+            Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
+            _ => None,
+        };
+        let (incarnation, guard) = (first(0), first(1));
+        let name = pool.name().as_str();
+        let Some(record) = incarnation else {
+            return Ok(Guard::new(GuardKind::Wipe, GuardState::Missing).pool(name));
+        };
+        let value = String::from_utf8_lossy(record.value()).into_owned();
+        let recorded = format!(
+            "{}, made at revision {}",
+            if value == DECLARED_NEW || value == GUARDED {
+                value.clone()
+            } else {
+                format!("{value:?}")
+            },
+            record.create_revision()
+        );
+        let mut since = None;
+        let state = match guard {
+            Some(kv) if kv.lease() != 0 => {
+                let lease = kv.lease();
+                let resp = self
+                    .call("LeaseTimeToLive", |mut c| async move {
+                        c.lease_time_to_live(lease, None).await
+                    })
+                    .await;
+                let (granted, left) = match resp {
+                    Ok(r) => (r.granted_ttl(), r.ttl()),
+                    Err(Class::NotFound(_)) => (0, 0),
+                    Err(c) => return Err(c),
+                };
+                let secs = |s: i64| Duration::from_secs(u64::try_from(s).unwrap_or(0));
+                let now = std::time::SystemTime::now();
+                // Whole seconds, rounded down: it was made up to a second
+                // later than this says, and ends up to a second later.
+                since = Some(now - secs(granted.saturating_sub(left)));
+                let left = secs(left).max(LINGER);
+                GuardState::Running {
+                    opens_at: Some(now + left),
+                    opens_in: Some(left),
+                }
+            }
+            // A guard key on no lease never ends: claims wait for it forever.
+            Some(_) => GuardState::Damaged {
+                what: format!(
+                    "the guard key {} is on no etcd lease, so it never ends: the pool's claims \
+                     wait for ever",
+                    keys::guard_key(&self.inner.prefix, pool.name())
+                ),
+                fix: format!(
+                    "with every holder of the pool stopped: leasehold prepare --pool {name} \
+                     --new-pool --yes (or etcdctl del {})",
+                    keys::guard_key(&self.inner.prefix, pool.name())
+                ),
+            },
+            None => GuardState::Open,
+        };
+        let guard = Guard::new(GuardKind::Wipe, state)
+            .pool(name)
+            .recorded(recorded);
+        Ok(match since {
+            Some(at) => guard.since(at),
+            None => guard,
+        })
     }
 }
 

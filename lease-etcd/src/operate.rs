@@ -3,7 +3,7 @@
 
 use etcd_client::StatusResponse;
 use leasehold_core::{
-    BoxFuture, Check, Durability, Operate, OperateError, PoolName, PoolSpec, Reason, Verdict,
+    BoxFuture, Check, Durability, Guard, Operate, OperateError, PoolName, PoolSpec, Reason, Verdict,
 };
 
 use crate::error::{Class, classify};
@@ -303,6 +303,24 @@ impl Operate for EtcdStrategy {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<(), OperateError>> {
         Box::pin(async move { self.declare_new(pool).await.map_err(operate_error) })
+    }
+
+    /// The wipe guard of `pool` (etcd forgets nothing it acknowledged, and
+    /// a promotion loses nothing: no restart or promotion guard).
+    fn guards<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<Vec<Guard>, OperateError>> {
+        Box::pin(async move {
+            match pool {
+                None => Ok(Vec::new()),
+                Some(pool) => self
+                    .read_guard(pool)
+                    .await
+                    .map(|g| vec![g])
+                    .map_err(operate_error),
+            }
+        })
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

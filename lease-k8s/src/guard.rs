@@ -32,7 +32,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use leasehold_core::{AcquireError, PoolSpec};
+use leasehold_core::{AcquireError, Guard, GuardKind, GuardState, PoolSpec};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -198,6 +198,61 @@ impl KubeStrategy {
         incarnation_of(&record)
             .map(Some)
             .ok_or_else(|| damaged_incarnation(pool, &api.namespace))
+    }
+
+    /// What `pool`'s wipe guard holds back, read without writing (doctor):
+    /// its incarnation record missing, declared new, or a guard from
+    /// `renewTime` for its recorded span, judged on this host's wall clock
+    /// as a claimer judges it (a claimer with a longer span waits longer).
+    pub(crate) async fn read_guard(&self, pool: &PoolSpec) -> Result<Guard, AcquireError> {
+        let api = &self.inner.api;
+        let deadline = Instant::now() + self.op_timeout();
+        let name = incarnation_name(pool.name());
+        let of = pool.name().as_str();
+        let resp = api
+            .get(&name, deadline)
+            .await
+            .map_err(|e| no_answer(&format!("GET {name}"), e))?;
+        if resp.status == 404 {
+            return Ok(Guard::new(GuardKind::Wipe, GuardState::Missing).pool(of));
+        }
+        if !resp.ok() {
+            return Err(write_error(&resp, "get", &api.namespace, pool));
+        }
+        let record: Value = serde_json::from_slice(&resp.body)
+            .map_err(|e| unreachable(&format!("GET {name}"), &format!("unreadable answer: {e}")))?;
+        let at = |micros: i64| {
+            std::time::UNIX_EPOCH + Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+        };
+        let guard = match incarnation_of(&record) {
+            None => {
+                let (what, fix) = match damaged_incarnation(pool, &api.namespace) {
+                    AcquireError::DamagedRecord { what, fix, .. } => (what, fix),
+                    other => (other.to_string(), String::new()),
+                };
+                Guard::new(GuardKind::Wipe, GuardState::Damaged { what, fix })
+            }
+            Some(Incarnation::Open) => Guard::new(GuardKind::Wipe, GuardState::Open)
+                .recorded(format!("Lease {name}, declared new")),
+            Some(Incarnation::Guard { since, secs }) => {
+                let end = since.saturating_add(secs.saturating_mul(1_000_000));
+                let now = i64::try_from(unique_micros()).unwrap_or(i64::MAX);
+                let state = if end > now {
+                    GuardState::Running {
+                        opens_at: Some(at(end)),
+                        opens_in: Some(Duration::from_micros(
+                            u64::try_from(end - now).unwrap_or(0),
+                        )),
+                    }
+                } else {
+                    GuardState::Open
+                };
+                Guard::new(GuardKind::Wipe, state)
+                    .recorded(format!("Lease {name}, a guard of {secs} s"))
+                    .since(at(since))
+            }
+        };
+        Ok(guard.pool(of))
     }
 
     /// `prepare`: makes `pool`'s incarnation record where it is missing,

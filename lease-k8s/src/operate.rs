@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 use leasehold_core::{
-    AcquireError, BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
+    AcquireError, BoxFuture, Check, Durability, Guard, Operate, OperateError, PoolSpec, Reason,
+    Verdict,
 };
 
 use crate::{KubeError, KubeStrategy};
@@ -99,6 +100,24 @@ impl Operate for KubeStrategy {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<(), OperateError>> {
         Box::pin(async move { self.declare_new(pool).await.map_err(from_acquire) })
+    }
+
+    /// The wipe guard of `pool` (the API server's etcd forgets nothing it
+    /// acknowledged: no restart or promotion guard).
+    fn guards<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<Vec<Guard>, OperateError>> {
+        Box::pin(async move {
+            match pool {
+                None => Ok(Vec::new()),
+                Some(pool) => self
+                    .read_guard(pool)
+                    .await
+                    .map(|g| vec![g])
+                    .map_err(from_acquire),
+            }
+        })
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

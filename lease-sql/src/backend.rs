@@ -9,6 +9,7 @@
 mod claim;
 mod damaged;
 mod grants;
+mod guards;
 mod inspect;
 mod renew;
 mod replication;
@@ -107,6 +108,11 @@ pub(crate) trait Ops: Send + Sync {
     fn refresh_credentials(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     fn missing_grants(&self) -> BoxFuture<'_, Result<Vec<MissingGrant>, SqlError>>;
     fn tls_version(&self) -> BoxFuture<'_, Result<Option<String>, SqlError>>;
+    /// What the guards hold back (with `pool`: its span and its record).
+    fn guards<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<Vec<leasehold_core::Guard>, SqlError>>;
     /// The caller's `sqlx::Pool<D>`.
     fn pool(&self) -> &(dyn Any + Send + Sync);
 }
@@ -400,6 +406,13 @@ with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
 
     fn tls_version(&self) -> BoxFuture<'_, Result<Option<String>, SqlError>> {
         Box::pin(self.tls_version())
+    }
+
+    fn guards<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<Vec<leasehold_core::Guard>, SqlError>> {
+        Box::pin(self.guards(pool))
     }
 
     fn pool(&self) -> &(dyn Any + Send + Sync) {

@@ -5,7 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold_core::operate::{durability_check, refusal_check};
 use leasehold_core::{
-    BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Replication, Verdict,
+    BoxFuture, Check, Durability, Guard, Operate, OperateError, PoolSpec, Reason, Replication,
+    Verdict,
 };
 
 use crate::statements::RECORD_ROW;
@@ -346,6 +347,17 @@ impl Operate for SqlStrategy {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<(), OperateError>> {
         Box::pin(async move { self.ensure_new_pool(pool).await.map_err(from_sql) })
+    }
+
+    /// The restart guard (the server's start, where the guard is on), the
+    /// promotion guard (the table's `~incarnation` record) and, with a
+    /// pool, its wipe guard (its record row), each judged with the pool's
+    /// longest recorded span on the server's clock.
+    fn guards<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<Vec<Guard>, OperateError>> {
+        Box::pin(async move { self.read_guards(pool).await.map_err(from_sql) })
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

@@ -317,6 +317,43 @@ impl Statements {
         }
     }
 
+    /// Binds nothing: one row of what the guards read (doctor), for
+    /// `pool` or, without one, for no pool: the server's time
+    /// ([`Dialect::NOW_MICROS`]); the restart guard's microseconds until
+    /// grants resume with no span and with the pool's longest recorded one
+    /// (0 and 0 when the guard is off); that span in ms; the promotion
+    /// guard's record (its incarnation, its age in µs) and the server's
+    /// incarnation now (NULL when the guard is off); the pool's record rows,
+    /// those written for this table, and the age of its record in µs.
+    pub(crate) fn guard_reading<D: Dialect>(&self, pool: Option<&str>) -> String {
+        let t = &self.table;
+        // Pool names hold no `~`: no pool's rows meet this one.
+        let pool = pool.unwrap_or("~none");
+        let zero = D::micros_between(D::NOW, D::NOW);
+        let span = format!("COALESCE((SELECT MAX(span_ms) FROM {t} WHERE pool = '{pool}'), 0)");
+        let (restart_start, restart_span) = match self.guarded {
+            true => (
+                D::resume_in_micros("0", &self.version).unwrap_or_else(|| zero.clone()),
+                D::resume_in_micros(&format!("{span} * 1000"), &self.version)
+                    .unwrap_or_else(|| zero.clone()),
+            ),
+            false => (zero.clone(), zero.clone()),
+        };
+        let current = match (self.promotion_guarded, D::incarnation(&self.version)) {
+            (true, Some(inc)) => D::format_text(inc.current),
+            _ => format!("(SELECT {} FROM {t} WHERE 1 = 0)", D::format_text("holder")),
+        };
+        let age = D::micros_between("acquired_at", D::NOW);
+        let inc = incarnation_row();
+        let rec = record_row(pool);
+        let same = self.same_table::<D>();
+        format!(
+            "SELECT {now}, {restart_start}, {restart_span},              (SELECT MAX(span_ms) FROM {t} WHERE pool = '{pool}'),              (SELECT {holder} FROM {t} WHERE {inc}),              (SELECT {age} FROM {t} WHERE {inc}),              {current},              (SELECT COUNT(*) FROM {t} WHERE {rec}),              (SELECT COUNT(*) FROM {t} WHERE {rec} AND {same}),              (SELECT {age} FROM {t} WHERE {rec} AND {same})",
+            now = D::NOW_MICROS,
+            holder = D::format_text("holder"),
+        )
+    }
+
     /// Binds nothing: 1 when `pool` has its record (its record row with a
     /// time, written for this table), 0 when not.
     pub(crate) fn pool_recorded<D: Dialect>(&self, pool: &str) -> String {

@@ -276,6 +276,15 @@ impl SqlStrategy {
         self.ops.missing_grants().await
     }
 
+    /// What the guards hold back, read without writing (see
+    /// `Operate::guards`).
+    pub(crate) async fn read_guards(
+        &self,
+        pool: Option<&PoolSpec>,
+    ) -> Result<Vec<leasehold_core::Guard>, SqlError> {
+        self.ops.guards(pool).await
+    }
+
     /// The TLS version of the lease connections, `None` for plain text.
     pub(crate) async fn tls_version(&self) -> Result<Option<String>, SqlError> {
         self.ops.tls_version().await

@@ -7,7 +7,7 @@ use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_core::operate::refusal_check;
 use leasehold_core::{
-    BoxFuture, Check, Durability, Operate, OperateError, PoolSpec, Reason, Verdict,
+    BoxFuture, Check, Durability, Guard, Operate, OperateError, PoolSpec, Reason, Verdict,
 };
 
 use crate::{ActivePath, Persistence, ValkeyError, ValkeyStrategy};
@@ -312,6 +312,21 @@ impl Operate for ValkeyStrategy {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<(), OperateError>> {
         Box::pin(async move { self.declare_new_pool(pool).await.map_err(from_valkey) })
+    }
+
+    /// The restart, promotion and wipe guards of `pool`, from its fences
+    /// hash (the server alone tells nothing of them: each pool keeps its
+    /// own records).
+    fn guards<'a>(
+        &'a self,
+        pool: Option<&'a PoolSpec>,
+    ) -> BoxFuture<'a, Result<Vec<Guard>, OperateError>> {
+        Box::pin(async move {
+            match pool {
+                None => Ok(Vec::new()),
+                Some(pool) => self.read_guards(pool).await.map_err(from_valkey),
+            }
+        })
     }
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {

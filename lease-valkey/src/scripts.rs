@@ -795,6 +795,22 @@ redis.call('HSET', KEYS[1], 'gone_seen', '0')
 return 1
 ";
 
+/// What the guards of a pool hold back, read without writing (`leasehold
+/// doctor`): KEYS[1] the fences hash. Answers `{exists, span, gone_seen,
+/// replid, replid_seen, lost, now_ms, master_replid, uptime_in_seconds}`,
+/// `''` for what is absent: the fields the claim scripts' guards read
+/// (`guard_functions`, `promotion_functions`, `wipe_functions`) and what
+/// the server says now, on the node that holds the pool.
+const GUARDS: &str = r"
+local function get(field) return redis.call('HGET', KEYS[1], field) or '' end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
+local up = string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)') or ''
+return {redis.call('EXISTS', KEYS[1]), get('span'), get('gone_seen'), get('replid'),
+  get('replid_seen'), get('lost'), string.format('%.0f', now_ms), id, up}
+";
+
 /// All scripts, hashed once.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -809,6 +825,8 @@ pub(crate) struct Scripts {
     pub(crate) raise_fsynced_span: Script,
     pub(crate) prepare_pool: Script,
     pub(crate) declare_new_pool: Script,
+    /// Doctor's reading of a pool's guards; not loaded at connect.
+    pub(crate) guards: Script,
     /// Sent with `EVAL` only (in a pipeline with `WAITAOF` or `WAIT`),
     /// never loaded.
     pub(crate) mark_lease: Script,
@@ -828,6 +846,7 @@ impl Scripts {
             raise_fsynced_span: Script::new("raise the fsynced span", RAISE_FSYNCED_SPAN),
             prepare_pool: Script::new("prepare the pool", PREPARE_POOL),
             declare_new_pool: Script::new("declare the pool new", DECLARE_NEW_POOL),
+            guards: Script::new("read the pool's guards", GUARDS),
             mark_lease: Script::new("mark the lease before a wait", MARK_LEASE),
         }
     }

@@ -10,6 +10,7 @@ mod claim;
 mod connect;
 mod damaged;
 mod grants;
+mod guards;
 mod inspect;
 mod renew;
 mod wait;

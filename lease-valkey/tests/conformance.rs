@@ -2261,7 +2261,61 @@ fn sentinel_target() -> (Target, Option<SentinelTopology>) {
         topology.primary_addr()
     );
     let t = Target::new(label, describe, backend).with_revoke();
+    let t = trials!(t; sentinel_guards_are_read_where_the_pool_lives);
     (t, Some(topology))
+}
+
+/// What doctor reads of a pool's guards through a Sentinel or a Cluster
+/// URL comes from the server that holds the pool: no incarnation record
+/// before the pool is declared new, one after; no replication ID recorded
+/// before a claim, and after it the one the claim recorded, which is the
+/// server's own (a reading from another Cluster primary, whose replication
+/// ID differs, would show a change).
+async fn guards_are_read_where_the_pool_lives(s: &ValkeyStrategy) -> Outcome {
+    use leasehold_core::{GuardKind, GuardState, Operate};
+    let pool = fresh_pool(2, Duration::from_secs(10))?;
+    let read = |kind: GuardKind| {
+        let s = s.clone();
+        let pool = pool.clone();
+        async move {
+            let guards = s.guards(Some(&pool)).await.map_err(|e| e.to_string())?;
+            guards
+                .into_iter()
+                .find(|g| g.kind == kind)
+                .ok_or_else(|| format!("no {kind:?} guard"))
+        }
+    };
+    let wipe = read(GuardKind::Wipe).await?;
+    ensure!(wipe.state == GuardState::Missing, "before: {wipe:?}");
+    let promotion = read(GuardKind::Promotion).await?;
+    ensure!(
+        matches!(promotion.state, GuardState::NotRecorded { .. }),
+        "before: {promotion:?}"
+    );
+    s.declare_new_pool(&pool).await.map_err(|e| e.to_string())?;
+    s.acquire(&pool, Floor::NONE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let wipe = read(GuardKind::Wipe).await?;
+    ensure!(wipe.state == GuardState::Open, "after: {wipe:?}");
+    let promotion = read(GuardKind::Promotion).await?;
+    ensure!(
+        promotion.state == GuardState::Open
+            && promotion
+                .recorded
+                .as_deref()
+                .is_some_and(|r| r.starts_with("replication ID ")),
+        "after a claim: {promotion:?}"
+    );
+    Ok(())
+}
+
+async fn cluster_guards_are_read_where_the_pool_lives(b: Arc<InCluster>) -> Outcome {
+    guards_are_read_where_the_pool_lives(&b.strategy().await?).await
+}
+
+async fn sentinel_guards_are_read_where_the_pool_lives(b: Arc<ThroughSentinel>) -> Outcome {
+    guards_are_read_where_the_pool_lives(&b.strategy().await?).await
 }
 
 /// The suite on a Cluster: three durable primaries with a replica each
@@ -2448,6 +2502,7 @@ fn cluster_target() -> (Target, Option<ClusterTopology>) {
         topology.node_addrs()[0]
     );
     let t = Target::new(label, describe, backend).with_revoke();
+    let t = trials!(t; cluster_guards_are_read_where_the_pool_lives);
     (t, Some(topology))
 }
 

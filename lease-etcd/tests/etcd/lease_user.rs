@@ -11,7 +11,8 @@ use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::servers::{Missing, ServerKind};
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
-    AcquireError, BoxFuture, Floor, Operate, PoolSpec, Release, Renewal, Strategy, Verdict,
+    AcquireError, BoxFuture, Floor, Guard, GuardKind, GuardState, Operate, PoolSpec, Release,
+    Renewal, Strategy, Verdict,
 };
 use leasehold_etcd::etcd_client::{Client, Permission};
 use leasehold_etcd::{EtcdConfig, EtcdError, EtcdStrategy, LeaseRole};
@@ -230,6 +231,33 @@ async fn leases_need_no_permission_of_their_own(b: Arc<LeaseUser>) -> Outcome {
     Ok(())
 }
 
+/// What doctor shows of a pool's wipe guard, read as the lease user: no
+/// incarnation record before `prepare`, a guard running after it, and a
+/// record with nothing to wait for once the pool is declared new.
+async fn the_lease_user_reads_the_wipe_guard(b: Arc<LeaseUser>) -> Outcome {
+    let s = b.connect_as("lease").await?;
+    let pool = fresh_pool(2, Duration::from_secs(10))?;
+    let state = |guards: Vec<Guard>| -> Result<GuardState, String> {
+        match guards.as_slice() {
+            [g] if g.kind == GuardKind::Wipe => Ok(g.state.clone()),
+            other => Err(format!("guards {other:?}")),
+        }
+    };
+    let read = || async { s.guards(Some(&pool)).await.map_err(|e| e.to_string()) };
+    let found = state(read().await?)?;
+    ensure!(found == GuardState::Missing, "before prepare: {found:?}");
+    s.prepare(Some(&pool)).await.map_err(|e| e.to_string())?;
+    let found = state(read().await?)?;
+    ensure!(
+        matches!(found, GuardState::Running { opens_in: Some(left), .. } if left > Duration::ZERO),
+        "after prepare: {found:?}"
+    );
+    super::declare_new(&s, &pool).await?;
+    let found = state(read().await?)?;
+    ensure!(found == GuardState::Open, "declared new: {found:?}");
+    Ok(())
+}
+
 /// The row on a private etcd of `kind` with auth enabled, and the server to
 /// keep running until the run ends.
 pub(crate) fn target(kind: ServerKind) -> (Target, Option<EtcdCluster>) {
@@ -286,6 +314,7 @@ pub(crate) fn target(kind: ServerKind) -> (Target, Option<EtcdCluster>) {
         a_missing_permission_is_named,
         a_wrong_password_says_authentication,
         leases_need_no_permission_of_their_own,
+        the_lease_user_reads_the_wipe_guard,
     );
     (t, Some(server))
 }
