@@ -289,6 +289,8 @@ mod tests {
         assert_eq!(utc(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let at = UNIX_EPOCH + Duration::from_millis(1_796_506_200_123);
         assert_eq!(utc(at), "2026-12-05T21:30:00.123Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(utc(leap), "2000-02-29T00:00:00.000Z");
     }
 
     /// Each state has its verdict: running and missing warn with their

@@ -6,8 +6,9 @@
 //! what `prepare` does, what an operator says of a new pool, and the
 //! warning a held claim logs.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use leasehold_core::guards::utc;
 use leasehold_core::{AcquireError, PoolSpec};
 
 use super::answers::span_ms;
@@ -160,43 +161,5 @@ impl ValkeyStrategy {
             span_ms(pool.restart_span()),
             pool.name()
         );
-    }
-}
-
-/// `at` as `2026-12-05T21:30:00.123Z` (UTC).
-fn utc(at: SystemTime) -> String {
-    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Days to a civil date (Howard Hinnant's algorithm), for days >= 0.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60,
-        since.subsec_millis()
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_names_the_civil_time() {
-        assert_eq!(utc(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let at = UNIX_EPOCH + Duration::from_millis(1_796_506_200_123);
-        assert_eq!(utc(at), "2026-12-05T21:30:00.123Z");
-        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
-        assert_eq!(utc(leap), "2000-02-29T00:00:00.000Z");
     }
 }
