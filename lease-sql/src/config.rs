@@ -259,12 +259,16 @@ impl SqlConfig {
 
     /// The restart guard (default on; see
     /// [`SqlConfig::assume_one_timing_per_pool`] for what it waits and when
-    /// it runs). On a server that can forget, claims grant nothing until the
+    /// it runs). On every server, claims grant nothing until the
     /// server has been up for the pool's restart span
     /// (PostgreSQL `pg_postmaster_start_time()`, MySQL/MariaDB `Uptime`,
     /// checked inside the claim statement); meanwhile acquisition answers the
     /// retryable `AcquireError::StoreRestarted` with the time left, and
-    /// renewals go on. A durable server needs no guard and gets none.
+    /// renewals go on. A durable server is guarded too: the settings read at
+    /// connect say nothing of those it ran with before its last restart (a
+    /// `SET GLOBAL innodb_flush_log_at_trx_commit = 0` is not written to the
+    /// option files, so a crash loses claims and the server comes back
+    /// durable).
     ///
     /// The same switch turns the **promotion guard** on or off, on every
     /// server, durable ones included: a replica promoted after it missed

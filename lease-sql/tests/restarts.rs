@@ -124,6 +124,24 @@ impl Stores for Sql {
     /// PostgreSQL: a checkpoint. MariaDB with `innodb_flush_log_at_trx_commit
     /// = 0`: one commit made with it at 1 writes and flushes the redo log up
     /// to that commit, every earlier one included.
+    /// MariaDB: `innodb_flush_log_at_trx_commit = 0`, set at run time (the
+    /// server's command line still says 1): the log is flushed once a
+    /// second, so a crash may lose the claims of the last second.
+    /// PostgreSQL's `fsync` is set in its configuration files only, which a
+    /// restart reads again.
+    fn weaken_until_restart<'a>(
+        &'a self,
+        url: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, String>> {
+        Box::pin(async move {
+            if leasehold_sql::Engine::from_url(url) == leasehold_sql::Engine::Postgres {
+                return Ok(None);
+            }
+            run_sql(url, "SET GLOBAL innodb_flush_log_at_trx_commit = 0").await?;
+            Ok(Some(false))
+        })
+    }
+
     fn make_durable_now<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             if leasehold_sql::Engine::from_url(url) == leasehold_sql::Engine::Postgres {

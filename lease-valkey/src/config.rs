@@ -217,7 +217,12 @@ impl ValkeyConfig {
     /// remembers (the field `span` of the pool's fences hash), and at least
     /// the claimer's own ([`PoolSpec::restart_span`](leasehold_core::PoolSpec::restart_span)),
     /// answering the retryable `AcquireError::StoreRestarted` meanwhile;
-    /// renewals go on. A server that keeps every write gets no guard.
+    /// renewals go on. A server that keeps every write gets the guard too:
+    /// the settings read now say nothing of those it ran with before its
+    /// last restart (an `appendonly no` or `appendfsync no` set with `CONFIG
+    /// SET` and never written to the config file loses claims in a crash,
+    /// and the server comes back from its file durable), so every restart
+    /// of any server holds claims back one span.
     ///
     /// Such a server forgets the recorded span together with the leases
     /// (unless it runs the append-only file with `appendfsync everysec` and

@@ -162,8 +162,7 @@ end
 ///   fences hash (`span`, ms) and this claimer's own (`own_span`, its TTL
 ///   plus twice its `max_clock_skew`). By then every lease of the previous
 ///   run has passed its holder's deadline, whatever TTL that holder used.
-///   `guard_on` other than `'1'`: no guard (a server that keeps every
-///   acknowledged write, or the guard turned off).
+///   `guard_on` other than `'1'`: no guard (`restart_guard(false)`).
 /// - `raise_span(fences, own_span)` (claims that granted): raises the
 ///   recorded `span` to `own_span`; answers 1 when `own_span` is above the
 ///   span known to be on disk (`span_fsynced`, raised after a `WAITAOF` by

@@ -218,22 +218,18 @@ impl ValkeyStrategy {
         &self.inner.replication
     }
 
-    /// Whether the claim scripts hold grants back after a restart: on a
-    /// server that does not keep every acknowledged write (`appendonly
-    /// yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`), unless [`ValkeyConfig::restart_guard`]
-    /// turned the guard off.
+    /// Whether the claim scripts hold grants back after a restart (the
+    /// restart guard) and after a failover to a replica (the promotion
+    /// guard, see `scripts::promotion_functions`), on every server, durable
+    /// or not. The settings read at connect say nothing of those the server
+    /// ran with before its last restart: a `CONFIG SET appendonly no` or
+    /// `appendfsync no`, never written to the config file, loses claims in a
+    /// crash, and the server comes back durable from its file. And a
+    /// promoted replica may lack what the old primary acknowledged, whatever
+    /// either keeps. Off only with [`ValkeyConfig::restart_guard`]`(false)`.
     fn guard_on(&self) -> bool {
         // (Rule 12 broken on purpose by the campaign's planted bugs; a
         // constant false otherwise.)
-        let planted = leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
-        self.inner.config.restart_guard && !self.inner.durability.keeps_every_write() && !planted
-    }
-
-    /// Whether the claim scripts hold grants back after a failover to a
-    /// replica (the promotion guard, see `scripts::promotion_functions`):
-    /// whatever the server keeps, a promoted replica may lack what the old
-    /// primary acknowledged. Off only with [`ValkeyConfig::restart_guard`]`(false)`.
-    fn promotion_guard_on(&self) -> bool {
         let planted = leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         self.inner.config.restart_guard && !planted
     }

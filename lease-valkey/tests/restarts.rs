@@ -66,6 +66,25 @@ impl Stores for Valkey {
         })
     }
 
+    /// `CONFIG SET appendonly no` (the server's command line still says
+    /// `yes`): nothing written meanwhile reaches the append-only file, so a
+    /// crash surely loses it, and the restart loads the file as it was.
+    fn weaken_until_restart<'a>(
+        &'a self,
+        url: &'a str,
+    ) -> BoxFuture<'a, Result<Option<bool>, String>> {
+        Box::pin(async move {
+            let s = connect(url).await?;
+            cmd(
+                &s,
+                "CONFIG",
+                vec!["SET".into(), "appendonly".into(), "no".into()],
+            )
+            .await?;
+            Ok(Some(true))
+        })
+    }
+
     fn connect_one_timing<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(connect(url).await?) as Store) })
     }

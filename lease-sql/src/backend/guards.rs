@@ -71,14 +71,12 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         let record_age: Option<i64> = row.try_get(9).map_err(bad)?;
         let span_ms = span_ms.unwrap_or(0);
         let off = |kind| {
-            let why = match self.info.opt_in {
-                Some("restart_guard=false") => "off (restart_guard=false)",
-                _ if kind == GuardKind::Restart => {
-                    "off: the server keeps every acknowledged write"
-                }
-                _ => "off (restart_guard=false)",
-            };
-            Guard::new(kind, GuardState::Off { why: why.into() })
+            Guard::new(
+                kind,
+                GuardState::Off {
+                    why: "off (restart_guard=false)".into(),
+                },
+            )
         };
         let mut guards = Vec::new();
 

@@ -107,13 +107,15 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         if let Some(refusal) = refusal {
             self.refuse(config, refusal)?;
         }
-        // A server that keeps what it acknowledged forgets no lease on a
-        // restart: only one that can forget needs the guard.
+        // Every server is guarded, durable or not: the settings read now
+        // say nothing of those the server ran with before its last restart
+        // (a `SET GLOBAL innodb_flush_log_at_trx_commit = 0` is not written
+        // to the server's option files, so a crash loses claims and the
+        // server comes back durable).
         // (Rule 12 broken on purpose by the campaign's planted bugs; a
         // constant false otherwise.)
         self.sql.guarded = guard.is_some()
             && config.restart_guard
-            && forgetful
             && !leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard);
         // A promoted standby or a restored backup has a history its clients
         // did not see, whatever its settings: the promotion guard is on

@@ -35,7 +35,7 @@ impl ValkeyStrategy {
         let ceiling = ceiling.unix_millis().to_string();
         let span = span_ms(pool.restart_span()).to_string();
         let guard = if self.guard_on() { "1" } else { "0" }.to_owned();
-        let promotion = if self.promotion_guard_on() { "1" } else { "0" }.to_owned();
+        let promotion = if self.guard_on() { "1" } else { "0" }.to_owned();
         let format = pool.id_format().map_or("", |f| f.text()).to_owned();
         let result = match self.inner.path {
             ActivePath::Unsupported => return Err(self.unsupported()),

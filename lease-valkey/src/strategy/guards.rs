@@ -123,13 +123,12 @@ impl ValkeyStrategy {
                 },
             )
         } else if !self.guard_on() {
-            let why = if self.inner.config.restart_guard {
-                "off: the server keeps every acknowledged write (AOF, appendfsync always, fsynced \
-                 while a child saves)"
-            } else {
-                "off (restart_guard=false)"
-            };
-            Guard::new(GuardKind::Restart, GuardState::Off { why: why.into() })
+            Guard::new(
+                GuardKind::Restart,
+                GuardState::Off {
+                    why: "off (restart_guard=false)".into(),
+                },
+            )
         } else if span_damaged {
             Guard::new(GuardKind::Restart, damaged("span", &fields.span))
         } else {
@@ -158,7 +157,7 @@ impl ValkeyStrategy {
         let off = || GuardState::Off {
             why: "off (restart_guard=false)".into(),
         };
-        let guarded = self.promotion_guard_on();
+        let guarded = self.guard_on();
         let promotion = if !guarded {
             Guard::new(GuardKind::Promotion, off())
         } else if fields.replid.is_empty() {

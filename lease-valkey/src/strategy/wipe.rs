@@ -33,7 +33,7 @@ impl ValkeyStrategy {
     pub async fn prepare_pool(&self, pool: &PoolSpec) -> Result<Option<Duration>, ValkeyError> {
         let keys = self.keys(pool.name());
         let url = redact(&self.inner.config.url);
-        let on = if self.promotion_guard_on() { "1" } else { "0" };
+        let on = if self.guard_on() { "1" } else { "0" };
         let answer = self
             .eval(
                 &self.inner.scripts.prepare_pool,
