@@ -857,8 +857,10 @@ where
     use leasehold_core::{DEFAULT_MAX_CLOCK_SKEW, LeaseConfig, LeaseManager, MonoTime};
     let skews = DEFAULT_MAX_CLOCK_SKEW * 2;
     let hour = Duration::from_secs(3600);
-    let acquire_timeout = Duration::from_secs(1);
-    for room in [Duration::from_secs(8), Duration::from_secs(30)] {
+    // Longer than one operation that stalls for its whole timeout (5 s) on
+    // a loaded machine, and well short of the guard's first room.
+    let acquire_timeout = Duration::from_secs(6);
+    for room in [Duration::from_secs(15), Duration::from_secs(40)] {
         // The guard's own reading of the uptime: an hour's span less what is left.
         let probe = make_pool(hour).await?;
         let resume_in = match s.acquire(&probe, Floor::NONE).await {
@@ -903,12 +905,11 @@ where
             continue;
         };
         let waited = held_at.saturating_since(began);
-        crate::ensure!(
-            waited > acquire_timeout,
-            "the lease came after {waited:?}, within the acquire timeout: the guard announced \
-             until {:?} from the start held nothing back",
-            first.until.saturating_since(began)
-        );
+        if waited <= acquire_timeout {
+            // The manager started so late that the guard opened within the
+            // acquire timeout: it shows nothing about the timeout.
+            continue;
+        }
         // The guard counts whole seconds of uptime one second short.
         crate::ensure!(
             held_at + Duration::from_millis(1_500) >= first.until,
@@ -918,7 +919,8 @@ where
         return Ok(());
     }
     Err(format!(
-        "no attempt started before the guard opened, even with {:?} of room",
-        Duration::from_secs(30)
+        "no attempt started more than the acquire timeout before the guard opened, even \
+         with {:?} of room",
+        Duration::from_secs(40)
     ))
 }

@@ -19,6 +19,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         ceiling: Floor,
     ) -> Result<Grant, AcquireError> {
         let mut populated = false;
+        let mut rechecked = false;
         loop {
             let token = Token::random();
             match self.try_acquire(pool, &token, ceiling).await {
@@ -58,6 +59,16 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                         Err(f) => return Err(self.to_sql_error(f).await.into()),
                     };
                     if rows >= u64::from(pool.size()) || populated {
+                        // A guard that held when the claim judged it may
+                        // have opened before it was read again here: the
+                        // slots the claim passed over for it are free now.
+                        // Claim once more before calling the pool full.
+                        let guarded =
+                            self.sql.guarded || self.sql.promotion_guarded || self.sql.wipe_guarded;
+                        if guarded && !rechecked {
+                            rechecked = true;
+                            continue;
+                        }
                         return Err(AcquireError::PoolExhausted {
                             pool: pool.name().to_string(),
                             size: pool.size(),
