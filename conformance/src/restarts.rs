@@ -744,6 +744,56 @@ pub fn target<S: Stores>(kind: ServerKind, settings: Settings, stores: S) -> Tar
     )
 }
 
+/// Acquires `pool` on `s` once the restart guard lets it: every start of a
+/// server, its first included, holds its claims back for the pool's restart
+/// span (DESIGN.md rule 12), so the first claim on a server started moments
+/// ago waits that out. Every other answer is returned as it came, and so is
+/// `StoreRestarted` once the span and a minute more have passed.
+pub async fn acquire_past_the_restart_guard<S: leasehold_core::Strategy>(
+    s: &S,
+    pool: &PoolSpec,
+    floor: Floor,
+) -> Result<Grant, AcquireError> {
+    let limit = Instant::now() + pool.restart_span() + Duration::from_secs(60);
+    loop {
+        match s.acquire(pool, floor).await {
+            Err(AcquireError::StoreRestarted { resume_in }) if Instant::now() < limit => {
+                let pause = resume_in.clamp(Duration::from_millis(10), Duration::from_millis(200));
+                tokio::time::sleep(pause).await;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Waits until the server `s` reaches has been up for `pool`'s restart
+/// span and two seconds more (MySQL counts its uptime in whole seconds and
+/// the guard rounds the span up), as its restart guard reads the server's
+/// start ([`leasehold_core::operate::Operate::guards`]), so that the guard
+/// no longer holds `pool`'s claims back. For tests whose claims must show
+/// what another guard does, on a server started moments ago. A store
+/// without a restart guard reading returns at once.
+pub async fn wait_out_the_restart_guard<O: leasehold_core::operate::Operate>(
+    s: &O,
+    pool: &PoolSpec,
+) -> Outcome {
+    let guards = s
+        .guards(Some(pool))
+        .await
+        .map_err(|e| format!("reading the guards: {e}"))?;
+    let started = guards
+        .iter()
+        .find(|g| g.kind == leasehold_core::guards::GuardKind::Restart)
+        .and_then(|g| g.since);
+    if let Some(started) = started {
+        let open = started + pool.restart_span() + Duration::from_secs(2);
+        if let Ok(left) = open.duration_since(std::time::SystemTime::now()) {
+            tokio::time::sleep(left).await;
+        }
+    }
+    Ok(())
+}
+
 /// After the restart guard held a pool back, grants resume: a pool of
 /// 100 ms is granted on `s` once the server has been up for its span
 /// (retrying only `StoreRestarted`, within `limit`), and its renewal is never

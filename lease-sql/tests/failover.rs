@@ -14,6 +14,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use leasehold_conformance::restarts::{acquire_past_the_restart_guard, wait_out_the_restart_guard};
 use leasehold_conformance::servers::ServerKind;
 use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
@@ -177,15 +178,23 @@ struct AfterFailover {
     a_sent_before: SystemTime,
 }
 
-async fn fail_over_after_a_claim(store: Store, pool: &PoolSpec) -> Option<AfterFailover> {
+/// `guarded`: whether A runs the guards (off: A's claims record no
+/// incarnation and wait for no restart span).
+async fn fail_over_after_a_claim(
+    store: Store,
+    pool: &PoolSpec,
+    guarded: bool,
+) -> Option<AfterFailover> {
     let mut pair = store.pair().await?;
-    let a = connect(SqlConfig::new(pair.url())).await;
+    let a = connect(SqlConfig::new(pair.url()).restart_guard(guarded)).await;
     a.ensure_pool(pool)
         .await
         .expect("the lease table and the pool's rows");
     // A first claim and release on the primary: the table, the pool's row
     // and the incarnation record exist, and reach the replica.
-    let first = a.acquire(pool, Floor(0)).await.expect("first claim");
+    let first = acquire_past_the_restart_guard(&a, pool, Floor(0))
+        .await
+        .expect("first claim");
     a.release(pool, &first, Floor(0)).await;
     pair.wait_released().await;
 
@@ -203,7 +212,7 @@ async fn fail_over_after_a_claim(store: Store, pool: &PoolSpec) -> Option<AfterF
 
 async fn a_promoted_replica_that_missed_a_claim_grants_it_only_after_the_pools_span(store: Store) {
     let pool = spec(Duration::from_secs(3));
-    let Some(f) = fail_over_after_a_claim(store, &pool).await else {
+    let Some(f) = fail_over_after_a_claim(store, &pool, true).await else {
         return;
     };
     let b = connect(SqlConfig::new(f.pair.url())).await;
@@ -266,7 +275,9 @@ async fn without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holde
     // A long lease, so that even a failover on a loaded machine ends inside
     // it (the assertion below needs it to take less than half the TTL).
     let pool = spec(Duration::from_secs(120));
-    let Some(f) = fail_over_after_a_claim(store, &pool).await else {
+    // A without the guards too: the primary started moments ago, and A's
+    // first claim would otherwise wait out the long lease's span.
+    let Some(f) = fail_over_after_a_claim(store, &pool, false).await else {
         return;
     };
     let b = connect(SqlConfig::new(f.pair.url()).restart_guard(false)).await;
@@ -433,7 +444,9 @@ async fn split_brain(replication: Replication) -> Option<Vec<Renewal>> {
     a.ensure_pool(&pool)
         .await
         .expect("the lease table and the pool's rows");
-    let a_grant = a.acquire(&pool, Floor(0)).await.expect("A's claim");
+    let a_grant = acquire_past_the_restart_guard(&a, &pool, Floor(0))
+        .await
+        .expect("A's claim");
     wait_standby_has_the_pool(&pair).await;
     pair.promote_standby().unwrap();
     if replication == Replication::Sync {
@@ -513,7 +526,9 @@ async fn a_current_record_is_claimed_past_without_a_lock(store: Store) {
     a.ensure_pool(&pool)
         .await
         .expect("the lease table and the pool's rows");
-    let first = a.acquire(&pool, Floor(0)).await.expect("first claim");
+    let first = acquire_past_the_restart_guard(&a, &pool, Floor(0))
+        .await
+        .expect("first claim");
     a.release(&pool, &first, Floor(0)).await;
     let lock = format!("SELECT holder FROM leasehold_leases WHERE {RECORD} FOR UPDATE");
     let url = pair.primary_url();
@@ -566,13 +581,14 @@ async fn a_current_record_is_claimed_past_without_a_lock(store: Store) {
 /// promotion guard on: they race to create the incarnation record too, and
 /// each gets a slot of its own at once (the record of a server that never
 /// changed holds nothing back, and none of them is refused while another
-/// writes it).
+/// writes it). They race once the server has been up for the pool's span,
+/// which every server's start holds claims back for.
 async fn racing_first_claims_get_distinct_slots_at_once(store: Store) {
     const CLAIMERS: u32 = 8;
     let pool = PoolSpec::new(
         PoolName::new(POOL).unwrap(),
         CLAIMERS,
-        Duration::from_secs(30),
+        Duration::from_secs(10),
     )
     .unwrap()
     .with_max_clock_skew(Duration::from_millis(100))
@@ -585,6 +601,7 @@ async fn racing_first_claims_get_distinct_slots_at_once(store: Store) {
         .ensure_pool(&pool)
         .await
         .expect("the lease table and the pool's rows");
+    wait_out_the_restart_guard(&setup, &pool).await.unwrap();
     let mut claimers = Vec::new();
     for _ in 0..CLAIMERS {
         claimers.push(connect(SqlConfig::new(pair.url())).await);
@@ -685,7 +702,9 @@ async fn mariadb_split_brain_lets_the_old_primarys_clients_renew() {
     a.ensure_pool(&pool)
         .await
         .expect("the lease table and the pool's rows");
-    let a_grant = a.acquire(&pool, Floor(0)).await.expect("A's claim");
+    let a_grant = acquire_past_the_restart_guard(&a, &pool, Floor(0))
+        .await
+        .expect("A's claim");
     tokio::task::block_in_place(|| {
         pair.wait_replicated(
             "SELECT COUNT(*) FROM leasehold.leasehold_leases WHERE pool = 'failover' \

@@ -6,6 +6,7 @@
 //! reports it with the setting that closes it, and refuses it when asked
 //! to (`refuse_split_brain`); one whose commits wait for a replica cannot.
 
+use leasehold_conformance::restarts::acquire_past_the_restart_guard;
 use leasehold_conformance::servers::ServerKind;
 use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
@@ -319,7 +320,9 @@ async fn mariadb_split_brain_with_semi_synchronous_replication_stops_the_old_pri
     a.ensure_pool(&pool)
         .await
         .expect("the lease table and the pool's rows");
-    let a_grant = a.acquire(&pool, Floor(0)).await.expect("A's claim");
+    let a_grant = acquire_past_the_restart_guard(&a, &pool, Floor(0))
+        .await
+        .expect("A's claim");
     tokio::task::block_in_place(|| {
         pair.wait_replicated(
             "SELECT COUNT(*) FROM leasehold.leasehold_leases WHERE pool = 'splitbrain' \
