@@ -330,9 +330,11 @@ pub async fn a_durable_store_keeps_the_lease_across_a_restart<S: Stores>(
     b: Arc<Restartable<S>>,
 ) -> Outcome {
     let mut server = b.server.lock().await;
-    // Long enough for a crash and a restart (the lease is released at the
-    // end, never waited out).
-    let pool = fresh_pool(1, Duration::from_secs(60))?;
+    // Long enough for a crash and a restart on a loaded machine (the lease
+    // is released at the end, never waited out), and short, because the
+    // holder's first claim waits out the span after the previous test's
+    // restart.
+    let pool = fresh_pool(1, Duration::from_secs(20))?;
     b.prepare(&pool).await?;
     let s = b.store().await?;
     let (grant, mut live) = hold_renewed(&s, &pool, Floor(1_000), Floor(2_000)).await?;
@@ -431,7 +433,9 @@ pub async fn a_crash_without_a_restart_loses_no_lease<S: Stores>(
     b: Arc<Restartable<S>>,
 ) -> Outcome {
     let _server = b.server.lock().await;
-    let pool = fresh_pool(1, Duration::from_secs(60))?;
+    // Short: the holder's first claim waits out the span after the previous
+    // test's restart.
+    let pool = fresh_pool(1, Duration::from_secs(20))?;
     b.prepare(&pool).await?;
     let s = b.store().await?;
     let (grant, live) = hold_renewed(&s, &pool, Floor(1_000), Floor(2_000)).await?;
