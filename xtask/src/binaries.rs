@@ -54,6 +54,8 @@ pub(crate) struct Artifact {
     version: String,
     /// The target's name (`conformance`, `leasehold_sql`, `campaign`).
     pub(crate) target: String,
+    /// The target's kinds (`lib`, `bin`, `test`).
+    kinds: Vec<String>,
     /// Built as a test (`profile.test`): what `cargo test` runs.
     test: bool,
     pub(crate) executable: PathBuf,
@@ -70,6 +72,14 @@ impl Artifact {
     fn manifest_dir(&self) -> &Path {
         self.manifest_path.parent().unwrap_or(&self.manifest_path)
     }
+
+    /// An executable of `cargo run`, not a test: `bin` `target` of `package`.
+    pub(crate) fn is_bin(&self, package: &str, target: &str) -> bool {
+        !self.test
+            && self.package == package
+            && self.target == target
+            && self.kinds.iter().any(|k| k == "bin")
+    }
 }
 
 /// The executable of one `compiler-artifact` line of cargo's JSON messages.
@@ -84,6 +94,13 @@ fn artifact(line: &str) -> Option<Artifact> {
         package,
         version,
         target: target.get("name")?.as_str()?.to_owned(),
+        kinds: target
+            .get("kind")?
+            .as_array()
+            .iter()
+            .filter_map(Json::as_str)
+            .map(str::to_owned)
+            .collect(),
         test: v.get("profile")?.get("test")?.as_bool()?,
         executable: v.get("executable")?.as_str()?.into(),
         manifest_path: v.get("manifest_path")?.as_str()?.into(),
@@ -218,6 +235,10 @@ mod tests {
         assert!(a.test);
         assert_eq!(a.name(), "leasehold-sql/conformance");
         assert_eq!(a.manifest_dir(), std::path::Path::new("/w/lease-sql"));
+        let bin = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/campaign#leasehold-campaign@0.3.0","manifest_path":"/w/campaign/Cargo.toml","target":{"kind":["bin"],"crate_types":["bin"],"name":"campaign","test":true},"profile":{"test":false},"features":[],"filenames":[],"executable":"/w/target/debug/campaign","fresh":true}"#;
+        let b = artifact(bin).expect("an artifact");
+        assert!(b.is_bin("leasehold-campaign", "campaign"));
+        assert!(!a.is_bin("leasehold-sql", "conformance"));
         // A library has no executable: no artifact to run.
         let lib = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/core#leasehold-core@0.3.0","manifest_path":"/w/core/Cargo.toml","target":{"kind":["lib"],"name":"leasehold_core","test":true},"profile":{"test":false},"features":[],"filenames":["/w/target/debug/deps/libleasehold_core.rlib"],"executable":null,"fresh":true}"#;
         assert!(artifact(lib).is_none());

@@ -47,6 +47,13 @@ impl Json {
             _ => None,
         }
     }
+
+    pub(crate) fn as_array(&self) -> &[Self] {
+        match self {
+            Self::Array(items) => items,
+            _ => &[],
+        }
+    }
 }
 
 struct Parser<'a> {

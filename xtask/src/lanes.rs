@@ -1,6 +1,6 @@
-//! Commands run with their output in a log file of their own, in lanes
-//! (threads, each taking the next command of one queue), with one line per
-//! command as it ends and, for a failure, what failed.
+//! Commands run with their output in a log file of their own, one after
+//! another or in lanes (threads, each taking the next command of one queue),
+//! with one line per command as it ends and, for a failure, what failed.
 
 use std::collections::VecDeque;
 use std::io::Write as _;
@@ -79,6 +79,14 @@ fn report(outcome: &Outcome, said: &str, log: &Path, progress: &str) {
         let _ = writeln!(err, "    {line}");
     }
     let _ = writeln!(err, "    ---- end of {} ----", outcome.name);
+}
+
+/// Runs `job` alone: its line, and what failed.
+pub(crate) fn run_logged(job: Job) -> Outcome {
+    let log = job.log.clone();
+    let (outcome, said) = run(job);
+    report(&outcome, &said, &log, &format!("(log {})", log.display()));
+    outcome
 }
 
 /// Runs `jobs` in `lanes` threads, each taking the next job of the queue

@@ -12,7 +12,8 @@
 //!   lossy Valkey (restarts; a mixed fleet refused at connect) and
 //!   replicated PostgreSQL and MariaDB (failovers; asynchronous and synchronous standby)
 //!   Valkey through Sentinel and as a Cluster (failovers) and five etcd members
-//!   (leader kills); then the guide (`guide`) and the packages (`package`).
+//!   (leader kills); beside the campaigns, the guide (`guide`) and the packages
+//!   (`package`).
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask test-binaries [-- <args>]`: only the test binaries and the
 //!   doc tests, in lanes as `test` runs them, and the table.
@@ -391,71 +392,39 @@ fn test(args: &[String], scope: Scope) -> Result {
     }
     failed.extend(table(&reports, args.is_empty()).err());
     if matches!(scope, Scope::Full | Scope::Tests) && args.is_empty() {
-        // The fault campaign's short mode on every backend: many worker
-        // processes, real faults and skewed clocks, every ID checked
-        // (CAMPAIGN.md). 30 s each; the seed is printed for a replay.
-        eprintln!("\n==> the fault campaign, short mode, every backend");
-        let short = ["--short", "--secs", "30"].map(String::from);
-        failed.extend(campaign(&short).err());
-        // A store that forgets: lossy PostgreSQL (asynchronous commit),
-        // every other fault a backend crash or a restart, and workers of one
-        // pool with TTLs 10 x apart and skews of their own. Safe because the
-        // lease sessions commit synchronously.
-        eprintln!(
-            "\n==> the fault campaign on lossy PostgreSQL: backend crashes, restarts, a mixed fleet"
-        );
-        failed.extend(
-            short_lossy(
-                "postgres",
-                &["--restart-heavy", "--crash-heavy", "--mixed-fleet"],
-            )
-            .err(),
-        );
-        // Lossy Valkey: restarts and wipes (`FLUSHALL` while holders run)
-        // taking turns with the guard, one timing for the pool; then a
-        // mixed fleet, which such a server must refuse at connect (the
-        // runner checks the refusal and runs nothing). The wipes ride on
-        // this run rather than a campaign of their own (the test command
-        // is near its time budget), and not on the PostgreSQL one above:
-        // a wipe takes the spans the holders recorded, so it goes without
-        // a mixed fleet.
-        eprintln!(
-            "\n==> the fault campaign on lossy Valkey: restarts and wipes; a mixed fleet refused"
-        );
-        failed.extend(short_lossy("valkey8", &["--restart-heavy", "--wipe-heavy"]).err());
-        failed.extend(short_lossy("valkey8", &["--mixed-fleet"]).err());
-        // Replicated PostgreSQL and MariaDB: every other fault a failover to
-        // a replica that fell behind (asynchronous: it forgets what the
-        // primary acknowledged meanwhile; synchronous: the commits wait).
-        eprintln!("\n==> the fault campaign on replicated PostgreSQL and MariaDB: failovers");
-        for (backend, topology) in [
-            ("postgres", "replicated-async"),
-            ("postgres", "replicated-sync"),
-            ("mariadb", "replicated-async"),
-        ] {
-            failed.extend(short_topology(backend, topology).err());
-        }
-        // Valkey behind three Sentinels: every other fault a failover to a
-        // replica that fell behind.
-        eprintln!("\n==> the fault campaign on Valkey through Sentinel: failovers");
-        failed.extend(short_topology("valkey8", "sentinel").err());
-        // A Valkey Cluster: every other fault a failover of the pool's
-        // slot to a replica that fell behind.
-        eprintln!("\n==> the fault campaign on a Valkey Cluster: failovers");
-        failed.extend(short_topology("valkey8", "cluster").err());
-        // Five etcd members, killed one at a time, every other time the
-        // leader.
-        eprintln!("\n==> the fault campaign on five etcd members: leader and member kills");
-        failed.extend(short_topology("etcd35", "etcd-5").err());
-    }
-    if scope == Scope::Full && args.is_empty() {
-        // The user guide as a reader meets it: built, links and images
-        // checked, every chapter rendered by a browser.
-        failed.extend(guide::run(&[]).err());
-        // The crates as crates.io and docs.rs will see them: packaged and
-        // built on their own, at their minimum dependency versions, and
-        // documented without a warning.
-        failed.extend(package::run().err());
+        // The campaign as the test build made it: no crate is built a
+        // second time with another set of features.
+        let exe = match built
+            .iter()
+            .find(|a| a.is_bin("leasehold-campaign", "campaign"))
+        {
+            Some(a) => Ok(a.executable.clone()),
+            None => build_campaign(&[]),
+        };
+        // The guide and the packages need no server and no test binary: they
+        // run beside the campaigns, in processes of their own with their
+        // output in logs (the campaigns have the console). No build waits
+        // on another: the campaigns build nothing, the docs and the minimal
+        // versions have target directories of their own, and `cargo
+        // package`, which builds in the workspace's, has it to itself.
+        let beside = scope == Scope::Full;
+        let logs = reports.join("logs");
+        std::thread::scope(|s| {
+            let side = beside.then(|| s.spawn(|| guide_and_package(&logs)));
+            failed.extend(exe.and_then(|e| short_campaigns(&e)).err());
+            match side.map(|side| side.join()) {
+                None => {}
+                Some(Ok(Ok(outcomes))) => {
+                    for o in outcomes {
+                        if !o.ok {
+                            failed.push(format!("`cargo xtask {}` failed", o.name));
+                        }
+                    }
+                }
+                Some(Ok(Err(e))) => failed.push(e),
+                Some(Err(_)) => failed.push("the guide's and packages' thread panicked".into()),
+            }
+        });
     }
     if failed.is_empty() {
         Ok(())
@@ -508,6 +477,102 @@ fn test_lanes(
     } else {
         Err(format!("test binaries failed: {bad}"))
     }
+}
+
+/// The fault campaign's short mode (30 s) on every backend, then on lossy
+/// and replicated stores, one after another, with the campaign `exe`.
+fn short_campaigns(exe: &Path) -> Result {
+    let mut failed = Vec::new();
+    // The fault campaign's short mode on every backend: many worker
+    // processes, real faults and skewed clocks, every ID checked
+    // (CAMPAIGN.md). 30 s each; the seed is printed for a replay.
+    eprintln!("\n==> the fault campaign, short mode, every backend");
+    let short = ["--short", "--secs", "30"].map(String::from);
+    failed.extend(run_campaign(exe, &short).err());
+    // A store that forgets: lossy PostgreSQL (asynchronous commit),
+    // every other fault a backend crash or a restart, and workers of one
+    // pool with TTLs 10 x apart and skews of their own. Safe because the
+    // lease sessions commit synchronously.
+    eprintln!(
+        "\n==> the fault campaign on lossy PostgreSQL: backend crashes, restarts, a mixed fleet"
+    );
+    failed.extend(
+        short_lossy(
+            exe,
+            "postgres",
+            &["--restart-heavy", "--crash-heavy", "--mixed-fleet"],
+        )
+        .err(),
+    );
+    // Lossy Valkey: restarts and wipes (`FLUSHALL` while holders run)
+    // taking turns with the guard, one timing for the pool; then a
+    // mixed fleet, which such a server must refuse at connect (the
+    // runner checks the refusal and runs nothing). The wipes ride on
+    // this run rather than a campaign of their own (the test command
+    // is near its time budget), and not on the PostgreSQL one above:
+    // a wipe takes the spans the holders recorded, so it goes without
+    // a mixed fleet.
+    eprintln!(
+        "\n==> the fault campaign on lossy Valkey: restarts and wipes; a mixed fleet refused"
+    );
+    failed.extend(short_lossy(exe, "valkey8", &["--restart-heavy", "--wipe-heavy"]).err());
+    failed.extend(short_lossy(exe, "valkey8", &["--mixed-fleet"]).err());
+    // Replicated PostgreSQL and MariaDB: every other fault a failover to
+    // a replica that fell behind (asynchronous: it forgets what the
+    // primary acknowledged meanwhile; synchronous: the commits wait).
+    eprintln!("\n==> the fault campaign on replicated PostgreSQL and MariaDB: failovers");
+    for (backend, topology) in [
+        ("postgres", "replicated-async"),
+        ("postgres", "replicated-sync"),
+        ("mariadb", "replicated-async"),
+    ] {
+        failed.extend(short_topology(exe, backend, topology).err());
+    }
+    // Valkey behind three Sentinels: every other fault a failover to a
+    // replica that fell behind.
+    eprintln!("\n==> the fault campaign on Valkey through Sentinel: failovers");
+    failed.extend(short_topology(exe, "valkey8", "sentinel").err());
+    // A Valkey Cluster: every other fault a failover of the pool's
+    // slot to a replica that fell behind.
+    eprintln!("\n==> the fault campaign on a Valkey Cluster: failovers");
+    failed.extend(short_topology(exe, "valkey8", "cluster").err());
+    // Five etcd members, killed one at a time, every other time the
+    // leader.
+    eprintln!("\n==> the fault campaign on five etcd members: leader and member kills");
+    failed.extend(short_topology(exe, "etcd35", "etcd-5").err());
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+/// `cargo xtask guide` and `cargo xtask package`, one after the other, each
+/// in a process of its own with its output in a log under `logs`: a line
+/// each as it ends, and what failed. The user guide as a reader meets it
+/// (built, links and images checked, every chapter rendered by a browser);
+/// the crates as crates.io and docs.rs will see them (packaged and built on
+/// their own, at their minimum dependency versions, documented without a
+/// warning).
+fn guide_and_package(logs: &Path) -> Result<Vec<lanes::Outcome>> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("the guide and the packages: no xtask binary: {e}"))?;
+    eprintln!(
+        "\n==> beside the campaigns: `cargo xtask guide`, then `cargo xtask package` (output in {})",
+        logs.display()
+    );
+    Ok(["guide", "package"]
+        .into_iter()
+        .map(|what| {
+            let mut cmd = Command::new(&exe);
+            cmd.arg(what).current_dir(root());
+            lanes::run_logged(lanes::Job {
+                name: what.to_owned(),
+                cmd,
+                log: logs.join(format!("{what}.log")),
+            })
+        })
+        .collect())
 }
 
 /// The check that keeps the program table the only way in: no source file
@@ -904,11 +969,9 @@ fn probe_servers() {
     }
 }
 
-/// `cargo xtask campaign [--short] [--unsafe] [--backend B] [runner options]`:
-/// builds the campaign's worker and runner, then runs the fault campaign on
-/// backend `B`, or on every backend in turn (see `campaign/README.md`).
-/// The campaign's 30 s short mode on `backend` in the replicated `topology`.
-fn short_topology(backend: &str, topology: &str) -> Result {
+/// The campaign's 30 s short mode on `backend` in the replicated `topology`,
+/// with the campaign `exe`.
+fn short_topology(exe: &Path, backend: &str, topology: &str) -> Result {
     let args = [
         "--short",
         "--secs",
@@ -919,11 +982,12 @@ fn short_topology(backend: &str, topology: &str) -> Result {
         topology,
     ]
     .map(String::from);
-    campaign(&args)
+    run_campaign(exe, &args)
 }
 
-/// The campaign's 30 s short mode on `backend`'s lossy store, with `extra`.
-fn short_lossy(backend: &str, extra: &[&str]) -> Result {
+/// The campaign's 30 s short mode on `backend`'s lossy store, with `extra`,
+/// with the campaign `exe`.
+fn short_lossy(exe: &Path, backend: &str, extra: &[&str]) -> Result {
     let args: Vec<String> = [
         "--short",
         "--secs",
@@ -937,21 +1001,20 @@ fn short_lossy(backend: &str, extra: &[&str]) -> Result {
     .chain(extra)
     .map(|a| (*a).to_owned())
     .collect();
-    campaign(&args)
+    run_campaign(exe, &args)
 }
 
+/// `cargo xtask campaign [--short] [--unsafe] [--backend B] [runner options]`:
+/// builds the campaign's worker and runner, then runs the fault campaign on
+/// backend `B`, or on every backend in turn (see `campaign/README.md`).
 fn campaign(args: &[String]) -> Result {
-    const BACKENDS: &[&str] = &[
-        "sqlite",
-        "postgres",
-        "mariadb",
-        "redis8",
-        "redis7",
-        "valkey8",
-        "etcd35",
-        "etcd-cluster",
-        "k8s-fake",
-    ];
+    let exe = build_campaign(args)?;
+    run_campaign(&exe, args)
+}
+
+/// Builds the campaign's runner and worker for a run with `args`; the
+/// runner's path (the worker is beside it).
+fn build_campaign(args: &[String]) -> Result<PathBuf> {
     // A run with a planted bug needs the build that can plant one; every
     // other run the ordinary build.
     let features: &[&str] = if args.iter().any(|a| a == "--plant") {
@@ -963,10 +1026,28 @@ fn campaign(args: &[String]) -> Result {
     build
         .args(["build", "-q", "-p", "leasehold-campaign", "--bins"])
         .args(features);
-    let status = build.status().map_err(|e| format!("cargo build: {e}"))?;
-    if !status.success() {
-        return Err("building the campaign failed".into());
-    }
+    binaries::built(build)
+        .map_err(|e| format!("building the campaign: {e}"))?
+        .into_iter()
+        .find(|a| a.is_bin("leasehold-campaign", "campaign"))
+        .map(|a| a.executable)
+        .ok_or_else(|| "building the campaign made no `campaign` binary".into())
+}
+
+/// Runs the campaign `exe` with `args`: on the backend `--backend` names,
+/// or on every backend in turn.
+fn run_campaign(exe: &Path, args: &[String]) -> Result {
+    const BACKENDS: &[&str] = &[
+        "sqlite",
+        "postgres",
+        "mariadb",
+        "redis8",
+        "redis7",
+        "valkey8",
+        "etcd35",
+        "etcd-cluster",
+        "k8s-fake",
+    ];
     let chosen = args
         .iter()
         .position(|a| a == "--backend")
@@ -977,11 +1058,8 @@ fn campaign(args: &[String]) -> Result {
     };
     let mut failed = Vec::new();
     for backend in backends {
-        let mut run = cargo();
-        run.args(["run", "-q", "-p", "leasehold-campaign", "--bin", "campaign"])
-            .args(features)
-            .arg("--")
-            .args(args);
+        let mut run = Command::new(exe);
+        run.current_dir(root()).args(args);
         if chosen.is_none() {
             run.args(["--backend", backend]);
         }
