@@ -13,7 +13,7 @@
 //!   replicated PostgreSQL and MariaDB (failovers; asynchronous and synchronous standby)
 //!   Valkey through Sentinel and as a Cluster (failovers) and five etcd members
 //!   (leader kills); beside the campaigns, the guide (`guide`) and the packages
-//!   (`package`).
+//!   (`package`). It ends with the wall time of each phase.
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
 //! - `cargo xtask test-binaries [-- <args>]`: only the test binaries and the
 //!   doc tests, in lanes as `test` runs them, and the table.
@@ -40,7 +40,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 mod binaries;
 mod deny;
@@ -353,17 +353,29 @@ enum Scope {
 }
 
 /// Runs every step even when an earlier one failed, so one failure never
-/// hides another, then fails if any step did.
+/// hides another, then fails if any step did; ends with the wall time of
+/// each phase, so that a CI log shows where the time goes.
 fn test(args: &[String], scope: Scope) -> Result {
+    let start = Instant::now();
+    let mut phases = Phases::default();
+    let result = test_phases(args, scope, &mut phases);
+    phases.print(start.elapsed());
+    result
+}
+
+fn test_phases(args: &[String], scope: Scope, phases: &mut Phases) -> Result {
     eprintln!("==> probing the machine");
-    probe()?;
-    install_servers()?;
-    probe_servers();
+    phases.time("probe and install", || {
+        probe()?;
+        install_servers()?;
+        probe_servers();
+        Ok(())
+    })?;
     let mut failed = Vec::new();
     if scope == Scope::Full {
         let mut fmt = cargo();
         fmt.args(["fmt", "--all", "--check"]);
-        failed.extend(step("cargo fmt --check", fmt).err());
+        failed.extend(phases.time("fmt", || step("cargo fmt --check", fmt)).err());
         let mut clippy = cargo();
         clippy.args([
             "clippy",
@@ -373,22 +385,38 @@ fn test(args: &[String], scope: Scope) -> Result {
             "-D",
             "warnings",
         ]);
-        failed.extend(step("cargo clippy -D warnings", clippy).err());
-        failed.extend(external_programs_check().err());
+        failed.extend(
+            phases
+                .time("clippy", || step("cargo clippy -D warnings", clippy))
+                .err(),
+        );
+        failed.extend(
+            phases
+                .time("external programs", external_programs_check)
+                .err(),
+        );
         // The supply chain: licences, sources, duplicate versions, and the
         // advisories where their database can be reached.
-        failed.extend(deny::run().err());
+        failed.extend(phases.time("deny", deny::run).err());
     }
     let reports = root().join("target/leasehold-reports");
     let _ = std::fs::remove_dir_all(&reports);
     std::fs::create_dir_all(&reports).map_err(|e| e.to_string())?;
     eprintln!("\n==> cargo test --no-run: every test binary, built once");
-    let built = binaries::build(scope == Scope::Matrix).unwrap_or_else(|e| {
-        failed.push(format!("cargo test --no-run: {e}"));
-        Vec::new()
-    });
+    let built = phases
+        .time("test build", || binaries::build(scope == Scope::Matrix))
+        .unwrap_or_else(|e| {
+            failed.push(format!("cargo test --no-run: {e}"));
+            Vec::new()
+        });
     if !built.is_empty() {
-        failed.extend(test_lanes(&built, args, &reports, scope != Scope::Matrix).err());
+        failed.extend(
+            phases
+                .time("test lanes", || {
+                    test_lanes(&built, args, &reports, scope != Scope::Matrix)
+                })
+                .err(),
+        );
     }
     failed.extend(table(&reports, args.is_empty()).err());
     if matches!(scope, Scope::Full | Scope::Tests) && args.is_empty() {
@@ -411,7 +439,11 @@ fn test(args: &[String], scope: Scope) -> Result {
         let logs = reports.join("logs");
         std::thread::scope(|s| {
             let side = beside.then(|| s.spawn(|| guide_and_package(&logs)));
-            failed.extend(exe.and_then(|e| short_campaigns(&e)).err());
+            failed.extend(
+                phases
+                    .time("campaigns", || exe.and_then(|e| short_campaigns(&e)))
+                    .err(),
+            );
             match side.map(|side| side.join()) {
                 None => {}
                 Some(Ok(Ok(outcomes))) => {
@@ -419,6 +451,7 @@ fn test(args: &[String], scope: Scope) -> Result {
                         if !o.ok {
                             failed.push(format!("`cargo xtask {}` failed", o.name));
                         }
+                        phases.add(format!("{} (beside the campaigns)", o.name), o.took, o.ok);
                     }
                 }
                 Some(Ok(Err(e))) => failed.push(e),
@@ -573,6 +606,36 @@ fn guide_and_package(logs: &Path) -> Result<Vec<lanes::Outcome>> {
             })
         })
         .collect())
+}
+
+/// The wall time of each phase of a run of the test command.
+#[derive(Default)]
+struct Phases(Vec<(String, Duration, bool)>);
+
+impl Phases {
+    /// Runs `f` as the phase `name`.
+    fn time<T>(&mut self, name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let start = Instant::now();
+        let result = f();
+        self.add(name.to_owned(), start.elapsed(), result.is_ok());
+        result
+    }
+
+    fn add(&mut self, name: String, took: Duration, ok: bool) {
+        self.0.push((name, took, ok));
+    }
+
+    fn print(&self, total: Duration) {
+        eprintln!("\n==> phases (wall time)");
+        for (name, took, ok) in &self.0 {
+            eprintln!(
+                "    {name:<36} {:>6}  {:>8.1?}",
+                if *ok { "ok" } else { "FAILED" },
+                took
+            );
+        }
+        eprintln!("    {:<36} {:>6}  {total:>8.1?}", "the whole run", "");
+    }
 }
 
 /// The check that keeps the program table the only way in: no source file
