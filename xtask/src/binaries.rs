@@ -23,27 +23,30 @@ use crate::{Result, cargo, without_xtask_package_env};
 /// How many test binaries run at once.
 pub(crate) const LANES: usize = 3;
 
-/// The binaries that take longest (package and target name, measured as the
-/// lanes print them), longest first: they start first, so that no long one
-/// starts last beside an idle lane. The rest follow in cargo's order. The doc
-/// tests are `doctests`.
+/// The binaries that take longest, longest first (package and target name,
+/// with the seconds each took in one run of the lanes on a 2-core machine):
+/// they start first, so that no long one starts last beside idle lanes. The
+/// rest follow in cargo's order. The doc tests are `doctests`.
 const LONGEST_FIRST: &[&str] = &[
-    "leasehold-sql/conformance",
-    "leasehold-valkey/conformance",
-    "leasehold-sql/failover",
-    "leasehold-valkey/restarts",
-    "leasehold-sql/restarts",
-    "leasehold-conformance/sentinel_failover",
-    "leasehold/secrets",
-    "leasehold/start_before_store",
-    "leasehold-sql/replication",
-    "leasehold-valkey/replication",
-    "leasehold-valkey/failover",
-    "leasehold-sql/wipe",
-    "leasehold-cli/cli",
-    "leasehold-etcd/conformance",
-    "leasehold-k8s/conformance",
-    "doctests",
+    "leasehold-sql/restarts",                  // 406
+    "leasehold-valkey/restarts",               // 290
+    "leasehold-sql/conformance",               // 158
+    "leasehold-valkey/conformance",            // 154
+    "leasehold-etcd/conformance",              // 110
+    "leasehold-valkey/failover",               // 105
+    "leasehold-sql/failover",                  // 90
+    "leasehold-conformance/sentinel_failover", // 63
+    "leasehold-k8s/conformance",               // 51
+    "leasehold/start_before_store",            // 43
+    "leasehold-valkey/wipes",                  // 43
+    "leasehold/first_programs",                // 37
+    "leasehold/secrets",                       // 33
+    "leasehold-sql/wipe",                      // 25
+    "leasehold-cli/cli",                       // 25
+    "leasehold/examples_postgres",             // 25
+    "leasehold-nonce/uniqueness",              // 18
+    "leasehold-sql/replication",               // 18
+    "doctests",                                // 17
 ];
 
 /// One executable cargo built, as its `compiler-artifact` line says.
