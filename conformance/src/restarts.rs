@@ -208,10 +208,11 @@ async fn hold_renewed(
     Ok((grant, live))
 }
 
-/// Acquires the slot of `pool` on `s` with `floor`, waiting out a restart
-/// guard (every restart of a store, durable or not, holds claims back one
-/// span): the grant, and how long it surely lives, from the attempt that
-/// was granted.
+/// Acquires the slot of `pool` on `s` with `floor` until granted: a store
+/// that is unreachable for a moment, a pool still exhausted, or a store's
+/// restart guard (every restart, durable or not, holds claims back one
+/// span) only delay it. The grant, and how long it surely lives, from the
+/// attempt that was granted.
 async fn acquire_live(s: &Store, pool: &PoolSpec, floor: Floor) -> Result<(Grant, Live), String> {
     let mut deadline = Instant::now() + pool.ttl() * 4 + Duration::from_secs(30);
     loop {
@@ -227,7 +228,7 @@ async fn acquire_live(s: &Store, pool: &PoolSpec, floor: Floor) -> Result<(Grant
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            Err(e) => return Err(format!("acquire: {e}")),
+            Err(e) => return Err(format!("no grant: {e}")),
         }
     }
 }
@@ -245,19 +246,10 @@ fn crash_and_restart(server: &mut Server) -> Outcome {
 /// Acquires on `s` until granted; a store that is unreachable for a moment,
 /// a pool still exhausted, or a store's restart guard only delay it.
 async fn acquire_after_expiry(s: &Store, pool: &PoolSpec, floor: Floor) -> Result<Grant, String> {
-    let mut deadline = Instant::now() + pool.ttl() * 4 + Duration::from_secs(30);
-    loop {
-        match s.acquire_dyn(pool, floor).await {
-            Ok(grant) => return Ok(grant),
-            Err(e) if e.is_retryable() && Instant::now() < deadline => {
-                if let AcquireError::StoreRestarted { resume_in } = e {
-                    deadline = deadline.max(Instant::now() + resume_in + Duration::from_secs(30));
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => return Err(format!("no grant after the restart: {e}")),
-        }
-    }
+    acquire_live(s, pool, floor)
+        .await
+        .map(|(grant, _)| grant)
+        .map_err(|e| format!("after the restart: {e}"))
 }
 
 /// A rival's acquisition while `live`: tried again while the store cannot be
