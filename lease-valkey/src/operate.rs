@@ -132,7 +132,7 @@ impl ValkeyStrategy {
     /// accepts is `ok`, or a warning naming what accepted it.
     fn persistence_check(&self) -> Check {
         if let Some(refusal) = self.refusal_of("persistence") {
-            return refusal_check("persistence", refusal);
+            return refusal_check("persistence", &refusal);
         }
         let d = self.persistence();
         let fix = "appendonly yes, appendfsync always and no-appendfsync-on-rewrite no (CONFIG \
@@ -145,7 +145,7 @@ impl ValkeyStrategy {
                  acknowledged write survives a restart",
             );
         }
-        let (aof, rdb) = settings(d);
+        let (aof, rdb) = settings(&d);
         let detail = match (self.fsync_claims(), self.opt_in()) {
             (true, _) => format!(
                 "{aof}, {rdb}: a crash of the machine can lose the last acknowledged writes; \
@@ -176,7 +176,7 @@ impl ValkeyStrategy {
                 Check::new(Verdict::Ok, "eviction", format!("maxmemory-policy {p}"))
             }
             (Some(true), Some(p)) => match self.refusal_of("eviction") {
-                Some(refusal) => refusal_check("eviction", refusal),
+                Some(refusal) => refusal_check("eviction", &refusal),
                 None => Check::new(
                     Verdict::Warn,
                     "eviction",
@@ -259,7 +259,7 @@ impl Operate for ValkeyStrategy {
     }
 
     fn replication(&self) -> leasehold_core::Replication {
-        ValkeyStrategy::replication(self).clone()
+        ValkeyStrategy::replication(self)
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {

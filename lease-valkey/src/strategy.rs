@@ -14,12 +14,13 @@ mod guards;
 mod inspect;
 mod renew;
 mod wait;
+mod watch;
 mod wipe;
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
@@ -129,29 +130,52 @@ struct Inner {
     client: fred::clients::Client,
     config: ValkeyConfig,
     server: ServerInfo,
-    durability: Persistence,
     path: ActivePath,
     scripts: Scripts,
     round_trips: AtomicU64,
     identity: String,
     /// What the connection trusts and presents, when the URL asks for TLS.
     tls: Option<crate::TlsInfo>,
+    /// The server's settings as last read and judged: at connect, then by
+    /// the watch (`watch.rs`) at most once per quarter TTL.
+    judged: RwLock<Arc<Judged>>,
+    /// When the settings were last read, in ms since `born`.
+    read_at: AtomicU64,
+    born: Instant,
+    /// Test hook: the next wait (for the fsync or for replicas) reconnects
+    /// first.
+    #[cfg(feature = "stats")]
+    reconnect_before_wait: std::sync::atomic::AtomicBool,
+}
+
+/// Refusals kept instead of raised, each with the doctor's check that
+/// reports it (`eviction`, `persistence`, `replication`).
+pub(crate) type Kept = Vec<(&'static str, String)>;
+
+/// What the strategy judged of the server's settings under its
+/// configuration: the one judgement behind the refusal at connect, the
+/// claims' refusals, the watch and the doctor's checks.
+#[derive(Clone, Debug)]
+pub(crate) struct Judged {
+    /// What the server keeps, as read.
+    durability: Persistence,
     /// Claims wait (`WAITAOF`) until the pool's recorded span is on disk:
     /// the append-only file with `appendfsync everysec` and
     /// `no-appendfsync-on-rewrite no`, on a server with `WAITAOF`.
     fsync_claims: bool,
     /// What `connect` would have refused, kept instead
-    /// ([`ValkeyConfig::refuse_at_connect`]`(false)`): every claim answers
-    /// the first.
-    /// Each with the doctor's check that reports it.
-    refusals: Vec<(&'static str, String)>,
-    /// The server's replication as read at connect, with what `connect`
-    /// would have refused for it when told not to refuse.
+    /// ([`ValkeyConfig::refuse_at_connect`]`(false)`, or found later by the
+    /// watch): every claim answers the first. Each with the doctor's check
+    /// that reports it.
+    refusals: Kept,
+    /// The server's replication, with what `connect` would have refused
+    /// for it when told not to refuse.
     replication: leasehold_core::Replication,
-    /// Test hook: the next wait (for the fsync or for replicas) reconnects
-    /// first.
-    #[cfg(feature = "stats")]
-    reconnect_before_wait: std::sync::atomic::AtomicBool,
+    /// The server a plain URL names is a replica (found by the watch; at
+    /// connect it is refused unless only looked at): renewals are not
+    /// confirmed on it. Through Sentinel or a Cluster a replica is one
+    /// mid-failover, which the client leaves for the new primary.
+    replica: bool,
 }
 
 impl Drop for Inner {
@@ -181,7 +205,7 @@ impl fmt::Debug for ValkeyStrategy {
             .field("identity", &self.inner.identity)
             .field("server", &self.inner.server.to_string())
             .field("path", &self.inner.path)
-            .field("durability", &self.inner.durability.to_string())
+            .field("durability", &self.judged().durability.to_string())
             .field("tls", &self.inner.tls.as_ref().map(ToString::to_string))
             .finish()
     }
@@ -205,17 +229,30 @@ impl ValkeyStrategy {
     }
 
     /// What the server's configuration says about keeping leases, fences
-    /// and floors (read at connect), with the warning when
+    /// and floors (read at connect, and again at most once per quarter TTL
+    /// by the next claim or renewal), with the warning when
     /// [`ValkeyConfig::allow_eviction`] let an evicting server through.
-    pub fn persistence(&self) -> &Persistence {
-        &self.inner.durability
+    pub fn persistence(&self) -> Persistence {
+        self.judged().durability.clone()
     }
 
-    /// The server's replication as read at connect: a primary and how many
-    /// replicas it has, whether it can split brain and the setting that
-    /// closes it (see [`ValkeyConfig::refuse_split_brain`]).
-    pub fn replication(&self) -> &leasehold_core::Replication {
-        &self.inner.replication
+    /// The server's replication as last read (at connect, then at most
+    /// once per quarter TTL): a primary and how many replicas it has,
+    /// whether it can split brain and the setting that closes it (see
+    /// [`ValkeyConfig::refuse_split_brain`]).
+    pub fn replication(&self) -> leasehold_core::Replication {
+        self.judged().replication.clone()
+    }
+
+    /// The settings as last judged.
+    fn judged(&self) -> Arc<Judged> {
+        Arc::clone(
+            &self
+                .inner
+                .judged
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// Whether the claim scripts hold grants back after a restart (the
@@ -250,15 +287,16 @@ impl ValkeyStrategy {
     /// would have answered (eviction before durability). `None`: the server
     /// is accepted. Every claim answers it as a final
     /// `AcquireError::Misconfigured`.
-    pub fn refusal(&self) -> Option<&str> {
-        self.inner.refusals.first().map(|(_, text)| text.as_str())
+    pub fn refusal(&self) -> Option<String> {
+        self.judged().refusals.first().map(|(_, text)| text.clone())
     }
 
     /// The opt-in that accepted a server that can forget acknowledged
     /// writes, as its URL option (`None`: none was needed).
     pub(crate) fn opt_in(&self) -> Option<&'static str> {
         let config = &self.inner.config;
-        if self.inner.durability.keeps_every_write() || self.inner.fsync_claims {
+        let judged = self.judged();
+        if judged.durability.keeps_every_write() || judged.fsync_claims {
             None
         } else if !config.restart_guard {
             Some("restart_guard=false")
@@ -271,17 +309,17 @@ impl ValkeyStrategy {
 
     /// Whether claims wait for the fsync of the pool's recorded span.
     pub(crate) fn fsync_claims(&self) -> bool {
-        self.inner.fsync_claims
+        self.judged().fsync_claims
     }
 
     /// The kept refusal the doctor's check `check` (`eviction`,
     /// `persistence`) reports.
-    pub(crate) fn refusal_of(&self, check: &str) -> Option<&str> {
-        self.inner
+    pub(crate) fn refusal_of(&self, check: &str) -> Option<String> {
+        self.judged()
             .refusals
             .iter()
             .find(|(c, _)| *c == check)
-            .map(|(_, text)| text.as_str())
+            .map(|(_, text)| text.clone())
     }
 
     /// The path in use.
@@ -300,7 +338,8 @@ impl ValkeyStrategy {
     }
 
     /// Commands sent since connect (one per round trip; the probe and script
-    /// loading at connect are not counted). For benchmarks and tests: with the
+    /// loading at connect, and the re-reads of the server's settings at most
+    /// once per quarter TTL, are not counted). For benchmarks and tests: with the
     /// `stats` feature only.
     #[cfg(feature = "stats")]
     pub fn round_trips(&self) -> u64 {
@@ -315,6 +354,17 @@ impl ValkeyStrategy {
         args: Vec<Value>,
     ) -> Result<R, Failure> {
         self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.call_uncounted(cmd, hash, args).await
+    }
+
+    /// [`Self::call`], not counted in [`Self::round_trips`]: the reads of
+    /// the server's settings, at connect and by the watch.
+    async fn call_uncounted<R: fred::types::FromValue>(
+        &self,
+        cmd: &'static str,
+        hash: ClusterHash,
+        args: Vec<Value>,
+    ) -> Result<R, Failure> {
         let limit = self.inner.config.op_timeout + BACKSTOP_SLACK;
         let command = CustomCommand::new_static(cmd, route(hash, &args), false);
         match tokio::time::timeout(limit, self.inner.client.custom::<R, Value>(command, args)).await

@@ -1352,6 +1352,10 @@ async fn claims_wait_for_the_fsync_of_the_pools_span(b: Arc<Valkey>) -> Outcome 
         };
     }
     let s = r.map_err(|e| format!("appendfsync everysec on a server with WAITAOF: {e}"))?;
+    // The append-only file is switched off below, behind the claims' back:
+    // the claim's own wait must catch it, not the next reading of the
+    // settings.
+    s.keep_the_settings_read_at_connect();
     ensure!(
         s.server().waitaof && !s.persistence().keeps_every_write(),
         "probe {:?}, durability {}",
@@ -1659,6 +1663,9 @@ async fn a_reconnect_before_the_fsync_wait_proves_nothing(b: Arc<Valkey>) -> Out
     )
     .await
     .map_err(|e| e.to_string())?;
+    // The fsyncs are switched off below, behind the claims' back: the
+    // claim's own wait must catch it, not the next reading of the settings.
+    s.keep_the_settings_read_at_connect();
     // Past the guard of the fresh server for the pools below (TTL 1 s),
     // with fsyncs still running.
     let warm = declared_new(&s, fresh_pool(1, Duration::from_secs(1))?).await?;

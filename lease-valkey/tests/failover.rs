@@ -684,3 +684,62 @@ async fn cluster_control_after_cluster_failover_an_unguarded_claim_takes_the_hel
         panic!("{e}");
     }
 }
+
+/// A Cluster replica that would forget what it acknowledged (`appendonly
+/// no`, set on the replica alone after connect read every primary) is
+/// promoted by `CLUSTER FAILOVER FORCE`. The claims read the settings
+/// again at most once per quarter TTL, and every primary the client then
+/// knows, the promoted replica included: they are refused, naming the
+/// setting, and none is granted on the promoted replica before that (the
+/// promotion guard holds claims back for a span, longer than a quarter
+/// TTL). Before the watch, the promoted replica was never read, and
+/// claims were granted on it once the guard opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_a_promoted_replica_that_can_forget_is_read_and_refused_before_any_claim_on_it() {
+    if let Err(e) = promoted_replica_that_can_forget().await {
+        panic!("{e}");
+    }
+}
+
+async fn promoted_replica_that_can_forget() -> Result<(), String> {
+    let topology = tokio::task::block_in_place(|| ClusterTopology::start(ServerKind::Valkey8))?;
+    let pool = fresh_pool(2, TTL)?;
+    let url = cluster_store_url(&topology);
+    let holder = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
+    holder
+        .declare_new_pool(&pool)
+        .await
+        .map_err(|e| format!("declare the pool new: {e}"))?;
+    let earlier = acquire_past_the_restart_guard(&holder, &pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the earlier claim: {e}"))?;
+    holder.release(&pool, &earlier, Floor::NONE).await;
+    let fences = holder.keys(pool.name()).fences;
+    let primary = tokio::task::block_in_place(|| topology.primary_of(&fences))?;
+    let replica = tokio::task::block_in_place(|| topology.replica_of(primary))?;
+    topology.command(replica, &["CONFIG", "SET", "appendonly", "no"])?;
+    tokio::task::block_in_place(|| -> Result<(), String> {
+        topology.failover(replica)?;
+        let new = topology.wait_promoted(&fences, primary, PROMOTION_WAIT)?;
+        ensure!(new == replica, "the cluster promoted {new}, not {replica}");
+        Ok(())
+    })?;
+    let deadline = Instant::now() + PROMOTION_WAIT;
+    loop {
+        match holder.acquire(&pool, Floor::NONE).await {
+            Err(AcquireError::Misconfigured { what, fix }) => {
+                let text = format!("{what}: {fix}");
+                ensure!(text.contains("appendonly no"), "{text}");
+                return Ok(());
+            }
+            Ok(g) => {
+                return Err(format!(
+                    "a claim was granted on the promoted replica, which can forget it: {g:?}"
+                ));
+            }
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {}
+            Err(e) => return Err(format!("a claim after the promotion answered {e:?}")),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

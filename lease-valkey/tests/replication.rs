@@ -8,6 +8,11 @@
 //! `min-replicas-to-write 1`, or claims that wait for a replica, it cannot;
 //! and a renewal the primary then refuses for want of replicas
 //! (`NOREPLICAS`) is retried, never confirmed.
+//!
+//! And what the claims and renewals read again later, at most once per
+//! quarter TTL: settings weakened after connect (`CONFIG SET`) refuse new
+//! claims until restored, and a primary made a writable replica confirms
+//! no renewal.
 
 use std::time::{Duration, Instant};
 
@@ -238,4 +243,193 @@ async fn with_min_replicas_to_write_the_primary_cannot_split_brain_and_its_refus
         Err(e) => assert!(e.is_retryable(), "{e:?}"),
         Ok(g) => panic!("a claim was granted without a replica: {g:?}"),
     }
+}
+
+/// Polls `what` (a claim or a renewal, answered as text) until `done` holds
+/// for its answer, or fails after `limit`: the watch reads the settings
+/// again at most once per quarter TTL (at least a second apart), so a
+/// change is seen after a number of operations no test can fix in advance.
+async fn until<F, Fut>(
+    limit: Duration,
+    what: &str,
+    mut op: F,
+    done: impl Fn(&str) -> bool,
+) -> String
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        let answer = op().await;
+        if done(&answer) {
+            return answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waited {limit:?} for {what}; the last answer: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A claim on `s`, as text; a granted slot is released at once, so that
+/// the pool never fills.
+async fn claim_text(s: &ValkeyStrategy, pool: &leasehold_core::PoolSpec) -> String {
+    match s.acquire(pool, Floor::NONE).await {
+        Ok(g) => {
+            let _ = s.release(pool, &g, Floor::NONE).await;
+            "granted".to_owned()
+        }
+        Err(e) => format!("{e:?}: {e}"),
+    }
+}
+
+/// An operator weakens a durable server after connect, with `CONFIG SET`
+/// and without a restart: the settings read at connect no longer hold.
+/// Each weakening is seen by the next claims (the settings are read again
+/// at most once per quarter TTL) and refused as connect would refuse it,
+/// naming the setting, until the setting is restored. Renewals go on
+/// meanwhile: a held lease is not endangered by what a crash could lose,
+/// because the restart guard holds claims back after any restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_weakened_after_connect_refuse_new_claims_until_restored_while_renewals_go_on() {
+    let server = match provide_with(ServerKind::Valkey8, Settings::Durable) {
+        Ok(server) => server,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("no Valkey 8 under CI: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED (no Valkey 8 here): {e}");
+            return;
+        }
+    };
+    let s = connect(&Pair::url(&server, ""))
+        .await
+        .expect("a durable server");
+    assert!(s.persistence().keeps_every_write(), "{}", s.persistence());
+    let pool = fresh_pool(4, Duration::from_secs(4)).unwrap();
+    s.declare_new_pool(&pool)
+        .await
+        .expect("declare the fresh pool new");
+    let held = acquire_past_the_restart_guard(&s, &pool, Floor::NONE)
+        .await
+        .expect("a claim");
+    let limit = Duration::from_secs(30);
+    for (setting, weak, durable) in [
+        ("appendonly", "no", "yes"),
+        ("no-appendfsync-on-rewrite", "yes", "no"),
+        ("maxmemory-policy", "allkeys-lru", "noeviction"),
+    ] {
+        command(&server.url, &["CONFIG", "SET", setting, weak]).await;
+        // Each try renews the held lease too: renewals go on throughout
+        // (a renewal not confirmed is retried; a lost lease fails).
+        let renewed = std::sync::atomic::AtomicUsize::new(0);
+        let renew_and_claim = || async {
+            match s.renew(&pool, &held, Floor::NONE).await {
+                Renewal::Renewed { .. } => {
+                    renewed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Renewal::Lost(why) => {
+                    panic!("the held lease was lost after CONFIG SET {setting} {weak}: {why}")
+                }
+                _ => {}
+            }
+            claim_text(&s, &pool).await
+        };
+        let refused = until(
+            limit,
+            &format!("a claim refused after CONFIG SET {setting} {weak}"),
+            renew_and_claim,
+            |a| a.starts_with("Misconfigured"),
+        )
+        .await;
+        assert!(refused.contains(setting), "{refused}");
+        let check = if setting == "maxmemory-policy" {
+            "eviction"
+        } else {
+            "persistence"
+        };
+        let line = doctor(&s)
+            .await
+            .into_iter()
+            .find(|c| c.name == check)
+            .expect("the doctor's line");
+        assert_eq!(line.verdict, Verdict::Fail, "{line}");
+        command(&server.url, &["CONFIG", "SET", setting, durable]).await;
+        until(
+            limit,
+            &format!("a claim granted after CONFIG SET {setting} {durable}"),
+            renew_and_claim,
+            |a| a == "granted",
+        )
+        .await;
+        assert!(
+            renewed.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "no renewal was confirmed after CONFIG SET {setting} {weak}"
+        );
+    }
+}
+
+/// The server a process connected to as a primary becomes a replica of
+/// another (an operator swapped their roles), and it is writable
+/// (`replica-read-only no`), so it would confirm renewals that the new
+/// primary never sees. Once the settings are read again, renewals are
+/// retried, not confirmed, and claims are refused; when the server is a
+/// primary again, both resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_made_a_writable_replica_after_connect_confirms_no_renewal() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let s = connect(&pair.primary_url("")).await.expect("the primary");
+    let pool = fresh_pool(2, Duration::from_secs(12)).unwrap();
+    s.declare_new_pool(&pool)
+        .await
+        .expect("declare the fresh pool new");
+    let held = acquire_past_the_restart_guard(&s, &pool, Floor::NONE)
+        .await
+        .expect("a claim");
+    // The replica has the lease; the roles are swapped.
+    pair.primary_cmd(&["WAIT", "1", "5000"]).await;
+    pair.replica_cmd(&["REPLICAOF", "NO", "ONE"]).await;
+    pair.primary_cmd(&["CONFIG", "SET", "replica-read-only", "no"])
+        .await;
+    let (host, port) = {
+        let addr = pair.replica.addr().unwrap();
+        (addr.ip().to_string(), addr.port().to_string())
+    };
+    pair.primary_cmd(&["REPLICAOF", &host, &port]).await;
+    pair.wait_info("master_link_status:up", "the old primary to follow the new")
+        .await;
+    let limit = Duration::from_secs(30);
+    let renew_text = || async {
+        match s.renew(&pool, &held, Floor::NONE).await {
+            Renewal::Renewed { .. } => "renewed".to_owned(),
+            other => format!("{other:?}"),
+        }
+    };
+    let retried = until(
+        limit,
+        "a renewal retried on the server made a replica",
+        renew_text,
+        |a| a.starts_with("Retry"),
+    )
+    .await;
+    assert!(retried.contains("replica"), "{retried}");
+    let refused = claim_text(&s, &pool).await;
+    assert!(
+        refused.starts_with("Misconfigured") && refused.contains("replica"),
+        "{refused}"
+    );
+    pair.primary_cmd(&["REPLICAOF", "NO", "ONE"]).await;
+    // Its lease may have run out meanwhile (the new primary expired it and
+    // told its replica): a claim shows that the server is trusted again.
+    until(
+        limit,
+        "a claim once the server is a primary again",
+        || claim_text(&s, &pool),
+        |a| a == "granted",
+    )
+    .await;
 }

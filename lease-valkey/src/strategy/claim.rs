@@ -17,9 +17,11 @@ impl ValkeyStrategy {
         ceiling: Floor,
     ) -> Result<Grant, AcquireError> {
         // A server this configuration does not accept, connected to only
-        // to be looked at: nothing is claimed on it.
+        // to be looked at, or whose settings changed since connect to what
+        // connect would refuse: nothing is claimed on it.
+        self.watch(pool.ttl()).await;
         if let Some(refusal) = self.refusal() {
-            let (what, fix) = leasehold_core::operate::split_refusal(refusal);
+            let (what, fix) = leasehold_core::operate::split_refusal(&refusal);
             return Err(AcquireError::Misconfigured { what, fix });
         }
         let Some((ttl, applied)) = ttl_ms(pool.ttl()) else {
@@ -171,7 +173,7 @@ impl ValkeyStrategy {
         span: &str,
     ) -> Result<Grant, AcquireError> {
         let slot = grant.slot;
-        if self.inner.fsync_claims
+        if self.fsync_claims()
             && unconfirmed
             && let Err(why) = self.wait_for_fsync(wait_keys, &grant, span).await
         {

@@ -1,9 +1,9 @@
 //! Connecting: the client's settings, the server probe (`INFO server`,
 //! `COMMAND INFO`), what it keeps (`CONFIG GET`), the path and its scripts.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use fred::prelude::{ClientLike, ReconnectPolicy};
 use fred::types::config::{Config, TlsConfig, TlsConnector, TlsHostMapping, UnresponsiveConfig};
@@ -11,7 +11,7 @@ use fred::types::{Builder, ClusterHash, Value};
 use leasehold_core::ConfigError;
 
 use super::answers::config_value;
-use super::{ActivePath, BACKSTOP_SLACK, Inner, ValkeyStrategy};
+use super::{ActivePath, BACKSTOP_SLACK, Inner, Judged, Kept, ValkeyStrategy};
 use crate::acl::LeaseUserAcl;
 use crate::config::{Method, ValkeyConfig, check_prefix, redact};
 use crate::credentials::Provider;
@@ -49,40 +49,49 @@ impl ValkeyStrategy {
         check_settings(&config)?;
         let url = redact(&config.url);
         let (client, tls) = open_client(&config, &url).await?;
-        let wait = config.wait;
         let mut strategy = Self {
             inner: Arc::new(Inner {
                 client,
                 config,
                 server: ServerInfo::from_info(""),
-                durability: Persistence::unknown(wait),
                 path: ActivePath::Scripts,
                 scripts: Scripts::new(),
                 round_trips: AtomicU64::new(0),
                 identity: String::new(),
                 tls: tls.map(|t| t.info),
-                fsync_claims: false,
-                refusals: Vec::new(),
-                replication: leasehold_core::Replication::default(),
+                judged: RwLock::new(Arc::new(Judged {
+                    durability: Persistence::unknown(None),
+                    fsync_claims: false,
+                    refusals: Vec::new(),
+                    replication: leasehold_core::Replication::default(),
+                    replica: false,
+                })),
+                read_at: AtomicU64::new(0),
+                born: Instant::now(),
                 #[cfg(feature = "stats")]
                 reconnect_before_wait: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let server = strategy.probe(&url).await?;
-        let durability = strategy.read_durability(&url).await?;
-        let (mut replication, replication_refusal) =
-            strategy.read_replication(&server, &url).await?;
-        if let Some(refusal) = replication_refusal {
-            if strategy.inner.config.refuse_at_connect {
+        let refuse = strategy.inner.config.refuse_at_connect;
+        let judged = match strategy.read_settings(&server, &url, refuse).await {
+            Ok(judged) => judged,
+            Err(refusal) => {
                 let _ = strategy.inner.client.quit().await;
                 return Err(refusal);
             }
-            replication.refusal = Some(refusal.to_string());
-        }
-        let (durability, fsync_claims, mut refusals) = strategy.accept(&server, durability).await?;
-        // A replica's refusal comes first: claims answer it.
-        if let Some(refusal) = replication.refusal.clone() {
-            refusals.insert(0, ("replication", refusal));
+        };
+        if let Some(risk) = &judged.replication.split_brain {
+            tracing::warn!(
+                store = %url,
+                server = %server,
+                replication = %judged.replication.found,
+                setting = %risk.setting,
+                fix = %risk.fix,
+                "the lease store can split brain: after a failover the old primary goes on \
+                 confirming claims and renewals to the clients a partition left with it; \
+                 refuse_split_brain=true refuses such a store at connect"
+            );
         }
         let path = match (strategy.inner.config.method, server.hsetex) {
             (Method::Auto | Method::Hsetex, true) => ActivePath::Hsetex,
@@ -93,11 +102,8 @@ impl ValkeyStrategy {
             let inner = Arc::get_mut(&mut strategy.inner).expect("not shared yet");
             inner.identity = format!("{url}#{}/{path}", inner.config.prefix);
             inner.server = server;
-            inner.durability = durability;
+            inner.judged = RwLock::new(Arc::new(judged));
             inner.path = path;
-            inner.fsync_claims = fsync_claims;
-            inner.refusals = refusals;
-            inner.replication = replication;
         }
         if path != ActivePath::Unsupported {
             strategy.load_scripts(path, &url).await?;
@@ -106,22 +112,54 @@ impl ValkeyStrategy {
         Ok(strategy)
     }
 
+    /// Reads the server's settings (what it keeps, its replication) and
+    /// judges them under the configuration: at connect, and again by the
+    /// watch. With `refuse`, the first refusal is answered (a replica's
+    /// first, then eviction, then durability); without, every refusal is
+    /// kept for the claims to answer and the doctor to report.
+    pub(super) async fn read_settings(
+        &self,
+        server: &ServerInfo,
+        url: &str,
+        refuse: bool,
+    ) -> Result<Judged, ValkeyError> {
+        let durability = self.read_durability(url).await?;
+        let (mut replication, replication_refusal, replica) =
+            self.read_replication(server, url).await?;
+        if let Some(refusal) = replication_refusal {
+            if refuse {
+                return Err(refusal);
+            }
+            replication.refusal = Some(refusal.to_string());
+        }
+        let (durability, fsync_claims, mut refusals) = self.accept(server, durability, refuse)?;
+        // A replica's refusal comes first: claims answer it.
+        if let Some(refusal) = replication.refusal.clone() {
+            refusals.insert(0, ("replication", refusal));
+        }
+        Ok(Judged {
+            durability,
+            fsync_claims,
+            refusals,
+            replication,
+            replica,
+        })
+    }
+
     /// Refuses a server that may evict keys, or that can forget writes it
-    /// acknowledged, unless the configuration accepts it (closing the
-    /// connection); otherwise what it keeps, whether claims wait for the
-    /// fsync of the pool's recorded span, and the refusals kept instead of
-    /// raised ([`ValkeyConfig::refuse_at_connect`]`(false)`).
-    async fn accept(
+    /// acknowledged, unless the configuration accepts it (with `refuse`);
+    /// otherwise what it keeps, whether claims wait for the fsync of the
+    /// pool's recorded span, and the refusals kept instead of raised.
+    fn accept(
         &self,
         server: &ServerInfo,
         mut durability: Persistence,
-    ) -> Result<(Persistence, bool, Vec<(&'static str, String)>), ValkeyError> {
+        refuse: bool,
+    ) -> Result<(Persistence, bool, Kept), ValkeyError> {
         let config = &self.inner.config;
         let (fsync_claims, mut refusals) = judge(config, server, &mut durability);
-        if config.refuse_at_connect && !refusals.is_empty() {
-            let refusal = refusals.swap_remove(0);
-            let _ = self.inner.client.quit().await;
-            return Err(refusal);
+        if refuse && !refusals.is_empty() {
+            return Err(refusals.swap_remove(0));
         }
         let kept = refusals
             .iter()
@@ -142,17 +180,19 @@ impl ValkeyStrategy {
     /// `connect` makes (a plain URL naming a replica; a primary that can
     /// split brain under [`ValkeyConfig::refuse_split_brain`]). Through
     /// Sentinel or a Cluster the client asks for primaries, so a replica
-    /// found there is one mid-failover, not refused. A server that refuses
+    /// found there is one mid-failover, not refused; the last of the three
+    /// answers says whether the server is a replica reached by a plain URL
+    /// (renewals are not confirmed on it). A server that refuses
     /// `INFO replication` or `CONFIG GET` to the user leaves them unknown.
     async fn read_replication(
         &self,
         server: &ServerInfo,
         url: &str,
-    ) -> Result<(leasehold_core::Replication, Option<ValkeyError>), ValkeyError> {
+    ) -> Result<(leasehold_core::Replication, Option<ValkeyError>, bool), ValkeyError> {
         use crate::replication::{Read, judge, replica_text};
         let config = &self.inner.config;
         let info: String = match self
-            .call("INFO", ClusterHash::Random, vec!["replication".into()])
+            .call_uncounted("INFO", ClusterHash::Random, vec!["replication".into()])
             .await
         {
             Ok(info) => info,
@@ -160,7 +200,7 @@ impl ValkeyStrategy {
                 let unknown = leasehold_core::Replication::new(
                     "unknown: INFO replication was refused to the user",
                 );
-                return Ok((unknown, None));
+                return Ok((unknown, None, false));
             }
             Err(f) => return Err(self.failure_error("INFO replication", url, f)),
         };
@@ -176,13 +216,16 @@ impl ValkeyStrategy {
                 what: what.clone(),
                 fix,
             });
-            return Ok((leasehold_core::Replication::new(what), refusal));
+            // Through Sentinel or a Cluster, a replica is one mid-failover
+            // (the client moves to the new primary), and refuses writes
+            // unless made writable: renewals go on being tried there.
+            return Ok((leasehold_core::Replication::new(what), refusal, plain));
         }
         if read.replicas > 0 {
             for name in ["min-replicas-to-write", "min-replicas-max-lag"] {
                 let args = vec!["GET".into(), name.into()];
                 let value = match self
-                    .call::<Value>("CONFIG", ClusterHash::Random, args)
+                    .call_uncounted::<Value>("CONFIG", ClusterHash::Random, args)
                     .await
                 {
                     Ok(v) => config_value(&v),
@@ -198,21 +241,9 @@ impl ValkeyStrategy {
             }
         }
         let replication = judge(&read, config.wait);
-        if let Some(risk) = &replication.split_brain {
-            tracing::warn!(
-                store = %url,
-                server = %server,
-                replication = %replication.found,
-                setting = %risk.setting,
-                fix = %risk.fix,
-                "the lease store can split brain: after a failover the old primary goes on \
-                 confirming claims and renewals to the clients a partition left with it; \
-                 refuse_split_brain=true refuses such a store at connect"
-            );
-        }
         let refusal = (config.refuse_split_brain && replication.split_brain.is_some())
             .then(|| ValkeyError::SplitBrain(replication.clone()));
-        Ok((replication, refusal))
+        Ok((replication, refusal, false))
     }
 
     /// Loads the scripts of `path` (`SCRIPT LOAD`), so that the first
@@ -310,7 +341,7 @@ impl ValkeyStrategy {
             let args = vec!["GET".into(), name.into()];
             let answer = match &node {
                 None => {
-                    self.call::<Value>("CONFIG", ClusterHash::Random, args)
+                    self.call_uncounted::<Value>("CONFIG", ClusterHash::Random, args)
                         .await
                 }
                 Some(server) => self.call_on(server, "CONFIG", args).await,

@@ -22,30 +22,39 @@ impl ValkeyStrategy {
         let wait_keys = keys.clone();
         let slot = grant.slot.to_string();
         let ceiling = ceiling.unix_millis().to_string();
-        let result: Result<Value, Failure> = match self.inner.path {
-            ActivePath::Unsupported => {
-                return Renewal::Lost(Reason::new(self.unsupported().to_string()));
-            }
-            // Both fields exist only while this token holds the slot: they were
-            // written together with one TTL and vanish together. A script, so
-            // that the floor is raised in the same atomic step.
-            ActivePath::Hsetex => {
-                self.eval(
-                    &self.inner.scripts.renew_hsetex,
-                    vec![keys.leases, keys.fences],
-                    vec![slot, grant.token.to_hex(), ttl, ceiling],
-                )
-                .await
-            }
-            ActivePath::Scripts => {
-                self.eval(
-                    &self.inner.scripts.renew_scripts,
-                    vec![keys.slot_key(grant.slot), keys.fences],
-                    vec![grant.token.to_hex(), ttl, slot, ceiling],
-                )
-                .await
+        // The settings are read again alongside, when due: their round
+        // trips overlap the renewal's instead of following it.
+        let script = async {
+            match self.inner.path {
+                ActivePath::Unsupported => None,
+                // Both fields exist only while this token holds the slot: they
+                // were written together with one TTL and vanish together. A
+                // script, so that the floor is raised in the same atomic step.
+                ActivePath::Hsetex => Some(
+                    self.eval(
+                        &self.inner.scripts.renew_hsetex,
+                        vec![keys.leases, keys.fences],
+                        vec![slot, grant.token.to_hex(), ttl, ceiling],
+                    )
+                    .await,
+                ),
+                ActivePath::Scripts => Some(
+                    self.eval(
+                        &self.inner.scripts.renew_scripts,
+                        vec![keys.slot_key(grant.slot), keys.fences],
+                        vec![grant.token.to_hex(), ttl, slot, ceiling],
+                    )
+                    .await,
+                ),
             }
         };
+        let (result, ()) = tokio::join!(script, self.watch(pool.ttl()));
+        let Some(result): Option<Result<Value, Failure>> = result else {
+            return Renewal::Lost(Reason::new(self.unsupported().to_string()));
+        };
+        if let Some(why) = self.replica_refusal() {
+            return Renewal::Retry(Reason::new(why));
+        }
         match result.as_ref().map(parse_renewal) {
             Ok(Some(Renewed::At(at))) => match self.wait_for_replicas(&wait_keys, grant).await {
                 Ok(()) => Renewal::renewed(applied).with_store_time(at),
