@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         "programs" => external_programs_check().and_then(|()| probe()),
         "burn" => burn(),
         "measure" => measure::run(rest),
-        "package" => package::run(),
+        "package" => package::run(rest),
         "deny" => deny::run(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "campaign" => campaign(rest),
@@ -409,56 +409,87 @@ fn test_phases(args: &[String], scope: Scope, phases: &mut Phases) -> Result {
             failed.push(format!("cargo test --no-run: {e}"));
             Vec::new()
         });
-    if !built.is_empty() {
-        failed.extend(
-            phases
-                .time("test lanes", || {
-                    test_lanes(&built, args, &reports, scope != Scope::Matrix)
+    // The guide and the packages need no server and no test binary: they
+    // run beside the tests and the campaigns, in processes of their own with
+    // their output in logs (the tests and the campaigns have the console).
+    // No build waits on another: the guide's mdBook, the minimal versions
+    // and the docs have target directories of their own, so they run beside
+    // the test binaries; `cargo package` builds in the workspace's, whose
+    // lock the doc tests take, so it runs beside the campaigns, which build
+    // nothing.
+    let beside = scope == Scope::Full && args.is_empty();
+    let campaigns = matches!(scope, Scope::Full | Scope::Tests) && args.is_empty();
+    let logs = reports.join("logs");
+    std::thread::scope(|s| {
+        let early = beside.then(|| {
+            s.spawn(|| {
+                side_jobs(
+                    &logs,
+                    "the test binaries",
+                    &[
+                        ("guide", &["guide"]),
+                        ("package nightly", &["package", "--only", "nightly"]),
+                    ],
+                )
+            })
+        });
+        if !built.is_empty() {
+            failed.extend(
+                phases
+                    .time("test lanes", || {
+                        test_lanes(&built, args, &reports, scope != Scope::Matrix)
+                    })
+                    .err(),
+            );
+        }
+        failed.extend(table(&reports, args.is_empty()).err());
+        let mut sides = vec![("the test binaries", early)];
+        if campaigns {
+            // The campaign as the test build made it: no crate is built a
+            // second time with another set of features.
+            let exe = match built
+                .iter()
+                .find(|a| a.is_bin("leasehold-campaign", "campaign"))
+            {
+                Some(a) => Ok(a.executable.clone()),
+                None => build_campaign(&[]),
+            };
+            let late = beside.then(|| {
+                s.spawn(|| {
+                    side_jobs(
+                        &logs,
+                        "the campaigns",
+                        &[("package crates", &["package", "--only", "crates"])],
+                    )
                 })
-                .err(),
-        );
-    }
-    failed.extend(table(&reports, args.is_empty()).err());
-    if matches!(scope, Scope::Full | Scope::Tests) && args.is_empty() {
-        // The campaign as the test build made it: no crate is built a
-        // second time with another set of features.
-        let exe = match built
-            .iter()
-            .find(|a| a.is_bin("leasehold-campaign", "campaign"))
-        {
-            Some(a) => Ok(a.executable.clone()),
-            None => build_campaign(&[]),
-        };
-        // The guide and the packages need no server and no test binary: they
-        // run beside the campaigns, in processes of their own with their
-        // output in logs (the campaigns have the console). No build waits
-        // on another: the campaigns build nothing, the docs and the minimal
-        // versions have target directories of their own, and `cargo
-        // package`, which builds in the workspace's, has it to itself.
-        let beside = scope == Scope::Full;
-        let logs = reports.join("logs");
-        std::thread::scope(|s| {
-            let side = beside.then(|| s.spawn(|| guide_and_package(&logs)));
+            });
             failed.extend(
                 phases
                     .time("campaigns", || exe.and_then(|e| short_campaigns(&e)))
                     .err(),
             );
+            sides.push(("the campaigns", late));
+        }
+        for (next_to, side) in sides {
             match side.map(|side| side.join()) {
                 None => {}
                 Some(Ok(Ok(outcomes))) => {
                     for o in outcomes {
                         if !o.ok {
-                            failed.push(format!("`cargo xtask {}` failed", o.name));
+                            failed.push(format!(
+                                "{} failed (its log is in {})",
+                                o.name,
+                                logs.display()
+                            ));
                         }
-                        phases.add(format!("{} (beside the campaigns)", o.name), o.took, o.ok);
+                        phases.add(format!("{} (beside {next_to})", o.name), o.took, o.ok);
                     }
                 }
                 Some(Ok(Err(e))) => failed.push(e),
-                Some(Err(_)) => failed.push("the guide's and packages' thread panicked".into()),
+                Some(Err(_)) => failed.push(format!("the jobs beside {next_to} panicked")),
             }
-        });
-    }
+        }
+    });
     if failed.is_empty() {
         Ok(())
     } else {
@@ -580,29 +611,29 @@ fn short_campaigns(exe: &Path) -> Result {
     }
 }
 
-/// `cargo xtask guide` and `cargo xtask package`, one after the other, each
-/// in a process of its own with its output in a log under `logs`: a line
-/// each as it ends, and what failed. The user guide as a reader meets it
-/// (built, links and images checked, every chapter rendered by a browser);
-/// the crates as crates.io and docs.rs will see them (packaged and built on
-/// their own, at their minimum dependency versions, documented without a
-/// warning).
-fn guide_and_package(logs: &Path) -> Result<Vec<lanes::Outcome>> {
+/// Runs each of `jobs` (a name and the xtask arguments) in turn, in a
+/// process of its own with its output in `logs`, beside `next_to`.
+fn side_jobs(logs: &Path, next_to: &str, jobs: &[(&str, &[&str])]) -> Result<Vec<lanes::Outcome>> {
     let exe = std::env::current_exe()
-        .map_err(|e| format!("the guide and the packages: no xtask binary: {e}"))?;
+        .map_err(|e| format!("the jobs beside {next_to}: no xtask binary: {e}"))?;
+    let names: Vec<String> = jobs
+        .iter()
+        .map(|(_, args)| format!("`cargo xtask {}`", args.join(" ")))
+        .collect();
     eprintln!(
-        "\n==> beside the campaigns: `cargo xtask guide`, then `cargo xtask package` (output in {})",
+        "\n==> beside {next_to}: {} (output in {})",
+        names.join(", then "),
         logs.display()
     );
-    Ok(["guide", "package"]
-        .into_iter()
-        .map(|what| {
+    Ok(jobs
+        .iter()
+        .map(|(name, args)| {
             let mut cmd = Command::new(&exe);
-            cmd.arg(what).current_dir(root());
+            cmd.args(*args).current_dir(root());
             lanes::run_logged(lanes::Job {
-                name: what.to_owned(),
+                name: (*name).to_owned(),
                 cmd,
-                log: logs.join(format!("{what}.log")),
+                log: logs.join(format!("{}.log", name.replace(' ', "-"))),
             })
         })
         .collect())

@@ -29,6 +29,12 @@
 //! The nightly toolchain comes from rustup, which installed the toolchain
 //! running this; a machine without one gets it installed
 //! (`rustup toolchain install nightly --profile minimal`).
+//!
+//! `--only crates` runs steps 1 to 4, `--only nightly` steps 5 and 6. The
+//! test command runs the two halves apart: the nightly steps build in
+//! target directories of their own, so they run beside the test binaries;
+//! `cargo package` builds in the workspace's, whose lock the doc tests
+//! need, so it runs beside the campaigns, which build nothing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -46,10 +52,33 @@ struct Member {
     published: bool,
 }
 
-/// `cargo xtask package`.
-pub(crate) fn run() -> Result {
+/// Which steps a run takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// All six.
+    All,
+    /// rust-version, licenses, `cargo package`, `cargo publish --dry-run`.
+    Crates,
+    /// Minimal versions and docs, on nightly.
+    Nightly,
+}
+
+/// `cargo xtask package [--only crates|nightly]`.
+pub(crate) fn run(args: &[String]) -> Result {
+    let part = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [] => Part::All,
+        ["--only", "crates"] => Part::Crates,
+        ["--only", "nightly"] => Part::Nightly,
+        _ => {
+            return Err(format!(
+                "`cargo xtask package` takes no arguments, or `--only crates` (rust-version, \
+                 licenses, cargo package, publish --dry-run) or `--only nightly` (minimal \
+                 versions, docs); got {args:?}"
+            ));
+        }
+    };
     let mut times: Vec<(&str, Duration, bool)> = Vec::new();
-    let result = steps(&mut times);
+    let result = steps(&mut times, part);
     eprintln!("\n==> package summary");
     for (name, took, ok) in &times {
         eprintln!(
@@ -62,19 +91,24 @@ pub(crate) fn run() -> Result {
     result
 }
 
-fn steps(times: &mut Vec<(&'static str, Duration, bool)>) -> Result {
-    let members = members()?;
-    let unpublished: Vec<&str> = members
-        .iter()
-        .filter(|m| !m.published)
-        .map(|m| m.name.as_str())
-        .collect();
-    timed(times, "rust-version", rust_version)?;
-    timed(times, "licenses", || licenses(&members))?;
-    timed(times, "cargo package", || package(&unpublished))?;
-    timed(times, "cargo publish --dry-run", || {
-        publish_dry_run(&unpublished)
-    })?;
+fn steps(times: &mut Vec<(&'static str, Duration, bool)>, part: Part) -> Result {
+    if part != Part::Nightly {
+        let members = members()?;
+        let unpublished: Vec<&str> = members
+            .iter()
+            .filter(|m| !m.published)
+            .map(|m| m.name.as_str())
+            .collect();
+        timed(times, "rust-version", rust_version)?;
+        timed(times, "licenses", || licenses(&members))?;
+        timed(times, "cargo package", || package(&unpublished))?;
+        timed(times, "cargo publish --dry-run", || {
+            publish_dry_run(&unpublished)
+        })?;
+    }
+    if part == Part::Crates {
+        return Ok(());
+    }
     let nightly = nightly()?;
     timed(times, "minimal versions", || minimal_versions(&nightly))?;
     timed(times, "docs (docs.rs)", || docs(&nightly))
