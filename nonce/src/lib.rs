@@ -5,8 +5,6 @@
 #![cfg_attr(feature = "document-features", doc = "## Features\n")]
 #![cfg_attr(feature = "document-features", doc = document_features::document_features!())]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![deny(unsafe_code)]
-#![deny(missing_docs)]
 
 #[cfg(feature = "tokio")]
 mod asynch;

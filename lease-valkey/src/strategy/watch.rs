@@ -51,13 +51,27 @@ impl ValkeyStrategy {
             return;
         }
         let url = redact(&self.inner.config.url);
-        let new = match self.read_settings(&self.inner.server, &url, false).await {
-            Ok(new) => new,
-            Err(e) => {
+        // The whole reading is bounded by one operation timeout, so that a
+        // renewal waiting beside it is answered no later than a slow command
+        // of its own would be (its deadline counts from its sending, so a
+        // late answer costs time, never safety).
+        let reading = self.read_settings(&self.inner.server, &url, false);
+        let new = match tokio::time::timeout(self.op_timeout(), reading).await {
+            Ok(Ok(new)) => new,
+            Ok(Err(e)) => {
                 tracing::debug!(
                     store = %url,
                     error = %e,
                     "the lease store's settings could not be read again; the last reading stands"
+                );
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(
+                    store = %url,
+                    timeout = ?self.op_timeout(),
+                    "the lease store's settings were not read again within the operation \
+                     timeout; the last reading stands"
                 );
                 return;
             }
