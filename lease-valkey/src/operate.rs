@@ -166,6 +166,26 @@ impl ValkeyStrategy {
         Check::new(Verdict::Warn, "persistence", detail).fix(fix)
     }
 
+    /// In a Cluster, a `node` line per primary: what it keeps, `ok` when it
+    /// keeps every write and evicts nothing, a warning otherwise (the
+    /// eviction and persistence lines above judge the weakest, with the
+    /// refusal or the opt-in that accepted it). None outside a Cluster.
+    fn node_checks(&self) -> Vec<Check> {
+        self.node_persistence()
+            .into_iter()
+            .map(|(node, d)| {
+                let (aof, rdb) = settings(&d);
+                let policy = d.maxmemory_policy.as_deref().unwrap_or("unknown");
+                let kept = d.keeps_every_write() && d.evicts() == Some(false);
+                Check::new(
+                    if kept { Verdict::Ok } else { Verdict::Warn },
+                    "node",
+                    format!("{node}: {aof}, {rdb}, maxmemory-policy {policy}"),
+                )
+            })
+            .collect()
+    }
+
     /// The eviction check: an evicting server FAILs with the refusal
     /// `connect` makes, unless the configuration allows eviction (a
     /// warning then).
@@ -331,14 +351,16 @@ impl Operate for ValkeyStrategy {
 
     fn checks(&self) -> BoxFuture<'_, Vec<Check>> {
         Box::pin(async move {
-            vec![
+            let mut checks = vec![
                 Check::new(Verdict::Ok, "server", self.server().to_string()),
                 self.tls_check(),
                 self.grants_check().await,
                 self.path_check(),
                 self.eviction_check(),
                 self.persistence_check(),
-            ]
+            ];
+            checks.extend(self.node_checks());
+            checks
         })
     }
 }

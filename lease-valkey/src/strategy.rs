@@ -152,13 +152,19 @@ struct Inner {
 /// reports it (`eviction`, `persistence`, `replication`).
 pub(crate) type Kept = Vec<(&'static str, String)>;
 
+/// Each Cluster primary, named by its address, with what it keeps.
+pub(crate) type Nodes = Vec<(String, Persistence)>;
+
 /// What the strategy judged of the server's settings under its
 /// configuration: the one judgement behind the refusal at connect, the
 /// claims' refusals, the watch and the doctor's checks.
 #[derive(Clone, Debug)]
 pub(crate) struct Judged {
-    /// What the server keeps, as read.
+    /// What the server keeps, as read (in a Cluster, the weakest
+    /// primary's answer).
     durability: Persistence,
+    /// In a Cluster, what each primary keeps (empty otherwise).
+    nodes: Nodes,
     /// Claims wait (`WAITAOF`) until the pool's recorded span is on disk:
     /// the append-only file with `appendfsync everysec` and
     /// `no-appendfsync-on-rewrite no`, on a server with `WAITAOF`.
@@ -242,6 +248,12 @@ impl ValkeyStrategy {
     /// [`ValkeyConfig::refuse_split_brain`]).
     pub fn replication(&self) -> leasehold_core::Replication {
         self.judged().replication.clone()
+    }
+
+    /// In a Cluster, what each primary keeps, as last read (the watch reads
+    /// a promoted replica among them); empty otherwise.
+    pub(crate) fn node_persistence(&self) -> Nodes {
+        self.judged().nodes.clone()
     }
 
     /// The settings as last judged.

@@ -2327,6 +2327,29 @@ async fn cluster_guards_are_read_where_the_pool_lives(b: Arc<InCluster>) -> Outc
     guards_are_read_where_the_pool_lives(&b.strategy().await?).await
 }
 
+/// The doctor shows what every Cluster primary keeps, a `node` line each
+/// (the eviction and persistence lines judge the weakest): three durable
+/// primaries, three `ok` lines naming their addresses.
+async fn cluster_doctor_shows_what_every_primary_keeps(b: Arc<InCluster>) -> Outcome {
+    let s = b.strategy().await?;
+    use leasehold_core::{Check, Verdict};
+    let nodes: Vec<Check> = leasehold_core::operate::doctor(&s)
+        .await
+        .into_iter()
+        .filter(|c| c.name == "node")
+        .collect();
+    ensure!(nodes.len() == 3, "node lines: {nodes:?}");
+    for node in &nodes {
+        ensure!(
+            node.verdict == Verdict::Ok
+                && node.detail.contains("AOF on (appendfsync always)")
+                && node.detail.contains("maxmemory-policy noeviction"),
+            "{node}"
+        );
+    }
+    Ok(())
+}
+
 async fn sentinel_guards_are_read_where_the_pool_lives(b: Arc<ThroughSentinel>) -> Outcome {
     guards_are_read_where_the_pool_lives(&b.strategy().await?).await
 }
@@ -2515,7 +2538,7 @@ fn cluster_target() -> (Target, Option<ClusterTopology>) {
         topology.node_addrs()[0]
     );
     let t = Target::new(label, describe, backend).with_revoke();
-    let t = trials!(t; cluster_guards_are_read_where_the_pool_lives);
+    let t = trials!(t; cluster_guards_are_read_where_the_pool_lives, cluster_doctor_shows_what_every_primary_keeps);
     (t, Some(topology))
 }
 

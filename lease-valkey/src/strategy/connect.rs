@@ -11,7 +11,7 @@ use fred::types::{Builder, ClusterHash, Value};
 use leasehold_core::ConfigError;
 
 use super::answers::config_value;
-use super::{ActivePath, BACKSTOP_SLACK, Inner, Judged, Kept, ValkeyStrategy};
+use super::{ActivePath, BACKSTOP_SLACK, Inner, Judged, Kept, Nodes, ValkeyStrategy};
 use crate::acl::LeaseUserAcl;
 use crate::config::{Method, ValkeyConfig, check_prefix, redact};
 use crate::credentials::Provider;
@@ -61,6 +61,7 @@ impl ValkeyStrategy {
                 tls: tls.map(|t| t.info),
                 judged: RwLock::new(Arc::new(Judged {
                     durability: Persistence::unknown(None),
+                    nodes: Vec::new(),
                     fsync_claims: false,
                     refusals: Vec::new(),
                     replication: leasehold_core::Replication::default(),
@@ -123,7 +124,7 @@ impl ValkeyStrategy {
         url: &str,
         refuse: bool,
     ) -> Result<Judged, ValkeyError> {
-        let durability = self.read_durability(url).await?;
+        let (durability, nodes) = self.read_durability(url).await?;
         let (mut replication, replication_refusal, replica) =
             self.read_replication(server, url).await?;
         if let Some(refusal) = replication_refusal {
@@ -139,6 +140,7 @@ impl ValkeyStrategy {
         }
         Ok(Judged {
             durability,
+            nodes,
             fsync_claims,
             refusals,
             replication,
@@ -299,18 +301,22 @@ impl ValkeyStrategy {
     /// to (all of them, from the slot map) is read, and the weakest answer
     /// is kept (one that may evict, else one that can forget a write, else
     /// the first), so that `connect` refuses a cluster with one
-    /// non-durable primary. Replicas are not read: one promoted later is
-    /// trusted to be configured like its primary.
-    async fn read_durability(&self, url: &str) -> Result<Persistence, ValkeyError> {
+    /// non-durable primary; each primary's answer comes too. Replicas are
+    /// not read here: one promoted later is read by the watch, among the
+    /// primaries, while the promotion guard still holds claims back on it.
+    async fn read_durability(&self, url: &str) -> Result<(Persistence, Nodes), ValkeyError> {
         let client = &self.inner.client;
         if !client.is_clustered() {
-            return self.read_durability_of(None, url).await;
+            return Ok((self.read_durability_of(None, url).await?, Vec::new()));
         }
         let mut primaries = client.active_connections();
         primaries.sort_by_key(|s| s.to_string());
         let mut weakest: Option<Persistence> = None;
+        let mut nodes = Vec::new();
         for server in primaries {
+            let name = server.to_string();
             let d = self.read_durability_of(Some(server), url).await?;
+            nodes.push((name, d.clone()));
             let rank = |p: &Persistence| match (p.evicts(), p.keeps_every_write()) {
                 (Some(true), _) => 2,
                 (_, false) => 1,
@@ -320,7 +326,8 @@ impl ValkeyStrategy {
                 weakest = Some(d);
             }
         }
-        Ok(weakest.unwrap_or_else(|| Persistence::unknown(self.inner.config.wait)))
+        let weakest = weakest.unwrap_or_else(|| Persistence::unknown(self.inner.config.wait));
+        Ok((weakest, nodes))
     }
 
     /// [`ValkeyStrategy::read_durability`] on one server: `node` (a Cluster
