@@ -46,6 +46,18 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     }
 
     pub(super) async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        self.watch_settings(pool.ttl()).await;
+        // A server that is no longer the primary (a replica, or read-only,
+        // where a privileged lease user could still write): the renewal is
+        // not tried, so the holder's lease runs out at its local deadline
+        // rather than being renewed where the primary never sees it. A
+        // weakened durability setting does not stop renewals: the restart
+        // guard (DESIGN.md rule 12) holds claims back after a crash-restart
+        // that loses what such a server acknowledged, so stopping the
+        // holders would cost availability and protect nothing more.
+        if let Some(why) = self.info.watched.not_primary() {
+            return Renewal::Retry(Reason::new(format!("renewal not tried: {why}")));
+        }
         match self.renew_once(pool, grant, ceiling).await {
             Ok(None) => Renewal::Lost(self.lost_reason(pool, grant).await),
             Ok(Some(now)) => Renewal::renewed(applied_ttl::<D>(pool.ttl()))

@@ -25,6 +25,9 @@ pub(super) struct Judged {
     /// Why the server is a replica (what was found, then the fix), when
     /// it is one.
     pub(super) replica: Option<(String, String)>,
+    /// Whether commits wait for synchronous standbys (PostgreSQL's
+    /// `synchronous_standby_names` is set).
+    pub(super) sync_standbys: bool,
 }
 
 /// The select list (text columns) that [`judge`] reads, for `engine` at
@@ -71,6 +74,7 @@ pub(super) fn judge(engine: Engine, version: &str, values: &[String]) -> Judged 
         _ => Judged {
             replication: Replication::new("one file: no replica, no split brain"),
             replica: None,
+            sync_standbys: false,
         },
     }
 }
@@ -88,6 +92,7 @@ fn on(value: &str) -> bool {
 }
 
 fn postgres(version: &str, [recovery, senders, standbys, commit]: [&str; 4]) -> Judged {
+    let sync_standbys = !standbys.is_empty();
     if recovery == "true" {
         return Judged {
             replication: Replication::new(format!(
@@ -103,6 +108,7 @@ fn postgres(version: &str, [recovery, senders, standbys, commit]: [&str; 4]) -> 
                      or the primary's host"
                 ),
             )),
+            sync_standbys,
         };
     }
     let senders: u64 = senders.parse().unwrap_or(0);
@@ -112,35 +118,37 @@ fn postgres(version: &str, [recovery, senders, standbys, commit]: [&str; 4]) -> 
          connections' synchronous_commit = {commit}"
     );
     let replication = Replication::new(found);
-    if senders == 0 {
-        return Judged {
-            replication,
-            replica: None,
-        };
-    }
-    let risk = if standbys.is_empty() {
-        Some(("synchronous_standby_names", "''".to_owned()))
-    } else if matches!(commit, "local" | "off") {
-        Some(("synchronous_commit", commit.to_owned()))
+    let waits = !matches!(commit, "local" | "off");
+    let risk = if senders > 0 && standbys.is_empty() {
+        Some(SplitBrainRisk {
+            setting: "synchronous_standby_names".to_owned(),
+            value: "''".to_owned(),
+            fix: SYNCHRONOUS.to_owned(),
+        })
+    } else if senders > 0 && !waits {
+        Some(SplitBrainRisk {
+            setting: "synchronous_commit".to_owned(),
+            value: commit.to_owned(),
+            fix: SYNCHRONOUS.to_owned(),
+        })
     } else {
         None
     };
     Judged {
         replication: match risk {
             None => replication,
-            Some((setting, value)) => replication.with_risk(SplitBrainRisk {
-                setting: setting.to_owned(),
-                value,
-                fix: "on the primary set synchronous_standby_names (e.g. 'ANY 1 (s1, s2)' or \
-                      '*') and leave synchronous_commit on (or remote_write, remote_apply) for \
-                      the lease user: a commit then waits for a standby, which an old primary \
-                      cut off from its standbys never gets"
-                    .to_owned(),
-            }),
+            Some(risk) => replication.with_risk(risk),
         },
         replica: None,
+        sync_standbys,
     }
 }
+
+/// How a PostgreSQL primary's commits come to wait for a standby.
+const SYNCHRONOUS: &str = "on the primary set synchronous_standby_names (e.g. 'ANY 1 (s1, s2)' \
+                           or '*') and leave synchronous_commit on (or remote_write, \
+                           remote_apply) for the lease user: a commit then waits for a \
+                           standby, which an old primary cut off from its standbys never gets";
 
 fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&str; 5]) -> Judged {
     let running: u64 = running.parse().unwrap_or(0);
@@ -163,6 +171,7 @@ fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&
                 ),
                 format!("{FOLLOWS_THE_PRIMARY}: MaxScale or HAProxy checking @@read_only"),
             )),
+            sync_standbys: false,
         };
     }
     let connected: u64 = connected.parse().unwrap_or(0);
@@ -175,6 +184,7 @@ fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&
         return Judged {
             replication,
             replica: None,
+            sync_standbys: false,
         };
     }
     let (setting, value) = if on(semi) {
@@ -193,6 +203,7 @@ fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&
                 .to_owned(),
         }),
         replica: None,
+        sync_standbys: false,
     }
 }
 
@@ -216,6 +227,7 @@ fn mysql(version: &str, [read_only, super_read_only]: [&str; 2]) -> Judged {
                     ),
                     format!("{FOLLOWS_THE_PRIMARY}: MySQL Router or HAProxy"),
                 )),
+                sync_standbys: false,
             }
         }
         None => Judged {
@@ -224,6 +236,7 @@ fn mysql(version: &str, [read_only, super_read_only]: [&str; 2]) -> Judged {
                  CLIENT, and semi-synchronous replication in a plugin)",
             ),
             replica: None,
+            sync_standbys: false,
         },
     }
 }
