@@ -39,7 +39,8 @@ pub(super) fn columns(engine: Engine, version: &str) -> Option<&'static str> {
             "CAST(pg_is_in_recovery() AS TEXT), \
              CAST((SELECT count(*) FROM pg_stat_replication) AS TEXT), \
              current_setting('synchronous_standby_names'), \
-             current_setting('synchronous_commit')",
+             current_setting('synchronous_commit'), \
+             current_setting('lc_messages')",
         ),
         Engine::MySql if version.contains("MariaDB") => Some(
             "CAST(@@read_only AS CHAR), \
@@ -66,7 +67,7 @@ pub(super) fn count(engine: Engine, version: &str) -> usize {
 pub(super) fn judge(engine: Engine, version: &str, values: &[String]) -> Judged {
     let get = |i: usize| values.get(i).map_or("", |v| v.trim());
     match engine {
-        Engine::Postgres => postgres(version, [get(0), get(1), get(2), get(3)]),
+        Engine::Postgres => postgres(version, [get(0), get(1), get(2), get(3), get(4)]),
         Engine::MySql if version.contains("MariaDB") => {
             mariadb(version, [get(0), get(1), get(2), get(3), get(4)])
         }
@@ -91,7 +92,7 @@ fn on(value: &str) -> bool {
     )
 }
 
-fn postgres(version: &str, [recovery, senders, standbys, commit]: [&str; 4]) -> Judged {
+fn postgres(version: &str, [recovery, senders, standbys, commit, lc]: [&str; 5]) -> Judged {
     let sync_standbys = !standbys.is_empty();
     if recovery == "true" {
         return Judged {
@@ -115,7 +116,7 @@ fn postgres(version: &str, [recovery, senders, standbys, commit]: [&str; 4]) -> 
     let found = format!(
         "primary with {senders} WAL sender(s) (streaming standbys or base backups, from \
          pg_stat_replication), synchronous_standby_names = '{standbys}', the lease \
-         connections' synchronous_commit = {commit}"
+         connections' synchronous_commit = {commit}, lc_messages = '{lc}'"
     );
     let replication = Replication::new(found);
     let waits = !matches!(commit, "local" | "off");
@@ -130,6 +131,24 @@ fn postgres(version: &str, [recovery, senders, standbys, commit]: [&str; 4]) -> 
             setting: "synchronous_commit".to_owned(),
             value: commit.to_owned(),
             fix: SYNCHRONOUS.to_owned(),
+        })
+    } else if sync_standbys && waits && !english(lc) {
+        // A commit whose wait for the standbys is cancelled (the operation
+        // timed out) is acknowledged with a warning, on the primary only;
+        // the lease operations know that warning by its English text
+        // (`notice.rs`), so in another language such a commit counts as
+        // done.
+        Some(SplitBrainRisk {
+            setting: "lc_messages".to_owned(),
+            value: format!("'{lc}'"),
+            fix: "let the lease connections get the server's messages in English, so a \
+                  commit whose wait for the synchronous standbys was cancelled is recognised: \
+                  ALTER SYSTEM SET lc_messages = 'C' and SELECT pg_reload_conf(), or ALTER ROLE \
+                  <lease user> SET lc_messages = 'C', by a superuser; on PostgreSQL 15+ a \
+                  superuser can instead GRANT SET ON PARAMETER lc_messages TO <lease user>, who \
+                  then runs ALTER ROLE CURRENT_USER SET lc_messages = 'C' (new connections take \
+                  it)"
+            .to_owned(),
         })
     } else {
         None
@@ -149,6 +168,14 @@ const SYNCHRONOUS: &str = "on the primary set synchronous_standby_names (e.g. 'A
                            or '*') and leave synchronous_commit on (or remote_write, \
                            remote_apply) for the lease user: a commit then waits for a \
                            standby, which an old primary cut off from its standbys never gets";
+
+/// Whether PostgreSQL's `lc_messages` gives its messages in English: unset
+/// (the server's environment, which the lease connections cannot see, is
+/// taken as English), `C`, `POSIX`, `C.<encoding>`, or an `en` locale.
+fn english(lc: &str) -> bool {
+    let lc = lc.to_ascii_lowercase();
+    lc.is_empty() || lc == "c" || lc == "posix" || lc.starts_with("c.") || lc.starts_with("en")
+}
 
 fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&str; 5]) -> Judged {
     let running: u64 = running.parse().unwrap_or(0);
@@ -251,7 +278,7 @@ mod tests {
 
     #[test]
     fn the_column_count_matches_what_each_engine_reads() {
-        assert_eq!(count(Engine::Postgres, "PostgreSQL 15.14"), 4);
+        assert_eq!(count(Engine::Postgres, "PostgreSQL 15.14"), 5);
         assert_eq!(count(Engine::MySql, "MariaDB 10.11.19-MariaDB"), 5);
         assert_eq!(count(Engine::MySql, "MySQL 8.4.0"), 2);
         assert_eq!(count(Engine::Sqlite, "SQLite 3.46.0"), 0);
@@ -276,6 +303,61 @@ mod tests {
         );
         assert_eq!(risk(pg(&["false", "1", "*", "on"])), None);
         assert_eq!(risk(pg(&["false", "0", "", "on"])), None);
+    }
+
+    /// A primary whose commits wait for synchronous standbys can be told a
+    /// commit is done that is on the primary only (the wait cancelled):
+    /// the warning that says so is recognised by its English text, so
+    /// messages in another language let it split brain.
+    #[test]
+    fn postgres_lc_messages_not_in_english_lets_a_synchronous_primary_split_brain() {
+        let pg = |v: &[&str]| judge(Engine::Postgres, "PostgreSQL 15", &strings(v));
+        let risk = |lc: &str| {
+            pg(&["false", "1", "*", "on", lc])
+                .replication
+                .split_brain
+                .map(|r| (r.setting, r.value, r.fix))
+        };
+        for english in [
+            "",
+            "C",
+            "POSIX",
+            "C.UTF-8",
+            "en_US.UTF-8",
+            "en_GB",
+            "English_United States.1252",
+        ] {
+            assert_eq!(risk(english), None, "{english}");
+        }
+        for other in ["de_DE.UTF-8", "fr_FR", "sv_SE.utf8"] {
+            let (setting, value, fix) = risk(other).expect(other);
+            assert_eq!(setting, "lc_messages");
+            assert_eq!(value, format!("'{other}'"));
+            assert!(fix.contains("ALTER SYSTEM SET lc_messages = 'C'"), "{fix}");
+            assert!(fix.contains("ALTER ROLE"), "{fix}");
+            assert!(fix.contains("GRANT SET ON PARAMETER lc_messages"), "{fix}");
+        }
+        // Waiting for standbys with no WAL sender connected: commits wait
+        // until cancelled, so the language matters there too.
+        let unsent = pg(&["false", "0", "*", "on", "de_DE.UTF-8"]);
+        assert!(unsent.sync_standbys);
+        assert_eq!(
+            unsent.replication.split_brain.map(|r| r.setting).as_deref(),
+            Some("lc_messages")
+        );
+        // Commits that do not wait for standbys are not cancelled there.
+        assert!(
+            pg(&["false", "0", "*", "local", "de_DE.UTF-8"])
+                .replication
+                .split_brain
+                .is_none()
+        );
+        assert!(
+            pg(&["false", "0", "", "on", "de_DE.UTF-8"])
+                .replication
+                .split_brain
+                .is_none()
+        );
     }
 
     #[test]
