@@ -22,8 +22,7 @@ use std::time::Duration;
 
 use leasehold_core::credentials::{CredentialSource, Credentials, CredentialsError};
 use leasehold_core::{
-    AcquireError, BoxFuture, Durability, Floor, Grant, InspectError, PoolSpec, Release, Renewal,
-    SlotInfo,
+    AcquireError, BoxFuture, Floor, Grant, InspectError, PoolSpec, Release, Renewal, SlotInfo,
 };
 use sqlx::{Connection, Execute, Executor};
 
@@ -49,21 +48,12 @@ pub(crate) struct Info {
     pub(crate) version: String,
     /// The granularity of the expiry the engine stores.
     pub(crate) resolution: Duration,
-    /// Whether the server keeps acknowledged writes across a crash, as read
-    /// at connect.
-    pub(crate) durability: Durability,
-    /// Whether the server waited for synchronous standbys at connect.
-    pub(crate) sync_standbys: bool,
-    /// The server's replication as read at connect, with what `connect`
-    /// would have refused for it when told not to refuse.
-    pub(crate) replication: leasehold_core::Replication,
+    /// The server's durability and replication settings as judged at
+    /// connect and at the latest re-read (see `server.rs`), with what
+    /// claims and renewals answer for them.
+    pub(crate) watched: server::Watched,
     /// What the URL asked of TLS (networked engines).
     pub(crate) tls: Option<crate::tls::Asked>,
-    /// What `connect` would have refused, kept instead
-    /// (`SqlConfig::refuse_at_connect(false)`): every claim answers it.
-    pub(crate) refusal: Option<String>,
-    /// The opt-in that accepted a server that can forget, as its URL option.
-    pub(crate) opt_in: Option<&'static str>,
 }
 
 /// The object-safe face of a [`Backend`]: the one point where the engine is
@@ -165,12 +155,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
                 op_timeout: config.op_timeout,
                 version: opened.version,
                 resolution: D::RESOLUTION,
-                durability: Durability::default(),
-                sync_standbys: opened.sync_standbys,
-                replication: leasehold_core::Replication::default(),
+                watched: server::Watched::new(server::Policy::of(config), opened.sync_standbys),
                 tls: opened.tls,
-                refusal: None,
-                opt_in: None,
             },
             credentials: config.credentials.clone(),
         };
@@ -274,7 +260,10 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         // A commit PostgreSQL acknowledged with a cancelled wait for its
         // synchronous standby is on the primary only: not done.
         let (outcome, unproven) =
-            watch(self.info.sync_standbys, tokio::time::timeout(budget, fut)).await;
+            watch(
+                self.info.watched.sync_standbys(),
+                tokio::time::timeout(budget, fut),
+            ).await;
         if let (Some(why), Ok(Ok(_))) = (unproven, &outcome) {
             return Err(Failure::Transient(format!("{what}: {why}")));
         }

@@ -177,7 +177,11 @@ impl SqlConfig {
     /// even when [`SqlConfig::assume_one_timing_per_pool`] or
     /// [`SqlConfig::restart_guard`]`(false)` accepts one: `connect` answers
     /// [`SqlError::NotDurable`](crate::SqlError::NotDurable) naming each
-    /// setting and its fix. Default false.
+    /// setting and its fix. Default false. A server weakened after connect
+    /// is found by the next re-read of its settings (a quarter of the
+    /// pool's TTL apart): from then on claims answer the same refusal as
+    /// `AcquireError::Misconfigured`, while renewals go on (the restart
+    /// guard covers the crash that would lose them).
     ///
     /// Which servers can forget: PostgreSQL with `fsync` or
     /// `full_page_writes` off (an OS crash or power loss), MySQL/MariaDB with
@@ -237,10 +241,13 @@ impl SqlConfig {
     /// setting that closes it. The URL option `refuse_split_brain=true`
     /// says the same.
     ///
-    /// Which primaries can split brain, as read at connect: PostgreSQL with
-    /// streaming standbys (`pg_stat_replication`) and an empty
-    /// `synchronous_standby_names` (or the lease user's
-    /// `synchronous_commit` at `local` or `off`); MariaDB with replicas
+    /// Which primaries can split brain, as read at connect and at every
+    /// re-read of the settings (a quarter of the pool's TTL apart, after
+    /// which claims answer the refusal): PostgreSQL with streaming standbys
+    /// (`pg_stat_replication`) and an empty `synchronous_standby_names` (or
+    /// the lease user's `synchronous_commit` at `local` or `off`), or with
+    /// synchronous standbys and `lc_messages` not English (the cancelled
+    /// wait's warning is recognised by its English text); MariaDB with replicas
     /// connected (`Slaves_connected`) and no semi-synchronous replication
     /// in force (`rpl_semi_sync_master_enabled`, `Rpl_semi_sync_master_status`).
     /// After a failover such an old primary, cut off from its replicas,
@@ -251,7 +258,9 @@ impl SqlConfig {
     ///
     /// A replica (a standby in recovery, a read-only or replicating
     /// MySQL/MariaDB server) is refused whatever this says:
-    /// [`SqlError::Replica`](crate::SqlError::Replica).
+    /// [`SqlError::Replica`](crate::SqlError::Replica); one found so by a
+    /// re-read refuses claims and renewals (`Retry`) until it is the
+    /// primary again.
     pub fn refuse_split_brain(mut self, yes: bool) -> Self {
         self.refuse_split_brain = yes;
         self

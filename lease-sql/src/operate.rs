@@ -104,9 +104,9 @@ impl SqlStrategy {
     /// accepts is `ok`, or a warning naming the opt-in that accepted it.
     fn durability_verdict(&self) -> Check {
         // A refusal for replication is the replication check's.
-        let replication = SqlStrategy::replication(self).refusal.as_deref();
-        if let Some(refusal) = self.refusal().filter(|r| Some(*r) != replication) {
-            return refusal_check("durability", refusal);
+        let replication = SqlStrategy::replication(self).refusal;
+        if let Some(refusal) = self.refusal().filter(|r| Some(r) != replication.as_ref()) {
+            return refusal_check("durability", &refusal);
         }
         let accepted = match self.opt_in() {
             Some(opt_in @ "restart_guard=false") => format!(
@@ -118,7 +118,7 @@ impl SqlStrategy {
             }
             None => String::new(),
         };
-        durability_check(SqlStrategy::durability(self), &accepted)
+        durability_check(&SqlStrategy::durability(self), &accepted)
     }
 
     async fn schema_check(&self) -> Check {
@@ -259,11 +259,11 @@ impl Operate for SqlStrategy {
     }
 
     fn durability(&self) -> Durability {
-        SqlStrategy::durability(self).clone()
+        SqlStrategy::durability(self)
     }
 
     fn replication(&self) -> Replication {
-        SqlStrategy::replication(self).clone()
+        SqlStrategy::replication(self)
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), OperateError>> {

@@ -99,32 +99,34 @@ impl SqlStrategy {
     }
 
     /// Whether the server keeps acknowledged writes across a crash, as read at
-    /// connect (see [`SqlConfig::require_durable`]). SQLite is durable for
+    /// connect and at the latest re-read (see [`SqlConfig::require_durable`]
+    /// and the crate README, "Settings watched"). SQLite is durable for
     /// every holder it can have: all run on the machine that has the file.
-    pub fn durability(&self) -> &leasehold_core::Durability {
-        &self.ops.info().durability
+    pub fn durability(&self) -> leasehold_core::Durability {
+        self.ops.info().watched.get().durability
     }
 
-    /// The server's replication as read at connect: what it is (a primary,
-    /// with how many replicas), whether it can split brain and the setting
-    /// that closes it (see [`SqlConfig::refuse_split_brain`]).
-    pub fn replication(&self) -> &leasehold_core::Replication {
-        &self.ops.info().replication
+    /// The server's replication as read at connect and at the latest
+    /// re-read: what it is (a primary, with how many replicas), whether it
+    /// can split brain and the setting that closes it (see
+    /// [`SqlConfig::refuse_split_brain`]).
+    pub fn replication(&self) -> leasehold_core::Replication {
+        self.ops.info().watched.get().replication
     }
 
-    /// What `connect` would have refused this server for under its
-    /// configuration, kept because [`SqlConfig::refuse_at_connect`] was
-    /// `false` (the text of the [`SqlError`] it would have answered).
-    /// `None`: the server is accepted. Every claim answers it as a final
-    /// `AcquireError::Misconfigured`.
-    pub fn refusal(&self) -> Option<&str> {
-        self.ops.info().refusal.as_deref()
+    /// What `connect` refuses this server for under its configuration (the
+    /// text of the [`SqlError`] it answers): kept because
+    /// [`SqlConfig::refuse_at_connect`] was `false`, or found by a re-read
+    /// of the server's settings since. `None`: the server is accepted.
+    /// Every claim answers it as a final `AcquireError::Misconfigured`.
+    pub fn refusal(&self) -> Option<String> {
+        self.ops.info().watched.refusal()
     }
 
     /// The opt-in (as its URL option) that accepted a server that can
     /// forget acknowledged writes.
     pub(crate) fn opt_in(&self) -> Option<&'static str> {
-        self.ops.info().opt_in
+        self.ops.info().watched.get().opt_in
     }
 
     /// The per-operation timeout.
@@ -309,19 +311,16 @@ impl fmt::Debug for SqlStrategy {
         f.debug_struct("SqlStrategy")
             .field("store", &info.identity)
             .field("server", &info.version)
-            .field("durability", &format_args!("{}", info.durability))
+            .field(
+                "durability",
+                &format_args!("{}", info.watched.get().durability),
+            )
             .finish_non_exhaustive()
     }
 }
 
 impl Strategy for SqlStrategy {
     async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
-        // A server this configuration does not accept, connected to only
-        // to be looked at: nothing is claimed on it.
-        if let Some(refusal) = self.refusal() {
-            let (what, fix) = leasehold_core::operate::split_refusal(refusal);
-            return Err(AcquireError::Misconfigured { what, fix });
-        }
         self.ops.acquire(pool, ceiling).await
     }
 

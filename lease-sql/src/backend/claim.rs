@@ -18,6 +18,14 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         pool: &PoolSpec,
         ceiling: Floor,
     ) -> Result<Grant, AcquireError> {
+        self.watch_settings(pool.ttl()).await;
+        // A server this configuration does not accept (connected to only
+        // to be looked at, or found so by a re-read of its settings):
+        // nothing is claimed on it.
+        if let Some(refusal) = self.info.watched.refusal() {
+            let (what, fix) = leasehold_core::operate::split_refusal(&refusal);
+            return Err(AcquireError::Misconfigured { what, fix });
+        }
         let mut populated = false;
         let mut rechecked = false;
         loop {

@@ -81,7 +81,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         let mut guards = Vec::new();
 
         if D::ENGINE != Engine::Sqlite {
-            let restart = if self.info.refusal.is_some() {
+            let restart = if self.info.watched.refusal().is_some() {
                 Guard::new(
                     GuardKind::Restart,
                     GuardState::Off {

@@ -1,6 +1,9 @@
 //! Renewal and release of a held slot: one statement each, matched on the
 //! token.
 
+use std::future::Future;
+use std::task::Poll;
+
 use leasehold_core::{Floor, Grant, PoolSpec, Reason, Release, Renewal};
 use sqlx::Row;
 
@@ -46,6 +49,42 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     }
 
     pub(super) async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        // A server that is no longer the primary (a replica, or read-only,
+        // where a privileged lease user could still write): the renewal is
+        // not tried, or not counted, so the holder's lease runs out at its
+        // local deadline rather than being renewed where the primary never
+        // sees it. A weakened durability setting does not stop renewals:
+        // the restart guard (DESIGN.md rule 12) holds claims back after a
+        // crash-restart that loses what such a server acknowledged, so
+        // stopping the holders would cost availability and protect nothing
+        // more.
+        let withheld = || {
+            self.info
+                .watched
+                .not_primary()
+                .map(|why| Renewal::Retry(Reason::new(format!("renewal not counted: {why}"))))
+        };
+        if withheld().is_some() {
+            // Only the re-read, when due, can find the server writable again.
+            self.watch_settings(pool.ttl()).await;
+            if let Some(retry) = withheld() {
+                return retry;
+            }
+            return self.renewal(pool, grant, ceiling).await;
+        }
+        // The re-read, when due, runs beside the renewal (on another lease
+        // connection where there is one), adding no round trip to its
+        // time; what it finds still decides this renewal's answer.
+        let renewal = beside(
+            self.watch_settings(pool.ttl()),
+            self.renewal(pool, grant, ceiling),
+        )
+        .await;
+        withheld().unwrap_or(renewal)
+    }
+
+    /// One renewal, answered as the holder takes it.
+    async fn renewal(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
         match self.renew_once(pool, grant, ceiling).await {
             Ok(None) => Renewal::Lost(self.lost_reason(pool, grant).await),
             Ok(Some(now)) => Renewal::renewed(applied_ttl::<D>(pool.ttl()))
@@ -67,3 +106,28 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         }
     }
 });
+
+/// Runs `side` and `main` together; `main`'s output once both are done.
+async fn beside<T>(side: impl Future<Output = ()>, main: impl Future<Output = T>) -> T {
+    let mut side = std::pin::pin!(side);
+    let mut main = std::pin::pin!(main);
+    let (mut side_done, mut out) = (false, None);
+    std::future::poll_fn(|cx| {
+        if !side_done {
+            side_done = side.as_mut().poll(cx).is_ready();
+        }
+        if out.is_none()
+            && let Poll::Ready(v) = main.as_mut().poll(cx)
+        {
+            out = Some(v);
+        }
+        match (side_done, out.take()) {
+            (true, Some(v)) => Poll::Ready(v),
+            (_, v) => {
+                out = v;
+                Poll::Pending
+            }
+        }
+    })
+    .await
+}

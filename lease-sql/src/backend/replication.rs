@@ -25,6 +25,9 @@ pub(super) struct Judged {
     /// Why the server is a replica (what was found, then the fix), when
     /// it is one.
     pub(super) replica: Option<(String, String)>,
+    /// Whether commits wait for synchronous standbys (PostgreSQL's
+    /// `synchronous_standby_names` is set).
+    pub(super) sync_standbys: bool,
 }
 
 /// The select list (text columns) that [`judge`] reads, for `engine` at
@@ -36,7 +39,8 @@ pub(super) fn columns(engine: Engine, version: &str) -> Option<&'static str> {
             "CAST(pg_is_in_recovery() AS TEXT), \
              CAST((SELECT count(*) FROM pg_stat_replication) AS TEXT), \
              current_setting('synchronous_standby_names'), \
-             current_setting('synchronous_commit')",
+             current_setting('synchronous_commit'), \
+             current_setting('lc_messages')",
         ),
         Engine::MySql if version.contains("MariaDB") => Some(
             "CAST(@@read_only AS CHAR), \
@@ -63,7 +67,7 @@ pub(super) fn count(engine: Engine, version: &str) -> usize {
 pub(super) fn judge(engine: Engine, version: &str, values: &[String]) -> Judged {
     let get = |i: usize| values.get(i).map_or("", |v| v.trim());
     match engine {
-        Engine::Postgres => postgres(version, [get(0), get(1), get(2), get(3)]),
+        Engine::Postgres => postgres(version, [get(0), get(1), get(2), get(3), get(4)]),
         Engine::MySql if version.contains("MariaDB") => {
             mariadb(version, [get(0), get(1), get(2), get(3), get(4)])
         }
@@ -71,6 +75,7 @@ pub(super) fn judge(engine: Engine, version: &str, values: &[String]) -> Judged 
         _ => Judged {
             replication: Replication::new("one file: no replica, no split brain"),
             replica: None,
+            sync_standbys: false,
         },
     }
 }
@@ -87,7 +92,8 @@ fn on(value: &str) -> bool {
     )
 }
 
-fn postgres(version: &str, [recovery, senders, standbys, commit]: [&str; 4]) -> Judged {
+fn postgres(version: &str, [recovery, senders, standbys, commit, lc]: [&str; 5]) -> Judged {
+    let sync_standbys = !standbys.is_empty();
     if recovery == "true" {
         return Judged {
             replication: Replication::new(format!(
@@ -103,43 +109,72 @@ fn postgres(version: &str, [recovery, senders, standbys, commit]: [&str; 4]) -> 
                      or the primary's host"
                 ),
             )),
+            sync_standbys,
         };
     }
     let senders: u64 = senders.parse().unwrap_or(0);
     let found = format!(
         "primary with {senders} WAL sender(s) (streaming standbys or base backups, from \
          pg_stat_replication), synchronous_standby_names = '{standbys}', the lease \
-         connections' synchronous_commit = {commit}"
+         connections' synchronous_commit = {commit}, lc_messages = '{lc}'"
     );
     let replication = Replication::new(found);
-    if senders == 0 {
-        return Judged {
-            replication,
-            replica: None,
-        };
-    }
-    let risk = if standbys.is_empty() {
-        Some(("synchronous_standby_names", "''".to_owned()))
-    } else if matches!(commit, "local" | "off") {
-        Some(("synchronous_commit", commit.to_owned()))
+    let waits = !matches!(commit, "local" | "off");
+    let risk = if senders > 0 && standbys.is_empty() {
+        Some(SplitBrainRisk {
+            setting: "synchronous_standby_names".to_owned(),
+            value: "''".to_owned(),
+            fix: SYNCHRONOUS.to_owned(),
+        })
+    } else if senders > 0 && !waits {
+        Some(SplitBrainRisk {
+            setting: "synchronous_commit".to_owned(),
+            value: commit.to_owned(),
+            fix: SYNCHRONOUS.to_owned(),
+        })
+    } else if sync_standbys && waits && !english(lc) {
+        // A commit whose wait for the standbys is cancelled (the operation
+        // timed out) is acknowledged with a warning, on the primary only;
+        // the lease operations know that warning by its English text
+        // (`notice.rs`), so in another language such a commit counts as
+        // done.
+        Some(SplitBrainRisk {
+            setting: "lc_messages".to_owned(),
+            value: format!("'{lc}'"),
+            fix: "let the lease connections get the server's messages in English, so a \
+                  commit whose wait for the synchronous standbys was cancelled is recognised: \
+                  ALTER SYSTEM SET lc_messages = 'C' and SELECT pg_reload_conf(), or ALTER ROLE \
+                  <lease user> SET lc_messages = 'C', by a superuser; on PostgreSQL 15+ a \
+                  superuser can instead GRANT SET ON PARAMETER lc_messages TO <lease user>, who \
+                  then runs ALTER ROLE CURRENT_USER SET lc_messages = 'C' (new connections take \
+                  it)"
+            .to_owned(),
+        })
     } else {
         None
     };
     Judged {
         replication: match risk {
             None => replication,
-            Some((setting, value)) => replication.with_risk(SplitBrainRisk {
-                setting: setting.to_owned(),
-                value,
-                fix: "on the primary set synchronous_standby_names (e.g. 'ANY 1 (s1, s2)' or \
-                      '*') and leave synchronous_commit on (or remote_write, remote_apply) for \
-                      the lease user: a commit then waits for a standby, which an old primary \
-                      cut off from its standbys never gets"
-                    .to_owned(),
-            }),
+            Some(risk) => replication.with_risk(risk),
         },
         replica: None,
+        sync_standbys,
     }
+}
+
+/// How a PostgreSQL primary's commits come to wait for a standby.
+const SYNCHRONOUS: &str = "on the primary set synchronous_standby_names (e.g. 'ANY 1 (s1, s2)' \
+                           or '*') and leave synchronous_commit on (or remote_write, \
+                           remote_apply) for the lease user: a commit then waits for a \
+                           standby, which an old primary cut off from its standbys never gets";
+
+/// Whether PostgreSQL's `lc_messages` gives its messages in English: unset
+/// (the server's environment, which the lease connections cannot see, is
+/// taken as English), `C`, `POSIX`, `C.<encoding>`, or an `en` locale.
+fn english(lc: &str) -> bool {
+    let lc = lc.to_ascii_lowercase();
+    lc.is_empty() || lc == "c" || lc == "posix" || lc.starts_with("c.") || lc.starts_with("en")
 }
 
 fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&str; 5]) -> Judged {
@@ -163,6 +198,7 @@ fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&
                 ),
                 format!("{FOLLOWS_THE_PRIMARY}: MaxScale or HAProxy checking @@read_only"),
             )),
+            sync_standbys: false,
         };
     }
     let connected: u64 = connected.parse().unwrap_or(0);
@@ -175,6 +211,7 @@ fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&
         return Judged {
             replication,
             replica: None,
+            sync_standbys: false,
         };
     }
     let (setting, value) = if on(semi) {
@@ -193,6 +230,7 @@ fn mariadb(version: &str, [read_only, running, connected, semi, semi_status]: [&
                 .to_owned(),
         }),
         replica: None,
+        sync_standbys: false,
     }
 }
 
@@ -216,6 +254,7 @@ fn mysql(version: &str, [read_only, super_read_only]: [&str; 2]) -> Judged {
                     ),
                     format!("{FOLLOWS_THE_PRIMARY}: MySQL Router or HAProxy"),
                 )),
+                sync_standbys: false,
             }
         }
         None => Judged {
@@ -224,6 +263,7 @@ fn mysql(version: &str, [read_only, super_read_only]: [&str; 2]) -> Judged {
                  CLIENT, and semi-synchronous replication in a plugin)",
             ),
             replica: None,
+            sync_standbys: false,
         },
     }
 }
@@ -238,7 +278,7 @@ mod tests {
 
     #[test]
     fn the_column_count_matches_what_each_engine_reads() {
-        assert_eq!(count(Engine::Postgres, "PostgreSQL 15.14"), 4);
+        assert_eq!(count(Engine::Postgres, "PostgreSQL 15.14"), 5);
         assert_eq!(count(Engine::MySql, "MariaDB 10.11.19-MariaDB"), 5);
         assert_eq!(count(Engine::MySql, "MySQL 8.4.0"), 2);
         assert_eq!(count(Engine::Sqlite, "SQLite 3.46.0"), 0);
@@ -263,6 +303,61 @@ mod tests {
         );
         assert_eq!(risk(pg(&["false", "1", "*", "on"])), None);
         assert_eq!(risk(pg(&["false", "0", "", "on"])), None);
+    }
+
+    /// A primary whose commits wait for synchronous standbys can be told a
+    /// commit is done that is on the primary only (the wait cancelled):
+    /// the warning that says so is recognised by its English text, so
+    /// messages in another language let it split brain.
+    #[test]
+    fn postgres_lc_messages_not_in_english_lets_a_synchronous_primary_split_brain() {
+        let pg = |v: &[&str]| judge(Engine::Postgres, "PostgreSQL 15", &strings(v));
+        let risk = |lc: &str| {
+            pg(&["false", "1", "*", "on", lc])
+                .replication
+                .split_brain
+                .map(|r| (r.setting, r.value, r.fix))
+        };
+        for english in [
+            "",
+            "C",
+            "POSIX",
+            "C.UTF-8",
+            "en_US.UTF-8",
+            "en_GB",
+            "English_United States.1252",
+        ] {
+            assert_eq!(risk(english), None, "{english}");
+        }
+        for other in ["de_DE.UTF-8", "fr_FR", "sv_SE.utf8"] {
+            let (setting, value, fix) = risk(other).expect(other);
+            assert_eq!(setting, "lc_messages");
+            assert_eq!(value, format!("'{other}'"));
+            assert!(fix.contains("ALTER SYSTEM SET lc_messages = 'C'"), "{fix}");
+            assert!(fix.contains("ALTER ROLE"), "{fix}");
+            assert!(fix.contains("GRANT SET ON PARAMETER lc_messages"), "{fix}");
+        }
+        // Waiting for standbys with no WAL sender connected: commits wait
+        // until cancelled, so the language matters there too.
+        let unsent = pg(&["false", "0", "*", "on", "de_DE.UTF-8"]);
+        assert!(unsent.sync_standbys);
+        assert_eq!(
+            unsent.replication.split_brain.map(|r| r.setting).as_deref(),
+            Some("lc_messages")
+        );
+        // Commits that do not wait for standbys are not cancelled there.
+        assert!(
+            pg(&["false", "0", "*", "local", "de_DE.UTF-8"])
+                .replication
+                .split_brain
+                .is_none()
+        );
+        assert!(
+            pg(&["false", "0", "", "on", "de_DE.UTF-8"])
+                .replication
+                .split_brain
+                .is_none()
+        );
     }
 
     #[test]
