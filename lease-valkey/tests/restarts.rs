@@ -48,12 +48,6 @@ impl Stores for Valkey {
     fn connect<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
         Box::pin(async move {
             let s = connect_patiently(ValkeyConfig::new(url).key_prefix("lhrestart")).await?;
-            // A test that weakens the server (`weaken_until_restart`) claims
-            // behind the settings' back to show what the restart guard
-            // does; the next reading of the settings would refuse that
-            // claim, but only once a quarter TTL has passed, which a slow
-            // machine could make it do, so the reading at connect stands.
-            s.keep_the_settings_read_at_connect();
             Ok(Arc::new(s) as Store)
         })
     }
