@@ -174,6 +174,25 @@ pub const PROGRAMS: &[Program] = &[
         used_by: "a stand-in process in the server supervision tests",
     },
     Program {
+        name: "localedef",
+        locate: Locate::OnPath("localedef"),
+        package: "libc-bin",
+        used_by: "`cargo xtask test` making the German locale (de_DE.UTF-8) the PostgreSQL \
+                  test of a server whose messages are not in English needs",
+    },
+    Program {
+        name: "locale",
+        locate: Locate::OnPath("locale"),
+        package: "libc-bin",
+        used_by: "`cargo xtask test` listing the locales this machine has",
+    },
+    Program {
+        name: "locale-sources",
+        locate: Locate::At(&["/usr/share/i18n/locales/de_DE"]),
+        package: "locales",
+        used_by: "`localedef` making the German locale (de_DE.UTF-8)",
+    },
+    Program {
         name: "apt-get",
         locate: Locate::OnPath("apt-get"),
         package: "apt",

@@ -237,11 +237,14 @@ async fn mariadb_innodb_flush_weakened_under_require_durable_refuses_claims_whil
 
 /// A primary whose commits wait for its synchronous standby, with
 /// `refuse_split_brain`: an operator's `synchronous_standby_names = ''`
-/// lets it split brain, and claims are refused until it is set again.
+/// lets it split brain, and claims are refused until it is set again; so
+/// does `lc_messages` set to German, under which the warning of a
+/// cancelled synchronous wait goes unread, until it is reset.
 /// PostgreSQL's `pg_reload_conf()` only signals: each backend takes the new
 /// setting at its next command, so the claim is polled until it answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_synchronous_standbys_dropped_under_refuse_split_brain_refuses_claims() {
+async fn postgres_a_synchronous_primary_made_able_to_split_brain_refuses_claims_under_refuse_split_brain()
+ {
     let pair = match PgPair::start(ServerKind::Postgres15, PgReplication::Sync).await {
         Ok(pair) => pair,
         Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
@@ -284,6 +287,36 @@ async fn postgres_synchronous_standbys_dropped_under_refuse_split_brain_refuses_
     let changed = change(&s, "SELECT pg_reload_conf()").await;
     claims_until(&s, &pool, changed, |answer| answer.is_ok()).await;
     assert!(s.refusal().is_none(), "{:?}", s.refusal());
+
+    // The server made to speak German: the warning of a cancelled
+    // synchronous wait, which the library reads by its English text, would
+    // go unseen, so the primary can split brain again. (The locale is made
+    // by `cargo xtask test`, as root: `localedef -i de_DE -f UTF-8
+    // de_DE.UTF-8`.)
+    run(&s, "ALTER SYSTEM SET lc_messages = 'de_DE.UTF-8'").await;
+    let changed = change(&s, "SELECT pg_reload_conf()").await;
+    claims_until(&s, &pool, changed, |answer| match answer {
+        Err(AcquireError::Misconfigured { what, fix }) => {
+            let text = format!("{what}\n{fix}");
+            assert!(
+                text.contains("lc_messages") && text.contains("de_DE.UTF-8"),
+                "{text}"
+            );
+            true
+        }
+        _ => false,
+    })
+    .await;
+    assert!(
+        s.replication()
+            .split_brain
+            .is_some_and(|r| r.setting == "lc_messages"),
+        "{:?}",
+        s.replication()
+    );
+    run(&s, "ALTER SYSTEM RESET lc_messages").await;
+    let changed = change(&s, "SELECT pg_reload_conf()").await;
+    claims_until(&s, &pool, changed, |answer| answer.is_ok()).await;
     s.close().await;
 }
 
@@ -300,6 +333,9 @@ async fn claims_until(
     loop {
         let answer = s.acquire(pool, Floor::NONE).await;
         if done(&answer) {
+            if let Ok(grant) = answer {
+                let _ = s.release(pool, &grant, Floor::NONE).await;
+            }
             return;
         }
         claims += 1;

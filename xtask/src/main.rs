@@ -192,11 +192,47 @@ fn step(name: &str, mut cmd: Command) -> Result {
     }
 }
 
+/// Installs what the tests need from the machine: the Debian packages of
+/// the program table, and the German locale.
+fn probe() -> Result {
+    install_packages()?;
+    german_locale()
+}
+
+/// The locale a PostgreSQL test sets `lc_messages` to (a server whose
+/// messages are not in English, whose warnings the library cannot read):
+/// made with `localedef` where the machine lacks it, as root, as a package
+/// would be installed.
+const GERMAN: &str = "de_DE.UTF-8";
+
+fn german_locale() -> Result {
+    let mut list = programs::command("locale")?;
+    list.arg("-a");
+    let out = list.output().map_err(|e| format!("locale -a: {e}"))?;
+    let have = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim().eq_ignore_ascii_case("de_DE.utf8"));
+    if have {
+        return Ok(());
+    }
+    let line = format!("localedef -i de_DE -f UTF-8 {GERMAN}");
+    if !programs::is_root() {
+        return Err(format!(
+            "this machine lacks the locale {GERMAN} a PostgreSQL test needs; run as root:\n    \
+             {line}\nthen run `cargo xtask test` again"
+        ));
+    }
+    eprintln!("    making the locale {GERMAN} (as root): {line}");
+    let mut make = programs::command("localedef")?;
+    make.args(["-i", "de_DE", "-f", "UTF-8", GERMAN]);
+    step(&line, make)
+}
+
 /// Installs the Debian packages of every row of the program table
 /// (`leasehold_conformance::programs::PROGRAMS`) whose file is missing, and
 /// fails if any row is still missing afterwards. As root it runs `apt-get`;
 /// otherwise it stops at once and prints the exact line to run.
-fn probe() -> Result {
+fn install_packages() -> Result {
     let missing = programs::missing_packages();
     if missing.is_empty() {
         eprintln!(
