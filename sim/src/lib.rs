@@ -163,6 +163,12 @@ pub struct ProcSpec {
     pub pauses: Vec<(u64, u64)>,
     /// Partitions: (start, length), true ns.
     pub cuts: Vec<(u64, u64)>,
+    /// Answers delivered twice, per million.
+    pub dup_ppm: u64,
+    /// Ends and restarts: (when, down for how long, graceful). A graceful
+    /// end is a shutdown (the gate closes, the lease is released); otherwise
+    /// the process is killed (nothing more of it runs, its lease expires).
+    pub ends: Vec<(u64, u64, bool)>,
 }
 
 /// Everything a seed fixes before the run: the pool, the timings, the store
@@ -246,6 +252,10 @@ impl Scenario {
                 let cuts = (0..r.below(3))
                     .map(|_| (r.below(length), r.below(2 * ttl_ns)))
                     .collect();
+                let dup_ppm = [0, 10_000][r.below(2) as usize];
+                let ends = (0..r.below(3))
+                    .map(|_| (r.below(length), r.below(2 * ttl_ns), r.below(2) == 0))
+                    .collect();
                 ProcSpec {
                     clock,
                     start_at,
@@ -255,6 +265,8 @@ impl Scenario {
                     cut_after_slow_ppm,
                     pauses,
                     cuts,
+                    dup_ppm,
+                    ends,
                 }
             })
             .collect();
@@ -317,6 +329,8 @@ impl Scenario {
                 .map(|p| {
                     p.pauses.len()
                         + p.cuts.len()
+                        + p.ends.len()
+                        + usize::from(p.dup_ppm > 0)
                         + usize::from(p.loss_ppm > 0)
                         + usize::from(p.slow_ppm > 0)
                         + usize::from(p.clock.ppm != 0)
@@ -456,7 +470,13 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
             c.procs[i].cuts.remove(j);
             out.push((format!("p{i}: drop partition {j}"), c));
         }
-        let simpler: [(&str, fn(&mut ProcSpec) -> bool); 5] = [
+        for j in 0..p.ends.len() {
+            let mut c = s.clone();
+            c.procs[i].ends.remove(j);
+            out.push((format!("p{i}: drop end {j}"), c));
+        }
+        let simpler: [(&str, fn(&mut ProcSpec) -> bool); 6] = [
+            ("no duplicated answers", |p| std::mem::take(&mut p.dup_ppm) > 0),
             ("no losses", |p| std::mem::take(&mut p.loss_ppm) > 0),
             ("no slow answers", |p| std::mem::take(&mut p.slow_ppm) > 0),
             ("no clock drift", |p| std::mem::take(&mut p.clock.ppm) != 0),
@@ -519,8 +539,11 @@ enum Ev {
     Timeout(usize, u64),
     PauseStart(usize, u64),
     PauseEnd(usize),
+    /// The process ends (graceful or killed) and restarts after a while.
+    End(usize, u64, bool),
+    Restart(usize),
     StoreStep(u64),
-    End,
+    Finish,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -545,6 +568,8 @@ struct Proc {
     wake_gen: u64,
     paused_until: Option<u64>,
     stopped: bool,
+    /// Killed or shut down, until it restarts: nothing of it runs.
+    dead: bool,
     rng: SplitMix,
     /// Partitions, the scenario's and those after slow answers.
     cuts: Vec<(u64, u64)>,
@@ -606,6 +631,7 @@ impl<'a> World<'a> {
                     wake_gen: 0,
                     paused_until: None,
                     stopped: false,
+                    dead: true,
                     rng: SplitMix::new(seed ^ 0xa5a5),
                     cuts: spec.cuts.clone(),
                     window: None,
@@ -675,11 +701,14 @@ impl<'a> World<'a> {
             for &(at, len) in &p.pauses {
                 w.push(at, Ev::PauseStart(i, len));
             }
+            for &(at, down, graceful) in &p.ends {
+                w.push(at, Ev::End(i, down, graceful));
+            }
         }
         for &(at, size) in &sc.store_steps {
             w.push(at, Ev::StoreStep(size));
         }
-        w.push(sc.length, Ev::End);
+        w.push(sc.length, Ev::Finish);
         w
     }
 
@@ -706,7 +735,7 @@ impl<'a> World<'a> {
     fn go(&mut self) {
         while let Some(Reverse((at, _, ev))) = self.queue.pop() {
             self.now = at;
-            if let Ev::End = ev {
+            if let Ev::Finish = ev {
                 break;
             }
             self.dispatch(ev);
@@ -720,7 +749,12 @@ impl<'a> World<'a> {
         // A paused process runs nothing: what comes for it waits until it
         // resumes, and then the driver's task is scheduled after a latency.
         let target = match ev {
-            Ev::Start(p) | Ev::Wake(p, _) | Ev::Reply(p, ..) | Ev::Timeout(p, _) => Some(p),
+            Ev::Start(p)
+            | Ev::Wake(p, _)
+            | Ev::Reply(p, ..)
+            | Ev::Timeout(p, _)
+            | Ev::End(p, ..)
+            | Ev::Restart(p) => Some(p),
             _ => None,
         };
         if let Some(p) = target
@@ -730,8 +764,14 @@ impl<'a> World<'a> {
             self.push(until + lat, ev);
             return;
         }
+        if let Ev::Wake(p, _) | Ev::Reply(p, ..) | Ev::Timeout(p, _) | Ev::End(p, ..) = ev
+            && self.procs[p].dead
+        {
+            return;
+        }
         match ev {
             Ev::Start(p) => {
+                self.procs[p].dead = false;
                 self.log(Some(p), format_args!("starts"));
                 self.feed(p, Input::Start);
             }
@@ -758,12 +798,50 @@ impl<'a> World<'a> {
                     self.open_window(p);
                 }
             }
+            Ev::End(p, down, graceful) => self.end(p, down, graceful),
+            Ev::Restart(p) => {
+                let seed = self.procs[p].rng.next_u64();
+                self.procs[p].machine = Machine::new(self.timing.clone(), false, seed)
+                    .with_store_resolution(self.sc.resolution);
+                self.procs[p].gate = LeaseGate::new();
+                self.procs[p].pending.clear();
+                self.procs[p].call = None;
+                self.procs[p].stopped = false;
+                self.procs[p].dead = false;
+                self.log(Some(p), format_args!("restarts"));
+                self.feed(p, Input::Start);
+            }
             Ev::StoreStep(size) => {
                 self.store_jump += size;
                 self.log(None, format_args!("clock steps forward {}", secs(size)));
             }
-            Ev::End => {}
+            Ev::Finish => {}
         }
+    }
+
+    /// A graceful end is the manager's `shutdown`: the gate closes first,
+    /// a call in flight is abandoned, the machine closes and releases; a
+    /// kill stops everything at once. Either way the process comes back
+    /// after `down`, a new process with a new machine and gate.
+    fn end(&mut self, p: usize, down: u64, graceful: bool) {
+        if graceful {
+            self.log(Some(p), format_args!("shuts down"));
+            self.procs[p].gate.close();
+            self.procs[p].call = None;
+            self.procs[p].pending.clear();
+            self.feed(p, Input::Shutdown);
+        } else {
+            self.log(Some(p), format_args!("killed"));
+            self.procs[p].gate.close();
+            self.procs[p].call = None;
+            self.procs[p].pending.clear();
+            self.procs[p].stopped = true;
+            self.close_window(p);
+        }
+        // A graceful end waits for its release (bounded by one TTL) before
+        // the process exits: the restart comes after `down` either way.
+        self.procs[p].dead = !graceful;
+        self.push(self.now + down, Ev::Restart(p));
     }
 
     /// The driver's scheduling latency: mostly a little, now and then much.
@@ -896,6 +974,11 @@ impl<'a> World<'a> {
             }
         }
         self.push(self.now + d, Ev::Reply(p, id, ans));
+        let dup = self.procs[p].spec.dup_ppm;
+        if self.procs[p].rng.below(1_000_000) < dup {
+            let again = self.delay(p) + self.procs[p].rng.below(ttl);
+            self.push(self.now + again, Ev::Reply(p, id, ans));
+        }
     }
 
     /// An answer (or, with `None`, the call's bound) reached the driver.
@@ -1166,13 +1249,14 @@ fn token_id(t: &Token) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Runs `seeds` seeds from `first` and returns the first covered violation,
-/// with the count of seeds run and of beyond-the-margin seeds that violated.
+/// Runs `seeds` seeds from `first`, up to the first covered violation
+/// unless `all`; counts seeds, grants and violations.
 pub fn sweep(
     first: u64,
     seeds: u64,
     params: &Params,
-    mut progress: impl FnMut(u64, u64),
+    all: bool,
+    mut progress: impl FnMut(&Sweep),
 ) -> Sweep {
     let mut out = Sweep::default();
     for seed in first..first + seeds {
@@ -1183,14 +1267,21 @@ pub fn sweep(
         if !o.covered {
             out.beyond += 1;
         }
-        if let Some(v) = o.violation {
-            if o.covered {
-                out.found = Some((seed, v));
-                return out;
+        match o.violation {
+            Some(v) if o.covered => {
+                out.covered_violations += 1;
+                if out.found.is_none() {
+                    out.found = Some((seed, v));
+                    out.first_after = out.run;
+                }
             }
-            out.beyond_violations += 1;
+            Some(_) => out.beyond_violations += 1,
+            None => {}
         }
-        progress(out.run, out.beyond_violations);
+        progress(&out);
+        if out.found.is_some() && !all {
+            break;
+        }
     }
     out
 }
@@ -1208,6 +1299,10 @@ pub struct Sweep {
     pub beyond: u64,
     /// Of those, seeds with a violation (expected, not bugs).
     pub beyond_violations: u64,
+    /// Covered seeds with a violation.
+    pub covered_violations: u64,
     /// The first covered seed with a violation.
     pub found: Option<(u64, Violation)>,
+    /// Seeds run up to and including it.
+    pub first_after: u64,
 }

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
 fn real_main() -> Result<ExitCode, String> {
     let mut params = Params::default();
     let (mut seeds, mut first, mut trace, mut shrinking) = (10_000u64, 0u64, None, true);
+    let mut all = false;
     let mut plants = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -43,6 +44,7 @@ fn real_main() -> Result<ExitCode, String> {
             "--secs" => params.secs = number(&value("--secs")?)?.max(1),
             "--trace" => trace = Some(number(&value("--trace")?)?),
             "--no-shrink" => shrinking = false,
+            "--all" => all = true,
             "--plant" => {
                 for name in value("--plant")?.split(',') {
                     let p = Plant::from_name(name).ok_or_else(|| {
@@ -79,14 +81,21 @@ fn real_main() -> Result<ExitCode, String> {
     );
     let started = Instant::now();
     let mut last = Instant::now();
-    let s = sweep(first, seeds, &params, |done, beyond_v| {
+    let mut first_found = None;
+    let s = sweep(first, seeds, &params, all, |s| {
+        if first_found.is_none() && s.found.is_some() {
+            first_found = Some(started.elapsed().as_secs_f64());
+        }
         if last.elapsed().as_secs() >= 10 {
             last = Instant::now();
             let wall = started.elapsed().as_secs_f64();
             println!(
-                "sim: {done}/{seeds} seeds, {:.0} seeds/s, {beyond_v} violations beyond the \
-                 margin's assumptions so far",
-                done as f64 / wall
+                "sim: {}/{seeds} seeds, {:.0} seeds/s, {} covered seeds violated, {} beyond \
+                 the margin's assumptions",
+                s.run,
+                s.run as f64 / wall,
+                s.covered_violations,
+                s.beyond_violations
             );
         }
     });
@@ -101,13 +110,22 @@ fn real_main() -> Result<ExitCode, String> {
         s.beyond,
         s.beyond_violations
     );
+    if all {
+        println!(
+            "sim: {} of {} covered seeds violated ({planted})",
+            s.covered_violations,
+            s.run - s.beyond
+        );
+    }
     let Some((seed, v)) = s.found else {
         println!("sim: no violation in a covered seed ({planted})");
         return Ok(ExitCode::SUCCESS);
     };
     println!(
-        "sim: VIOLATION at seed {seed} after {} seeds, {wall:.2} s ({planted}): {}",
-        s.run, v.what
+        "sim: VIOLATION at seed {seed}, the first after {} seeds, {:.3} s ({planted}): {}",
+        s.first_after,
+        first_found.unwrap_or(wall),
+        v.what
     );
     let sc = Scenario::generate(seed, &params);
     if shrinking {

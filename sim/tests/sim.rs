@@ -24,7 +24,7 @@ fn one_seed_gives_the_same_trace_twice() {
 #[test]
 fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
     let params = Params::default();
-    let s = sweep(0, 5_000, &params, |_, _| {});
+    let s = sweep(0, 5_000, &params, false, |_| {});
     if let Some((seed, v)) = &s.found {
         panic!(
             "seed {seed} violates: {}\nrerun: cargo xtask sim --seeds 1 --first {seed}",
