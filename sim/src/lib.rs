@@ -90,6 +90,8 @@ use leasehold_core::{
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
+/// True Unix time at true time 0 (ns): 2026-12-01.
+const EPOCH: u64 = 1_796_083_200 * SEC;
 
 /// The shape of a run: how many processes, how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -163,6 +165,8 @@ pub struct ProcSpec {
     pub pauses: Vec<(u64, u64)>,
     /// Partitions: (start, length), true ns.
     pub cuts: Vec<(u64, u64)>,
+    /// How far its wall clock is from true Unix time (ns, + ahead).
+    pub wall_skew: i64,
     /// Answers delivered twice, per million.
     pub dup_ppm: u64,
     /// Ends and restarts: (when, down for how long, graceful). A graceful
@@ -253,6 +257,11 @@ impl Scenario {
                     .map(|_| (r.below(length), r.below(2 * ttl_ns)))
                     .collect();
                 let dup_ppm = [0, 10_000][r.below(2) as usize];
+                let wall_skew = match r.below(3) {
+                    0 => 0,
+                    1 => r.below(200 * MS) as i64 - 100 * MS as i64,
+                    _ => r.below(6 * SEC) as i64 - 3 * SEC as i64,
+                };
                 let ends = (0..r.below(3))
                     .map(|_| (r.below(length), r.below(2 * ttl_ns), r.below(2) == 0))
                     .collect();
@@ -265,6 +274,7 @@ impl Scenario {
                     cut_after_slow_ppm,
                     pauses,
                     cuts,
+                    wall_skew,
                     dup_ppm,
                     ends,
                 }
@@ -331,6 +341,7 @@ impl Scenario {
                         + p.cuts.len()
                         + p.ends.len()
                         + usize::from(p.dup_ppm > 0)
+                        + usize::from(p.wall_skew != 0)
                         + usize::from(p.loss_ppm > 0)
                         + usize::from(p.slow_ppm > 0)
                         + usize::from(p.clock.ppm != 0)
@@ -475,7 +486,8 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
             c.procs[i].ends.remove(j);
             out.push((format!("p{i}: drop end {j}"), c));
         }
-        let simpler: [(&str, fn(&mut ProcSpec) -> bool); 6] = [
+        let simpler: [(&str, fn(&mut ProcSpec) -> bool); 7] = [
+            ("no wall clock skew", |p| std::mem::take(&mut p.wall_skew) != 0),
             ("no duplicated answers", |p| std::mem::take(&mut p.dup_ppm) > 0),
             ("no losses", |p| std::mem::take(&mut p.loss_ppm) > 0),
             ("no slow answers", |p| std::mem::take(&mut p.slow_ppm) > 0),
@@ -508,9 +520,9 @@ fn secs(t: u64) -> String {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Req {
-    Acquire,
-    Renew { slot: u32, token: u64 },
-    Release { slot: u32, token: u64 },
+    Acquire { ceiling: u64 },
+    Renew { slot: u32, token: u64, ceiling: u64 },
+    Release { slot: u32, token: u64, issued: u64 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -519,6 +531,7 @@ enum Ans {
         slot: u32,
         token: u64,
         fence: u64,
+        floor: u64,
         store: u64,
     },
     Exhausted,
@@ -568,13 +581,22 @@ struct Proc {
     wake_gen: u64,
     paused_until: Option<u64>,
     stopped: bool,
-    /// Killed or shut down, until it restarts: nothing of it runs.
+    /// Killed, until it restarts: nothing of it runs.
     dead: bool,
+    /// Shut down, until it restarts: it only finishes its release.
+    exiting: bool,
     rng: SplitMix,
     /// Partitions, the scenario's and those after slow answers.
     cuts: Vec<(u64, u64)>,
-    /// The open window: (start, slot, fence, when the gate refuses by itself).
-    window: Option<(u64, u32, u64, u64)>,
+    /// The open window.
+    window: Option<Window>,
+    /// Wall clock = monotonic clock + this (ns).
+    offset: u64,
+    /// Counts restarts: a restarted process has a new generator, with no
+    /// history.
+    incarnation: u32,
+    /// The highest timestamp this incarnation's generator issued (Unix ms).
+    issued_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -582,6 +604,34 @@ struct Slot {
     holder: Option<u64>,
     expires: u64,
     fence: u64,
+    /// The slot's floor (Unix ms), kept as the real stores keep it: the
+    /// highest ceiling or issued timestamp any holder reported.
+    floor: u64,
+}
+
+/// An open window of a process: it may generate from `start`.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    start: u64,
+    slot: u32,
+    fence: u64,
+    /// When the gate refuses by itself (its clock reaches the deadline).
+    refuses_at: u64,
+    /// The gate's floor and ceiling (Unix ms).
+    floor: u64,
+    ceiling: u64,
+}
+
+/// The timestamps one generator may have put into IDs of a slot.
+#[derive(Clone, Copy, Debug)]
+struct Stamps {
+    proc: usize,
+    incarnation: u32,
+    slot: u32,
+    fence: u64,
+    lo: u64,
+    hi: u64,
+    at: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -608,6 +658,7 @@ struct World<'a> {
     granted: Vec<u64>,
     fence_violation: Option<Violation>,
     segments: Vec<Segment>,
+    stamps: Vec<Stamps>,
     trace_on: bool,
     trace: String,
 }
@@ -632,9 +683,13 @@ impl<'a> World<'a> {
                     paused_until: None,
                     stopped: false,
                     dead: true,
+                    exiting: false,
                     rng: SplitMix::new(seed ^ 0xa5a5),
                     cuts: spec.cuts.clone(),
                     window: None,
+                    offset: (EPOCH as i64 + spec.wall_skew) as u64 - spec.clock.base,
+                    incarnation: 0,
+                    issued_ms: 0,
                 }
             })
             .collect();
@@ -650,6 +705,7 @@ impl<'a> World<'a> {
                     holder: None,
                     expires: 0,
                     fence: 0,
+                    floor: 0,
                 };
                 sc.slots as usize
             ],
@@ -659,6 +715,7 @@ impl<'a> World<'a> {
             granted: vec![0; sc.slots as usize],
             fence_violation: None,
             segments: Vec::new(),
+            stamps: Vec::new(),
             trace_on,
             trace: String::new(),
         };
@@ -800,10 +857,14 @@ impl<'a> World<'a> {
             }
             Ev::End(p, down, graceful) => self.end(p, down, graceful),
             Ev::Restart(p) => {
+                self.close_window(p);
+                self.procs[p].exiting = false;
                 let seed = self.procs[p].rng.next_u64();
                 self.procs[p].machine = Machine::new(self.timing.clone(), false, seed)
                     .with_store_resolution(self.sc.resolution);
                 self.procs[p].gate = LeaseGate::new();
+                self.procs[p].incarnation += 1;
+                self.procs[p].issued_ms = 0;
                 self.procs[p].pending.clear();
                 self.procs[p].call = None;
                 self.procs[p].stopped = false;
@@ -824,6 +885,10 @@ impl<'a> World<'a> {
     /// kill stops everything at once. Either way the process comes back
     /// after `down`, a new process with a new machine and gate.
     fn end(&mut self, p: usize, down: u64, graceful: bool) {
+        if self.procs[p].exiting {
+            return;
+        }
+        self.procs[p].exiting = graceful;
         if graceful {
             self.log(Some(p), format_args!("shuts down"));
             self.procs[p].gate.close();
@@ -895,7 +960,7 @@ impl<'a> World<'a> {
         let coarse = s / res * res;
         let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
         let ans = match req {
-            Req::Acquire => {
+            Req::Acquire { ceiling } => {
                 match self
                     .slots
                     .iter()
@@ -906,6 +971,8 @@ impl<'a> World<'a> {
                         sl.fence = (sl.fence + 1).max(s / 1_000);
                         sl.holder = Some(id);
                         sl.expires = coarse + ttl;
+                        let floor = sl.floor;
+                        sl.floor = sl.floor.max(ceiling);
                         let fence = sl.fence;
                         self.grants += 1;
                         // The checker's own record: fences strictly grow per slot.
@@ -923,25 +990,36 @@ impl<'a> World<'a> {
                             slot: i as u32,
                             token: id,
                             fence,
+                            floor,
                             store: s,
                         }
                     }
                     None => Ans::Exhausted,
                 }
             }
-            Req::Renew { slot, token } => {
+            Req::Renew {
+                slot,
+                token,
+                ceiling,
+            } => {
                 let sl = &mut self.slots[slot as usize];
                 if sl.holder == Some(token) && s < sl.expires {
                     sl.expires = coarse + ttl;
+                    sl.floor = sl.floor.max(ceiling);
                     Ans::Renewed { store: s }
                 } else {
                     Ans::Lost
                 }
             }
-            Req::Release { slot, token } => {
+            Req::Release {
+                slot,
+                token,
+                issued,
+            } => {
                 let sl = &mut self.slots[slot as usize];
                 if sl.holder == Some(token) && s < sl.expires {
                     sl.holder = None;
+                    sl.floor = sl.floor.max(issued);
                     Ans::Released
                 } else {
                     Ans::NotHeld
@@ -995,10 +1073,12 @@ impl<'a> World<'a> {
                     slot,
                     token,
                     fence,
+                    floor,
                     store,
                 }),
             ) => Some(Input::Acquired {
                 grant: Grant::new(slot, token_of(token), Fence(fence), ttl)
+                    .with_floor(Floor(floor))
                     .with_store_time(Duration::from_nanos(store)),
                 sent_at,
                 ceiling,
@@ -1075,30 +1155,47 @@ impl<'a> World<'a> {
         self.push(at, Ev::Timeout(p, id));
     }
 
-    fn ceiling(&self, sent_at: MonoTime) -> Floor {
-        Floor(self.timing.deadline(sent_at, self.sc.ttl).as_nanos() / MS)
+    /// The ceiling the driver reports: the Unix ms of the deadline the
+    /// request gives, on the process's wall clock.
+    fn ceiling(&self, p: usize, sent_at: MonoTime) -> Floor {
+        let deadline = self.timing.deadline(sent_at, self.sc.ttl).as_nanos();
+        Floor(deadline.saturating_add(self.procs[p].offset) / MS)
+    }
+
+    /// The process's wall clock at true `t`, in Unix ms.
+    fn unix_ms(&self, p: usize, t: u64) -> u64 {
+        self.procs[p].spec.clock.local(t).saturating_add(self.procs[p].offset) / MS
     }
 
     fn perform(&mut self, p: usize, action: Action) {
         match action {
             Action::Acquire { until } => {
                 let sent_at = self.local(p);
-                let ceiling = self.ceiling(sent_at);
-                self.call(p, CallKind::Acquire { sent_at, ceiling }, Req::Acquire, until);
+                let ceiling = self.ceiling(p, sent_at);
+                let req = Req::Acquire { ceiling: ceiling.0 };
+                self.call(p, CallKind::Acquire { sent_at, ceiling }, req, until);
             }
             Action::Renew { grant, until } => {
                 let sent_at = self.local(p);
-                let ceiling = self.ceiling(sent_at);
+                let ceiling = self.ceiling(p, sent_at);
                 let req = Req::Renew {
                     slot: grant.slot,
                     token: token_id(&grant.token),
+                    ceiling: ceiling.0,
                 };
                 self.call(p, CallKind::Renew { sent_at, ceiling }, req, until);
             }
             Action::Release { grant, until } => {
+                // What the driver reports: the highest timestamp the gate's
+                // generator issued (now, if none), at least the grant's floor.
+                let issued = match self.procs[p].issued_ms {
+                    0 => self.unix_ms(p, self.now),
+                    ms => ms,
+                };
                 let req = Req::Release {
                     slot: grant.slot,
                     token: token_id(&grant.token),
+                    issued: issued.max(grant.floor.0),
                 };
                 self.call(p, CallKind::Release, req, until);
             }
@@ -1143,19 +1240,42 @@ impl<'a> World<'a> {
 
     // -- The checker's windows ---------------------------------------------
 
-    /// Ends the process's open window now (or where its gate refused by itself).
+    /// Ends the process's open window now (or where its gate refused by
+    /// itself), and notes the timestamps its generator may have issued in
+    /// it: the nonce generator's rules, modelled (it runs in
+    /// `leasehold-nonce`): strictly after the gate's floor and its own
+    /// history, never past the gate's ceiling nor ahead of its own wall
+    /// clock; generating all the time, the worst case.
     fn close_window(&mut self, p: usize) {
-        if let Some((start, slot, fence, refuses_at)) = self.procs[p].window.take() {
-            let end = self.now.min(refuses_at);
-            if end > start {
-                self.segments.push(Segment {
-                    proc: p,
-                    slot,
-                    fence,
-                    start,
-                    end,
-                });
-            }
+        let Some(w) = self.procs[p].window.take() else {
+            return;
+        };
+        let end = self.now.min(w.refuses_at);
+        if end <= w.start {
+            return;
+        }
+        self.segments.push(Segment {
+            proc: p,
+            slot: w.slot,
+            fence: w.fence,
+            start: w.start,
+            end,
+        });
+        let lo = (w.floor + 1)
+            .max(self.procs[p].issued_ms + 1)
+            .max(self.unix_ms(p, w.start));
+        let hi = self.unix_ms(p, end - 1).min(w.ceiling);
+        if lo <= hi {
+            self.procs[p].issued_ms = hi;
+            self.stamps.push(Stamps {
+                proc: p,
+                incarnation: self.procs[p].incarnation,
+                slot: w.slot,
+                fence: w.fence,
+                lo,
+                hi,
+                at: w.start,
+            });
         }
     }
 
@@ -1179,7 +1299,14 @@ impl<'a> World<'a> {
         } else {
             u64::MAX
         };
-        self.procs[p].window = Some((self.now, view.slot, view.fence.0, refuses_at));
+        self.procs[p].window = Some(Window {
+            start: self.now,
+            slot: view.slot,
+            fence: view.fence.0,
+            refuses_at,
+            floor: view.floor.0,
+            ceiling: view.ceiling.0,
+        });
     }
 
     /// The first violation over true time.
@@ -1213,6 +1340,33 @@ impl<'a> World<'a> {
                             secs(b.start),
                             secs(b.end),
                             a.end.min(b.end) - b.start
+                        ),
+                    });
+                }
+            }
+        }
+        // Two generators that may have stamped one timestamp on one slot:
+        // IDs issued twice.
+        let mut stamps = self.stamps.clone();
+        stamps.sort_by_key(|s| (s.slot, s.lo, s.proc, s.incarnation));
+        for (i, a) in stamps.iter().enumerate() {
+            for b in &stamps[i + 1..] {
+                if b.slot != a.slot || b.lo > a.hi {
+                    break;
+                }
+                if (b.proc, b.incarnation) != (a.proc, a.incarnation) {
+                    note(Violation {
+                        at: a.at.max(b.at),
+                        what: format!(
+                            "slot {}: p{} (fence {}) and p{} (fence {}) may both issue IDs \
+                             stamped {}..={} (Unix ms)",
+                            a.slot,
+                            a.proc,
+                            a.fence,
+                            b.proc,
+                            b.fence,
+                            b.lo,
+                            a.hi.min(b.hi)
                         ),
                     });
                 }

@@ -47,6 +47,13 @@ fn gate_ignores_deadline_is_found() {
     found_within("gate-ignores-deadline", 50);
 }
 
+/// Rule 8: a new grant whose floor is ignored lets a holder whose clock is
+/// behind its predecessor's stamp the timestamps it stamped.
+#[test]
+fn no_floor_is_found() {
+    found_within("no-floor", 50);
+}
+
 /// Rules 4 and 5 broken together: a cut holder goes on generating.
 #[test]
 fn no_stop_at_deadline_with_the_gate_ignoring_it_is_found() {
