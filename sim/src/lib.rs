@@ -440,6 +440,9 @@ pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
     }
 }
 
+/// One way to make a process's faults simpler; false if it had nothing to drop.
+type Simplify = fn(&mut ProcSpec) -> bool;
+
 fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
     let mut out = Vec::new();
     // Shorter: end just after the violation.
@@ -486,9 +489,13 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
             c.procs[i].ends.remove(j);
             out.push((format!("p{i}: drop end {j}"), c));
         }
-        let simpler: [(&str, fn(&mut ProcSpec) -> bool); 7] = [
-            ("no wall clock skew", |p| std::mem::take(&mut p.wall_skew) != 0),
-            ("no duplicated answers", |p| std::mem::take(&mut p.dup_ppm) > 0),
+        let simpler: [(&str, Simplify); 7] = [
+            ("no wall clock skew", |p| {
+                std::mem::take(&mut p.wall_skew) != 0
+            }),
+            ("no duplicated answers", |p| {
+                std::mem::take(&mut p.dup_ppm) > 0
+            }),
             ("no losses", |p| std::mem::take(&mut p.loss_ppm) > 0),
             ("no slow answers", |p| std::mem::take(&mut p.slow_ppm) > 0),
             ("no clock drift", |p| std::mem::take(&mut p.clock.ppm) != 0),
@@ -956,7 +963,9 @@ impl<'a> World<'a> {
 
     fn at_store(&mut self, p: usize, id: u64, req: Req) {
         let s = self.store_clock();
-        let res = u64::try_from(self.sc.resolution.as_nanos()).unwrap_or(1).max(1);
+        let res = u64::try_from(self.sc.resolution.as_nanos())
+            .unwrap_or(1)
+            .max(1);
         let coarse = s / res * res;
         let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
         let ans = match req {
@@ -1164,7 +1173,12 @@ impl<'a> World<'a> {
 
     /// The process's wall clock at true `t`, in Unix ms.
     fn unix_ms(&self, p: usize, t: u64) -> u64 {
-        self.procs[p].spec.clock.local(t).saturating_add(self.procs[p].offset) / MS
+        self.procs[p]
+            .spec
+            .clock
+            .local(t)
+            .saturating_add(self.procs[p].offset)
+            / MS
     }
 
     fn perform(&mut self, p: usize, action: Action) {

@@ -8,7 +8,13 @@ use std::process::Command;
 /// it found a violation in a covered seed, and its output.
 fn sim(plants: &str, seeds: u64) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_leasehold-sim"))
-        .args(["--plant", plants, "--seeds", &seeds.to_string(), "--no-shrink"])
+        .args([
+            "--plant",
+            plants,
+            "--seeds",
+            &seeds.to_string(),
+            "--no-shrink",
+        ])
         .output()
         .expect("the simulator runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -10,7 +10,10 @@ fn one_seed_gives_the_same_trace_twice() {
     for seed in [0, 7, 4_242] {
         let a = run_seed(seed, &params, true);
         let b = run_seed(seed, &params, true);
-        assert!(a.trace.lines().count() > 100, "seed {seed}: a trace of a whole run");
+        assert!(
+            a.trace.lines().count() > 100,
+            "seed {seed}: a trace of a whole run"
+        );
         assert_eq!(a.trace, b.trace, "seed {seed}");
         assert_eq!(a.grants, b.grants);
         assert_eq!(a.held_ns, b.held_ns);
@@ -32,7 +35,11 @@ fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
         );
     }
     assert_eq!(s.run, 5_000);
-    assert!(s.grants > 5_000 * 5, "slots change hands: {} grants", s.grants);
+    assert!(
+        s.grants > 5_000 * 5,
+        "slots change hands: {} grants",
+        s.grants
+    );
     assert!(
         s.beyond_violations > 0,
         "faults beyond the margin break safety somewhere: the checker sees it"
