@@ -1474,3 +1474,49 @@ pub struct Sweep {
     /// Seeds run up to and including it.
     pub first_after: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `true_at` is the exact inverse of a clock reading: the first true
+    /// instant at which the clock reads at least the value, for every drift
+    /// the scenarios draw. The checker's windows end there.
+    #[test]
+    fn a_clock_reading_maps_back_to_its_first_true_instant() {
+        let mut r = SplitMix::new(1);
+        for _ in 0..20_000 {
+            let c = ClockSpec {
+                base: SEC + r.below(1_000 * SEC),
+                ppm: r.below(100_001) as i64 - 50_000,
+            };
+            let l = c.base + r.below(100 * SEC);
+            let t = c.true_at(l);
+            assert!(c.local(t) >= l, "{c:?} {l}");
+            assert!(t == 0 || c.local(t - 1) < l, "{c:?} {l}");
+        }
+    }
+
+    /// The margin covers a slow clock only up to what it was sized for.
+    #[test]
+    fn a_seed_is_covered_only_while_the_margin_covers_its_clocks() {
+        let mut sc = Scenario::generate(3, &Params::default());
+        sc.store_steps.clear();
+        sc.store_ppm = 0;
+        for p in &mut sc.procs {
+            p.clock.ppm = 0;
+        }
+        assert!(sc.covered());
+        // The slowest rate covered: `(ttl − margin) / (1 + d) = ttl − resolution`.
+        let slack =
+            (sc.margin - sc.resolution).as_secs_f64() / (sc.ttl - sc.resolution).as_secs_f64();
+        let just_inside = (slack * 0.9 * 1e6) as i64;
+        sc.procs[0].clock.ppm = -just_inside;
+        assert!(sc.covered());
+        sc.procs[0].clock.ppm = -(slack * 1.1 * 1e6) as i64;
+        assert!(!sc.covered());
+        // A fast clock ends its deadline early: always covered.
+        sc.procs[0].clock.ppm = 50_000;
+        assert!(sc.covered());
+    }
+}

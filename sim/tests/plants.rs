@@ -74,3 +74,30 @@ fn no_stop_at_deadline_alone_is_covered_by_the_gate() {
     let (found, text) = sim("no-stop-at-deadline", 2_000);
     assert!(!found, "{text}");
 }
+
+/// A finding is shrunk: fewer processes, fewer faults, shorter, and the
+/// smallest failing scenario's trace is printed step by step, ending with
+/// the violation.
+#[test]
+fn a_finding_is_shrunk_to_a_short_trace() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-sim"))
+        .args(["--plant", "deadline-from-arrival", "--seeds", "50"])
+        .output()
+        .expect("the simulator runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let shrunk = text
+        .split("sim: the shrunk trace:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no shrunk trace:\n{text}"));
+    let processes = shrunk
+        .lines()
+        .next()
+        .and_then(|l| l.split(" processes").next())
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or_else(|| panic!("no scenario line:\n{shrunk}"));
+    assert!(processes < 5, "fewer processes than the 5 it began with:\n{shrunk}");
+    assert!(shrunk.contains(" VIOLATION slot "), "{shrunk}");
+    assert!(text.contains("sim: shrunk in "), "{text}");
+}
