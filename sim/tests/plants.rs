@@ -97,7 +97,10 @@ fn a_finding_is_shrunk_to_a_short_trace() {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse::<u32>().ok())
         .unwrap_or_else(|| panic!("no scenario line:\n{shrunk}"));
-    assert!(processes < 5, "fewer processes than the 5 it began with:\n{shrunk}");
+    assert!(
+        processes < 5,
+        "fewer processes than the 5 it began with:\n{shrunk}"
+    );
     assert!(shrunk.contains(" VIOLATION slot "), "{shrunk}");
     assert!(text.contains("sim: shrunk in "), "{text}");
 }
