@@ -32,24 +32,39 @@
 //!   seam in the driver and its timers and a simulated network under the
 //!   strategy; the machine-level model runs no tokio and no real clock, which
 //!   is what makes a seed cost well under a millisecond. What the driver adds
-//!   beyond the model (the lease cache, events, telemetry, loss signals from
-//!   store watches, health) decides nothing the checker judges.
+//!   beyond the model decides nothing the checker judges (events, telemetry,
+//!   health), can only close a gate sooner (loss signals from store
+//!   watches), or is not modelled (the lease cache's hand-over between two
+//!   managers of one process; a start cancelled before it returns).
 //! - *The store*: one pool, granted on the store's own clock (rate drift,
 //!   forward steps) with a configurable expiry resolution (1 µs as SQL, 1 ms
 //!   as Valkey, 500 ms as etcd's tick, where a lease can expire one tick
 //!   early): a slot is granted only when free or expired, a renewal or a
 //!   release only counts for the holder of an unexpired lease, fences grow
 //!   per slot as SQL and Valkey make them, `max(previous + 1, store clock in
-//!   µs)`. Floors are not modelled (every grant has `Floor::NONE`), nor store
-//!   restarts, wipes and promotions.
-//! - *Processes*: a monotonic clock each, with an offset and a rate drift
-//!   (from none to 5 %, far beyond the 500 ppm each host is assumed to keep);
-//!   pauses of any length (GC, SIGSTOP: nothing of the process runs, and
-//!   what arrived meanwhile is handled after it); a scheduling latency for
-//!   the driver's timers (0–2 ms, now and then up to 100 ms) during which
-//!   generation, which checks the gate itself, may run first.
-//! - *The network per process*: a delay each way, losses, partitions, and
-//!   the compound fault "a slow answer, then a cut".
+//!   µs)`, and the slot's floor is the highest ceiling (acquire, renewal) or
+//!   issued timestamp (release) a holder reported, handed to the next grant
+//!   (DESIGN.md, rule 8). Not modelled: store restarts, wipes and promotions
+//!   (rule 12's guards live in the backends), fenced writes (rule 7's check
+//!   lives in `FenceTable`), Kubernetes' expiry on the observer's clock.
+//! - *Processes*: a monotonic clock each (`CLOCK_BOOTTIME`: it counts on
+//!   through a pause and never steps), with an offset and a rate drift (from
+//!   none to 5 %, far beyond the 500 ppm each host is assumed to keep); a
+//!   wall clock skewed up to ±3 s from true Unix time (no steps within a
+//!   run); pauses up to three TTLs (GC, SIGSTOP, suspend: nothing of the
+//!   process runs, and what arrived meanwhile is handled after it); kills
+//!   and graceful shutdowns, each followed by a restart as a new process;
+//!   a scheduling latency for the driver's timers (0–2 ms, now and then up
+//!   to 100 ms) during which generation, which checks the gate itself, may
+//!   run first.
+//! - *The generator*: the nonce generator (`leasehold-nonce`) is not run;
+//!   its timestamp rules are: a value is stamped strictly after the gate's
+//!   floor and its own history, never past the gate's ceiling nor ahead of
+//!   its own wall clock, and it generates all through a window (the worst
+//!   case).
+//! - *The network per process*: a delay each way (answers reorder), losses,
+//!   partitions, answers delivered twice, and the compound fault "a slow
+//!   answer (up to one TTL), then a cut".
 //!
 //! # The checker
 //!
@@ -62,6 +77,9 @@
 //! refuses from there. A violation is:
 //!
 //! - two processes that may generate on one slot at the same true instant;
+//! - one timestamp of a slot that two generators (two processes, or one
+//!   process before and after a restart) may both have stamped: an ID
+//!   issued twice;
 //! - on one slot, a window that starts later than another's with a smaller
 //!   fence (a stale holder generating after a newer grant);
 //! - a fence the store grants that is not above every earlier fence of its
