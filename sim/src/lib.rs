@@ -103,7 +103,7 @@ use leasehold_core::rand::SplitMix;
 use leasehold_core::testing::GateControl;
 use leasehold_core::{
     AcquireError, Fence, Floor, Grant, LeaseConfig, LeaseGate, MonoTime, Reason, Timing, Token,
-    min_safety_margin,
+    UnixOffset, min_safety_margin,
 };
 
 const MS: u64 = 1_000_000;
@@ -185,6 +185,8 @@ pub struct ProcSpec {
     pub cuts: Vec<(u64, u64)>,
     /// How far its wall clock is from true Unix time (ns, + ahead).
     pub wall_skew: i64,
+    /// Steps of its wall clock: (true ns, by how much, ns; + forward).
+    pub wall_steps: Vec<(u64, i64)>,
     /// Answers delivered twice, per million.
     pub dup_ppm: u64,
     /// Ends and restarts: (when, down for how long, graceful). A graceful
@@ -249,6 +251,8 @@ impl Scenario {
             store_steps.push((at, size));
         }
         let ttl_ns = ttl_ms * MS;
+        // Wall-clock steps come from a stream of their own.
+        let mut steps = SplitMix::new(seed ^ 0x57e9_57e9_57e9_57e9);
         let procs = (0..params.processes.max(2))
             .map(|_| {
                 let clock = ClockSpec {
@@ -283,8 +287,19 @@ impl Scenario {
                 let ends = (0..r.below(3))
                     .map(|_| (r.below(length), r.below(2 * ttl_ns), r.below(2) == 0))
                     .collect();
+                let wall_steps = (0..steps.below(3))
+                    .map(|_| {
+                        let by = match steps.below(3) {
+                            0 => steps.below(100 * MS) as i64,
+                            1 => (100 * MS + steps.below(3 * SEC)) as i64,
+                            _ => -(steps.below(3 * SEC) as i64),
+                        };
+                        (steps.below(length), by)
+                    })
+                    .collect();
                 ProcSpec {
                     clock,
+                    wall_steps,
                     start_at,
                     delay,
                     loss_ppm,
@@ -360,6 +375,7 @@ impl Scenario {
                         + p.ends.len()
                         + usize::from(p.dup_ppm > 0)
                         + usize::from(p.wall_skew != 0)
+                        + p.wall_steps.len()
                         + usize::from(p.loss_ppm > 0)
                         + usize::from(p.slow_ppm > 0)
                         + usize::from(p.clock.ppm != 0)
@@ -507,7 +523,10 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
             c.procs[i].ends.remove(j);
             out.push((format!("p{i}: drop end {j}"), c));
         }
-        let simpler: [(&str, Simplify); 7] = [
+        let simpler: [(&str, Simplify); 8] = [
+            ("no wall clock steps", |p| {
+                !std::mem::take(&mut p.wall_steps).is_empty()
+            }),
             ("no wall clock skew", |p| {
                 std::mem::take(&mut p.wall_skew) != 0
             }),
@@ -577,6 +596,7 @@ enum Ev {
     Timeout(usize, u64),
     PauseStart(usize, u64),
     PauseEnd(usize),
+    WallStep(usize, i64),
     /// The process ends (graceful or killed) and restarts after a while.
     End(usize, u64, bool),
     Restart(usize),
@@ -615,8 +635,11 @@ struct Proc {
     cuts: Vec<(u64, u64)>,
     /// The open window.
     window: Option<Window>,
-    /// Wall clock = monotonic clock + this (ns).
+    /// Wall clock = monotonic clock + this (ns), before any step.
     offset: u64,
+    /// The process's Unix offset (`leasehold_core::UnixOffset`, the real
+    /// one): what it measures goes through its `observe`.
+    unix: UnixOffset,
     /// Counts restarts: a restarted process has a new generator, with no
     /// history.
     incarnation: u32,
@@ -645,6 +668,9 @@ struct Window {
     /// The gate's floor and ceiling (Unix ms).
     floor: u64,
     ceiling: u64,
+    /// The Unix offset the generator stamps with, measured as the window
+    /// opened; `None` while a wall-clock step is pending (it refuses).
+    offset: Option<u64>,
 }
 
 /// The timestamps one generator may have put into IDs of a slot.
@@ -715,6 +741,7 @@ impl<'a> World<'a> {
                     offset: (EPOCH as i64 + spec.wall_skew) as u64 - spec.clock.base,
                     incarnation: 0,
                     issued_ms: 0,
+                    unix: UnixOffset::new(),
                 }
             })
             .collect();
@@ -782,6 +809,9 @@ impl<'a> World<'a> {
             w.push(p.start_at, Ev::Start(i));
             for &(at, len) in &p.pauses {
                 w.push(at, Ev::PauseStart(i, len));
+            }
+            for &(at, by) in &p.wall_steps {
+                w.push(at, Ev::WallStep(i, by));
             }
             for &(at, down, graceful) in &p.ends {
                 w.push(at, Ev::End(i, down, graceful));
@@ -881,6 +911,13 @@ impl<'a> World<'a> {
                 }
             }
             Ev::End(p, down, graceful) => self.end(p, down, graceful),
+            Ev::WallStep(p, by) => {
+                // The wall clock moved (the monotonic one did not): the
+                // generator sees it at its next measurement, from here on.
+                self.log(Some(p), format_args!("wall clock steps {by} ns"));
+                self.close_window(p);
+                self.open_window(p);
+            }
             Ev::Restart(p) => {
                 self.close_window(p);
                 self.procs[p].exiting = false;
@@ -889,6 +926,7 @@ impl<'a> World<'a> {
                     .with_store_resolution(self.sc.resolution);
                 self.procs[p].gate = LeaseGate::new();
                 self.procs[p].incarnation += 1;
+                self.procs[p].unix = UnixOffset::new();
                 self.procs[p].issued_ms = 0;
                 self.procs[p].pending.clear();
                 self.procs[p].call = None;
@@ -1183,20 +1221,34 @@ impl<'a> World<'a> {
     }
 
     /// The ceiling the driver reports: the Unix ms of the deadline the
-    /// request gives, on the process's wall clock.
+    /// request gives, with the offset measured afresh (`unix_offset(true)`).
     fn ceiling(&self, p: usize, sent_at: MonoTime) -> Floor {
         let deadline = self.timing.deadline(sent_at, self.sc.ttl).as_nanos();
-        Floor(deadline.saturating_add(self.procs[p].offset) / MS)
+        Floor(deadline.saturating_add(self.observe(p)) / MS)
     }
 
-    /// The process's wall clock at true `t`, in Unix ms.
-    fn unix_ms(&self, p: usize, t: u64) -> u64 {
-        self.procs[p]
+    /// `wall − mono` now, as the process would measure it.
+    fn measured_offset(&self, p: usize) -> u64 {
+        let steps: i64 = self.procs[p]
             .spec
-            .clock
-            .local(t)
-            .saturating_add(self.procs[p].offset)
-            / MS
+            .wall_steps
+            .iter()
+            .filter(|s| s.0 <= self.now)
+            .map(|s| s.1)
+            .sum();
+        (i128::from(self.procs[p].offset) + i128::from(steps)).max(1) as u64
+    }
+
+    /// A measurement of the Unix offset, through the real `observe`.
+    fn observe(&self, p: usize) -> u64 {
+        let measured = self.measured_offset(p);
+        self.procs[p].unix.observe(measured, self.local(p))
+    }
+
+    /// The process's timestamps at true `t` (Unix ms), with the offset in use.
+    fn unix_ms(&self, p: usize, t: u64) -> u64 {
+        let offset = self.procs[p].unix.get();
+        self.procs[p].spec.clock.local(t).saturating_add(offset) / MS
     }
 
     fn perform(&mut self, p: usize, action: Action) {
@@ -1232,6 +1284,8 @@ impl<'a> World<'a> {
                 self.call(p, CallKind::Release, req, until);
             }
             Action::Open(o) => {
+                // As the gate does for the process's clock (rule 10).
+                self.procs[p].unix.limit_steps(o.max_clock_skew);
                 self.procs[p].gate.open_with(o);
                 let left = o.deadline.saturating_since(self.local(p));
                 self.log(
@@ -1293,10 +1347,15 @@ impl<'a> World<'a> {
             start: w.start,
             end,
         });
+        let Some(offset) = w.offset else {
+            return; // A wall-clock step pending: generation refuses.
+        };
+        let clock = self.procs[p].spec.clock;
+        let ms = |t: u64| clock.local(t).saturating_add(offset) / MS;
         let lo = (w.floor + 1)
             .max(self.procs[p].issued_ms + 1)
-            .max(self.unix_ms(p, w.start));
-        let hi = self.unix_ms(p, end - 1).min(w.ceiling);
+            .max(ms(w.start));
+        let hi = ms(end - 1).min(w.ceiling);
         if lo <= hi {
             self.procs[p].issued_ms = hi;
             self.stamps.push(Stamps {
@@ -1331,7 +1390,16 @@ impl<'a> World<'a> {
         } else {
             u64::MAX
         };
+        let offset = self.observe(p);
+        let offset = self.procs[p].unix.step().is_none().then_some(offset);
+        if offset.is_none() {
+            self.log(
+                Some(p),
+                format_args!("may generate, but refuses: a wall-clock step is pending"),
+            );
+        }
         self.procs[p].window = Some(Window {
+            offset,
             start: self.now,
             slot: view.slot,
             fence: view.fence.0,
