@@ -15,6 +15,11 @@
 //!   opens, extends and closes it with the same calls as the tokio driver
 //!   (through `testing::GateControl`), and the checker asks the real
 //!   `LeaseGate::check` whether the process may generate;
+//! - each process's Unix offset, [`UnixOffset`] (`core/src/clock.rs`, rule
+//!   10): every measurement of `wall − mono` (the driver's at each report,
+//!   the generator's as a window opens) goes through its `observe`, and
+//!   ceilings and stamps use the offset it adopts; while it holds a step
+//!   pending, generation refuses;
 //! - the timings, built and validated by `LeaseConfig::build`;
 //! - with the `planted-bugs` feature, the plants of `leasehold_core::plant`,
 //!   switched on in the process that runs the simulation.
@@ -50,8 +55,10 @@
 //! - *Processes*: a monotonic clock each (`CLOCK_BOOTTIME`: it counts on
 //!   through a pause and never steps), with an offset and a rate drift (from
 //!   none to 5 %, far beyond the 500 ppm each host is assumed to keep); a
-//!   wall clock skewed up to ±3 s from true Unix time (no steps within a
-//!   run); pauses up to three TTLs (GC, SIGSTOP, suspend: nothing of the
+//!   wall clock skewed up to ±3 s from true Unix time, and stepped forward
+//!   (within and beyond the step limit) and back (the generator measures
+//!   at each event of its process and at each step, where the real one
+//!   measures about once a second); pauses up to three TTLs (GC, SIGSTOP, suspend: nothing of the
 //!   process runs, and what arrived meanwhile is handled after it); kills
 //!   and graceful shutdowns, each followed by a restart as a new process;
 //!   a scheduling latency for the driver's timers (0–2 ms, now and then up
