@@ -10,17 +10,51 @@
 //! seeds per second and simulated seconds per wall second; it fails when a
 //! seed whose clocks the margin covers violates, after printing the seed and
 //! its shrunk trace.
+//!
+//! `cargo xtask sim --check` is the test command's part: 5,000 seeds of the
+//! code as shipped (5 processes, 60 simulated seconds each), then the
+//! simulator's own tests with the plants built in (each plant found within
+//! a few seeds). Its builds go to `target/sim`, a directory of their own,
+//! so that it runs beside the test binaries without waiting on their lock.
 
-use crate::{Result, cargo, step};
+use crate::{Result, cargo, root, step};
 
-/// Runs the simulator with `args`.
+/// The simulator's own target directory.
+fn target() -> std::path::PathBuf {
+    root().join("target/sim")
+}
+
+/// Runs the simulator with `args`, or its check (`--check`).
 pub(crate) fn run(args: &[String]) -> Result {
+    if args.iter().any(|a| a == "--check") {
+        return check();
+    }
     let planted = args.iter().any(|a| a == "--plant");
     let mut cmd = cargo();
-    cmd.args(["run", "--quiet", "--release", "--package", "leasehold-sim"]);
+    cmd.env("CARGO_TARGET_DIR", target()).args([
+        "run",
+        "--quiet",
+        "--release",
+        "--package",
+        "leasehold-sim",
+    ]);
     if planted {
         cmd.args(["--features", "planted-bugs"]);
     }
     cmd.arg("--").args(args);
     step("sim", cmd)
+}
+
+/// 5,000 seeds of the shipped code, then the planted-bug tests.
+fn check() -> Result {
+    run(&["--seeds", "5000"].map(String::from))?;
+    let mut tests = cargo();
+    tests.env("CARGO_TARGET_DIR", target()).args([
+        "test",
+        "--package",
+        "leasehold-sim",
+        "--features",
+        "planted-bugs",
+    ]);
+    step("the simulator's tests, every plant built in", tests)
 }
