@@ -1,8 +1,9 @@
-//! Timing rules broken on purpose, for the fault campaign only: it shows that
-//! each rule of DESIGN.md is what it would catch if the rule were broken.
+//! Timing rules broken on purpose, for the fault campaign and the simulator
+//! only: they show that each rule of DESIGN.md is what they would catch if
+//! the rule were broken.
 //!
 //! Built only with the `planted-bugs` feature, which nothing but the
-//! campaign's own `planted-bugs` feature enables. Without it [`active`] is a
+//! campaign's and the simulator's own `planted-bugs` features enable. Without it [`active`] is a
 //! constant `false` that the compiler removes with the code it guards, so
 //! the generation path and the driver are what they always are; [`plant`]
 //! then refuses.

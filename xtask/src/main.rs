@@ -35,6 +35,8 @@
 //! - `cargo xtask package`: every published crate packaged and built on its
 //!   own in dependency order, a publish dry run, a check at the minimum
 //!   dependency versions, and the docs as docs.rs builds them.
+//! - `cargo xtask sim [--seeds N] [--plant NAME] [--processes P] [--secs S]`:
+//!   the deterministic simulator over seeds (`xtask/src/sim.rs`).
 //! - `cargo xtask pictures [dir]`: the guide's safety pictures, drawn from a
 //!   virtual-clock run of the lease machine.
 
@@ -50,6 +52,7 @@ mod lanes;
 mod measure;
 mod package;
 mod pictures;
+mod sim;
 mod svg;
 
 use leasehold_conformance::programs;
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
         "deny" => deny::run(),
         "bench" => bench(rest.first().map_or("all", String::as_str), &passthrough),
         "campaign" => campaign(rest),
+        "sim" => sim::run(rest),
         "guide" => guide::run(rest),
         "pictures" => pictures::write_all(
             &rest
@@ -121,7 +125,8 @@ fn main() -> ExitCode {
                  cargo xtask measure <mariadb-installs|sentinel-failovers|cluster-failovers> [--rounds N]\n       \
                  cargo xtask bench <nonce|sql|valkey|etcd|k8s|capacity|all>\n       cargo xtask servers <install|up|down|status>\n       \
                  cargo xtask guide [--update-screenshot]\n       cargo xtask pictures [dir]\n       \
-                 cargo xtask deny\n       cargo xtask package"
+                 cargo xtask deny\n       cargo xtask package\n       \
+                 cargo xtask sim [--seeds N] [--plant NAME] [--processes P] [--secs S]"
             );
             return if cmd == "help" {
                 ExitCode::SUCCESS

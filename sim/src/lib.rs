@@ -1,0 +1,1615 @@
+//! A deterministic simulator of leasehold's lease handling: several processes
+//! lease the slots of one pool from a modelled store, on virtual time, under
+//! seeded faults, and an independent checker judges the outcome over true
+//! simulated time.
+//!
+//! # What runs, and what is modelled
+//!
+//! **Real code of `leasehold-core`, unchanged:**
+//!
+//! - the lease state machine, [`Machine`] (`core/src/machine.rs`): every
+//!   decision (when to acquire, renew, give up, the local deadline through
+//!   `Timing::deadline`, backoff with its jitter, rule 11's store-clock jump
+//!   check) is the machine's own, fed the inputs the tokio driver feeds it;
+//! - the lease gate, [`LeaseGate`] (`core/src/gate.rs`): the simulated driver
+//!   opens, extends and closes it with the same calls as the tokio driver
+//!   (through `testing::GateControl`), and the checker asks the real
+//!   `LeaseGate::check` whether the process may generate;
+//! - each process's Unix offset, [`UnixOffset`] (`core/src/clock.rs`, rule
+//!   10): every measurement of `wall − mono` (the driver's at each report,
+//!   the generator's as a window opens) goes through its `observe`, and
+//!   ceilings and stamps use the offset it adopts; while it holds a step
+//!   pending, generation refuses;
+//! - the timings, built and validated by `LeaseConfig::build`;
+//! - with the `planted-bugs` feature, the plants of `leasehold_core::plant`,
+//!   switched on in the process that runs the simulation.
+//!
+//! **Modelled (`sim/src/lib.rs`), and why:**
+//!
+//! - *The driver* (`core/src/driver.rs`) is async code on tokio; its logic is
+//!   small and replicated here action for action: one action at a time, a
+//!   call raced against the bound its action carries (an answer after the
+//!   bound is never seen), `sent_at` read just before the request leaves,
+//!   the ceiling computed from `Timing::deadline`, the renewal's answer fed
+//!   as `Renewed`/`RenewLost`/`RenewRetry`, a timeout as `AcquireFailed
+//!   (Unreachable)`/`RenewRetry`, a release awaited up to its bound. Running
+//!   the tokio driver itself under a simulated runtime would need a time
+//!   seam in the driver and its timers and a simulated network under the
+//!   strategy; the machine-level model runs no tokio and no real clock, which
+//!   is what makes a seed cost well under a millisecond. What the driver adds
+//!   beyond the model decides nothing the checker judges (events, telemetry,
+//!   health), can only close a gate sooner (loss signals from store
+//!   watches), or is not modelled (the lease cache's hand-over between two
+//!   managers of one process; a start cancelled before it returns).
+//! - *The store*: one pool, granted on the store's own clock (rate drift,
+//!   forward steps) with a configurable expiry resolution (1 µs as SQL, 1 ms
+//!   as Valkey, 500 ms as etcd's tick, where a lease can expire one tick
+//!   early): a slot is granted only when free or expired, a renewal or a
+//!   release only counts for the holder of an unexpired lease, fences grow
+//!   per slot as SQL and Valkey make them, `max(previous + 1, store clock in
+//!   µs)`, and the slot's floor is the highest ceiling (acquire, renewal) or
+//!   issued timestamp (release) a holder reported, handed to the next grant
+//!   (DESIGN.md, rule 8). Not modelled: store restarts, wipes and promotions
+//!   (rule 12's guards live in the backends), fenced writes (rule 7's check
+//!   lives in `FenceTable`), Kubernetes' expiry on the observer's clock.
+//! - *Processes*: a monotonic clock each (`CLOCK_BOOTTIME`: it counts on
+//!   through a pause and never steps), with an offset and a rate drift (from
+//!   none to 5 %, far beyond the 500 ppm each host is assumed to keep); a
+//!   wall clock skewed up to ±3 s from true Unix time, and stepped forward
+//!   (within and beyond the step limit) and back (the generator measures
+//!   at each event of its process and at each step, where the real one
+//!   measures about once a second); pauses up to three TTLs (GC, SIGSTOP, suspend: nothing of the
+//!   process runs, and what arrived meanwhile is handled after it); kills
+//!   and graceful shutdowns, each followed by a restart as a new process;
+//!   a scheduling latency for the driver's timers (0–2 ms, now and then up
+//!   to 100 ms) during which generation, which checks the gate itself, may
+//!   run first.
+//! - *The generator*: the nonce generator (`leasehold-nonce`) is not run;
+//!   its timestamp rules are: a value is stamped strictly after the gate's
+//!   floor and its own history, never past the gate's ceiling nor ahead of
+//!   its own wall clock, and it generates all through a window (the worst
+//!   case).
+//! - *The network per process*: a delay each way (answers reorder), losses,
+//!   partitions, answers delivered twice, and the compound fault "a slow
+//!   answer (up to one TTL), then a cut".
+//!
+//! # The checker
+//!
+//! Independent of the code it judges: it sees only the gates and the store's
+//! grants. A process *may generate* at a true instant when it is not paused
+//! and the real `LeaseGate::check`, given the process's own clock reading at
+//! that instant, answers yes: the window in which it would issue IDs. The
+//! windows are cut at every event of the process (where its gate can change)
+//! and at the instant its clock reaches the gate's deadline, if the gate
+//! refuses from there. A violation is:
+//!
+//! - two processes that may generate on one slot at the same true instant;
+//! - one timestamp of a slot that two generators (two processes, or one
+//!   process before and after a restart) may both have stamped: an ID
+//!   issued twice;
+//! - on one slot, a window that starts later than another's with a smaller
+//!   fence (a stale holder generating after a newer grant);
+//! - a fence the store grants that is not above every earlier fence of its
+//!   slot.
+//!
+//! # Seeds beyond the assumptions
+//!
+//! DESIGN.md's rule 2 assumes clocks whose rates differ by at most what the
+//! safety margin covers. A seed whose drifts (or store-clock steps) exceed
+//! what its margin covers is marked *beyond*: a violation there is what the
+//! margin is documented not to cover, not a bug, and is counted apart. Every
+//! other seed is *covered*, and a violation there is a bug.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use leasehold_core::machine::{Action, Input, Machine};
+use leasehold_core::rand::SplitMix;
+use leasehold_core::testing::GateControl;
+use leasehold_core::{
+    AcquireError, Fence, Floor, Grant, LeaseConfig, LeaseGate, MonoTime, Reason, Timing, Token,
+    UnixOffset, min_safety_margin,
+};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+/// True Unix time at true time 0 (ns): 2026-12-01.
+const EPOCH: u64 = 1_796_083_200 * SEC;
+
+/// The shape of a run: how many processes, how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Params {
+    /// Processes on the pool (at least 2).
+    pub processes: u32,
+    /// Simulated seconds.
+    pub secs: u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            processes: 5,
+            secs: 60,
+        }
+    }
+}
+
+/// A process's clock: `local(T) = base + T × (1 + ppm / 10⁶)`, in ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockSpec {
+    /// The reading at true time 0.
+    pub base: u64,
+    /// Rate drift, parts per million (negative: slow).
+    pub ppm: i64,
+}
+
+impl ClockSpec {
+    fn local(&self, t: u64) -> u64 {
+        let drift = (i128::from(t) * i128::from(self.ppm)).div_euclid(1_000_000);
+        (i128::from(self.base) + i128::from(t) + drift) as u64
+    }
+
+    /// The first true instant at which the clock reads at least `l`.
+    fn true_at(&self, l: u64) -> u64 {
+        if l <= self.base {
+            return 0;
+        }
+        if l == u64::MAX {
+            return u64::MAX;
+        }
+        let span = i128::from(l - self.base);
+        let mut t = (span * 1_000_000 / (1_000_000 + i128::from(self.ppm))).max(0) as u64;
+        while self.local(t) < l {
+            t += 1;
+        }
+        while t > 0 && self.local(t - 1) >= l {
+            t -= 1;
+        }
+        t
+    }
+}
+
+/// One process's faults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcSpec {
+    /// Its monotonic clock.
+    pub clock: ClockSpec,
+    /// When it starts (true ns).
+    pub start_at: u64,
+    /// One-way network delay, least and most (ns).
+    pub delay: (u64, u64),
+    /// Messages lost, per million.
+    pub loss_ppm: u64,
+    /// Answers that come slowly (up to one TTL late), per million.
+    pub slow_ppm: u64,
+    /// Of the slow answers, those followed by a cut, per million.
+    pub cut_after_slow_ppm: u64,
+    /// Pauses: (start, length), true ns.
+    pub pauses: Vec<(u64, u64)>,
+    /// Partitions: (start, length), true ns.
+    pub cuts: Vec<(u64, u64)>,
+    /// How far its wall clock is from true Unix time (ns, + ahead).
+    pub wall_skew: i64,
+    /// Steps of its wall clock: (true ns, by how much, ns; + forward).
+    pub wall_steps: Vec<(u64, i64)>,
+    /// Answers delivered twice, per million.
+    pub dup_ppm: u64,
+    /// Ends and restarts: (when, down for how long, graceful). A graceful
+    /// end is a shutdown (the gate closes, the lease is released); otherwise
+    /// the process is killed (nothing more of it runs, its lease expires).
+    pub ends: Vec<(u64, u64, bool)>,
+}
+
+/// Everything a seed fixes before the run: the pool, the timings, the store
+/// and the faults of every process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    /// The seed it came from (it also seeds what is drawn during the run).
+    pub seed: u64,
+    /// Slots in the pool.
+    pub slots: u32,
+    /// The lease TTL.
+    pub ttl: Duration,
+    /// The safety margin.
+    pub margin: Duration,
+    /// The renew interval.
+    pub renew: Duration,
+    /// First and largest retry delays.
+    pub backoff: (Duration, Duration),
+    /// The store's expiry resolution.
+    pub resolution: Duration,
+    /// The store clock's rate drift (ppm).
+    pub store_ppm: i64,
+    /// Forward steps of the store's clock: (true ns, size ns).
+    pub store_steps: Vec<(u64, u64)>,
+    /// The processes.
+    pub procs: Vec<ProcSpec>,
+    /// Simulated length (ns).
+    pub length: u64,
+}
+
+impl Scenario {
+    /// The scenario of `seed`.
+    pub fn generate(seed: u64, params: &Params) -> Self {
+        let mut r = SplitMix::new(seed ^ 0x5eed_5eed_5eed_5eed);
+        let length = params.secs * SEC;
+        let ttl_ms = [1_000u64, 2_000, 5_000, 10_000][r.below(4) as usize];
+        let ttl = Duration::from_millis(ttl_ms);
+        let resolution = match r.below(3) {
+            0 => Duration::from_micros(1),
+            1 => Duration::from_millis(1),
+            _ => Duration::from_millis(500).min(ttl / 8),
+        };
+        let min = min_safety_margin(ttl, resolution);
+        let extra = Duration::from_nanos(r.below(u64::try_from(min.as_nanos()).unwrap_or(1) + 1));
+        let margin = (min + extra).min(ttl / 4);
+        let usable = ttl - margin;
+        let renew = (ttl / 3).min(usable / 2);
+        let backoff_initial = Duration::from_millis(1 + r.below(50));
+        let backoff_max = (backoff_initial + Duration::from_millis(r.below(500))).min(ttl);
+        let slots = 1 + r.below(u64::from(params.processes.max(2) - 1).min(3)) as u32;
+        let store_ppm = drift(&mut r);
+        let mut store_steps = Vec::new();
+        if r.below(8) == 0 {
+            let at = r.below(length);
+            let size = r.below(2 * u64::try_from(margin.as_nanos()).unwrap_or(0) + 1);
+            store_steps.push((at, size));
+        }
+        let ttl_ns = ttl_ms * MS;
+        // Wall-clock steps come from a stream of their own.
+        let mut steps = SplitMix::new(seed ^ 0x57e9_57e9_57e9_57e9);
+        let procs = (0..params.processes.max(2))
+            .map(|_| {
+                let clock = ClockSpec {
+                    base: SEC + r.below(1_000 * SEC),
+                    ppm: drift(&mut r),
+                };
+                let start_at = r.below(2 * SEC);
+                let d0 = 50_000 + r.below(5 * MS);
+                let delay = (d0, d0 + r.below(10 * MS));
+                let loss_ppm = [0, 1_000, 20_000, 100_000][r.below(4) as usize];
+                let slow_ppm = [0, 5_000, 50_000][r.below(3) as usize];
+                let cut_after_slow_ppm = [0, 500_000, 1_000_000][r.below(3) as usize];
+                let pauses = (0..r.below(4))
+                    .map(|_| {
+                        let len = match r.below(3) {
+                            0 => r.below(50 * MS),
+                            1 => r.below(ttl_ns),
+                            _ => r.below(3 * ttl_ns),
+                        };
+                        (r.below(length), len)
+                    })
+                    .collect();
+                let cuts = (0..r.below(3))
+                    .map(|_| (r.below(length), r.below(2 * ttl_ns)))
+                    .collect();
+                let dup_ppm = [0, 10_000][r.below(2) as usize];
+                let wall_skew = match r.below(3) {
+                    0 => 0,
+                    1 => r.below(200 * MS) as i64 - 100 * MS as i64,
+                    _ => r.below(6 * SEC) as i64 - 3 * SEC as i64,
+                };
+                let ends = (0..r.below(3))
+                    .map(|_| (r.below(length), r.below(2 * ttl_ns), r.below(2) == 0))
+                    .collect();
+                let wall_steps = (0..steps.below(3))
+                    .map(|_| {
+                        let by = match steps.below(3) {
+                            0 => steps.below(100 * MS) as i64,
+                            1 => (100 * MS + steps.below(3 * SEC)) as i64,
+                            _ => -(steps.below(3 * SEC) as i64),
+                        };
+                        (steps.below(length), by)
+                    })
+                    .collect();
+                ProcSpec {
+                    clock,
+                    wall_steps,
+                    start_at,
+                    delay,
+                    loss_ppm,
+                    slow_ppm,
+                    cut_after_slow_ppm,
+                    pauses,
+                    cuts,
+                    wall_skew,
+                    dup_ppm,
+                    ends,
+                }
+            })
+            .collect();
+        Scenario {
+            seed,
+            slots,
+            ttl,
+            margin,
+            renew,
+            backoff: (backoff_initial, backoff_max),
+            resolution,
+            store_ppm,
+            store_steps,
+            procs,
+            length,
+        }
+    }
+
+    /// The timings every process uses, validated as a real configuration is.
+    pub fn timing(&self) -> Timing {
+        LeaseConfig::builder("sim")
+            .pool_size(self.slots)
+            .ttl(self.ttl)
+            .safety_margin(self.margin)
+            .renew_interval(self.renew)
+            .backoff_initial(self.backoff.0)
+            .backoff_max(self.backoff.1)
+            .build()
+            .map(|c| c.timing().clone())
+            .unwrap_or_else(|e| panic!("seed {}: timings refused: {e}", self.seed))
+    }
+
+    /// Whether the margin covers every clock of this scenario: from a
+    /// request's send to the local deadline each process's clock counts
+    /// `ttl − margin`, and that must take no longer in true time than the
+    /// store takes from receiving it to the earliest expiry its resolution
+    /// and steps allow (DESIGN.md, rule 2). Exact: the simulated gate reads
+    /// no coarse clock, so the 20 ms of the margin kept for one is not
+    /// counted as spent.
+    pub fn covered(&self) -> bool {
+        let ttl = self.ttl.as_secs_f64();
+        let m = self.margin.as_secs_f64();
+        let res = self.resolution.as_secs_f64();
+        let jumps: u64 = self.store_steps.iter().map(|s| s.1).sum();
+        let jumps = jumps as f64 / 1e9;
+        let ds = self.store_ppm as f64 / 1e6;
+        let store_side = (ttl - res - jumps) / (1.0 + ds);
+        self.procs.iter().all(|p| {
+            let dp = p.clock.ppm as f64 / 1e6;
+            (ttl - m) / (1.0 + dp) <= store_side
+        })
+    }
+
+    /// How many faults it holds (for the shrinker's order).
+    pub fn faults(&self) -> usize {
+        self.store_steps.len()
+            + self
+                .procs
+                .iter()
+                .map(|p| {
+                    p.pauses.len()
+                        + p.cuts.len()
+                        + p.ends.len()
+                        + usize::from(p.dup_ppm > 0)
+                        + usize::from(p.wall_skew != 0)
+                        + p.wall_steps.len()
+                        + usize::from(p.loss_ppm > 0)
+                        + usize::from(p.slow_ppm > 0)
+                        + usize::from(p.clock.ppm != 0)
+                })
+                .sum::<usize>()
+            + usize::from(self.store_ppm != 0)
+    }
+}
+
+/// A rate drift: none, within the 500 ppm a host keeps, or far beyond.
+fn drift(r: &mut SplitMix) -> i64 {
+    match r.below(10) {
+        0..=3 => 0,
+        4..=8 => r.below(1_001) as i64 - 500,
+        _ => r.below(100_001) as i64 - 50_000,
+    }
+}
+
+/// What the checker found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// True time of the violation (ns).
+    pub at: u64,
+    /// What breaks.
+    pub what: String,
+}
+
+/// The outcome of one seed.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// Whether the margin covers its clocks (see [`Scenario::covered`]).
+    pub covered: bool,
+    /// The first violation, if any.
+    pub violation: Option<Violation>,
+    /// Grants the store made.
+    pub grants: u64,
+    /// Total length of the windows in which some process may generate (ns).
+    pub held_ns: u64,
+    /// The trace, when asked for.
+    pub trace: String,
+}
+
+/// Runs `seed`.
+pub fn run_seed(seed: u64, params: &Params, trace: bool) -> Outcome {
+    run(&Scenario::generate(seed, params), trace)
+}
+
+/// Runs a scenario.
+pub fn run(sc: &Scenario, trace: bool) -> Outcome {
+    let mut w = World::new(sc, trace);
+    w.go();
+    let violation = w.check();
+    if let (Some(v), true) = (&violation, trace) {
+        let _ = writeln!(w.trace, "{} VIOLATION {}", secs(v.at), v.what);
+    }
+    Outcome {
+        seed: sc.seed,
+        covered: sc.covered(),
+        violation,
+        grants: w.grants,
+        held_ns: w.segments.iter().map(|s| s.end - s.start).sum(),
+        trace: w.trace,
+    }
+}
+
+/// Shrinks a failing scenario: fewer processes, fewer faults, shorter,
+/// keeping whatever still fails. Returns the smallest found and each step.
+pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
+    let fails = |s: &Scenario| s.covered() && run(s, false).violation.is_some();
+    let mut best = sc.clone();
+    let mut steps = Vec::new();
+    if !fails(&best) {
+        return (best, steps);
+    }
+    loop {
+        let mut improved = false;
+        for cand in candidates(&best) {
+            if fails(&cand.1) {
+                steps.push(format!(
+                    "{} (processes {}, faults {}, {:.3} s)",
+                    cand.0,
+                    cand.1.procs.len(),
+                    cand.1.faults(),
+                    cand.1.length as f64 / 1e9
+                ));
+                best = cand.1;
+                improved = true;
+                break;
+            }
+        }
+        if !improved {
+            return (best, steps);
+        }
+    }
+}
+
+/// One way to make a process's faults simpler; false if it had nothing to drop.
+type Simplify = fn(&mut ProcSpec) -> bool;
+
+fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
+    let mut out = Vec::new();
+    // Shorter: end just after the violation.
+    if let Some(v) = run(s, false).violation {
+        let end = v.at + MS;
+        if end < s.length {
+            let mut c = s.clone();
+            c.length = end;
+            out.push((format!("end at {}", secs(end)), c));
+        }
+    }
+    if s.procs.len() > 2 {
+        for i in 0..s.procs.len() {
+            let mut c = s.clone();
+            c.procs.remove(i);
+            c.slots = c.slots.min(c.procs.len() as u32 - 1).max(1);
+            out.push((format!("drop process {i}"), c));
+        }
+    }
+    if !s.store_steps.is_empty() {
+        let mut c = s.clone();
+        c.store_steps.clear();
+        out.push(("no store clock steps".into(), c));
+    }
+    if s.store_ppm != 0 {
+        let mut c = s.clone();
+        c.store_ppm = 0;
+        out.push(("store clock without drift".into(), c));
+    }
+    for i in 0..s.procs.len() {
+        let p = &s.procs[i];
+        for j in 0..p.pauses.len() {
+            let mut c = s.clone();
+            c.procs[i].pauses.remove(j);
+            out.push((format!("p{i}: drop pause {j}"), c));
+        }
+        for j in 0..p.cuts.len() {
+            let mut c = s.clone();
+            c.procs[i].cuts.remove(j);
+            out.push((format!("p{i}: drop partition {j}"), c));
+        }
+        for j in 0..p.ends.len() {
+            let mut c = s.clone();
+            c.procs[i].ends.remove(j);
+            out.push((format!("p{i}: drop end {j}"), c));
+        }
+        let simpler: [(&str, Simplify); 8] = [
+            ("no wall clock steps", |p| {
+                !std::mem::take(&mut p.wall_steps).is_empty()
+            }),
+            ("no wall clock skew", |p| {
+                std::mem::take(&mut p.wall_skew) != 0
+            }),
+            ("no duplicated answers", |p| {
+                std::mem::take(&mut p.dup_ppm) > 0
+            }),
+            ("no losses", |p| std::mem::take(&mut p.loss_ppm) > 0),
+            ("no slow answers", |p| std::mem::take(&mut p.slow_ppm) > 0),
+            ("no clock drift", |p| std::mem::take(&mut p.clock.ppm) != 0),
+            ("fixed network delay", |p| {
+                let changed = p.delay.0 != p.delay.1;
+                p.delay.1 = p.delay.0;
+                changed
+            }),
+            ("no cut after slow answers", |p| {
+                std::mem::take(&mut p.cut_after_slow_ppm) > 0
+            }),
+        ];
+        for (name, f) in simpler {
+            let mut c = s.clone();
+            if f(&mut c.procs[i]) {
+                out.push((format!("p{i}: {name}"), c));
+            }
+        }
+    }
+    out
+}
+
+fn secs(t: u64) -> String {
+    format!("{:>4}.{:09}", t / SEC, t % SEC)
+}
+
+// ---------------------------------------------------------------------------
+// The world: events on true time.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Req {
+    Acquire { ceiling: u64 },
+    Renew { slot: u32, token: u64, ceiling: u64 },
+    Release { slot: u32, token: u64, issued: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ans {
+    Granted {
+        slot: u32,
+        token: u64,
+        fence: u64,
+        floor: u64,
+        store: u64,
+    },
+    Exhausted,
+    Renewed {
+        store: u64,
+    },
+    Lost,
+    Released,
+    NotHeld,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Start(usize),
+    Wake(usize, u64),
+    AtStore(usize, u64, Req),
+    Reply(usize, u64, Ans),
+    Timeout(usize, u64),
+    PauseStart(usize, u64),
+    PauseEnd(usize),
+    WallStep(usize, i64),
+    /// The process ends (graceful or killed) and restarts after a while.
+    End(usize, u64, bool),
+    Restart(usize),
+    StoreStep(u64),
+    Finish,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum CallKind {
+    Acquire { sent_at: MonoTime, ceiling: Floor },
+    Renew { sent_at: MonoTime, ceiling: Floor },
+    Release,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    id: u64,
+    kind: CallKind,
+}
+
+struct Proc {
+    spec: ProcSpec,
+    machine: Machine,
+    gate: LeaseGate,
+    pending: VecDeque<Action>,
+    call: Option<Call>,
+    wake_gen: u64,
+    paused_until: Option<u64>,
+    stopped: bool,
+    /// Killed, until it restarts: nothing of it runs.
+    dead: bool,
+    /// Shut down, until it restarts: it only finishes its release.
+    exiting: bool,
+    rng: SplitMix,
+    /// Partitions, the scenario's and those after slow answers.
+    cuts: Vec<(u64, u64)>,
+    /// The open window.
+    window: Option<Window>,
+    /// Wall clock = monotonic clock + this (ns), before any step.
+    offset: u64,
+    /// The process's Unix offset (`leasehold_core::UnixOffset`, the real
+    /// one): what it measures goes through its `observe`.
+    unix: UnixOffset,
+    /// Counts restarts: a restarted process has a new generator, with no
+    /// history.
+    incarnation: u32,
+    /// The highest timestamp this incarnation's generator issued (Unix ms).
+    issued_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    holder: Option<u64>,
+    expires: u64,
+    fence: u64,
+    /// The slot's floor (Unix ms), kept as the real stores keep it: the
+    /// highest ceiling or issued timestamp any holder reported.
+    floor: u64,
+}
+
+/// An open window of a process: it may generate from `start`.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    start: u64,
+    slot: u32,
+    fence: u64,
+    /// When the gate refuses by itself (its clock reaches the deadline).
+    refuses_at: u64,
+    /// The gate's floor and ceiling (Unix ms).
+    floor: u64,
+    ceiling: u64,
+    /// The Unix offset the generator stamps with, measured as the window
+    /// opened; `None` while a wall-clock step is pending (it refuses).
+    offset: Option<u64>,
+}
+
+/// The timestamps one generator may have put into IDs of a slot.
+#[derive(Clone, Copy, Debug)]
+struct Stamps {
+    proc: usize,
+    incarnation: u32,
+    slot: u32,
+    fence: u64,
+    lo: u64,
+    hi: u64,
+    at: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    proc: usize,
+    slot: u32,
+    fence: u64,
+    start: u64,
+    end: u64,
+}
+
+struct World<'a> {
+    sc: &'a Scenario,
+    timing: Timing,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    procs: Vec<Proc>,
+    slots: Vec<Slot>,
+    store_jump: u64,
+    next_id: u64,
+    grants: u64,
+    /// The checker's own record of the store's grants: the last fence per slot.
+    granted: Vec<u64>,
+    fence_violation: Option<Violation>,
+    segments: Vec<Segment>,
+    stamps: Vec<Stamps>,
+    trace_on: bool,
+    trace: String,
+}
+
+impl<'a> World<'a> {
+    fn new(sc: &'a Scenario, trace_on: bool) -> Self {
+        let timing = sc.timing();
+        let procs = sc
+            .procs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let seed = sc.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i as u64 + 1);
+                Proc {
+                    spec: spec.clone(),
+                    machine: Machine::new(timing.clone(), false, seed)
+                        .with_store_resolution(sc.resolution),
+                    gate: LeaseGate::new(),
+                    pending: VecDeque::new(),
+                    call: None,
+                    wake_gen: 0,
+                    paused_until: None,
+                    stopped: false,
+                    dead: true,
+                    exiting: false,
+                    rng: SplitMix::new(seed ^ 0xa5a5),
+                    cuts: spec.cuts.clone(),
+                    window: None,
+                    offset: (EPOCH as i64 + spec.wall_skew) as u64 - spec.clock.base,
+                    incarnation: 0,
+                    issued_ms: 0,
+                    unix: UnixOffset::new(),
+                }
+            })
+            .collect();
+        let mut w = World {
+            sc,
+            timing,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            procs,
+            slots: vec![
+                Slot {
+                    holder: None,
+                    expires: 0,
+                    fence: 0,
+                    floor: 0,
+                };
+                sc.slots as usize
+            ],
+            store_jump: 0,
+            next_id: 1,
+            grants: 0,
+            granted: vec![0; sc.slots as usize],
+            fence_violation: None,
+            segments: Vec::new(),
+            stamps: Vec::new(),
+            trace_on,
+            trace: String::new(),
+        };
+        if trace_on {
+            let _ = writeln!(
+                w.trace,
+                "seed {} covered {}: {} processes, {} slots, ttl {:?}, margin {:?}, renew {:?}, \
+                 backoff {:?}..{:?}, store resolution {:?}, store drift {} ppm, store steps {:?}",
+                sc.seed,
+                sc.covered(),
+                sc.procs.len(),
+                sc.slots,
+                sc.ttl,
+                sc.margin,
+                sc.renew,
+                sc.backoff.0,
+                sc.backoff.1,
+                sc.resolution,
+                sc.store_ppm,
+                sc.store_steps
+            );
+            for (i, p) in sc.procs.iter().enumerate() {
+                let _ = writeln!(
+                    w.trace,
+                    "p{i}: drift {} ppm, start {}, delay {:?} ns, loss {} ppm, slow {} ppm \
+                     (then cut {} ppm), pauses {:?}, partitions {:?}",
+                    p.clock.ppm,
+                    secs(p.start_at),
+                    p.delay,
+                    p.loss_ppm,
+                    p.slow_ppm,
+                    p.cut_after_slow_ppm,
+                    p.pauses,
+                    p.cuts
+                );
+            }
+        }
+        for (i, p) in sc.procs.iter().enumerate() {
+            w.push(p.start_at, Ev::Start(i));
+            for &(at, len) in &p.pauses {
+                w.push(at, Ev::PauseStart(i, len));
+            }
+            for &(at, by) in &p.wall_steps {
+                w.push(at, Ev::WallStep(i, by));
+            }
+            for &(at, down, graceful) in &p.ends {
+                w.push(at, Ev::End(i, down, graceful));
+            }
+        }
+        for &(at, size) in &sc.store_steps {
+            w.push(at, Ev::StoreStep(size));
+        }
+        w.push(sc.length, Ev::Finish);
+        w
+    }
+
+    fn push(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, ev)));
+    }
+
+    fn log(&mut self, p: Option<usize>, what: std::fmt::Arguments<'_>) {
+        if self.trace_on {
+            let who = p.map_or_else(|| "store".to_string(), |p| format!("p{p}"));
+            let _ = writeln!(self.trace, "{} {who:>5} {what}", secs(self.now));
+        }
+    }
+
+    fn local(&self, p: usize) -> MonoTime {
+        MonoTime::from_nanos(self.procs[p].spec.clock.local(self.now))
+    }
+
+    fn true_at(&self, p: usize, t: MonoTime) -> u64 {
+        self.procs[p].spec.clock.true_at(t.as_nanos())
+    }
+
+    fn go(&mut self) {
+        while let Some(Reverse((at, _, ev))) = self.queue.pop() {
+            self.now = at;
+            if let Ev::Finish = ev {
+                break;
+            }
+            self.dispatch(ev);
+        }
+        for p in 0..self.procs.len() {
+            self.close_window(p);
+        }
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        // A paused process runs nothing: what comes for it waits until it
+        // resumes, and then the driver's task is scheduled after a latency.
+        let target = match ev {
+            Ev::Start(p)
+            | Ev::Wake(p, _)
+            | Ev::Reply(p, ..)
+            | Ev::Timeout(p, _)
+            | Ev::End(p, ..)
+            | Ev::Restart(p) => Some(p),
+            _ => None,
+        };
+        if let Some(p) = target
+            && let Some(until) = self.procs[p].paused_until
+        {
+            let lat = self.latency(p);
+            self.push(until + lat, ev);
+            return;
+        }
+        if let Ev::Wake(p, _) | Ev::Reply(p, ..) | Ev::Timeout(p, _) | Ev::End(p, ..) = ev
+            && self.procs[p].dead
+        {
+            return;
+        }
+        match ev {
+            Ev::Start(p) => {
+                self.procs[p].dead = false;
+                self.log(Some(p), format_args!("starts"));
+                self.feed(p, Input::Start);
+            }
+            Ev::Wake(p, generation) => {
+                if generation == self.procs[p].wake_gen && self.procs[p].call.is_none() {
+                    self.feed(p, Input::Tick);
+                }
+            }
+            Ev::AtStore(p, id, req) => self.at_store(p, id, req),
+            Ev::Reply(p, id, ans) => self.on_reply(p, id, Some(ans)),
+            Ev::Timeout(p, id) => self.on_reply(p, id, None),
+            Ev::PauseStart(p, len) => {
+                let until = self.now + len;
+                let old = self.procs[p].paused_until.unwrap_or(0);
+                self.procs[p].paused_until = Some(until.max(old));
+                self.log(Some(p), format_args!("paused for {}", secs(len)));
+                self.close_window(p);
+                self.push(until, Ev::PauseEnd(p));
+            }
+            Ev::PauseEnd(p) => {
+                if self.procs[p].paused_until.is_some_and(|u| u <= self.now) {
+                    self.procs[p].paused_until = None;
+                    self.log(Some(p), format_args!("resumes"));
+                    self.open_window(p);
+                }
+            }
+            Ev::End(p, down, graceful) => self.end(p, down, graceful),
+            Ev::WallStep(p, by) => {
+                // The wall clock moved (the monotonic one did not): the
+                // generator sees it at its next measurement, from here on.
+                self.log(Some(p), format_args!("wall clock steps {by} ns"));
+                self.close_window(p);
+                self.open_window(p);
+            }
+            Ev::Restart(p) => {
+                self.close_window(p);
+                self.procs[p].exiting = false;
+                let seed = self.procs[p].rng.next_u64();
+                self.procs[p].machine = Machine::new(self.timing.clone(), false, seed)
+                    .with_store_resolution(self.sc.resolution);
+                self.procs[p].gate = LeaseGate::new();
+                self.procs[p].incarnation += 1;
+                self.procs[p].unix = UnixOffset::new();
+                self.procs[p].issued_ms = 0;
+                self.procs[p].pending.clear();
+                self.procs[p].call = None;
+                self.procs[p].stopped = false;
+                self.procs[p].dead = false;
+                self.log(Some(p), format_args!("restarts"));
+                self.feed(p, Input::Start);
+            }
+            Ev::StoreStep(size) => {
+                self.store_jump += size;
+                self.log(None, format_args!("clock steps forward {}", secs(size)));
+            }
+            Ev::Finish => {}
+        }
+    }
+
+    /// A graceful end is the manager's `shutdown`: the gate closes first,
+    /// a call in flight is abandoned, the machine closes and releases; a
+    /// kill stops everything at once. Either way the process comes back
+    /// after `down`, a new process with a new machine and gate.
+    fn end(&mut self, p: usize, down: u64, graceful: bool) {
+        if self.procs[p].exiting {
+            return;
+        }
+        self.procs[p].exiting = graceful;
+        if graceful {
+            self.log(Some(p), format_args!("shuts down"));
+            self.procs[p].gate.close();
+            self.procs[p].call = None;
+            self.procs[p].pending.clear();
+            self.feed(p, Input::Shutdown);
+        } else {
+            self.log(Some(p), format_args!("killed"));
+            self.procs[p].gate.close();
+            self.procs[p].call = None;
+            self.procs[p].pending.clear();
+            self.procs[p].stopped = true;
+            self.close_window(p);
+        }
+        // A graceful end waits for its release (bounded by one TTL) before
+        // the process exits: the restart comes after `down` either way.
+        self.procs[p].dead = !graceful;
+        self.push(self.now + down, Ev::Restart(p));
+    }
+
+    /// The driver's scheduling latency: mostly a little, now and then much.
+    fn latency(&mut self, p: usize) -> u64 {
+        let r = &mut self.procs[p].rng;
+        if r.below(100) == 0 {
+            r.below(100 * MS)
+        } else {
+            r.below(2 * MS)
+        }
+    }
+
+    fn cut(&self, p: usize, at: u64) -> bool {
+        self.procs[p]
+            .cuts
+            .iter()
+            .any(|&(a, len)| at >= a && at < a + len)
+    }
+
+    fn delay(&mut self, p: usize) -> u64 {
+        let (lo, hi) = self.procs[p].spec.delay;
+        lo + self.procs[p].rng.below(hi - lo + 1)
+    }
+
+    fn lost(&mut self, p: usize) -> bool {
+        let loss = self.procs[p].spec.loss_ppm;
+        self.procs[p].rng.below(1_000_000) < loss
+    }
+
+    fn send(&mut self, p: usize, id: u64, req: Req) {
+        let d = self.delay(p);
+        if self.cut(p, self.now) || self.lost(p) {
+            self.log(Some(p), format_args!("request {id} {req:?} lost"));
+            return;
+        }
+        self.push(self.now + d, Ev::AtStore(p, id, req));
+    }
+
+    fn store_clock(&self) -> u64 {
+        let local = ClockSpec {
+            base: 1_000 * SEC,
+            ppm: self.sc.store_ppm,
+        }
+        .local(self.now);
+        local + self.store_jump
+    }
+
+    fn at_store(&mut self, p: usize, id: u64, req: Req) {
+        let s = self.store_clock();
+        let res = u64::try_from(self.sc.resolution.as_nanos())
+            .unwrap_or(1)
+            .max(1);
+        let coarse = s / res * res;
+        let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
+        let ans = match req {
+            Req::Acquire { ceiling } => {
+                match self
+                    .slots
+                    .iter()
+                    .position(|sl| sl.holder.is_none() || s >= sl.expires)
+                {
+                    Some(i) => {
+                        let sl = &mut self.slots[i];
+                        sl.fence = (sl.fence + 1).max(s / 1_000);
+                        sl.holder = Some(id);
+                        sl.expires = coarse + ttl;
+                        let floor = sl.floor;
+                        sl.floor = sl.floor.max(ceiling);
+                        let fence = sl.fence;
+                        self.grants += 1;
+                        // The checker's own record: fences strictly grow per slot.
+                        if fence <= self.granted[i] && self.fence_violation.is_none() {
+                            self.fence_violation = Some(Violation {
+                                at: self.now,
+                                what: format!(
+                                    "slot {i}: fence {fence} granted after {}",
+                                    self.granted[i]
+                                ),
+                            });
+                        }
+                        self.granted[i] = self.granted[i].max(fence);
+                        Ans::Granted {
+                            slot: i as u32,
+                            token: id,
+                            fence,
+                            floor,
+                            store: s,
+                        }
+                    }
+                    None => Ans::Exhausted,
+                }
+            }
+            Req::Renew {
+                slot,
+                token,
+                ceiling,
+            } => {
+                let sl = &mut self.slots[slot as usize];
+                if sl.holder == Some(token) && s < sl.expires {
+                    sl.expires = coarse + ttl;
+                    sl.floor = sl.floor.max(ceiling);
+                    Ans::Renewed { store: s }
+                } else {
+                    Ans::Lost
+                }
+            }
+            Req::Release {
+                slot,
+                token,
+                issued,
+            } => {
+                let sl = &mut self.slots[slot as usize];
+                if sl.holder == Some(token) && s < sl.expires {
+                    sl.holder = None;
+                    sl.floor = sl.floor.max(issued);
+                    Ans::Released
+                } else {
+                    Ans::NotHeld
+                }
+            }
+        };
+        self.log(
+            None,
+            format_args!("p{p}'s request {id} {req:?} -> {ans:?} (store clock {s})"),
+        );
+        // The answer's way back.
+        if self.cut(p, self.now) || self.lost(p) {
+            self.log(Some(p), format_args!("answer {id} lost"));
+            return;
+        }
+        let slow_ppm = self.procs[p].spec.slow_ppm;
+        let mut d = self.delay(p);
+        if self.procs[p].rng.below(1_000_000) < slow_ppm {
+            d += self.procs[p].rng.below(ttl);
+            let then_cut = self.procs[p].spec.cut_after_slow_ppm;
+            if self.procs[p].rng.below(1_000_000) < then_cut {
+                let len = ttl + self.procs[p].rng.below(ttl);
+                self.procs[p].cuts.push((self.now + d, len));
+                self.log(
+                    Some(p),
+                    format_args!("answer {id} slow ({}), then cut for {}", secs(d), secs(len)),
+                );
+            } else {
+                self.log(Some(p), format_args!("answer {id} slow ({})", secs(d)));
+            }
+        }
+        self.push(self.now + d, Ev::Reply(p, id, ans));
+        let dup = self.procs[p].spec.dup_ppm;
+        if self.procs[p].rng.below(1_000_000) < dup {
+            let again = self.delay(p) + self.procs[p].rng.below(ttl);
+            self.push(self.now + again, Ev::Reply(p, id, ans));
+        }
+    }
+
+    /// An answer (or, with `None`, the call's bound) reached the driver.
+    fn on_reply(&mut self, p: usize, id: u64, ans: Option<Ans>) {
+        let Some(call) = self.procs[p].call.filter(|c| c.id == id) else {
+            return; // The driver stopped waiting for it: never seen.
+        };
+        self.procs[p].call = None;
+        let ttl = self.sc.ttl;
+        let input = match (call.kind, ans) {
+            (
+                CallKind::Acquire { sent_at, ceiling },
+                Some(Ans::Granted {
+                    slot,
+                    token,
+                    fence,
+                    floor,
+                    store,
+                }),
+            ) => Some(Input::Acquired {
+                grant: Grant::new(slot, token_of(token), Fence(fence), ttl)
+                    .with_floor(Floor(floor))
+                    .with_store_time(Duration::from_nanos(store)),
+                sent_at,
+                ceiling,
+            }),
+            (CallKind::Acquire { .. }, Some(_)) => {
+                Some(Input::AcquireFailed(AcquireError::PoolExhausted {
+                    pool: "sim".into(),
+                    size: self.sc.slots,
+                }))
+            }
+            (CallKind::Acquire { .. }, None) => Some(Input::AcquireFailed(
+                AcquireError::Unreachable(Reason::new("acquire did not answer in time")),
+            )),
+            (CallKind::Renew { sent_at, ceiling }, Some(Ans::Renewed { store })) => {
+                Some(Input::Renewed {
+                    ttl,
+                    sent_at,
+                    ceiling,
+                    store_time: Some(Duration::from_nanos(store)),
+                })
+            }
+            (CallKind::Renew { .. }, Some(_)) => Some(Input::RenewLost(Reason::new("not held"))),
+            (CallKind::Renew { .. }, None) => Some(Input::RenewRetry(Reason::new(
+                "renewal did not answer before the local deadline",
+            ))),
+            (CallKind::Release, _) => None,
+        };
+        match &ans {
+            Some(a) => self.log(Some(p), format_args!("answer {id}: {a:?}")),
+            None => self.log(Some(p), format_args!("call {id} timed out")),
+        }
+        match input {
+            Some(i) => self.feed(p, i),
+            None => self.drain(p),
+        }
+    }
+
+    fn feed(&mut self, p: usize, input: Input) {
+        let now = self.local(p);
+        let actions = self.procs[p].machine.handle(input, now);
+        self.procs[p].pending.extend(actions);
+        self.drain(p);
+    }
+
+    /// The driver's loop: performs the actions one at a time; a call waits
+    /// for its answer or its bound; with nothing left, sleeps until the
+    /// machine's next wakeup.
+    fn drain(&mut self, p: usize) {
+        while self.procs[p].call.is_none() && !self.procs[p].stopped {
+            let Some(action) = self.procs[p].pending.pop_front() else {
+                break;
+            };
+            self.perform(p, action);
+        }
+        if self.procs[p].call.is_none() && !self.procs[p].stopped {
+            self.procs[p].wake_gen += 1;
+            if let Some(at) = self.procs[p].machine.next_wakeup() {
+                let at = self.true_at(p, at).max(self.now) + self.latency(p);
+                let generation = self.procs[p].wake_gen;
+                self.push(at, Ev::Wake(p, generation));
+            }
+        }
+        self.close_window(p);
+        self.open_window(p);
+    }
+
+    fn call(&mut self, p: usize, kind: CallKind, req: Req, until: MonoTime) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.procs[p].call = Some(Call { id, kind });
+        self.log(Some(p), format_args!("sends {id} {req:?}"));
+        self.send(p, id, req);
+        let at = self.true_at(p, until).max(self.now) + self.latency(p);
+        self.push(at, Ev::Timeout(p, id));
+    }
+
+    /// The ceiling the driver reports: the Unix ms of the deadline the
+    /// request gives, with the offset measured afresh (`unix_offset(true)`).
+    fn ceiling(&self, p: usize, sent_at: MonoTime) -> Floor {
+        let deadline = self.timing.deadline(sent_at, self.sc.ttl).as_nanos();
+        Floor(deadline.saturating_add(self.observe(p)) / MS)
+    }
+
+    /// `wall − mono` now, as the process would measure it.
+    fn measured_offset(&self, p: usize) -> u64 {
+        let steps: i64 = self.procs[p]
+            .spec
+            .wall_steps
+            .iter()
+            .filter(|s| s.0 <= self.now)
+            .map(|s| s.1)
+            .sum();
+        (i128::from(self.procs[p].offset) + i128::from(steps)).max(1) as u64
+    }
+
+    /// A measurement of the Unix offset, through the real `observe`.
+    fn observe(&self, p: usize) -> u64 {
+        let measured = self.measured_offset(p);
+        self.procs[p].unix.observe(measured, self.local(p))
+    }
+
+    /// The process's timestamps at true `t` (Unix ms), with the offset in use.
+    fn unix_ms(&self, p: usize, t: u64) -> u64 {
+        let offset = self.procs[p].unix.get();
+        self.procs[p].spec.clock.local(t).saturating_add(offset) / MS
+    }
+
+    fn perform(&mut self, p: usize, action: Action) {
+        match action {
+            Action::Acquire { until } => {
+                let sent_at = self.local(p);
+                let ceiling = self.ceiling(p, sent_at);
+                let req = Req::Acquire { ceiling: ceiling.0 };
+                self.call(p, CallKind::Acquire { sent_at, ceiling }, req, until);
+            }
+            Action::Renew { grant, until } => {
+                let sent_at = self.local(p);
+                let ceiling = self.ceiling(p, sent_at);
+                let req = Req::Renew {
+                    slot: grant.slot,
+                    token: token_id(&grant.token),
+                    ceiling: ceiling.0,
+                };
+                self.call(p, CallKind::Renew { sent_at, ceiling }, req, until);
+            }
+            Action::Release { grant, until } => {
+                // What the driver reports: the highest timestamp the gate's
+                // generator issued (now, if none), at least the grant's floor.
+                let issued = match self.procs[p].issued_ms {
+                    0 => self.unix_ms(p, self.now),
+                    ms => ms,
+                };
+                let req = Req::Release {
+                    slot: grant.slot,
+                    token: token_id(&grant.token),
+                    issued: issued.max(grant.floor.0),
+                };
+                self.call(p, CallKind::Release, req, until);
+            }
+            Action::Open(o) => {
+                // As the gate does for the process's clock (rule 10).
+                self.procs[p].unix.limit_steps(o.max_clock_skew);
+                self.procs[p].gate.open_with(o);
+                let left = o.deadline.saturating_since(self.local(p));
+                self.log(
+                    Some(p),
+                    format_args!(
+                        "opens slot {} fence {} (deadline in {:?} local)",
+                        o.slot, o.fence.0, left
+                    ),
+                );
+            }
+            Action::Extend { deadline, ceiling } => {
+                self.procs[p].gate.extend(deadline, ceiling);
+                let left = deadline.saturating_since(self.local(p));
+                self.log(
+                    Some(p),
+                    format_args!("extends (deadline in {left:?} local)"),
+                );
+            }
+            Action::Close => {
+                self.procs[p].gate.close();
+                self.log(Some(p), format_args!("closes"));
+            }
+            Action::NotifyLost(e) => {
+                self.log(Some(p), format_args!("lost slot {}: {}", e.slot, e.cause));
+            }
+            Action::Fail(e) => {
+                self.procs[p].stopped = true;
+                self.log(Some(p), format_args!("failed: {e}"));
+            }
+            Action::Stop => {
+                self.procs[p].gate.close();
+                self.procs[p].stopped = true;
+                self.log(Some(p), format_args!("stopped"));
+            }
+            other => self.log(Some(p), format_args!("unknown action {other:?}")),
+        }
+    }
+
+    // -- The checker's windows ---------------------------------------------
+
+    /// Ends the process's open window now (or where its gate refused by
+    /// itself), and notes the timestamps its generator may have issued in
+    /// it: the nonce generator's rules, modelled (it runs in
+    /// `leasehold-nonce`): strictly after the gate's floor and its own
+    /// history, never past the gate's ceiling nor ahead of its own wall
+    /// clock; generating all the time, the worst case.
+    fn close_window(&mut self, p: usize) {
+        let Some(w) = self.procs[p].window.take() else {
+            return;
+        };
+        let end = self.now.min(w.refuses_at);
+        if end <= w.start {
+            return;
+        }
+        self.segments.push(Segment {
+            proc: p,
+            slot: w.slot,
+            fence: w.fence,
+            start: w.start,
+            end,
+        });
+        let Some(offset) = w.offset else {
+            return; // A wall-clock step pending: generation refuses.
+        };
+        let clock = self.procs[p].spec.clock;
+        let ms = |t: u64| clock.local(t).saturating_add(offset) / MS;
+        let lo = (w.floor + 1)
+            .max(self.procs[p].issued_ms + 1)
+            .max(ms(w.start));
+        let hi = ms(end - 1).min(w.ceiling);
+        if lo <= hi {
+            self.procs[p].issued_ms = hi;
+            self.stamps.push(Stamps {
+                proc: p,
+                incarnation: self.procs[p].incarnation,
+                slot: w.slot,
+                fence: w.fence,
+                lo,
+                hi,
+                at: w.start,
+            });
+        }
+    }
+
+    /// Opens a window if the process may generate now: not paused, and the
+    /// real gate says yes at its clock's reading.
+    fn open_window(&mut self, p: usize) {
+        if self.procs[p].paused_until.is_some() || self.procs[p].window.is_some() {
+            return;
+        }
+        let gate = &self.procs[p].gate;
+        if gate.check(self.local(p)).is_err() {
+            return;
+        }
+        let view = gate.view();
+        // The gate's answer changes by itself only when the clock reaches
+        // the deadline; ask the gate whether it refuses from there.
+        let at_deadline = self.true_at(p, view.deadline).max(self.now);
+        let reading = MonoTime::from_nanos(self.procs[p].spec.clock.local(at_deadline));
+        let refuses_at = if gate.check(reading).is_err() {
+            at_deadline
+        } else {
+            u64::MAX
+        };
+        let offset = self.observe(p);
+        let offset = self.procs[p].unix.step().is_none().then_some(offset);
+        if offset.is_none() {
+            self.log(
+                Some(p),
+                format_args!("may generate, but refuses: a wall-clock step is pending"),
+            );
+        }
+        self.procs[p].window = Some(Window {
+            offset,
+            start: self.now,
+            slot: view.slot,
+            fence: view.fence.0,
+            refuses_at,
+            floor: view.floor.0,
+            ceiling: view.ceiling.0,
+        });
+    }
+
+    /// The first violation over true time.
+    fn check(&self) -> Option<Violation> {
+        let mut segs = self.segments.clone();
+        segs.sort_by_key(|s| (s.slot, s.start, s.proc));
+        let mut first: Option<Violation> = self.fence_violation.clone();
+        let mut note = |v: Violation| {
+            if first.as_ref().is_none_or(|f| v.at < f.at) {
+                first = Some(v);
+            }
+        };
+        for (i, a) in segs.iter().enumerate() {
+            for b in &segs[i + 1..] {
+                if b.slot != a.slot || b.start >= a.end {
+                    break;
+                }
+                if b.proc != a.proc {
+                    note(Violation {
+                        at: b.start,
+                        what: format!(
+                            "slot {}: p{} (fence {}, window {}..{}) and p{} (fence {}, window \
+                             {}..{}) may both generate for {} ns",
+                            a.slot,
+                            a.proc,
+                            a.fence,
+                            secs(a.start),
+                            secs(a.end),
+                            b.proc,
+                            b.fence,
+                            secs(b.start),
+                            secs(b.end),
+                            a.end.min(b.end) - b.start
+                        ),
+                    });
+                }
+            }
+        }
+        // Two generators that may have stamped one timestamp on one slot:
+        // IDs issued twice.
+        let mut stamps = self.stamps.clone();
+        stamps.sort_by_key(|s| (s.slot, s.lo, s.proc, s.incarnation));
+        for (i, a) in stamps.iter().enumerate() {
+            for b in &stamps[i + 1..] {
+                if b.slot != a.slot || b.lo > a.hi {
+                    break;
+                }
+                if (b.proc, b.incarnation) != (a.proc, a.incarnation) {
+                    note(Violation {
+                        at: a.at.max(b.at),
+                        what: format!(
+                            "slot {}: p{} (fence {}) and p{} (fence {}) may both issue IDs \
+                             stamped {}..={} (Unix ms)",
+                            a.slot,
+                            a.proc,
+                            a.fence,
+                            b.proc,
+                            b.fence,
+                            b.lo,
+                            a.hi.min(b.hi)
+                        ),
+                    });
+                }
+            }
+        }
+        // A window that starts later with a smaller fence: a stale holder.
+        let mut max_fence: Option<(u32, u64, usize)> = None;
+        for s in &segs {
+            match max_fence {
+                Some((slot, f, q)) if slot == s.slot && s.fence < f => note(Violation {
+                    at: s.start,
+                    what: format!(
+                        "slot {}: p{} generates with fence {} after p{} generated with fence {f}",
+                        s.slot, s.proc, s.fence, q
+                    ),
+                }),
+                Some((slot, f, _)) if slot == s.slot && s.fence == f => {}
+                _ => max_fence = Some((s.slot, s.fence, s.proc)),
+            }
+        }
+        first
+    }
+}
+
+fn token_of(id: u64) -> Token {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&id.to_le_bytes());
+    Token::from_bytes(b)
+}
+
+fn token_id(t: &Token) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&t.as_bytes()[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// Runs `seeds` seeds from `first`, up to the first covered violation
+/// unless `all`; counts seeds, grants and violations.
+pub fn sweep(
+    first: u64,
+    seeds: u64,
+    params: &Params,
+    all: bool,
+    mut progress: impl FnMut(&Sweep),
+) -> Sweep {
+    let mut out = Sweep::default();
+    for seed in first..first + seeds {
+        let o = run_seed(seed, params, false);
+        out.run += 1;
+        out.sim_ns += params.secs * SEC;
+        out.grants += o.grants;
+        if !o.covered {
+            out.beyond += 1;
+        }
+        match o.violation {
+            Some(v) if o.covered => {
+                out.covered_violations += 1;
+                if out.found.is_none() {
+                    out.found = Some((seed, v));
+                    out.first_after = out.run;
+                }
+            }
+            Some(_) => out.beyond_violations += 1,
+            None => {}
+        }
+        progress(&out);
+        if out.found.is_some() && !all {
+            break;
+        }
+    }
+    out
+}
+
+/// What a sweep of seeds found.
+#[derive(Clone, Debug, Default)]
+pub struct Sweep {
+    /// Seeds run.
+    pub run: u64,
+    /// Simulated ns run.
+    pub sim_ns: u64,
+    /// Grants made.
+    pub grants: u64,
+    /// Seeds beyond what the margin covers.
+    pub beyond: u64,
+    /// Of those, seeds with a violation (expected, not bugs).
+    pub beyond_violations: u64,
+    /// Covered seeds with a violation.
+    pub covered_violations: u64,
+    /// The first covered seed with a violation.
+    pub found: Option<(u64, Violation)>,
+    /// Seeds run up to and including it.
+    pub first_after: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `true_at` is the exact inverse of a clock reading: the first true
+    /// instant at which the clock reads at least the value, for every drift
+    /// the scenarios draw. The checker's windows end there.
+    #[test]
+    fn a_clock_reading_maps_back_to_its_first_true_instant() {
+        let mut r = SplitMix::new(1);
+        for _ in 0..20_000 {
+            let c = ClockSpec {
+                base: SEC + r.below(1_000 * SEC),
+                ppm: r.below(100_001) as i64 - 50_000,
+            };
+            let l = c.base + r.below(100 * SEC);
+            let t = c.true_at(l);
+            assert!(c.local(t) >= l, "{c:?} {l}");
+            assert!(t == 0 || c.local(t - 1) < l, "{c:?} {l}");
+        }
+    }
+
+    /// The margin covers a slow clock only up to what it was sized for.
+    #[test]
+    fn a_seed_is_covered_only_while_the_margin_covers_its_clocks() {
+        let mut sc = Scenario::generate(3, &Params::default());
+        sc.store_steps.clear();
+        sc.store_ppm = 0;
+        for p in &mut sc.procs {
+            p.clock.ppm = 0;
+        }
+        assert!(sc.covered());
+        // The slowest rate covered: `(ttl − margin) / (1 + d) = ttl − resolution`.
+        let slack =
+            (sc.margin - sc.resolution).as_secs_f64() / (sc.ttl - sc.resolution).as_secs_f64();
+        let just_inside = (slack * 0.9 * 1e6) as i64;
+        sc.procs[0].clock.ppm = -just_inside;
+        assert!(sc.covered());
+        sc.procs[0].clock.ppm = -(slack * 1.1 * 1e6) as i64;
+        assert!(!sc.covered());
+        // A fast clock ends its deadline early: always covered.
+        sc.procs[0].clock.ppm = 50_000;
+        assert!(sc.covered());
+    }
+}
