@@ -450,12 +450,12 @@ fn test_phases(args: &[String], scope: Scope, phases: &mut Phases) -> Result {
             failed.push(format!("cargo test --no-run: {e}"));
             Vec::new()
         });
-    // The guide and the packages need no server and no test binary: they
-    // run beside the tests and the campaigns, in processes of their own with
-    // their output in logs (the tests and the campaigns have the console).
-    // No build waits on another: the guide's mdBook, the minimal versions
-    // and the docs have target directories of their own, so they run beside
-    // the test binaries; `cargo package` builds in the workspace's, whose
+    // The guide, the packages and the simulator need no server and no test
+    // binary: they run beside the tests and the campaigns, in processes of
+    // their own with their output in logs (the tests and the campaigns have
+    // the console). No build waits on another: the guide's mdBook, the
+    // minimal versions, the docs and the simulator have target directories
+    // of their own, so they run beside the test binaries; `cargo package` builds in the workspace's, whose
     // lock the doc tests take, so it runs beside the campaigns, which build
     // nothing.
     let beside = scope == Scope::Full && args.is_empty();
@@ -470,6 +470,7 @@ fn test_phases(args: &[String], scope: Scope, phases: &mut Phases) -> Result {
                     &[
                         ("guide", &["guide"]),
                         ("package nightly", &["package", "--only", "nightly"]),
+                        ("sim", &["sim", "--check"]),
                     ],
                 )
             })
