@@ -1,9 +1,9 @@
-//! The leader example's scheduler (`examples/leader.rs`, compiled in here)
+//! The leader example's scheduler (`examples/etcd_leader.rs`, compiled in here)
 //! on the private servers of the provider chain: exactly one leader,
 //! observed by every replica; a killed leader replaced with a bigger fence;
 //! its late write refused.
 
-#[path = "../examples/leader.rs"]
+#[path = "../examples/etcd_leader.rs"]
 #[allow(dead_code, unreachable_pub)]
 mod example;
 

@@ -24,7 +24,7 @@ const COMPILED_ONLY: &[(&str, &str)] = &[
          test (`leasehold/tests/rotation.rs`) runs the same calls",
     ),
     (
-        "lease-k8s/examples/leader.rs",
+        "lease-k8s/examples/k8s_leader.rs",
         "needs a Kubernetes API server; not yet run against the fake one of lease-k8s's tests",
     ),
 ];

@@ -2,9 +2,9 @@
 //! into every write the leader makes.
 //!
 //! ```sh
-//! cargo run -p leasehold-k8s --example leader                 # against the in-process FAKE API server
+//! cargo run -p leasehold-k8s --example k8s_leader                 # against the in-process FAKE API server
 //! LEASEHOLD_K8S_KUBECONFIG=~/.kube/config \
-//!   cargo run -p leasehold-k8s --example leader               # against a real cluster (namespace default)
+//!   cargo run -p leasehold-k8s --example k8s_leader               # against a real cluster (namespace default)
 //! ```
 //!
 //! Two candidates start; one leads and writes, carrying its fence. The

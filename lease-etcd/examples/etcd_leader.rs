@@ -5,8 +5,8 @@
 //! write is refused by a transaction that compares the stored fence.
 //!
 //! ```sh
-//! cargo run -p leasehold-etcd --example leader -- --url http://127.0.0.1:2379
-//! LEASEHOLD_ETCD_URL=http://127.0.0.1:2379 cargo run -p leasehold-etcd --example leader
+//! cargo run -p leasehold-etcd --example etcd_leader -- --url http://127.0.0.1:2379
+//! LEASEHOLD_ETCD_URL=http://127.0.0.1:2379 cargo run -p leasehold-etcd --example etcd_leader
 //! ```
 //! It asserts its outcome and exits non-zero if anything went wrong.
 

@@ -5,8 +5,8 @@
 //! late write is refused by a fenced write script in the same server.
 //!
 //! ```sh
-//! cargo run -p leasehold-valkey --example leader -- --url redis://127.0.0.1:6379
-//! LEASEHOLD_VALKEY_URL=redis://127.0.0.1:6379 cargo run -p leasehold-valkey --example leader
+//! cargo run -p leasehold-valkey --example valkey_leader -- --url redis://127.0.0.1:6379
+//! LEASEHOLD_VALKEY_URL=redis://127.0.0.1:6379 cargo run -p leasehold-valkey --example valkey_leader
 //! ```
 //! It asserts its outcome and exits non-zero if anything went wrong.
 

@@ -5,9 +5,9 @@
 //! write is refused by the fence table in the same database.
 //!
 //! ```sh
-//! cargo run -p leasehold-sql --example leader                  # SQLite in a temp dir
-//! cargo run -p leasehold-sql --example leader -- --url postgres://user:pass@localhost/db
-//! LEASEHOLD_SQL_URL=mysql://user:pass@localhost/db cargo run -p leasehold-sql --example leader
+//! cargo run -p leasehold-sql --example sql_leader                  # SQLite in a temp dir
+//! cargo run -p leasehold-sql --example sql_leader -- --url postgres://user:pass@localhost/db
+//! LEASEHOLD_SQL_URL=mysql://user:pass@localhost/db cargo run -p leasehold-sql --example sql_leader
 //! ```
 //! It asserts its outcome and exits non-zero if anything went wrong.
 
