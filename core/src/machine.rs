@@ -201,7 +201,10 @@ impl Machine {
         let ppm = u32::try_from(crate::config::CLOCK_RATE_BOUND_PPM).unwrap_or(u32::MAX);
         let allowed = local_max + local_max / 1_000_000 * ppm + self.store_resolution * 2;
         let jump = store_elapsed.saturating_sub(allowed);
-        (jump > self.store_jump_tolerance()).then_some(jump)
+        // (Rule 11 broken on purpose by the campaign's and the simulator's
+        // planted bugs; a constant false otherwise.)
+        let planted = crate::plant::active(crate::plant::Plant::NoStoreClockCheck);
+        (jump > self.store_jump_tolerance() && !planted).then_some(jump)
     }
 
     /// The timings.

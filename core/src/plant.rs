@@ -32,11 +32,15 @@ pub enum Plant {
     /// Rule 12: a store that can forget grants at once after a restart (no
     /// restart guard).
     NoRestartGuard,
+    /// Rule 11: a forward jump of the store's clock between two confirmed
+    /// operations goes unnoticed (the lease is kept, its deadline counted
+    /// as if the store's expiry had not moved).
+    NoStoreClockCheck,
 }
 
 impl Plant {
     /// Every plant.
-    pub const ALL: [Plant; 7] = [
+    pub const ALL: [Plant; 8] = [
         Plant::DeadlineFromArrival,
         Plant::NoMargin,
         Plant::NoStopAtDeadline,
@@ -44,6 +48,7 @@ impl Plant {
         Plant::FenceUnchecked,
         Plant::NoFloor,
         Plant::NoRestartGuard,
+        Plant::NoStoreClockCheck,
     ];
 
     /// The name on the command line.
@@ -56,6 +61,7 @@ impl Plant {
             Plant::FenceUnchecked => "fence-unchecked",
             Plant::NoFloor => "no-floor",
             Plant::NoRestartGuard => "no-restart-guard",
+            Plant::NoStoreClockCheck => "no-store-clock-check",
         }
     }
 
@@ -67,6 +73,7 @@ impl Plant {
             Plant::GateIgnoresDeadline => 5,
             Plant::FenceUnchecked => 7,
             Plant::NoFloor => 8,
+            Plant::NoStoreClockCheck => 11,
             Plant::NoRestartGuard => 12,
         }
     }
