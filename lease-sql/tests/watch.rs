@@ -264,59 +264,43 @@ async fn postgres_a_synchronous_primary_made_able_to_split_brain_refuses_claims_
         s.replication()
     );
 
-    run(&s, "ALTER SYSTEM SET synchronous_standby_names = ''").await;
-    let changed = change(&s, "SELECT pg_reload_conf()").await;
-    claims_until(&s, &pool, changed, |answer| match answer {
-        Err(AcquireError::Misconfigured { what, fix }) => {
-            let text = format!("{what}\n{fix}");
-            assert!(text.contains("synchronous_standby_names = ''"), "{text}");
-            true
-        }
-        _ => false,
-    })
-    .await;
-    assert!(
-        s.replication()
-            .split_brain
-            .is_some_and(|r| r.setting == "synchronous_standby_names"),
-        "the doctor reports the latest read: {:?}",
-        s.replication()
-    );
-
-    run(&s, "ALTER SYSTEM RESET synchronous_standby_names").await;
-    let changed = change(&s, "SELECT pg_reload_conf()").await;
-    claims_until(&s, &pool, changed, |answer| answer.is_ok()).await;
-    assert!(s.refusal().is_none(), "{:?}", s.refusal());
-
-    // The server made to speak German: the warning of a cancelled
-    // synchronous wait, which the library reads by its English text, would
-    // go unseen, so the primary can split brain again. (The locale is made
-    // by `cargo xtask test`, as root: `localedef -i de_DE -f UTF-8
-    // de_DE.UTF-8`.)
-    run(&s, "ALTER SYSTEM SET lc_messages = 'de_DE.UTF-8'").await;
-    let changed = change(&s, "SELECT pg_reload_conf()").await;
-    claims_until(&s, &pool, changed, |answer| match answer {
-        Err(AcquireError::Misconfigured { what, fix }) => {
-            let text = format!("{what}\n{fix}");
-            assert!(
-                text.contains("lc_messages") && text.contains("de_DE.UTF-8"),
-                "{text}"
-            );
-            true
-        }
-        _ => false,
-    })
-    .await;
-    assert!(
-        s.replication()
-            .split_brain
-            .is_some_and(|r| r.setting == "lc_messages"),
-        "{:?}",
-        s.replication()
-    );
-    run(&s, "ALTER SYSTEM RESET lc_messages").await;
-    let changed = change(&s, "SELECT pg_reload_conf()").await;
-    claims_until(&s, &pool, changed, |answer| answer.is_ok()).await;
+    // Each change lets the primary split brain: synchronous standbys no
+    // longer named; the server made to speak German, under which the
+    // warning of a cancelled synchronous wait, read by its English text,
+    // goes unseen (the locale is made by `cargo xtask test`, as root:
+    // `localedef -i de_DE -f UTF-8 de_DE.UTF-8`). Each is refused, named,
+    // reported as the latest read, and undone.
+    for (setting, value, named) in [
+        (
+            "synchronous_standby_names",
+            "''",
+            "synchronous_standby_names = ''",
+        ),
+        ("lc_messages", "'de_DE.UTF-8'", "de_DE.UTF-8"),
+    ] {
+        run(&s, &format!("ALTER SYSTEM SET {setting} = {value}")).await;
+        let changed = change(&s, "SELECT pg_reload_conf()").await;
+        claims_until(&s, &pool, changed, |answer| match answer {
+            Err(AcquireError::Misconfigured { what, fix }) => {
+                let text = format!("{what}\n{fix}");
+                assert!(text.contains(setting) && text.contains(named), "{text}");
+                true
+            }
+            _ => false,
+        })
+        .await;
+        assert!(
+            s.replication()
+                .split_brain
+                .is_some_and(|r| r.setting == setting),
+            "the doctor reports the latest read: {:?}",
+            s.replication()
+        );
+        run(&s, &format!("ALTER SYSTEM RESET {setting}")).await;
+        let changed = change(&s, "SELECT pg_reload_conf()").await;
+        claims_until(&s, &pool, changed, |answer| answer.is_ok()).await;
+        assert!(s.refusal().is_none(), "{:?}", s.refusal());
+    }
     s.close().await;
 }
 

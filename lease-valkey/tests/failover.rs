@@ -537,6 +537,29 @@ fn cluster_store_url(topology: &ClusterTopology) -> String {
     format!("{}&prefix=lhfailover&op_timeout=5s", topology.cluster_url())
 }
 
+/// Readies `pool` on a Cluster `holder` just started: the pool declared
+/// new, one claim made and released once the fresh servers' restart guard
+/// lets it (so the replica holds the pool's records); the pool's fences
+/// key, its primary and that primary's replica.
+async fn past_the_guard_in_cluster(
+    topology: &ClusterTopology,
+    holder: &ValkeyStrategy,
+    pool: &PoolSpec,
+) -> Result<(String, SocketAddr, SocketAddr), String> {
+    holder
+        .declare_new_pool(pool)
+        .await
+        .map_err(|e| format!("declare the pool new: {e}"))?;
+    let earlier = acquire_past_the_restart_guard(holder, pool, Floor::NONE)
+        .await
+        .map_err(|e| format!("the earlier claim: {e}"))?;
+    holder.release(pool, &earlier, Floor::NONE).await;
+    let fences = holder.keys(pool.name()).fences;
+    let primary = tokio::task::block_in_place(|| topology.primary_of(&fences))?;
+    let replica = tokio::task::block_in_place(|| topology.replica_of(primary))?;
+    Ok((fences, primary, replica))
+}
+
 /// [`claim_then_fail_over`] on a Valkey 8.1 Cluster of three primaries with
 /// one replica each: the failover is made on the primary of the pool's hash
 /// slot, killed (the cluster promotes its replica after the node timeout)
@@ -560,17 +583,7 @@ async fn claim_then_fail_over_in_cluster(
         "Valkey 8 took the {} path",
         holder.path()
     );
-    holder
-        .declare_new_pool(&pool)
-        .await
-        .map_err(|e| format!("declare the pool new: {e}"))?;
-    let earlier = acquire_past_the_restart_guard(&holder, &pool, Floor::NONE)
-        .await
-        .map_err(|e| format!("the earlier claim: {e}"))?;
-    holder.release(&pool, &earlier, Floor::NONE).await;
-    let fences = holder.keys(pool.name()).fences;
-    let primary = tokio::task::block_in_place(|| topology.primary_of(&fences))?;
-    let replica = tokio::task::block_in_place(|| topology.replica_of(primary))?;
+    let (fences, primary, replica) = past_the_guard_in_cluster(&topology, &holder, &pool).await?;
     // The replica has the earlier claim (and the fences hash with the
     // primary's replication ID) once its replication offset reached the
     // primary's, read after the claim (a replica answers MOVED to reads
@@ -706,17 +719,7 @@ async fn promoted_replica_that_can_forget() -> Result<(), String> {
     let pool = fresh_pool(2, TTL)?;
     let url = cluster_store_url(&topology);
     let holder = connect(ValkeyConfig::from_url(&url).map_err(|e| e.to_string())?).await?;
-    holder
-        .declare_new_pool(&pool)
-        .await
-        .map_err(|e| format!("declare the pool new: {e}"))?;
-    let earlier = acquire_past_the_restart_guard(&holder, &pool, Floor::NONE)
-        .await
-        .map_err(|e| format!("the earlier claim: {e}"))?;
-    holder.release(&pool, &earlier, Floor::NONE).await;
-    let fences = holder.keys(pool.name()).fences;
-    let primary = tokio::task::block_in_place(|| topology.primary_of(&fences))?;
-    let replica = tokio::task::block_in_place(|| topology.replica_of(primary))?;
+    let (fences, primary, replica) = past_the_guard_in_cluster(&topology, &holder, &pool).await?;
     topology.command(replica, &["CONFIG", "SET", "appendonly", "no"])?;
     tokio::task::block_in_place(|| -> Result<(), String> {
         topology.failover(replica)?;

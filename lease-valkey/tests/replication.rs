@@ -126,6 +126,19 @@ async fn replication_line(s: &ValkeyStrategy) -> Check {
         .expect("a replication line")
 }
 
+/// A slot of `pool` held on `s`: the fresh pool declared new, so that its
+/// first claim is not held back as a possibly wiped pool's, and claimed
+/// once the server's start no longer holds claims back (every restart,
+/// the first included, does for one span).
+async fn hold(s: &ValkeyStrategy, pool: &leasehold_core::PoolSpec) -> leasehold_core::Grant {
+    s.declare_new_pool(pool)
+        .await
+        .expect("declare the fresh pool new");
+    acquire_past_the_restart_guard(s, pool, Floor::NONE)
+        .await
+        .expect("a claim")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_url_naming_a_replica_is_refused() {
     let Some(pair) = Pair::start().await else {
@@ -222,15 +235,7 @@ async fn with_min_replicas_to_write_the_primary_cannot_split_brain_and_its_refus
     // The primary loses its replica: it refuses writes (NOREPLICAS), and
     // a renewal it refuses is a Retry, a claim a retryable error.
     let pool = fresh_pool(2, Duration::from_secs(10)).unwrap();
-    // A fresh pool, said to be one: its first claim is not held back as a
-    // possibly wiped pool's (but it waits out the server's start, which
-    // holds claims back one span, as every restart does).
-    s.declare_new_pool(&pool)
-        .await
-        .expect("declare the fresh pool new");
-    let grant = acquire_past_the_restart_guard(&s, &pool, Floor::NONE)
-        .await
-        .expect("a claim");
+    let grant = hold(&s, &pool).await;
     pair.replica_cmd(&["REPLICAOF", "NO", "ONE"]).await;
     pair.wait_info("min_slaves_good_slaves:0", "the replica to be gone")
         .await;
@@ -309,12 +314,7 @@ async fn settings_weakened_after_connect_refuse_new_claims_until_restored_while_
         .expect("a durable server");
     assert!(s.persistence().keeps_every_write(), "{}", s.persistence());
     let pool = fresh_pool(4, Duration::from_secs(4)).unwrap();
-    s.declare_new_pool(&pool)
-        .await
-        .expect("declare the fresh pool new");
-    let held = acquire_past_the_restart_guard(&s, &pool, Floor::NONE)
-        .await
-        .expect("a claim");
+    let held = hold(&s, &pool).await;
     let limit = Duration::from_secs(30);
     for (setting, weak, durable) in [
         ("appendonly", "no", "yes"),
@@ -384,12 +384,7 @@ async fn a_primary_made_a_writable_replica_after_connect_confirms_no_renewal() {
     };
     let s = connect(&pair.primary_url("")).await.expect("the primary");
     let pool = fresh_pool(2, Duration::from_secs(12)).unwrap();
-    s.declare_new_pool(&pool)
-        .await
-        .expect("declare the fresh pool new");
-    let held = acquire_past_the_restart_guard(&s, &pool, Floor::NONE)
-        .await
-        .expect("a claim");
+    let held = hold(&s, &pool).await;
     // The replica has the lease; the roles are swapped.
     pair.primary_cmd(&["WAIT", "1", "5000"]).await;
     pair.replica_cmd(&["REPLICAOF", "NO", "ONE"]).await;
