@@ -13,7 +13,8 @@ use leasehold::etcd::{self as leasehold_etcd, EtcdConfig};
 use leasehold::k8s::{self as leasehold_k8s, KubeConfig};
 use leasehold::sql::{self as leasehold_sql, SqlConfig};
 use leasehold::valkey::{self as leasehold_valkey, ValkeyConfig};
-use leasehold::{FenceStamp, LeaseConfig, LeaseManager, MonoTime, StoreConfig, StoreKind};
+use leasehold::drivers::MemoryConfig;
+use leasehold::{FenceStamp, LeaseConfig, LeaseManager, MonoTime, StoreConfig};
 
 /// How a worker's strategies accept the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,16 +74,16 @@ const K8S_NAMESPACE: &str = "default";
 /// shared by the workers, which are processes.
 fn parse(url: &str) -> Result<StoreConfig, String> {
     let config = StoreConfig::from_url(url).map_err(|e| e.to_string())?;
-    if let StoreKind::Memory(_) = config.kind() {
+    if config.backend::<MemoryConfig>().is_some() {
         return Err(format!(
             "store URL {url}: the workers are processes of their own and cannot share an \
              in-process store"
         ));
     }
     Ok(config
-        .map_valkey(|c| c.key_prefix(PREFIX))
-        .map_etcd(|c| c.prefix(PREFIX))
-        .map_kube(|c| c.namespace(K8S_NAMESPACE)))
+        .map(|c: ValkeyConfig| c.key_prefix(PREFIX))
+        .map(|c: EtcdConfig| c.prefix(PREFIX))
+        .map(|c: KubeConfig| c.namespace(K8S_NAMESPACE)))
 }
 
 /// Connects to the store at `url`, prepares `config`'s pool where the store
@@ -98,8 +99,8 @@ pub async fn start_manager(
     // (Raft, fsync): no restart guard to turn off there.
     let store = parse(url)?
         .op_timeout(op_timeout)
-        .map_sql(|c| options.sql(c))
-        .map_valkey(|c| options.valkey(c))
+        .map(|c| options.sql(c))
+        .map(|c| options.valkey(c))
         .connect()
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -125,8 +126,8 @@ pub async fn declare_new(
     ttl: Duration,
 ) -> Result<(), String> {
     let store = parse(url)?
-        .map_sql(|c| options.sql(c))
-        .map_valkey(|c| options.valkey(c))
+        .map(|c| options.sql(c))
+        .map(|c| options.valkey(c))
         .connect()
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -148,12 +149,17 @@ pub async fn declare_new(
 /// the holders' renewals answer `Lost` (with `restart_guard(false)`, SQL
 /// and Valkey/Redis grant the slots again at once: the control).
 pub async fn wipe(url: &str, pools: &[String]) -> Result<(), String> {
-    match parse(url)?.kind().clone() {
-        StoreKind::Sql(sql) => wipe_sql(sql).await,
-        StoreKind::Valkey(valkey) => wipe_valkey(valkey).await,
-        StoreKind::Etcd(etcd) => wipe_etcd(etcd, pools).await,
-        StoreKind::Kube(kube) => wipe_kube(kube, pools).await,
-        _ => Err(format!("store URL {url}: no wipe for this store")),
+    let config = parse(url)?;
+    if let Some(sql) = config.backend::<SqlConfig>() {
+        wipe_sql(sql.clone()).await
+    } else if let Some(valkey) = config.backend::<ValkeyConfig>() {
+        wipe_valkey(valkey.clone()).await
+    } else if let Some(etcd) = config.backend::<EtcdConfig>() {
+        wipe_etcd(etcd.clone(), pools).await
+    } else if let Some(kube) = config.backend::<KubeConfig>() {
+        wipe_kube(kube.clone(), pools).await
+    } else {
+        Err(format!("store URL {url}: no wipe for this store"))
     }
 }
 
@@ -283,8 +289,8 @@ pub struct Probe {
 /// Connects to the store at `url` twice: once accepting anything, to read
 /// whether it can forget, and once as a worker with `options` would.
 pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
-    let config = parse(url)?.map_sql(|c| options.sql(c));
-    if matches!(config.kind(), StoreKind::Etcd(_) | StoreKind::Kube(_)) {
+    let config = parse(url)?.map(|c| options.sql(c));
+    if config.backend::<EtcdConfig>().is_some() || config.backend::<KubeConfig>().is_some() {
         // etcd (Raft, fsync) and Kubernetes (etcd behind the API server)
         // keep what they acknowledged.
         return Ok(Probe {
@@ -294,14 +300,14 @@ pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
     }
     let any = config
         .clone()
-        .map_sql(|c| c.restart_guard(false))
-        .map_valkey(|c| c.restart_guard(false))
+        .map(|c: SqlConfig| c.restart_guard(false))
+        .map(|c: ValkeyConfig| c.restart_guard(false))
         .connect()
         .await
         .map_err(|e| format!("probing: {e}"))?;
     let can_forget = !any.operator().durability().is_durable();
     close(any).await;
-    let refused = match config.map_valkey(|c| options.valkey(c)).connect().await {
+    let refused = match config.map(|c| options.valkey(c)).connect().await {
         Ok(store) => {
             close(store).await;
             None
@@ -316,7 +322,7 @@ pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
 
 /// Closes a SQL store's connections at once (the others close on drop).
 async fn close(store: leasehold::Store) {
-    if let Some(s) = store.sql() {
+    if let Some(s) = store.strategy::<leasehold_sql::SqlStrategy>() {
         s.close().await;
     }
 }
@@ -835,12 +841,16 @@ impl FenceWriter {
         let Ok(config) = parse(url) else {
             return Ok(None);
         };
-        Ok(Some(Self(match config.kind().clone() {
-            StoreKind::Sql(sql) => Fences::Sql(SqlFences::connect(sql, options).await?),
-            StoreKind::Valkey(valkey) => Fences::Valkey(ValkeyFences::connect(valkey).await?),
-            StoreKind::Etcd(etcd) => Fences::Etcd(Box::new(EtcdFences::connect(etcd).await?)),
-            StoreKind::Kube(kube) => Fences::Kube(Box::new(KubeFences::connect(kube).await?)),
-            _ => return Ok(None),
+        Ok(Some(Self(if let Some(sql) = config.backend::<SqlConfig>() {
+            Fences::Sql(SqlFences::connect(sql.clone(), options).await?)
+        } else if let Some(valkey) = config.backend::<ValkeyConfig>() {
+            Fences::Valkey(ValkeyFences::connect(valkey.clone()).await?)
+        } else if let Some(etcd) = config.backend::<EtcdConfig>() {
+            Fences::Etcd(Box::new(EtcdFences::connect(etcd.clone()).await?))
+        } else if let Some(kube) = config.backend::<KubeConfig>() {
+            Fences::Kube(Box::new(KubeFences::connect(kube.clone()).await?))
+        } else {
+            return Ok(None);
         })))
     }
 
@@ -922,12 +932,16 @@ mod tests {
             ("k8s://127.0.0.1:8001", "k8s"),
         ] {
             let config = parse(url).unwrap_or_else(|e| panic!("{url}: {e}"));
-            let got = match config.kind() {
-                StoreKind::Sql(_) => "sql",
-                StoreKind::Valkey(_) => "valkey",
-                StoreKind::Etcd(_) => "etcd",
-                StoreKind::Kube(_) => "k8s",
-                _ => "other",
+            let got = if config.backend::<SqlConfig>().is_some() {
+                "sql"
+            } else if config.backend::<ValkeyConfig>().is_some() {
+                "valkey"
+            } else if config.backend::<EtcdConfig>().is_some() {
+                "etcd"
+            } else if config.backend::<KubeConfig>().is_some() {
+                "k8s"
+            } else {
+                "other"
             };
             assert_eq!(got, store, "{url}");
             assert!(FenceWriter::supported(url), "{url}");

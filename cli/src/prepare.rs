@@ -53,31 +53,24 @@ pub(crate) async fn prepare(
             format!("preparing {} failed: {e}", operator.describe()),
         )
     };
-    // Valkey/Redis cannot tell a new pool from a wiped one: say when its
-    // first claim waits, and how to skip that.
-    #[cfg(feature = "valkey")]
-    if let (Some(valkey), Some(spec), false) = (store.valkey(), &spec, new_pool) {
-        let wait = valkey
-            .prepare_pool(spec)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        if wait.is_some() {
-            println!(
-                "pool {name}: its records are not on {} (a new pool, or one wiped by FLUSHALL, \
-                 FLUSHDB or a deletion of its keys): no slot is granted until the claimers' \
-                 restart span (TTL + 2 × max_clock_skew) has passed from when that was first \
-                 seen. If the pool is new, or every holder of it has stopped, skip the wait \
-                 with --new-pool",
-                operator.describe()
-            );
-            return Ok(Exit::Ok);
-        }
-    }
-    let done = match (&spec, new_pool) {
-        (Some(spec), true) => operator.prepare_new_pool(spec).await,
+    let wait = match (&spec, new_pool) {
+        (Some(spec), true) => operator.prepare_new_pool(spec).await.map(|()| None),
         (spec, _) => operator.prepare(spec.as_ref()).await,
     };
-    done.map_err(|e| failed(e.to_string()))?;
+    // A store that cannot tell a new pool from a wiped one holds the
+    // pool's claims back: say so, and how to skip that.
+    if let Some(wait) = wait.map_err(|e| failed(e.to_string()))? {
+        println!(
+            "pool {name}: its records are not on {} (a new pool, or one whose records were \
+             wiped: a FLUSHALL, a deleted key prefix, a restored backup): no slot is granted \
+             for another {} s (the claimers' restart span, TTL + 2 × max_clock_skew, from when \
+             that was first seen). If the pool is new, or every holder of it has stopped, skip \
+             the wait with --new-pool",
+            operator.describe(),
+            wait.as_secs().max(1)
+        );
+        return Ok(Exit::Ok);
+    }
     match (pool, new_pool) {
         (None, _) => println!("prepared {}", operator.describe()),
         (Some(p), false) => println!(

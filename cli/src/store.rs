@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use leasehold::drivers::MemoryConfig;
 use leasehold::{
     ConnectError, InspectError, OperateError, PoolName, PoolSpec, SlotInfo, Store, StoreConfig,
-    StoreKind,
 };
 
 use crate::StoreArgs;
@@ -33,84 +33,47 @@ fn bad_url(url: &str, why: &str) -> CliError {
 /// timeouts, two connections, and a look at stores a holder would refuse:
 /// the backend judges the server as the URL's configuration (its opt-ins
 /// included) would at connect, and keeps the refusal instead of raising it
-/// (`refuse_at_connect(false)`: doctor reports it as a FAIL, and the
-/// strategy claims nothing).
+/// ([`StoreConfig::look_only`]: doctor reports it as a FAIL, and the
+/// strategy claims nothing). `--table`, `--prefix`, `--namespace` and
+/// `--kubeconfig` are the store's options of those names; a store that
+/// takes none of that name refuses it.
 pub(crate) fn parse(args: &StoreArgs) -> Result<StoreConfig, CliError> {
     let url = args.url.trim();
     let timeout = args.timeout()?;
     let config = StoreConfig::from_url(url).map_err(from_connect)?;
-    match config.kind() {
-        StoreKind::Memory(_) => {
-            return Err(bad_url(
-                url,
-                "an in-process store lives in its program's memory, out of this tool's reach; \
-                 give the URL of the store the holders use",
-            ));
-        }
-        #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
-        StoreKind::Sql(c) => {
-            if let Some(file) = c.sqlite_path() {
-                sqlite_file(url, file)?;
-            }
-        }
-        _ => {}
-    }
-    let config = config.op_timeout(timeout);
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
-    let config = config.map_sql(|c| {
-        let c = c.max_connections(2).refuse_at_connect(false);
-        match &args.table {
-            Some(t) => c.table(t.clone()),
-            None => c,
-        }
-    });
-    #[cfg(feature = "valkey")]
-    let config = config.map_valkey(|c| {
-        let c = c.refuse_at_connect(false);
-        match &args.prefix {
-            Some(p) => c.key_prefix(p.clone()),
-            None => c,
-        }
-    });
-    #[cfg(feature = "etcd")]
-    let config = config.map_etcd(|c| {
-        let c = c.connect_timeout(timeout);
-        match &args.prefix {
-            Some(p) => c.prefix(p.clone()),
-            None => c,
-        }
-    });
-    #[cfg(feature = "k8s")]
-    let config = config.map_kube(|c| {
-        let c = match &args.kubeconfig {
-            Some(path) => c.or_kubeconfig(path),
-            None => c,
-        };
-        match args.namespace.clone() {
-            Some(ns) => c.namespace(ns),
-            None => c,
-        }
-    });
-    Ok(config)
-}
-
-/// The SQLite file must be the one the holders use: sqlx would create a
-/// missing file, and a tool that looks at leases must not.
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
-fn sqlite_file(url: &str, file: &str) -> Result<(), CliError> {
-    if file.contains(":memory:") {
+    if config.backend::<MemoryConfig>().is_some() {
         return Err(bad_url(
             url,
-            "give the path of the SQLite file the holders use (sqlite://PATH)",
+            "an in-process store lives in its program's memory, out of this tool's reach; \
+             give the URL of the store the holders use",
         ));
     }
-    if !std::path::Path::new(file).is_file() {
-        return Err(CliError::new(
-            Exit::Unreachable,
-            format!("no SQLite file at {file}; give the file the holders use"),
-        ));
+    let kubeconfig = match &args.kubeconfig {
+        Some(path) => Some(path.to_str().ok_or_else(|| {
+            CliError::new(
+                Exit::Usage,
+                format!("--kubeconfig {}: give a path in UTF-8", path.display()),
+            )
+        })?),
+        None => None,
+    };
+    let mut config = config
+        .op_timeout(timeout)
+        .look_only(timeout)
+        .map_err(from_connect)?;
+    for (key, flag, value) in [
+        ("table", "--table", args.table.as_deref()),
+        ("prefix", "--prefix", args.prefix.as_deref()),
+        ("namespace", "--namespace", args.namespace.as_deref()),
+        ("kubeconfig", "--kubeconfig", kubeconfig),
+    ] {
+        if let Some(value) = value {
+            config = config.set(key, value).map_err(|e| {
+                CliError::new(Exit::BadUrl, format!("{flag}: {e}"))
+            })?;
+        }
     }
-    Ok(())
+    Ok(config)
 }
 
 /// Connects to the store `args` name within `--timeout`, with the
@@ -125,9 +88,15 @@ pub(crate) async fn connect(args: &StoreArgs) -> Result<Store, CliError> {
 pub(crate) async fn connect_with(args: &StoreArgs, preflight: bool) -> Result<Store, CliError> {
     let timeout = args.timeout()?;
     let config = parse(args)?;
-    #[cfg(feature = "k8s")]
-    let config = config.map_kube(|c| c.preflight(preflight));
-    let _ = preflight;
+    // The checks of the store's permissions at connect, where the store
+    // has them as an option (Kubernetes RBAC).
+    let config = if config.takes("preflight") {
+        config
+            .set("preflight", if preflight { "true" } else { "false" })
+            .map_err(from_connect)?
+    } else {
+        config
+    };
     let shown = config.shown_url();
     let connecting = async {
         let store = config.connect().await.map_err(from_connect)?;
@@ -245,24 +214,17 @@ mod tests {
     #[test]
     fn schemes_reach_their_backend() {
         for (url, store) in [
-            ("postgres://u@h/db", "sql"),
-            ("MARIADB://u@h/db", "sql"),
-            ("redis://h:6379", "valkey"),
-            ("valkey://h", "valkey"),
+            ("postgres://u@h/db", "SQL"),
+            ("MARIADB://u@h/db", "SQL"),
+            ("redis://h:6379", "Valkey/Redis"),
+            ("valkey://h", "Valkey/Redis"),
             ("etcd://a:2379,b:2379", "etcd"),
-            ("k8s://h:8001/ids", "kube"),
-            ("k8s+https://h:6443", "kube"),
-            ("kubernetes://", "kube"),
+            ("k8s://h:8001/ids", "Kubernetes"),
+            ("k8s+https://h:6443", "Kubernetes"),
+            ("kubernetes://", "Kubernetes"),
         ] {
             let config = parse(&args(url)).unwrap_or_else(|e| panic!("{url}: {e:?}"));
-            let got = match config.kind() {
-                StoreKind::Sql(_) => "sql",
-                StoreKind::Valkey(_) => "valkey",
-                StoreKind::Etcd(_) => "etcd",
-                StoreKind::Kube(_) => "kube",
-                _ => "other",
-            };
-            assert_eq!(got, store, "{url}");
+            assert_eq!(config.store(), store, "{url}");
         }
     }
 

@@ -466,8 +466,8 @@ fn status_size_from_the_store(env: &Env) -> TestResult {
     rt().block_on(async {
         let store = StoreConfig::from_url(&env.url)
             .map_err(|e| e.to_string())?
-            .map_sql(|c| c.restart_guard(false))
-            .map_valkey(|c| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
@@ -833,8 +833,8 @@ fn store_env(
     let store = rt().block_on(async {
         let store = StoreConfig::from_url(&url)
             .map_err(|e| e.to_string())?
-            .map_sql(|c| c.restart_guard(false))
-            .map_valkey(|c| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
@@ -1615,12 +1615,12 @@ fn wipe_pool(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
     rt().block_on(async {
         let store = StoreConfig::from_url(url)
             .map_err(|e| e.to_string())?
-            .map_sql(|c| c.restart_guard(false))
-            .map_valkey(|c| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
-        if let Some(sql) = store.sql() {
+        if let Some(sql) = store.strategy::<leasehold::sql::SqlStrategy>() {
             use leasehold::sql::sqlx;
             let delete = format!("DELETE FROM {table} WHERE pool = '{pool}'");
             let done = if let Some(p) = sql.postgres() {
@@ -1634,7 +1634,7 @@ fn wipe_pool(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
             };
             return done.map_err(|e| format!("{delete}: {e}"));
         }
-        if let Some(valkey) = store.valkey() {
+        if let Some(valkey) = store.strategy::<leasehold::valkey::ValkeyStrategy>() {
             use fred::prelude::*;
             let keys = valkey.keys(&PoolName::new(pool).map_err(|e| e.to_string())?);
             let cmd = fred::types::CustomCommand::new_static(
@@ -1656,7 +1656,7 @@ fn wipe_pool(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
                 Err(format!("no key of pool {pool} to delete"))
             };
         }
-        if let Some(etcd) = store.etcd() {
+        if let Some(etcd) = store.strategy::<leasehold::etcd::EtcdStrategy>() {
             use leasehold::etcd::etcd_client::DeleteOptions;
             let resp = etcd
                 .client()
@@ -1709,12 +1709,12 @@ fn damage_record(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
     rt().block_on(async {
         let store = StoreConfig::from_url(url)
             .map_err(|e| e.to_string())?
-            .map_sql(|c| c.restart_guard(false))
-            .map_valkey(|c| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
-        if let Some(sql) = store.sql() {
+        if let Some(sql) = store.strategy::<leasehold::sql::SqlStrategy>() {
             use leasehold::sql::sqlx;
             let update = format!(
                 "UPDATE {table} SET acquired_at = NULL \
@@ -1731,7 +1731,7 @@ fn damage_record(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
             };
             return done.map_err(|e| format!("{update}: {e}"));
         }
-        if let Some(valkey) = store.valkey() {
+        if let Some(valkey) = store.strategy::<leasehold::valkey::ValkeyStrategy>() {
             use fred::prelude::*;
             let keys = valkey.keys(&PoolName::new(pool).map_err(|e| e.to_string())?);
             let cmd = fred::types::CustomCommand::new_static(
@@ -1746,7 +1746,7 @@ fn damage_record(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
                 .map_err(|e| format!("HSET: {e}"))?;
             return Ok(());
         }
-        if let Some(etcd) = store.etcd() {
+        if let Some(etcd) = store.strategy::<leasehold::etcd::EtcdStrategy>() {
             etcd.client()
                 .clone()
                 .put(format!("leasehold/{pool}/~guard"), "x", None)

@@ -14,6 +14,7 @@ mod config;
 pub mod credentials;
 #[cfg(feature = "tokio")]
 mod driver;
+pub mod drivers;
 mod error;
 pub mod events;
 mod fixed;

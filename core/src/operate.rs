@@ -97,15 +97,21 @@ pub trait Operate: DynStrategy {
     }
 
     /// Creates what the store needs before leases can be claimed (a table,
-    /// its migrations, the rows of `pool`'s slots), idempotently. A store
-    /// that needs nothing (its claims create what they use) answers `Ok` at
-    /// once: the default.
+    /// its migrations, the rows or records of `pool`), idempotently, and
+    /// answers how long `pool`'s claims are held back by its wipe guard:
+    /// `Some(wait)` where the pool's records were not on the store (a pool
+    /// never used, or one wiped while holders may still run: the store
+    /// cannot tell them apart), so that no slot of it is granted for `wait`
+    /// ([`Operate::prepare_new_pool`] skips that for a pool an operator
+    /// knows is new); `None` where nothing holds claims back. A store that
+    /// needs nothing (its claims create what they use) answers `Ok(None)`
+    /// at once: the default.
     fn prepare<'a>(
         &'a self,
         pool: Option<&'a PoolSpec>,
-    ) -> BoxFuture<'a, Result<(), OperateError>> {
+    ) -> BoxFuture<'a, Result<Option<std::time::Duration>, OperateError>> {
         let _ = pool;
-        Box::pin(std::future::ready(Ok(())))
+        Box::pin(std::future::ready(Ok(None)))
     }
 
     /// [`Operate::prepare`] for `pool`, declaring it **new**: where the store
@@ -120,7 +126,7 @@ pub trait Operate: DynStrategy {
         &'a self,
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<(), OperateError>> {
-        self.prepare(Some(pool))
+        Box::pin(async move { self.prepare(Some(pool)).await.map(drop) })
     }
 
     /// What the store's guards (DESIGN.md rule 12) hold back, read without

@@ -564,6 +564,9 @@ pub trait DynStrategy: Send + Sync + 'static {
         &'a self,
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>>;
+    /// The strategy's own type, for what only it has (a backend's pool for
+    /// fenced writes): `store.as_any().downcast_ref::<Memory>()`.
+    fn as_any(&self) -> &dyn std::any::Any;
 }
 
 impl<S: Strategy> DynStrategy for S {
@@ -601,6 +604,9 @@ impl<S: Strategy> DynStrategy for S {
         pool: &'a PoolSpec,
     ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
         Box::pin(self.inspect(pool))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

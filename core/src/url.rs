@@ -338,7 +338,7 @@ pub fn duration_option(key: &'static str, value: &str) -> Result<Duration, Confi
     })
 }
 
-fn parse_duration(text: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let (digits, unit) = match text.strip_suffix("ms") {
         Some(d) => (d, 1),
         None => (text.strip_suffix('s')?, 1000),

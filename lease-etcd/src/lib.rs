@@ -11,6 +11,7 @@ mod acquire;
 mod call;
 mod config;
 mod damaged;
+pub mod driver;
 mod error;
 mod guard;
 mod hold;
@@ -25,6 +26,7 @@ mod url;
 mod watch;
 
 pub use config::{DEFAULT_CANDIDATES, DEFAULT_PREFIX, EtcdConfig, MAX_CANDIDATES};
+pub use driver::DRIVER;
 pub use error::EtcdError;
 pub use role::LeaseRole;
 pub use strategy::EtcdStrategy;

@@ -1,6 +1,8 @@
 //! The operator's handle on an etcd lease store: what `leasehold status`,
 //! `revoke` and `doctor` do, through core's [`Operate`].
 
+use std::time::Duration;
+
 use etcd_client::StatusResponse;
 use leasehold_core::{
     BoxFuture, Check, Durability, Guard, Operate, OperateError, PoolName, PoolSpec, Reason, Verdict,
@@ -282,14 +284,14 @@ impl Operate for EtcdStrategy {
     fn prepare<'a>(
         &'a self,
         pool: Option<&'a PoolSpec>,
-    ) -> BoxFuture<'a, Result<(), OperateError>> {
+    ) -> BoxFuture<'a, Result<Option<Duration>, OperateError>> {
         Box::pin(async move {
             match pool {
-                None => Ok(()),
+                None => Ok(None),
                 Some(pool) => self
                     .prepare_pool(pool)
                     .await
-                    .map(drop)
+                    .map(|wait| Some(wait).filter(|w| !w.is_zero()))
                     .map_err(operate_error),
             }
         })

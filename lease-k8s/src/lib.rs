@@ -11,6 +11,7 @@ mod acquire;
 mod api;
 mod cache;
 mod config;
+pub mod driver;
 mod error;
 mod guard;
 mod hold;
@@ -29,6 +30,7 @@ mod tls;
 mod url;
 
 pub use config::{DEFAULT_TAKEOVER_MARGIN, KubeConfig};
+pub use driver::DRIVER;
 pub use error::KubeError;
 pub use names::{
     FENCE_ANNOTATION, FLOOR_ANNOTATION, FORMAT_ANNOTATION, INCARNATION_ANNOTATION, POOL_LABEL,

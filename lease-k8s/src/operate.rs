@@ -1,7 +1,7 @@
 //! The operator's handle on Leases in a Kubernetes namespace: what
 //! `leasehold status`, `revoke` and `doctor` do, through core's [`Operate`].
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use leasehold_core::{
     AcquireError, BoxFuture, Check, Durability, Guard, Operate, OperateError, PoolSpec, Reason,
@@ -28,7 +28,7 @@ fn from_acquire(e: AcquireError) -> OperateError {
     }
 }
 
-fn duration(d: std::time::Duration) -> String {
+fn duration(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
@@ -79,14 +79,14 @@ impl Operate for KubeStrategy {
     fn prepare<'a>(
         &'a self,
         pool: Option<&'a PoolSpec>,
-    ) -> BoxFuture<'a, Result<(), OperateError>> {
+    ) -> BoxFuture<'a, Result<Option<Duration>, OperateError>> {
         Box::pin(async move {
             match pool {
-                None => Ok(()),
+                None => Ok(None),
                 Some(pool) => self
                     .prepare_pool(pool)
                     .await
-                    .map(drop)
+                    .map(|wait| Some(wait).filter(|w| !w.is_zero()))
                     .map_err(from_acquire),
             }
         })

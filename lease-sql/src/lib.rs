@@ -16,6 +16,7 @@ mod backend;
 mod config;
 mod conns;
 mod dialect;
+pub mod driver;
 mod engine;
 mod error;
 mod failure;

@@ -333,12 +333,15 @@ impl Operate for SqlStrategy {
     fn prepare<'a>(
         &'a self,
         pool: Option<&'a PoolSpec>,
-    ) -> BoxFuture<'a, Result<(), OperateError>> {
+    ) -> BoxFuture<'a, Result<Option<Duration>, OperateError>> {
+        // The wipe guard's wait is read by `guards` (a row of its own); the
+        // claim statement answers it as `StoreRestarted` with the time left.
         Box::pin(async move {
             match pool {
                 Some(pool) => self.ensure_pool(pool).await.map_err(from_sql),
                 None => self.ensure_table().await.map_err(from_sql),
             }
+            .map(|()| None)
         })
     }
 

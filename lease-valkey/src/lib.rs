@@ -10,6 +10,7 @@
 mod acl;
 mod config;
 mod credentials;
+pub mod driver;
 mod durability;
 mod error;
 mod operate;
@@ -23,6 +24,7 @@ mod url;
 pub use acl::{Grants, LeaseUserAcl};
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
 pub use durability::Persistence;
+pub use driver::DRIVER;
 pub use error::ValkeyError;
 pub use server::{Product, ServerInfo};
 pub use strategy::{ActivePath, PoolKeys, ValkeyStrategy};

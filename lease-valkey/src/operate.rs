@@ -315,11 +315,11 @@ impl Operate for ValkeyStrategy {
     fn prepare<'a>(
         &'a self,
         pool: Option<&'a PoolSpec>,
-    ) -> BoxFuture<'a, Result<(), OperateError>> {
+    ) -> BoxFuture<'a, Result<Option<Duration>, OperateError>> {
         Box::pin(async move {
             match pool {
-                Some(pool) => self.prepare_pool(pool).await.map(drop).map_err(from_valkey),
-                None => Ok(()),
+                Some(pool) => self.prepare_pool(pool).await.map_err(from_valkey),
+                None => Ok(None),
             }
         })
     }

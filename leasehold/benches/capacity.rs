@@ -524,15 +524,15 @@ async fn store_rows(
             .map_err(|e| e.to_string())?
             .op_timeout(Duration::from_secs(30))
             // A server started for the bench, never restarted.
-            .map_sql(|c| c.max_connections(sql_conns).restart_guard(false))
-            .map_valkey(|c| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.max_connections(sql_conns).restart_guard(false))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
         v.push(Arc::new(store));
     }
     let setup = v[0].clone();
-    let name = match setup.etcd() {
+    let name = match setup.strategy::<leasehold::etcd::EtcdStrategy>() {
         Some(etcd) => {
             let version = etcd
                 .client()
@@ -562,7 +562,7 @@ async fn store_rows(
         progress(&r);
         rows.push(r);
     }
-    if let Some(sql) = setup.sql() {
+    if let Some(sql) = setup.strategy::<leasehold::sql::SqlStrategy>() {
         sql.close().await;
     }
     Ok(())

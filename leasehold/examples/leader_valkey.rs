@@ -66,7 +66,7 @@ async fn field(client: &fred::clients::Client, name: String) -> Result<Option<St
 /// to your dependencies to name its types).
 fn valkey_client(store: &Store) -> Result<fred::clients::Client, String> {
     let valkey = store
-        .valkey()
+        .strategy::<leasehold::valkey::ValkeyStrategy>()
         .ok_or("this example needs a redis:// or valkey:// URL")?;
     Ok(valkey.client().clone())
 }

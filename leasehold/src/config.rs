@@ -1,45 +1,54 @@
-//! A store URL → the backend that reads it, and the connect.
+//! A store URL → the driver that reads it, and the connect: the registry
+//! of drivers, one line per backend.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 use leasehold_core::credentials::{CallbackError, CredentialSource, Credentials};
+use leasehold_core::drivers::{Driver, DriverConfig};
 use leasehold_core::opening::{OpenStore, StoreWait, WaitError, wait_for_store};
-use leasehold_core::{BoxFuture, Memory, StartError};
-#[cfg(feature = "etcd")]
-use leasehold_etcd::{EtcdConfig, EtcdError, EtcdStrategy};
-#[cfg(feature = "k8s")]
-use leasehold_k8s::{KubeConfig, KubeError, KubeStrategy};
-#[cfg(feature = "_sql")]
-use leasehold_sql::{SqlConfig, SqlError, SqlStrategy};
-#[cfg(feature = "valkey")]
-use leasehold_valkey::{ValkeyConfig, ValkeyError, ValkeyStrategy};
+use leasehold_core::{BoxFuture, StartError};
 
 use crate::ConnectError;
-use crate::store::{Inner, Store};
+use crate::store::Store;
 
-/// Every store this crate knows: its schemes, the cargo feature that
-/// compiles it in, and its name in messages. A scheme of a store whose
-/// feature is off is refused with the feature to turn on.
-pub const STORES: &[StoreSchemes] = &[
+/// A registry row: the driver when its feature is on, `None` when not.
+macro_rules! driver {
+    ($feature:literal, $driver:expr) => {{
+        #[cfg(feature = $feature)]
+        let driver: Option<&'static dyn Driver> = Some(&$driver);
+        #[cfg(not(feature = $feature))]
+        let driver: Option<&'static dyn Driver> = None;
+        driver
+    }};
+}
+
+/// The registry: every store this crate knows, one row per driver, with its
+/// schemes, the cargo feature that compiles it in, and its name in
+/// messages. A scheme of a store whose feature is off is refused with the
+/// feature to turn on. A program adds drivers of its own with
+/// [`register`].
+pub static STORES: &[StoreSchemes] = &[
     StoreSchemes {
         store: "SQL",
         schemes: &["postgres", "postgresql"],
         feature: "postgres",
+        driver: driver!("postgres", leasehold_sql::driver::POSTGRES),
     },
     StoreSchemes {
         store: "SQL",
         schemes: &["mysql", "mariadb"],
         feature: "mysql",
+        driver: driver!("mysql", leasehold_sql::driver::MYSQL),
     },
     StoreSchemes {
         store: "SQL",
         schemes: &["sqlite"],
         feature: "sqlite",
+        driver: driver!("sqlite", leasehold_sql::driver::SQLITE),
     },
     StoreSchemes {
         store: "Valkey/Redis",
@@ -58,58 +67,124 @@ pub const STORES: &[StoreSchemes] = &[
             "valkeys-cluster",
         ],
         feature: "valkey",
+        driver: driver!("valkey", leasehold_valkey::DRIVER),
     },
     StoreSchemes {
         store: "etcd",
         schemes: &["etcd", "etcds"],
         feature: "etcd",
+        driver: driver!("etcd", leasehold_etcd::DRIVER),
     },
     StoreSchemes {
         store: "Kubernetes",
         schemes: &["k8s", "k8s+http", "k8s+https", "kubernetes"],
         feature: "k8s",
+        driver: driver!("k8s", leasehold_k8s::DRIVER),
     },
     StoreSchemes {
         store: "in-process",
         schemes: &["memory"],
         feature: "",
+        driver: Some(&leasehold_core::drivers::MEMORY),
     },
 ];
 
-/// One row of [`STORES`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One row of [`STORES`], or a driver added with [`register`].
+#[derive(Clone, Copy, Debug)]
 pub struct StoreSchemes {
     /// The store, for messages (`SQL`, `Valkey/Redis`).
     pub store: &'static str,
     /// The URL schemes it reads.
     pub schemes: &'static [&'static str],
-    /// The cargo feature of `leasehold` that compiles it in (empty: always).
+    /// The cargo feature of `leasehold` that compiles it in (empty: always,
+    /// or a driver added with [`register`]).
     pub feature: &'static str,
+    /// Its driver, when this build has it.
+    pub driver: Option<&'static dyn Driver>,
 }
 
 impl StoreSchemes {
     /// Whether this build has the store.
     pub fn compiled(&self) -> bool {
-        const ON: [(&str, bool); 7] = [
-            ("", true),
-            ("postgres", cfg!(feature = "postgres")),
-            ("mysql", cfg!(feature = "mysql")),
-            ("sqlite", cfg!(feature = "sqlite")),
-            ("valkey", cfg!(feature = "valkey")),
-            ("etcd", cfg!(feature = "etcd")),
-            ("k8s", cfg!(feature = "k8s")),
-        ];
-        ON.iter()
-            .any(|&(feature, on)| on && feature == self.feature)
+        self.driver.is_some()
     }
 }
 
-/// Every scheme this build accepts (the stores whose features are on),
-/// grouped by store: `postgres, postgresql, mysql, mariadb, sqlite (SQL);
-/// redis, … (Valkey/Redis); …`.
+/// The drivers a program added with [`register`].
+static ADDED: RwLock<Vec<StoreSchemes>> = RwLock::new(Vec::new());
+
+/// Adds `driver` to this process's registry: from then on
+/// [`connect`](crate::connect), [`StoreConfig::from_url`] and every tool
+/// built on them (the command-line tool, the fault campaign) open its
+/// schemes as they open the built-in stores'. A backend crate outside this
+/// workspace joins so, with no change to this crate. A scheme already
+/// taken (by a built-in store, compiled in or not, or by a driver added
+/// before) is refused, naming its store.
+///
+/// ```
+/// use leasehold::drivers::{ConnectError, Driver, DriverConfig, MEMORY};
+///
+/// /// A store of its own scheme that opens in-process stores.
+/// struct Scratch;
+///
+/// impl Driver for Scratch {
+///     fn store(&self) -> &'static str { "scratch" }
+///     fn schemes(&self) -> &'static [&'static str] { &["scratch"] }
+///     fn parse_url(&self, url: &str) -> Result<Box<dyn DriverConfig>, ConnectError> {
+///         MEMORY.parse_url(&url.replacen("scratch", "memory", 1))
+///     }
+/// }
+///
+/// static SCRATCH: Scratch = Scratch;
+/// leasehold::register(&SCRATCH)?;
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = leasehold::connect("scratch://a").await?;
+/// assert_eq!(store.store(), "scratch");
+/// # Ok::<(), leasehold::ConnectError>(()) }).unwrap();
+/// assert!(leasehold::register(&SCRATCH).is_err());
+/// # Ok::<(), leasehold::ConnectError>(())
+/// ```
+pub fn register(driver: &'static dyn Driver) -> Result<(), ConnectError> {
+    let mut added = ADDED.write().unwrap_or_else(PoisonError::into_inner);
+    for scheme in driver.schemes() {
+        if let Some(row) = STORES
+            .iter()
+            .chain(added.iter())
+            .find(|row| row.schemes.contains(scheme))
+        {
+            return Err(ConnectError::bad_url(
+                &format!("{scheme}://"),
+                format!(
+                    "the scheme {scheme}:// is taken by the {} store; give the {} driver \
+                     schemes of its own",
+                    row.store,
+                    driver.store()
+                ),
+            ));
+        }
+    }
+    added.push(StoreSchemes {
+        store: driver.store(),
+        schemes: driver.schemes(),
+        feature: "",
+        driver: Some(driver),
+    });
+    Ok(())
+}
+
+/// Every row of the registry: [`STORES`], then the drivers added with
+/// [`register`], in the order they were added.
+pub fn registry() -> Vec<StoreSchemes> {
+    let added = ADDED.read().unwrap_or_else(PoisonError::into_inner);
+    STORES.iter().chain(added.iter()).copied().collect()
+}
+
+/// Every scheme this build accepts (the stores whose features are on, and
+/// those added with [`register`]), grouped by store: `postgres, postgresql,
+/// mysql, mariadb, sqlite (SQL); redis, … (Valkey/Redis); …`.
 pub fn schemes_text() -> String {
     let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
-    for row in STORES.iter().filter(|row| row.compiled()) {
+    for row in registry().into_iter().filter(|row| row.compiled()) {
         match groups.iter_mut().find(|(store, _)| *store == row.store) {
             Some((_, schemes)) => schemes.extend(row.schemes),
             None => groups.push((row.store, row.schemes.to_vec())),
@@ -127,9 +202,9 @@ pub fn schemes_text() -> String {
 ///
 /// ```
 /// use std::time::Duration;
-/// use leasehold::{StoreConfig, StoreKind};
+/// use leasehold::StoreConfig;
 /// let config = StoreConfig::from_url("sqlite://ids.sqlite")?.op_timeout(Duration::from_secs(2));
-/// assert!(matches!(config.kind(), StoreKind::Sql(_)));
+/// assert_eq!(config.store(), "SQL");
 /// # Ok::<(), leasehold::ConnectError>(())
 /// ```
 ///
@@ -156,7 +231,8 @@ pub fn schemes_text() -> String {
 #[derive(Clone)]
 pub struct StoreConfig {
     url: String,
-    kind: StoreKind,
+    driver: &'static dyn Driver,
+    config: Box<dyn DriverConfig>,
     credentials: Option<CredentialSource>,
     wait: Option<StoreWait>,
 }
@@ -165,32 +241,12 @@ impl fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreConfig")
             .field("url", &self.shown_url())
-            .field("kind", &self.kind)
+            .field("store", &self.driver.store())
+            .field("config", &self.config)
             .field("credentials", &self.credentials)
             .field("wait", &self.wait)
             .finish()
     }
-}
-
-/// Which store a [`StoreConfig`] opens, with that backend's configuration.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum StoreKind {
-    /// An in-process [`Memory`] store: `memory://NAME`; every connect of one
-    /// name in one process opens the same store.
-    Memory(String),
-    /// PostgreSQL, MySQL/MariaDB or SQLite.
-    #[cfg(feature = "_sql")]
-    Sql(SqlConfig),
-    /// Valkey or Redis.
-    #[cfg(feature = "valkey")]
-    Valkey(ValkeyConfig),
-    /// etcd v3.
-    #[cfg(feature = "etcd")]
-    Etcd(EtcdConfig),
-    /// Kubernetes Leases.
-    #[cfg(feature = "k8s")]
-    Kube(KubeConfig),
 }
 
 /// `url`'s scheme, lowercased (`sqlite:PATH`, sqlx's form, is `sqlite`).
@@ -216,7 +272,10 @@ impl StoreConfig {
     pub fn from_url(url: &str) -> Result<Self, ConnectError> {
         let url = url.trim();
         let scheme = scheme(url)?;
-        let Some(row) = STORES.iter().find(|r| r.schemes.contains(&scheme.as_str())) else {
+        let Some(row) = registry()
+            .into_iter()
+            .find(|r| r.schemes.contains(&scheme.as_str()))
+        else {
             if matches!(scheme.as_str(), "http" | "https")
                 && let Some(forms) = http_forms(&scheme)
             {
@@ -230,7 +289,7 @@ impl StoreConfig {
                 format!("unknown scheme {scheme:?}; use one of {}", schemes_text()),
             ));
         };
-        if !row.compiled() {
+        let Some(driver) = row.driver else {
             return Err(ConnectError::bad_url(
                 url,
                 format!(
@@ -241,38 +300,11 @@ impl StoreConfig {
                     row.feature
                 ),
             ));
-        }
-        #[allow(unused_variables)] // with no networked store compiled in
-        let bad = |e: &dyn std::fmt::Display| ConnectError::bad_url(url, e);
-        let kind = match row.feature {
-            "" => StoreKind::Memory(memory_name(url)?),
-            #[cfg(feature = "_sql")]
-            "postgres" | "mysql" | "sqlite" => {
-                StoreKind::Sql(SqlConfig::from_url(url).map_err(|e| match e {
-                    SqlError::Config(c) => bad(&c),
-                    other => bad(&other),
-                })?)
-            }
-            #[cfg(feature = "valkey")]
-            "valkey" => StoreKind::Valkey(ValkeyConfig::from_url(url).map_err(|e| match e {
-                ValkeyError::Config(c) => bad(&c),
-                other => bad(&other),
-            })?),
-            #[cfg(feature = "etcd")]
-            "etcd" => StoreKind::Etcd(EtcdConfig::from_url(url).map_err(|e| match e {
-                EtcdError::Config(c) => bad(&c),
-                other => bad(&other),
-            })?),
-            #[cfg(feature = "k8s")]
-            "k8s" => StoreKind::Kube(KubeConfig::from_url(url).map_err(|e| match e {
-                KubeError::Config(c) => bad(&c),
-                other => bad(&other),
-            })?),
-            other => unreachable!("feature {other} is compiled in but has no backend arm"),
         };
         Ok(Self {
             url: url.to_owned(),
-            kind,
+            driver,
+            config: driver.parse_url(url)?,
             credentials: None,
             wait: None,
         })
@@ -380,51 +412,36 @@ impl StoreConfig {
     /// The configuration with its credential source handed to the
     /// backend, or why the store takes none.
     fn with_credentials(mut self) -> Result<Self, ConnectError> {
-        let Some(source) = self.credentials.take() else {
-            return Ok(self);
-        };
-        let refuse = |why: String| ConnectError::bad_url(&self.url, why);
-        let none = |store: &str, instead: &str| {
-            refuse(format!(
-                "{} cannot be used with {store}, which takes no password; {instead}",
-                source.describe()
-            ))
-        };
-        let kind = match self.kind {
-            StoreKind::Memory(_) => Err(none("an in-process store", "leave it out")),
-            #[cfg(feature = "_sql")]
-            StoreKind::Sql(c) if c.sqlite_path().is_some() => Err(none(
-                "SQLite",
-                "protect the database file with file permissions instead",
-            )),
-            #[cfg(feature = "_sql")]
-            StoreKind::Sql(c) => Ok(StoreKind::Sql(c.credential_source(source))),
-            #[cfg(feature = "valkey")]
-            StoreKind::Valkey(c) => Ok(StoreKind::Valkey(c.credential_source(source))),
-            #[cfg(feature = "etcd")]
-            StoreKind::Etcd(c) => match source.file() {
-                Some(path) => Ok(StoreKind::Etcd(c.password_file(path))),
-                None => Err(refuse(
-                    "etcd reads its password once, at connect (etcd-client renews its \
-                         token with it): give etcd://USER@HOST?password_file=PATH; a \
-                         credentials callback is for SQL and Valkey/Redis stores"
-                        .to_owned(),
-                )),
-            },
-            #[cfg(feature = "k8s")]
-            StoreKind::Kube(_) => Err(none(
-                "Kubernetes",
-                "its credentials come from the kubeconfig or the pod's service account \
-                 (tokens, client certificates, exec plugins, which kube refreshes itself)",
-            )),
-        };
-        self.kind = kind?;
+        if let Some(source) = self.credentials.take() {
+            self.config
+                .credentials(source)
+                .map_err(|why| ConnectError::bad_url(&self.url, why))?;
+        }
         Ok(self)
     }
 
-    /// The store and its backend's configuration.
-    pub fn kind(&self) -> &StoreKind {
-        &self.kind
+    /// The store's name in messages (`SQL`, `Valkey/Redis`, `etcd`), as its
+    /// driver says.
+    pub fn store(&self) -> &'static str {
+        self.driver.store()
+    }
+
+    /// The driver that read the URL.
+    pub fn driver(&self) -> &'static dyn Driver {
+        self.driver
+    }
+
+    /// The backend's own configuration, when it is a `T`
+    /// (`leasehold::sql::SqlConfig`, …).
+    ///
+    /// ```
+    /// let config = leasehold::StoreConfig::from_url("sqlite://ids.sqlite")?;
+    /// let sql = config.backend::<leasehold::sql::SqlConfig>().expect("a SQL store");
+    /// assert_eq!(sql.sqlite_path(), Some("ids.sqlite"));
+    /// # Ok::<(), leasehold::ConnectError>(())
+    /// ```
+    pub fn backend<T: 'static>(&self) -> Option<&T> {
+        self.config.as_any().downcast_ref()
     }
 
     /// The URL as messages show it ([`crate::url::redacted`]: the password
@@ -434,61 +451,61 @@ impl StoreConfig {
     }
 
     /// The bound on each store operation, whatever the store.
-    pub fn op_timeout(self, timeout: Duration) -> Self {
-        let _ = timeout; // unused with no networked store compiled in
-        self.map(|kind| match kind {
-            StoreKind::Memory(name) => StoreKind::Memory(name),
-            #[cfg(feature = "_sql")]
-            StoreKind::Sql(c) => StoreKind::Sql(c.op_timeout(timeout)),
-            #[cfg(feature = "valkey")]
-            StoreKind::Valkey(c) => StoreKind::Valkey(c.op_timeout(timeout)),
-            #[cfg(feature = "etcd")]
-            StoreKind::Etcd(c) => StoreKind::Etcd(c.op_timeout(timeout)),
-            #[cfg(feature = "k8s")]
-            StoreKind::Kube(c) => StoreKind::Kube(c.op_timeout(timeout)),
-        })
-    }
-
-    fn map(mut self, f: impl FnOnce(StoreKind) -> StoreKind) -> Self {
-        let kind = std::mem::replace(&mut self.kind, StoreKind::Memory(String::new()));
-        self.kind = f(kind);
+    pub fn op_timeout(mut self, timeout: Duration) -> Self {
+        let value = format!("{}ms", timeout.as_millis().max(1));
+        // Every driver takes `op_timeout`, and a whole number of
+        // milliseconds above zero is always a duration it reads.
+        if let Err(why) = self.config.set("op_timeout", &value) {
+            unreachable!("the {} driver refused op_timeout={value}: {why}", self.store());
+        }
         self
     }
 
-    /// Changes the SQL configuration, when the store is SQL.
-    #[cfg(feature = "_sql")]
-    pub fn map_sql(self, f: impl FnOnce(SqlConfig) -> SqlConfig) -> Self {
-        self.map(|kind| match kind {
-            StoreKind::Sql(c) => StoreKind::Sql(f(c)),
-            other => other,
-        })
+    /// Sets the backend's option `key` to `value`, as the URL's query says
+    /// it (`table` = `ids` for SQL, `prefix` for Valkey/Redis and etcd,
+    /// `namespace` for Kubernetes; `op_timeout` and `refuse_at_connect` for
+    /// every store). A key the store does not take is refused with the keys
+    /// it takes.
+    ///
+    /// ```
+    /// let config = leasehold::StoreConfig::from_url("sqlite://ids.sqlite")?.set("table", "ids")?;
+    /// let e = config.set("namespace", "ids").unwrap_err();
+    /// assert!(e.to_string().contains("SQL takes no option \"namespace\""), "{e}");
+    /// # Ok::<(), leasehold::ConnectError>(())
+    /// ```
+    pub fn set(mut self, key: &str, value: &str) -> Result<Self, ConnectError> {
+        self.config
+            .set(key, value)
+            .map_err(|why| ConnectError::bad_url(&self.url, why))?;
+        Ok(self)
     }
 
-    /// Changes the Valkey/Redis configuration, when the store is one.
-    #[cfg(feature = "valkey")]
-    pub fn map_valkey(self, f: impl FnOnce(ValkeyConfig) -> ValkeyConfig) -> Self {
-        self.map(|kind| match kind {
-            StoreKind::Valkey(c) => StoreKind::Valkey(f(c)),
-            other => other,
-        })
+    /// Whether the store takes the option `key` ([`StoreConfig::set`]).
+    pub fn takes(&self, key: &str) -> bool {
+        self.config.keys().contains(&key)
     }
 
-    /// Changes the etcd configuration, when the store is etcd.
-    #[cfg(feature = "etcd")]
-    pub fn map_etcd(self, f: impl FnOnce(EtcdConfig) -> EtcdConfig) -> Self {
-        self.map(|kind| match kind {
-            StoreKind::Etcd(c) => StoreKind::Etcd(f(c)),
-            other => other,
-        })
+    /// The settings of an operator's tool that only looks (`leasehold
+    /// doctor`, `status`, `revoke`): few connections, each connect bounded
+    /// by `timeout`, a SQLite file that must exist already, and a server
+    /// this configuration would refuse judged and kept rather than refused,
+    /// so that it can be reported (such a store claims nothing). Refused
+    /// where the URL names nothing such a tool can look at (a SQLite
+    /// database in memory; a SQLite file that is not there, which opening
+    /// would create).
+    pub fn look_only(mut self, timeout: Duration) -> Result<Self, ConnectError> {
+        self.config.look_only(timeout)?;
+        Ok(self)
     }
 
-    /// Changes the Kubernetes configuration, when the store is Kubernetes.
-    #[cfg(feature = "k8s")]
-    pub fn map_kube(self, f: impl FnOnce(KubeConfig) -> KubeConfig) -> Self {
-        self.map(|kind| match kind {
-            StoreKind::Kube(c) => StoreKind::Kube(f(c)),
-            other => other,
-        })
+    /// Changes the backend's own configuration, when it is a `T`:
+    /// `config.map(|c: SqlConfig| c.max_connections(4))`. Any other store's
+    /// is left as it is.
+    pub fn map<T: DriverConfig + Clone>(mut self, f: impl FnOnce(T) -> T) -> Self {
+        if let Some(c) = self.config.as_any().downcast_ref::<T>() {
+            self.config = Box::new(f(c.clone()));
+        }
+        self
     }
 
     /// Connects with the backend's own `connect`: its checks of the server
@@ -550,35 +567,9 @@ impl StoreConfig {
     async fn connect_once(self) -> Result<Store, ConnectError> {
         let shown = self.shown_url();
         let this = self.with_credentials()?;
-        let kind = this.kind;
-        let inner = match kind {
-            StoreKind::Memory(name) => Inner::Memory(memory(&name)),
-            #[cfg(feature = "_sql")]
-            StoreKind::Sql(c) => Inner::Sql(
-                SqlStrategy::connect(c)
-                    .await
-                    .map_err(|e| sql_error(&shown, e))?,
-            ),
-            #[cfg(feature = "valkey")]
-            StoreKind::Valkey(c) => Inner::Valkey(
-                ValkeyStrategy::connect(c)
-                    .await
-                    .map_err(|e| valkey_error(&shown, e))?,
-            ),
-            #[cfg(feature = "etcd")]
-            StoreKind::Etcd(c) => Inner::Etcd(
-                EtcdStrategy::connect(c)
-                    .await
-                    .map_err(|e| etcd_error(&shown, e))?,
-            ),
-            #[cfg(feature = "k8s")]
-            StoreKind::Kube(c) => Inner::Kube(
-                KubeStrategy::connect(c)
-                    .await
-                    .map_err(|e| kube_error(&shown, e))?,
-            ),
-        };
-        Ok(Store::new(inner, shown))
+        let driver = this.driver;
+        let operate = this.config.connect(shown.clone()).await?;
+        Ok(Store::new(operate, shown, driver))
     }
 }
 
@@ -610,164 +601,15 @@ fn article(store: &str) -> &'static str {
 }
 
 /// How to write the address of an `http://` or `https://` URL for each
-/// store of this build that is reached over HTTP(S) or gRPC (etcd,
-/// Kubernetes); `None` when the build has neither.
+/// store of this build reached over HTTP(S) or gRPC (etcd, Kubernetes, as
+/// their drivers say); `None` when the build has none.
 fn http_forms(scheme: &str) -> Option<String> {
     let tls = scheme == "https";
-    let mut forms = Vec::new();
-    if cfg!(feature = "etcd") {
-        forms.push(if tls {
-            "etcds://HOST:2379?ca=CA.crt for etcd over TLS"
-        } else {
-            "etcd://HOST:2379 for etcd"
-        });
-    }
-    if cfg!(feature = "k8s") {
-        forms.push(if tls {
-            "k8s+https://HOST:6443 (or k8s:// alone, for the kubeconfig's server and \
-             credentials) for a Kubernetes API server"
-        } else {
-            "k8s://HOST:PORT for a Kubernetes API server in plain HTTP (kubectl proxy)"
-        });
-    }
+    let forms: Vec<&str> = registry()
+        .iter()
+        .filter_map(|row| row.driver?.http_form(tls))
+        .collect();
     (!forms.is_empty()).then(|| forms.join(", or "))
-}
-
-/// `memory://NAME` → `NAME` (empty for `memory://`). A name takes no user
-/// info, options or fragment: they would become part of it (and be shown
-/// with it).
-fn memory_name(url: &str) -> Result<String, ConnectError> {
-    let name = url
-        .split_once("://")
-        .map(|(_, rest)| rest.trim_end_matches('/'))
-        .unwrap_or_default();
-    if name.contains(['@', '?', '#', ':']) {
-        return Err(ConnectError::bad_url(
-            url,
-            "memory://NAME takes a name of letters, digits, '-', '_', '.' or '/' only: no user, \
-             password, port or options",
-        ));
-    }
-    Ok(name.to_owned())
-}
-
-/// The process's in-memory store of `name`.
-fn memory(name: &str) -> Memory {
-    static STORES: Mutex<Option<HashMap<String, Memory>>> = Mutex::new(None);
-    let mut stores = STORES.lock().unwrap_or_else(PoisonError::into_inner);
-    stores
-        .get_or_insert_with(HashMap::new)
-        .entry(name.to_owned())
-        .or_default()
-        .clone()
-}
-
-#[cfg(feature = "_sql")]
-fn sql_error(shown: &str, e: SqlError) -> ConnectError {
-    let url = shown.to_owned();
-    match e {
-        SqlError::Config(c) => ConnectError::BadUrl {
-            url,
-            why: c.to_string(),
-        },
-        // Its message names the store already.
-        e @ SqlError::Credentials { .. } => ConnectError::Unreachable {
-            message: e.to_string(),
-            url,
-        },
-        // Its message says "authentication failed" and names the URL.
-        e @ SqlError::Authentication { .. } => ConnectError::Authentication {
-            message: e.to_string(),
-            url,
-        },
-        e @ (SqlError::Unreachable(_) | SqlError::Timeout(_)) => ConnectError::Unreachable {
-            message: format!("cannot reach {shown}: {e}"),
-            url,
-        },
-        e => ConnectError::Refused {
-            message: format!("cannot use {shown}: {e}"),
-            url,
-        },
-    }
-}
-
-#[cfg(feature = "valkey")]
-fn valkey_error(shown: &str, e: ValkeyError) -> ConnectError {
-    let url = shown.to_owned();
-    match e {
-        ValkeyError::Config(c) => ConnectError::BadUrl {
-            url,
-            why: c.to_string(),
-        },
-        // Their messages name the URL already (without credentials).
-        e @ (ValkeyError::Unreachable { .. } | ValkeyError::Credentials { .. }) => {
-            ConnectError::Unreachable {
-                message: e.to_string(),
-                url,
-            }
-        }
-        e @ ValkeyError::Authentication { .. } => ConnectError::Authentication {
-            message: e.to_string(),
-            url,
-        },
-        // A refused certificate, or TLS on one side only: final until the
-        // configuration or the certificates change; the message names the
-        // URL and the fix.
-        e @ ValkeyError::Tls { .. } => ConnectError::Refused {
-            message: e.to_string(),
-            url,
-        },
-        e => ConnectError::Refused {
-            message: format!("{shown}: {e}"),
-            url,
-        },
-    }
-}
-
-#[cfg(feature = "etcd")]
-fn etcd_error(shown: &str, e: EtcdError) -> ConnectError {
-    let url = shown.to_owned();
-    match e {
-        EtcdError::Config(c) => ConnectError::BadUrl {
-            url,
-            why: c.to_string(),
-        },
-        e @ EtcdError::Connect { .. } => ConnectError::Unreachable {
-            message: format!("{shown}: {e}"),
-            url,
-        },
-        e @ EtcdError::Auth { .. } => ConnectError::Authentication {
-            message: format!("{shown}: {e}"),
-            url,
-        },
-        e => ConnectError::Refused {
-            message: format!("{shown}: {e}"),
-            url,
-        },
-    }
-}
-
-#[cfg(feature = "k8s")]
-fn kube_error(shown: &str, e: KubeError) -> ConnectError {
-    let url = shown.to_owned();
-    match e {
-        KubeError::Config(c) => ConnectError::BadUrl {
-            url,
-            why: c.to_string(),
-        },
-        e @ KubeError::Connect { .. } => ConnectError::Unreachable {
-            message: format!("{shown}: {e}"),
-            url,
-        },
-        e @ KubeError::Unauthorized { .. } => ConnectError::Authentication {
-            message: format!("{shown}: {e}"),
-            url,
-        },
-        e => ConnectError::Refused {
-            message: format!("{shown}: {e}"),
-            url,
-        },
-    }
 }
 
 #[cfg(test)]
@@ -805,29 +647,16 @@ mod words {
             assert_eq!((https, http), (None, None));
         }
     }
-}
 
-#[cfg(all(test, feature = "_sql"))]
-mod tests {
-    use super::*;
-
-    /// A TLS failure at connect (an expired or untrusted certificate, a
-    /// client certificate refused) is final, in the backend's words.
+    /// The registry's rows name the schemes and store of their drivers:
+    /// the rows hold them so that a store whose feature is off is still
+    /// named, with its feature, and must not drift from the driver.
     #[test]
-    fn a_tls_refusal_is_final_and_keeps_its_cause_and_fix() {
-        let e = sql_error(
-            "postgres://h/db",
-            SqlError::Tls {
-                what: "connecting to postgres://h/db: the server's certificate has expired".into(),
-                fix: "renew the server's certificate".into(),
-            },
-        );
-        assert!(matches!(e, ConnectError::Refused { .. }), "{e:?}");
-        assert!(!e.is_retryable());
-        assert!(
-            e.to_string()
-                .ends_with("has expired; renew the server's certificate"),
-            "{e}"
-        );
+    fn each_row_says_what_its_driver_says() {
+        for row in STORES.iter().filter(|row| row.compiled()) {
+            let driver = row.driver.expect("compiled");
+            assert_eq!(row.store, driver.store());
+            assert_eq!(row.schemes, driver.schemes(), "{}", row.store);
+        }
     }
 }

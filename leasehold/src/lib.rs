@@ -8,11 +8,11 @@
 #![forbid(unsafe_code)]
 
 mod config;
-mod error;
 mod store;
 
-pub use config::{STORES, StoreConfig, StoreKind, StoreSchemes, schemes_text};
-pub use error::ConnectError;
+pub use config::{STORES, StoreConfig, StoreSchemes, register, registry, schemes_text};
+/// Why a store could not be opened.
+pub use leasehold_core::drivers::ConnectError;
 pub use store::Store;
 
 /// Everything of the core crate: the lease manager, leader election, the

@@ -1,70 +1,40 @@
 //! A connected store: a lease [`Strategy`] and an [`Operate`] handle in one.
 
 use std::fmt;
+use std::sync::Arc;
 
+use leasehold_core::drivers::Driver;
 use leasehold_core::{
     AcquireError, Capabilities, Floor, Grant, InspectError, Memory, Operate, PoolSpec, Release,
     Renewal, SlotInfo, Strategy,
 };
-#[cfg(feature = "etcd")]
-use leasehold_etcd::EtcdStrategy;
-#[cfg(feature = "k8s")]
-use leasehold_k8s::KubeStrategy;
-#[cfg(feature = "_sql")]
-use leasehold_sql::SqlStrategy;
-#[cfg(feature = "valkey")]
-use leasehold_valkey::ValkeyStrategy;
-
-#[derive(Clone)]
-pub(crate) enum Inner {
-    Memory(Memory),
-    #[cfg(feature = "_sql")]
-    Sql(SqlStrategy),
-    #[cfg(feature = "valkey")]
-    Valkey(ValkeyStrategy),
-    #[cfg(feature = "etcd")]
-    Etcd(EtcdStrategy),
-    #[cfg(feature = "k8s")]
-    Kube(KubeStrategy),
-}
-
-/// The same expression on whichever backend the store is.
-macro_rules! each {
-    ($store:expr, $s:ident => $e:expr) => {
-        match &$store.inner {
-            Inner::Memory($s) => $e,
-            #[cfg(feature = "_sql")]
-            Inner::Sql($s) => $e,
-            #[cfg(feature = "valkey")]
-            Inner::Valkey($s) => $e,
-            #[cfg(feature = "etcd")]
-            Inner::Etcd($s) => $e,
-            #[cfg(feature = "k8s")]
-            Inner::Kube($s) => $e,
-        }
-    };
-}
 
 /// A connected store, from [`connect`](crate::connect): give it (or a
 /// clone: clones share the connection) to a
 /// [`LeaseManager`](crate::LeaseManager) or an
 /// [`Elector`](crate::Elector), and operate it through
-/// [`Store::operator`]. Calls go straight to the backend's strategy, with no
-/// boxing.
+/// [`Store::operator`]. Whatever its backend, it is one type: the backend's
+/// strategy behind one `Arc` ([`Store::strategy`] gives it back), each call
+/// one boxed future, as [`DynStrategy`](crate::DynStrategy) makes them.
 #[derive(Clone)]
 pub struct Store {
-    inner: Inner,
+    inner: Arc<dyn Operate>,
     shown: String,
+    driver: &'static dyn Driver,
 }
 
 impl Store {
-    pub(crate) fn new(inner: Inner, shown: String) -> Self {
-        Self { inner, shown }
+    pub(crate) fn new(inner: Arc<dyn Operate>, shown: String, driver: &'static dyn Driver) -> Self {
+        Self {
+            inner,
+            shown,
+            driver,
+        }
     }
 
     /// The operator's handle: describe, ping, slots, revoke, prepare, checks.
     pub fn operator(&self) -> &dyn Operate {
-        each!(self, s => s as &dyn Operate)
+        &*self.inner
     }
 
     /// The store's URL, redacted ([`crate::url::redacted`]).
@@ -72,50 +42,29 @@ impl Store {
         &self.shown
     }
 
+    /// The store's name in messages (`SQL`, `Valkey/Redis`, `etcd`), as its
+    /// driver says.
+    pub fn store(&self) -> &'static str {
+        self.driver.store()
+    }
+
+    /// The backend's own strategy, when it is an `S`: the SQL strategy for
+    /// its sqlx pool and fence tables (`leasehold::sql::SqlStrategy`), the
+    /// etcd strategy for its client and loss watches, ….
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let store = leasehold::connect("memory://strategy-doc").await?;
+    /// assert!(store.strategy::<leasehold::Memory>().is_some());
+    /// # Ok::<(), leasehold::ConnectError>(()) }).unwrap();
+    /// ```
+    pub fn strategy<S: 'static>(&self) -> Option<&S> {
+        (*self.inner).as_any().downcast_ref()
+    }
+
     /// The in-process store, when it is one.
     pub fn memory(&self) -> Option<&Memory> {
-        match &self.inner {
-            Inner::Memory(s) => Some(s),
-            #[allow(unreachable_patterns)]
-            _ => None,
-        }
-    }
-
-    /// The SQL strategy (its sqlx pool for fenced writes, its fence tables),
-    /// when the store is SQL.
-    #[cfg(feature = "_sql")]
-    pub fn sql(&self) -> Option<&SqlStrategy> {
-        match &self.inner {
-            Inner::Sql(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The Valkey/Redis strategy, when the store is one.
-    #[cfg(feature = "valkey")]
-    pub fn valkey(&self) -> Option<&ValkeyStrategy> {
-        match &self.inner {
-            Inner::Valkey(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The etcd strategy (its client, loss watches), when the store is etcd.
-    #[cfg(feature = "etcd")]
-    pub fn etcd(&self) -> Option<&EtcdStrategy> {
-        match &self.inner {
-            Inner::Etcd(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    /// The Kubernetes strategy, when the store is Kubernetes.
-    #[cfg(feature = "k8s")]
-    pub fn kube(&self) -> Option<&KubeStrategy> {
-        match &self.inner {
-            Inner::Kube(s) => Some(s),
-            _ => None,
-        }
+        self.strategy()
     }
 }
 
@@ -130,26 +79,26 @@ impl fmt::Debug for Store {
 
 impl Strategy for Store {
     async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
-        each!(self, s => s.acquire(pool, ceiling).await)
+        self.inner.acquire_dyn(pool, ceiling).await
     }
 
     async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
-        each!(self, s => s.renew(pool, grant, ceiling).await)
+        self.inner.renew_dyn(pool, grant, ceiling).await
     }
 
     async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
-        each!(self, s => s.release(pool, grant, issued).await)
+        self.inner.release_dyn(pool, grant, issued).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        each!(self, s => s.capabilities())
+        self.inner.capabilities_dyn()
     }
 
     fn identity(&self) -> String {
-        each!(self, s => s.identity())
+        self.inner.identity_dyn()
     }
 
     async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
-        each!(self, s => s.inspect(pool).await)
+        self.inner.inspect_dyn(pool).await
     }
 }

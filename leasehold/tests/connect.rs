@@ -6,25 +6,32 @@ use std::time::Duration;
 use leasehold::operate::doctor;
 use leasehold::{
     ConnectError, Floor, LeaseConfig, LeaseManager, PoolName, PoolSpec, STORES, StoreConfig,
-    StoreKind, Strategy, Verdict, schemes_text,
+    Strategy, Verdict, schemes_text,
 };
 
+/// Which backend's configuration `url` reads into, by its type.
 fn kind(url: &str) -> &'static str {
-    match StoreConfig::from_url(url)
-        .unwrap_or_else(|e| panic!("{url}: {e}"))
-        .kind()
-    {
-        StoreKind::Memory(_) => "memory",
-        #[cfg(feature = "_sql")]
-        StoreKind::Sql(_) => "sql",
-        #[cfg(feature = "valkey")]
-        StoreKind::Valkey(_) => "valkey",
-        #[cfg(feature = "etcd")]
-        StoreKind::Etcd(_) => "etcd",
-        #[cfg(feature = "k8s")]
-        StoreKind::Kube(_) => "kube",
-        _ => "other",
+    let config = StoreConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    if config.backend::<leasehold::drivers::MemoryConfig>().is_some() {
+        return "memory";
     }
+    #[cfg(feature = "_sql")]
+    if config.backend::<leasehold::sql::SqlConfig>().is_some() {
+        return "sql";
+    }
+    #[cfg(feature = "valkey")]
+    if config.backend::<leasehold::valkey::ValkeyConfig>().is_some() {
+        return "valkey";
+    }
+    #[cfg(feature = "etcd")]
+    if config.backend::<leasehold::etcd::EtcdConfig>().is_some() {
+        return "etcd";
+    }
+    #[cfg(feature = "k8s")]
+    if config.backend::<leasehold::k8s::KubeConfig>().is_some() {
+        return "kube";
+    }
+    "other"
 }
 
 fn refusal(url: &str) -> ConnectError {
@@ -308,7 +315,7 @@ async fn a_tls_only_valkey_is_reached_over_tls_and_refuses_plain_text() {
         StoreConfig::from_url(url)
             .unwrap_or_else(|e| panic!("{url}: {e}"))
             .op_timeout(Duration::from_secs(10))
-            .map_valkey(|c| c.restart_guard(false))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
     };
     let store = config(&server.url).connect().await.unwrap();
     let described = store.operator().describe();
@@ -316,7 +323,7 @@ async fn a_tls_only_valkey_is_reached_over_tls_and_refuses_plain_text() {
         described.contains(" over TLS 1.3, server verified"),
         "{described}"
     );
-    assert!(store.valkey().and_then(|v| v.tls()).is_some());
+    assert!(store.strategy::<leasehold::valkey::ValkeyStrategy>().and_then(|v| v.tls()).is_some());
     let port = server.addr().expect("address").port();
     let plain = format!("redis://127.0.0.1:{port}");
     let e = config(&plain).connect().await.unwrap_err();

@@ -102,8 +102,8 @@ impl Rig {
         // A private fast server, which can forget: no restart guard.
         Ok(config
             .op_timeout(Duration::from_secs(2))
-            .map_sql(|c| c.restart_guard(false))
-            .map_valkey(|c| c.restart_guard(false)))
+            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false)))
     }
 }
 

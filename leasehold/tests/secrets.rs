@@ -57,8 +57,8 @@ struct Target {
 fn tuned(config: StoreConfig) -> StoreConfig {
     config
         .op_timeout(Duration::from_secs(3))
-        .map_sql(|c| c.restart_guard(false))
-        .map_valkey(|c| c.restart_guard(false))
+        .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
+        .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
 }
 
 fn with_option(url: &str, option: &str) -> String {
