@@ -68,9 +68,9 @@ pub(crate) fn parse(args: &StoreArgs) -> Result<StoreConfig, CliError> {
         ("kubeconfig", "--kubeconfig", kubeconfig),
     ] {
         if let Some(value) = value {
-            config = config.set(key, value).map_err(|e| {
-                CliError::new(Exit::BadUrl, format!("{flag}: {e}"))
-            })?;
+            config = config
+                .set(key, value)
+                .map_err(|e| CliError::new(Exit::BadUrl, format!("{flag}: {e}")))?;
         }
     }
     Ok(config)

@@ -116,11 +116,64 @@ pub trait DriverConfig: fmt::Debug + Send + Sync + 'static {
         shown: String,
     ) -> BoxFuture<'static, Result<Arc<dyn Operate>, ConnectError>>;
 
+    /// A [`Harness`] on the store this configuration names, connected
+    /// with connections of its own: what the fault campaign does to a
+    /// store besides holding leases. `None` where the backend has none in
+    /// this build (its `harness` feature off): the default.
+    fn harness(&self) -> Option<BoxFuture<'static, Result<Box<dyn Harness>, String>>> {
+        None
+    }
+
     /// The backend's own configuration type, to read.
     fn as_any(&self) -> &dyn Any;
 
     /// The backend's own configuration type, to take whole.
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+/// What the fault campaign does to a store besides holding leases, the same
+/// way on every store: fenced writes to one resource per slot, checked by
+/// the store itself (a fence below the resource's last one is refused), with
+/// a log of the fences the store accepted, in the store's order; and a wipe
+/// of pools' lease records while their holders run, as an operator's
+/// mistake would make one. For tests and fault campaigns only: each
+/// backend compiles its harness behind its `harness` feature.
+pub trait Harness: Send + Sync {
+    /// Makes what the fenced writes to the `slots` slots of `pools` need
+    /// (tables, …) and removes what an earlier run of the same pools left.
+    fn prepare_fences<'a>(
+        &'a self,
+        pools: &'a [String],
+        slots: u32,
+    ) -> BoxFuture<'a, Result<(), String>>;
+
+    /// One fenced write with `fence` to the resource of `slot` of `pool`:
+    /// `Ok(true)` when the store accepted it (and logged it), `Ok(false)`
+    /// when it refused it as stale.
+    fn fenced_write<'a>(
+        &'a self,
+        pool: &'a str,
+        slot: u32,
+        fence: u64,
+    ) -> BoxFuture<'a, Result<bool, String>>;
+
+    /// Per resource (named by [`resource`]), the fences of the accepted
+    /// writes in the store's order, for the `slots` slots of `pools`.
+    fn accepted_fences<'a>(
+        &'a self,
+        pools: &'a [String],
+        slots: u32,
+    ) -> BoxFuture<'a, Result<std::collections::BTreeMap<String, Vec<u64>>, String>>;
+
+    /// Deletes the lease records of `pools` (the rule-12 records with
+    /// them) as an operator would by mistake, while their holders run.
+    fn wipe<'a>(&'a self, pools: &'a [String]) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// The resource of `slot` of `pool`, as [`Harness::accepted_fences`] names
+/// it.
+pub fn resource(pool: &str, slot: u32) -> String {
+    format!("{pool}-{slot}")
 }
 
 impl Clone for Box<dyn DriverConfig> {
@@ -266,7 +319,9 @@ pub fn bool_value(key: &str, value: &str) -> Result<bool, String> {
     match value.to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" => Ok(true),
         "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(format!("option {key}={value:?}: give {key}=true or {key}=false")),
+        _ => Err(format!(
+            "option {key}={value:?}: give {key}=true or {key}=false"
+        )),
     }
 }
 

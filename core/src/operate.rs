@@ -96,6 +96,14 @@ pub trait Operate: DynStrategy {
         Box::pin(std::future::ready(Ok(None)))
     }
 
+    /// Closes the store's connections at once, for a process about to end
+    /// or a tool done with the store (its clones then fail their calls). A
+    /// store whose connections close when it is dropped does nothing: the
+    /// default.
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
+
     /// Creates what the store needs before leases can be claimed (a table,
     /// its migrations, the rows or records of `pool`), idempotently, and
     /// answers how long `pool`'s claims are held back by its wipe guard:

@@ -47,7 +47,12 @@ impl Driver for EtcdDriver {
 }
 
 /// The option keys [`EtcdConfig`] takes by key and value.
-const KEYS: &[&str] = &["op_timeout", "refuse_at_connect", "prefix", "connect_timeout"];
+const KEYS: &[&str] = &[
+    "op_timeout",
+    "refuse_at_connect",
+    "prefix",
+    "connect_timeout",
+];
 
 impl DriverConfig for EtcdConfig {
     fn clone_config(&self) -> Box<dyn DriverConfig> {
@@ -102,6 +107,13 @@ impl DriverConfig for EtcdConfig {
                 Err(e) => Err(connect_error(&shown, e)),
             }
         })
+    }
+
+    #[cfg(feature = "harness")]
+    fn harness(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<Box<dyn leasehold_core::drivers::Harness>, String>>> {
+        Some(Box::pin(crate::harness::EtcdHarness::connect(self.clone())))
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -109,6 +109,13 @@ impl DriverConfig for KubeConfig {
         })
     }
 
+    #[cfg(feature = "harness")]
+    fn harness(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<Box<dyn leasehold_core::drivers::Harness>, String>>> {
+        Some(Box::pin(crate::harness::KubeHarness::connect(self.clone())))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

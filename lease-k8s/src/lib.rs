@@ -14,6 +14,8 @@ mod config;
 pub mod driver;
 mod error;
 mod guard;
+#[cfg(feature = "harness")]
+mod harness;
 mod hold;
 mod inspect;
 mod lease;

@@ -129,6 +129,13 @@ impl DriverConfig for SqlConfig {
         })
     }
 
+    #[cfg(feature = "harness")]
+    fn harness(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<Box<dyn leasehold_core::drivers::Harness>, String>>> {
+        Some(Box::pin(crate::harness::SqlHarness::connect(self.clone())))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

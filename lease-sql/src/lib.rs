@@ -21,6 +21,8 @@ mod engine;
 mod error;
 mod failure;
 mod fence;
+#[cfg(feature = "harness")]
+mod harness;
 mod ident;
 #[cfg(feature = "postgres")]
 mod notice;

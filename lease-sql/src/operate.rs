@@ -330,6 +330,12 @@ impl Operate for SqlStrategy {
         })
     }
 
+    /// The lease connections and the caller's pool, closed at once
+    /// ([`SqlStrategy::close`]).
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(SqlStrategy::close(self))
+    }
+
     fn prepare<'a>(
         &'a self,
         pool: Option<&'a PoolSpec>,

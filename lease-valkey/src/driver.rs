@@ -89,6 +89,15 @@ impl DriverConfig for ValkeyConfig {
         })
     }
 
+    #[cfg(feature = "harness")]
+    fn harness(
+        &self,
+    ) -> Option<BoxFuture<'static, Result<Box<dyn leasehold_core::drivers::Harness>, String>>> {
+        Some(Box::pin(crate::harness::ValkeyHarness::connect(
+            self.clone(),
+        )))
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -13,6 +13,8 @@ mod credentials;
 pub mod driver;
 mod durability;
 mod error;
+#[cfg(feature = "harness")]
+mod harness;
 mod operate;
 mod replication;
 mod scripts;
@@ -23,8 +25,8 @@ mod url;
 
 pub use acl::{Grants, LeaseUserAcl};
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
-pub use durability::Persistence;
 pub use driver::DRIVER;
+pub use durability::Persistence;
 pub use error::ValkeyError;
 pub use server::{Product, ServerInfo};
 pub use strategy::{ActivePath, PoolKeys, ValkeyStrategy};

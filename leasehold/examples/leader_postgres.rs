@@ -90,7 +90,9 @@ fn replica(store: Store, me: &'static str, every: Duration) -> Result<Elector, S
 pub async fn run(url: &str, hours: i64) -> Result<Vec<(i64, String)>, Box<dyn std::error::Error>> {
     let setup = leasehold::connect(url).await?;
     setup.operator().prepare(None).await?; // the lease table, once
-    let sql = setup.strategy::<leasehold::sql::SqlStrategy>().ok_or("a postgres:// URL")?;
+    let sql = setup
+        .strategy::<leasehold::sql::SqlStrategy>()
+        .ok_or("a postgres:// URL")?;
     FenceTable::default().ensure(sql).await?;
     let db = sql.postgres().ok_or("a postgres:// URL")?.clone();
     sqlx::query(INVOICES).execute(&db).await?;

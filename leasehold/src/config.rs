@@ -456,7 +456,10 @@ impl StoreConfig {
         // Every driver takes `op_timeout`, and a whole number of
         // milliseconds above zero is always a duration it reads.
         if let Err(why) = self.config.set("op_timeout", &value) {
-            unreachable!("the {} driver refused op_timeout={value}: {why}", self.store());
+            unreachable!(
+                "the {} driver refused op_timeout={value}: {why}",
+                self.store()
+            );
         }
         self
     }
@@ -496,6 +499,20 @@ impl StoreConfig {
     pub fn look_only(mut self, timeout: Duration) -> Result<Self, ConnectError> {
         self.config.look_only(timeout)?;
         Ok(self)
+    }
+
+    /// The fault campaign's [`Harness`](leasehold_core::drivers::Harness) on
+    /// this store, connected with connections of its own (feature
+    /// `harness`), or why the store has none in this build.
+    pub async fn harness(&self) -> Result<Box<dyn leasehold_core::drivers::Harness>, String> {
+        match self.config.harness() {
+            Some(connecting) => connecting.await,
+            None => Err(format!(
+                "{} has no harness in this build (the `harness` feature of the leasehold \
+                 crate turns on every store's)",
+                self.shown_url()
+            )),
+        }
     }
 
     /// Changes the backend's own configuration, when it is a `T`:

@@ -12,7 +12,10 @@ use leasehold::{
 /// Which backend's configuration `url` reads into, by its type.
 fn kind(url: &str) -> &'static str {
     let config = StoreConfig::from_url(url).unwrap_or_else(|e| panic!("{url}: {e}"));
-    if config.backend::<leasehold::drivers::MemoryConfig>().is_some() {
+    if config
+        .backend::<leasehold::drivers::MemoryConfig>()
+        .is_some()
+    {
         return "memory";
     }
     #[cfg(feature = "_sql")]
@@ -20,7 +23,10 @@ fn kind(url: &str) -> &'static str {
         return "sql";
     }
     #[cfg(feature = "valkey")]
-    if config.backend::<leasehold::valkey::ValkeyConfig>().is_some() {
+    if config
+        .backend::<leasehold::valkey::ValkeyConfig>()
+        .is_some()
+    {
         return "valkey";
     }
     #[cfg(feature = "etcd")]
@@ -323,7 +329,12 @@ async fn a_tls_only_valkey_is_reached_over_tls_and_refuses_plain_text() {
         described.contains(" over TLS 1.3, server verified"),
         "{described}"
     );
-    assert!(store.strategy::<leasehold::valkey::ValkeyStrategy>().and_then(|v| v.tls()).is_some());
+    assert!(
+        store
+            .strategy::<leasehold::valkey::ValkeyStrategy>()
+            .and_then(|v| v.tls())
+            .is_some()
+    );
     let port = server.addr().expect("address").port();
     let plain = format!("redis://127.0.0.1:{port}");
     let e = config(&plain).connect().await.unwrap_err();
