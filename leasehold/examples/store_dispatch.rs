@@ -15,7 +15,10 @@ async fn pairs<S: Strategy>(s: &S, pool: &PoolSpec) -> Duration {
     for _ in 0..7 {
         let start = Instant::now();
         for i in 0..CALLS {
-            let grant = s.acquire(pool, Floor(u64::from(i))).await.expect("a free slot");
+            let grant = s
+                .acquire(pool, Floor(u64::from(i)))
+                .await
+                .expect("a free slot");
             s.release(pool, &grant, Floor(u64::from(i) + 1)).await;
         }
         best = best.min(start.elapsed());
@@ -25,10 +28,16 @@ async fn pairs<S: Strategy>(s: &S, pool: &PoolSpec) -> Duration {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let store = leasehold::connect("memory://dispatch").await.expect("memory://");
+    let store = leasehold::connect("memory://dispatch")
+        .await
+        .expect("memory://");
     let memory = store.memory().expect("an in-process store").clone();
-    let pool = PoolSpec::new(PoolName::new("dispatch").expect("a name"), 1, Duration::from_secs(30))
-        .expect("a pool");
+    let pool = PoolSpec::new(
+        PoolName::new("dispatch").expect("a name"),
+        1,
+        Duration::from_secs(30),
+    )
+    .expect("a pool");
     let direct = pairs(&memory, &pool).await;
     let through = pairs(&store, &pool).await;
     println!(
