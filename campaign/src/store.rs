@@ -2,7 +2,7 @@
 //! through `leasehold`'s registry of drivers: nothing here names a backend.
 //! The campaign adds its own settings on top of the URL (its key prefix,
 //! its namespace), and reaches each store's fenced writes and wipes through
-//! the store's [`Harness`](leasehold::drivers::Harness). The runs use
+//! the store's [`Harness`]. The runs use
 //! `sqlite://`, `postgres://`, `mysql://`, `redis://`,
 //! `etcd://host:port[,host:port…]` and `k8s://host:port` (a Kubernetes API
 //! server without TLS or credentials: the fake API server).
