@@ -10,6 +10,7 @@
 #[macro_use]
 mod macros;
 mod backend;
+mod by_driver;
 pub mod etcd_cluster;
 #[cfg(feature = "testcontainers")]
 mod k3s;
@@ -25,5 +26,6 @@ pub mod tls;
 pub mod topology;
 
 pub use backend::{Backend, Store};
+pub use by_driver::ByDriver;
 pub use runner::{ExtraTest, Target, in_ci, run};
 pub use suite::{Outcome, fresh_pool, fresh_pool_name};

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use leasehold_conformance::{Backend, Store, Target};
+use leasehold_conformance::{Backend, ByDriver, Store, Target};
+use leasehold_core::drivers::MEMORY;
 use leasehold_core::{BoxFuture, Memory, PoolSpec};
 
 struct InMemory(Memory);
@@ -36,6 +37,14 @@ fn main() -> ExitCode {
             "memory",
             "in-process Memory store",
             Arc::new(InMemory(Memory::new())),
+        )
+        .with_revoke(),
+        // The same store through its driver, as `leasehold::connect` opens
+        // it: the glue every backend can give instead of its own.
+        Target::new(
+            "memory-by-driver",
+            "in-process Memory store, through its driver",
+            Arc::new(ByDriver::new(&MEMORY, "memory://conformance-by-driver")),
         )
         .with_revoke(),
     ])

@@ -20,7 +20,7 @@ use leasehold_conformance::servers::{
     Missing, PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, provide, provide_tls,
 };
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
-use leasehold_conformance::{Backend, Store, Target, ensure, fresh_pool, trials};
+use leasehold_conformance::{Backend, ByDriver, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
     AcquireError, BoxFuture, Fence, FenceStamp, PoolName, PoolSpec, Release, Renewal, Strategy,
     Token,
@@ -1604,6 +1604,22 @@ fn main() -> ExitCode {
         format!("sqlite {version} (bundled; one file shared by every connection)"),
         sqlite,
     ));
+    // The same engine through its driver, as `leasehold::connect` opens it:
+    // the suite's glue written once (`ByDriver`), on a file of its own.
+    targets.push(
+        Target::new(
+            "sqlite-by-driver",
+            format!("sqlite {version}, through its driver"),
+            Arc::new(ByDriver::new(
+                &leasehold_sql::driver::SQLITE,
+                format!(
+                    "sqlite://{}?restart_guard=false",
+                    dir.join("by-driver.sqlite").display()
+                ),
+            )),
+        )
+        .with_revoke(),
+    );
     // The replicated pairs: a primary and a streaming standby, reached
     // through the address that follows the primary. Their runtime drives
     // that address while the suite runs.
