@@ -11,11 +11,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold::drivers::{Harness, MemoryConfig};
-use leasehold::etcd::EtcdConfig;
-use leasehold::k8s::KubeConfig;
 use leasehold::sql::SqlConfig;
-use leasehold::valkey::ValkeyConfig;
-use leasehold::{LeaseConfig, LeaseManager, StoreConfig};
+use leasehold::{DurabilityPolicy, LeaseConfig, LeaseManager, StoreConfig};
 
 pub use leasehold::drivers::resource;
 
@@ -46,21 +43,28 @@ impl Default for Options {
 }
 
 impl Options {
-    fn sql(&self, config: SqlConfig) -> SqlConfig {
-        config
-            .assume_one_timing_per_pool(self.assume_one_timing)
-            .restart_guard(self.restart_guard)
-            .unsafe_keep_server_synchronous_commit(self.keep_server_synchronous_commit)
+    /// The durability policy these options say, for every store alike: a
+    /// usual run's workers share one TTL and skew, so a server that forgets
+    /// (the lossy runs) is accepted with the guard waiting out that one
+    /// span; a mixed fleet cannot promise it and is refused there; a
+    /// control run turns the guards off.
+    pub fn policy(&self) -> DurabilityPolicy {
+        match (self.restart_guard, self.assume_one_timing) {
+            (false, _) => DurabilityPolicy::Throwaway,
+            (true, true) => DurabilityPolicy::OneTimingPerPool,
+            (true, false) => DurabilityPolicy::Durable,
+        }
     }
 
-    fn valkey(&self, config: ValkeyConfig) -> ValkeyConfig {
-        config
-            .restart_guard(self.restart_guard)
-            // A usual run's workers share one TTL and skew, so a server
-            // that forgets (the lossy runs) is accepted with the guard
-            // waiting out that one span; a mixed fleet cannot promise it
-            // and is refused there.
-            .assume_one_timing_per_pool(self.restart_guard && self.assume_one_timing)
+    /// `config` as a worker with these options opens it.
+    fn apply(&self, config: StoreConfig) -> Result<StoreConfig, String> {
+        let keep = self.keep_server_synchronous_commit;
+        Ok(config
+            .set("durability", self.policy().name())
+            .map_err(|e| e.to_string())?
+            // The unsafe control knob of PostgreSQL's lease sessions: the
+            // SQL configuration's own, on purpose not an option by name.
+            .map(|c: SqlConfig| c.unsafe_keep_server_synchronous_commit(keep)))
     }
 }
 
@@ -102,10 +106,8 @@ pub async fn start_manager(
     let op_timeout = (config.timing().ttl() / 4).max(Duration::from_millis(100));
     // etcd, and etcd behind the API server, keep every acknowledged write
     // (Raft, fsync): no restart guard to turn off there.
-    let store = parse(url)?
-        .op_timeout(op_timeout)
-        .map(|c| options.sql(c))
-        .map(|c| options.valkey(c))
+    let store = options
+        .apply(parse(url)?.op_timeout(op_timeout))?
         .connect()
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -130,9 +132,8 @@ pub async fn declare_new(
     slots: u32,
     ttl: Duration,
 ) -> Result<(), String> {
-    let store = parse(url)?
-        .map(|c| options.sql(c))
-        .map(|c| options.valkey(c))
+    let store = options
+        .apply(parse(url)?)?
         .connect()
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -176,25 +177,19 @@ pub struct Probe {
 /// Connects to the store at `url` twice: once accepting anything, to read
 /// whether it can forget, and once as a worker with `options` would.
 pub async fn probe(url: &str, options: &Options) -> Result<Probe, String> {
-    let config = parse(url)?.map(|c| options.sql(c));
-    if config.backend::<EtcdConfig>().is_some() || config.backend::<KubeConfig>().is_some() {
-        // etcd (Raft, fsync) and Kubernetes (etcd behind the API server)
-        // keep what they acknowledged.
-        return Ok(Probe {
-            can_forget: false,
-            refused: None,
-        });
-    }
+    let config = options.apply(parse(url)?)?;
+    // What the store says of itself (etcd and Kubernetes: durable), read
+    // through a connection that accepts anything.
     let any = config
         .clone()
-        .map(|c: SqlConfig| c.restart_guard(false))
-        .map(|c: ValkeyConfig| c.restart_guard(false))
+        .set("durability", DurabilityPolicy::Throwaway.name())
+        .map_err(|e| e.to_string())?
         .connect()
         .await
         .map_err(|e| format!("probing: {e}"))?;
     let can_forget = !any.operator().durability().is_durable();
     close(any).await;
-    let refused = match config.map(|c| options.valkey(c)).connect().await {
+    let refused = match config.connect().await {
         Ok(store) => {
             close(store).await;
             None

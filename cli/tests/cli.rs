@@ -1165,19 +1165,19 @@ fn doctor_judges_as_connect(url: &str, check: &str, needles: &[&str]) -> TestRes
         return Err(format!("doctor exit {code}, expected 1:\n{out}"));
     }
     let block = check_block(&out, "FAIL", check)?;
-    for needle in needles.iter().chain(&["assume_one_timing_per_pool=true"]) {
+    for needle in needles.iter().chain(&["durability=one-timing-per-pool"]) {
         if !block.contains(needle) {
             return Err(format!("the FAIL lacks {needle:?}:\n{block}"));
         }
     }
-    let accepted = with_option(url, "assume_one_timing_per_pool=true");
+    let accepted = with_option(url, "durability=one-timing-per-pool");
     connects(&accepted).map_err(|e| format!("connect with the opt-in: {e}"))?;
     let (out, code) = doctor_on(&accepted);
     if code != 0 {
         return Err(format!("doctor with the opt-in: exit {code}:\n{out}"));
     }
     let block = check_block(&out, "warn", check)?;
-    if !block.contains("accepted by assume_one_timing_per_pool=true") {
+    if !block.contains("accepted by durability=one-timing-per-pool") {
         return Err(format!("the warning does not name the opt-in:\n{block}"));
     }
     Ok(())
@@ -1192,7 +1192,11 @@ fn sql_doctor_judges_as_connect(env: &Env) -> TestResult {
     } else {
         "innodb_flush_log_at_trx_commit = 0"
     };
-    doctor_judges_as_connect(&env.url, "durability", &[setting, "StoreConfig::map_sql"])
+    doctor_judges_as_connect(
+        &env.url,
+        "durability",
+        &[setting, "durability=one-timing-per-pool"],
+    )
 }
 
 /// The private Valkey/Redis servers run without persistence: connect
@@ -1201,7 +1205,7 @@ fn valkey_doctor_judges_as_connect(env: &Env) -> TestResult {
     doctor_judges_as_connect(
         &env.url,
         "persistence",
-        &["appendonly no", "StoreConfig::map_valkey"],
+        &["appendonly no", "durability=one-timing-per-pool"],
     )
 }
 
@@ -1875,7 +1879,7 @@ fn doctor_wipe_guard(env: &Env) -> TestResult {
 /// names the identity the claim recorded (PostgreSQL's first timeline,
 /// MariaDB's server ID, Valkey's replication ID), which waits for nothing.
 fn doctor_restart_and_promotion_guards(env: &Env) -> TestResult {
-    let url = with_option(&env.url, "assume_one_timing_per_pool=true");
+    let url = with_option(&env.url, "durability=one-timing-per-pool");
     let pool = unique_pool();
     let o = run(&[
         "prepare",

@@ -485,7 +485,8 @@ pub async fn a_store_that_forgets_is_refused_by_default<S: Stores>(
     match b.store().await {
         Ok(_) => Err("a strategy with its defaults connected to a store that forgets".into()),
         Err(e)
-            if e.contains("assume_one_timing_per_pool") && e.contains("restart_guard(false)") =>
+            if e.contains("durability=one-timing-per-pool")
+                && e.contains("durability=throwaway") =>
         {
             Ok(())
         }

@@ -15,6 +15,7 @@ pub mod credentials;
 #[cfg(feature = "tokio")]
 mod driver;
 pub mod drivers;
+mod durability_policy;
 mod error;
 pub mod events;
 mod fixed;
@@ -54,6 +55,7 @@ pub use config::{
 };
 #[cfg(feature = "tokio")]
 pub use driver::{LeaseManager, LeaseState, LossSignal};
+pub use durability_policy::DurabilityPolicy;
 pub use error::{AcquireError, ConfigError, Durability, DurabilityRisk, Reason, StartError};
 pub use events::{LeaseEvent, WaitCause};
 pub use fixed::{PodOrdinal, StaticSlot};

@@ -221,6 +221,24 @@ impl StoreUrl {
         self.take(key).map(|v| bool_option(key, &v)).transpose()
     }
 
+    /// Removes the query option `durability` and reads it as a
+    /// [`DurabilityPolicy`](crate::DurabilityPolicy): `durable`,
+    /// `one-timing-per-pool` or `throwaway`.
+    pub fn take_durability(&mut self) -> Result<Option<crate::DurabilityPolicy>, ConfigError> {
+        self.take("durability")
+            .map(|v| {
+                v.parse().map_err(|_| {
+                    ConfigError::new(
+                        "durability",
+                        format!("{v:?}"),
+                        "durability=durable, durability=one-timing-per-pool or \
+                         durability=throwaway",
+                    )
+                })
+            })
+            .transpose()
+    }
+
     /// The options not taken so far, decoded, in order.
     pub fn options(&self) -> impl Iterator<Item = (&str, &str)> {
         self.options

@@ -50,6 +50,7 @@ impl Driver for EtcdDriver {
 const KEYS: &[&str] = &[
     "op_timeout",
     "refuse_at_connect",
+    "durability",
     "prefix",
     "connect_timeout",
 ];
@@ -63,6 +64,11 @@ impl DriverConfig for EtcdConfig {
         let this = self.clone();
         *self = match key {
             "op_timeout" => this.op_timeout(duration_value(key, value)?),
+            // It never forgets: every policy is accepted, and none changes
+            // anything.
+            "durability" => value
+                .parse::<leasehold_core::DurabilityPolicy>()
+                .map(|_| this)?,
             "connect_timeout" => this.connect_timeout(duration_value(key, value)?),
             // etcd keeps what it acknowledged, whatever its settings: there
             // is no server to refuse for its durability.

@@ -12,7 +12,8 @@ const FORM: &str = "etcd://[USER:PASSWORD@]HOST[:PORT][,HOST[:PORT]…] (etcds:/
                     ?prefix=NAME&op_timeout=3s";
 
 /// The options a URL takes, for the error that names an unknown one.
-const OPTIONS: &str = "prefix, op_timeout, password_file, and with etcds:// ca, cert, key";
+const OPTIONS: &str =
+    "prefix, op_timeout, password_file, durability, and with etcds:// ca, cert, key";
 
 /// etcd's client port, when a host names none.
 const DEFAULT_PORT: u16 = 2379;
@@ -101,6 +102,9 @@ impl EtcdConfig {
         let prefix = parts.take("prefix");
         let op_timeout = parts.take_duration("op_timeout")?;
         let password_file = parts.take("password_file");
+        // etcd keeps what it acknowledged (Raft, fsync): every policy is
+        // accepted, and none changes anything.
+        parts.take_durability()?;
         let [ca, cert, key] = ["ca", "cert", "key"].map(|option| parts.take(option));
         parts.refuse_unknown_options(OPTIONS)?;
         if !tls {
@@ -264,7 +268,7 @@ mod tests {
             (
                 "etcd://h?timeout=3s",
                 "unknown query option \"timeout\"; this URL takes prefix, op_timeout, \
-                 password_file, and with etcds:// ca, cert, key",
+                 password_file, durability, and with etcds:// ca, cert, key",
             ),
             (
                 "etcd://h?ca=/ca.crt",

@@ -52,6 +52,7 @@ impl Driver for KubeDriver {
 const KEYS: &[&str] = &[
     "op_timeout",
     "refuse_at_connect",
+    "durability",
     "namespace",
     "kubeconfig",
     "preflight",
@@ -66,6 +67,11 @@ impl DriverConfig for KubeConfig {
         let this = self.clone();
         *self = match key {
             "op_timeout" => this.op_timeout(duration_value(key, value)?),
+            // It never forgets: every policy is accepted, and none changes
+            // anything.
+            "durability" => value
+                .parse::<leasehold_core::DurabilityPolicy>()
+                .map(|_| this)?,
             // The API server keeps what it acknowledged (etcd below it):
             // there is no server to refuse for its durability.
             "refuse_at_connect" => bool_value(key, value).map(|_| this)?,

@@ -61,7 +61,10 @@ impl KubeConfig {
         };
         let namespace = parts.path().trim_matches('/').to_owned();
         let op_timeout = parts.take_duration("op_timeout")?;
-        parts.refuse_unknown_options("op_timeout")?;
+        // The API server keeps what it acknowledged (etcd below it): every
+        // policy is accepted, and none changes anything.
+        parts.take_durability()?;
+        parts.refuse_unknown_options("op_timeout, durability")?;
         let mut config = Self::with(source);
         if !namespace.is_empty() {
             check_namespace(&namespace)?;
@@ -167,7 +170,7 @@ mod tests {
             ("k8s://h/a/b", "invalid `namespace`"),
             (
                 "k8s://h?namespace=ids",
-                "unknown query option \"namespace\"; this URL takes op_timeout",
+                "unknown query option \"namespace\"; this URL takes op_timeout, durability",
             ),
             ("k8s://h?op_timeout=2", "op_timeout=500ms or op_timeout=2s"),
         ] {

@@ -173,6 +173,26 @@ impl SqlConfig {
         self
     }
 
+    /// What this process accepts of a server that can forget writes it
+    /// acknowledged ([`DurabilityPolicy`](leasehold_core::DurabilityPolicy),
+    /// default `Durable`; the URL option `durability=…` says the same): one
+    /// word for what [`SqlConfig::require_durable`],
+    /// [`SqlConfig::assume_one_timing_per_pool`] and
+    /// [`SqlConfig::restart_guard`] say together. `Durable` is the default
+    /// settings; `OneTimingPerPool` is `assume_one_timing_per_pool(true)`;
+    /// `Throwaway` is `restart_guard(false)` (the guards off). It sets all
+    /// three: a later call of one of them changes what it sets.
+    pub fn durability(mut self, policy: leasehold_core::DurabilityPolicy) -> Self {
+        use leasehold_core::DurabilityPolicy::{Durable, OneTimingPerPool, Throwaway};
+        (self.restart_guard, self.assume_one_timing) = match policy {
+            Durable => (true, false),
+            OneTimingPerPool => (true, true),
+            Throwaway => (false, false),
+        };
+        self.require_durable = false;
+        self
+    }
+
     /// Refuse to connect to a server that can forget writes it acknowledged
     /// even when [`SqlConfig::assume_one_timing_per_pool`] or
     /// [`SqlConfig::restart_guard`]`(false)` accepts one: `connect` answers

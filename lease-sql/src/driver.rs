@@ -60,6 +60,7 @@ impl Driver for SqlDriver {
 const KEYS: &[&str] = &[
     "op_timeout",
     "refuse_at_connect",
+    "durability",
     "table",
     "max_connections",
     "refuse_split_brain",
@@ -74,6 +75,7 @@ impl DriverConfig for SqlConfig {
         let this = self.clone();
         *self = match key {
             "op_timeout" => this.op_timeout(duration_value(key, value)?),
+            "durability" => this.durability(value.parse()?),
             "refuse_at_connect" => this.refuse_at_connect(bool_value(key, value)?),
             "refuse_split_brain" => this.refuse_split_brain(bool_value(key, value)?),
             "table" => {

@@ -214,17 +214,17 @@ fn forgetful_text(d: &leasehold_core::Durability, required: bool) -> String {
     if required {
         text.push_str(
             "\n  - require_durable(true) is set (the URL option require_durable=true), so \
-             neither assume_one_timing_per_pool(true) nor restart_guard(false) accepts it",
+             neither durability=one-timing-per-pool nor durability=throwaway accepts it",
         );
     } else {
         text.push_str(
             "\n  - or accept the risk, if every process of each pool uses the same TTL and \
-             max_clock_skew: the URL option assume_one_timing_per_pool=true, or \
-             StoreConfig::map_sql(|c| c.assume_one_timing_per_pool(true)) (the restart guard \
-             then waits them out after a restart)\n  \
+             max_clock_skew: the URL option durability=one-timing-per-pool, or \
+             durability(DurabilityPolicy::OneTimingPerPool) (the restart guard then waits them \
+             out after a restart)\n  \
              - or, for a throwaway database never restarted while leases are held: the URL \
-             option restart_guard=false, or StoreConfig::map_sql(|c| c.restart_guard(false)) \
-             (no guard: a restart can hand every held slot to a second holder at once)",
+             option durability=throwaway, or durability(DurabilityPolicy::Throwaway) (no \
+             guard: a restart can hand every held slot to a second holder at once)",
         );
     }
     text

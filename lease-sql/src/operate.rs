@@ -109,7 +109,7 @@ impl SqlStrategy {
             return refusal_check("durability", &refusal);
         }
         let accepted = match self.opt_in() {
-            Some(opt_in @ "restart_guard=false") => format!(
+            Some(opt_in @ "durability=throwaway") => format!(
                 "accepted by {opt_in}: no restart guard, so a restart can hand every held slot \
                  to a second holder at once"
             ),

@@ -15,8 +15,9 @@ const FORM: &str = "postgres://USER[:PASSWORD]@HOST[:PORT]/DB, mysql://… (Mari
                     sqlite://PATH, with options ?table=NAME&op_timeout=2s&password_file=PATH";
 
 /// The options leasehold reads from the query (and removes before sqlx sees it).
-const OWN_OPTIONS: &str = "table, op_timeout, password_file, assume_one_timing_per_pool, \
-                           restart_guard, require_durable, refuse_split_brain";
+const OWN_OPTIONS: &str = "table, op_timeout, password_file, durability, \
+                           assume_one_timing_per_pool, restart_guard, require_durable, \
+                           refuse_split_brain";
 
 /// The opt-ins a URL may carry, each `=true` or `=false`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,6 +26,7 @@ struct OptIns {
     restart_guard: Option<bool>,
     require_durable: Option<bool>,
     refuse_split_brain: Option<bool>,
+    durability: Option<leasehold_core::DurabilityPolicy>,
 }
 
 impl OptIns {
@@ -35,6 +37,7 @@ impl OptIns {
             restart_guard: parts.take_bool("restart_guard")?,
             require_durable: parts.take_bool("require_durable")?,
             refuse_split_brain: parts.take_bool("refuse_split_brain")?,
+            durability: parts.take_durability()?,
         })
     }
 
@@ -45,6 +48,17 @@ impl OptIns {
             "restart_guard" => (&mut self.restart_guard, "restart_guard"),
             "require_durable" => (&mut self.require_durable, "require_durable"),
             "refuse_split_brain" => (&mut self.refuse_split_brain, "refuse_split_brain"),
+            "durability" => {
+                self.durability = Some(value.parse().map_err(|_| {
+                    ConfigError::new(
+                        "durability",
+                        format!("{value:?}"),
+                        "durability=durable, durability=one-timing-per-pool or \
+                         durability=throwaway",
+                    )
+                })?);
+                return Ok(true);
+            }
             _ => return Ok(false),
         };
         *slot.0 = Some(bool_option(slot.1, value)?);
@@ -53,6 +67,10 @@ impl OptIns {
 
     /// `config` with the opt-ins given.
     fn apply(self, mut config: SqlConfig) -> SqlConfig {
+        // The policy first: the older switches, when given too, adjust it.
+        if let Some(policy) = self.durability {
+            config = config.durability(policy);
+        }
         if let Some(yes) = self.one_timing {
             config = config.assume_one_timing_per_pool(yes);
         }
@@ -368,6 +386,58 @@ mod tests {
         assert!(!c.refuse_split_brain);
     }
 
+    /// Each durability policy, by URL option and by setter, sets the three
+    /// switches as the one they stand for: `durable` the defaults,
+    /// `one-timing-per-pool` the opt-in, `throwaway` the guards off; the
+    /// older switches given too adjust it; a word that is none is refused
+    /// with the three.
+    #[test]
+    fn each_durability_policy_is_the_switches_it_stands_for() {
+        use leasehold_core::DurabilityPolicy;
+        let switches = |c: &SqlConfig| (c.restart_guard, c.assume_one_timing, c.require_durable);
+        for (word, policy, want) in [
+            ("durable", DurabilityPolicy::Durable, (true, false, false)),
+            (
+                "one-timing-per-pool",
+                DurabilityPolicy::OneTimingPerPool,
+                (true, true, false),
+            ),
+            (
+                "throwaway",
+                DurabilityPolicy::Throwaway,
+                (false, false, false),
+            ),
+        ] {
+            for url in [
+                format!("postgres://app@db/app?durability={word}"),
+                format!("sqlite://./ids.db?durability={word}"),
+            ] {
+                let c = SqlConfig::from_url(&url).expect("accepted");
+                assert_eq!(switches(&c), want, "{url}");
+                assert!(!c.url().contains("durability"), "{url}: {}", c.url());
+            }
+            let c = SqlConfig::new("postgres://app@db/app")
+                .assume_one_timing_per_pool(true)
+                .restart_guard(false)
+                .durability(policy);
+            assert_eq!(switches(&c), want, "{policy}");
+        }
+        assert_eq!(
+            switches(&SqlConfig::new("postgres://app@db/app")),
+            switches(
+                &SqlConfig::new("postgres://app@db/app").durability(DurabilityPolicy::Durable)
+            )
+        );
+        let c = SqlConfig::from_url("postgres://app@db/app?durability=durable&restart_guard=false")
+            .expect("accepted");
+        assert_eq!(switches(&c), (false, false, false));
+        let e = SqlConfig::from_url("postgres://app@db/app?durability=fast").unwrap_err();
+        assert!(
+            e.to_string().contains("durability=one-timing-per-pool"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn accepted_urls_set_the_fields() {
         let s = |ms| Duration::from_millis(ms);
@@ -467,8 +537,8 @@ mod tests {
             (
                 "postgres://app@db/app?tabel=ids",
                 "unknown query option \"tabel\"; this URL takes table, op_timeout, \
-                 password_file, assume_one_timing_per_pool, restart_guard, require_durable, \
-                 refuse_split_brain, and sqlx's options for postgres: sslmode",
+                 password_file, durability, assume_one_timing_per_pool, restart_guard, \
+                 require_durable, refuse_split_brain, and sqlx's options for postgres: sslmode",
             ),
             (
                 "postgres://app@db/app?restart_guard=maybe",

@@ -740,8 +740,8 @@ async fn a_server_that_can_forget_is_reported_and_refused_when_durability_is_req
             ensure!(
                 msg.contains(setting)
                     && msg.contains(&format!("set {setting}"))
-                    && msg.contains("assume_one_timing_per_pool(true)")
-                    && msg.contains("restart_guard(false)"),
+                    && msg.contains("durability=one-timing-per-pool")
+                    && msg.contains("durability=throwaway"),
                 "the default refusal does not name the setting, its fix and both opt-ins: {msg}"
             );
             ensure!(!e.is_retryable(), "Forgetful must be final");

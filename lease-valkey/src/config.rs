@@ -259,6 +259,30 @@ impl ValkeyConfig {
         self
     }
 
+    /// What this process accepts of a server that can forget writes it
+    /// acknowledged ([`DurabilityPolicy`](leasehold_core::DurabilityPolicy),
+    /// default `Durable`; the URL option `durability=…` says the same): one
+    /// word for what [`require_durable`](Self::require_durable),
+    /// [`assume_one_timing_per_pool`](Self::assume_one_timing_per_pool) and
+    /// [`restart_guard`](Self::restart_guard) say together. `Durable` is the
+    /// default settings; `OneTimingPerPool` is
+    /// `assume_one_timing_per_pool(true)`; `Throwaway` is
+    /// `restart_guard(false)` (the guards off). It sets all three: a later
+    /// call of one of them changes what it sets. Eviction is not among what
+    /// it accepts, even `Throwaway`: an evicted key is lost with no restart
+    /// for a guard to see, so [`allow_eviction`](Self::allow_eviction) stays
+    /// a switch of its own.
+    pub fn durability(mut self, policy: leasehold_core::DurabilityPolicy) -> Self {
+        use leasehold_core::DurabilityPolicy::{Durable, OneTimingPerPool, Throwaway};
+        (self.restart_guard, self.one_timing) = match policy {
+            Durable => (true, false),
+            OneTimingPerPool => (true, true),
+            Throwaway => (false, false),
+        };
+        self.require_durable = false;
+        self
+    }
+
     /// Accepts a server that can forget acknowledged writes (see
     /// [`restart_guard`](Self::restart_guard)) with the restart guard on,
     /// on the promise that **every process of each pool uses the same TTL

@@ -42,7 +42,7 @@ impl Driver for ValkeyDriver {
 }
 
 /// The option keys [`ValkeyConfig`] takes by key and value.
-const KEYS: &[&str] = &["op_timeout", "refuse_at_connect", "prefix"];
+const KEYS: &[&str] = &["op_timeout", "refuse_at_connect", "durability", "prefix"];
 
 impl DriverConfig for ValkeyConfig {
     fn clone_config(&self) -> Box<dyn DriverConfig> {
@@ -53,6 +53,7 @@ impl DriverConfig for ValkeyConfig {
         let this = self.clone();
         *self = match key {
             "op_timeout" => this.op_timeout(duration_value(key, value)?),
+            "durability" => this.durability(value.parse()?),
             "refuse_at_connect" => this.refuse_at_connect(bool_value(key, value)?),
             "prefix" => {
                 crate::config::check_prefix(value).map_err(|e| e.to_string())?;

@@ -197,7 +197,7 @@ fn eviction_text(server: &str, policy: &str) -> String {
          valkey.conf / redis.conf (so that it survives a restart); or a server of its own for \
          leases\n  \
          - or accept the risk: the URL option allow_eviction=true, or \
-         StoreConfig::map_valkey(|c| c.allow_eviction(true))"
+         StoreConfig::map(|c: ValkeyConfig| c.allow_eviction(true))"
     )
 }
 
@@ -233,17 +233,17 @@ fn not_durable_text(
     if required {
         text.push_str(
             "\n  - require_durable(true) is set (the URL option require_durable=true), so \
-             neither assume_one_timing_per_pool(true) nor restart_guard(false) accepts it",
+             neither durability=one-timing-per-pool nor durability=throwaway accepts it",
         );
     } else {
         text.push_str(
             "\n  - or accept the risk, if every process of each pool uses the same TTL and \
-             max_clock_skew: the URL option assume_one_timing_per_pool=true, or \
-             StoreConfig::map_valkey(|c| c.assume_one_timing_per_pool(true)) (the restart guard \
-             then waits out this process's TTL plus twice its max_clock_skew after a restart)\n  \
+             max_clock_skew: the URL option durability=one-timing-per-pool, or \
+             durability(DurabilityPolicy::OneTimingPerPool) (the restart guard then waits out \
+             this process's TTL plus twice its max_clock_skew after a restart)\n  \
              - or, for a throwaway server never restarted while leases are held: the URL option \
-             restart_guard=false, or StoreConfig::map_valkey(|c| c.restart_guard(false)) (no \
-             guard: a restart can hand every held slot to a second holder at once)",
+             durability=throwaway, or durability(DurabilityPolicy::Throwaway) (no guard: a \
+             restart can hand every held slot to a second holder at once)",
         );
     }
     text

@@ -152,7 +152,7 @@ impl ValkeyStrategy {
                  claims wait for the fsync of the pool's restart span (WAITAOF), and the \
                  restart guard holds claims back after a restart"
             ),
-            (false, Some(opt_in @ "restart_guard=false")) => format!(
+            (false, Some(opt_in @ "durability=throwaway")) => format!(
                 "{aof}, {rdb}: a restart can forget leases; accepted by {opt_in}: no restart \
                  guard, so a restart can hand every held slot to a second holder at once"
             ),

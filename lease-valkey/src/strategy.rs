@@ -311,9 +311,9 @@ impl ValkeyStrategy {
         if judged.durability.keeps_every_write() || judged.fsync_claims {
             None
         } else if !config.restart_guard {
-            Some("restart_guard=false")
+            Some("durability=throwaway")
         } else if config.one_timing {
-            Some("assume_one_timing_per_pool=true")
+            Some("durability=one-timing-per-pool")
         } else {
             None
         }

@@ -25,11 +25,12 @@ const SENTINEL_FORM: &str = "redis-sentinel://[USER:PASSWORD@]SENTINEL[:PORT][,S
 const SENTINEL_PORT: u16 = 26379;
 
 /// The options every URL takes, and those a TLS URL takes too.
-const OPTIONS: &str = "prefix, op_timeout, password_file, assume_one_timing_per_pool, \
-                       restart_guard, require_durable, allow_eviction, refuse_split_brain";
-const TLS_OPTIONS: &str = "prefix, op_timeout, password_file, assume_one_timing_per_pool, \
-                           restart_guard, require_durable, allow_eviction, refuse_split_brain, \
-                           ca, cert, key";
+const OPTIONS: &str = "prefix, op_timeout, password_file, durability, \
+                       assume_one_timing_per_pool, restart_guard, require_durable, \
+                       allow_eviction, refuse_split_brain";
+const TLS_OPTIONS: &str = "prefix, op_timeout, password_file, durability, \
+                           assume_one_timing_per_pool, restart_guard, require_durable, \
+                           allow_eviction, refuse_split_brain, ca, cert, key";
 
 impl ValkeyConfig {
     /// The URL schemes [`ValkeyConfig::from_url`] accepts: plain text, and
@@ -144,6 +145,7 @@ impl ValkeyConfig {
         if password_file.is_some() && has_password(&parts) {
             return Err(two_passwords("password_file=PATH").into());
         }
+        let durability = parts.take_durability()?;
         let one_timing = parts.take_bool("assume_one_timing_per_pool")?;
         let restart_guard = parts.take_bool("restart_guard")?;
         let require_durable = parts.take_bool("require_durable")?;
@@ -169,6 +171,10 @@ impl ValkeyConfig {
         }
         if let Some(path) = password_file {
             config = config.password_file(path);
+        }
+        // The policy first: the older switches, when given too, adjust it.
+        if let Some(policy) = durability {
+            config = config.durability(policy);
         }
         if let Some(yes) = one_timing {
             config = config.assume_one_timing_per_pool(yes);
@@ -499,6 +505,50 @@ mod tests {
         assert!(!c.refuse_split_brain);
     }
 
+    /// Each durability policy, by URL option and by setter, sets the three
+    /// switches as the one they stand for, and never allows eviction.
+    #[test]
+    fn each_durability_policy_is_the_switches_it_stands_for() {
+        use leasehold_core::DurabilityPolicy;
+        let switches = |c: &ValkeyConfig| {
+            (
+                c.restart_guard,
+                c.one_timing,
+                c.require_durable,
+                c.allow_eviction,
+            )
+        };
+        for (word, policy, want) in [
+            (
+                "durable",
+                DurabilityPolicy::Durable,
+                (true, false, false, false),
+            ),
+            (
+                "one-timing-per-pool",
+                DurabilityPolicy::OneTimingPerPool,
+                (true, true, false, false),
+            ),
+            (
+                "throwaway",
+                DurabilityPolicy::Throwaway,
+                (false, false, false, false),
+            ),
+        ] {
+            let c =
+                ValkeyConfig::from_url(&format!("redis://h?durability={word}")).expect("accepted");
+            assert_eq!(switches(&c), want, "{word}");
+            assert_eq!(c.url, "redis://h");
+            let c = ValkeyConfig::new("redis://h")
+                .assume_one_timing_per_pool(true)
+                .restart_guard(false)
+                .durability(policy);
+            assert_eq!(switches(&c), want, "{policy}");
+        }
+        let e = ValkeyConfig::from_url("redis://h?durability=fast").unwrap_err();
+        assert!(e.to_string().contains("durability=throwaway"), "{e}");
+    }
+
     #[test]
     fn accepted_urls_set_the_fields() {
         for (url, for_fred, prefix, op_timeout) in [
@@ -696,8 +746,8 @@ mod tests {
             (
                 "rediss://h?sslrootcert=/ca",
                 "unknown query option \"sslrootcert\"; this URL takes prefix, op_timeout, \
-                 password_file, assume_one_timing_per_pool, restart_guard, require_durable, \
-                 allow_eviction, refuse_split_brain, ca, cert, key",
+                 password_file, durability, assume_one_timing_per_pool, restart_guard, \
+                 require_durable, allow_eviction, refuse_split_brain, ca, cert, key",
             ),
             (
                 "redis://h?assume_one_timing_per_pool=maybe",

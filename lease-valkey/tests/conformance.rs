@@ -1125,8 +1125,8 @@ fn expect_not_durable(r: Result<ValkeyStrategy, ValkeyError>, required: bool) ->
                     ),
                 "the refusal lacks the settings read or the fix: {msg}"
             );
-            let names_opt_ins = msg.contains("assume_one_timing_per_pool(true)")
-                && msg.contains("restart_guard(false)");
+            let names_opt_ins = msg.contains("durability=one-timing-per-pool")
+                && msg.contains("durability=throwaway");
             ensure!(
                 names_opt_ins,
                 "the refusal does not name both opt-ins: {msg}"

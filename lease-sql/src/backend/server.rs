@@ -378,8 +378,8 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
         };
         let opt_in = match (forgetful, policy.restart_guard) {
             (false, _) => None,
-            (true, false) => Some("restart_guard=false"),
-            (true, true) => Some("assume_one_timing_per_pool=true"),
+            (true, false) => Some("durability=throwaway"),
+            (true, true) => Some("durability=one-timing-per-pool"),
         };
         let unsupported = (self.sql.guarded && matches!(read.guard, Some(None))).then(|| {
             SqlError::UnsupportedServer {
