@@ -279,6 +279,7 @@ fn package(unpublished: &[&str]) -> Result {
     // published crate's API would verify the others against the old copy.
     // Each run verifies what is on disk now.
     let verify = target_dir().join("package");
+    forget_verified_builds(&verify)?;
     if verify.exists() {
         std::fs::remove_dir_all(&verify).map_err(|e| format!("{}: {e}", verify.display()))?;
     }
@@ -287,6 +288,47 @@ fn package(unpublished: &[&str]) -> Result {
     published_workspace(&mut cmd, unpublished);
     locked(&mut cmd);
     status("cargo package", cmd)
+}
+
+/// cargo also takes what it compiled from that registry before as unchanged
+/// (a registry crate of one version never changes), in the workspace's
+/// `target/debug`: a second run would verify a crate against the first
+/// run's build of a crate it depends on. The units built from `verify` by an
+/// earlier run (their dep-info names files under it) lose their
+/// fingerprints, so they are compiled again from what is on disk now.
+fn forget_verified_builds(verify: &Path) -> Result {
+    let debug = target_dir().join("debug");
+    let Ok(entries) = std::fs::read_dir(debug.join("deps")) else {
+        return Ok(());
+    };
+    let marker = verify.to_string_lossy().into_owned();
+    for path in entries.flatten().map(|e| e.path()) {
+        if path.extension().is_none_or(|e| e != "d") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if !text.contains(&marker) {
+            continue;
+        }
+        let Some((name, hash)) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.rsplit_once('-'))
+        else {
+            continue;
+        };
+        let fingerprint = debug
+            .join(".fingerprint")
+            .join(format!("{}-{hash}", name.replace('_', "-")));
+        match std::fs::remove_dir_all(&fingerprint) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("{}: {e}", fingerprint.display())),
+        }
+    }
+    Ok(())
 }
 
 /// crates.io's checks of every package, without uploading and without the
