@@ -63,6 +63,17 @@ pub trait Driver: Send + Sync + 'static {
         let _ = tls;
         None
     }
+
+    /// For a store that needs no server, whose callers open it themselves
+    /// (a file on their machine, read and written under their own clock):
+    /// the URL of a fresh store of this kind in the directory `dir`. A tool
+    /// that provides a store for a test run (the fault campaign) opens it so
+    /// without knowing the store. `None` (the default) for a store reached
+    /// through a server, and for one that lives in a single process.
+    fn local_url(&self, dir: &std::path::Path) -> Option<String> {
+        let _ = dir;
+        None
+    }
 }
 
 impl fmt::Debug for dyn Driver {

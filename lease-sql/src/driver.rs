@@ -54,6 +54,12 @@ impl Driver for SqlDriver {
                 other => ConnectError::bad_url(url, other),
             })
     }
+
+    /// SQLite's: a database file in `dir`.
+    fn local_url(&self, dir: &std::path::Path) -> Option<String> {
+        (self.schemes == ["sqlite"])
+            .then(|| format!("sqlite://{}", dir.join("leases.sqlite").display()))
+    }
 }
 
 /// The option keys [`SqlConfig`] takes by key and value.

@@ -365,16 +365,17 @@ impl Args {
             .into(),
     );
         }
-        if self.drift_ppm != 0 && self.backend == "sqlite" {
-            // SQLite's clock is the wall clock of the process running the
-            // statement: a drifting worker would drift the store's clock for its
-            // own claims only, which no real machine can do (every holder runs
-            // on the file's machine, and its processes share one clock).
-            return Err(
-                "--clock-rate-ppm needs a store with a clock of its own: SQLite's is each \
-         worker's, which would drift with it"
-                    .into(),
-            );
+        if self.drift_ppm != 0 && super::serving::local_driver(&self.backend).is_some() {
+            // A store with no server (SQLite's file) has the clock of the
+            // process running the statement: a drifting worker would drift
+            // the store's clock for its own claims only, which no real machine
+            // can do (every holder runs on the file's machine, and its
+            // processes share one clock).
+            return Err(format!(
+                "--clock-rate-ppm needs a store with a clock of its own: {}'s is each \
+                 worker's, which would drift with it",
+                self.backend
+            ));
         }
         if self.margin.is_some() && self.mixed_fleet {
             return Err(
@@ -393,7 +394,7 @@ impl Args {
 
 /// The command that runs `a` again (the same faults and clocks).
 pub(crate) fn replay_command(a: &Args) -> String {
-    let mut c = format!("cargo xtask campaign --backend {}", a.backend);
+    let mut c = format!("{} --backend {}", super::plan::replay_program(), a.backend);
     let mut flag = |on: bool, f: &str| {
         if on {
             c.push(' ');

@@ -317,15 +317,15 @@ pub(crate) fn provide(
             backends: false,
         });
     }
+    if let Some(url) = local_driver(backend).and_then(|d| d.local_url(dir)) {
+        return Ok(Store {
+            url,
+            describe: format!("{backend} (a file, no server)"),
+            serving: Serving::File,
+            backends: false,
+        });
+    }
     let kind = match backend {
-        "sqlite" => {
-            return Ok(Store {
-                url: format!("sqlite://{}", dir.join("leases.sqlite").display()),
-                describe: "sqlite (file)".into(),
-                serving: Serving::File,
-                backends: false,
-            });
-        }
         "etcd-cluster" | "etcd35x3" => {
             let cluster = EtcdCluster::start_kind(ServerKind::Etcd35, 3)?;
             cluster.wait_healthy(Duration::from_secs(60))?;
@@ -369,6 +369,17 @@ pub(crate) fn provide(
         serving: Serving::Server(server),
         backends,
     })
+}
+
+/// The driver of `backend` where it is the scheme of a store that needs no
+/// server (SQLite, or a driver a program added to the registry): the run
+/// opens a fresh one in its directory.
+pub(crate) fn local_driver(backend: &str) -> Option<&'static dyn leasehold::drivers::Driver> {
+    leasehold::registry()
+        .iter()
+        .filter_map(|row| row.driver)
+        .find(|d| d.schemes().contains(&backend))
+        .filter(|d| d.local_url(Path::new(".")).is_some())
 }
 
 /// The runtime that drives a replicated SQL pair's address (the proxy that
