@@ -1,4 +1,15 @@
-//! `leasehold`: look at and operate the leases of a store (see README.md).
+//! `leasehold`, the command-line tool, as a library: [`main`] is the
+//! whole tool. The `leasehold` program of this crate is that call alone; a
+//! program that adds drivers to `leasehold`'s registry first (a backend
+//! crate of its own, with `leasehold::register`) and then calls [`main`]
+//! is the same tool with its store in it (see README.md).
+//!
+//! ```no_run
+//! fn main() -> std::process::ExitCode {
+//!     // leasehold::register(&MY_DRIVER).unwrap();
+//!     leasehold_cli::main()
+//! }
+//! ```
 
 #![forbid(unsafe_code)]
 
@@ -303,7 +314,11 @@ impl StoreArgs {
     }
 }
 
-fn main() -> ExitCode {
+/// The tool, on this process's arguments, with every store of
+/// `leasehold`'s registry (those added with `leasehold::register` before
+/// the call included): what the `leasehold` program runs. Returns its exit
+/// status (the README's exit codes).
+pub fn main() -> ExitCode {
     // A bug must still end in one line, never a backtrace.
     std::panic::set_hook(Box::new(|info| {
         let what = info
