@@ -21,9 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold_campaign::record::{Kind, Record, Recorder, RunBuilder};
-use leasehold_campaign::store::{FenceWriter, Options, start_manager};
-use leasehold_campaign::worker::{Skewed, Snapshot, Tracker};
+use crate::record::{Kind, Record, Recorder, RunBuilder};
+use crate::store::{FenceWriter, Options, start_manager};
+use crate::worker::{Skewed, Snapshot, Tracker};
 use leasehold_core::plant::Plant;
 use leasehold_core::testing::GateControl;
 use leasehold_core::{LeaseConfig, LeaseGate, MonoTime};
@@ -49,7 +49,7 @@ struct Args {
     options: Options,
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
         url: String::new(),
         pool: "campaign".into(),
@@ -64,7 +64,7 @@ fn parse_args() -> Result<Args, String> {
         unsafe_mode: false,
         options: Options::default(),
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = argv.into_iter();
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         let num = |v: String| v.parse::<i64>().map_err(|e| format!("{e}"));
@@ -483,8 +483,11 @@ async fn run(args: Args) -> Result<(), String> {
     result
 }
 
-fn main() -> ExitCode {
-    let args = match parse_args() {
+/// A campaign worker's whole life, with its arguments (without the
+/// program's name; see the module's docs): what the `campaign-worker`
+/// program runs, and what [`crate::main`] runs for `PROGRAM worker …`.
+pub fn run_worker(argv: impl IntoIterator<Item = String>) -> ExitCode {
+    let args = match parse_args(argv) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("campaign-worker: {e}");

@@ -21,40 +21,6 @@
 
 use std::process::ExitCode;
 
-use leasehold_campaign::runner::{self, Args, parse_args};
-
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    if let [flag, file] = argv.as_slice()
-        && flag == "--dump"
-    {
-        return runner::dump(file);
-    }
-    let args = match parse_args(argv) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("campaign: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(args) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("campaign: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// The run's phases in order.
-fn run(args: Args) -> Result<ExitCode, String> {
-    let Some(plan) = runner::plan(args)? else {
-        // Nothing to run: a store that can forget refused a mixed fleet.
-        return Ok(ExitCode::SUCCESS);
-    };
-    let mut campaign = runner::start(plan)?;
-    runner::fault_loop(&mut campaign)?;
-    let collected = runner::collect(&mut campaign)?;
-    let checked = runner::check(&campaign, &collected);
-    runner::report(&campaign, &collected, &checked)
+    leasehold_campaign::runner::run_runner(std::env::args().skip(1))
 }

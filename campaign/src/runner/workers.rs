@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold_conformance::proxy::{Fault as Net, FaultProxy};
@@ -108,7 +108,7 @@ impl Run {
         self.skews.push(skew_ms);
         let err = std::fs::File::create(self.dir.join(format!("w{id}.err")))
             .map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(&self.exe);
+        let mut cmd = super::plan::worker_command(&self.exe);
         let url = self.proxies.get(idx).map_or(&self.url, |(_, url)| url);
         cmd.args(["--url", url, "--pool", &self.pool])
             .args(["--slots", &self.args.slots.to_string()])
