@@ -37,10 +37,10 @@ use leasehold::{Floor, Grant, PoolSpec, Release, Renewal, StoreConfig, Strategy}
 use leasehold_conformance::servers::{Server, ServerKind, Settings, provide_with, short_version};
 use leasehold_conformance::suite::fresh_pool_name;
 
-/// Requests in flight at once (worker tasks; `LEASEHOLD_CAPACITY_workers()`
+/// Requests in flight at once (worker tasks; `LEASEHOLD_CAPACITY_WORKERS`
 /// overrides).
 fn workers() -> usize {
-    std::env::var("LEASEHOLD_CAPACITY_workers()")
+    std::env::var("LEASEHOLD_CAPACITY_WORKERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(64)
@@ -275,10 +275,13 @@ async fn measure<S: Strategy>(
     let load0 = loadavg();
     let pool = PoolSpec::new(fresh_pool_name(), n, TTL).map_err(|e| e.to_string())?;
     {
-        // The slots' rows, as at deployment (not timed).
+        // The slots' rows, as at deployment (not timed). Each row's pool is
+        // fresh and nobody has held it: declared new, so that its first
+        // claims do not wait out the span a pool whose records are gone
+        // waits (the wipe guard of etcd, which no durability turns off).
         setup
             .operator()
-            .prepare(Some(&pool))
+            .prepare_new_pool(&pool)
             .await
             .map_err(|e| e.to_string())?;
     }
@@ -520,31 +523,32 @@ async fn store_rows(
 ) -> Result<(), String> {
     let mut v = Vec::new();
     for _ in 0..clients {
-        let store = StoreConfig::from_url(url)
+        let mut config = StoreConfig::from_url(url)
             .map_err(|e| e.to_string())?
             .op_timeout(Duration::from_secs(30))
-            // A server started for the bench, never restarted.
-            .map(|c: leasehold::sql::SqlConfig| c.max_connections(sql_conns).restart_guard(false))
-            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
-            .connect()
-            .await
+            // A server started for the bench, never restarted: no guard
+            // waits out a restart span after its start.
+            .set("durability", "throwaway")
             .map_err(|e| e.to_string())?;
+        if config.takes("max_connections") {
+            config = config
+                .set("max_connections", &sql_conns.to_string())
+                .map_err(|e| e.to_string())?;
+        }
+        let store = config.connect().await.map_err(|e| e.to_string())?;
         v.push(Arc::new(store));
     }
     let setup = v[0].clone();
-    let name = match setup.strategy::<leasehold::etcd::EtcdStrategy>() {
-        Some(etcd) => {
-            let version = etcd
-                .client()
-                .clone()
-                .status()
-                .await
-                .map(|s| s.version().to_owned())
-                .unwrap_or_default();
-            format!("etcd {version}")
-        }
-        None => short_version(&setup.operator().describe()),
-    };
+    // The store and its version as the doctor's `server` check reads them
+    // (etcd's operator names no version; its check asks the server).
+    let operator = setup.operator();
+    let server = operator
+        .checks()
+        .await
+        .into_iter()
+        .find(|c| c.name == "server")
+        .map_or_else(|| operator.describe(), |c| c.detail);
+    let name = short_version(&server);
     let rt_median =
         round_trip(async || setup.operator().ping().await.map_err(|e| e.to_string())).await?;
     eprintln!(
@@ -562,9 +566,7 @@ async fn store_rows(
         progress(&r);
         rows.push(r);
     }
-    if let Some(sql) = setup.strategy::<leasehold::sql::SqlStrategy>() {
-        sql.close().await;
-    }
+    setup.operator().close().await;
     Ok(())
 }
 
