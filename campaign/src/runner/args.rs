@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use leasehold_conformance::servers::Settings;
+use leasehold_conformance::servers::{Family, Settings};
 use leasehold_core::MonoTime;
 use leasehold_core::plant::Plant;
 
+use super::serving::{Choice, choice};
 use crate::drift::Rate;
 
 /// What a run is asked to do (`campaign --help`).
@@ -266,13 +267,14 @@ impl Args {
     }
 
     /// Whether the backend's wipe guard can be turned off
-    /// (`restart_guard(false)`): SQL and Valkey/Redis; on etcd and
-    /// Kubernetes it is always on.
+    /// (`restart_guard(false)`): SQL, Valkey/Redis and stores that need no
+    /// server; on etcd and Kubernetes it is always on.
     fn guard_optional(&self) -> bool {
-        !matches!(
-            self.backend.as_str(),
-            "etcd35" | "etcd" | "etcd34" | "etcd-cluster" | "etcd35x3" | "k8s-fake" | "k8s"
-        )
+        match choice(&self.backend) {
+            Some(Choice::EtcdCluster | Choice::FakeApi) => false,
+            Some(chosen) => !matches!(chosen.family(), Some(Family::Etcd | Family::Kubernetes)),
+            None => true,
+        }
     }
 
     /// Refuses flags that do not go together.
@@ -283,24 +285,15 @@ impl Args {
                     .into(),
             );
         }
-        let postgres = matches!(
-            self.backend.as_str(),
-            "postgres" | "postgres15" | "postgres-latest"
-        );
-        let valkey = matches!(
-            self.backend.as_str(),
-            "valkey8" | "valkey" | "redis8" | "redis" | "redis7"
-        );
+        let family = choice(&self.backend).and_then(Choice::family);
         let fits = match self.topology {
             Topology::Single => true,
             Topology::ReplicatedAsync => {
-                postgres || matches!(self.backend.as_str(), "mariadb" | "mysql")
+                matches!(family, Some(Family::Postgres | Family::MariaDb))
             }
-            Topology::ReplicatedSync => postgres,
-            Topology::Sentinel | Topology::Cluster => valkey,
-            Topology::Etcd3 | Topology::Etcd5 => {
-                matches!(self.backend.as_str(), "etcd35" | "etcd" | "etcd34")
-            }
+            Topology::ReplicatedSync => family == Some(Family::Postgres),
+            Topology::Sentinel | Topology::Cluster => family == Some(Family::Redis),
+            Topology::Etcd3 | Topology::Etcd5 => family == Some(Family::Etcd),
         };
         if !fits {
             return Err(format!(
@@ -365,7 +358,7 @@ impl Args {
             .into(),
     );
         }
-        if self.drift_ppm != 0 && super::serving::local_driver(&self.backend).is_some() {
+        if self.drift_ppm != 0 && matches!(choice(&self.backend), Some(Choice::Local(_))) {
             // A store with no server (SQLite's file) has the clock of the
             // process running the statement: a drifting worker would drift
             // the store's clock for its own claims only, which no real machine

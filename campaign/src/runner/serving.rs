@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::programs;
-use leasehold_conformance::servers::{self, ServerKind, Settings};
+use leasehold_conformance::servers::{self, Family, ServerKind, Settings};
 use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
@@ -235,24 +235,82 @@ fn etcd_url(addrs: &[SocketAddr]) -> String {
     format!("etcd://{}", list.join(","))
 }
 
+/// What a run's `--backend` names.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Choice {
+    /// A store that needs no server, by its driver's scheme (`sqlite`, or a
+    /// scheme a program added to the registry): a fresh one in the run's
+    /// directory.
+    Local(&'static dyn leasehold::drivers::Driver),
+    /// A server of the test servers' table, by its kind's name or alias
+    /// (`postgres15`, `postgres`, `redis7`, `etcd34`, …).
+    Server(ServerKind),
+    /// Three etcd 3.5 members started by the run (`etcd-cluster`).
+    EtcdCluster,
+    /// The FAKE Kubernetes API server, in the runner (`k8s-fake`, `k8s`).
+    FakeApi,
+}
+
+impl Choice {
+    /// The family of the server kind chosen, if one was.
+    pub(crate) fn family(self) -> Option<Family> {
+        match self {
+            Choice::Server(kind) => Some(kind.family()),
+            _ => None,
+        }
+    }
+}
+
+/// What `backend` names: a driver's scheme first, then a server kind, then
+/// the campaign's own shapes.
+pub(crate) fn choice(backend: &str) -> Option<Choice> {
+    if let Some(driver) = local_driver(backend) {
+        return Some(Choice::Local(driver));
+    }
+    if let Some(kind) = ServerKind::named(backend) {
+        return Some(Choice::Server(kind));
+    }
+    match backend {
+        "etcd-cluster" | "etcd35x3" => Some(Choice::EtcdCluster),
+        "k8s-fake" | "k8s" => Some(Choice::FakeApi),
+        _ => None,
+    }
+}
+
+/// The server kind chosen when it is of `family`, else `default`.
+fn kind_of(chosen: Choice, family: Family, default: ServerKind) -> ServerKind {
+    match chosen {
+        Choice::Server(kind) if kind.family() == family => kind,
+        _ => default,
+    }
+}
+
 pub(crate) fn provide(
     backend: &str,
     dir: &Path,
     settings: Settings,
     topology: Topology,
 ) -> Result<Store, String> {
+    let chosen = choice(backend).ok_or_else(|| {
+        format!(
+            "unknown backend {backend:?}: a server kind ({}), a store that needs no server \
+             (sqlite), etcd-cluster or k8s-fake",
+            servers::KINDS
+                .iter()
+                .map(|k| k.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
     if let Topology::Etcd3 | Topology::Etcd5 = topology {
-        let (kind, version) = match backend {
-            "etcd34" => (ServerKind::Etcd34, "3.4"),
-            _ => (ServerKind::Etcd35, "3.5"),
-        };
+        let kind = kind_of(chosen, Family::Etcd, ServerKind::Etcd35);
         let members = if topology == Topology::Etcd5 { 5 } else { 3 };
         let cluster = EtcdCluster::start_kind(kind, members)?;
         cluster.wait_healthy(Duration::from_secs(60))?;
         return Ok(Store {
             url: etcd_url(&cluster.addrs()),
             describe: format!(
-                "etcd {version}, a {members}-member cluster started by this run ({})",
+                "{kind}, a {members}-member cluster started by this run ({})",
                 cluster.endpoints().join(", ")
             ),
             serving: Serving::Cluster(cluster),
@@ -260,7 +318,7 @@ pub(crate) fn provide(
         });
     }
     if topology == Topology::Sentinel {
-        let kind = valkey_kind(backend);
+        let kind = kind_of(chosen, Family::Redis, ServerKind::Valkey8);
         let t = SentinelTopology::start(kind)?;
         return Ok(Store {
             url: t.sentinel_url(),
@@ -269,7 +327,7 @@ pub(crate) fn provide(
             backends: false,
         });
     }
-    if topology == Topology::ReplicatedAsync && matches!(backend, "mariadb" | "mysql") {
+    if topology == Topology::ReplicatedAsync && chosen.family() == Some(Family::MariaDb) {
         let rt = address_runtime()?;
         let pair = rt.block_on(MariaPair::start())?;
         return Ok(Store {
@@ -283,7 +341,7 @@ pub(crate) fn provide(
         });
     }
     if topology == Topology::Cluster {
-        let kind = valkey_kind(backend);
+        let kind = kind_of(chosen, Family::Redis, ServerKind::Valkey8);
         let t = ClusterTopology::start(kind)?;
         return Ok(Store {
             url: t.cluster_url(),
@@ -301,10 +359,7 @@ pub(crate) fn provide(
         Topology::ReplicatedAsync => Some(Replication::Async),
         Topology::ReplicatedSync => Some(Replication::Sync),
     } {
-        let kind = match backend {
-            "postgres-latest" => ServerKind::PostgresLatest,
-            _ => ServerKind::Postgres15,
-        };
+        let kind = kind_of(chosen, Family::Postgres, ServerKind::Postgres15);
         let rt = address_runtime()?;
         let pair = rt.block_on(PgPair::start(kind, replication))?;
         return Ok(Store {
@@ -317,16 +372,19 @@ pub(crate) fn provide(
             backends: false,
         });
     }
-    if let Some(url) = local_driver(backend).and_then(|d| d.local_url(dir)) {
-        return Ok(Store {
-            url,
-            describe: format!("{backend} (a file, no server)"),
-            serving: Serving::File,
-            backends: false,
-        });
-    }
-    let kind = match backend {
-        "etcd-cluster" | "etcd35x3" => {
+    let kind = match chosen {
+        Choice::Local(driver) => {
+            let url = driver
+                .local_url(dir)
+                .ok_or_else(|| format!("{backend} names no store in a directory"))?;
+            return Ok(Store {
+                url,
+                describe: format!("{backend} (a file, no server)"),
+                serving: Serving::File,
+                backends: false,
+            });
+        }
+        Choice::EtcdCluster => {
             let cluster = EtcdCluster::start_kind(ServerKind::Etcd35, 3)?;
             cluster.wait_healthy(Duration::from_secs(60))?;
             return Ok(Store {
@@ -339,7 +397,7 @@ pub(crate) fn provide(
                 backends: false,
             });
         }
-        "k8s-fake" | "k8s" => {
+        Choice::FakeApi => {
             let fake = FakeApiServer::start().map_err(|e| format!("fake API server: {e}"))?;
             return Ok(Store {
                 url: format!("k8s://{}", fake.addr()),
@@ -348,21 +406,12 @@ pub(crate) fn provide(
                 backends: false,
             });
         }
-        "postgres" | "postgres15" => ServerKind::Postgres15,
-        "postgres-latest" => ServerKind::PostgresLatest,
-        "mariadb" | "mysql" => ServerKind::MariaDb,
-        "redis8" | "redis" => ServerKind::Redis8,
-        "redis7" => ServerKind::Redis7,
-        "valkey8" | "valkey" => ServerKind::Valkey8,
-        "etcd35" | "etcd" => ServerKind::Etcd35,
-        "etcd34" => ServerKind::Etcd34,
-        other => return Err(format!("unknown backend {other:?}")),
+        Choice::Server(kind) => kind,
     };
     let server = servers::provide_with(kind, settings).map_err(|e| e.to_string())?;
     // Only a server started here: the PIDs in `pg_stat_activity` of one
     // elsewhere (a container, another host) are not ours to signal.
-    let backends =
-        matches!(kind, ServerKind::Postgres15 | ServerKind::PostgresLatest) && server.can_restart();
+    let backends = kind.family() == Family::Postgres && server.can_restart();
     Ok(Store {
         url: server.store_url(),
         describe: server.describe(),
@@ -391,15 +440,6 @@ fn address_runtime() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
-}
-
-/// The server kind of a Valkey/Redis topology's `--backend`.
-fn valkey_kind(backend: &str) -> ServerKind {
-    match backend {
-        "redis8" | "redis" => ServerKind::Redis8,
-        "redis7" => ServerKind::Redis7,
-        _ => ServerKind::Valkey8,
-    }
 }
 
 pub(crate) fn signal(pid: u32, sig: &str) {

