@@ -249,21 +249,29 @@ impl fmt::Debug for StoreConfig {
     }
 }
 
-/// `url`'s scheme, lowercased (`sqlite:PATH`, sqlx's form, is `sqlite`).
+/// `url`'s scheme, lowercased. A URL without `//` after its scheme
+/// (`sqlite:PATH`, sqlx's form) has one where the text before its first
+/// `:` is a scheme of the registry; its driver reads the rest.
 fn scheme(url: &str) -> Result<String, ConnectError> {
-    match url.split_once("://") {
-        Some((scheme, _)) if !scheme.is_empty() => Ok(scheme.to_ascii_lowercase()),
-        _ if url
-            .get(..7)
-            .is_some_and(|s| s.eq_ignore_ascii_case("sqlite:")) =>
-        {
-            Ok("sqlite".to_owned())
-        }
-        _ => Err(ConnectError::bad_url(
+    if let Some((scheme, _)) = url.split_once("://")
+        && !scheme.is_empty()
+    {
+        return Ok(scheme.to_ascii_lowercase());
+    }
+    let registered = url
+        .split_once(':')
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .filter(|s| {
+            registry()
+                .iter()
+                .any(|row| row.schemes.contains(&s.as_str()))
+        });
+    registered.ok_or_else(|| {
+        ConnectError::bad_url(
             url,
             format!("it has no scheme; use one of {}", schemes_text()),
-        )),
-    }
+        )
+    })
 }
 
 impl StoreConfig {
