@@ -7,7 +7,7 @@ use leasehold_conformance::servers::{Family, Settings};
 use leasehold_core::MonoTime;
 use leasehold_core::plant::Plant;
 
-use super::serving::{Choice, choice};
+use super::choice::{Choice, choice};
 use crate::drift::Rate;
 
 /// What a run is asked to do (`campaign --help`).
@@ -387,7 +387,11 @@ impl Args {
 
 /// The command that runs `a` again (the same faults and clocks).
 pub(crate) fn replay_command(a: &Args) -> String {
-    let mut c = format!("{} --backend {}", super::plan::replay_program(), a.backend);
+    let mut c = format!(
+        "{} --backend {}",
+        super::program::replay_program(),
+        a.backend
+    );
     let mut flag = |on: bool, f: &str| {
         if on {
             c.push(' ');

@@ -7,10 +7,12 @@
 //! `target/campaign/<backend>-<seed>.svg`.
 
 mod args;
+mod choice;
 mod collect;
 mod crash;
 mod fault_loop;
 mod plan;
+mod program;
 mod report;
 mod serving;
 mod start;
@@ -20,8 +22,8 @@ mod workers;
 pub use args::{Args, parse_args};
 pub use collect::{Collected, collect, dump};
 pub use fault_loop::fault_loop;
-pub(crate) use plan::workers_in_this_program;
 pub use plan::{Plan, plan};
+pub(crate) use program::workers_in_this_program;
 pub use report::report;
 pub use start::{Campaign, start};
 pub use verdict::{Checked, check};

@@ -2,14 +2,13 @@
 //! mode), where it keeps its logs, and the store it runs on.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leasehold_core::LeaseConfig;
 
 use super::args::{Args, Margin, plant_names};
 use super::loadavg;
+use super::program::in_this_program;
 use super::serving::{Store, provide};
 use crate::store::{Options, probe};
 
@@ -179,43 +178,11 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| "target".into())
 }
 
-/// Set by [`crate::main`]: the workers are the runner's own program.
-static WORKERS_IN_THIS_PROGRAM: AtomicBool = AtomicBool::new(false);
-
-/// The workers this process starts are its own program, run with
-/// `worker` first ([`crate::main`]): a program that added drivers to the
-/// registry has them in its workers too.
-pub(crate) fn workers_in_this_program() {
-    WORKERS_IN_THIS_PROGRAM.store(true, Ordering::Relaxed);
-}
-
-/// The program a run is replayed with: `cargo xtask campaign` for the
-/// workspace's, or the program itself where it is its own worker (a
-/// program with drivers of its own, [`crate::main`]).
-pub(crate) fn replay_program() -> String {
-    let own = std::env::current_exe().ok().and_then(|exe| {
-        let name = exe.file_name()?.to_string_lossy().into_owned();
-        WORKERS_IN_THIS_PROGRAM
-            .load(Ordering::Relaxed)
-            .then_some(name)
-    });
-    own.unwrap_or_else(|| "cargo xtask campaign".to_owned())
-}
-
-/// The command that starts a worker of `exe` (arguments to follow).
-pub(crate) fn worker_command(exe: &Path) -> Command {
-    let mut cmd = Command::new(exe);
-    if WORKERS_IN_THIS_PROGRAM.load(Ordering::Relaxed) {
-        cmd.arg(crate::WORKER_ARG);
-    }
-    cmd
-}
-
 /// The worker binary: the runner's own program ([`crate::main`]), or
 /// `campaign-worker` beside it.
 fn worker_exe() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    if WORKERS_IN_THIS_PROGRAM.load(Ordering::Relaxed) {
+    if in_this_program() {
         return Ok(exe);
     }
     let exe = exe.with_file_name("campaign-worker");

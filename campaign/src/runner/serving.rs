@@ -17,6 +17,7 @@ use leasehold_conformance::topology::sentinel::SentinelTopology;
 use leasehold_conformance::topology::{Failover, FailoverError};
 
 use super::args::Topology;
+use super::choice::{Choice, choice, kind_of};
 use leasehold_k8s_fake::{FakeApiServer, Fault as FakeFault, Verb as FakeVerb};
 
 /// The store of a run: a URL, and what this process started to serve it.
@@ -235,56 +236,6 @@ fn etcd_url(addrs: &[SocketAddr]) -> String {
     format!("etcd://{}", list.join(","))
 }
 
-/// What a run's `--backend` names.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Choice {
-    /// A store that needs no server, by its driver's scheme (`sqlite`, or a
-    /// scheme a program added to the registry): a fresh one in the run's
-    /// directory.
-    Local(&'static dyn leasehold::drivers::Driver),
-    /// A server of the test servers' table, by its kind's name or alias
-    /// (`postgres15`, `postgres`, `redis7`, `etcd34`, …).
-    Server(ServerKind),
-    /// Three etcd 3.5 members started by the run (`etcd-cluster`).
-    EtcdCluster,
-    /// The FAKE Kubernetes API server, in the runner (`k8s-fake`, `k8s`).
-    FakeApi,
-}
-
-impl Choice {
-    /// The family of the server kind chosen, if one was.
-    pub(crate) fn family(self) -> Option<Family> {
-        match self {
-            Choice::Server(kind) => Some(kind.family()),
-            _ => None,
-        }
-    }
-}
-
-/// What `backend` names: a driver's scheme first, then a server kind, then
-/// the campaign's own shapes.
-pub(crate) fn choice(backend: &str) -> Option<Choice> {
-    if let Some(driver) = local_driver(backend) {
-        return Some(Choice::Local(driver));
-    }
-    if let Some(kind) = ServerKind::named(backend) {
-        return Some(Choice::Server(kind));
-    }
-    match backend {
-        "etcd-cluster" | "etcd35x3" => Some(Choice::EtcdCluster),
-        "k8s-fake" | "k8s" => Some(Choice::FakeApi),
-        _ => None,
-    }
-}
-
-/// The server kind chosen when it is of `family`, else `default`.
-fn kind_of(chosen: Choice, family: Family, default: ServerKind) -> ServerKind {
-    match chosen {
-        Choice::Server(kind) if kind.family() == family => kind,
-        _ => default,
-    }
-}
-
 pub(crate) fn provide(
     backend: &str,
     dir: &Path,
@@ -418,17 +369,6 @@ pub(crate) fn provide(
         serving: Serving::Server(server),
         backends,
     })
-}
-
-/// The driver of `backend` where it is the scheme of a store that needs no
-/// server (SQLite, or a driver a program added to the registry): the run
-/// opens a fresh one in its directory.
-pub(crate) fn local_driver(backend: &str) -> Option<&'static dyn leasehold::drivers::Driver> {
-    leasehold::registry()
-        .iter()
-        .filter_map(|row| row.driver)
-        .find(|d| d.schemes().contains(&backend))
-        .filter(|d| d.local_url(Path::new(".")).is_some())
 }
 
 /// The runtime that drives a replicated SQL pair's address (the proxy that

@@ -108,7 +108,7 @@ impl Run {
         self.skews.push(skew_ms);
         let err = std::fs::File::create(self.dir.join(format!("w{id}.err")))
             .map_err(|e| e.to_string())?;
-        let mut cmd = super::plan::worker_command(&self.exe);
+        let mut cmd = super::program::worker_command(&self.exe);
         let url = self.proxies.get(idx).map_or(&self.url, |(_, url)| url);
         cmd.args(["--url", url, "--pool", &self.pool])
             .args(["--slots", &self.args.slots.to_string()])
