@@ -306,7 +306,7 @@ impl LeaseConfigBuilder {
         self
     }
     /// Called when a lease is lost, after generation has stopped
-    /// ([`LeaseEvent::Lost`]). Runs on the lease driver's task: keep it
+    /// ([`LeaseEvent::Lost`]). Runs on the lease manager's task: keep it
     /// short. A panic in it is caught; the driver goes on.
     pub fn on_lost(mut self, f: impl Fn(&LossEvent) + Send + Sync + 'static) -> Self {
         self.hooks.on_lost = Some(Arc::new(f));
@@ -314,7 +314,7 @@ impl LeaseConfigBuilder {
     }
     /// Called when a new grant is held, once the gate is open with it
     /// ([`LeaseEvent::Acquired`]); for the first lease, before
-    /// `LeaseManager::start` returns. Runs on the lease driver's task: keep
+    /// `LeaseManager::start` returns. Runs on the lease manager's task: keep
     /// it short. A panic in it is caught; the driver goes on.
     pub fn on_acquired(mut self, f: impl Fn(&Acquired) + Send + Sync + 'static) -> Self {
         self.hooks.on_acquired = Some(Arc::new(f));
@@ -323,14 +323,14 @@ impl LeaseConfigBuilder {
     /// Called when generation has to wait until a known time
     /// ([`LeaseEvent::Waiting`]): the store's restart guard holds grants
     /// back, or this host's clock is behind a new grant's floor. Runs on the
-    /// lease driver's task: keep it short. A panic in it is caught.
+    /// lease manager's task: keep it short. A panic in it is caught.
     pub fn on_waiting(mut self, f: impl Fn(&Waiting) + Send + Sync + 'static) -> Self {
         self.hooks.on_waiting = Some(Arc::new(f));
         self
     }
     /// Called with every [`LeaseEvent`] (renewals only with
     /// [`report_renewals`](Self::report_renewals)), after the callback of
-    /// its kind; may be given more than once. Runs on the lease driver's
+    /// its kind; may be given more than once. Runs on the lease manager's
     /// task, from the first attempt to acquire on (during `start` too): keep
     /// it short. A panic in it is caught; the driver goes on.
     pub fn on_event(mut self, f: impl Fn(&LeaseEvent) + Send + Sync + 'static) -> Self {

@@ -305,7 +305,7 @@ impl fmt::Display for StartError {
             Self::Config(e) => write!(f, "cannot start the lease manager: {e}"),
             Self::Panicked(msg) => write!(
                 f,
-                "the lease driver panicked before a lease was held: {msg}; this is a bug, please \
+                "the lease manager's task panicked before a lease was held: {msg}; this is a bug, please \
                  report it"
             ),
             Self::StoreRefused(reason) => write!(f, "cannot open the store: {reason}"),

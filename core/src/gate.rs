@@ -1,7 +1,7 @@
 //! The lease gate: a lock-free view of the lease that generation code checks on
 //! every call, and the one place a lease's generation state is attached.
 //!
-//! The writers (open, extend, close, retire) are the lease driver's alone:
+//! The writers (open, extend, close, retire) are the lease manager task's alone:
 //! without the driver (the `tokio` feature) or `testing` nothing calls them.
 #![cfg_attr(
     not(any(feature = "tokio", feature = "test-util", test)),
@@ -36,7 +36,7 @@ pub use crate::clock::DEFAULT_MAX_CLOCK_SKEW;
 /// **Who may do what.** Users get a gate from the lease manager
 /// (`LeaseManager::gate`) and read it: [`LeaseGate::check`],
 /// [`LeaseGate::view`], [`LeaseGate::deadline`], [`LeaseGate::ceiling`],
-/// [`LeaseGate::issued`], [`LeaseGate::refused`]. Only the lease driver opens,
+/// [`LeaseGate::issued`], [`LeaseGate::refused`]. Only the lease manager's task opens,
 /// extends, closes and retires it (those calls are crate-private: a gate
 /// opened or extended by hand would let generation run past the lease). A
 /// generator takes part through [`LeaseGate::attach`], whose
@@ -388,11 +388,11 @@ impl LeaseGate {
     }
 }
 
-/// The writers: the lease driver's calls (and, for tests, `testing`).
+/// The writers: the lease manager task's calls (and, for tests, `testing`).
 impl LeaseGate {
     /// Opens the gate for a new grant of `slot` with `fence` until `deadline`,
     /// with no floor and no ceiling: for gates driven by hand (examples,
-    /// tests). The lease driver uses [`LeaseGate::open_with`].
+    /// tests). The lease manager's task uses [`LeaseGate::open_with`].
     #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn open(&self, slot: u32, fence: Fence, deadline: MonoTime) {
         self.open_with(Opening::new(slot, fence, deadline));

@@ -90,7 +90,7 @@ pub enum Condition {
         /// Why.
         cause: LossCause,
     },
-    /// The lease manager's driver has stopped (shut down, or it panicked), or
+    /// The lease manager's task has stopped (shut down, or it panicked), or
     /// the gate was retired: nothing will acquire a lease again (not live).
     Stopped,
 }
@@ -186,7 +186,7 @@ fn describe(condition: &Condition, now: MonoTime) -> String {
     }
 }
 
-/// What the lease driver knows beyond the gate, for [`assess`].
+/// What the lease manager's task knows beyond the gate, for [`assess`].
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Track {
     /// No lease held since then (`None` while one is held).

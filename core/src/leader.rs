@@ -13,11 +13,11 @@ use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::clock::MonoTime;
 use crate::config::LeaseConfig;
-use crate::driver::{LeaseManager, LeaseState};
 use crate::error::{ConfigError, StartError};
 use crate::events::{Hook, LeaseEvent, SUBSCRIPTION_CAPACITY, Sink, SteppedBack};
 use crate::gate::LeaseGate;
 use crate::leader_config::LeaderConfig;
+use crate::manager::{LeaseManager, LeaseState};
 use crate::opening::{OpenStore, StoreWait};
 use crate::strategy::{Fence, FenceStamp, Strategy};
 

@@ -12,8 +12,6 @@ mod cache;
 mod clock;
 mod config;
 pub mod credentials;
-#[cfg(feature = "tokio")]
-mod driver;
 pub mod drivers;
 mod durability_policy;
 mod error;
@@ -28,6 +26,8 @@ mod leader;
 mod leader_config;
 mod loss;
 pub mod machine;
+#[cfg(feature = "tokio")]
+mod manager;
 mod memory;
 #[cfg(feature = "tokio")]
 pub mod opening;
@@ -53,8 +53,6 @@ pub use config::{
     CLOCK_RATE_BOUND_PPM, COARSE_CLOCK_SLACK, LeaseConfig, LeaseConfigBuilder, OnLost, Timing,
     min_safety_margin,
 };
-#[cfg(feature = "tokio")]
-pub use driver::{LeaseManager, LeaseState, LossSignal};
 pub use durability_policy::DurabilityPolicy;
 pub use error::{AcquireError, ConfigError, Durability, DurabilityRisk, Reason, StartError};
 pub use events::{LeaseEvent, WaitCause};
@@ -70,6 +68,8 @@ pub use leader::{Elector, Leader, LeaderBuilder, LeaderInfo, Leadership};
 #[cfg(feature = "tokio")]
 pub use leader_config::{LeaderConfig, LeaderConfigBuilder};
 pub use loss::{LossCause, LossEvent};
+#[cfg(feature = "tokio")]
+pub use manager::{LeaseManager, LeaseState, LossSignal};
 pub use memory::Memory;
 #[cfg(feature = "tokio")]
 pub use opening::{OpenStore, StoreWait};

@@ -1,7 +1,7 @@
 //! Driving a [`LeaseGate`] by hand, for tests only (the `test-util`
 //! feature; never enable it in a program that generates IDs).
 //!
-//! In a program only the lease driver opens, extends, closes and retires a
+//! In a program only the lease manager's task opens, extends, closes and retires a
 //! gate: a gate opened or extended by hand lets generation run past the
 //! lease. Tests of generators, of the driver's races and of tools that decode
 //! IDs need to do it anyway; they import [`GateControl`] and call the same
@@ -23,7 +23,7 @@ use crate::clock::MonoTime;
 use crate::gate::{LeaseGate, Opening};
 use crate::strategy::{Fence, Floor};
 
-/// The lease driver's calls on a gate, for tests that drive one by hand.
+/// The lease manager task's calls on a gate, for tests that drive one by hand.
 pub trait GateControl {
     /// Opens the gate for a new grant of `slot` with `fence` until
     /// `deadline`, with no floor and no ceiling.

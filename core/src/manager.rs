@@ -1,4 +1,4 @@
-//! The tokio driver: runs the [`Machine`] against a real strategy and clock.
+//! The lease manager's tokio task: runs the [`Machine`] against a real strategy and clock.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -24,7 +24,7 @@ use crate::telemetry::Telemetry;
 use crate::token::Token;
 
 #[cfg(feature = "tracing")]
-fn driver_span(pool: &PoolSpec) -> tracing::Span {
+fn manager_span(pool: &PoolSpec) -> tracing::Span {
     Telemetry::new(pool).span()
 }
 
@@ -68,12 +68,12 @@ pub enum LeaseState {
 pub struct LeaseManager {
     gate: LeaseGate,
     state: watch::Receiver<LeaseState>,
-    /// The subscribers' channel of the driver's events.
+    /// The subscribers' channel of the task's events.
     events: broadcast::Sender<LeaseEvent>,
-    /// The subscription made before the driver started, for the first
+    /// The subscription made before the task started, for the first
     /// call of `events`.
     first_events: Mutex<Option<broadcast::Receiver<LeaseEvent>>>,
-    /// What the driver knows beyond the gate, for `health`.
+    /// What the task knows beyond the gate, for `health`.
     track: Arc<Mutex<Track>>,
     /// The wall clock of ceilings and floors.
     clock: Arc<dyn Clock>,
@@ -86,7 +86,7 @@ pub struct LeaseManager {
 }
 
 impl LeaseManager {
-    /// Starts the driver and waits until the first lease is held, a final
+    /// Starts the task and waits until the first lease is held, a final
     /// error occurs, or the acquire timeout passes (DESIGN.md, rule 6).
     ///
     /// `store` is a connected strategy, or a store to connect first (the
@@ -158,10 +158,10 @@ impl LeaseManager {
             ..Track::default()
         }));
         let seed = u64::from(std::process::id()) ^ MonoTime::now().as_nanos();
-        let driver = Driver {
+        let task = Task {
             machine: Machine::new(config.timing.clone(), caps.deterministic, seed)
                 .with_store_resolution(caps.time_resolution),
-            // One logical holder per (store, pool, holder identity): a driver
+            // One logical holder per (store, pool, holder identity): a task
             // restarted with the same holder renews its predecessor's lease;
             // replicas with different holders in one process never share it.
             cache_key: (
@@ -186,14 +186,14 @@ impl LeaseManager {
         };
         #[cfg(feature = "tracing")]
         let run = tracing::Instrument::instrument(
-            driver.run(shutdown_rx, loss_rx),
-            driver_span(&config.pool),
+            task.run(shutdown_rx, loss_rx),
+            manager_span(&config.pool),
         );
         #[cfg(not(feature = "tracing"))]
-        let run = driver.run(shutdown_rx, loss_rx);
+        let run = task.run(shutdown_rx, loss_rx);
         let mut task = tokio::spawn(run);
         // Until `start` returns a manager, dropping this future (a timeout, a
-        // lost `select!`) must not leave a driver nobody can stop: the guard
+        // lost `select!`) must not leave a task nobody can stop: the guard
         // then asks it to shut down, which closes the gate and gives back
         // whatever lease it holds.
         let mut starting = Starting {
@@ -202,7 +202,7 @@ impl LeaseManager {
         };
         let started = match (&mut started_rx).await {
             Ok(answer) => Some(answer),
-            // The driver ended without answering: find out whether it panicked.
+            // The task ended without answering: find out whether it panicked.
             Err(_) => match (&mut task).await {
                 Err(e) if e.is_panic() => {
                     return Err(StartError::Panicked(panic_message(e.into_panic())));
@@ -261,7 +261,7 @@ impl LeaseManager {
     /// is the first lease's [`LeaseEvent::Acquired`], after any waiting
     /// `start` did); a later call's with the call.
     ///
-    /// The driver never waits for a subscriber: one that falls more than
+    /// The task never waits for a subscriber: one that falls more than
     /// [`SUBSCRIPTION_CAPACITY`](crate::events::SUBSCRIPTION_CAPACITY)
     /// events behind loses the oldest, and its next `recv` answers
     /// `RecvError::Lagged(n)` with how many (see the [`events`](crate::events)
@@ -296,7 +296,7 @@ impl LeaseManager {
     /// Readiness and liveness now (see [`Health`]): ready when a lease is
     /// held and this host's clock has passed its floor (generation would
     /// succeed); otherwise why not, since when or until when, and a
-    /// `Retry-After`. Live while the driver runs and can still acquire (it
+    /// `Retry-After`. Live while the task runs and can still acquire (it
     /// has not panicked, and a fixed slot was not lost for good).
     ///
     /// A plain value: any HTTP framework turns it into a response
@@ -359,8 +359,8 @@ impl LeaseManager {
 
 impl Drop for LeaseManager {
     /// Dropped without `shutdown`: generation stops for good (the gate is
-    /// retired, so a driver that is opening a grant on another thread at this
-    /// very moment cannot reopen it) and the driver is aborted. The lease is
+    /// retired, so a task that is opening a grant on another thread at this
+    /// very moment cannot reopen it) and the task is aborted. The lease is
     /// not released; it expires in the store, and a new manager for the same
     /// store and pool in this process renews it (lease cache).
     fn drop(&mut self) {
@@ -380,14 +380,14 @@ impl fmt::Debug for LeaseManager {
     }
 }
 
-/// Shuts the driver down if `start` is dropped before it returns a manager.
+/// Shuts the task down if `start` is dropped before it returns a manager.
 struct Starting {
     shutdown: Option<watch::Sender<bool>>,
     gate: LeaseGate,
 }
 
 impl Starting {
-    /// `start` returns a manager: it owns the driver from now on.
+    /// `start` returns a manager: it owns the task from now on.
     fn disarm(&mut self) -> watch::Sender<bool> {
         self.shutdown
             .take()
@@ -410,7 +410,7 @@ impl Drop for Starting {
 ///
 /// `report` closes the gate at once if `epoch` is still the gate's current
 /// epoch (atomically: a newer grant opening meanwhile stays open), then hands
-/// the loss to the driver, which runs the normal loss path: loss callback,
+/// the loss to the task, which runs the normal loss path: loss callback,
 /// then re-acquisition. A report for an older epoch (a lease already
 /// replaced) is ignored.
 ///
@@ -453,7 +453,7 @@ async fn shutdown_requested(rx: &mut watch::Receiver<bool>) {
     }
 }
 
-struct Driver<S> {
+struct Task<S> {
     machine: Machine,
     strategy: S,
     pool: PoolSpec,
@@ -470,7 +470,7 @@ struct Driver<S> {
     alive: std::sync::Weak<()>,
     /// The token of the grant the gate was last opened with.
     opened: Option<Token>,
-    /// The token of the grant this driver put into the lease cache.
+    /// The token of the grant this task put into the lease cache.
     cached: Option<Token>,
     telemetry: Telemetry,
     /// How long the last acquisition took.
@@ -484,7 +484,7 @@ struct Driver<S> {
     clock: Arc<dyn Clock>,
 }
 
-/// What the driver does after performing one action.
+/// What the task does after performing one action.
 enum Step {
     /// Nothing to tell the machine.
     Done,
@@ -493,17 +493,17 @@ enum Step {
     /// Shutdown interrupted a call: the queued actions no longer apply, so
     /// they are dropped and the machine's answer to this input replaces them.
     Interrupt(Input),
-    /// The driver ends with this outcome.
+    /// The task ends with this outcome.
     Exit(Option<Release>),
 }
 
-/// What the driver listens to while it waits or calls the store.
+/// What the task listens to while it waits or calls the store.
 struct Inbox {
     shutdown: watch::Receiver<bool>,
     losses: mpsc::UnboundedReceiver<(u64, Reason)>,
 }
 
-impl<S: Strategy> Driver<S> {
+impl<S: Strategy> Task<S> {
     /// Asks the machine for its actions and performs them one at a time;
     /// with none left, waits for the next wakeup, loss report or shutdown.
     async fn run(
@@ -779,7 +779,7 @@ impl<S: Strategy> Driver<S> {
     }
 
     /// Runs the callbacks for `event` and sends it to the subscribers. A
-    /// panicking callback must not kill the driver (the state would stay as
+    /// panicking callback must not kill the task (the state would stay as
     /// it was and nothing would re-acquire): it is caught and logged.
     fn emit(&self, event: LeaseEvent) {
         let kind = match &event {
@@ -845,8 +845,8 @@ impl<S: Strategy> Driver<S> {
         issued.max(grant.floor)
     }
 
-    /// Forgets this driver's entry in the lease cache. False when a successor
-    /// in this process took it over (this driver was dropped meanwhile).
+    /// Forgets this task's entry in the lease cache. False when a successor
+    /// in this process took it over (this task was dropped meanwhile).
     fn forget_cached(&mut self) -> bool {
         match self.cached.take() {
             Some(_) => cache::forget(&self.cache_key, &self.alive),
@@ -855,7 +855,7 @@ impl<S: Strategy> Driver<S> {
     }
 
     /// Releases `grant`, bounded by `until`. `None` when the grant is no
-    /// longer this driver's to release: a successor manager in this process
+    /// longer this task's to release: a successor manager in this process
     /// took it over from the lease cache and is renewing it.
     async fn give_back(&mut self, grant: &Grant, until: MonoTime) -> Option<(Release, Floor)> {
         if self.cached == Some(grant.token) && !self.forget_cached() {
