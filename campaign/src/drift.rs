@@ -5,7 +5,7 @@
 //! The rate is libfaketime's, preloaded into the worker process: it moves
 //! `CLOCK_REALTIME`, `CLOCK_MONOTONIC`, `CLOCK_MONOTONIC_COARSE` and
 //! `CLOCK_BOOTTIME` alike (and scales sleeps), which is what a host whose
-//! oscillator runs off does to every reader: the lease driver's send times,
+//! oscillator runs off does to every reader: the lease manager's send times,
 //! the gate's deadline checks, the generators' timestamps. The store and the
 //! runner read the real clocks.
 //!

@@ -10,12 +10,12 @@
 //! [`LeaseEvent::Lost`], generation has stopped. [`LeaseEvent::Acquired`]
 //! is sent once the gate is open with the new grant.
 //!
-//! **Delivery.** Callbacks run on the driver's task, one after the other,
+//! **Delivery.** Callbacks run on the lease manager's task, one after the other,
 //! before the event is sent to subscribers; keep them short (a callback
-//! that blocks delays the driver's next renewal). A callback that panics is
-//! caught and logged (feature `tracing`); the driver goes on. Subscribers
+//! that blocks delays the lease manager's next renewal). A callback that panics is
+//! caught and logged (feature `tracing`); the lease manager goes on. Subscribers
 //! get the events through a bounded channel
-//! ([`SUBSCRIPTION_CAPACITY`] events) that never makes the driver wait: a
+//! ([`SUBSCRIPTION_CAPACITY`] events) that never makes the lease manager wait: a
 //! subscriber that falls further behind loses the **oldest** events it has
 //! not read, and its next `recv` answers
 //! `tokio::sync::broadcast::error::RecvError::Lagged(n)` with how many it

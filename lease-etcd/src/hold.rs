@@ -170,7 +170,7 @@ impl EtcdStrategy {
         };
         // The key is gone, not ours, or a revoke's tombstone on our lease.
         // Revoking our lease drops that tombstone before its expiry, which
-        // is safe: the driver releases only after it closed the gate (rule
+        // is safe: the lease manager releases only after it closed the gate (rule
         // 4), so nothing is generated under this grant any more, and every
         // timestamp it could issue is at most a ceiling the floor key already
         // holds (acquire and renewals raised it; a revoke leaves it alone),

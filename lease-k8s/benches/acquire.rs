@@ -57,7 +57,7 @@ async fn run(fake: &FakeApiServer, size: u32) -> Result<Row, String> {
             let start = Instant::now();
             let mut result = client.acquire(&pool, Floor::NONE).await;
             // A full pool's last acquirers may meet only taken slots in one
-            // call (Contention): they try again, as the driver would.
+            // call (Contention): they try again, as the lease manager would.
             for _ in 0..20 {
                 match &result {
                     Err(e) if e.is_retryable() => result = client.acquire(&pool, Floor::NONE).await,

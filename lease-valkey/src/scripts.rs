@@ -57,7 +57,7 @@ end
 }
 
 /// Lua helper for the server's clock: `now()` answers its `TIME` (seconds,
-/// microseconds), returned with grants and renewals for the driver's
+/// microseconds), returned with grants and renewals for the lease manager's
 /// store-clock check (DESIGN.md, rule 11), and the seed of a claim's fence.
 /// A claim writes after it, which needs scripts replicated by their effects:
 /// the default from Redis 5 on, the only way from Redis 7 and Valkey.

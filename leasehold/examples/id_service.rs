@@ -111,7 +111,7 @@ pub async fn start(url: &str) -> Result<Arc<Service>, Box<dyn std::error::Error>
     let lease = LeaseManager::start(store, config).await?;
     // ANCHOR: events
     // What happens to the lease, for the log. The first subscription begins
-    // with `start`; the driver never waits for it (a subscriber that falls
+    // with `start`; the lease manager never waits for it (a subscriber that falls
     // behind loses the oldest events and is told how many).
     let mut events = lease.events();
     tokio::spawn(async move {

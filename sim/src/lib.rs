@@ -16,7 +16,7 @@
 //!   (through `testing::GateControl`), and the checker asks the real
 //!   `LeaseGate::check` whether the process may generate;
 //! - each process's Unix offset, [`UnixOffset`] (`core/src/clock.rs`, rule
-//!   10): every measurement of `wall − mono` (the driver's at each report,
+//!   10): every measurement of `wall − mono` (the lease manager's at each report,
 //!   the generator's as a window opens) goes through its `observe`, and
 //!   ceilings and stamps use the offset it adopts; while it holds a step
 //!   pending, generation refuses;
@@ -26,7 +26,7 @@
 //!
 //! **Modelled (`sim/src/lib.rs`), and why:**
 //!
-//! - *The driver* (`core/src/driver.rs`) is async code on tokio; its logic is
+//! - *The lease manager's task* (`core/src/manager.rs`) is async code on tokio; its logic is
 //!   small and replicated here action for action: one action at a time, a
 //!   call raced against the bound its action carries (an answer after the
 //!   bound is never seen), `sent_at` read just before the request leaves,
@@ -34,9 +34,9 @@
 //!   as `Renewed`/`RenewLost`/`RenewRetry`, a timeout as `AcquireFailed
 //!   (Unreachable)`/`RenewRetry`, a release awaited up to its bound. Running
 //!   the tokio driver itself under a simulated runtime would need a time
-//!   seam in the driver and its timers and a simulated network under the
+//!   seam in the lease manager and its timers and a simulated network under the
 //!   strategy; the machine-level model runs no tokio and no real clock, which
-//!   is what makes a seed cost well under a millisecond. What the driver adds
+//!   is what makes a seed cost well under a millisecond. What the lease manager adds
 //!   beyond the model decides nothing the checker judges (events, telemetry,
 //!   health), can only close a gate sooner (loss signals from store
 //!   watches), or is not modelled (the lease cache's hand-over between two
@@ -61,7 +61,7 @@
 //!   measures about once a second); pauses up to three TTLs (GC, SIGSTOP, suspend: nothing of the
 //!   process runs, and what arrived meanwhile is handled after it); kills
 //!   and graceful shutdowns, each followed by a restart as a new process;
-//!   a scheduling latency for the driver's timers (0–2 ms, now and then up
+//!   a scheduling latency for the lease manager's timers (0–2 ms, now and then up
 //!   to 100 ms) during which generation, which checks the gate itself, may
 //!   run first.
 //! - *The generator*: the nonce generator (`leasehold-nonce`) is not run;
@@ -866,7 +866,7 @@ impl<'a> World<'a> {
 
     fn dispatch(&mut self, ev: Ev) {
         // A paused process runs nothing: what comes for it waits until it
-        // resumes, and then the driver's task is scheduled after a latency.
+        // resumes, and then the lease manager's task is scheduled after a latency.
         let target = match ev {
             Ev::Start(p)
             | Ev::Wake(p, _)
@@ -1131,7 +1131,7 @@ impl<'a> World<'a> {
         }
     }
 
-    /// An answer (or, with `None`, the call's bound) reached the driver.
+    /// An answer (or, with `None`, the call's bound) reached the lease manager.
     fn on_reply(&mut self, p: usize, id: u64, ans: Option<Ans>) {
         let Some(call) = self.procs[p].call.filter(|c| c.id == id) else {
             return; // The driver stopped waiting for it: never seen.
@@ -1227,7 +1227,7 @@ impl<'a> World<'a> {
         self.push(at, Ev::Timeout(p, id));
     }
 
-    /// The ceiling the driver reports: the Unix ms of the deadline the
+    /// The ceiling the lease manager reports: the Unix ms of the deadline the
     /// request gives, with the offset measured afresh (`unix_offset(true)`).
     fn ceiling(&self, p: usize, sent_at: MonoTime) -> Floor {
         let deadline = self.timing.deadline(sent_at, self.sc.ttl).as_nanos();
@@ -1277,7 +1277,7 @@ impl<'a> World<'a> {
                 self.call(p, CallKind::Renew { sent_at, ceiling }, req, until);
             }
             Action::Release { grant, until } => {
-                // What the driver reports: the highest timestamp the gate's
+                // What the lease manager reports: the highest timestamp the gate's
                 // generator issued (now, if none), at least the grant's floor.
                 let issued = match self.procs[p].issued_ms {
                     0 => self.unix_ms(p, self.now),

@@ -249,7 +249,7 @@ pub(super) fn applied_ttl<D: Dialect>(ttl: Duration) -> Duration {
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
-/// A server time in µs since the Unix epoch, as the driver compares it.
+/// A server time in µs since the Unix epoch, as the lease manager compares it.
 pub(super) fn store_time(micros: i64) -> Duration {
     Duration::from_micros(u64::try_from(micros).unwrap_or(0))
 }

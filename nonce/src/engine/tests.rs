@@ -1,4 +1,4 @@
-//! Races of the generation path against the driver closing and reopening
+//! Races of the generation path against the lease manager closing and reopening
 //! the gate, each forced with a pause point inside the engine.
 
 use std::cell::RefCell;
@@ -93,7 +93,7 @@ impl Park {
     }
 }
 
-/// A value whose caller passed the gate check just before the driver
+/// A value whose caller passed the gate check just before the lease manager
 /// closed the gate and read what was issued must not be handed out with
 /// a later timestamp than that report: the re-check after the state
 /// update refuses it.
@@ -116,7 +116,7 @@ fn a_value_racing_the_close_is_counted_or_refused() {
 }
 
 /// Runs `next` (a call returning the Unix ms of the value it handed out)
-/// on a thread that parks at [`HOOK`]; while it is parked the driver's
+/// on a thread that parks at [`HOOK`]; while it is parked the lease manager's
 /// part runs: close the gate, read what was issued. The straggler must
 /// then be refused, or hand out a value counted in that report.
 fn close_while_parked(
@@ -141,7 +141,7 @@ fn close_while_parked(
 }
 
 /// The block path: a thread that passed the gate check and is about to
-/// reserve a block when the driver closes the gate and reads what was
+/// reserve a block when the lease manager closes the gate and reads what was
 /// issued either is refused or hands out a value counted in that report.
 #[test]
 fn a_block_reserved_racing_the_close_is_counted_or_refused() {
@@ -412,7 +412,7 @@ fn fill_refused_across_the_chunk_boundary() {
 /// also see the old `start` with the new word (both stores land between
 /// its two loads), which for a counter is `old start + 0`: below values
 /// the previous grant handed out. `LeaseGate::issued()` then reports
-/// less than this gate issued (the driver's release and the orphan
+/// less than this gate issued (the lease manager's release and the orphan
 /// adoption read it). Masked today by the grant's floor (see the
 /// report), but the documented invariant does not hold.
 #[test]
@@ -430,7 +430,7 @@ fn issued_can_tear_below_what_was_handed_out() {
     let handed_out = Floor(max_ms + crate::DEFAULT_EPOCH_UNIX_MS);
     assert!(gate.issued().unwrap() >= handed_out);
     // A new grant; a generator thread restarts the state for it while
-    // the driver (this thread) reads what was issued.
+    // the lease manager (this thread) reads what was issued.
     gate.open(1, Fence(2), t.mono() + Duration::from_secs(3600));
     let g2 = g.clone();
     HOOK_IN_HIGH_WATER.with(|h| {
