@@ -16,7 +16,7 @@ pub(crate) enum Failure {
     Schema(String),
     /// The server refused for want of a privilege (PostgreSQL SQLSTATE
     /// 42501, MySQL/MariaDB 1142, 1143, 1044, 1227, 1370): final, and the
-    /// caller names the GRANT that is missing (`backend/grants.rs`).
+    /// caller names the GRANT that is missing (`leases/grants.rs`).
     #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     Denied(String),
     /// Anything else no retry fixes: bad URL, syntax.

@@ -12,7 +12,6 @@ compile_error!(
     "leasehold-sql needs at least one engine: enable the feature `postgres`, `mysql` or `sqlite`"
 );
 
-mod backend;
 mod config;
 mod conns;
 mod dialect;
@@ -24,6 +23,7 @@ mod fence;
 #[cfg(feature = "harness")]
 mod harness;
 mod ident;
+mod leases;
 #[cfg(feature = "postgres")]
 mod notice;
 mod operate;

@@ -10,12 +10,12 @@ use leasehold_core::{
     Renewal, SlotInfo, Strategy,
 };
 
-use crate::backend::{Backend, Ops};
 use crate::config::{DEFAULT_OP_TIMEOUT, SqlConfig};
 use crate::dialect::SqlDatabase;
 use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::ident::TableName;
+use crate::leases::{Leases, Ops};
 
 /// Leases in a PostgreSQL, MySQL/MariaDB or SQLite table (see the crate docs).
 ///
@@ -64,11 +64,11 @@ impl SqlStrategy {
         }
         let ops: Arc<dyn Ops> = match Engine::from_url(&config.url) {
             #[cfg(feature = "postgres")]
-            Engine::Postgres => Arc::new(Backend::<sqlx::Postgres>::connect(&config, table).await?),
+            Engine::Postgres => Arc::new(Leases::<sqlx::Postgres>::connect(&config, table).await?),
             #[cfg(feature = "mysql")]
-            Engine::MySql => Arc::new(Backend::<sqlx::MySql>::connect(&config, table).await?),
+            Engine::MySql => Arc::new(Leases::<sqlx::MySql>::connect(&config, table).await?),
             #[cfg(feature = "sqlite")]
-            Engine::Sqlite => Arc::new(Backend::<sqlx::Sqlite>::connect(&config, table).await?),
+            Engine::Sqlite => Arc::new(Leases::<sqlx::Sqlite>::connect(&config, table).await?),
             #[allow(unreachable_patterns)]
             missing => {
                 return Err(SqlError::Config(ConfigError::new(

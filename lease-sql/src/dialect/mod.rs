@@ -6,7 +6,7 @@
 //! how a connection is opened, how the engine's error codes are classified,
 //! and the few statement texts that are not the same everywhere. Every
 //! operation is written once, generically, in `backend.rs` and the files of
-//! `backend/`; a new engine is a new file here.
+//! `leases/`; a new engine is a new file here.
 
 #[cfg(feature = "mysql")]
 mod mysql;

@@ -6,13 +6,13 @@ use std::time::Duration;
 use leasehold_core::{AcquireError, Fence, Floor, Grant, PoolSpec, Token};
 use sqlx::{ColumnIndex, Row};
 
-use super::Backend;
+use super::Leases;
 use crate::dialect::{Dialect, with_sqlx_bounds};
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::statements::POOL_ROW;
 
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     pub(super) async fn acquire(
         &self,
         pool: &PoolSpec,

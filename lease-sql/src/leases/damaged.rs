@@ -8,11 +8,11 @@
 use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Reason};
 use sqlx::Row;
 
-use super::Backend;
+use super::Leases;
 use crate::dialect::with_sqlx_bounds;
 use crate::failure::Failure;
 
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     /// The final error naming the lowest free slot of `pool` whose floor or
     /// fence no claim can trust, if there is one: a claim picks the lowest
     /// free slot and claims it only when both can be, so that slot holds

@@ -6,13 +6,13 @@ use std::time::Duration;
 use leasehold_core::{Fence, Floor, InspectError, PoolSpec, Reason, SlotInfo, Token};
 use sqlx::{ColumnIndex, Row};
 
-use super::Backend;
+use super::Leases;
 use crate::dialect::{Dialect, with_sqlx_bounds};
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::statements::TOMBSTONE;
 
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     pub(super) async fn revoke(&self, pool: &PoolSpec, slot: u32) -> Result<bool, SqlError> {
         let q = sqlx::query(&self.sql.revoke)
             .bind(pool.name().as_str())

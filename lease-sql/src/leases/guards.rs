@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use leasehold_core::{Guard, GuardKind, GuardState, PoolSpec, Reason};
 use sqlx::Row;
 
-use super::Backend;
+use super::Leases;
 use crate::dialect::with_sqlx_bounds;
 use crate::engine::Engine;
 use crate::error::SqlError;
@@ -47,7 +47,7 @@ fn since(now: i64, age: i64, span_ms: i64) -> GuardState {
     }
 }
 
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     /// The restart and promotion guards (with `pool`'s longest recorded
     /// span, when a pool is given) and `pool`'s wipe guard.
     pub(super) async fn guards(&self, pool: Option<&PoolSpec>) -> Result<Vec<Guard>, SqlError> {

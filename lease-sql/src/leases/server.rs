@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use leasehold_core::{Durability, Reason, Replication};
 use sqlx::Row;
 
-use super::Backend;
+use super::Leases;
 use crate::config::SqlConfig;
 use crate::dialect::with_sqlx_bounds;
 use crate::error::SqlError;
@@ -168,7 +168,7 @@ enum Unread {
     Decode(String),
 }
 
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     /// Reads the durability and replication settings and checks that the
     /// restart guard can read the server's start, in one round trip;
     /// refuses a replica, a server that can forget acknowledged writes when

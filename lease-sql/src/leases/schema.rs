@@ -4,7 +4,7 @@
 use leasehold_core::{PoolSpec, Reason};
 use sqlx::Row;
 
-use super::Backend;
+use super::Leases;
 use crate::dialect::with_sqlx_bounds;
 use crate::error::{CHECK_ACCESS, SqlError};
 use crate::failure::Failure;
@@ -15,7 +15,7 @@ use crate::statements::{
 
 /// Rows inserted per statement when a pool is populated.
 const POPULATE_CHUNK: u32 = 1000;
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     pub(super) async fn ensure_table(&self) -> Result<(), SqlError> {
         self.create_table().await.map(drop)
     }

@@ -7,13 +7,13 @@ use std::task::Poll;
 use leasehold_core::{Floor, Grant, PoolSpec, Reason, Release, Renewal};
 use sqlx::Row;
 
-use super::Backend;
+use super::Leases;
 use super::claim::{applied_ttl, store_time};
 use crate::dialect::with_sqlx_bounds;
 use crate::failure::Failure;
 use crate::statements::floor_value;
 
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     /// One renewal: the server's time when it renewed (µs since the Unix
     /// epoch), or `None` when the token no longer owns a live lease.
     async fn renew_once(

@@ -1,4 +1,4 @@
-//! The SQL backend, generic over the [`Dialect`]: every lease operation is
+//! The SQL lease operations, generic over the [`Dialect`]: every one is
 //! written once, in the files of this module: `server` (what connect checks
 //! of the server), `schema` (the lease and fence tables, their migrations and
 //! a pool's rows), `claim` (acquisition), `renew` (renewal and release) and
@@ -56,7 +56,7 @@ pub(crate) struct Info {
     pub(crate) tls: Option<crate::tls::Asked>,
 }
 
-/// The object-safe face of a [`Backend`]: the one point where the engine is
+/// The object-safe face of a [`Leases`]: the one point where the engine is
 /// erased.
 pub(crate) trait Ops: Send + Sync {
     fn info(&self) -> &Info;
@@ -86,7 +86,7 @@ pub(crate) trait Ops: Send + Sync {
     fn ensure_table(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     fn check_schema(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     /// The table, `pool`'s record and rows; `declared_new`: the caller says
-    /// the pool has no holder (see `Backend::prepare_pool`).
+    /// the pool has no holder (see `Leases::prepare_pool`).
     fn ensure_pool<'a>(
         &'a self,
         pool: &'a PoolSpec,
@@ -109,7 +109,7 @@ pub(crate) trait Ops: Send + Sync {
 
 /// The lease connections (own, see `conns.rs`), how to open more, and a lazy
 /// sqlx pool handed to callers for their own writes.
-pub(crate) struct Backend<D: Dialect> {
+pub(crate) struct Leases<D: Dialect> {
     conns: Conns<D::Connection>,
     opts: D::Opts,
     pool: sqlx::Pool<D>,
@@ -120,7 +120,7 @@ pub(crate) struct Backend<D: Dialect> {
     credentials: Option<CredentialSource>,
 }
 
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     /// Opens the database `config` names, keeping the first connection for
     /// the first operation.
     pub(crate) async fn connect(config: &SqlConfig, table: TableName) -> Result<Self, SqlError> {
@@ -300,7 +300,7 @@ with_sqlx_bounds!([impl<D> Backend<D>] {
     }
 });
 
-with_sqlx_bounds!([impl<D> Ops for Backend<D>] {
+with_sqlx_bounds!([impl<D> Ops for Leases<D>] {
     fn info(&self) -> &Info {
         &self.info
     }

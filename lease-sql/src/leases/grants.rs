@@ -11,7 +11,7 @@
 use leasehold_core::Reason;
 use sqlx::Row;
 
-use super::Backend;
+use super::Leases;
 use crate::dialect::with_sqlx_bounds;
 use crate::engine::Engine;
 use crate::error::{CHECK_ACCESS, SqlError};
@@ -55,7 +55,7 @@ const PG_FUNCTIONS: [(&str, &str, &str); 4] = [
     ),
 ];
 
-with_sqlx_bounds!([impl<D> Backend<D>] {
+with_sqlx_bounds!([impl<D> Leases<D>] {
     /// The lease user as a GRANT names it, and the lease table as a GRANT
     /// names it (qualified by its schema or database).
     async fn grantee(&self) -> Result<(String, String), Failure> {
