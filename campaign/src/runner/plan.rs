@@ -63,7 +63,7 @@ pub fn plan(args: Args) -> Result<Option<Plan>, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let exe = worker_exe()?;
     let store = provide(&args.backend, &dir, args.store, args.topology)?;
-    if args.keep_server_synchronous_commit && !store.backends {
+    if args.keep_server_synchronous_commit && !store.pg_processes {
         return Err(format!(
             "--unsafe-keep-server-synchronous-commit is a control for a PostgreSQL server this \
              run starts; {} is not one",

@@ -28,7 +28,7 @@ pub(crate) struct Store {
     /// A PostgreSQL server this process started: one of its backends can be
     /// SIGKILLed (MariaDB and Valkey/Redis are one process, where a crash
     /// is a restart).
-    pub(crate) backends: bool,
+    pub(crate) pg_processes: bool,
 }
 
 /// What serves a run's store.
@@ -265,7 +265,7 @@ pub(crate) fn provide(
                 cluster.endpoints().join(", ")
             ),
             serving: Serving::Cluster(cluster),
-            backends: false,
+            pg_processes: false,
         });
     }
     if topology == Topology::Sentinel {
@@ -275,7 +275,7 @@ pub(crate) fn provide(
             url: t.sentinel_url(),
             describe: format!("{kind} primary with a replica, through three Sentinels"),
             serving: Serving::Sentinel(t),
-            backends: false,
+            pg_processes: false,
         });
     }
     if topology == Topology::ReplicatedAsync && chosen.family() == Some(Family::MariaDb) {
@@ -288,7 +288,7 @@ pub(crate) fn provide(
                 pair,
                 _address_rt: rt,
             },
-            backends: false,
+            pg_processes: false,
         });
     }
     if topology == Topology::Cluster {
@@ -298,7 +298,7 @@ pub(crate) fn provide(
             url: t.cluster_url(),
             describe: format!("{kind} Cluster of three primaries with a replica each"),
             serving: Serving::ValkeyCluster(t),
-            backends: false,
+            pg_processes: false,
         });
     }
     if let Some(replication) = match topology {
@@ -320,7 +320,7 @@ pub(crate) fn provide(
                 pair,
                 _address_rt: rt,
             },
-            backends: false,
+            pg_processes: false,
         });
     }
     let kind = match chosen {
@@ -332,7 +332,7 @@ pub(crate) fn provide(
                 url,
                 describe: format!("{backend} (a file, no server)"),
                 serving: Serving::File,
-                backends: false,
+                pg_processes: false,
             });
         }
         Choice::EtcdCluster => {
@@ -345,7 +345,7 @@ pub(crate) fn provide(
                     cluster.endpoints().join(", ")
                 ),
                 serving: Serving::Cluster(cluster),
-                backends: false,
+                pg_processes: false,
             });
         }
         Choice::FakeApi => {
@@ -354,7 +354,7 @@ pub(crate) fn provide(
                 url: format!("k8s://{}", fake.addr()),
                 describe: fake.describe(),
                 serving: Serving::Fake(fake),
-                backends: false,
+                pg_processes: false,
             });
         }
         Choice::Server(kind) => kind,
@@ -362,12 +362,12 @@ pub(crate) fn provide(
     let server = servers::provide_with(kind, settings).map_err(|e| e.to_string())?;
     // Only a server started here: the PIDs in `pg_stat_activity` of one
     // elsewhere (a container, another host) are not ours to signal.
-    let backends = kind.family() == Family::Postgres && server.can_restart();
+    let pg_processes = kind.family() == Family::Postgres && server.can_restart();
     Ok(Store {
         url: server.store_url(),
         describe: server.describe(),
         serving: Serving::Server(server),
-        backends,
+        pg_processes,
     })
 }
 

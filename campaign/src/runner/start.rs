@@ -180,7 +180,7 @@ fn fault_plan(
             restart: store.can_restart(),
             member: matches!(store.serving, Serving::Cluster(_)),
             restart_heavy: args.restart_heavy,
-            backend_crash: store.backends,
+            backend_crash: store.pg_processes,
             crash_heavy: args.crash_heavy,
             failover: store.can_fail_over(),
             wipe: store.can_wipe(),
@@ -204,7 +204,7 @@ fn refuse_heavy(args: &Args, store: &Store) -> Result<(), String> {
             store.describe
         ));
     }
-    if args.crash_heavy && !store.backends {
+    if args.crash_heavy && !store.pg_processes {
         return Err(format!(
             "--crash-heavy: only a PostgreSQL server this run starts has a backend to crash \
              without a restart ({} has none: MariaDB and Valkey/Redis are one process, where \
