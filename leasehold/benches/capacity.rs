@@ -33,7 +33,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use leasehold::{Floor, Grant, PoolSpec, Release, Renewal, StoreConfig, Strategy};
+use leasehold::{
+    DurabilityPolicy, Floor, Grant, PoolSpec, Release, Renewal, StoreConfig, Strategy,
+};
 use leasehold_conformance::servers::{Server, ServerKind, Settings, provide_with, short_version};
 use leasehold_conformance::suite::fresh_pool_name;
 
@@ -524,8 +526,11 @@ async fn store_rows(
             .map_err(|e| e.to_string())?
             .op_timeout(Duration::from_secs(30))
             // A server started for the bench, never restarted.
-            .map(|c: leasehold::sql::SqlConfig| c.max_connections(sql_conns).restart_guard(false))
-            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| {
+                c.max_connections(sql_conns)
+                    .durability(DurabilityPolicy::Throwaway)
+            })
+            .map(|c: leasehold::valkey::ValkeyConfig| c.durability(DurabilityPolicy::Throwaway))
             .connect()
             .await
             .map_err(|e| e.to_string())?;

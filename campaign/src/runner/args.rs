@@ -266,7 +266,7 @@ impl Args {
     }
 
     /// Whether the backend's wipe guard can be turned off
-    /// (`restart_guard(false)`): SQL and Valkey/Redis; on etcd and
+    /// (`DurabilityPolicy::Throwaway`): SQL and Valkey/Redis; on etcd and
     /// Kubernetes it is always on.
     fn guard_optional(&self) -> bool {
         !matches!(
@@ -336,7 +336,7 @@ impl Args {
             return Err(
                 "--wipe-heavy goes without --mixed-fleet: a wipe takes the spans the holders \
                  recorded and the guard waits the claimer's own, so a pool of several timings \
-                 is not covered (DESIGN.md, `assume_one_timing_per_pool`)"
+                 is not covered (DESIGN.md, `durability=one-timing-per-pool`)"
                     .into(),
             );
         }
