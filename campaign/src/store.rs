@@ -153,8 +153,8 @@ pub async fn declare_new(
 /// holders run, the way an operator would (the `wipe` fault), through the
 /// store's harness: the records of the wipe guard go with them, so claims
 /// wait out a restart span and the holders' renewals answer `Lost` (with
-/// `restart_guard(false)`, SQL and Valkey/Redis grant the slots again at
-/// once: the control).
+/// `DurabilityPolicy::Throwaway`, SQL and Valkey/Redis grant the slots again
+/// at once: the control).
 pub async fn wipe(url: &str, pools: &[String]) -> Result<(), String> {
     let harness = parse(url)?
         .harness()

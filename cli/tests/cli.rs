@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::{
-    DynStrategy, Floor, Grant, InspectError, OperateError, PoolName, PoolSpec, Renewal, StoreConfig,
+    DurabilityPolicy, DynStrategy, Floor, Grant, InspectError, OperateError, PoolName, PoolSpec,
+    Renewal, StoreConfig,
 };
 use leasehold_conformance::servers::{self, ServerKind};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -250,7 +251,7 @@ fn spec(pool: &str, size: u32, holder: &str) -> PoolSpec {
 }
 
 /// On etcd and Kubernetes (whose wipe guard no option turns off, as
-/// `restart_guard(false)` does for these tests' SQL and Valkey stores), a
+/// `DurabilityPolicy::Throwaway` does for these tests' SQL and Valkey stores), a
 /// pool with none of its records may be one whose records were wiped, so
 /// its first claim waits a span unless the pool is declared new: these
 /// tests' pools are fresh, and said so (`Operate::prepare_new_pool`).
@@ -466,8 +467,8 @@ fn status_size_from_the_store(env: &Env) -> TestResult {
     rt().block_on(async {
         let store = StoreConfig::from_url(&env.url)
             .map_err(|e| e.to_string())?
-            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
-            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.durability(DurabilityPolicy::Throwaway))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.durability(DurabilityPolicy::Throwaway))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
@@ -833,8 +834,8 @@ fn store_env(
     let store = rt().block_on(async {
         let store = StoreConfig::from_url(&url)
             .map_err(|e| e.to_string())?
-            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
-            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.durability(DurabilityPolicy::Throwaway))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.durability(DurabilityPolicy::Throwaway))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
@@ -995,9 +996,11 @@ fn tls_lease_user_env() -> Result<Env, String> {
         vec![Box::new(server)],
     )?;
     rt().block_on(async {
-        let s = SqlStrategy::connect(SqlConfig::new(admin.as_str()).restart_guard(false))
-            .await
-            .map_err(|e| e.to_string())?;
+        let s = SqlStrategy::connect(
+            SqlConfig::new(admin.as_str()).durability(DurabilityPolicy::Throwaway),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         // Known by its certificate: the password is never asked for.
         let statements = lease_user_sql(
             s.engine(),
@@ -1026,7 +1029,7 @@ fn as_admin(env: &Env, sql: &str) -> TestResult {
     use leasehold::sql::{SqlConfig, SqlStrategy, sqlx};
     let admin = env.admin_url.as_deref().ok_or("no admin")?;
     rt().block_on(async {
-        let s = SqlStrategy::connect(SqlConfig::new(admin).restart_guard(false))
+        let s = SqlStrategy::connect(SqlConfig::new(admin).durability(DurabilityPolicy::Throwaway))
             .await
             .map_err(|e| e.to_string())?;
         let r = sqlx::raw_sql(sql)
@@ -1432,7 +1435,7 @@ fn valkey_lease_user(admin_url: &str, user: &str, prefix: &str, without: &[&str]
         let admin = ValkeyStrategy::connect(
             ValkeyConfig::from_url(admin_url)
                 .map_err(|e| e.to_string())?
-                .restart_guard(false),
+                .durability(DurabilityPolicy::Throwaway),
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -1619,8 +1622,8 @@ fn wipe_pool(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
     rt().block_on(async {
         let store = StoreConfig::from_url(url)
             .map_err(|e| e.to_string())?
-            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
-            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.durability(DurabilityPolicy::Throwaway))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.durability(DurabilityPolicy::Throwaway))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
@@ -1713,8 +1716,8 @@ fn damage_record(env: &Env, url: &str, table: &str, pool: &str) -> TestResult {
     rt().block_on(async {
         let store = StoreConfig::from_url(url)
             .map_err(|e| e.to_string())?
-            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
-            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
+            .map(|c: leasehold::sql::SqlConfig| c.durability(DurabilityPolicy::Throwaway))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.durability(DurabilityPolicy::Throwaway))
             .connect()
             .await
             .map_err(|e| e.to_string())?;
@@ -1873,7 +1876,7 @@ fn doctor_wipe_guard(env: &Env) -> TestResult {
 }
 
 /// Doctor with the URL an application that opts in uses
-/// (`assume_one_timing_per_pool=true`: the restart guard on, on these
+/// (`durability=one-timing-per-pool`: the restart guard on, on these
 /// speed-tuned servers), after a claim: the restart guard's line names the
 /// server's start and the span recorded has passed; the promotion guard's
 /// names the identity the claim recorded (PostgreSQL's first timeline,

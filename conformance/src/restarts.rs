@@ -491,8 +491,8 @@ pub async fn a_store_that_forgets_is_refused_by_default<S: Stores>(
             Ok(())
         }
         Err(e) => Err(format!(
-            "refused, but without naming the opt-ins assume_one_timing_per_pool and \
-             restart_guard(false): {e}"
+            "refused, but without naming the opt-ins durability=one-timing-per-pool and \
+             durability=throwaway: {e}"
         )),
     }
 }
@@ -503,7 +503,7 @@ pub async fn a_store_that_forgets_is_refused_by_default<S: Stores>(
 /// keeps every rival from the slot while the holder may still generate, and
 /// grants it again once that cannot matter, with a fence above the
 /// holder's, though the store forgot it. Without the guard
-/// (`restart_guard(false)`) a rival is granted the live lease at once.
+/// (`DurabilityPolicy::Throwaway`) a rival is granted the live lease at once.
 pub async fn a_store_that_forgets_grants_no_second_holder_after_a_restart<S: Stores>(
     b: Arc<Restartable<S>>,
 ) -> Outcome {

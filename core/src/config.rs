@@ -231,10 +231,10 @@ impl LeaseConfigBuilder {
     ///
     /// Each claim also records the pool's **restart span**, TTL + 2 ×
     /// [`max_clock_skew`](Self::max_clock_skew), in the store. On a store
-    /// that can forget, the backend's restart guard (`restart_guard` in each
-    /// backend's config, on by default) grants nothing after a restart until
-    /// the longest span recorded for the pool has passed: a longer TTL here
-    /// is a longer pause after such a restart.
+    /// that can forget, the backend's restart guard (on unless the
+    /// [`DurabilityPolicy`](crate::DurabilityPolicy) is `Throwaway`) grants
+    /// nothing after a restart until the longest span recorded for the pool
+    /// has passed: a longer TTL here is a longer pause after such a restart.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self

@@ -13,7 +13,8 @@ use std::str::FromStr;
 ///
 /// It replaces three switches whose combinations meant different things per
 /// store: `require_durable`, `assume_one_timing_per_pool` and `restart_guard`
-/// (kept for now; the crates' CHANGELOGs map each to its case).
+/// (deprecated, still read as before until a later release; the crates'
+/// CHANGELOGs map each to its case).
 ///
 /// ```
 /// use leasehold_core::DurabilityPolicy;

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_conformance::servers::{ServerKind, Settings, provide_with, short_version};
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
-use leasehold_core::{PoolName, PoolSpec, Strategy, Token};
+use leasehold_core::{DurabilityPolicy, PoolName, PoolSpec, Strategy, Token};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -337,7 +337,11 @@ async fn run_once(
                     SqlConfig::new(url)
                         .max_connections(1)
                         .op_timeout(Duration::from_secs(60))
-                        .restart_guard(guard || guarded()),
+                        .durability(if guard || guarded() {
+                            DurabilityPolicy::Durable
+                        } else {
+                            DurabilityPolicy::Throwaway
+                        }),
                 )
                 .await
                 .map(Node::Ours)
@@ -439,7 +443,12 @@ fn main() -> std::process::ExitCode {
                 .map_err(|e| e.to_string())?;
             let url = server.url_via(proxy.addr);
             // The bench's servers are never restarted while it runs.
-            let setup = SqlStrategy::connect(SqlConfig::new(&server.url).restart_guard(guarded()))
+            let setup =
+                SqlStrategy::connect(SqlConfig::new(&server.url).durability(if guarded() {
+                    DurabilityPolicy::Durable
+                } else {
+                    DurabilityPolicy::Throwaway
+                }))
                 .await
                 .map_err(|e| e.to_string())?;
             for algorithm in [Algorithm::Ours, Algorithm::Baseline] {

@@ -175,13 +175,20 @@ impl SqlConfig {
 
     /// What this process accepts of a server that can forget writes it
     /// acknowledged ([`DurabilityPolicy`](leasehold_core::DurabilityPolicy),
-    /// default `Durable`; the URL option `durability=…` says the same): one
-    /// word for what [`SqlConfig::require_durable`],
+    /// default `Durable`; the URL option `durability=…` says the same):
+    /// `Durable` refuses such a server at connect with
+    /// [`SqlError::Forgetful`](crate::SqlError::Forgetful);
+    /// `OneTimingPerPool` accepts it with the restart guard on, on the
+    /// promise that every process of each pool uses the same TTL and
+    /// `max_clock_skew`; `Throwaway` accepts it with the restart, promotion
+    /// and wipe guards off (see [`SqlConfig::restart_guard`] and
+    /// [`SqlConfig::assume_one_timing_per_pool`] for what each guard waits
+    /// and what each case risks).
+    ///
+    /// It is one word for what the deprecated [`SqlConfig::require_durable`],
     /// [`SqlConfig::assume_one_timing_per_pool`] and
-    /// [`SqlConfig::restart_guard`] say together. `Durable` is the default
-    /// settings; `OneTimingPerPool` is `assume_one_timing_per_pool(true)`;
-    /// `Throwaway` is `restart_guard(false)` (the guards off). It sets all
-    /// three: a later call of one of them changes what it sets.
+    /// [`SqlConfig::restart_guard`] say together, and sets all three: a
+    /// later call of one of them changes what it sets.
     pub fn durability(mut self, policy: leasehold_core::DurabilityPolicy) -> Self {
         use leasehold_core::DurabilityPolicy::{Durable, OneTimingPerPool, Throwaway};
         (self.restart_guard, self.assume_one_timing) = match policy {
@@ -211,6 +218,11 @@ impl SqlConfig {
     /// themselves, so leases are durable whatever the server's default (the
     /// caller's own pool, [`SqlStrategy::pool`](crate::SqlStrategy::pool),
     /// keeps the server's setting).
+    #[deprecated(
+        since = "0.4.0",
+        note = "use `.durability(DurabilityPolicy::Durable)` (the default), which refuses a \
+                server that can forget"
+    )]
     pub fn require_durable(mut self, yes: bool) -> Self {
         self.require_durable = yes;
         self
@@ -233,6 +245,11 @@ impl SqlConfig {
     /// the first claimant after the crash still holds a lease the server
     /// forgot, the two overlap and can mint the same IDs. With one TTL and
     /// skew for the whole pool, as this promises, they cannot.
+    #[deprecated(
+        since = "0.4.0",
+        note = "use `.durability(DurabilityPolicy::OneTimingPerPool)` for `true`, \
+                `.durability(DurabilityPolicy::Durable)` for `false`"
+    )]
     pub fn assume_one_timing_per_pool(mut self, yes: bool) -> Self {
         self.assume_one_timing = yes;
         self
@@ -314,6 +331,11 @@ impl SqlConfig {
     /// slot to a second holder at once, and both can mint the same IDs. Only
     /// for a throwaway database that is never restarted nor failed over while
     /// leases are held (tests, benchmarks).
+    #[deprecated(
+        since = "0.4.0",
+        note = "use `.durability(DurabilityPolicy::Throwaway)` for `false`, \
+                `.durability(DurabilityPolicy::Durable)` for `true`"
+    )]
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.restart_guard = on;
         self
@@ -329,9 +351,8 @@ impl SqlConfig {
     /// **duplicate IDs**. It exists so that a test can show that the
     /// session setting is what prevents them; no deployment wants it. The
     /// server is then judged by its own setting (it can forget), so it is
-    /// refused at connect unless [`SqlConfig::restart_guard`]`(false)` or
-    /// [`SqlConfig::assume_one_timing_per_pool`] accepts it. Other engines
-    /// ignore it.
+    /// refused at connect unless the [`SqlConfig::durability`] policy is
+    /// `OneTimingPerPool` or `Throwaway`. Other engines ignore it.
     #[doc(hidden)]
     pub fn unsafe_keep_server_synchronous_commit(mut self, yes: bool) -> Self {
         self.keep_server_synchronous_commit = yes;

@@ -62,9 +62,10 @@ pub enum SqlError {
         /// How to fix it.
         fix: String,
     },
-    /// The server can forget writes it acknowledged, and
-    /// [`SqlConfig::require_durable`](crate::SqlConfig::require_durable) is
-    /// set. Final: the message names each setting and its fix.
+    /// The server can forget writes it acknowledged, and the deprecated
+    /// [`SqlConfig::require_durable`](crate::SqlConfig::require_durable)`(true)`
+    /// is set (the durable policy refuses such a server as
+    /// [`SqlError::Forgetful`]). Final: the message names each setting and its fix.
     /// The message is a short first line, then each setting found and its
     /// fix, one per line.
     #[error("{}", forgetful_text(.0, true))]
@@ -75,8 +76,8 @@ pub enum SqlError {
     /// holders use, so the restart guard could not know how long to wait
     /// for a holder that still generates. Final: the message names each
     /// setting, its fix, and the two opt-ins
-    /// ([`SqlConfig::assume_one_timing_per_pool`](crate::SqlConfig::assume_one_timing_per_pool),
-    /// [`SqlConfig::restart_guard`](crate::SqlConfig::restart_guard)).
+    /// ([`SqlConfig::durability`](crate::SqlConfig::durability) with
+    /// `OneTimingPerPool` or `Throwaway`).
     /// The message is a short first line, then each setting found and its
     /// fix, and the opt-ins, one per line.
     #[error("{}", forgetful_text(.0, false))]

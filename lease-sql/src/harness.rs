@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold_core::drivers::{Harness, resource};
-use leasehold_core::{BoxFuture, Fence, FenceStamp, PoolName};
+use leasehold_core::{BoxFuture, DurabilityPolicy, Fence, FenceStamp, PoolName};
 
 use crate::{Engine, FenceTable, SqlConfig, SqlError, SqlStrategy};
 
@@ -29,7 +29,7 @@ impl SqlHarness {
                 .max_connections(1)
                 // Fenced writes and wipes only: this connection takes no
                 // lease, so a store that forgets has no guard to keep here.
-                .restart_guard(false),
+                .durability(DurabilityPolicy::Throwaway),
         )
         .await
         .map_err(|e| format!("harness connect: {e}"))?;

@@ -99,7 +99,7 @@ impl SqlStrategy {
     }
 
     /// Whether the server keeps acknowledged writes across a crash, as read at
-    /// connect and at the latest re-read (see [`SqlConfig::require_durable`]
+    /// connect and at the latest re-read (see [`SqlConfig::durability`]
     /// and the crate README, "Settings watched"). SQLite is durable for
     /// every holder it can have: all run on the machine that has the file.
     pub fn durability(&self) -> leasehold_core::Durability {

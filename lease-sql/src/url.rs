@@ -19,7 +19,8 @@ const OWN_OPTIONS: &str = "table, op_timeout, password_file, durability, \
                            assume_one_timing_per_pool, restart_guard, require_durable, \
                            refuse_split_brain";
 
-/// The opt-ins a URL may carry, each `=true` or `=false`.
+/// The opt-ins a URL may carry: `durability=…`, and the others each
+/// `=true` or `=false`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct OptIns {
     one_timing: Option<bool>,
@@ -65,7 +66,10 @@ impl OptIns {
         Ok(true)
     }
 
-    /// `config` with the opt-ins given.
+    /// `config` with the opt-ins given. The deprecated switches are read
+    /// through their setters, so that a URL keeps meaning what it meant
+    /// for as long as they are kept.
+    #[allow(deprecated)]
     fn apply(self, mut config: SqlConfig) -> SqlConfig {
         // The policy first: the older switches, when given too, adjust it.
         if let Some(policy) = self.durability {
@@ -85,6 +89,62 @@ impl OptIns {
         }
         config
     }
+
+    /// What to say of a URL that carries the deprecated options, `config`
+    /// being what it reads as: the options (with `durability=`, which they
+    /// adjust, when given too), and the `durability=` to write instead.
+    /// `None` when it carries none.
+    fn deprecation(&self, config: &SqlConfig) -> Option<String> {
+        let deprecated: Vec<String> = [
+            ("assume_one_timing_per_pool", self.one_timing),
+            ("restart_guard", self.restart_guard),
+            ("require_durable", self.require_durable),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| value.map(|v| format!("{key}={v}")))
+        .collect();
+        if deprecated.is_empty() {
+            return None;
+        }
+        let given: Vec<String> = self
+            .durability
+            .map(|p| format!("durability={p}"))
+            .into_iter()
+            .chain(deprecated)
+            .collect();
+        Some(format!(
+            "the URL options assume_one_timing_per_pool, restart_guard and require_durable are \
+             deprecated and go in a later release: this URL's {} says durability={}; write \
+             that instead",
+            given.join("&"),
+            replacement(config)
+        ))
+    }
+}
+
+/// The durability policy that says what `config`'s switches say: `Durable`
+/// where a server that can forget is refused (the defaults, and whatever
+/// `require_durable(true)` is set beside), `Throwaway` with the guards off
+/// (the one-timing promise is moot then), `OneTimingPerPool` with the
+/// promise.
+fn replacement(config: &SqlConfig) -> leasehold_core::DurabilityPolicy {
+    use leasehold_core::DurabilityPolicy::{Durable, OneTimingPerPool, Throwaway};
+    if config.require_durable || (config.restart_guard && !config.assume_one_timing) {
+        Durable
+    } else if !config.restart_guard {
+        Throwaway
+    } else {
+        OneTimingPerPool
+    }
+}
+
+/// Logs, once for the URL, that it carries deprecated options (`text`, from
+/// [`OptIns::deprecation`]).
+fn warn_deprecated(url: &str, text: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(store = %leasehold_core::url::redacted(url), "{text}");
+    #[cfg(not(feature = "tracing"))]
+    let _ = (url, text);
 }
 
 /// sqlx 0.8's own connection options, per engine: passed through as written.
@@ -137,14 +197,18 @@ impl SqlConfig {
     /// `op_timeout=500ms` or `=2s` ([`SqlConfig::op_timeout`]) and
     /// `password_file=PATH` ([`SqlConfig::password_file`]: the password,
     /// read for every new connection; not with a password in the URL, nor
-    /// for SQLite), and the opt-ins, each `=true` or `=false`, so that one
-    /// URL carries what an application accepts to the tools that check it
-    /// (`leasehold doctor`): `assume_one_timing_per_pool`
-    /// ([`SqlConfig::assume_one_timing_per_pool`]), `restart_guard`
-    /// ([`SqlConfig::restart_guard`]), `require_durable`
-    /// ([`SqlConfig::require_durable`]) and `refuse_split_brain`
+    /// for SQLite), and the opt-ins, so that one URL carries what an
+    /// application accepts to the tools that check it (`leasehold doctor`):
+    /// `durability=durable`, `=one-timing-per-pool` or `=throwaway`
+    /// ([`SqlConfig::durability`]) and `refuse_split_brain=true` or `=false`
     /// ([`SqlConfig::refuse_split_brain`]). sqlx's own options (`sslmode`, `application_name`,
     /// SQLite's `mode`, …) pass through to it as written.
+    ///
+    /// The deprecated options `assume_one_timing_per_pool`, `restart_guard`
+    /// and `require_durable` (each `=true` or `=false`) are still read, after
+    /// `durability=` when both are given, as their deprecated setters read
+    /// them; a URL that has any logs one `tracing` warning (the `tracing`
+    /// feature) naming the `durability=` option to write instead.
     ///
     /// Errors ([`SqlError::Config`]) name what is accepted: an unknown
     /// scheme, a missing host, a bad port, an unknown option, an invalid
@@ -201,6 +265,9 @@ impl SqlConfig {
             )
         };
         let mut config = opt_ins.apply(Self::new(passed_on));
+        if let Some(text) = opt_ins.deprecation(&config) {
+            warn_deprecated(url, &text);
+        }
         if let Some(path) = password_file {
             config = config.password_file(path);
         }
@@ -358,7 +425,7 @@ mod tests {
 
     /// The opt-ins a URL carries reach the configuration (and not sqlx),
     /// so a tool given the application's URL judges the server as the
-    /// application does.
+    /// application does; the deprecated ones still set what they set.
     #[test]
     fn the_opt_ins_are_url_options() {
         for url in [
@@ -416,10 +483,12 @@ mod tests {
                 assert_eq!(switches(&c), want, "{url}");
                 assert!(!c.url().contains("durability"), "{url}: {}", c.url());
             }
-            let c = SqlConfig::new("postgres://app@db/app")
-                .assume_one_timing_per_pool(true)
-                .restart_guard(false)
-                .durability(policy);
+            let c = SqlConfig::from_url(
+                "postgres://app@db/app?assume_one_timing_per_pool=true&restart_guard=false\
+                 &require_durable=true",
+            )
+            .expect("accepted")
+            .durability(policy);
             assert_eq!(switches(&c), want, "{policy}");
         }
         assert_eq!(
@@ -436,6 +505,125 @@ mod tests {
             e.to_string().contains("durability=one-timing-per-pool"),
             "{e}"
         );
+    }
+
+    /// A URL with the deprecated options says so once, naming them and
+    /// the `durability=` that reads as they do (or as near: the refusal
+    /// `require_durable=true` asks for is `durable`'s); a URL without them
+    /// says nothing.
+    #[test]
+    fn a_deprecated_option_names_the_durability_to_write_instead() {
+        let text = |url: &str| {
+            let mut parts = StoreUrl::parse(url, SqlConfig::SCHEMES, FORM).expect("a URL");
+            let opt_ins = OptIns::take(&mut parts).expect("opt-ins");
+            opt_ins.deprecation(&opt_ins.apply(SqlConfig::new("postgres://app@db/app")))
+        };
+        for (query, given, instead) in [
+            ("restart_guard=false", "restart_guard=false", "throwaway"),
+            (
+                "assume_one_timing_per_pool=true&restart_guard=false",
+                "assume_one_timing_per_pool=true&restart_guard=false",
+                "throwaway",
+            ),
+            (
+                "assume_one_timing_per_pool=true",
+                "assume_one_timing_per_pool=true",
+                "one-timing-per-pool",
+            ),
+            ("require_durable=true", "require_durable=true", "durable"),
+            (
+                "assume_one_timing_per_pool=true&require_durable=true",
+                "assume_one_timing_per_pool=true&require_durable=true",
+                "durable",
+            ),
+            ("restart_guard=true", "restart_guard=true", "durable"),
+            (
+                "restart_guard=true&durability=throwaway",
+                "durability=throwaway&restart_guard=true",
+                "durable",
+            ),
+            (
+                "durability=one-timing-per-pool&restart_guard=false",
+                "durability=one-timing-per-pool&restart_guard=false",
+                "throwaway",
+            ),
+        ] {
+            let said = text(&format!("postgres://app@db/app?{query}"))
+                .unwrap_or_else(|| panic!("{query}: nothing said"));
+            assert!(
+                said.contains(&format!("this URL's {given} says durability={instead};")),
+                "{query}: {said}"
+            );
+            assert!(said.contains("deprecated"), "{query}: {said}");
+        }
+        for query in ["durability=throwaway", "refuse_split_brain=true", "table=x"] {
+            assert_eq!(
+                text(&format!("postgres://app@db/app?{query}")),
+                None,
+                "{query}"
+            );
+        }
+    }
+
+    /// `from_url` logs the deprecation as one `tracing` warning per URL read,
+    /// however many deprecated options it has, and none for a URL without.
+    #[cfg(feature = "tracing")]
+    #[test]
+    fn a_url_with_deprecated_options_logs_one_warning() {
+        use std::sync::{Arc, Mutex};
+        use tracing::field::{Field, Visit};
+        use tracing::span::{Attributes, Id, Record};
+        use tracing::{Event, Level, Metadata, Subscriber};
+
+        /// The messages of the warnings it is given.
+        struct Warnings(Arc<Mutex<Vec<String>>>);
+        struct Message(String);
+        impl Visit for Message {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        impl Subscriber for Warnings {
+            fn enabled(&self, meta: &Metadata<'_>) -> bool {
+                *meta.level() == Level::WARN
+            }
+            fn new_span(&self, _: &Attributes<'_>) -> Id {
+                Id::from_u64(1)
+            }
+            fn record(&self, _: &Id, _: &Record<'_>) {}
+            fn record_follows_from(&self, _: &Id, _: &Id) {}
+            fn event(&self, event: &Event<'_>) {
+                let mut message = Message(String::new());
+                event.record(&mut message);
+                self.0.lock().unwrap().push(message.0);
+            }
+            fn enter(&self, _: &Id) {}
+            fn exit(&self, _: &Id) {}
+        }
+        let warnings = |url: &str| {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            tracing::subscriber::with_default(Warnings(Arc::clone(&seen)), || {
+                SqlConfig::from_url(url).expect("accepted")
+            });
+            seen.lock().unwrap().clone()
+        };
+        for url in [
+            "postgres://app@db/app?assume_one_timing_per_pool=true&restart_guard=false\
+             &require_durable=false",
+            "sqlite://./ids.db?restart_guard=false",
+        ] {
+            let seen = warnings(url);
+            assert_eq!(seen.len(), 1, "{url}: {seen:?}");
+            assert!(seen[0].contains("durability=throwaway"), "{url}: {seen:?}");
+        }
+        for url in [
+            "postgres://app@db/app?durability=throwaway",
+            "sqlite://./ids.db",
+        ] {
+            assert_eq!(warnings(url), Vec::<String>::new(), "{url}");
+        }
     }
 
     #[test]

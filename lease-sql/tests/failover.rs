@@ -18,7 +18,9 @@ use leasehold_conformance::restarts::{acquire_past_the_restart_guard, wait_out_t
 use leasehold_conformance::servers::ServerKind;
 use leasehold_conformance::topology::mariadb::MariaPair;
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
-use leasehold_core::{AcquireError, Floor, Grant, PoolName, PoolSpec, Renewal, Strategy};
+use leasehold_core::{
+    AcquireError, DurabilityPolicy, Floor, Grant, PoolName, PoolSpec, Renewal, Strategy,
+};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 
 const POOL: &str = "failover";
@@ -186,7 +188,12 @@ async fn fail_over_after_a_claim(
     guarded: bool,
 ) -> Option<AfterFailover> {
     let mut pair = store.pair().await?;
-    let a = connect(SqlConfig::new(pair.url()).restart_guard(guarded)).await;
+    let a = connect(SqlConfig::new(pair.url()).durability(if guarded {
+        DurabilityPolicy::Durable
+    } else {
+        DurabilityPolicy::Throwaway
+    }))
+    .await;
     a.ensure_pool(pool)
         .await
         .expect("the lease table and the pool's rows");
@@ -280,7 +287,7 @@ async fn without_the_guard_the_promoted_replica_hands_the_slot_to_a_second_holde
     let Some(f) = fail_over_after_a_claim(store, &pool, false).await else {
         return;
     };
-    let b = connect(SqlConfig::new(f.pair.url()).restart_guard(false)).await;
+    let b = connect(SqlConfig::new(f.pair.url()).durability(DurabilityPolicy::Throwaway)).await;
     let b_grant = loop {
         match b.acquire(&pool, Floor(0)).await {
             Ok(g) => break g,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use leasehold_conformance::Store;
 use leasehold_conformance::restarts::{Stores, target};
 use leasehold_conformance::servers::{ServerKind, Settings};
-use leasehold_core::{BoxFuture, PoolSpec};
+use leasehold_core::{BoxFuture, DurabilityPolicy, PoolSpec};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 
 struct Sql;
@@ -84,7 +84,8 @@ impl Stores for Sql {
     ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             // Tables and rows only: no lease is taken on this connection.
-            let s = connect_with(SqlConfig::new(url).restart_guard(false)).await?;
+            let s =
+                connect_with(SqlConfig::new(url).durability(DurabilityPolicy::Throwaway)).await?;
             // The tests' pools are fresh: nobody has held them.
             let mut r = s.ensure_new_pool(pool).await.map_err(|e| e.to_string());
             if let (Ok(()), Some(pg)) = (&r, s.postgres()) {
@@ -101,7 +102,8 @@ impl Stores for Sql {
 
     fn reports_lossy<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Option<bool>, String>> {
         Box::pin(async move {
-            let s = connect_with(SqlConfig::new(url).restart_guard(false)).await?;
+            let s =
+                connect_with(SqlConfig::new(url).durability(DurabilityPolicy::Throwaway)).await?;
             let lossy = !s.durability().is_durable();
             s.close().await;
             Ok(Some(lossy))
@@ -116,7 +118,9 @@ impl Stores for Sql {
 
     fn connect_one_timing<'a>(&'a self, url: &'a str) -> BoxFuture<'a, Result<Store, String>> {
         Box::pin(async move {
-            let s = connect_with(SqlConfig::new(url).assume_one_timing_per_pool(true)).await?;
+            let s =
+                connect_with(SqlConfig::new(url).durability(DurabilityPolicy::OneTimingPerPool))
+                    .await?;
             Ok(Arc::new(s) as Store)
         })
     }

@@ -8,6 +8,7 @@
 //! prevents.
 
 use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
+use leasehold_core::DurabilityPolicy;
 use leasehold_sql::{SqlConfig, SqlError, SqlStrategy};
 
 #[tokio::test]
@@ -46,9 +47,9 @@ async fn the_unsafe_switch_keeps_the_servers_asynchronous_commit() {
         ),
     }
 
-    let accepted = SqlStrategy::connect(unsafe_config().restart_guard(false))
+    let accepted = SqlStrategy::connect(unsafe_config().durability(DurabilityPolicy::Throwaway))
         .await
-        .expect("restart_guard(false) accepts a server that can forget");
+        .expect("durability(Throwaway) accepts a server that can forget");
     assert!(
         !accepted.durability().is_durable(),
         "with the switch the sessions keep synchronous_commit = off, which can forget: {}",

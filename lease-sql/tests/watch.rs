@@ -6,7 +6,7 @@
 //! A primary made read-only stops claims and renewals (a lease user with
 //! SUPER, as here, could still write there, so nothing else would), and
 //! both resume once it is writable again; a durability setting weakened
-//! under `require_durable` refuses new claims while renewals go on (the
+//! under the durable policy refuses new claims while renewals go on (the
 //! restart guard covers the crash that would lose them).
 //!
 //! Time bounds come from readings taken around the calls: a call that
@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use leasehold_conformance::restarts::acquire_past_the_restart_guard;
 use leasehold_conformance::servers::{Server, ServerKind, Settings, provide_with};
 use leasehold_conformance::topology::postgres::{PgPair, Replication as PgReplication};
-use leasehold_core::{AcquireError, Floor, Grant, PoolName, PoolSpec, Renewal, Strategy};
+use leasehold_core::{
+    AcquireError, DurabilityPolicy, Floor, Grant, PoolName, PoolSpec, Renewal, Strategy,
+};
 use leasehold_sql::{SqlConfig, SqlStrategy};
 
 /// The lease TTL: a quarter of it (2 s) separates two reads of the
@@ -189,12 +191,13 @@ async fn mariadb_a_primary_made_read_only_stops_renewals_and_claims_until_writab
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_innodb_flush_weakened_under_require_durable_refuses_claims_while_renewals_go_on() {
+async fn mariadb_innodb_flush_weakened_under_the_durable_policy_refuses_claims_while_renewals_go_on()
+ {
     let Some(server) = server(ServerKind::MariaDb) else {
         return;
     };
     let pool = spec("durability-watch");
-    let config = SqlConfig::new(&server.url).require_durable(true);
+    let config = SqlConfig::new(&server.url).durability(DurabilityPolicy::Durable);
     let (s, grant) = holder(config, &pool).await;
     assert!(s.durability().is_durable(), "{}", s.durability());
 
@@ -213,9 +216,9 @@ async fn mariadb_innodb_flush_weakened_under_require_durable_refuses_claims_whil
                 text.contains("innodb_flush_log_at_trx_commit = 0"),
                 "{text}"
             );
-            assert!(text.contains("require_durable"), "{text}");
+            assert!(text.contains("durability=one-timing-per-pool"), "{text}");
         }
-        other => panic!("a claim under require_durable must be refused: {other:?}"),
+        other => panic!("a claim under the durable policy must be refused: {other:?}"),
     }
     assert!(!s.durability().is_durable(), "{}", s.durability());
 

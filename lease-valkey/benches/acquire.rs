@@ -21,7 +21,7 @@ use fred::types::config::Config;
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{ServerKind, provide};
 use leasehold_conformance::suite::fresh_pool_name;
-use leasehold_core::{PoolSpec, Release, Strategy, Token};
+use leasehold_core::{DurabilityPolicy, PoolSpec, Release, Strategy, Token};
 use leasehold_valkey::{Method, PoolKeys, ValkeyConfig, ValkeyStrategy, marker};
 
 const ACQUIRERS: usize = 512;
@@ -83,7 +83,7 @@ async fn claim_script(url: &str, method: Method) -> Run {
         strategies.push(
             ValkeyStrategy::connect(
                 ValkeyConfig::new(url)
-                    .restart_guard(false)
+                    .durability(DurabilityPolicy::Throwaway)
                     .method(method)
                     .op_timeout(Duration::from_secs(10)),
             )
@@ -205,7 +205,7 @@ struct ScanCost {
 async fn scan_cost(url: &str, size: u32, held: u32) -> ScanCost {
     let s = ValkeyStrategy::connect(
         ValkeyConfig::new(url)
-            .restart_guard(false)
+            .durability(DurabilityPolicy::Throwaway)
             .method(Method::Hsetex),
     )
     .await

@@ -17,7 +17,7 @@ use std::time::Duration;
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::scheduler::{self, Ledger, Report};
-use leasehold_core::{BoxFuture, FenceStamp};
+use leasehold_core::{BoxFuture, DurabilityPolicy, FenceStamp};
 use leasehold_valkey::{ValkeyConfig, ValkeyStrategy};
 
 /// The fenced write: refuses a fence below the stored one (fences compared
@@ -90,7 +90,7 @@ pub async fn run(url: &str) -> Result<Report, String> {
                 // writes (a test server without persistence) is accepted,
                 // with the restart guard on. Without the promise, run the
                 // server with appendonly yes and appendfsync always.
-                .assume_one_timing_per_pool(true),
+                .durability(DurabilityPolicy::OneTimingPerPool),
         )
         .await
     };

@@ -254,6 +254,11 @@ impl ValkeyConfig {
     /// since a claim first saw it (see the crate README, "Failover").
     /// `restart_guard(false)` therefore also risks **every failover** while
     /// leases are held.
+    #[deprecated(
+        since = "0.4.0",
+        note = "use `.durability(DurabilityPolicy::Throwaway)` for `false`, \
+                `.durability(DurabilityPolicy::Durable)` for `true`"
+    )]
     pub fn restart_guard(mut self, on: bool) -> Self {
         self.restart_guard = on;
         self
@@ -261,14 +266,22 @@ impl ValkeyConfig {
 
     /// What this process accepts of a server that can forget writes it
     /// acknowledged ([`DurabilityPolicy`](leasehold_core::DurabilityPolicy),
-    /// default `Durable`; the URL option `durability=…` says the same): one
-    /// word for what [`require_durable`](Self::require_durable),
+    /// default `Durable`; the URL option `durability=…` says the same):
+    /// `Durable` refuses such a server at connect with
+    /// [`ValkeyError::NotDurable`](crate::ValkeyError::NotDurable) (unless
+    /// claims can wait for its fsync: `appendfsync everysec` with `WAITAOF`);
+    /// `OneTimingPerPool` accepts it with the restart guard on, on the
+    /// promise that every process of each pool uses the same TTL and
+    /// `max_clock_skew`; `Throwaway` accepts it with the restart, promotion
+    /// and wipe guards off (see [`restart_guard`](Self::restart_guard) and
+    /// [`assume_one_timing_per_pool`](Self::assume_one_timing_per_pool) for
+    /// what each guard waits and what each case risks).
+    ///
+    /// It is one word for what the deprecated
+    /// [`require_durable`](Self::require_durable),
     /// [`assume_one_timing_per_pool`](Self::assume_one_timing_per_pool) and
-    /// [`restart_guard`](Self::restart_guard) say together. `Durable` is the
-    /// default settings; `OneTimingPerPool` is
-    /// `assume_one_timing_per_pool(true)`; `Throwaway` is
-    /// `restart_guard(false)` (the guards off). It sets all three: a later
-    /// call of one of them changes what it sets. Eviction is not among what
+    /// [`restart_guard`](Self::restart_guard) say together, and sets all
+    /// three: a later call of one of them changes what it sets. Eviction is not among what
     /// it accepts, even `Throwaway`: an evicted key is lost with no restart
     /// for a guard to see, so [`allow_eviction`](Self::allow_eviction) stays
     /// a switch of its own.
@@ -299,6 +312,11 @@ impl ValkeyConfig {
     /// lease's deadline. While the server keeps the recorded span (it was
     /// not restarted, or it persisted the span before the restart) the
     /// guard still waits the longest span any holder recorded.
+    #[deprecated(
+        since = "0.4.0",
+        note = "use `.durability(DurabilityPolicy::OneTimingPerPool)` for `true`, \
+                `.durability(DurabilityPolicy::Durable)` for `false`"
+    )]
     pub fn assume_one_timing_per_pool(mut self, yes: bool) -> Self {
         self.one_timing = yes;
         self
@@ -314,6 +332,11 @@ impl ValkeyConfig {
     /// [`assume_one_timing_per_pool`](Self::assume_one_timing_per_pool) say.
     /// Default false: such a server is still refused unless one of those
     /// opt-ins accepts it.
+    #[deprecated(
+        since = "0.4.0",
+        note = "use `.durability(DurabilityPolicy::Durable)` (the default), which refuses a \
+                server that can forget"
+    )]
     pub fn require_durable(mut self, yes: bool) -> Self {
         self.require_durable = yes;
         self

@@ -56,11 +56,10 @@ pub enum ValkeyError {
     /// `appendfsync everysec` on a server with `WAITAOF`, each with
     /// `no-appendfsync-on-rewrite no`, or `CONFIG GET` could not read them). A restart would then lose the pool's recorded restart
     /// span with its leases, so the restart guard cannot know how long the
-    /// holders it forgot may still generate: refused unless
-    /// [`ValkeyConfig::assume_one_timing_per_pool`](crate::ValkeyConfig::assume_one_timing_per_pool)
-    /// or [`ValkeyConfig::restart_guard`](crate::ValkeyConfig::restart_guard)`(false)`
-    /// accepts it, and always with
-    /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable). Final.
+    /// holders it forgot may still generate: refused unless the
+    /// [`ValkeyConfig::durability`](crate::ValkeyConfig::durability) policy
+    /// is `OneTimingPerPool` or `Throwaway`, and always with the deprecated
+    /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable)`(true)`. Final.
     /// The message is a short first line, then the settings found, the
     /// fixes this server can take (`appendfsync everysec` only where it has
     /// `WAITAOF`) and the opt-ins, one per line.
@@ -73,7 +72,8 @@ pub enum ValkeyError {
         settings: String,
         /// What `connect` read.
         durability: String,
-        /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable)
+        /// The deprecated
+        /// [`ValkeyConfig::require_durable`](crate::ValkeyConfig::require_durable)`(true)`
         /// was set: no opt-in accepts the server.
         required: bool,
         /// The server has `WAITAOF` (Redis and Valkey 7.2+), so `appendfsync

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
-use leasehold_core::BoxFuture;
 use leasehold_core::drivers::{Harness, resource};
+use leasehold_core::{BoxFuture, DurabilityPolicy};
 
 use crate::{ValkeyConfig, ValkeyStrategy};
 
@@ -45,7 +45,7 @@ impl ValkeyHarness {
                 .op_timeout(Duration::from_secs(2))
                 // Only fenced writes and wipes go through this client, never
                 // a claim: no claim for the restart guard to hold back.
-                .restart_guard(false),
+                .durability(DurabilityPolicy::Throwaway),
         )
         .await
         .map_err(|e| format!("harness connect: {e}"))?;

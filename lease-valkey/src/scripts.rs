@@ -162,7 +162,7 @@ end
 ///   fences hash (`span`, ms) and this claimer's own (`own_span`, its TTL
 ///   plus twice its `max_clock_skew`). By then every lease of the previous
 ///   run has passed its holder's deadline, whatever TTL that holder used.
-///   `guard_on` other than `'1'`: no guard (`restart_guard(false)`).
+///   `guard_on` other than `'1'`: no guard (`DurabilityPolicy::Throwaway`).
 /// - `raise_span(fences, own_span)` (claims that granted): raises the
 ///   recorded `span` to `own_span`; answers 1 when `own_span` is above the
 ///   span known to be on disk (`span_fsynced`, raised after a `WAITAOF` by
@@ -277,7 +277,7 @@ end
 /// span recorded by earlier holders went with the wipe, so it is the
 /// longest of the waiting claimers' own (each claim, `raise` true, raises
 /// `span` to its own; `prepare` does not, since an operator's tool may not
-/// know the pool's TTL): the assumption `assume_one_timing_per_pool`
+/// know the pool's TTL): the assumption `DurabilityPolicy::OneTimingPerPool`
 /// states. By then every lease granted before the wipe has passed its
 /// holder's deadline (their renewals answer `Lost`: the token is gone).
 ///
@@ -285,7 +285,7 @@ end
 /// (`DECLARE_NEW_POOL`), or a fences hash made by a leasehold that did not
 /// record it (its records are there). A genuinely new pool waits one span
 /// on its first claim unless declared new. `on` other than `'1'`: no guard
-/// (`restart_guard(false)`), and nothing is written.
+/// (`DurabilityPolicy::Throwaway`), and nothing is written.
 macro_rules! wipe_functions {
     () => {
         r"

@@ -275,7 +275,8 @@ impl ValkeyStrategy {
     /// `appendfsync no`, never written to the config file, loses claims in a
     /// crash, and the server comes back durable from its file. And a
     /// promoted replica may lack what the old primary acknowledged, whatever
-    /// either keeps. Off only with [`ValkeyConfig::restart_guard`]`(false)`.
+    /// either keeps. Off only with
+    /// [`DurabilityPolicy::Throwaway`](leasehold_core::DurabilityPolicy::Throwaway).
     fn guard_on(&self) -> bool {
         // (Rule 12 broken on purpose by the campaign's planted bugs; a
         // constant false otherwise.)

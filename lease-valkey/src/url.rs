@@ -32,6 +32,95 @@ const TLS_OPTIONS: &str = "prefix, op_timeout, password_file, durability, \
                            assume_one_timing_per_pool, restart_guard, require_durable, \
                            allow_eviction, refuse_split_brain, ca, cert, key";
 
+/// The durability options a URL may carry: `durability=…`, and the
+/// deprecated switches, each `=true` or `=false`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct DurabilityOptions {
+    policy: Option<leasehold_core::DurabilityPolicy>,
+    one_timing: Option<bool>,
+    restart_guard: Option<bool>,
+    require_durable: Option<bool>,
+}
+
+impl DurabilityOptions {
+    /// Reads (and takes) each of `parts`.
+    fn take(parts: &mut StoreUrl) -> Result<Self, ConfigError> {
+        Ok(Self {
+            policy: parts.take_durability()?,
+            one_timing: parts.take_bool("assume_one_timing_per_pool")?,
+            restart_guard: parts.take_bool("restart_guard")?,
+            require_durable: parts.take_bool("require_durable")?,
+        })
+    }
+
+    /// `config` with the options given: the policy first, then the
+    /// deprecated switches, which adjust it, through their setters, so that
+    /// a URL keeps meaning what it meant for as long as they are kept.
+    #[allow(deprecated)]
+    fn apply(self, mut config: ValkeyConfig) -> ValkeyConfig {
+        if let Some(policy) = self.policy {
+            config = config.durability(policy);
+        }
+        if let Some(yes) = self.one_timing {
+            config = config.assume_one_timing_per_pool(yes);
+        }
+        if let Some(on) = self.restart_guard {
+            config = config.restart_guard(on);
+        }
+        if let Some(yes) = self.require_durable {
+            config = config.require_durable(yes);
+        }
+        config
+    }
+
+    /// What to say of a URL that carries the deprecated options, `config`
+    /// being what it reads as: the options (with `durability=`, which they
+    /// adjust, when given too), and the `durability=` to write instead.
+    /// `None` when it carries none.
+    fn deprecation(&self, config: &ValkeyConfig) -> Option<String> {
+        let deprecated: Vec<String> = [
+            ("assume_one_timing_per_pool", self.one_timing),
+            ("restart_guard", self.restart_guard),
+            ("require_durable", self.require_durable),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| value.map(|v| format!("{key}={v}")))
+        .collect();
+        if deprecated.is_empty() {
+            return None;
+        }
+        let given: Vec<String> = self
+            .policy
+            .map(|p| format!("durability={p}"))
+            .into_iter()
+            .chain(deprecated)
+            .collect();
+        Some(format!(
+            "the URL options assume_one_timing_per_pool, restart_guard and require_durable are \
+             deprecated and go in a later release: this URL's {} says durability={}; write \
+             that instead",
+            given.join("&"),
+            replacement(config)
+        ))
+    }
+}
+
+/// The durability policy that says what `config`'s switches say: `Durable`
+/// where a server that can forget is refused (the defaults, and whatever
+/// `require_durable(true)` is set beside), `Throwaway` with the guards off
+/// (the one-timing promise is moot then), `OneTimingPerPool` with the
+/// promise.
+fn replacement(config: &ValkeyConfig) -> leasehold_core::DurabilityPolicy {
+    use leasehold_core::DurabilityPolicy::{Durable, OneTimingPerPool, Throwaway};
+    if config.require_durable || (config.restart_guard && !config.one_timing) {
+        Durable
+    } else if !config.restart_guard {
+        Throwaway
+    } else {
+        OneTimingPerPool
+    }
+}
+
 impl ValkeyConfig {
     /// The URL schemes [`ValkeyConfig::from_url`] accepts: plain text, and
     /// TLS (`rediss`, `valkeys`, and their `-sentinel` and `-cluster` forms).
@@ -54,14 +143,18 @@ impl ValkeyConfig {
     /// `redis://[USER:PASSWORD@]HOST[:PORT][/DB]` or `valkey://…` (port 6379
     /// by default), with the options `prefix=NAME`
     /// ([`ValkeyConfig::key_prefix`]) and `op_timeout=500ms` or `=2s`
-    /// ([`ValkeyConfig::op_timeout`]), and the opt-ins, each `=true` or
-    /// `=false`, so that one URL carries what an application accepts to the
-    /// tools that check it (`leasehold doctor`):
-    /// `assume_one_timing_per_pool` ([`ValkeyConfig::assume_one_timing_per_pool`]),
-    /// `restart_guard` ([`ValkeyConfig::restart_guard`]), `require_durable`
-    /// ([`ValkeyConfig::require_durable`]), `allow_eviction`
-    /// ([`ValkeyConfig::allow_eviction`]) and `refuse_split_brain`
-    /// ([`ValkeyConfig::refuse_split_brain`]).
+    /// ([`ValkeyConfig::op_timeout`]), and the opt-ins, so that one URL
+    /// carries what an application accepts to the tools that check it
+    /// (`leasehold doctor`): `durability=durable`, `=one-timing-per-pool` or
+    /// `=throwaway` ([`ValkeyConfig::durability`]), and, each `=true` or
+    /// `=false`, `allow_eviction` ([`ValkeyConfig::allow_eviction`]) and
+    /// `refuse_split_brain` ([`ValkeyConfig::refuse_split_brain`]).
+    ///
+    /// The deprecated options `assume_one_timing_per_pool`, `restart_guard`
+    /// and `require_durable` (each `=true` or `=false`) are still read, after
+    /// `durability=` when both are given, as their deprecated setters read
+    /// them; a URL that has any logs one `tracing` warning naming the
+    /// `durability=` option to write instead.
     ///
     /// Through Sentinel: `redis-sentinel://[USER:PASSWORD@]S1[:PORT][,S2[:PORT]…][/DB]?sentinelServiceName=NAME`
     /// (or `valkey-sentinel://`; Sentinels on port 26379 by default, more of
@@ -145,10 +238,7 @@ impl ValkeyConfig {
         if password_file.is_some() && has_password(&parts) {
             return Err(two_passwords("password_file=PATH").into());
         }
-        let durability = parts.take_durability()?;
-        let one_timing = parts.take_bool("assume_one_timing_per_pool")?;
-        let restart_guard = parts.take_bool("restart_guard")?;
-        let require_durable = parts.take_bool("require_durable")?;
+        let durability = DurabilityOptions::take(&mut parts)?;
         let allow_eviction = parts.take_bool("allow_eviction")?;
         let refuse_split_brain = parts.take_bool("refuse_split_brain")?;
         parts.refuse_unknown_options(if tls { TLS_OPTIONS } else { OPTIONS })?;
@@ -172,18 +262,9 @@ impl ValkeyConfig {
         if let Some(path) = password_file {
             config = config.password_file(path);
         }
-        // The policy first: the older switches, when given too, adjust it.
-        if let Some(policy) = durability {
-            config = config.durability(policy);
-        }
-        if let Some(yes) = one_timing {
-            config = config.assume_one_timing_per_pool(yes);
-        }
-        if let Some(on) = restart_guard {
-            config = config.restart_guard(on);
-        }
-        if let Some(yes) = require_durable {
-            config = config.require_durable(yes);
+        config = durability.apply(config);
+        if let Some(text) = durability.deprecation(&config) {
+            tracing::warn!(store = %crate::config::redact(url), "{text}");
         }
         if let Some(allow) = allow_eviction {
             config = config.allow_eviction(allow);
@@ -489,7 +570,8 @@ mod tests {
     use crate::config::DEFAULT_OP_TIMEOUT;
 
     /// The opt-ins a URL carries reach the configuration, so a tool given
-    /// the application's URL judges the server as the application does.
+    /// the application's URL judges the server as the application does;
+    /// the deprecated ones still set what they set.
     #[test]
     fn the_opt_ins_are_url_options() {
         let c = ValkeyConfig::from_url(
@@ -539,14 +621,126 @@ mod tests {
                 ValkeyConfig::from_url(&format!("redis://h?durability={word}")).expect("accepted");
             assert_eq!(switches(&c), want, "{word}");
             assert_eq!(c.url, "redis://h");
-            let c = ValkeyConfig::new("redis://h")
-                .assume_one_timing_per_pool(true)
-                .restart_guard(false)
-                .durability(policy);
+            let c = ValkeyConfig::from_url(
+                "redis://h?assume_one_timing_per_pool=true&restart_guard=false\
+                 &require_durable=true",
+            )
+            .expect("accepted")
+            .durability(policy);
             assert_eq!(switches(&c), want, "{policy}");
         }
         let e = ValkeyConfig::from_url("redis://h?durability=fast").unwrap_err();
         assert!(e.to_string().contains("durability=throwaway"), "{e}");
+    }
+
+    /// A URL with the deprecated options says so once, naming them and
+    /// the `durability=` that reads as they do (or as near: the refusal
+    /// `require_durable=true` asks for is `durable`'s); a URL without them
+    /// says nothing.
+    #[test]
+    fn a_deprecated_option_names_the_durability_to_write_instead() {
+        let text = |url: &str| {
+            let mut parts = StoreUrl::parse(url, ValkeyConfig::SCHEMES, FORM).expect("a URL");
+            let options = DurabilityOptions::take(&mut parts).expect("options");
+            options.deprecation(&options.apply(ValkeyConfig::new("redis://h")))
+        };
+        for (query, given, instead) in [
+            ("restart_guard=false", "restart_guard=false", "throwaway"),
+            (
+                "assume_one_timing_per_pool=true&restart_guard=false",
+                "assume_one_timing_per_pool=true&restart_guard=false",
+                "throwaway",
+            ),
+            (
+                "assume_one_timing_per_pool=true",
+                "assume_one_timing_per_pool=true",
+                "one-timing-per-pool",
+            ),
+            ("require_durable=true", "require_durable=true", "durable"),
+            (
+                "restart_guard=false&require_durable=true",
+                "restart_guard=false&require_durable=true",
+                "durable",
+            ),
+            ("restart_guard=true", "restart_guard=true", "durable"),
+            (
+                "restart_guard=true&durability=throwaway",
+                "durability=throwaway&restart_guard=true",
+                "durable",
+            ),
+            (
+                "durability=one-timing-per-pool&restart_guard=false",
+                "durability=one-timing-per-pool&restart_guard=false",
+                "throwaway",
+            ),
+        ] {
+            let said = text(&format!("redis://h?{query}"))
+                .unwrap_or_else(|| panic!("{query}: nothing said"));
+            assert!(
+                said.contains(&format!("this URL's {given} says durability={instead};")),
+                "{query}: {said}"
+            );
+            assert!(said.contains("deprecated"), "{query}: {said}");
+        }
+        for query in ["durability=throwaway", "allow_eviction=true", "prefix=x"] {
+            assert_eq!(text(&format!("redis://h?{query}")), None, "{query}");
+        }
+    }
+
+    /// `from_url` logs the deprecation as one `tracing` warning per URL read,
+    /// however many deprecated options it has, and none for a URL without.
+    #[test]
+    fn a_url_with_deprecated_options_logs_one_warning() {
+        use std::sync::{Arc, Mutex};
+        use tracing::field::{Field, Visit};
+        use tracing::span::{Attributes, Id, Record};
+        use tracing::{Event, Level, Metadata, Subscriber};
+
+        /// The messages of the warnings it is given.
+        struct Warnings(Arc<Mutex<Vec<String>>>);
+        struct Message(String);
+        impl Visit for Message {
+            fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        impl Subscriber for Warnings {
+            fn enabled(&self, meta: &Metadata<'_>) -> bool {
+                *meta.level() == Level::WARN
+            }
+            fn new_span(&self, _: &Attributes<'_>) -> Id {
+                Id::from_u64(1)
+            }
+            fn record(&self, _: &Id, _: &Record<'_>) {}
+            fn record_follows_from(&self, _: &Id, _: &Id) {}
+            fn event(&self, event: &Event<'_>) {
+                let mut message = Message(String::new());
+                event.record(&mut message);
+                self.0.lock().unwrap().push(message.0);
+            }
+            fn enter(&self, _: &Id) {}
+            fn exit(&self, _: &Id) {}
+        }
+        let warnings = |url: &str| {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            tracing::subscriber::with_default(Warnings(Arc::clone(&seen)), || {
+                ValkeyConfig::from_url(url).expect("accepted")
+            });
+            seen.lock().unwrap().clone()
+        };
+        for url in [
+            "redis://h?assume_one_timing_per_pool=true&restart_guard=false&require_durable=false",
+            "redis-sentinel://s1?sentinelServiceName=m&restart_guard=false",
+        ] {
+            let seen = warnings(url);
+            assert_eq!(seen.len(), 1, "{url}: {seen:?}");
+            assert!(seen[0].contains("durability=throwaway"), "{url}: {seen:?}");
+        }
+        for url in ["redis://h?durability=throwaway", "redis://h"] {
+            assert_eq!(warnings(url), Vec::<String>::new(), "{url}");
+        }
     }
 
     #[test]

@@ -26,8 +26,8 @@ use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::sentinel::SentinelTopology;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
-    AcquireError, BoxFuture, Grant, IdFormat, LeaseConfig, LeaseGate, LeaseManager, LossCause,
-    LossEvent, PoolSpec, Release, Renewal, Strategy,
+    AcquireError, BoxFuture, DurabilityPolicy, Grant, IdFormat, LeaseConfig, LeaseGate,
+    LeaseManager, LossCause, LossEvent, PoolSpec, Release, Renewal, Strategy,
 };
 use leasehold_valkey::{ActivePath, Method, ValkeyConfig, ValkeyError, ValkeyStrategy, marker};
 
@@ -67,7 +67,7 @@ impl Valkey {
         ValkeyStrategy::connect(
             ValkeyConfig::from_url(&self.url)
                 .map_err(|e| e.to_string())?
-                .restart_guard(false)
+                .durability(DurabilityPolicy::Throwaway)
                 .key_prefix(&self.prefix)
                 .method(method),
         )
@@ -102,7 +102,7 @@ impl Backend for Valkey {
             let s = ValkeyStrategy::connect(
                 ValkeyConfig::from_url(&url)
                     .map_err(|e| e.to_string())?
-                    .restart_guard(false)
+                    .durability(DurabilityPolicy::Throwaway)
                     .key_prefix(&self.prefix)
                     .method(self.method)
                     .op_timeout(op_timeout),
@@ -587,7 +587,7 @@ async fn connect_errors_are_prompt_and_typed(_b: Arc<Valkey>) -> Outcome {
         Duration::from_secs(2),
         ValkeyStrategy::connect(
             ValkeyConfig::new(format!("redis://127.0.0.1:{port}"))
-                .restart_guard(false)
+                .durability(DurabilityPolicy::Throwaway)
                 .op_timeout(Duration::from_millis(500)),
         ),
     )
@@ -599,7 +599,7 @@ async fn connect_errors_are_prompt_and_typed(_b: Arc<Valkey>) -> Outcome {
     );
     let r = ValkeyStrategy::connect(
         ValkeyConfig::new("redis://127.0.0.1:1")
-            .restart_guard(false)
+            .durability(DurabilityPolicy::Throwaway)
             .key_prefix("a{b}"),
     )
     .await;
@@ -1111,8 +1111,8 @@ impl Drop for OwnServer {
 }
 
 /// Expects `connect` to refuse a server that can forget (no persistence)
-/// with `NotDurable`, naming the settings it read, the fix and, unless
-/// `require_durable`, both opt-ins.
+/// with `NotDurable`, naming the settings it read, the fix and both opt-ins,
+/// and saying whether the deprecated `require_durable(true)` refused it.
 fn expect_not_durable(r: Result<ValkeyStrategy, ValkeyError>, required: bool) -> Outcome {
     match r {
         Err(e @ ValkeyError::NotDurable { .. }) => {
@@ -1169,17 +1169,21 @@ async fn declared_new(s: &ValkeyStrategy, pool: PoolSpec) -> Result<PoolSpec, St
 /// `max_clock_skew`, answering the retryable `StoreRestarted` with the time
 /// left, read inside the claim script; a pool with a short TTL is granted
 /// once the server has been up long enough, and renewals are never held
-/// back. Such a server is refused by default, since a restart loses the
-/// pool's recorded span (`NotDurable`, naming the settings, the fix and both
-/// opt-ins); `assume_one_timing_per_pool(true)` accepts it with the guard.
-/// A server with `appendfsync always` is accepted with its defaults and
-/// guarded all the same (what it ran with before its last start is not
-/// known: a weakening set at run time goes with a restart), and is the only
-/// kind `require_durable(true)` accepts, whatever the opt-ins.
+/// back. Such a server is refused by the durable policy, the default, since
+/// a restart loses the pool's recorded span (`NotDurable`, naming the
+/// settings, the fix and both opt-ins); `DurabilityPolicy::OneTimingPerPool`
+/// accepts it with the guard. A server with `appendfsync always` is
+/// accepted with its defaults and guarded all the same (what it ran with
+/// before its last start is not known: a weakening set at run time goes
+/// with a restart).
 async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome {
     let plain = b.config()?.key_prefix(&b.prefix).method(b.method);
     expect_not_durable(ValkeyStrategy::connect(plain.clone()).await, false)?;
-    let s = ValkeyStrategy::connect(plain.assume_one_timing_per_pool(true))
+    expect_not_durable(
+        ValkeyStrategy::connect(plain.clone().durability(DurabilityPolicy::Durable)).await,
+        false,
+    )?;
+    let s = ValkeyStrategy::connect(plain.durability(DurabilityPolicy::OneTimingPerPool))
         .await
         .map_err(|e| e.to_string())?;
     let hour = Duration::from_secs(3600);
@@ -1244,8 +1248,25 @@ async fn the_restart_guard_holds_grants_after_a_start(b: Arc<Valkey>) -> Outcome
         matches!(r, Err(AcquireError::StoreRestarted { resume_in }) if resume_in <= span + Duration::from_secs(1)),
         "a durable server up for less than the TTL answered {r:?}, not the restart guard"
     );
-    // The strict option accepts it, and refuses the test server (no
-    // persistence) whatever the opt-ins say.
+    Ok(())
+}
+
+/// The deprecated `require_durable(true)` still accepts a server with
+/// `appendfsync always` and refuses one without persistence whatever
+/// `assume_one_timing_per_pool(true)` and `restart_guard(false)` say, its
+/// refusal saying so. No durability policy says this (each policy but
+/// `Durable` accepts such a server), so the switches are exercised by their
+/// own names here for as long as they are kept.
+#[allow(deprecated)]
+async fn require_durable_refuses_a_server_that_can_forget_whatever_the_opt_ins(
+    b: Arc<Valkey>,
+) -> Outcome {
+    let bin = b.binary.as_deref().ok_or("no local server binary")?;
+    let own = OwnServer::start(
+        bin,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+        &[],
+    )?;
     ValkeyStrategy::connect(ValkeyConfig::new(&own.url).require_durable(true))
         .await
         .map_err(|e| format!("require_durable refused appendfsync always: {e}"))?;
@@ -1273,7 +1294,7 @@ async fn the_configured_clock_skew_lengthens_the_guard(b: Arc<Valkey>) -> Outcom
             .key_prefix(&b.prefix)
             .method(b.method)
             .op_timeout(Duration::from_secs(10))
-            .assume_one_timing_per_pool(true),
+            .durability(DurabilityPolicy::OneTimingPerPool),
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -1524,9 +1545,13 @@ async fn a_server_that_skips_fsyncs_while_a_child_saves_is_refused(b: Arc<Valkey
                 ));
             }
         }
-        let s = ValkeyStrategy::connect(config.clone().assume_one_timing_per_pool(true))
-            .await
-            .map_err(|e| format!("appendfsync {fsync}, opted in: {e}"))?;
+        let s = ValkeyStrategy::connect(
+            config
+                .clone()
+                .durability(DurabilityPolicy::OneTimingPerPool),
+        )
+        .await
+        .map_err(|e| format!("appendfsync {fsync}, opted in: {e}"))?;
         let d = s.persistence();
         ensure!(
             !d.keeps_every_write() && !d.fsyncs_on_request(),
@@ -1743,7 +1768,7 @@ async fn a_reconnect_before_the_replica_wait_proves_nothing(b: Arc<Valkey>) -> O
     // costs each operation); the operation timeout leaves room for a loaded
     // machine.
     let config = ValkeyConfig::new(&primary.url)
-        .restart_guard(false)
+        .durability(DurabilityPolicy::Throwaway)
         .method(b.method)
         .op_timeout(Duration::from_secs(20));
     let waiting =
@@ -1824,7 +1849,7 @@ async fn the_password_never_shows(b: Arc<Valkey>) -> Outcome {
     );
     let config = ValkeyConfig::new(&authed)
         .method(b.method)
-        .restart_guard(false);
+        .durability(DurabilityPolicy::Throwaway);
     shown.debug("ValkeyConfig", &config);
     let s = ValkeyStrategy::connect(config)
         .await
@@ -1863,7 +1888,10 @@ async fn the_password_never_shows(b: Arc<Valkey>) -> Outcome {
 async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
     let bin = b.binary.as_deref().ok_or("no local server binary")?;
     let own = OwnServer::start(bin, &["--maxmemory-policy", "allkeys-lru"], &[])?;
-    let r = ValkeyStrategy::connect(ValkeyConfig::new(&own.url).restart_guard(false)).await;
+    let r = ValkeyStrategy::connect(
+        ValkeyConfig::new(&own.url).durability(DurabilityPolicy::Throwaway),
+    )
+    .await;
     match &r {
         Err(e @ ValkeyError::Eviction { policy, .. }) => {
             let msg = e.to_string();
@@ -1879,7 +1907,7 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
     }
     let s = ValkeyStrategy::connect(
         ValkeyConfig::new(&own.url)
-            .restart_guard(false)
+            .durability(DurabilityPolicy::Throwaway)
             .allow_eviction(true),
     )
     .await
@@ -1897,9 +1925,11 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
     drop(s);
 
     let own = OwnServer::start(bin, &["--rename-command", "CONFIG", ""], &[])?;
-    let s = ValkeyStrategy::connect(ValkeyConfig::new(&own.url).restart_guard(false))
-        .await
-        .map_err(|e| format!("without CONFIG: {e}"))?;
+    let s = ValkeyStrategy::connect(
+        ValkeyConfig::new(&own.url).durability(DurabilityPolicy::Throwaway),
+    )
+    .await
+    .map_err(|e| format!("without CONFIG: {e}"))?;
     let d = s.persistence();
     ensure!(
         d.maxmemory_policy.is_none() && d.evicts().is_none() && d.persists().is_none(),
@@ -1933,7 +1963,7 @@ async fn evicting_server_is_refused_unless_allowed(b: Arc<Valkey>) -> Outcome {
 async fn wait_without_replicas_refuses(b: Arc<Valkey>) -> Outcome {
     let base = b
         .config()?
-        .restart_guard(false)
+        .durability(DurabilityPolicy::Throwaway)
         .key_prefix(&b.prefix)
         .method(b.method);
     let config = || base.clone();
@@ -2015,7 +2045,7 @@ async fn store_clock_jump_loses_the_lease(b: Arc<Valkey>) -> Outcome {
     let outcome = async {
         let s = ValkeyStrategy::connect(
             ValkeyConfig::new(&server.url)
-                .restart_guard(false)
+                .durability(DurabilityPolicy::Throwaway)
                 .method(b.method),
         )
         .await
@@ -2144,6 +2174,7 @@ fn target(
         trials!(t;
             evicting_server_is_refused_unless_allowed,
             the_restart_guard_holds_grants_after_a_start,
+            require_durable_refuses_a_server_that_can_forget_whatever_the_opt_ins,
             the_configured_clock_skew_lengthens_the_guard,
             claims_wait_for_the_fsync_of_the_pools_span,
             a_server_that_skips_fsyncs_while_a_child_saves_is_refused,

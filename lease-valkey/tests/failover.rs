@@ -17,7 +17,7 @@
 //! default) a second claimer is refused (`StoreRestarted`) until the pool's
 //! restart span has passed since a claim first saw the new replication ID,
 //! and the first holder's renewal answers `Lost`. Without it
-//! (`restart_guard(false)`) the second claimer is granted the same slot
+//! (`DurabilityPolicy::Throwaway`) the second claimer is granted the same slot
 //! while the first holder's lease is still valid: the control, which shows
 //! that the scenario does lose the claim.
 //!
@@ -39,7 +39,7 @@ use leasehold_conformance::servers::{ServerKind, Settings, provide_with};
 use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::sentinel::{Reply, SentinelTopology};
 use leasehold_conformance::{ensure, fresh_pool};
-use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Renewal, Strategy};
+use leasehold_core::{AcquireError, DurabilityPolicy, Floor, Grant, PoolSpec, Renewal, Strategy};
 use leasehold_valkey::{ActivePath, ValkeyConfig, ValkeyError, ValkeyStrategy};
 
 /// The lease time: longer than a failover takes here (a few seconds after
@@ -124,7 +124,11 @@ async fn claim_then_fail_over(
     let url = store_url(&topology);
     let config = ValkeyConfig::from_url(&url)
         .map_err(|e| e.to_string())?
-        .restart_guard(guarded);
+        .durability(if guarded {
+            DurabilityPolicy::Durable
+        } else {
+            DurabilityPolicy::Throwaway
+        });
     let holder = connect(config).await?;
     let path = if kind == ServerKind::Redis8 {
         ActivePath::Hsetex
@@ -309,7 +313,7 @@ async fn without_the_guard_the_slot_is_granted_twice(
 async fn granted_twice(after: AfterFailover) -> Result<(), String> {
     let config = ValkeyConfig::from_url(&after.url)
         .map_err(|e| e.to_string())?
-        .restart_guard(false);
+        .durability(DurabilityPolicy::Throwaway);
     let claimer = connect(config).await?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let g = loop {
@@ -576,7 +580,11 @@ async fn claim_then_fail_over_in_cluster(
     let url = cluster_store_url(&topology);
     let config = ValkeyConfig::from_url(&url)
         .map_err(|e| e.to_string())?
-        .restart_guard(guarded);
+        .durability(if guarded {
+            DurabilityPolicy::Durable
+        } else {
+            DurabilityPolicy::Throwaway
+        });
     let holder = connect(config).await?;
     ensure!(
         holder.path() == ActivePath::Scripts,

@@ -22,7 +22,8 @@ use leasehold_conformance::servers::{Server, ServerKind, Settings};
 use leasehold_conformance::suite::STARVED;
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool};
 use leasehold_core::{
-    AcquireError, BoxFuture, Floor, Grant, PoolSpec, Release, StaticSlot, Strategy,
+    AcquireError, BoxFuture, DurabilityPolicy, Floor, Grant, PoolSpec, Release, StaticSlot,
+    Strategy,
 };
 use leasehold_valkey::{ValkeyConfig, ValkeyError, ValkeyStrategy};
 
@@ -33,7 +34,7 @@ struct Valkey;
 fn config(url: &str) -> ValkeyConfig {
     ValkeyConfig::new(url)
         .key_prefix("lhrestart")
-        .assume_one_timing_per_pool(true)
+        .durability(DurabilityPolicy::OneTimingPerPool)
 }
 
 async fn connect(url: &str) -> Result<ValkeyStrategy, String> {
@@ -231,8 +232,8 @@ async fn a_fence_is_never_issued_twice_after_the_server_forgets(b: Arc<Forgetful
 /// its own (3 s). The span was recorded by an earlier claim of the pool and
 /// kept by the server (here a `SAVE`, as RDB snapshots or the append-only
 /// file keep it); the 60 s holder's own claim, after it, is forgotten by the
-/// crash. (The claimer connects with `assume_one_timing_per_pool`, the
-/// only way a guarded process accepts this server; the promise is broken
+/// crash. (The claimer connects with `DurabilityPolicy::OneTimingPerPool`,
+/// the only policy under which a guarded process accepts this server; the promise is broken
 /// here on purpose, to show that the recorded span covers what it does
 /// not.) Without the recorded span the claimer is granted the slot 3 s
 /// after the restart while the 60 s lease is still live: two holders of one
@@ -247,7 +248,7 @@ async fn the_guard_waits_out_the_pools_longest_span_after_a_restart(b: Arc<Forge
     // The 60 s holders claim without the guard, so as not to wait a minute
     // of the fresh server's uptime; every claim records its span all the
     // same.
-    let holder = connect_patiently(config(&b.url).restart_guard(false)).await?;
+    let holder = connect_patiently(config(&b.url).durability(DurabilityPolicy::Throwaway)).await?;
     let earlier = holder
         .acquire(&long, Floor::NONE)
         .await

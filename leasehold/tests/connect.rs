@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use leasehold::operate::doctor;
 use leasehold::{
-    ConnectError, Floor, LeaseConfig, LeaseManager, PoolName, PoolSpec, STORES, StoreConfig,
-    Strategy, Verdict, schemes_text,
+    ConnectError, DurabilityPolicy, Floor, LeaseConfig, LeaseManager, PoolName, PoolSpec, STORES,
+    StoreConfig, Strategy, Verdict, schemes_text,
 };
 
 /// Which backend's configuration `url` reads into, by its type.
@@ -321,7 +321,7 @@ async fn a_tls_only_valkey_is_reached_over_tls_and_refuses_plain_text() {
         StoreConfig::from_url(url)
             .unwrap_or_else(|e| panic!("{url}: {e}"))
             .op_timeout(Duration::from_secs(10))
-            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.durability(DurabilityPolicy::Throwaway))
     };
     let store = config(&server.url).connect().await.unwrap();
     let described = store.operator().describe();

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use leasehold::credentials::Credentials;
 use leasehold::{
-    Floor, LeaseConfig, LeaseManager, MonoTime, PoolName, PoolSpec, Release, Store, StoreConfig,
-    Strategy,
+    DurabilityPolicy, Floor, LeaseConfig, LeaseManager, MonoTime, PoolName, PoolSpec, Release,
+    Store, StoreConfig, Strategy,
 };
 use leasehold_conformance::servers::{Server, ServerKind, provide};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -102,8 +102,8 @@ impl Rig {
         // A private fast server, which can forget: no restart guard.
         Ok(config
             .op_timeout(Duration::from_secs(2))
-            .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
-            .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false)))
+            .map(|c: leasehold::sql::SqlConfig| c.durability(DurabilityPolicy::Throwaway))
+            .map(|c: leasehold::valkey::ValkeyConfig| c.durability(DurabilityPolicy::Throwaway)))
     }
 }
 

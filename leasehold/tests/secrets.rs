@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use leasehold::credentials::Credentials;
 use leasehold::operate::doctor;
-use leasehold::{ConnectError, StoreConfig};
+use leasehold::{ConnectError, DurabilityPolicy, StoreConfig};
 use leasehold_conformance::secrets::{self, Secret, Shown, in_query, in_user_info};
 use leasehold_conformance::servers::{ServerKind, find_binary, provide};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -57,8 +57,8 @@ struct Target {
 fn tuned(config: StoreConfig) -> StoreConfig {
     config
         .op_timeout(Duration::from_secs(3))
-        .map(|c: leasehold::sql::SqlConfig| c.restart_guard(false))
-        .map(|c: leasehold::valkey::ValkeyConfig| c.restart_guard(false))
+        .map(|c: leasehold::sql::SqlConfig| c.durability(DurabilityPolicy::Throwaway))
+        .map(|c: leasehold::valkey::ValkeyConfig| c.durability(DurabilityPolicy::Throwaway))
 }
 
 fn with_option(url: &str, option: &str) -> String {

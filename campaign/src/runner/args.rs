@@ -267,8 +267,8 @@ impl Args {
     }
 
     /// Whether the backend's wipe guard can be turned off
-    /// (`restart_guard(false)`): SQL, Valkey/Redis and stores that need no
-    /// server; on etcd and Kubernetes it is always on.
+    /// (`DurabilityPolicy::Throwaway`): SQL, Valkey/Redis and stores that
+    /// need no server; on etcd and Kubernetes it is always on.
     fn guard_optional(&self) -> bool {
         match choice(&self.backend) {
             Some(Choice::EtcdCluster | Choice::FakeApi) => false,
@@ -329,7 +329,7 @@ impl Args {
             return Err(
                 "--wipe-heavy goes without --mixed-fleet: a wipe takes the spans the holders \
                  recorded and the guard waits the claimer's own, so a pool of several timings \
-                 is not covered (DESIGN.md, `assume_one_timing_per_pool`)"
+                 is not covered (DESIGN.md, `durability=one-timing-per-pool`)"
                     .into(),
             );
         }

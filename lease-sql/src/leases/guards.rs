@@ -74,7 +74,7 @@ with_sqlx_bounds!([impl<D> Leases<D>] {
             Guard::new(
                 kind,
                 GuardState::Off {
-                    why: "off (restart_guard=false)".into(),
+                    why: "off (durability=throwaway)".into(),
                 },
             )
         };

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_conformance::{Backend, ensure, fresh_pool};
-use leasehold_core::{Floor, Renewal, Strategy, Token};
+use leasehold_core::{DurabilityPolicy, Floor, Renewal, Strategy, Token};
 use leasehold_sql::{Engine, SqlConfig, SqlStrategy, TableName, lease_user_sql};
 
 use super::{Sql, raw};
@@ -38,7 +38,7 @@ pub(crate) async fn create(admin: &str, user: &str) -> Result<String, String> {
     let s = SqlStrategy::connect(
         SqlConfig::from_url(admin)
             .map_err(|e| e.to_string())?
-            .restart_guard(false),
+            .durability(DurabilityPolicy::Throwaway),
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -116,7 +116,7 @@ async fn connect(b: &Sql, url: &str) -> Result<SqlStrategy, String> {
     SqlStrategy::connect(
         SqlConfig::from_url(url)
             .map_err(|e| e.to_string())?
-            .restart_guard(b.guard),
+            .durability(b.durability()),
     )
     .await
     .map_err(|e| e.to_string())
@@ -278,7 +278,7 @@ async fn revoked_check_functions_name_their_grant(_b: Arc<Sql>) -> Result<(), St
     let admin = SqlStrategy::connect(
         SqlConfig::from_url(&server.url)
             .map_err(|e| e.to_string())?
-            .restart_guard(false),
+            .durability(DurabilityPolicy::Throwaway),
     )
     .await
     .map_err(|e| e.to_string())?;
@@ -286,7 +286,7 @@ async fn revoked_check_functions_name_their_grant(_b: Arc<Sql>) -> Result<(), St
         SqlStrategy::connect(
             SqlConfig::from_url(&url)
                 .map_err(|e| e.to_string())?
-                .restart_guard(false),
+                .durability(DurabilityPolicy::Throwaway),
         )
         .await
         .map_err(|e| e.to_string())

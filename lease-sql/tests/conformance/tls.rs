@@ -12,6 +12,7 @@ use std::sync::Arc;
 use leasehold_conformance::ensure;
 use leasehold_conformance::servers::{ServerKind, provide_tls_presenting};
 use leasehold_conformance::tls::{Pair, Pki};
+use leasehold_core::DurabilityPolicy;
 use leasehold_sql::{Engine, SqlConfig, SqlError, SqlStrategy};
 
 use super::Sql;
@@ -81,7 +82,7 @@ fn pki() -> Result<&'static Pki, String> {
 /// The error connecting to `url` answers (`case` names it for the
 /// messages); it is printed, and must be final.
 async fn refusal(case: &str, url: &str) -> Result<SqlError, String> {
-    let config = SqlConfig::new(url).restart_guard(false);
+    let config = SqlConfig::new(url).durability(DurabilityPolicy::Throwaway);
     match SqlStrategy::connect(config).await {
         Ok(s) => {
             s.close().await;

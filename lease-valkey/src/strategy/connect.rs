@@ -34,10 +34,9 @@ impl ValkeyStrategy {
     /// [`ValkeyError::NotDurable`], unless it runs the append-only file with
     /// `appendfsync everysec` and `no-appendfsync-on-rewrite no` and has
     /// `WAITAOF` (claims then wait for the fsync of the pool's recorded
-    /// span), or
-    /// [`ValkeyConfig::assume_one_timing_per_pool`] or
-    /// [`ValkeyConfig::restart_guard`]`(false)` accepts it (never with
-    /// [`ValkeyConfig::require_durable`]).
+    /// span), or the [`ValkeyConfig::durability`] policy
+    /// `OneTimingPerPool` or `Throwaway` accepts it (never with the
+    /// deprecated [`ValkeyConfig::require_durable`]`(true)`).
     ///
     /// Every command is bounded by the configured operation timeout: `fred`'s
     /// command and connection timeouts are set to it, a command is sent at

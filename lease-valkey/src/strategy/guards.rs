@@ -126,7 +126,7 @@ impl ValkeyStrategy {
             Guard::new(
                 GuardKind::Restart,
                 GuardState::Off {
-                    why: "off (restart_guard=false)".into(),
+                    why: "off (durability=throwaway)".into(),
                 },
             )
         } else if span_damaged {
@@ -155,7 +155,7 @@ impl ValkeyStrategy {
         guards.push(restart.pool(name));
 
         let off = || GuardState::Off {
-            why: "off (restart_guard=false)".into(),
+            why: "off (durability=throwaway)".into(),
         };
         let guarded = self.guard_on();
         let promotion = if !guarded {

@@ -29,7 +29,7 @@ impl ValkeyStrategy {
     /// warning. It never hides a wipe; it starts the wait earlier. A pool
     /// that is new indeed skips the wait with
     /// [`ValkeyStrategy::declare_new_pool`]. `Ok(None)`: no wait (the
-    /// pool's records are there, or `restart_guard(false)`).
+    /// pool's records are there, or `DurabilityPolicy::Throwaway`).
     pub async fn prepare_pool(&self, pool: &PoolSpec) -> Result<Option<Duration>, ValkeyError> {
         let keys = self.keys(pool.name());
         let url = redact(&self.inner.config.url);

@@ -12,7 +12,9 @@ use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{Missing, Server, ServerKind, provide};
 use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
-use leasehold_core::{BoxFuture, Floor, IdFormat, PoolSpec, Release, Renewal, Strategy};
+use leasehold_core::{
+    BoxFuture, DurabilityPolicy, Floor, IdFormat, PoolSpec, Release, Renewal, Strategy,
+};
 use leasehold_valkey::{ActivePath, LeaseUserAcl, ValkeyConfig, ValkeyError, ValkeyStrategy};
 
 const PREFIX: &str = "lhuser";
@@ -23,7 +25,7 @@ const PASSWORD: &str = "lease-user-secret";
 /// use on a server that fsyncs always and has no replicas: `WAIT` and
 /// `WAITAOF` and the mark before them (`HINCRBY`; only with
 /// `wait_for_replicas`, or a server that fsyncs once a second), `COMMAND INFO` (denied, the version tells), `CONFIG GET`
-/// (denied, the settings read unknown: accepted only by `restart_guard(false)`,
+/// (denied, the settings read unknown: accepted only by `DurabilityPolicy::Throwaway`,
 /// tested apart), `EVAL` (only when the script cache was lost), `PTTL` and
 /// `HPTTL` (inspection), `PING` and `TIME` (`leasehold doctor`).
 const UNUSED_BY_THE_FLOW: &[&str] = &[
@@ -59,7 +61,11 @@ impl LeaseUser {
     ) -> Result<ValkeyStrategy, ValkeyError> {
         ValkeyStrategy::connect(
             ValkeyConfig::from_url(&self.url_as(user, password))?
-                .restart_guard(guard)
+                .durability(if guard {
+                    DurabilityPolicy::Durable
+                } else {
+                    DurabilityPolicy::Throwaway
+                })
                 .key_prefix(PREFIX),
         )
         .await
@@ -69,7 +75,7 @@ impl LeaseUser {
         ValkeyStrategy::connect(
             ValkeyConfig::from_url(&self.admin_url)
                 .map_err(|e| e.to_string())?
-                .restart_guard(false)
+                .durability(DurabilityPolicy::Throwaway)
                 .key_prefix(PREFIX),
         )
         .await
@@ -122,7 +128,7 @@ impl Backend for LeaseUser {
             let s = ValkeyStrategy::connect(
                 ValkeyConfig::from_url(&url)
                     .map_err(|e| e.to_string())?
-                    .restart_guard(false)
+                    .durability(DurabilityPolicy::Throwaway)
                     .key_prefix(PREFIX)
                     .op_timeout(op_timeout),
             )
@@ -261,7 +267,7 @@ async fn a_database_needs_select(b: Arc<LeaseUser>) -> Outcome {
         ValkeyStrategy::connect(
             ValkeyConfig::from_url(&url)
                 .map_err(|e| e.to_string())?
-                .restart_guard(false)
+                .durability(DurabilityPolicy::Throwaway)
                 .key_prefix(PREFIX),
         )
         .await

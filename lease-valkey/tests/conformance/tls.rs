@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::ClientLike;
 use leasehold_conformance::tls::Pki;
 use leasehold_conformance::{Outcome, Target, ensure, fresh_pool, trials};
-use leasehold_core::{Floor, Operate, Release, Strategy, Verdict};
+use leasehold_core::{DurabilityPolicy, Floor, Operate, Release, Strategy, Verdict};
 use leasehold_valkey::{TlsFailure, ValkeyConfig, ValkeyError, ValkeyStrategy};
 
 use super::{OwnServer, Valkey, cmd};
@@ -76,7 +76,7 @@ async fn connect(url: &str) -> Result<ValkeyStrategy, ValkeyError> {
 
 async fn connect_within(url: &str, timeout: Duration) -> Result<ValkeyStrategy, ValkeyError> {
     let config = ValkeyConfig::from_url(url)?
-        .restart_guard(false)
+        .durability(DurabilityPolicy::Throwaway)
         .op_timeout(timeout);
     ValkeyStrategy::connect(config).await
 }
@@ -341,7 +341,7 @@ async fn a_tls_url_never_falls_back_to_plain_text(b: Arc<Valkey>) -> Outcome {
     let own = OwnServer::start(bin, &["--requirepass", password], &[])?;
     let watcher = ValkeyStrategy::connect(
         ValkeyConfig::new(format!("redis://:{password}@127.0.0.1:{}", own.port))
-            .restart_guard(false)
+            .durability(DurabilityPolicy::Throwaway)
             .op_timeout(OP_TIMEOUT),
     )
     .await
