@@ -8,14 +8,14 @@ use std::time::Duration;
 use leasehold_core::drivers::Driver;
 use leasehold_core::{BoxFuture, Operate, PoolSpec};
 
-use crate::backend::{Backend, Store};
+use crate::glue::{Glue, Store};
 
 /// A backend under test reached through its driver: the URL read by the
 /// driver (`Driver::parse_url`), options set by key and value as the URL's
 /// query says them, connected by the driver, each test's pool declared new
 /// and a lease revoked through `Operate`, and the fault proxy put in front
 /// by giving the driver the proxy's address in the URL. A backend whose
-/// suite needs nothing else gives this instead of a `Backend` of its own.
+/// suite needs nothing else gives this instead of a `Glue` of its own.
 ///
 /// ```
 /// use leasehold_conformance::ByDriver;
@@ -83,7 +83,7 @@ impl ByDriver {
     }
 }
 
-impl Backend for ByDriver {
+impl Glue for ByDriver {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
             let store: Store = self.open(&self.url, None).await?;

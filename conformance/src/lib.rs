@@ -9,9 +9,9 @@
 
 #[macro_use]
 mod macros;
-mod backend;
 mod by_driver;
 pub mod etcd_cluster;
+mod glue;
 #[cfg(feature = "testcontainers")]
 mod k3s;
 pub mod programs;
@@ -25,7 +25,7 @@ pub mod suite;
 pub mod tls;
 pub mod topology;
 
-pub use backend::{Backend, Store};
 pub use by_driver::ByDriver;
+pub use glue::{Glue, Store};
 pub use runner::{ExtraTest, Target, in_ci, run};
 pub use suite::{Outcome, fresh_pool, fresh_pool_name};

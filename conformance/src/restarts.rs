@@ -23,7 +23,7 @@ use leasehold_core::{
 
 use crate::servers::{Missing, ProvideError, Server, ServerKind, Settings, provide_with};
 use crate::suite::{Outcome, STARVED, fresh_pool};
-use crate::{Backend, Store, Target};
+use crate::{Glue, Store, Target};
 
 /// How a backend reaches the store on a restartable server.
 pub trait Stores: Send + Sync + 'static {
@@ -133,7 +133,7 @@ impl<S: Stores> Restartable<S> {
 /// the capabilities of the store `connect` gives: a fixed slot's, so that it
 /// picks none. The suite runs in the `conformance` binaries, on servers of
 /// their own; here it would only repeat it, and be disturbed by the restarts.
-impl<S: Stores> Backend for Restartable<S> {
+impl<S: Stores> Glue for Restartable<S> {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async { Ok(Arc::new(StaticSlot::new(0)) as Store) })
     }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use leasehold_core::{BoxFuture, Capabilities};
 use libtest_mimic::{Arguments, Failed, Trial};
 
-use crate::backend::Backend;
+use crate::glue::Glue;
 use crate::servers::Missing;
 
 /// One backend to run the suite against.
@@ -23,7 +23,7 @@ pub struct Target {
     pub server: String,
     /// The backend, or why no server could be had. What it can do (which
     /// behaviours run) is read from the strategy it connects.
-    pub backend: Result<Arc<dyn Backend>, Missing>,
+    pub backend: Result<Arc<dyn Glue>, Missing>,
     /// Whether it can delete a lease behind its holder's back.
     pub can_revoke: bool,
     /// Extra backend-specific tests: `(name, test)`.
@@ -36,12 +36,12 @@ pub struct Target {
 /// A backend-specific test run with the target's backend, inside its own
 /// runtime. Register one with [`Target::with_test`] or [`trials!`](crate::trials).
 pub type ExtraTest =
-    Arc<dyn Fn(Arc<dyn Backend>) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+    Arc<dyn Fn(Arc<dyn Glue>) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 impl Target {
     /// A target for `backend`. Its capabilities are read from a strategy it
     /// connects when the run starts.
-    pub fn new<B: Backend>(
+    pub fn new<B: Glue>(
         label: impl Into<String>,
         server: impl Into<String>,
         backend: Arc<B>,
@@ -90,14 +90,14 @@ impl Target {
     /// backend type fails the test, naming both.
     pub fn with_test<B, F, Fut>(mut self, name: &str, test: F) -> Self
     where
-        B: Backend,
+        B: Glue,
         F: Fn(Arc<B>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), String>> + Send + 'static,
     {
         let owner = name.to_owned();
         self.extra.push((
             name.to_owned(),
-            Arc::new(move |backend: Arc<dyn Backend>| -> BoxFuture<'static, _> {
+            Arc::new(move |backend: Arc<dyn Glue>| -> BoxFuture<'static, _> {
                 let any: Arc<dyn Any + Send + Sync> = backend;
                 match any.downcast::<B>() {
                     Ok(backend) => Box::pin(test(backend)),
@@ -262,7 +262,7 @@ fn run_judged(
 }
 
 /// What the backend's store can do, read from a strategy connected to it.
-fn capabilities(backend: &Arc<dyn Backend>) -> Result<Capabilities, String> {
+fn capabilities(backend: &Arc<dyn Glue>) -> Result<Capabilities, String> {
     runtime().block_on(async {
         let store = backend.connect().await?;
         Ok(store.capabilities_dyn())
@@ -291,7 +291,7 @@ mod tests {
     /// A backend that notes when it is dropped, as a server would be stopped.
     struct Noted(Arc<AtomicBool>);
 
-    impl Backend for Noted {
+    impl Glue for Noted {
         fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
             Box::pin(async { Err("never connected".to_owned()) })
         }

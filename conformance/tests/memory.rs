@@ -3,13 +3,13 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use leasehold_conformance::{Backend, ByDriver, Store, Target};
+use leasehold_conformance::{ByDriver, Glue, Store, Target};
 use leasehold_core::drivers::MEMORY;
 use leasehold_core::{BoxFuture, Memory, PoolSpec};
 
 struct InMemory(Memory);
 
-impl Backend for InMemory {
+impl Glue for InMemory {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         // Every connection is a handle on the same store, like nodes sharing a database.
         let store = self.0.clone();

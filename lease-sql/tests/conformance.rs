@@ -20,7 +20,7 @@ use leasehold_conformance::servers::{
     Missing, PG15_ASYNC_LABEL, PG15_SYNC_LABEL, ServerKind, provide, provide_tls,
 };
 use leasehold_conformance::topology::postgres::{PgPair, Replication};
-use leasehold_conformance::{Backend, ByDriver, Store, Target, ensure, fresh_pool, trials};
+use leasehold_conformance::{ByDriver, Glue, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
     AcquireError, BoxFuture, DurabilityPolicy, Fence, FenceStamp, PoolName, PoolSpec, Release,
     Renewal, Strategy, Token,
@@ -96,7 +96,7 @@ impl Sql {
     }
 }
 
-impl Backend for Sql {
+impl Glue for Sql {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(self.strategy().await?) as Store) })
     }

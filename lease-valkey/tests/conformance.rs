@@ -24,7 +24,7 @@ use leasehold_conformance::suite::STARVED;
 use leasehold_conformance::tls::Pair;
 use leasehold_conformance::topology::cluster::ClusterTopology;
 use leasehold_conformance::topology::sentinel::SentinelTopology;
-use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
+use leasehold_conformance::{Glue, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
     AcquireError, BoxFuture, DurabilityPolicy, Grant, IdFormat, LeaseConfig, LeaseGate,
     LeaseManager, LossCause, LossEvent, PoolSpec, Release, Renewal, Strategy,
@@ -76,7 +76,7 @@ impl Valkey {
     }
 }
 
-impl Backend for Valkey {
+impl Glue for Valkey {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(self.strategy(self.method).await?) as Store) })
     }
@@ -2233,7 +2233,7 @@ impl ThroughSentinel {
     }
 }
 
-impl Backend for ThroughSentinel {
+impl Glue for ThroughSentinel {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(self.strategy().await?) as Store) })
     }
@@ -2407,7 +2407,7 @@ impl InCluster {
     }
 }
 
-impl Backend for InCluster {
+impl Glue for InCluster {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(self.strategy().await?) as Store) })
     }

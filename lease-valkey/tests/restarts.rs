@@ -20,7 +20,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::restarts::{Stores, restartable_server, target};
 use leasehold_conformance::servers::{Server, ServerKind, Settings};
 use leasehold_conformance::suite::STARVED;
-use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool};
+use leasehold_conformance::{Glue, Outcome, Store, Target, ensure, fresh_pool};
 use leasehold_core::{
     AcquireError, BoxFuture, DurabilityPolicy, Floor, Grant, PoolSpec, Release, StaticSlot,
     Strategy,
@@ -116,7 +116,7 @@ struct Forgetful {
 
 /// Picks none of the suite's behaviours (a fixed slot's capabilities): the
 /// suite runs in the `conformance` binary.
-impl Backend for Forgetful {
+impl Glue for Forgetful {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async { Ok(Arc::new(StaticSlot::new(0)) as Store) })
     }

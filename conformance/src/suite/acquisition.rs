@@ -10,7 +10,7 @@ use leasehold_core::{AcquireError, Floor, Grant, Renewal, Token};
 
 use super::context::Ctx;
 use super::{Outcome, STARVED};
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// Races `n` acquirers over `connections` connections; returns the grants and
 /// the errors.
@@ -59,7 +59,7 @@ pub(super) fn distinct(grants: &[Grant]) -> Result<(), String> {
 
 /// 64 acquirers on 4 connections race for a pool of 64: every one gets a
 /// slot, all slots distinct, the whole pool used.
-pub async fn whole_pool_concurrent_acquirers_get_distinct_slots(b: Arc<dyn Backend>) -> Outcome {
+pub async fn whole_pool_concurrent_acquirers_get_distinct_slots(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 64, Some(Duration::from_secs(60))).await?;
     let (grants, errors) = race(&ctx, 64, 4).await?;
     distinct(&grants)?;
@@ -90,9 +90,7 @@ pub async fn whole_pool_concurrent_acquirers_get_distinct_slots(b: Arc<dyn Backe
 
 /// 96 acquirers race for 64 slots: 64 distinct grants, 32 retryable
 /// `PoolExhausted` (or contention) errors, nothing else.
-pub async fn oversubscribed_pool_gives_distinct_slots_then_exhausted(
-    b: Arc<dyn Backend>,
-) -> Outcome {
+pub async fn oversubscribed_pool_gives_distinct_slots_then_exhausted(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 64, Some(Duration::from_secs(60))).await?;
     let (mut grants, errors) = race(&ctx, 96, 4).await?;
     distinct(&grants)?;
@@ -121,7 +119,7 @@ pub async fn oversubscribed_pool_gives_distinct_slots_then_exhausted(
 
 /// Filling the pool then asking once more gives `PoolExhausted`, which is
 /// retryable.
-pub async fn full_pool_answers_retryable_exhausted(b: Arc<dyn Backend>) -> Outcome {
+pub async fn full_pool_answers_retryable_exhausted(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 3, Some(Duration::from_secs(60))).await?;
     let mut grants = Vec::new();
     for _ in 0..3 {
@@ -140,7 +138,7 @@ pub async fn full_pool_answers_retryable_exhausted(b: Arc<dyn Backend>) -> Outco
 /// Holders renew in a loop while acquirers race for the rest of the pool:
 /// every renewal succeeds, no acquirer gets a held slot, the pool fills
 /// exactly.
-pub async fn concurrent_renew_and_acquire_keep_invariants(b: Arc<dyn Backend>) -> Outcome {
+pub async fn concurrent_renew_and_acquire_keep_invariants(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 16, Some(Duration::from_secs(60))).await?;
     let mut held = Vec::new();
     for _ in 0..8 {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use leasehold_core::{Capabilities, Floor, Grant, PoolName, PoolSpec, Token};
 
 use super::{Outcome, STARVED};
-use crate::backend::{Backend, Store};
+use crate::glue::{Glue, Store};
 
 /// A grant and the instant its request was sent. The store counted its TTL
 /// from no earlier than that, so the lease is surely live until
@@ -65,14 +65,14 @@ pub(super) fn short_ttl(caps: &Capabilities) -> Duration {
 }
 
 pub(super) struct Ctx {
-    pub(super) backend: Arc<dyn Backend>,
+    pub(super) backend: Arc<dyn Glue>,
     pub(super) store: Store,
     pub(super) pool: PoolSpec,
 }
 
 impl Ctx {
     pub(super) async fn new(
-        backend: Arc<dyn Backend>,
+        backend: Arc<dyn Glue>,
         size: u32,
         ttl: Option<Duration>,
     ) -> Result<Self, String> {

@@ -9,12 +9,12 @@ use leasehold_core::{Floor, Renewal};
 
 use super::Outcome;
 use super::context::Ctx;
-use crate::backend::Backend;
+use crate::glue::Glue;
 use crate::proxy::{Fault, FaultProxy};
 
 const OP_TIMEOUT: Duration = Duration::from_secs(1);
 
-async fn proxied(b: &Arc<dyn Backend>) -> Result<(FaultProxy, Ctx), String> {
+async fn proxied(b: &Arc<dyn Glue>) -> Result<(FaultProxy, Ctx), String> {
     let addr = b
         .store_addr()
         .ok_or("networked backend without a store address")?;
@@ -26,12 +26,12 @@ async fn proxied(b: &Arc<dyn Backend>) -> Result<(FaultProxy, Ctx), String> {
 
 /// Renewal through a silent connection answers `Retry` within the operation
 /// timeout (plus slack), never hangs and never answers `Lost`.
-pub async fn silent_store_gives_retry_within_timeout(b: Arc<dyn Backend>) -> Outcome {
+pub async fn silent_store_gives_retry_within_timeout(b: Arc<dyn Glue>) -> Outcome {
     renewals_under_fault_give_prompt_retry(b, Fault::Blackhole).await
 }
 
 /// Renewal while connections are being reset answers `Retry`, never `Lost`.
-pub async fn dropped_connections_give_retry(b: Arc<dyn Backend>) -> Outcome {
+pub async fn dropped_connections_give_retry(b: Arc<dyn Glue>) -> Outcome {
     renewals_under_fault_give_prompt_retry(b, Fault::Drop).await
 }
 
@@ -44,7 +44,7 @@ pub async fn dropped_connections_give_retry(b: Arc<dyn Backend>) -> Outcome {
 /// and the test's bound, the call's timeout is seen first and answers in time.
 /// Only a call that is still pending once three operation timeouts have passed
 /// on that timer (a hang, or a timeout not applied) fails.
-async fn renewals_under_fault_give_prompt_retry(b: Arc<dyn Backend>, fault: Fault) -> Outcome {
+async fn renewals_under_fault_give_prompt_retry(b: Arc<dyn Glue>, fault: Fault) -> Outcome {
     let (proxy, ctx) = proxied(&b).await?;
     let grant = ctx.acquire().await?;
     proxy.set(fault);
@@ -71,7 +71,7 @@ async fn renewals_under_fault_give_prompt_retry(b: Arc<dyn Backend>, fault: Faul
 /// Acquisition through a silent or dropped connection fails with a retryable
 /// error within three operation timeouts (judged on the runtime's timer, as
 /// in [`silent_store_gives_retry_within_timeout`]).
-pub async fn unreachable_store_acquire_is_retryable(b: Arc<dyn Backend>) -> Outcome {
+pub async fn unreachable_store_acquire_is_retryable(b: Arc<dyn Glue>) -> Outcome {
     let (proxy, ctx) = proxied(&b).await?;
     for fault in [Fault::Blackhole, Fault::Drop] {
         proxy.set(fault);
@@ -95,7 +95,7 @@ pub async fn unreachable_store_acquire_is_retryable(b: Arc<dyn Backend>) -> Outc
 }
 
 /// After a partition heals, renewal of a still-valid lease answers `Renewed`.
-pub async fn renewal_recovers_after_the_fault_heals(b: Arc<dyn Backend>) -> Outcome {
+pub async fn renewal_recovers_after_the_fault_heals(b: Arc<dyn Glue>) -> Outcome {
     let (proxy, ctx) = proxied(&b).await?;
     let grant = ctx.acquire().await?;
     proxy.set(Fault::Blackhole);

@@ -6,11 +6,11 @@ use leasehold_core::{Fence, Floor, Release};
 
 use super::Outcome;
 use super::context::Ctx;
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// The fence of a slot strictly grows across holders, after a release and
 /// after an expiry, and a renewal does not change who holds it.
-pub async fn fence_strictly_grows_across_holders(b: Arc<dyn Backend>) -> Outcome {
+pub async fn fence_strictly_grows_across_holders(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 1, None).await?;
     let rival = ctx.another().await?;
     let first = ctx.acquire().await?;

@@ -7,13 +7,13 @@ use leasehold_core::{Floor, Release, Renewal};
 
 use super::Outcome;
 use super::context::{Ctx, Held};
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// DESIGN.md timing rule 8: the slot's floor outlives its holders. Acquire and
 /// renew raise it to the reported ceiling (never lower it), release sets it to
 /// what was issued, and the next grant, after a release or an expiry,
 /// carries it.
-pub async fn floor_is_kept_across_holders(b: Arc<dyn Backend>) -> Outcome {
+pub async fn floor_is_kept_across_holders(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 1, None).await?;
     let rival = ctx.another().await?;
     let sent = Instant::now();

@@ -9,7 +9,7 @@ use leasehold_core::{
 
 use super::Outcome;
 use super::context::Ctx;
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// Two processes of one pool that generate different ID formats (another
 /// layout, or another epoch) can mint equal values even on different slots.
@@ -18,7 +18,7 @@ use crate::backend::Backend;
 /// error naming both, also when no slot is held at the time, and also to a
 /// lease manager configured with it. A claim of the same format, and one
 /// that declares none, get slots.
-pub async fn a_claim_declaring_another_id_format_is_refused(b: Arc<dyn Backend>) -> Outcome {
+pub async fn a_claim_declaring_another_id_format_is_refused(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 4, Some(Duration::from_secs(30))).await?;
     let format = |code, text: &str| IdFormat::new(code, text).map_err(|e| e.to_string());
     let ours = format(

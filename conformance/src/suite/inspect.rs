@@ -7,7 +7,7 @@ use leasehold_core::{Floor, Release, Renewal};
 
 use super::context::Ctx;
 use super::{Outcome, STARVED};
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// `inspect` shows each slot ever claimed: a held slot's holder,
 /// token prefix (8 hex digits, never more), fence, floor and time left; a
@@ -16,7 +16,7 @@ use crate::backend::Backend;
 /// Followers of a leader pool read the leader from it. Times are on the
 /// store's clock (Kubernetes: the observer's), so they are only bounded by
 /// the TTL, never compared with this process's clock.
-pub async fn inspect_shows_holders_fences_floors_and_tombstones(b: Arc<dyn Backend>) -> Outcome {
+pub async fn inspect_shows_holders_fences_floors_and_tombstones(b: Arc<dyn Glue>) -> Outcome {
     let ttl = Duration::from_secs(30);
     let ctx = Ctx::new(b, 3, Some(ttl)).await?;
     let caps = ctx.store.capabilities_dyn();

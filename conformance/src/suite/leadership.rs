@@ -8,14 +8,14 @@ use leasehold_core::{Elector, Fence, Leader, LeaderConfig};
 
 use super::context::{Ctx, short_ttl};
 use super::{Outcome, STARVED};
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// On a leader pool (one slot), every elector, followers included,
 /// learns the leader's holder identity and fence from `inspect`
 /// (`Elector::leader`), and agrees with the leader's own term. A leadership
 /// that changed hands while waiting (a machine too slow to renew) proves
 /// nothing either way: starved.
-pub async fn followers_observe_the_leader_and_its_fence(b: Arc<dyn Backend>) -> Outcome {
+pub async fn followers_observe_the_leader_and_its_fence(b: Arc<dyn Glue>) -> Outcome {
     let ttl = {
         let store = b.connect().await?;
         short_ttl(&store.capabilities_dyn()).max(Duration::from_secs(2))
@@ -134,7 +134,7 @@ fn overlapping_terms(log: &[((usize, Fence), Vec<Seen>)]) -> Option<String> {
 /// leader that dies without releasing. Each term records, from inside, every
 /// instant it says it leads; the terms' stretches must never overlap (see
 /// `overlapping_terms` in this module, which a loaded machine cannot fool).
-pub async fn electors_never_lead_at_once(b: Arc<dyn Backend>) -> Outcome {
+pub async fn electors_never_lead_at_once(b: Arc<dyn Glue>) -> Outcome {
     let ttl = {
         let store = b.connect().await?;
         short_ttl(&store.capabilities_dyn()).max(Duration::from_secs(1))

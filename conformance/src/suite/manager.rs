@@ -8,7 +8,7 @@ use leasehold_core::{Floor, LeaseConfig, LeaseManager, LeaseState, PoolSpec, Rel
 
 use super::context::Ctx;
 use super::{Outcome, STARVED};
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 fn manager_config(pool: &PoolSpec) -> Result<LeaseConfig, String> {
     LeaseConfig::builder(pool.name().as_str())
@@ -23,7 +23,7 @@ fn manager_config(pool: &PoolSpec) -> Result<LeaseConfig, String> {
 
 /// The manager blocks until it holds a lease, keeps it past the TTL by
 /// renewing, and on shutdown closes the gate and releases the slot.
-pub async fn manager_holds_renews_and_releases(b: Arc<dyn Backend>) -> Outcome {
+pub async fn manager_holds_renews_and_releases(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 1, None).await?;
     let manager = LeaseManager::start(ctx.store.clone(), manager_config(&ctx.pool)?)
         .await
@@ -66,7 +66,7 @@ pub async fn manager_holds_renews_and_releases(b: Arc<dyn Backend>) -> Outcome {
 /// it back and acquires anew. No slot leaks (the other three of four slots
 /// stay free), and a re-granted slot carries a higher fence, since code of
 /// the dropped holder may still carry the old one.
-pub async fn manager_restart_releases_the_orphaned_lease(b: Arc<dyn Backend>) -> Outcome {
+pub async fn manager_restart_releases_the_orphaned_lease(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 4, Some(Duration::from_secs(30))).await?;
     let first = LeaseManager::start(ctx.store.clone(), manager_config(&ctx.pool)?)
         .await

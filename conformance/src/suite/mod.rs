@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use leasehold_core::{BoxFuture, Capabilities};
 
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 mod acquisition;
 mod context;
@@ -74,7 +74,7 @@ pub struct Behaviour {
     /// What it needs.
     pub needs: Needs,
     /// Runs it.
-    pub run: fn(Arc<dyn Backend>) -> BoxFuture<'static, Outcome>,
+    pub run: fn(Arc<dyn Glue>) -> BoxFuture<'static, Outcome>,
 }
 
 macro_rules! behaviours {

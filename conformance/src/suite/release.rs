@@ -8,10 +8,10 @@ use leasehold_core::{AcquireError, Floor, Release, Renewal};
 
 use super::Outcome;
 use super::context::Ctx;
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// A stale holder's release never frees the slot of the new holder.
-pub async fn stale_release_never_frees_the_new_holders_slot(b: Arc<dyn Backend>) -> Outcome {
+pub async fn stale_release_never_frees_the_new_holders_slot(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 1, None).await?;
     let rival = ctx.another().await?;
     let old = ctx.acquire().await?;
@@ -29,7 +29,7 @@ pub async fn stale_release_never_frees_the_new_holders_slot(b: Arc<dyn Backend>)
 }
 
 /// A released slot can be acquired at once, without waiting for its TTL.
-pub async fn released_slot_is_immediately_acquirable(b: Arc<dyn Backend>) -> Outcome {
+pub async fn released_slot_is_immediately_acquirable(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 1, Some(Duration::from_secs(60))).await?;
     let g = ctx.acquire().await?;
     let r = ctx.store.release_dyn(&ctx.pool, &g, Floor::NONE).await;

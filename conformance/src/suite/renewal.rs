@@ -8,11 +8,11 @@ use leasehold_core::{AcquireError, Floor, Renewal};
 
 use super::Outcome;
 use super::context::Ctx;
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// Renewing every ttl/4 keeps the slot well past the original TTL: a rival
 /// never gets it.
-pub async fn renew_keeps_the_slot_past_the_original_ttl(b: Arc<dyn Backend>) -> Outcome {
+pub async fn renew_keeps_the_slot_past_the_original_ttl(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 1, None).await?;
     let rival = ctx.another().await?;
     let mut held = ctx.hold(&ctx.store).await?;
@@ -45,7 +45,7 @@ pub async fn renew_keeps_the_slot_past_the_original_ttl(b: Arc<dyn Backend>) -> 
 
 /// A renewal whose answer was lost is retried: renewing twice in a row (and
 /// concurrently) answers `Renewed` each time.
-pub async fn renew_is_idempotent(b: Arc<dyn Backend>) -> Outcome {
+pub async fn renew_is_idempotent(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 2, Some(Duration::from_secs(30))).await?;
     let grant = ctx.acquire().await?;
     for _ in 0..2 {
@@ -71,7 +71,7 @@ pub async fn renew_is_idempotent(b: Arc<dyn Backend>) -> Outcome {
 
 /// After the lease expires and a rival takes the slot, the old holder's
 /// renewal answers `Lost` (never `Renewed`).
-pub async fn renew_after_expiry_and_takeover_is_lost(b: Arc<dyn Backend>) -> Outcome {
+pub async fn renew_after_expiry_and_takeover_is_lost(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 1, None).await?;
     let rival = ctx.another().await?;
     let old = ctx.acquire().await?;

@@ -8,10 +8,10 @@ use leasehold_core::{Floor, Renewal};
 
 use super::Outcome;
 use super::context::{Ctx, short_ttl};
-use crate::backend::Backend;
+use crate::glue::Glue;
 
 /// A lease deleted behind the holder's back is `Lost` on the next renewal.
-pub async fn revoked_lease_is_lost_on_next_renewal(b: Arc<dyn Backend>) -> Outcome {
+pub async fn revoked_lease_is_lost_on_next_renewal(b: Arc<dyn Glue>) -> Outcome {
     let ctx = Ctx::new(b, 2, Some(Duration::from_secs(30))).await?;
     let grant = ctx.acquire().await?;
     let revoke = ctx
@@ -32,7 +32,7 @@ pub async fn revoked_lease_is_lost_on_next_renewal(b: Arc<dyn Backend>) -> Outco
 /// still be generating (until its next renewal, or its local deadline if its
 /// renewals fail). The holder's next renewal is `Lost`, and the slot is
 /// claimed again, with a bigger fence, once the old lease has expired.
-pub async fn revoked_slot_stays_taken_until_the_old_expiry(b: Arc<dyn Backend>) -> Outcome {
+pub async fn revoked_slot_stays_taken_until_the_old_expiry(b: Arc<dyn Glue>) -> Outcome {
     let ttl = {
         let store = b.connect().await?;
         short_ttl(&store.capabilities_dyn()).max(Duration::from_secs(2))

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_conformance::etcd_cluster::EtcdCluster;
 use leasehold_conformance::servers::{Missing, ServerKind};
-use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
+use leasehold_conformance::{Glue, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
     AcquireError, BoxFuture, Floor, Guard, GuardKind, GuardState, Operate, PoolSpec, Release,
     Renewal, Strategy, Verdict,
@@ -75,7 +75,7 @@ async fn make_user(
     Ok(())
 }
 
-impl Backend for LeaseUser {
+impl Glue for LeaseUser {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(self.connect_as("lease").await?) as Store) })
     }

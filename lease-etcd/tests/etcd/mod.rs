@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold_conformance::servers::{Server, ServerKind};
-use leasehold_conformance::{Backend, Store};
+use leasehold_conformance::{Glue, Store};
 use leasehold_core::{BoxFuture, PoolSpec};
 use leasehold_etcd::{EtcdConfig, EtcdStrategy};
 
@@ -56,7 +56,7 @@ impl EtcdBackend {
     }
 }
 
-impl Backend for EtcdBackend {
+impl Glue for EtcdBackend {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move { Ok(Arc::new(self.leases().await?) as Store) })
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_conformance::servers::{self, Server};
-use leasehold_conformance::{Backend, Store};
+use leasehold_conformance::{Glue, Store};
 use leasehold_core::{BoxFuture, Operate, PoolSpec};
 use leasehold_k8s::{KubeConfig, KubeStrategy};
 use leasehold_k8s_fake::FakeApiServer;
@@ -94,7 +94,7 @@ impl FakeBackend {
     }
 }
 
-impl Backend for FakeBackend {
+impl Glue for FakeBackend {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
             let s: Store = Arc::new(self.strategy().await?);
@@ -214,7 +214,7 @@ impl RealBackend {
     }
 }
 
-impl Backend for RealBackend {
+impl Glue for RealBackend {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
             let s: Store = Arc::new(

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_conformance::{Backend, ensure, fresh_pool};
+use leasehold_conformance::{Glue, ensure, fresh_pool};
 use leasehold_core::{DurabilityPolicy, Floor, Renewal, Strategy, Token};
 use leasehold_sql::{Engine, SqlConfig, SqlStrategy, TableName, lease_user_sql};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use fred::prelude::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use leasehold_conformance::servers::{Missing, Server, ServerKind, provide};
-use leasehold_conformance::{Backend, Outcome, Store, Target, ensure, fresh_pool, trials};
+use leasehold_conformance::{Glue, Outcome, Store, Target, ensure, fresh_pool, trials};
 use leasehold_core::{
     BoxFuture, DurabilityPolicy, Floor, IdFormat, PoolSpec, Release, Renewal, Strategy,
 };
@@ -105,7 +105,7 @@ pub(crate) async fn set_user(
         .map_err(|e| format!("ACL SETUSER {user}: {e}"))
 }
 
-impl Backend for LeaseUser {
+impl Glue for LeaseUser {
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>> {
         Box::pin(async move {
             let s = self

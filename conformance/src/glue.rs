@@ -1,4 +1,4 @@
-//! What a backend gives the suite.
+//! The glue a backend's tests give the suite.
 
 use std::any::Any;
 use std::net::SocketAddr;
@@ -10,15 +10,16 @@ use leasehold_core::{BoxFuture, DynStrategy, PoolSpec};
 /// A connected strategy, boxed.
 pub type Store = Arc<dyn DynStrategy>;
 
-/// A backend under test: a description of a store (a URL, a server) that can
-/// make fresh connections. The suite calls [`Backend::connect`] inside each
+/// The glue a backend's tests give the suite: a store under test, described
+/// (a URL, a server) so that it can make fresh connections. [`ByDriver`](crate::ByDriver)
+/// is this glue for any backend reached through its driver. The suite calls [`Glue::connect`] inside each
 /// test's own runtime, and uses a fresh random pool name per test. What the
 /// store can do is read from the strategy it connects
 /// ([`Strategy::capabilities`](leasehold_core::Strategy::capabilities)).
 ///
 /// `Any` lets a backend-specific test registered with
 /// [`Target::with_test`](crate::Target::with_test) get its concrete type back.
-pub trait Backend: Any + Send + Sync {
+pub trait Glue: Any + Send + Sync {
     /// A strategy connected to the store, with the backend's normal settings.
     fn connect(&self) -> BoxFuture<'_, Result<Store, String>>;
 
