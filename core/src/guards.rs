@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::operate::{Check, Verdict};
+use crate::check::{Check, Verdict};
 
 /// Which guard a [`Guard`] reading is of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

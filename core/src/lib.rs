@@ -9,6 +9,7 @@
 
 #[cfg(feature = "tokio")]
 mod cache;
+mod check;
 mod clock;
 mod config;
 pub mod credentials;
