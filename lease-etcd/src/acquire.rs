@@ -15,7 +15,7 @@ use leasehold_core::{AcquireError, Floor, Grant, PoolSpec, Reason, Token};
 
 use crate::call::{Replay, Sent};
 use crate::damaged;
-use crate::error::Class;
+use crate::error::{Class, acquire_error};
 use crate::guard::{self, Held};
 use crate::keys;
 use crate::strategy::EtcdStrategy;
@@ -416,30 +416,6 @@ fn walk(resp: &TxnResponse, candidates: &[u32], prefix: &str) -> Result<Landed, 
         }
     }
     Err(malformed("empty chain"))
-}
-
-pub(crate) fn acquire_error(class: Class) -> AcquireError {
-    match class {
-        Class::Uncertain(_) | Class::NotFound(_) | Class::Precondition(_) => {
-            AcquireError::Unreachable(class.reason())
-        }
-        Class::Denied(m) => AcquireError::Misconfigured {
-            what: format!("etcd refused access: {m}"),
-            fix: "grant the user's role read-write on the key prefix (etcdctl role \
-                  grant-permission ROLE readwrite --prefix=true 'PREFIX/'), as the refusal says"
-                .to_owned(),
-        },
-        Class::Tls(failure) => AcquireError::Misconfigured {
-            what: format!("TLS to etcd failed: {}", failure.what),
-            fix: failure.fix,
-        },
-        Class::Rejected(m) => AcquireError::Misconfigured {
-            what: format!("etcd rejected the acquisition: {m}"),
-            fix: "if etcd reports too many operations in a txn, lower candidates_per_txn or raise \
-                  etcd's --max-txn-ops"
-                .to_owned(),
-        },
-    }
 }
 
 /// Checks what an acquisition of `pool` asks before anything is sent;

@@ -259,7 +259,7 @@ impl EtcdConfig {
     pub(crate) fn hosts(&self) -> String {
         self.public_endpoints()
             .iter()
-            .map(|e| host_of(e).to_owned())
+            .map(|e| crate::tls::host_of(e).to_owned())
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -286,18 +286,6 @@ impl EtcdConfig {
             None => {}
         }
         Ok(options)
-    }
-}
-
-/// `host` of `scheme://host:port`, `[v6]` kept in brackets.
-pub(crate) fn host_of(endpoint: &str) -> &str {
-    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
-    if rest.starts_with('[') {
-        return rest.split_inclusive(']').next().unwrap_or(rest);
-    }
-    match rest.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-        _ => rest,
     }
 }
 

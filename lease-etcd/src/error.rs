@@ -172,3 +172,28 @@ pub(crate) fn broken_connection(e: &etcd_client::Error) -> bool {
         _ => false,
     }
 }
+
+/// What a claim answers for a failed call of class `class`.
+pub(crate) fn acquire_error(class: Class) -> leasehold_core::AcquireError {
+    match class {
+        Class::Uncertain(_) | Class::NotFound(_) | Class::Precondition(_) => {
+            leasehold_core::AcquireError::Unreachable(class.reason())
+        }
+        Class::Denied(m) => leasehold_core::AcquireError::Misconfigured {
+            what: format!("etcd refused access: {m}"),
+            fix: "grant the user's role read-write on the key prefix (etcdctl role \
+                  grant-permission ROLE readwrite --prefix=true 'PREFIX/'), as the refusal says"
+                .to_owned(),
+        },
+        Class::Tls(failure) => leasehold_core::AcquireError::Misconfigured {
+            what: format!("TLS to etcd failed: {}", failure.what),
+            fix: failure.fix,
+        },
+        Class::Rejected(m) => leasehold_core::AcquireError::Misconfigured {
+            what: format!("etcd rejected the acquisition: {m}"),
+            fix: "if etcd reports too many operations in a txn, lower candidates_per_txn or raise \
+                  etcd's --max-txn-ops"
+                .to_owned(),
+        },
+    }
+}

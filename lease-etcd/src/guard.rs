@@ -18,8 +18,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use leasehold_core::{AcquireError, Guard, GuardKind, GuardState, PoolSpec};
 
-use crate::acquire::acquire_error;
-use crate::error::Class;
+use crate::error::{Class, acquire_error};
 use crate::keys;
 use crate::strategy::EtcdStrategy;
 

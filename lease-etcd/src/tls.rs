@@ -550,7 +550,7 @@ pub(crate) async fn handshake_version(
         .split_once("://")
         .map_or(endpoint, |(_, a)| a)
         .to_owned();
-    let host = crate::config::host_of(&addr)
+    let host = host_of(&addr)
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
@@ -599,6 +599,18 @@ pub(crate) async fn handshake_version(
         Ok(Ok(other)) => Err(format!("an unexpected protocol: {other:?}")),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(format!("no handshake within {within:?}")),
+    }
+}
+
+/// `host` of `scheme://host:port`, `[v6]` kept in brackets.
+pub(crate) fn host_of(endpoint: &str) -> &str {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    if rest.starts_with('[') {
+        return rest.split_inclusive(']').next().unwrap_or(rest);
+    }
+    match rest.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => rest,
     }
 }
 
