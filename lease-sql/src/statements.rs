@@ -72,12 +72,6 @@ pub(crate) const POOL_ROW: u32 = 2_147_483_647;
 /// every slot a pool can have, with fence 0; the lowest of a pool's own
 /// rows, so `slot < RECORD_ROW` selects slot rows only.
 pub(crate) const RECORD_ROW: u32 = POOL_ROW - 1;
-/// The issuer columns of the fence table, added in 0.3
-/// (`migrations/<engine>/0004_leasehold_fence_issuer.sql`;
-/// `FenceTable::ensure` adds them to an older table): the pool and slot
-/// whose grant issued the fence of the resource's last write. NULL on a row
-/// written before they existed, until its next fenced write.
-pub(crate) const FENCE_ISSUER_COLUMNS: [&str; 2] = ["pool", "slot"];
 
 /// The token a revoke leaves in place of the holder's: all zeros, which
 /// `Token::random` (128 bits from the OS) never matches in practice. The
@@ -599,6 +593,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::dialect::FENCE_ISSUER_COLUMNS;
 
     /// The migrations shipped for one engine, in order.
     #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]

@@ -30,7 +30,13 @@ use crate::engine::Engine;
 use crate::error::SqlError;
 use crate::failure::Failure;
 use crate::ident::TableName;
-use crate::statements::FENCE_ISSUER_COLUMNS;
+
+/// The issuer columns of the fence table, added in 0.3
+/// (`migrations/<engine>/0004_leasehold_fence_issuer.sql`;
+/// `FenceTable::ensure` adds them to an older table): the pool and slot
+/// whose grant issued the fence of the resource's last write. NULL on a row
+/// written before they existed, until its next fenced write.
+pub(crate) const FENCE_ISSUER_COLUMNS: [&str; 2] = ["pool", "slot"];
 
 /// A database this build of the crate speaks: `sqlx::Postgres`,
 /// `sqlx::MySql` and `sqlx::Sqlite`, each behind the Cargo feature of its

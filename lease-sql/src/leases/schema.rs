@@ -5,13 +5,12 @@ use leasehold_core::{PoolSpec, Reason};
 use sqlx::Row;
 
 use super::Leases;
+use crate::dialect::FENCE_ISSUER_COLUMNS;
 use crate::dialect::with_sqlx_bounds;
 use crate::error::{CHECK_ACCESS, SqlError};
 use crate::failure::Failure;
 use crate::ident::TableName;
-use crate::statements::{
-    COLUMNS, FENCE_ISSUER_COLUMNS, FLOOR_COLUMNS, ID_FORMAT_COLUMNS, SPAN_COLUMNS,
-};
+use crate::statements::{COLUMNS, FLOOR_COLUMNS, ID_FORMAT_COLUMNS, SPAN_COLUMNS};
 
 /// Rows inserted per statement when a pool is populated.
 const POPULATE_CHUNK: u32 = 1000;
