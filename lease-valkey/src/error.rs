@@ -1,5 +1,7 @@
 //! Errors, and the classification of every failure where it is born.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use fred::error::{Error as FredError, ErrorKind};
@@ -38,7 +40,7 @@ pub enum ValkeyError {
         /// The URL, without credentials.
         url: String,
         /// What failed, and the fix.
-        failure: crate::tls::TlsFailure,
+        failure: TlsFailure,
     },
     /// The server may evict keys (`maxmemory-policy` is not `noeviction`),
     /// and [`ValkeyConfig::allow_eviction`](crate::ValkeyConfig::allow_eviction)
@@ -162,9 +164,9 @@ pub enum ValkeyError {
 }
 
 /// The `Tls` message: the URL and the failure with its fix.
-fn tls_text(url: &str, failure: &crate::tls::TlsFailure) -> String {
+fn tls_text(url: &str, failure: &TlsFailure) -> String {
     match failure {
-        crate::tls::TlsFailure::ServerWantsTls { .. } => {
+        TlsFailure::ServerWantsTls { .. } => {
             format!("cannot connect to {url} in plain text: {failure}")
         }
         _ => format!("TLS to {url} failed: {failure}"),
@@ -361,6 +363,146 @@ pub(crate) fn classify(e: &FredError) -> Failure {
         _ if is_code && DENIED_CODES.contains(&code) => Failure::Denied(text),
         _ if is_code && REJECTED_CODES.contains(&code) => Failure::Rejected(text),
         _ => Failure::Transient(text),
+    }
+}
+
+/// Why a TLS connection (or a plain one to a TLS-only server) failed, named
+/// where it was seen: the certificate check, the client certificate's
+/// request, or a plain-text probe of the server after the failure. Each
+/// message says what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// A plain-text URL (`redis://`), and the server took the connection but
+    /// closed it without answering a plain-text `PING`, as a server that
+    /// takes only TLS does.
+    ServerWantsTls {
+        /// The server (or Sentinel) that closed it: `HOST:PORT`.
+        server: String,
+    },
+    /// A TLS URL, and the server answered a plain-text `PING`: the port
+    /// takes no TLS. Nothing falls back to plain text.
+    ServerIsPlain {
+        /// The server (or Sentinel) that answered: `HOST:PORT`.
+        server: String,
+    },
+    /// No TLS handshake completed, for a reason none of the others names.
+    Handshake {
+        /// What the client saw.
+        reason: String,
+    },
+    /// The server's certificate is not signed by a CA the client trusts.
+    UnknownIssuer {
+        /// What the client trusts: the `ca=` file or the system's roots.
+        trusted: String,
+    },
+    /// The server's certificate has expired.
+    Expired {
+        /// The times compared.
+        detail: String,
+    },
+    /// The server's certificate is not valid yet.
+    NotYetValid {
+        /// The times compared.
+        detail: String,
+    },
+    /// The server's certificate does not name the host (or IP address) the
+    /// client connected to.
+    WrongHost {
+        /// The name the client checked.
+        name: String,
+        /// The names the certificate holds.
+        detail: String,
+    },
+    /// The server's certificate was refused for another reason (revoked,
+    /// not for server authentication, badly signed or encoded).
+    BadCertificate {
+        /// What the check found.
+        detail: String,
+    },
+    /// The server asked for a client certificate, none was configured, and
+    /// it closed the connection after the handshake.
+    ClientCertRequired {
+        /// What the client saw.
+        reason: String,
+    },
+    /// The server asked for a client certificate, got the configured one,
+    /// and closed the connection after the handshake: it refused it.
+    ClientCertRefused {
+        /// The client certificate presented (`cert=`).
+        cert: PathBuf,
+        /// What the client saw.
+        reason: String,
+    },
+}
+
+impl fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ServerWantsTls { server } => write!(
+                f,
+                "{server} took the connection and closed it without answering a plain-text \
+                 PING, as a server that takes only TLS does; fix: connect with TLS, \
+                 rediss://HOST:PORT (or valkeys://), with ?ca=PATH for the CA that signed the \
+                 server's certificate (unless a system root did) and &cert=PATH&key=PATH if it \
+                 asks for a client certificate"
+            ),
+            Self::ServerIsPlain { server } => write!(
+                f,
+                "{server} answered in plain text, not TLS: this port takes no TLS, and \
+                 nothing falls back to plain text; fix: point the URL at the server's TLS port \
+                 (its tls-port; through Sentinel, the Sentinels' too), or write redis:// \
+                 (valkey://) only on a network you trust"
+            ),
+            Self::Handshake { reason } => write!(
+                f,
+                "no TLS handshake completed ({reason}); fix: check that the port is the \
+                 server's TLS port and that the server offers TLS 1.2 or 1.3"
+            ),
+            Self::UnknownIssuer { trusted } => write!(
+                f,
+                "the server's certificate is not signed by {trusted}; fix: give the CA that \
+                 signed it as ?ca=PATH (a PEM file), or have the server present a certificate \
+                 signed by a CA the client trusts"
+            ),
+            Self::Expired { detail } => write!(
+                f,
+                "the server's certificate has expired ({detail}); fix: renew the server's \
+                 certificate (its tls-cert-file) and have the server load it, and check this \
+                 machine's clock"
+            ),
+            Self::NotYetValid { detail } => write!(
+                f,
+                "the server's certificate is not valid yet ({detail}); fix: check this \
+                 machine's clock, or the certificate's start date"
+            ),
+            Self::WrongHost { name, detail } => write!(
+                f,
+                "the server's certificate does not name {name} ({detail}); fix: connect by a \
+                 host name or address the certificate names, or reissue the certificate with \
+                 {name} in its subjectAltName"
+            ),
+            Self::BadCertificate { detail } => write!(
+                f,
+                "the server's certificate was refused: {detail}; fix: have the server present \
+                 a valid certificate for server authentication, signed by the CA the client \
+                 trusts"
+            ),
+            Self::ClientCertRequired { reason } => write!(
+                f,
+                "the server asked for a client certificate, none was given, and it closed the \
+                 connection ({reason}), as a server with tls-auth-clients yes does; fix: add \
+                 &cert=PATH&key=PATH, a client certificate signed by a CA the server trusts \
+                 (its tls-ca-cert-file) and its private key"
+            ),
+            Self::ClientCertRefused { cert, reason } => write!(
+                f,
+                "the server refused the client certificate {} and closed the connection \
+                 ({reason}); fix: use a client certificate signed by a CA the server trusts \
+                 (its tls-ca-cert-file), valid now and for client authentication",
+                cert.display()
+            ),
+        }
     }
 }
 

@@ -27,10 +27,11 @@ pub use acl::{Grants, LeaseUserAcl};
 pub use config::{MAX_PREFIX_LEN, Method, ValkeyConfig};
 pub use driver::DRIVER;
 pub use durability::Persistence;
+pub use error::TlsFailure;
 pub use error::ValkeyError;
 pub use server::{Product, ServerInfo};
 pub use strategy::{ActivePath, PoolKeys, ValkeyStrategy};
-pub use tls::{TlsFailure, TlsInfo};
+pub use tls::TlsInfo;
 
 /// The HSETEX path's ownership marker for `slot` held by `token` (a field of
 /// [`PoolKeys::leases`]). For benchmarks and tests: with the `stats` feature only.

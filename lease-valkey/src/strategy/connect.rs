@@ -16,10 +16,11 @@ use crate::acl::LeaseUserAcl;
 use crate::config::{Method, ValkeyConfig, check_prefix, redact};
 use crate::credentials::Provider;
 use crate::durability::Persistence;
+use crate::error::TlsFailure;
 use crate::error::{Failure, ValkeyError};
 use crate::scripts::Scripts;
 use crate::server::ServerInfo;
-use crate::tls::{PlainProbe, Tls, TlsFailure, probe_plain, scheme_for_fred};
+use crate::tls::{PlainProbe, Tls, probe_plain, scheme_for_fred};
 
 impl ValkeyStrategy {
     /// Connects, probes the server (`INFO server`, `COMMAND INFO HSETEX
