@@ -16,7 +16,8 @@ use crate::lease::{
 };
 use crate::names::{POOL_LABEL, format_name, holder_identity, lease_name};
 use crate::protocol::{
-    self, Answer, MAX_LISTS, WRITES_PER_LIST, check_recorded_format, unreachable, write_error,
+    self, Answer, MAX_LISTS, WRITES_PER_LIST, check_recorded_format, no_answer, unreachable,
+    write_error,
 };
 use crate::strategy::KubeStrategy;
 use crate::time::{micro_time, unique_micros};
@@ -373,17 +374,5 @@ impl KubeStrategy {
             }
         }
         None
-    }
-}
-
-/// The error of an acquisition's request that got no answer: a refused TLS
-/// handshake is a setup mistake (final), anything else retryable.
-pub(crate) fn no_answer(what: &str, e: NoAnswer) -> AcquireError {
-    match e {
-        NoAnswer::Tls(failure, _) => AcquireError::Misconfigured {
-            what: format!("{what}: TLS to the API server failed: {}", failure.what),
-            fix: failure.fix,
-        },
-        e => unreachable(what, e.text()),
     }
 }

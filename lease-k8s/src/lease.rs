@@ -9,10 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use leasehold_core::{AcquireError, Floor, PoolSpec, Reason};
 use serde_json::Value;
 
-use crate::guard::{Incarnation, damaged_incarnation, incarnation_of};
 use crate::names::{
-    FENCE_ANNOTATION, FLOOR_ANNOTATION, FORMAT_ANNOTATION, POOL_LABEL, SLOT_LABEL, format_name,
-    incarnation_name, lease_name,
+    FENCE_ANNOTATION, FLOOR_ANNOTATION, FORMAT_ANNOTATION, INCARNATION_ANNOTATION, POOL_LABEL,
+    SLOT_LABEL, format_name, incarnation_name, lease_name,
 };
 
 /// What one LIST says about one slot.
@@ -279,4 +278,50 @@ pub(crate) fn check_ours(
              delete lease -n {namespace} {name})"
         ),
     })
+}
+
+/// The record's annotation when a claim or `prepare` made it with a guard.
+pub(crate) const GUARDED: &str = "guarded: the pool's records were found gone";
+/// The record's annotation when an operator declared the pool new.
+pub(crate) const DECLARED_NEW: &str = "declared new";
+
+/// What a pool's incarnation record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Incarnation {
+    /// Declared new: nothing to wait for.
+    Open,
+    /// A guard from `since` (Unix µs on its creator's clock) for `secs`.
+    Guard { since: i64, secs: i64 },
+}
+
+/// Reads an incarnation record; `None` when it is damaged (neither
+/// declared new nor a guard with its start and length).
+pub(crate) fn incarnation_of(item: &Value) -> Option<Incarnation> {
+    if item["metadata"]["annotations"][INCARNATION_ANNOTATION].as_str() == Some(DECLARED_NEW) {
+        return Some(Incarnation::Open);
+    }
+    let lease: Lease = serde_json::from_value(item.clone()).ok()?;
+    let spec = lease.spec.as_ref()?;
+    let since = micros_of(spec.renew_time.as_ref())?;
+    let secs = i64::from(spec.lease_duration_seconds?);
+    Some(Incarnation::Guard { since, secs })
+}
+
+/// The refusal of a pool whose incarnation record is damaged.
+pub(crate) fn damaged_incarnation(pool: &PoolSpec, namespace: &str) -> AcquireError {
+    let name = incarnation_name(pool.name());
+    AcquireError::DamagedRecord {
+        pool: pool.name().to_string(),
+        slot: None,
+        what: format!(
+            "its incarnation record, Lease {name} in namespace {namespace}, is neither declared \
+             new nor a guard with renewTime and leaseDurationSeconds, so whether the pool's \
+             Leases were wiped while holders ran is not known"
+        ),
+        fix: format!(
+            "kubectl delete lease -n {namespace} {name} (the next claim makes it again with a \
+             guard: claims wait one restart span), or, with every holder of the pool stopped, \
+             `leasehold prepare --new-pool`"
+        ),
+    }
 }

@@ -12,7 +12,7 @@ use leasehold_core::{AcquireError, IdFormat, PoolSpec, Reason};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::api::Resp;
+use crate::api::{NoAnswer, Resp};
 use crate::cache::Observed;
 use crate::lease::{Slot, fence_of, holder_of};
 use crate::names::{
@@ -400,3 +400,15 @@ pub(crate) fn revoke_patch(lease: &Lease) -> Option<Value> {
 
 #[cfg(test)]
 mod tests;
+
+/// The error of an acquisition's request that got no answer: a refused TLS
+/// handshake is a setup mistake (final), anything else retryable.
+pub(crate) fn no_answer(what: &str, e: NoAnswer) -> AcquireError {
+    match e {
+        NoAnswer::Tls(failure, _) => AcquireError::Misconfigured {
+            what: format!("{what}: TLS to the API server failed: {}", failure.what),
+            fix: failure.fix,
+        },
+        e => unreachable(what, e.text()),
+    }
+}
