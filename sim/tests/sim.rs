@@ -1,6 +1,6 @@
 //! The simulator on the code as shipped: nothing planted.
 
-use leasehold_sim::{Params, run_seed, sweep};
+use leasehold_sim::{Params, Scenario, run_seed, sweep};
 
 /// The same seed gives the same trace, byte for byte: a finding can be
 /// replayed and shrunk.
@@ -21,9 +21,10 @@ fn one_seed_gives_the_same_trace_twice() {
 }
 
 /// Thousands of 5-process, 60-simulated-second seeds: no two processes may
-/// generate on one slot at once, and fences only grow, in every seed whose
-/// clocks the margin covers. The seeds beyond it must make the faults real:
-/// some of them violate.
+/// generate on one slot at once, no timestamp is issued twice, fences only
+/// grow and the fence table takes no stale write, in every seed whose
+/// clocks the margin covers, stores that crash or are wiped included. The
+/// seeds beyond it must make the faults real: some of them violate.
 #[test]
 fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
     let params = Params::default();
@@ -44,4 +45,20 @@ fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
         s.beyond_violations > 0,
         "faults beyond the margin break safety somewhere: the checker sees it"
     );
+    // Those seeds include stores that forget: covered seeds with a crash
+    // that loses acknowledged writes, and with a wipe of the pool's records.
+    let scenarios: Vec<_> = (0..5_000)
+        .map(|seed| Scenario::generate(seed, &params))
+        .filter(Scenario::covered)
+        .collect();
+    let crashes = scenarios
+        .iter()
+        .filter(|sc| sc.store_restarts.iter().any(|r| r.2 > 0))
+        .count();
+    let wipes = scenarios.iter().filter(|sc| !sc.wipes.is_empty()).count();
+    assert!(
+        crashes > 500,
+        "{crashes} covered seeds with a crash that forgets"
+    );
+    assert!(wipes > 300, "{wipes} covered seeds with a wipe");
 }
