@@ -49,9 +49,31 @@
 //!   per slot as SQL and Valkey make them, `max(previous + 1, store clock in
 //!   µs)`, and the slot's floor is the highest ceiling (acquire, renewal) or
 //!   issued timestamp (release) a holder reported, handed to the next grant
-//!   (DESIGN.md, rule 8). Not modelled: store restarts, wipes and promotions
-//!   (rule 12's guards live in the backends), fenced writes (rule 7's check
-//!   lives in `FenceTable`), Kubernetes' expiry on the observer's clock.
+//!   (DESIGN.md, rule 8). It crashes and restarts (down up to 2 s: what
+//!   arrives meanwhile is not answered), forgetting the acknowledged writes
+//!   of the last span before the crash (none, up to 1 s, or up to two TTLs:
+//!   PostgreSQL with `fsync` off, Valkey with `appendfsync everysec`), and
+//!   the pool's records are wiped (`TRUNCATE`, `FLUSHALL`), each from a
+//!   stream of the seed's own. Rule 12's guards are modelled as the
+//!   backends keep them: nothing is granted (`StoreRestarted`, with when
+//!   claims resume) until the store has been up for the pool's restart span
+//!   (TTL + 2 × `max_clock_skew`), nor for one span after a claim first
+//!   found the pool's record gone; renewals go on, and those of leases the
+//!   store forgot answer `Lost`. The `no-restart-guard` plant turns both
+//!   off, as it does in the backends.
+//! - *Fenced writes*: each holder writes to its slot's resource with its
+//!   grant's fence once it may generate, and a holder paused while it
+//!   generates may be in the middle of a write, which goes out when it
+//!   resumes, whatever its gate says by then. The store keeps a fence table
+//!   as `FenceTable` does (rule 7): per resource the fence of its last
+//!   write, and a write is taken only with a fence at least that, in the
+//!   same step; the `fence-unchecked` plant takes any fence of the
+//!   resource's pool and slot. The fence table is the application's own
+//!   data: the store's crashes and wipes leave it alone.
+//!
+//!   Not modelled: promotions of a replica (the promotion guard), a restart
+//!   that forgets the pool's record itself or the wipe guard's own record of
+//!   when it saw the pool gone, Kubernetes' expiry on the observer's clock.
 //! - *Processes*: a monotonic clock each (`CLOCK_BOOTTIME`: it counts on
 //!   through a pause and never steps), with an offset and a rate drift (from
 //!   none to 5 %, far beyond the 500 ppm each host is assumed to keep); a
@@ -90,15 +112,24 @@
 //! - on one slot, a window that starts later than another's with a smaller
 //!   fence (a stale holder generating after a newer grant);
 //! - a fence the store grants that is not above every earlier fence of its
-//!   slot.
+//!   slot;
+//! - a fenced write taken with a fence below one already taken on its
+//!   resource (a stale holder's write over a newer holder's).
 //!
 //! # Seeds beyond the assumptions
 //!
 //! DESIGN.md's rule 2 assumes clocks whose rates differ by at most what the
 //! safety margin covers. A seed whose drifts (or store-clock steps) exceed
 //! what its margin covers is marked *beyond*: a violation there is what the
-//! margin is documented not to cover, not a bug, and is counted apart. Every
-//! other seed is *covered*, and a violation there is a bug.
+//! margin is documented not to cover, not a bug, and is counted apart. A
+//! store that forgets (a crash that loses writes, a wipe) may lose the
+//! floors too, and then only the restart span's two skews keep a
+//! successor's clock past what a forgotten holder stamped, which holds for
+//! wall clocks within `max_clock_skew` of each other (rule 12's
+//! assumption): such a seed draws its wall-clock skews and steps an eighth
+//! as large, and is beyond when the spread of its wall clocks (skew, drift
+//! and steps, over the run) still exceeds `max_clock_skew`. Every other
+//! seed is *covered*, and a violation there is a bug.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

@@ -168,6 +168,24 @@ fn the_wipe_guard_holds_claims_back_while_the_old_holder_may_still_generate() {
     assert!(planted.contains(" VIOLATION slot 0"), "{planted}");
 }
 
+/// Rule 12, shipped against planted: in seed 44 the store crashes and
+/// forgets 2.8 s of acknowledged writes, a holder's renewals among them. As
+/// shipped nothing is granted until the store has been up one restart span;
+/// with the guard planted away a claimer is granted a slot whose holder the
+/// store forgot, and stamps milliseconds that holder stamped moments before
+/// (its floor was forgotten too).
+#[test]
+fn the_restart_guard_holds_claims_back_after_a_crash_that_forgets_renewals() {
+    let shipped = trace(44, None);
+    assert!(shipped.contains("covered true"), "{shipped}");
+    assert!(shipped.contains("store crashes"), "{shipped}");
+    assert!(shipped.contains("-> Restarted"), "{shipped}");
+    assert!(!shipped.contains(" VIOLATION "), "{shipped}");
+    let planted = trace(44, Some("no-restart-guard"));
+    assert!(!planted.contains("-> Restarted"), "{planted}");
+    assert!(planted.contains(" VIOLATION slot "), "{planted}");
+}
+
 /// Rule 7, shipped against planted: in seed 14 a holder paused in the
 /// middle of a fenced write sends it after its successor wrote. As shipped
 /// the fence table refuses it as stale; with the check planted away it is
