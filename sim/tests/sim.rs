@@ -3,11 +3,11 @@
 use leasehold_sim::{Params, Scenario, run_seed, sweep};
 
 /// The same seed gives the same trace, byte for byte: a finding can be
-/// replayed and shrunk.
+/// replayed and shrunk. Seed 30's store crashes and is wiped.
 #[test]
 fn one_seed_gives_the_same_trace_twice() {
     let params = Params::default();
-    for seed in [0, 7, 4_242] {
+    for seed in [0, 7, 30, 4_242] {
         let a = run_seed(seed, &params, true);
         let b = run_seed(seed, &params, true);
         assert!(
@@ -15,6 +15,10 @@ fn one_seed_gives_the_same_trace_twice() {
             "seed {seed}: a trace of a whole run"
         );
         assert_eq!(a.trace, b.trace, "seed {seed}");
+        if seed == 30 {
+            assert!(a.trace.contains("store crashes"), "{}", a.trace);
+            assert!(a.trace.contains("records are wiped"), "{}", a.trace);
+        }
         assert_eq!(a.grants, b.grants);
         assert_eq!(a.held_ns, b.held_ns);
     }
