@@ -49,9 +49,31 @@
 //!   per slot as SQL and Valkey make them, `max(previous + 1, store clock in
 //!   µs)`, and the slot's floor is the highest ceiling (acquire, renewal) or
 //!   issued timestamp (release) a holder reported, handed to the next grant
-//!   (DESIGN.md, rule 8). Not modelled: store restarts, wipes and promotions
-//!   (rule 12's guards live in the backends), fenced writes (rule 7's check
-//!   lives in `FenceTable`), Kubernetes' expiry on the observer's clock.
+//!   (DESIGN.md, rule 8). It crashes and restarts (down up to 2 s: what
+//!   arrives meanwhile is not answered), forgetting the acknowledged writes
+//!   of the last span before the crash (none, up to 1 s, or up to two TTLs:
+//!   PostgreSQL with `fsync` off, Valkey with `appendfsync everysec`), and
+//!   the pool's records are wiped (`TRUNCATE`, `FLUSHALL`), each from a
+//!   stream of the seed's own. Rule 12's guards are modelled as the
+//!   backends keep them: nothing is granted (`StoreRestarted`, with when
+//!   claims resume) until the store has been up for the pool's restart span
+//!   (TTL + 2 × `max_clock_skew`), nor for one span after a claim first
+//!   found the pool's record gone; renewals go on, and those of leases the
+//!   store forgot answer `Lost`. The `no-restart-guard` plant turns both
+//!   off, as it does in the backends.
+//! - *Fenced writes*: each holder writes to its slot's resource with its
+//!   grant's fence once it may generate, and a holder paused while it
+//!   generates may be in the middle of a write, which goes out when it
+//!   resumes, whatever its gate says by then. The store keeps a fence table
+//!   as `FenceTable` does (rule 7): per resource the fence of its last
+//!   write, and a write is taken only with a fence at least that, in the
+//!   same step; the `fence-unchecked` plant takes any fence of the
+//!   resource's pool and slot. The fence table is the application's own
+//!   data: the store's crashes and wipes leave it alone.
+//!
+//!   Not modelled: promotions of a replica (the promotion guard), a restart
+//!   that forgets the pool's record itself or the wipe guard's own record of
+//!   when it saw the pool gone, Kubernetes' expiry on the observer's clock.
 //! - *Processes*: a monotonic clock each (`CLOCK_BOOTTIME`: it counts on
 //!   through a pause and never steps), with an offset and a rate drift (from
 //!   none to 5 %, far beyond the 500 ppm each host is assumed to keep); a
@@ -90,15 +112,24 @@
 //! - on one slot, a window that starts later than another's with a smaller
 //!   fence (a stale holder generating after a newer grant);
 //! - a fence the store grants that is not above every earlier fence of its
-//!   slot.
+//!   slot;
+//! - a fenced write taken with a fence below one already taken on its
+//!   resource (a stale holder's write over a newer holder's).
 //!
 //! # Seeds beyond the assumptions
 //!
 //! DESIGN.md's rule 2 assumes clocks whose rates differ by at most what the
 //! safety margin covers. A seed whose drifts (or store-clock steps) exceed
 //! what its margin covers is marked *beyond*: a violation there is what the
-//! margin is documented not to cover, not a bug, and is counted apart. Every
-//! other seed is *covered*, and a violation there is a bug.
+//! margin is documented not to cover, not a bug, and is counted apart. A
+//! store that forgets (a crash that loses writes, a wipe) may lose the
+//! floors too, and then only the restart span's two skews keep a
+//! successor's clock past what a forgotten holder stamped, which holds for
+//! wall clocks within `max_clock_skew` of each other (rule 12's
+//! assumption): such a seed draws its wall-clock skews and steps an eighth
+//! as large, and is beyond when the spread of its wall clocks (skew, drift
+//! and steps, over the run) still exceeds `max_clock_skew`. Every other
+//! seed is *covered*, and a violation there is a bug.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -109,8 +140,8 @@ use leasehold_core::machine::{Action, Input, Machine};
 use leasehold_core::rand::SplitMix;
 use leasehold_core::testing::GateControl;
 use leasehold_core::{
-    AcquireError, Fence, Floor, Grant, LeaseConfig, LeaseGate, MonoTime, Reason, Timing, Token,
-    UnixOffset, min_safety_margin,
+    AcquireError, DEFAULT_MAX_CLOCK_SKEW, Fence, Floor, Grant, LeaseConfig, LeaseGate, MonoTime,
+    Reason, Timing, Token, UnixOffset, min_safety_margin,
 };
 
 const MS: u64 = 1_000_000;
@@ -224,6 +255,12 @@ pub struct Scenario {
     pub store_ppm: i64,
     /// Forward steps of the store's clock: (true ns, size ns).
     pub store_steps: Vec<(u64, u64)>,
+    /// Crashes of the store, each followed by a restart: (true ns, down for
+    /// how long, ns, how much of the acknowledged writes it forgets: those
+    /// of the last this many ns before the crash).
+    pub store_restarts: Vec<(u64, u64, u64)>,
+    /// Wipes of the pool's records (true ns).
+    pub wipes: Vec<u64>,
     /// The processes.
     pub procs: Vec<ProcSpec>,
     /// Simulated length (ns).
@@ -260,6 +297,29 @@ impl Scenario {
         let ttl_ns = ttl_ms * MS;
         // Wall-clock steps come from a stream of their own.
         let mut steps = SplitMix::new(seed ^ 0x57e9_57e9_57e9_57e9);
+        // Store restarts and wipes come from a stream of their own.
+        let mut store = SplitMix::new(seed ^ 0x0570_4e57_0570_4e57);
+        let mut store_restarts = Vec::new();
+        if store.below(3) == 0 {
+            let at = store.below(length);
+            let down = store.below(2 * SEC);
+            let lose = match store.below(4) {
+                0 => 0,
+                1 => store.below(SEC),
+                _ => store.below(2 * ttl_ms * MS),
+            };
+            store_restarts.push((at, down, lose));
+        }
+        let mut wipes = Vec::new();
+        if store.below(6) == 0 {
+            wipes.push(store.below(length));
+        }
+        // A store that can forget is run as its opt-in assumes (DESIGN.md,
+        // rule 12): the hosts' wall clocks within `max_clock_skew` of each
+        // other, so their skews and steps are kept small (`covered` checks
+        // what is left).
+        let forgets = store_restarts.iter().any(|r| r.2 > 0) || !wipes.is_empty();
+        let tame = |v: i64| if forgets { v / 8 } else { v };
         let procs = (0..params.processes.max(2))
             .map(|_| {
                 let clock = ClockSpec {
@@ -301,9 +361,10 @@ impl Scenario {
                             1 => (100 * MS + steps.below(3 * SEC)) as i64,
                             _ => -(steps.below(3 * SEC) as i64),
                         };
-                        (steps.below(length), by)
+                        (steps.below(length), tame(by))
                     })
                     .collect();
+                let wall_skew = tame(wall_skew);
                 ProcSpec {
                     clock,
                     wall_steps,
@@ -330,9 +391,44 @@ impl Scenario {
             resolution,
             store_ppm,
             store_steps,
+            store_restarts,
+            wipes,
             procs,
             length,
         }
+    }
+
+    /// Whether the store forgets anything in this scenario: a restart that
+    /// loses acknowledged writes, or a wipe.
+    pub fn forgets(&self) -> bool {
+        self.store_restarts.iter().any(|r| r.2 > 0) || !self.wipes.is_empty()
+    }
+
+    /// How far apart the hosts' wall clocks get over the run (ns): the
+    /// widest spread between one process's largest error from true Unix
+    /// time (skew, drift, every step so far) and another's smallest.
+    pub fn wall_spread(&self) -> u64 {
+        let mut lo = i128::MAX;
+        let mut hi = i128::MIN;
+        for p in &self.procs {
+            let drift = |t: u64| (i128::from(t) * i128::from(p.clock.ppm)).div_euclid(1_000_000);
+            let mut steps = p.wall_steps.clone();
+            steps.sort_unstable();
+            let mut sum = i128::from(p.wall_skew);
+            let mut points = vec![(0u64, sum)];
+            for &(at, by) in &steps {
+                points.push((at, sum));
+                sum += i128::from(by);
+                points.push((at, sum));
+            }
+            points.push((self.length, sum));
+            for (t, e) in points {
+                let e = e + drift(t.min(self.length));
+                lo = lo.min(e);
+                hi = hi.max(e);
+            }
+        }
+        u64::try_from(hi - lo).unwrap_or(0)
     }
 
     /// The timings every process uses, validated as a real configuration is.
@@ -364,15 +460,23 @@ impl Scenario {
         let jumps = jumps as f64 / 1e9;
         let ds = self.store_ppm as f64 / 1e6;
         let store_side = (ttl - res - jumps) / (1.0 + ds);
-        self.procs.iter().all(|p| {
+        let clocks = self.procs.iter().all(|p| {
             let dp = p.clock.ppm as f64 / 1e6;
             (ttl - m) / (1.0 + dp) <= store_side
-        })
+        });
+        // A store that forgets loses floors, and then only the restart span's
+        // two skews keep a successor's clock past what a forgotten holder
+        // stamped: that holds for wall clocks within `max_clock_skew` of
+        // each other (DESIGN.md, rule 12).
+        let skew = u64::try_from(DEFAULT_MAX_CLOCK_SKEW.as_nanos()).unwrap_or(u64::MAX);
+        clocks && (!self.forgets() || self.wall_spread() <= skew)
     }
 
     /// How many faults it holds (for the shrinker's order).
     pub fn faults(&self) -> usize {
         self.store_steps.len()
+            + self.store_restarts.len()
+            + self.wipes.len()
             + self
                 .procs
                 .iter()
@@ -513,6 +617,16 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
         c.store_ppm = 0;
         out.push(("store clock without drift".into(), c));
     }
+    for j in 0..s.store_restarts.len() {
+        let mut c = s.clone();
+        c.store_restarts.remove(j);
+        out.push((format!("drop store restart {j}"), c));
+    }
+    for j in 0..s.wipes.len() {
+        let mut c = s.clone();
+        c.wipes.remove(j);
+        out.push((format!("drop wipe {j}"), c));
+    }
     for i in 0..s.procs.len() {
         let p = &s.procs[i];
         for j in 0..p.pauses.len() {
@@ -586,6 +700,10 @@ enum Ans {
         store: u64,
     },
     Exhausted,
+    /// The restart or wipe guard holds claims back for this long (store ns).
+    Restarted {
+        resume_in: u64,
+    },
     Renewed {
         store: u64,
     },
@@ -608,6 +726,14 @@ enum Ev {
     End(usize, u64, bool),
     Restart(usize),
     StoreStep(u64),
+    /// The store crashes (the scenario's restart of that index).
+    StoreCrash(usize),
+    /// The store is up again after a crash.
+    StoreUp,
+    /// The pool's records are wiped.
+    Wipe,
+    /// A fenced write of a holder reaches the store: (process, slot, fence).
+    Write(usize, u32, u64),
     Finish,
 }
 
@@ -652,6 +778,14 @@ struct Proc {
     incarnation: u32,
     /// The highest timestamp this incarnation's generator issued (Unix ms).
     issued_ms: u64,
+    /// The last fence this process wrote with (its writes once a grant
+    /// lets it generate).
+    wrote: Option<u64>,
+    /// A fenced write begun while it generated and held up by a pause:
+    /// (slot, fence), sent as it resumes, whatever its gate says by then.
+    late: Option<(u32, u64)>,
+    /// Draws for its fenced writes (a stream of their own).
+    wrng: SplitMix,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -715,6 +849,26 @@ struct World<'a> {
     /// The checker's own record of the store's grants: the last fence per slot.
     granted: Vec<u64>,
     fence_violation: Option<Violation>,
+    /// The store's acknowledged writes that a crash may still forget:
+    /// (true ns, slot, the slot before the write).
+    journal: Vec<(u64, usize, Slot)>,
+    /// The longest span of writes a crash forgets (ns): how much of the
+    /// journal is kept.
+    journal_span: u64,
+    /// Down from a crash until this true instant: nothing is answered.
+    down_until: Option<u64>,
+    /// The store clock's reading when it last came up.
+    up_since: Option<u64>,
+    /// Whether the pool's record is there (a wipe takes it).
+    record: bool,
+    /// When a claim first found the record gone (store clock).
+    gone_seen: Option<u64>,
+    /// The fence table: per slot's resource, the fence of its last write.
+    fence_table: Vec<u64>,
+    /// The checker's own record of the fenced writes accepted: the
+    /// highest fence per resource, and the first stale write accepted.
+    written: Vec<u64>,
+    write_violation: Option<Violation>,
     segments: Vec<Segment>,
     stamps: Vec<Stamps>,
     trace_on: bool,
@@ -749,6 +903,9 @@ impl<'a> World<'a> {
                     incarnation: 0,
                     issued_ms: 0,
                     unix: UnixOffset::new(),
+                    wrote: None,
+                    late: None,
+                    wrng: SplitMix::new(seed ^ 0x3717_3717),
                 }
             })
             .collect();
@@ -773,6 +930,15 @@ impl<'a> World<'a> {
             grants: 0,
             granted: vec![0; sc.slots as usize],
             fence_violation: None,
+            journal: Vec::new(),
+            journal_span: sc.store_restarts.iter().map(|r| r.2).max().unwrap_or(0),
+            down_until: None,
+            up_since: None,
+            record: true,
+            gone_seen: None,
+            fence_table: vec![0; sc.slots as usize],
+            written: vec![0; sc.slots as usize],
+            write_violation: None,
             segments: Vec::new(),
             stamps: Vec::new(),
             trace_on,
@@ -782,7 +948,8 @@ impl<'a> World<'a> {
             let _ = writeln!(
                 w.trace,
                 "seed {} covered {}: {} processes, {} slots, ttl {:?}, margin {:?}, renew {:?}, \
-                 backoff {:?}..{:?}, store resolution {:?}, store drift {} ppm, store steps {:?}",
+                 backoff {:?}..{:?}, store resolution {:?}, store drift {} ppm, store steps {:?}, \
+                 store restarts (at, down, forgets) {:?}, wipes {:?}",
                 sc.seed,
                 sc.covered(),
                 sc.procs.len(),
@@ -794,7 +961,9 @@ impl<'a> World<'a> {
                 sc.backoff.1,
                 sc.resolution,
                 sc.store_ppm,
-                sc.store_steps
+                sc.store_steps,
+                sc.store_restarts,
+                sc.wipes
             );
             for (i, p) in sc.procs.iter().enumerate() {
                 let _ = writeln!(
@@ -826,6 +995,12 @@ impl<'a> World<'a> {
         }
         for &(at, size) in &sc.store_steps {
             w.push(at, Ev::StoreStep(size));
+        }
+        for (i, &(at, ..)) in sc.store_restarts.iter().enumerate() {
+            w.push(at, Ev::StoreCrash(i));
+        }
+        for &at in &sc.wipes {
+            w.push(at, Ev::Wipe);
         }
         w.push(sc.length, Ev::Finish);
         w
@@ -907,6 +1082,14 @@ impl<'a> World<'a> {
                 let old = self.procs[p].paused_until.unwrap_or(0);
                 self.procs[p].paused_until = Some(until.max(old));
                 self.log(Some(p), format_args!("paused for {}", secs(len)));
+                // A holder paused while it generates may be in the middle
+                // of a fenced write: it goes out when the process resumes.
+                if let Some(w) = self.procs[p].window
+                    && self.procs[p].late.is_none()
+                    && self.procs[p].wrng.below(2) == 0
+                {
+                    self.procs[p].late = Some((w.slot, w.fence));
+                }
                 self.close_window(p);
                 self.push(until, Ev::PauseEnd(p));
             }
@@ -914,6 +1097,11 @@ impl<'a> World<'a> {
                 if self.procs[p].paused_until.is_some_and(|u| u <= self.now) {
                     self.procs[p].paused_until = None;
                     self.log(Some(p), format_args!("resumes"));
+                    if let Some((slot, fence)) = self.procs[p].late.take()
+                        && !self.procs[p].dead
+                    {
+                        self.write(p, slot, fence);
+                    }
                     self.open_window(p);
                 }
             }
@@ -928,6 +1116,8 @@ impl<'a> World<'a> {
             Ev::Restart(p) => {
                 self.close_window(p);
                 self.procs[p].exiting = false;
+                self.procs[p].wrote = None;
+                self.procs[p].late = None;
                 let seed = self.procs[p].rng.next_u64();
                 self.procs[p].machine = Machine::new(self.timing.clone(), false, seed)
                     .with_store_resolution(self.sc.resolution);
@@ -946,6 +1136,26 @@ impl<'a> World<'a> {
                 self.store_jump += size;
                 self.log(None, format_args!("clock steps forward {}", secs(size)));
             }
+            Ev::StoreCrash(i) => self.crash(i),
+            Ev::StoreUp => {
+                self.down_until = None;
+                self.up_since = Some(self.store_clock());
+                self.log(None, format_args!("up again"));
+            }
+            Ev::Wipe => {
+                for sl in &mut self.slots {
+                    *sl = Slot {
+                        holder: None,
+                        expires: 0,
+                        fence: 0,
+                        floor: 0,
+                    };
+                }
+                self.journal.clear();
+                self.record = false;
+                self.log(None, format_args!("the pool's records are wiped"));
+            }
+            Ev::Write(p, slot, fence) => self.fenced_write(p, slot, fence),
             Ev::Finish => {}
         }
     }
@@ -1024,7 +1234,128 @@ impl<'a> World<'a> {
         local + self.store_jump
     }
 
+    /// The store crashes: down for a while (what arrives is not answered),
+    /// and the acknowledged writes of the last span before the crash are
+    /// forgotten, as by a server that had not flushed them (PostgreSQL with
+    /// `fsync` off, Valkey with `appendfsync everysec`).
+    fn crash(&mut self, i: usize) {
+        let (_, down, lose) = self.sc.store_restarts[i];
+        let since = self.now.saturating_sub(lose);
+        let mut lost = 0;
+        while let Some(&(at, slot, before)) = self.journal.last() {
+            if at < since || lose == 0 {
+                break;
+            }
+            self.slots[slot] = before;
+            self.journal.pop();
+            lost += 1;
+        }
+        self.journal.clear();
+        self.down_until = Some(self.now + down);
+        self.push(self.now + down, Ev::StoreUp);
+        self.log(
+            None,
+            format_args!(
+                "crashes, down for {}, forgetting {lost} writes of the last {}",
+                secs(down),
+                secs(lose)
+            ),
+        );
+    }
+
+    /// Notes an acknowledged write of slot `i` that a crash may forget.
+    fn journal(&mut self, i: usize, before: Slot) {
+        if self.journal_span == 0 {
+            return;
+        }
+        let keep = self.now.saturating_sub(self.journal_span);
+        if self.journal.first().is_some_and(|e| e.0 < keep) {
+            self.journal.retain(|e| e.0 >= keep);
+        }
+        self.journal.push((self.now, i, before));
+    }
+
+    /// The restart and wipe guards (DESIGN.md, rule 12), as the backends
+    /// keep them: nothing is granted until the store has been up for the
+    /// pool's restart span, nor for one span after a claim first found the
+    /// pool's record gone (that claim writes it again). Returns how long
+    /// claims are held back (store ns), if they are.
+    fn guard(&mut self, s: u64) -> Option<u64> {
+        let span = u64::try_from((self.sc.ttl + 2 * self.timing.max_clock_skew()).as_nanos())
+            .unwrap_or(u64::MAX);
+        if !self.record {
+            self.record = true;
+            self.gone_seen = Some(s);
+            self.log(None, format_args!("a claim finds the pool's record gone"));
+        }
+        if leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard) {
+            return None;
+        }
+        let restart = self.up_since.map_or(0, |up| (up + span).saturating_sub(s));
+        let wipe = self.gone_seen.map_or(0, |g| (g + span).saturating_sub(s));
+        let wait = restart.max(wipe);
+        (wait > 0).then_some(wait)
+    }
+
+    /// A holder's fenced write reaches the fence table (`FenceTable`, rule
+    /// 7): one resource per slot, each with the fence of its last write. A
+    /// write is taken only with a fence at least the resource's last, in
+    /// the same step as the write.
+    fn fenced_write(&mut self, p: usize, slot: u32, fence: u64) {
+        let i = slot as usize;
+        let last = self.fence_table[i];
+        let unchecked = leasehold_core::plant::active(leasehold_core::plant::Plant::FenceUnchecked);
+        if fence < last && !unchecked {
+            self.log(
+                None,
+                format_args!("p{p}'s write to resource {slot} with fence {fence} refused: stale"),
+            );
+            return;
+        }
+        self.fence_table[i] = fence;
+        self.log(
+            None,
+            format_args!("p{p}'s write to resource {slot} with fence {fence} taken"),
+        );
+        // The checker's own record: no write older than one taken.
+        if fence < self.written[i] && self.write_violation.is_none() {
+            self.write_violation = Some(Violation {
+                at: self.now,
+                what: format!(
+                    "resource {slot}: p{p}'s write with fence {fence} taken after a write \
+                     with fence {}",
+                    self.written[i]
+                ),
+            });
+        }
+        self.written[i] = self.written[i].max(fence);
+    }
+
+    /// Sends a fenced write of process `p` over its network.
+    fn write(&mut self, p: usize, slot: u32, fence: u64) {
+        self.procs[p].wrote = Some(fence);
+        let (lo, hi) = self.procs[p].spec.delay;
+        let d = lo + self.procs[p].wrng.below(hi - lo + 1);
+        let loss = self.procs[p].spec.loss_ppm;
+        if self.cut(p, self.now) || self.procs[p].wrng.below(1_000_000) < loss {
+            self.log(Some(p), format_args!("write with fence {fence} lost"));
+            return;
+        }
+        self.log(
+            Some(p),
+            format_args!("writes to resource {slot} with fence {fence}"),
+        );
+        self.push(self.now + d, Ev::Write(p, slot, fence));
+    }
+
     fn at_store(&mut self, p: usize, id: u64, req: Req) {
+        if self.down_until.is_some() {
+            self.log(
+                None,
+                format_args!("down: p{p}'s request {id} {req:?} unanswered"),
+            );
+            return;
+        }
         let s = self.store_clock();
         let res = u64::try_from(self.sc.resolution.as_nanos())
             .unwrap_or(1)
@@ -1033,12 +1364,18 @@ impl<'a> World<'a> {
         let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
         let ans = match req {
             Req::Acquire { ceiling } => {
-                match self
-                    .slots
-                    .iter()
-                    .position(|sl| sl.holder.is_none() || s >= sl.expires)
-                {
-                    Some(i) => {
+                let free = match self.guard(s) {
+                    Some(resume_in) => Err(resume_in),
+                    None => Ok(self
+                        .slots
+                        .iter()
+                        .position(|sl| sl.holder.is_none() || s >= sl.expires)),
+                };
+                match free {
+                    Err(resume_in) => Ans::Restarted { resume_in },
+                    Ok(Some(i)) => {
+                        let before = self.slots[i];
+                        self.journal(i, before);
                         let sl = &mut self.slots[i];
                         sl.fence = (sl.fence + 1).max(s / 1_000);
                         sl.holder = Some(id);
@@ -1066,7 +1403,7 @@ impl<'a> World<'a> {
                             store: s,
                         }
                     }
-                    None => Ans::Exhausted,
+                    Ok(None) => Ans::Exhausted,
                 }
             }
             Req::Renew {
@@ -1074,8 +1411,10 @@ impl<'a> World<'a> {
                 token,
                 ceiling,
             } => {
-                let sl = &mut self.slots[slot as usize];
-                if sl.holder == Some(token) && s < sl.expires {
+                let before = self.slots[slot as usize];
+                if before.holder == Some(token) && s < before.expires {
+                    self.journal(slot as usize, before);
+                    let sl = &mut self.slots[slot as usize];
                     sl.expires = coarse + ttl;
                     sl.floor = sl.floor.max(ceiling);
                     Ans::Renewed { store: s }
@@ -1088,8 +1427,10 @@ impl<'a> World<'a> {
                 token,
                 issued,
             } => {
-                let sl = &mut self.slots[slot as usize];
-                if sl.holder == Some(token) && s < sl.expires {
+                let before = self.slots[slot as usize];
+                if before.holder == Some(token) && s < before.expires {
+                    self.journal(slot as usize, before);
+                    let sl = &mut self.slots[slot as usize];
                     sl.holder = None;
                     sl.floor = sl.floor.max(issued);
                     Ans::Released
@@ -1155,6 +1496,11 @@ impl<'a> World<'a> {
                 sent_at,
                 ceiling,
             }),
+            (CallKind::Acquire { .. }, Some(Ans::Restarted { resume_in })) => {
+                Some(Input::AcquireFailed(AcquireError::StoreRestarted {
+                    resume_in: Duration::from_nanos(resume_in),
+                }))
+            }
             (CallKind::Acquire { .. }, Some(_)) => {
                 Some(Input::AcquireFailed(AcquireError::PoolExhausted {
                     pool: "sim".into(),
@@ -1405,6 +1751,11 @@ impl<'a> World<'a> {
                 format_args!("may generate, but refuses: a wall-clock step is pending"),
             );
         }
+        // A holder writes to its slot's resource with its grant's fence
+        // once it may generate.
+        if self.procs[p].wrote != Some(view.fence.0) {
+            self.write(p, view.slot, view.fence.0);
+        }
         self.procs[p].window = Some(Window {
             offset,
             start: self.now,
@@ -1426,6 +1777,9 @@ impl<'a> World<'a> {
                 first = Some(v);
             }
         };
+        if let Some(v) = &self.write_violation {
+            note(v.clone());
+        }
         for (i, a) in segs.iter().enumerate() {
             for b in &segs[i + 1..] {
                 if b.slot != a.slot || b.start >= a.end {
@@ -1596,6 +1950,8 @@ mod tests {
         let mut sc = Scenario::generate(3, &Params::default());
         sc.store_steps.clear();
         sc.store_ppm = 0;
+        sc.store_restarts.clear();
+        sc.wipes.clear();
         for p in &mut sc.procs {
             p.clock.ppm = 0;
         }
@@ -1611,5 +1967,36 @@ mod tests {
         // A fast clock ends its deadline early: always covered.
         sc.procs[0].clock.ppm = 50_000;
         assert!(sc.covered());
+    }
+
+    /// A store that forgets may lose the floors that keep a successor's
+    /// clock past its predecessor's stamps; then only the restart span's
+    /// two skews do, for wall clocks within `max_clock_skew` of each other.
+    #[test]
+    fn a_store_that_forgets_is_covered_only_while_the_wall_clocks_agree() {
+        let mut sc = Scenario::generate(3, &Params::default());
+        sc.store_steps.clear();
+        sc.store_ppm = 0;
+        sc.store_restarts = vec![(10 * SEC, SEC, 2 * SEC)];
+        sc.wipes.clear();
+        for p in &mut sc.procs {
+            p.clock.ppm = 0;
+            p.wall_skew = 0;
+            p.wall_steps.clear();
+        }
+        assert!(sc.forgets() && sc.covered());
+        sc.procs[1].wall_steps.push((20 * SEC, 900 * MS as i64));
+        assert!(sc.covered());
+        sc.procs[2].wall_skew = -200 * MS as i64;
+        assert!(!sc.covered(), "spread {}", sc.wall_spread());
+        // A restart that forgets nothing loses no floor.
+        sc.store_restarts[0].2 = 0;
+        assert!(sc.covered());
+        // A drift that carries a wall clock away counts as it goes.
+        sc.procs[2].wall_skew = 0;
+        sc.wipes.push(30 * SEC);
+        sc.procs[3].clock.ppm = -5_000;
+        assert_eq!(sc.wall_spread(), 900 * MS + 300 * MS);
+        assert!(!sc.covered());
     }
 }

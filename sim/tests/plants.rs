@@ -60,6 +60,21 @@ fn no_floor_is_found() {
     found_within("no-floor", 50);
 }
 
+/// Rule 12: a store that forgets its last writes in a crash, or whose pool
+/// records are wiped, grants a slot whose holder still generates unless
+/// claims wait one restart span.
+#[test]
+fn no_restart_guard_is_found() {
+    found_within("no-restart-guard", 50);
+}
+
+/// Rule 7: a holder paused in the middle of a fenced write writes after
+/// its successor did; only the fence check refuses it.
+#[test]
+fn fence_unchecked_is_found() {
+    found_within("fence-unchecked", 50);
+}
+
 /// Rules 4 and 5 broken together: a cut holder goes on generating.
 #[test]
 fn no_stop_at_deadline_with_the_gate_ignoring_it_is_found() {
@@ -132,4 +147,55 @@ fn the_store_clock_check_catches_a_clock_slower_than_the_margin_covers() {
     assert!(!shipped.contains(" VIOLATION "), "{shipped}");
     let planted = trace(326, Some("no-store-clock-check"));
     assert!(planted.contains(" VIOLATION slot 0"), "{planted}");
+}
+
+/// Rule 12, shipped against planted: in seed 19 the pool's records are wiped
+/// under a holder. As shipped, the claim that finds them gone holds every
+/// claim back one restart span and nothing overlaps; with the guards planted
+/// away a claimer is granted the slot while the old holder still generates.
+#[test]
+fn the_wipe_guard_holds_claims_back_while_the_old_holder_may_still_generate() {
+    let shipped = trace(19, None);
+    assert!(shipped.contains("covered true"), "{shipped}");
+    assert!(
+        shipped.contains("the pool's records are wiped"),
+        "{shipped}"
+    );
+    assert!(shipped.contains("-> Restarted"), "{shipped}");
+    assert!(!shipped.contains(" VIOLATION "), "{shipped}");
+    let planted = trace(19, Some("no-restart-guard"));
+    assert!(!planted.contains("-> Restarted"), "{planted}");
+    assert!(planted.contains(" VIOLATION slot 0"), "{planted}");
+}
+
+/// Rule 12, shipped against planted: in seed 44 the store crashes and
+/// forgets 2.8 s of acknowledged writes, a holder's renewals among them. As
+/// shipped nothing is granted until the store has been up one restart span;
+/// with the guard planted away a claimer is granted a slot whose holder the
+/// store forgot, and stamps milliseconds that holder stamped moments before
+/// (its floor was forgotten too).
+#[test]
+fn the_restart_guard_holds_claims_back_after_a_crash_that_forgets_renewals() {
+    let shipped = trace(44, None);
+    assert!(shipped.contains("covered true"), "{shipped}");
+    assert!(shipped.contains("store crashes"), "{shipped}");
+    assert!(shipped.contains("-> Restarted"), "{shipped}");
+    assert!(!shipped.contains(" VIOLATION "), "{shipped}");
+    let planted = trace(44, Some("no-restart-guard"));
+    assert!(!planted.contains("-> Restarted"), "{planted}");
+    assert!(planted.contains(" VIOLATION slot "), "{planted}");
+}
+
+/// Rule 7, shipped against planted: in seed 14 a holder paused in the
+/// middle of a fenced write sends it after its successor wrote. As shipped
+/// the fence table refuses it as stale; with the check planted away it is
+/// taken over the newer write.
+#[test]
+fn the_fence_table_refuses_a_write_sent_late_by_a_paused_holder() {
+    let shipped = trace(14, None);
+    assert!(shipped.contains("covered true"), "{shipped}");
+    assert!(shipped.contains("refused: stale"), "{shipped}");
+    assert!(!shipped.contains(" VIOLATION "), "{shipped}");
+    let planted = trace(14, Some("fence-unchecked"));
+    assert!(planted.contains(" VIOLATION resource 0"), "{planted}");
 }

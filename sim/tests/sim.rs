@@ -1,13 +1,13 @@
 //! The simulator on the code as shipped: nothing planted.
 
-use leasehold_sim::{Params, run_seed, sweep};
+use leasehold_sim::{Params, Scenario, run_seed, sweep};
 
 /// The same seed gives the same trace, byte for byte: a finding can be
-/// replayed and shrunk.
+/// replayed and shrunk. Seed 30's store crashes and is wiped.
 #[test]
 fn one_seed_gives_the_same_trace_twice() {
     let params = Params::default();
-    for seed in [0, 7, 4_242] {
+    for seed in [0, 7, 30, 4_242] {
         let a = run_seed(seed, &params, true);
         let b = run_seed(seed, &params, true);
         assert!(
@@ -15,15 +15,20 @@ fn one_seed_gives_the_same_trace_twice() {
             "seed {seed}: a trace of a whole run"
         );
         assert_eq!(a.trace, b.trace, "seed {seed}");
+        if seed == 30 {
+            assert!(a.trace.contains("store crashes"), "{}", a.trace);
+            assert!(a.trace.contains("records are wiped"), "{}", a.trace);
+        }
         assert_eq!(a.grants, b.grants);
         assert_eq!(a.held_ns, b.held_ns);
     }
 }
 
 /// Thousands of 5-process, 60-simulated-second seeds: no two processes may
-/// generate on one slot at once, and fences only grow, in every seed whose
-/// clocks the margin covers. The seeds beyond it must make the faults real:
-/// some of them violate.
+/// generate on one slot at once, no timestamp is issued twice, fences only
+/// grow and the fence table takes no stale write, in every seed whose
+/// clocks the margin covers, stores that crash or are wiped included. The
+/// seeds beyond it must make the faults real: some of them violate.
 #[test]
 fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
     let params = Params::default();
@@ -44,4 +49,20 @@ fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
         s.beyond_violations > 0,
         "faults beyond the margin break safety somewhere: the checker sees it"
     );
+    // Those seeds include stores that forget: covered seeds with a crash
+    // that loses acknowledged writes, and with a wipe of the pool's records.
+    let scenarios: Vec<_> = (0..5_000)
+        .map(|seed| Scenario::generate(seed, &params))
+        .filter(Scenario::covered)
+        .collect();
+    let crashes = scenarios
+        .iter()
+        .filter(|sc| sc.store_restarts.iter().any(|r| r.2 > 0))
+        .count();
+    let wipes = scenarios.iter().filter(|sc| !sc.wipes.is_empty()).count();
+    assert!(
+        crashes > 500,
+        "{crashes} covered seeds with a crash that forgets"
+    );
+    assert!(wipes > 300, "{wipes} covered seeds with a wipe");
 }
