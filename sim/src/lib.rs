@@ -10,9 +10,9 @@
 //! - the lease state machine, [`Machine`] (`core/src/machine.rs`): every
 //!   decision (when to acquire, renew, give up, the local deadline through
 //!   `Timing::deadline`, backoff with its jitter, rule 11's store-clock jump
-//!   check) is the machine's own, fed the inputs the tokio driver feeds it;
-//! - the lease gate, [`LeaseGate`] (`core/src/gate.rs`): the simulated driver
-//!   opens, extends and closes it with the same calls as the tokio driver
+//!   check) is the machine's own, fed the inputs the lease manager's tokio task feeds it;
+//! - the lease gate, [`LeaseGate`] (`core/src/gate.rs`): the simulated lease manager
+//!   opens, extends and closes it with the same calls as the lease manager's tokio task
 //!   (through `testing::GateControl`), and the checker asks the real
 //!   `LeaseGate::check` whether the process may generate;
 //! - each process's Unix offset, [`UnixOffset`] (`core/src/clock.rs`, rule
@@ -33,7 +33,7 @@
 //!   the ceiling computed from `Timing::deadline`, the renewal's answer fed
 //!   as `Renewed`/`RenewLost`/`RenewRetry`, a timeout as `AcquireFailed
 //!   (Unreachable)`/`RenewRetry`, a release awaited up to its bound. Running
-//!   the tokio driver itself under a simulated runtime would need a time
+//!   the lease manager's tokio task itself under a simulated runtime would need a time
 //!   seam in the lease manager and its timers and a simulated network under the
 //!   strategy; the machine-level model runs no tokio and no real clock, which
 //!   is what makes a seed cost well under a millisecond. What the lease manager adds
@@ -1189,7 +1189,7 @@ impl<'a> World<'a> {
         self.push(self.now + down, Ev::Restart(p));
     }
 
-    /// The driver's scheduling latency: mostly a little, now and then much.
+    /// The lease manager's scheduling latency: mostly a little, now and then much.
     fn latency(&mut self, p: usize) -> u64 {
         let r = &mut self.procs[p].rng;
         if r.below(100) == 0 {
@@ -1475,7 +1475,7 @@ impl<'a> World<'a> {
     /// An answer (or, with `None`, the call's bound) reached the lease manager.
     fn on_reply(&mut self, p: usize, id: u64, ans: Option<Ans>) {
         let Some(call) = self.procs[p].call.filter(|c| c.id == id) else {
-            return; // The driver stopped waiting for it: never seen.
+            return; // The lease manager stopped waiting for it: never seen.
         };
         self.procs[p].call = None;
         let ttl = self.sc.ttl;
@@ -1541,7 +1541,7 @@ impl<'a> World<'a> {
         self.drain(p);
     }
 
-    /// The driver's loop: performs the actions one at a time; a call waits
+    /// The lease manager's loop: performs the actions one at a time; a call waits
     /// for its answer or its bound; with nothing left, sleeps until the
     /// machine's next wakeup.
     fn drain(&mut self, p: usize) {
