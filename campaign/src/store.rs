@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use leasehold::drivers::{Harness, MemoryConfig};
-use leasehold::sql::SqlConfig;
 use leasehold::{DurabilityPolicy, LeaseConfig, LeaseManager, StoreConfig};
 
 pub use leasehold::drivers::resource;
@@ -58,13 +57,22 @@ impl Options {
 
     /// `config` as a worker with these options opens it.
     fn apply(&self, config: StoreConfig) -> Result<StoreConfig, String> {
-        let keep = self.keep_server_synchronous_commit;
-        Ok(config
+        let config = config
             .set("durability", self.policy().name())
-            .map_err(|e| e.to_string())?
-            // The unsafe control knob of PostgreSQL's lease sessions: the
-            // SQL configuration's own, on purpose not an option by name.
-            .map(|c: SqlConfig| c.unsafe_keep_server_synchronous_commit(keep)))
+            .map_err(|e| e.to_string())?;
+        self.keep_synchronous_commit(config)
+    }
+
+    /// `config` with the unsafe control knob of PostgreSQL's lease (and
+    /// fenced-write) sessions, where the control asks for it: a key the SQL
+    /// driver takes without listing it, refused by every other store.
+    fn keep_synchronous_commit(&self, config: StoreConfig) -> Result<StoreConfig, String> {
+        if !self.keep_server_synchronous_commit {
+            return Ok(config);
+        }
+        config
+            .set("unsafe_keep_server_synchronous_commit", "true")
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -232,9 +240,7 @@ impl FenceWriter {
         let Ok(config) = parse(url) else {
             return Ok(None);
         };
-        let config = config.map(|c: SqlConfig| {
-            c.unsafe_keep_server_synchronous_commit(options.keep_server_synchronous_commit)
-        });
+        let config = options.keep_synchronous_commit(config)?;
         match config.harness().await {
             Ok(harness) => Ok(Some(Self(harness))),
             Err(e) => Err(format!("fence connect: {e}")),

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use leasehold_core::credentials::{CredentialSource, Credentials, CredentialsError};
 use leasehold_core::{
-    AcquireError, BoxFuture, Floor, Grant, InspectError, PoolSpec, Release, Renewal, SlotInfo,
+    AcquireError, BoxFuture, Capabilities, Floor, Grant, InspectError, PoolSpec, Release, Renewal,
+    SlotInfo, Strategy,
 };
 use sqlx::{Connection, Execute, Executor};
 
@@ -56,33 +57,14 @@ pub(crate) struct Info {
     pub(crate) tls: Option<crate::tls::Asked>,
 }
 
-/// The object-safe face of a [`Leases`]: the one point where the engine is
-/// erased.
-pub(crate) trait Ops: Send + Sync {
+/// The object-safe face of a [`Leases`], where the engine is erased: its
+/// lease calls through core's [`DynStrategy`](leasehold_core::DynStrategy),
+/// the one erasure every store's are made through (the facade's `Store`
+/// too), and what only SQL does besides.
+pub(crate) trait Ops: leasehold_core::DynStrategy {
     fn info(&self) -> &Info;
-    fn acquire<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-        ceiling: Floor,
-    ) -> BoxFuture<'a, Result<Grant, AcquireError>>;
-    fn renew<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-        grant: &'a Grant,
-        ceiling: Floor,
-    ) -> BoxFuture<'a, Renewal>;
-    fn release<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-        grant: &'a Grant,
-        issued: Floor,
-    ) -> BoxFuture<'a, Release>;
     fn revoke<'a>(&'a self, pool: &'a PoolSpec, slot: u32)
     -> BoxFuture<'a, Result<bool, SqlError>>;
-    fn inspect<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>>;
     fn ensure_table(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     fn check_schema(&self) -> BoxFuture<'_, Result<(), SqlError>>;
     /// The table, `pool`'s record and rows; `declared_new`: the caller says
@@ -300,35 +282,42 @@ with_sqlx_bounds!([impl<D> Leases<D>] {
     }
 });
 
+// The lease calls on one engine: what `Ops` erases through
+// `DynStrategy`.
+with_sqlx_bounds!([impl<D> Strategy for Leases<D>] {
+    async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
+        Leases::acquire(self, pool, ceiling).await
+    }
+
+    async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
+        Leases::renew(self, pool, grant, ceiling).await
+    }
+
+    async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
+        Leases::release(self, pool, grant, issued).await
+    }
+
+    async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
+        Leases::inspect(self, pool).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        // SQLite stores text times with milliseconds; the servers keep
+        // microseconds.
+        Capabilities::coordinated(self.info.networked, crate::SqlStrategy::MIN_TTL)
+            .with_persisted_floor()
+            .with_time_resolution(self.info.resolution)
+            .with_inspect()
+    }
+
+    fn identity(&self) -> String {
+        self.info.identity.clone()
+    }
+});
+
 with_sqlx_bounds!([impl<D> Ops for Leases<D>] {
     fn info(&self) -> &Info {
         &self.info
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-        ceiling: Floor,
-    ) -> BoxFuture<'a, Result<Grant, AcquireError>> {
-        Box::pin(self.acquire(pool, ceiling))
-    }
-
-    fn renew<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-        grant: &'a Grant,
-        ceiling: Floor,
-    ) -> BoxFuture<'a, Renewal> {
-        Box::pin(self.renew(pool, grant, ceiling))
-    }
-
-    fn release<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-        grant: &'a Grant,
-        issued: Floor,
-    ) -> BoxFuture<'a, Release> {
-        Box::pin(self.release(pool, grant, issued))
     }
 
     fn revoke<'a>(
@@ -337,13 +326,6 @@ with_sqlx_bounds!([impl<D> Ops for Leases<D>] {
         slot: u32,
     ) -> BoxFuture<'a, Result<bool, SqlError>> {
         Box::pin(self.revoke(pool, slot))
-    }
-
-    fn inspect<'a>(
-        &'a self,
-        pool: &'a PoolSpec,
-    ) -> BoxFuture<'a, Result<Vec<SlotInfo>, InspectError>> {
-        Box::pin(self.inspect(pool))
     }
 
     fn ensure_table(&self) -> BoxFuture<'_, Result<(), SqlError>> {

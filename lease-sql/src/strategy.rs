@@ -1,5 +1,6 @@
-//! `SqlStrategy`: the engine is chosen from the URL and erased here, once;
-//! everything else delegates to the generic backend.
+//! `SqlStrategy`: the engine is chosen from the URL and erased here, once
+//! (its lease calls through core's `DynStrategy`, as every store's are);
+//! everything else delegates to the engine-generic `Leases`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -321,31 +322,26 @@ impl fmt::Debug for SqlStrategy {
 
 impl Strategy for SqlStrategy {
     async fn acquire(&self, pool: &PoolSpec, ceiling: Floor) -> Result<Grant, AcquireError> {
-        self.ops.acquire(pool, ceiling).await
+        self.ops.acquire_dyn(pool, ceiling).await
     }
 
     async fn renew(&self, pool: &PoolSpec, grant: &Grant, ceiling: Floor) -> Renewal {
-        self.ops.renew(pool, grant, ceiling).await
+        self.ops.renew_dyn(pool, grant, ceiling).await
     }
 
     async fn release(&self, pool: &PoolSpec, grant: &Grant, issued: Floor) -> Release {
-        self.ops.release(pool, grant, issued).await
+        self.ops.release_dyn(pool, grant, issued).await
     }
 
     async fn inspect(&self, pool: &PoolSpec) -> Result<Vec<SlotInfo>, InspectError> {
-        self.ops.inspect(pool).await
+        self.ops.inspect_dyn(pool).await
     }
 
     fn capabilities(&self) -> Capabilities {
-        // SQLite stores text times with milliseconds; the servers keep
-        // microseconds.
-        Capabilities::coordinated(self.ops.info().networked, Self::MIN_TTL)
-            .with_persisted_floor()
-            .with_time_resolution(self.ops.info().resolution)
-            .with_inspect()
+        self.ops.capabilities_dyn()
     }
 
     fn identity(&self) -> String {
-        self.ops.info().identity.clone()
+        self.ops.identity_dyn()
     }
 }

@@ -58,13 +58,16 @@ mod svg;
 use leasehold_conformance::programs;
 use leasehold_conformance::servers::{self, ServerKind};
 
-const BENCHES: &[(&str, &str, &str)] = &[
-    ("nonce", "leasehold-nonce", "nonces"),
-    ("sql", "leasehold-sql", "acquire"),
-    ("valkey", "leasehold-valkey", "acquire"),
-    ("etcd", "leasehold-etcd", "acquire"),
-    ("k8s", "leasehold-k8s", "acquire"),
-    ("capacity", "leasehold", "capacity"),
+/// The benches `cargo xtask bench NAME` runs: name, package, bench target,
+/// and the features it needs (the Kubernetes bench's round-trip counters
+/// are bench-only; the capacity bench opens every store through the facade).
+const BENCHES: &[(&str, &str, &str, &str)] = &[
+    ("nonce", "leasehold-nonce", "nonces", ""),
+    ("sql", "leasehold-sql", "acquire", ""),
+    ("valkey", "leasehold-valkey", "acquire", ""),
+    ("etcd", "leasehold-etcd", "acquire", ""),
+    ("k8s", "leasehold-k8s", "acquire", "stats"),
+    ("capacity", "leasehold", "capacity", "full"),
 ];
 
 type Result<T = ()> = std::result::Result<T, String>;
@@ -990,16 +993,11 @@ fn bench(which: &str, args: &[String]) -> Result {
             "unknown bench `{which}`; use nonce, sql, valkey, etcd, k8s, capacity or all"
         ));
     }
-    for (name, package, target) in selected {
+    for (name, package, target, features) in selected {
         let mut c = cargo();
         c.args(["bench", "-p", package, "--bench", target]);
-        if *name == "k8s" {
-            // Its round-trip counters are bench-only, behind a feature.
-            c.args(["--features", "stats"]);
-        }
-        if *name == "capacity" {
-            // Every store, opened by URL through the facade.
-            c.args(["--features", "full"]);
+        if !features.is_empty() {
+            c.args(["--features", features]);
         }
         if !args.is_empty() {
             c.arg("--").args(args);
