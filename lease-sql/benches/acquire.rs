@@ -308,13 +308,27 @@ async fn run_once(
     guard: bool,
 ) -> Result<Outcome, String> {
     let hex = Token::random().to_hex();
+    // With the guards on, a TTL whose restart span (TTL + 2 × the default
+    // max_clock_skew) a run can wait out after the pair's start: the
+    // restart guard holds every claim back for one span after a server
+    // starts. Without them, one no acquisition outlives.
+    let ttl = Duration::from_secs(if guard || guarded() { 10 } else { 300 });
     let pool = PoolSpec::new(
         PoolName::new(format!("bench{}", &hex[..8])).unwrap(),
         acquirers(),
-        Duration::from_secs(300),
+        ttl,
     )
     .unwrap();
-    setup.ensure_pool(&pool).await.map_err(|e| e.to_string())?;
+    // A fresh pool nobody has held: declared new, so that the guarded rows'
+    // claims do not wait out the span a pool whose rows are gone waits (the
+    // wipe guard cannot tell a new pool from a wiped one).
+    setup
+        .ensure_new_pool(&pool)
+        .await
+        .map_err(|e| e.to_string())?;
+    if guard || guarded() {
+        wait_out_the_restart_guard(setup, &pool).await?;
+    }
     let table = setup.table().as_str().to_owned();
     // Every node connects first (not timed, not counted), at most 32 at once:
     // a connection storm is not what is measured.
@@ -542,5 +556,23 @@ fn main() -> std::process::ExitCode {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
+    }
+}
+
+/// Waits until the restart guard grants `pool`'s claims (one restart span
+/// after the server's start), with one untimed claim, released at once.
+async fn wait_out_the_restart_guard(setup: &SqlStrategy, pool: &PoolSpec) -> Result<(), String> {
+    loop {
+        match setup.acquire(pool, Floor::NONE).await {
+            Ok(grant) => {
+                setup.release(pool, &grant, grant.floor).await;
+                return Ok(());
+            }
+            Err(leasehold_core::AcquireError::StoreRestarted { resume_in }) => {
+                eprintln!("  the restart guard holds claims for {resume_in:?} more: waiting");
+                tokio::time::sleep(resume_in + Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
     }
 }
