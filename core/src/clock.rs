@@ -368,6 +368,12 @@ impl UnixOffset {
         if adopted == 0 || measured <= adopted.saturating_add(limit) {
             // First measurement, a small forward move, or a backward one.
             *pending = None;
+            if crate::plant::active(crate::plant::Plant::OffsetFollowsStepsBack)
+                && measured < adopted
+            {
+                self.adopted.store(measured, Ordering::Release);
+                return measured;
+            }
             return self
                 .adopted
                 .fetch_max(measured, Ordering::AcqRel)

@@ -36,11 +36,14 @@ pub enum Plant {
     /// operations goes unnoticed (the lease is kept, its deadline counted
     /// as if the store's expiry had not moved).
     NoStoreClockCheck,
+    /// Rule 10: the Unix offset follows the wall clock back when it steps
+    /// or slews back, so timestamps and ceilings go down with it.
+    OffsetFollowsStepsBack,
 }
 
 impl Plant {
     /// Every plant.
-    pub const ALL: [Plant; 8] = [
+    pub const ALL: [Plant; 9] = [
         Plant::DeadlineFromArrival,
         Plant::NoMargin,
         Plant::NoStopAtDeadline,
@@ -49,6 +52,7 @@ impl Plant {
         Plant::NoFloor,
         Plant::NoRestartGuard,
         Plant::NoStoreClockCheck,
+        Plant::OffsetFollowsStepsBack,
     ];
 
     /// The name on the command line.
@@ -62,6 +66,7 @@ impl Plant {
             Plant::NoFloor => "no-floor",
             Plant::NoRestartGuard => "no-restart-guard",
             Plant::NoStoreClockCheck => "no-store-clock-check",
+            Plant::OffsetFollowsStepsBack => "offset-follows-steps-back",
         }
     }
 
@@ -74,6 +79,7 @@ impl Plant {
             Plant::FenceUnchecked => 7,
             Plant::NoFloor => 8,
             Plant::NoStoreClockCheck => 11,
+            Plant::OffsetFollowsStepsBack => 10,
             Plant::NoRestartGuard => 12,
         }
     }

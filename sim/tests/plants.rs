@@ -90,6 +90,20 @@ fn no_stop_at_deadline_alone_is_covered_by_the_gate() {
     assert!(!found, "{text}");
 }
 
+/// Rule 10 broken alone (the Unix offset follows the wall clock back) is
+/// covered by the ceilings and each generator's history: every value is at
+/// most the gate's ceiling, which the store recorded before it was used and
+/// keeps as the highest, and a generator never stamps below what it already
+/// stamped. A lower offset only lowers later ceilings and stamps, which the
+/// store's highest floor and the history absorb; what it costs is liveness
+/// (the correction of the backward step is then a forward step, refused
+/// until settled). The simulator finds nothing.
+#[test]
+fn an_offset_that_follows_the_wall_clock_back_is_covered_by_ceilings_and_history() {
+    let (found, text) = sim("offset-follows-steps-back", 2_000);
+    assert!(!found, "{text}");
+}
+
 /// A finding is shrunk: fewer processes, fewer faults, shorter, and the
 /// smallest failing scenario's trace is printed step by step, ending with
 /// the violation.
