@@ -39,11 +39,15 @@ pub enum Plant {
     /// Rule 10: the Unix offset follows the wall clock back when it steps
     /// or slews back, so timestamps and ceilings go down with it.
     OffsetFollowsStepsBack,
+    /// Rule 6: a gate that has never been opened lets generation through,
+    /// as if startup did not wait for the first grant: IDs on no proven
+    /// lease (the gate's empty view: slot 0, fence 0, floor 0).
+    GenerateBeforeGrant,
 }
 
 impl Plant {
     /// Every plant.
-    pub const ALL: [Plant; 9] = [
+    pub const ALL: [Plant; 10] = [
         Plant::DeadlineFromArrival,
         Plant::NoMargin,
         Plant::NoStopAtDeadline,
@@ -53,6 +57,7 @@ impl Plant {
         Plant::NoRestartGuard,
         Plant::NoStoreClockCheck,
         Plant::OffsetFollowsStepsBack,
+        Plant::GenerateBeforeGrant,
     ];
 
     /// The name on the command line.
@@ -67,6 +72,7 @@ impl Plant {
             Plant::NoRestartGuard => "no-restart-guard",
             Plant::NoStoreClockCheck => "no-store-clock-check",
             Plant::OffsetFollowsStepsBack => "offset-follows-steps-back",
+            Plant::GenerateBeforeGrant => "generate-before-grant",
         }
     }
 
@@ -79,6 +85,7 @@ impl Plant {
             Plant::FenceUnchecked => 7,
             Plant::NoFloor => 8,
             Plant::NoStoreClockCheck => 11,
+            Plant::GenerateBeforeGrant => 6,
             Plant::OffsetFollowsStepsBack => 10,
             Plant::NoRestartGuard => 12,
         }

@@ -81,6 +81,14 @@ fn no_stop_at_deadline_with_the_gate_ignoring_it_is_found() {
     found_within("no-stop-at-deadline,gate-ignores-deadline", 50);
 }
 
+/// Rule 6: a gate that lets generation through before its first grant lets
+/// a process that has just started generate on the empty view (slot 0,
+/// fence 0) while slot 0's holder does.
+#[test]
+fn generate_before_grant_is_found() {
+    found_within("generate-before-grant", 50);
+}
+
 /// Rule 4 alone is masked by rule 5: the gate closes at the deadline by
 /// itself, and a renewal the store confirms is a lease again. The simulator
 /// finds nothing, as the campaign found nothing.
