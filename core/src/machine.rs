@@ -284,6 +284,11 @@ impl Machine {
 
     fn renew_every(&self, ttl: Duration) -> Duration {
         let usable = ttl.saturating_sub(self.timing.safety_margin());
+        if active(Plant::RenewAtTheDeadline) {
+            return usable
+                .saturating_sub(Duration::from_millis(1))
+                .max(Duration::from_millis(1));
+        }
         self.timing
             .renew_interval()
             .min(usable / 2)

@@ -43,11 +43,14 @@ pub enum Plant {
     /// as if startup did not wait for the first grant: IDs on no proven
     /// lease (the gate's empty view: slot 0, fence 0, floor 0).
     GenerateBeforeGrant,
+    /// Rule 3: renewals are sent 1 ms before the local deadline instead of
+    /// well before it (at most every `ttl/2`).
+    RenewAtTheDeadline,
 }
 
 impl Plant {
     /// Every plant.
-    pub const ALL: [Plant; 10] = [
+    pub const ALL: [Plant; 11] = [
         Plant::DeadlineFromArrival,
         Plant::NoMargin,
         Plant::NoStopAtDeadline,
@@ -58,6 +61,7 @@ impl Plant {
         Plant::NoStoreClockCheck,
         Plant::OffsetFollowsStepsBack,
         Plant::GenerateBeforeGrant,
+        Plant::RenewAtTheDeadline,
     ];
 
     /// The name on the command line.
@@ -73,6 +77,7 @@ impl Plant {
             Plant::NoStoreClockCheck => "no-store-clock-check",
             Plant::OffsetFollowsStepsBack => "offset-follows-steps-back",
             Plant::GenerateBeforeGrant => "generate-before-grant",
+            Plant::RenewAtTheDeadline => "renew-at-the-deadline",
         }
     }
 
@@ -85,6 +90,7 @@ impl Plant {
             Plant::FenceUnchecked => 7,
             Plant::NoFloor => 8,
             Plant::NoStoreClockCheck => 11,
+            Plant::RenewAtTheDeadline => 3,
             Plant::GenerateBeforeGrant => 6,
             Plant::OffsetFollowsStepsBack => 10,
             Plant::NoRestartGuard => 12,

@@ -112,6 +112,16 @@ fn an_offset_that_follows_the_wall_clock_back_is_covered_by_ceilings_and_history
     assert!(!found, "{text}");
 }
 
+/// Rule 3 broken alone (renewals sent just before the local deadline) only
+/// loses the lease: a renewal answered after the deadline is not a lease
+/// (rule 2), the driver stops generation at the deadline (rule 4) and the
+/// gate closes there by itself (rule 5). The simulator finds nothing.
+#[test]
+fn renewing_at_the_deadline_only_loses_the_lease() {
+    let (found, text) = sim("renew-at-the-deadline", 2_000);
+    assert!(!found, "{text}");
+}
+
 /// A finding is shrunk: fewer processes, fewer faults, shorter, and the
 /// smallest failing scenario's trace is printed step by step, ending with
 /// the violation.
