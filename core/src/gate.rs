@@ -529,6 +529,7 @@ impl LeaseGate {
         let mut cold = self.lock();
         if let Some(old) = &cold.attached
             && old.state.in_use()
+            && !plant::active(Plant::SecondGenerationState)
         {
             return Err(if old.kind == kind {
                 AttachError::InUse { existing: old.kind }

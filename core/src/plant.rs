@@ -46,11 +46,15 @@ pub enum Plant {
     /// Rule 3: renewals are sent 1 ms before the local deadline instead of
     /// well before it (at most every `ttl/2`).
     RenewAtTheDeadline,
+    /// Rule 9: a second generator on a gate whose generator is in use is
+    /// given a generation state of its own instead of being refused: two
+    /// states stamp one lease's IDs, each blind to the other's.
+    SecondGenerationState,
 }
 
 impl Plant {
     /// Every plant.
-    pub const ALL: [Plant; 11] = [
+    pub const ALL: [Plant; 12] = [
         Plant::DeadlineFromArrival,
         Plant::NoMargin,
         Plant::NoStopAtDeadline,
@@ -62,6 +66,7 @@ impl Plant {
         Plant::OffsetFollowsStepsBack,
         Plant::GenerateBeforeGrant,
         Plant::RenewAtTheDeadline,
+        Plant::SecondGenerationState,
     ];
 
     /// The name on the command line.
@@ -78,6 +83,7 @@ impl Plant {
             Plant::OffsetFollowsStepsBack => "offset-follows-steps-back",
             Plant::GenerateBeforeGrant => "generate-before-grant",
             Plant::RenewAtTheDeadline => "renew-at-the-deadline",
+            Plant::SecondGenerationState => "second-generation-state",
         }
     }
 
@@ -89,6 +95,7 @@ impl Plant {
             Plant::GateIgnoresDeadline => 5,
             Plant::FenceUnchecked => 7,
             Plant::NoFloor => 8,
+            Plant::SecondGenerationState => 9,
             Plant::NoStoreClockCheck => 11,
             Plant::RenewAtTheDeadline => 3,
             Plant::GenerateBeforeGrant => 6,
