@@ -261,6 +261,10 @@ pub struct Scenario {
     pub store_restarts: Vec<(u64, u64, u64)>,
     /// Wipes of the pool's records (true ns).
     pub wipes: Vec<u64>,
+    /// Failovers to an asynchronous replica: (true ns, unreachable for how
+    /// long, ns, how much of the acknowledged writes the replica lacks:
+    /// those of the last this many ns before the switch).
+    pub promotions: Vec<(u64, u64, u64)>,
     /// The processes.
     pub procs: Vec<ProcSpec>,
     /// Simulated length (ns).
@@ -314,11 +318,26 @@ impl Scenario {
         if store.below(6) == 0 {
             wipes.push(store.below(length));
         }
+        // Promotions of a replica come from a stream of their own.
+        let mut promote = SplitMix::new(seed ^ 0x9e0e_07ed_9e0e_07ed);
+        let mut promotions = Vec::new();
+        if promote.below(6) == 0 {
+            let at = promote.below(length);
+            let down = promote.below(SEC);
+            let lose = match promote.below(4) {
+                0 => 0,
+                1 => promote.below(SEC),
+                _ => promote.below(2 * ttl_ms * MS),
+            };
+            promotions.push((at, down, lose));
+        }
         // A store that can forget is run as its opt-in assumes (DESIGN.md,
         // rule 12): the hosts' wall clocks within `max_clock_skew` of each
         // other, so their skews and steps are kept small (`covered` checks
         // what is left).
-        let forgets = store_restarts.iter().any(|r| r.2 > 0) || !wipes.is_empty();
+        let forgets = store_restarts.iter().any(|r| r.2 > 0)
+            || !wipes.is_empty()
+            || promotions.iter().any(|r| r.2 > 0);
         let tame = |v: i64| if forgets { v / 8 } else { v };
         let procs = (0..params.processes.max(2))
             .map(|_| {
@@ -393,15 +412,19 @@ impl Scenario {
             store_steps,
             store_restarts,
             wipes,
+            promotions,
             procs,
             length,
         }
     }
 
     /// Whether the store forgets anything in this scenario: a restart that
-    /// loses acknowledged writes, or a wipe.
+    /// loses acknowledged writes, a wipe, or a promotion of a replica that
+    /// lacks some.
     pub fn forgets(&self) -> bool {
-        self.store_restarts.iter().any(|r| r.2 > 0) || !self.wipes.is_empty()
+        self.store_restarts.iter().any(|r| r.2 > 0)
+            || !self.wipes.is_empty()
+            || self.promotions.iter().any(|r| r.2 > 0)
     }
 
     /// How far apart the hosts' wall clocks get over the run (ns): the
@@ -477,6 +500,7 @@ impl Scenario {
         self.store_steps.len()
             + self.store_restarts.len()
             + self.wipes.len()
+            + self.promotions.len()
             + self
                 .procs
                 .iter()
@@ -627,6 +651,11 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
         c.wipes.remove(j);
         out.push((format!("drop wipe {j}"), c));
     }
+    for j in 0..s.promotions.len() {
+        let mut c = s.clone();
+        c.promotions.remove(j);
+        out.push((format!("drop promotion {j}"), c));
+    }
     for i in 0..s.procs.len() {
         let p = &s.procs[i];
         for j in 0..p.pauses.len() {
@@ -700,7 +729,8 @@ enum Ans {
         store: u64,
     },
     Exhausted,
-    /// The restart or wipe guard holds claims back for this long (store ns).
+    /// The restart, wipe or promotion guard holds claims back for this long
+    /// (store ns).
     Restarted {
         resume_in: u64,
     },
@@ -732,6 +762,11 @@ enum Ev {
     StoreUp,
     /// The pool's records are wiped.
     Wipe,
+    /// The store fails over to a replica (the scenario's promotion of that
+    /// index).
+    Promote(usize),
+    /// The promoted replica is reachable.
+    Promoted,
     /// A fenced write of a holder reaches the store: (process, slot, fence).
     Write(usize, u32, u64),
     Finish,
@@ -863,6 +898,13 @@ struct World<'a> {
     record: bool,
     /// When a claim first found the record gone (store clock).
     gone_seen: Option<u64>,
+    /// The store's incarnation (a promotion changes it), and the one the
+    /// pool's record holds (the last a claim saw).
+    incarnation: u64,
+    recorded_incarnation: u64,
+    /// When a claim first saw the current incarnation, after a change
+    /// (store clock).
+    promotion_seen: Option<u64>,
     /// The fence table: per slot's resource, the fence of its last write.
     fence_table: Vec<u64>,
     /// The checker's own record of the fenced writes accepted: the
@@ -931,11 +973,20 @@ impl<'a> World<'a> {
             granted: vec![0; sc.slots as usize],
             fence_violation: None,
             journal: Vec::new(),
-            journal_span: sc.store_restarts.iter().map(|r| r.2).max().unwrap_or(0),
+            journal_span: sc
+                .store_restarts
+                .iter()
+                .chain(&sc.promotions)
+                .map(|r| r.2)
+                .max()
+                .unwrap_or(0),
             down_until: None,
             up_since: None,
             record: true,
             gone_seen: None,
+            incarnation: 0,
+            recorded_incarnation: 0,
+            promotion_seen: None,
             fence_table: vec![0; sc.slots as usize],
             written: vec![0; sc.slots as usize],
             write_violation: None,
@@ -949,7 +1000,8 @@ impl<'a> World<'a> {
                 w.trace,
                 "seed {} covered {}: {} processes, {} slots, ttl {:?}, margin {:?}, renew {:?}, \
                  backoff {:?}..{:?}, store resolution {:?}, store drift {} ppm, store steps {:?}, \
-                 store restarts (at, down, forgets) {:?}, wipes {:?}",
+                 store restarts (at, down, forgets) {:?}, wipes {:?}, \
+                 promotions (at, down, lacks) {:?}",
                 sc.seed,
                 sc.covered(),
                 sc.procs.len(),
@@ -963,7 +1015,8 @@ impl<'a> World<'a> {
                 sc.store_ppm,
                 sc.store_steps,
                 sc.store_restarts,
-                sc.wipes
+                sc.wipes,
+                sc.promotions
             );
             for (i, p) in sc.procs.iter().enumerate() {
                 let _ = writeln!(
@@ -1001,6 +1054,9 @@ impl<'a> World<'a> {
         }
         for &at in &sc.wipes {
             w.push(at, Ev::Wipe);
+        }
+        for (i, &(at, ..)) in sc.promotions.iter().enumerate() {
+            w.push(at, Ev::Promote(i));
         }
         w.push(sc.length, Ev::Finish);
         w
@@ -1138,9 +1194,14 @@ impl<'a> World<'a> {
             }
             Ev::StoreCrash(i) => self.crash(i),
             Ev::StoreUp => {
-                self.down_until = None;
+                self.up();
                 self.up_since = Some(self.store_clock());
                 self.log(None, format_args!("up again"));
+            }
+            Ev::Promote(i) => self.promote(i),
+            Ev::Promoted => {
+                self.up();
+                self.log(None, format_args!("the promoted replica answers"));
             }
             Ev::Wipe => {
                 for sl in &mut self.slots {
@@ -1240,6 +1301,43 @@ impl<'a> World<'a> {
     /// `fsync` off, Valkey with `appendfsync everysec`).
     fn crash(&mut self, i: usize) {
         let (_, down, lose) = self.sc.store_restarts[i];
+        let lost = self.forget(lose);
+        self.go_down(down);
+        self.push(self.now + down, Ev::StoreUp);
+        self.log(
+            None,
+            format_args!(
+                "crashes, down for {}, forgetting {lost} writes of the last {}",
+                secs(down),
+                secs(lose)
+            ),
+        );
+    }
+
+    /// The store fails over to an asynchronous replica: unreachable for a
+    /// while around the switch, without the acknowledged writes of the last
+    /// span before it (those it had not received), and with an incarnation
+    /// of its own. Its uptime does not start again: it has been running
+    /// all along, so the restart guard does not hold it back.
+    fn promote(&mut self, i: usize) {
+        let (_, down, lose) = self.sc.promotions[i];
+        let lost = self.forget(lose);
+        self.incarnation += 1;
+        self.go_down(down);
+        self.push(self.now + down, Ev::Promoted);
+        self.log(
+            None,
+            format_args!(
+                "fails over to a replica, unreachable for {}, lacking {lost} writes of the last {}",
+                secs(down),
+                secs(lose)
+            ),
+        );
+    }
+
+    /// Undoes the acknowledged writes of the last `lose` ns; returns how
+    /// many. What is older is kept for good.
+    fn forget(&mut self, lose: u64) -> usize {
         let since = self.now.saturating_sub(lose);
         let mut lost = 0;
         while let Some(&(at, slot, before)) = self.journal.last() {
@@ -1251,16 +1349,21 @@ impl<'a> World<'a> {
             lost += 1;
         }
         self.journal.clear();
-        self.down_until = Some(self.now + down);
-        self.push(self.now + down, Ev::StoreUp);
-        self.log(
-            None,
-            format_args!(
-                "crashes, down for {}, forgetting {lost} writes of the last {}",
-                secs(down),
-                secs(lose)
-            ),
-        );
+        lost
+    }
+
+    /// Nothing is answered for `down` from now (an outage already under
+    /// way may last longer).
+    fn go_down(&mut self, down: u64) {
+        let until = self.now + down;
+        self.down_until = Some(self.down_until.map_or(until, |u| u.max(until)));
+    }
+
+    /// An outage's end: answers go on once every outage under way is over.
+    fn up(&mut self) {
+        if self.down_until.is_some_and(|u| u <= self.now) {
+            self.down_until = None;
+        }
     }
 
     /// Notes an acknowledged write of slot `i` that a crash may forget.
@@ -1275,11 +1378,13 @@ impl<'a> World<'a> {
         self.journal.push((self.now, i, before));
     }
 
-    /// The restart and wipe guards (DESIGN.md, rule 12), as the backends
-    /// keep them: nothing is granted until the store has been up for the
-    /// pool's restart span, nor for one span after a claim first found the
-    /// pool's record gone (that claim writes it again). Returns how long
-    /// claims are held back (store ns), if they are.
+    /// The restart, wipe and promotion guards (DESIGN.md, rule 12), as the
+    /// backends keep them: nothing is granted until the store has been up
+    /// for the pool's restart span, nor for one span after a claim first
+    /// found the pool's record gone (that claim writes it again), nor for
+    /// one span after a claim first saw a new incarnation of the store (a
+    /// promoted replica: the claim records it in its own round trip).
+    /// Returns how long claims are held back (store ns), if they are.
     fn guard(&mut self, s: u64) -> Option<u64> {
         let span = u64::try_from((self.sc.ttl + 2 * self.timing.max_clock_skew()).as_nanos())
             .unwrap_or(u64::MAX);
@@ -1288,12 +1393,20 @@ impl<'a> World<'a> {
             self.gone_seen = Some(s);
             self.log(None, format_args!("a claim finds the pool's record gone"));
         }
+        if self.incarnation != self.recorded_incarnation {
+            self.recorded_incarnation = self.incarnation;
+            self.promotion_seen = Some(s);
+            self.log(None, format_args!("a claim sees a new incarnation"));
+        }
         if leasehold_core::plant::active(leasehold_core::plant::Plant::NoRestartGuard) {
             return None;
         }
         let restart = self.up_since.map_or(0, |up| (up + span).saturating_sub(s));
         let wipe = self.gone_seen.map_or(0, |g| (g + span).saturating_sub(s));
-        let wait = restart.max(wipe);
+        let promotion = self
+            .promotion_seen
+            .map_or(0, |g| (g + span).saturating_sub(s));
+        let wait = restart.max(wipe).max(promotion);
         (wait > 0).then_some(wait)
     }
 

@@ -60,9 +60,9 @@ fn no_floor_is_found() {
     found_within("no-floor", 50);
 }
 
-/// Rule 12: a store that forgets its last writes in a crash, or whose pool
-/// records are wiped, grants a slot whose holder still generates unless
-/// claims wait one restart span.
+/// Rule 12: a store that forgets its last writes in a crash or a failover,
+/// or whose pool records are wiped, grants a slot whose holder still
+/// generates unless claims wait one restart span.
 #[test]
 fn no_restart_guard_is_found() {
     found_within("no-restart-guard", 50);
@@ -216,6 +216,33 @@ fn the_restart_guard_holds_claims_back_after_a_crash_that_forgets_renewals() {
     let planted = trace(44, Some("no-restart-guard"));
     assert!(!planted.contains("-> Restarted"), "{planted}");
     assert!(planted.contains(" VIOLATION slot "), "{planted}");
+}
+
+/// Rule 12, shipped against planted: in seed 119 the store fails over to a
+/// replica that lacks the last 4.8 s of acknowledged writes, a holder's
+/// grant among them, and nothing else forgets. The new primary has been up
+/// all along, so only the promotion guard holds claims back: as shipped the
+/// claim that sees the new incarnation waits one restart span and nothing
+/// overlaps; with the guard planted away a claimer is granted the slot the
+/// forgotten holder still generates on.
+#[test]
+fn the_promotion_guard_holds_claims_back_after_a_failover_that_forgets_a_grant() {
+    let shipped = trace(119, None);
+    assert!(shipped.contains("covered true"), "{shipped}");
+    assert!(
+        shipped.contains("store restarts (at, down, forgets) [], wipes []"),
+        "{shipped}"
+    );
+    assert!(shipped.contains("fails over to a replica"), "{shipped}");
+    assert!(
+        shipped.contains("a claim sees a new incarnation"),
+        "{shipped}"
+    );
+    assert!(shipped.contains("-> Restarted"), "{shipped}");
+    assert!(!shipped.contains(" VIOLATION "), "{shipped}");
+    let planted = trace(119, Some("no-restart-guard"));
+    assert!(!planted.contains("-> Restarted"), "{planted}");
+    assert!(planted.contains(" VIOLATION slot 0"), "{planted}");
 }
 
 /// Rule 7, shipped against planted: in seed 14 a holder paused in the

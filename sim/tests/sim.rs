@@ -3,11 +3,12 @@
 use leasehold_sim::{Params, Scenario, run_seed, sweep};
 
 /// The same seed gives the same trace, byte for byte: a finding can be
-/// replayed and shrunk. Seed 30's store crashes and is wiped.
+/// replayed and shrunk. Seed 30's store crashes, is wiped and fails over to
+/// a replica; seed 119's only fails over.
 #[test]
 fn one_seed_gives_the_same_trace_twice() {
     let params = Params::default();
-    for seed in [0, 7, 30, 4_242] {
+    for seed in [0, 7, 30, 119, 4_242] {
         let a = run_seed(seed, &params, true);
         let b = run_seed(seed, &params, true);
         assert!(
@@ -18,6 +19,9 @@ fn one_seed_gives_the_same_trace_twice() {
         if seed == 30 {
             assert!(a.trace.contains("store crashes"), "{}", a.trace);
             assert!(a.trace.contains("records are wiped"), "{}", a.trace);
+        }
+        if seed == 30 || seed == 119 {
+            assert!(a.trace.contains("fails over to a replica"), "{}", a.trace);
         }
         assert_eq!(a.grants, b.grants);
         assert_eq!(a.held_ns, b.held_ns);
@@ -50,7 +54,8 @@ fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
         "faults beyond the margin break safety somewhere: the checker sees it"
     );
     // Those seeds include stores that forget: covered seeds with a crash
-    // that loses acknowledged writes, and with a wipe of the pool's records.
+    // that loses acknowledged writes, with a wipe of the pool's records, and
+    // with a failover to a replica that lacks acknowledged writes.
     let scenarios: Vec<_> = (0..5_000)
         .map(|seed| Scenario::generate(seed, &params))
         .filter(Scenario::covered)
@@ -60,6 +65,14 @@ fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
         .filter(|sc| sc.store_restarts.iter().any(|r| r.2 > 0))
         .count();
     let wipes = scenarios.iter().filter(|sc| !sc.wipes.is_empty()).count();
+    let promotions = scenarios
+        .iter()
+        .filter(|sc| sc.promotions.iter().any(|r| r.2 > 0))
+        .count();
+    assert!(
+        promotions > 250,
+        "{promotions} covered seeds with a failover that forgets"
+    );
     assert!(
         crashes > 500,
         "{crashes} covered seeds with a crash that forgets"
