@@ -53,14 +53,21 @@
 //!   arrives meanwhile is not answered), forgetting the acknowledged writes
 //!   of the last span before the crash (none, up to 1 s, or up to two TTLs:
 //!   PostgreSQL with `fsync` off, Valkey with `appendfsync everysec`), and
-//!   the pool's records are wiped (`TRUNCATE`, `FLUSHALL`), each from a
-//!   stream of the seed's own. Rule 12's guards are modelled as the
-//!   backends keep them: nothing is granted (`StoreRestarted`, with when
-//!   claims resume) until the store has been up for the pool's restart span
-//!   (TTL + 2 × `max_clock_skew`), nor for one span after a claim first
-//!   found the pool's record gone; renewals go on, and those of leases the
-//!   store forgot answer `Lost`. The `no-restart-guard` plant turns both
-//!   off, as it does in the backends.
+//!   the pool's records are wiped (`TRUNCATE`, `FLUSHALL`), and it fails
+//!   over to an asynchronous replica (unreachable up to 1 s around the
+//!   switch) that lacks the acknowledged writes of the last span before it
+//!   (drawn as a crash's) and whose uptime does not start again: it has
+//!   been running all along. Each comes from a stream of the seed's own.
+//!   Rule 12's guards are modelled as the backends keep them: nothing is
+//!   granted (`StoreRestarted`, with when claims resume) until the store
+//!   has been up for the pool's restart span (TTL + 2 × `max_clock_skew`),
+//!   nor for one span after a claim first found the pool's record gone,
+//!   nor for one span after a claim first saw a new incarnation of the
+//!   store (the promotion guard: PostgreSQL's timeline, Valkey's
+//!   replication ID, MySQL's server identity, read in the claim's own
+//!   round trip); renewals go on, and those of leases the store forgot
+//!   answer `Lost`. The `no-restart-guard` plant turns all three off, as it
+//!   does in the backends.
 //! - *Fenced writes*: each holder writes to its slot's resource with its
 //!   grant's fence once it may generate, and a holder paused while it
 //!   generates may be in the middle of a write, which goes out when it
@@ -71,9 +78,11 @@
 //!   resource's pool and slot. The fence table is the application's own
 //!   data: the store's crashes and wipes leave it alone.
 //!
-//!   Not modelled: promotions of a replica (the promotion guard), a restart
-//!   that forgets the pool's record itself or the wipe guard's own record of
-//!   when it saw the pool gone, Kubernetes' expiry on the observer's clock.
+//!   Not modelled: a restart or failover that forgets the pool's record
+//!   itself or the guards' own records of when a claim saw the pool gone or
+//!   a new incarnation, a promoted replica's clock of its own (it keeps the
+//!   store's), a split brain (an old primary still answering its clients),
+//!   Kubernetes' expiry on the observer's clock.
 //! - *Processes*: a monotonic clock each (`CLOCK_BOOTTIME`: it counts on
 //!   through a pause and never steps), with an offset and a rate drift (from
 //!   none to 5 %, far beyond the 500 ppm each host is assumed to keep); a
@@ -122,9 +131,10 @@
 //! safety margin covers. A seed whose drifts (or store-clock steps) exceed
 //! what its margin covers is marked *beyond*: a violation there is what the
 //! margin is documented not to cover, not a bug, and is counted apart. A
-//! store that forgets (a crash that loses writes, a wipe) may lose the
-//! floors too, and then only the restart span's two skews keep a
-//! successor's clock past what a forgotten holder stamped, which holds for
+//! store that forgets (a crash that loses writes, a wipe, a failover to a
+//! replica that lacks some) may lose the floors too, and then only the
+//! restart span's two skews keep a successor's clock past what a forgotten
+//! holder stamped, which holds for
 //! wall clocks within `max_clock_skew` of each other (rule 12's
 //! assumption): such a seed draws its wall-clock skews and steps an eighth
 //! as large, and is beyond when the spread of its wall clocks (skew, drift

@@ -220,13 +220,13 @@ fn the_restart_guard_holds_claims_back_after_a_crash_that_forgets_renewals() {
 
 /// Rule 12, shipped against planted: in seed 119 the store fails over to a
 /// replica that lacks the last 4.8 s of acknowledged writes, a holder's
-/// grant among them, and nothing else forgets. The new primary has been up
-/// all along, so only the promotion guard holds claims back: as shipped the
-/// claim that sees the new incarnation waits one restart span and nothing
-/// overlaps; with the guard planted away a claimer is granted the slot the
-/// forgotten holder still generates on.
+/// last renewals among them, and nothing else forgets. The new primary has
+/// been up all along, so only the promotion guard holds claims back: as
+/// shipped the claim that sees the new incarnation waits one restart span
+/// and nothing overlaps; with the guard planted away a claimer is granted
+/// the slot, expired on the replica, while its holder still generates.
 #[test]
-fn the_promotion_guard_holds_claims_back_after_a_failover_that_forgets_a_grant() {
+fn the_promotion_guard_holds_claims_back_after_a_failover_that_forgets_renewals() {
     let shipped = trace(119, None);
     assert!(shipped.contains("covered true"), "{shipped}");
     assert!(
