@@ -52,8 +52,8 @@
 //!   (DESIGN.md, rule 8). It crashes and restarts (down up to 2 s: what
 //!   arrives meanwhile is not answered), forgetting the acknowledged writes
 //!   of the last span before the crash (none, up to 1 s, or up to two TTLs:
-//!   PostgreSQL with `fsync` off, Valkey with `appendfsync everysec`), and
-//!   the pool's records are wiped (`TRUNCATE`, `FLUSHALL`), and it fails
+//!   PostgreSQL with `fsync` off, Valkey with `appendfsync everysec`);
+//!   the pool's records are wiped (`TRUNCATE`, `FLUSHALL`); and it fails
 //!   over to an asynchronous replica (unreachable up to 1 s around the
 //!   switch) that lacks the acknowledged writes of the last span before it
 //!   (drawn as a crash's) and whose uptime does not start again: it has
@@ -76,7 +76,7 @@
 //!   write, and a write is taken only with a fence at least that, in the
 //!   same step; the `fence-unchecked` plant takes any fence of the
 //!   resource's pool and slot. The fence table is the application's own
-//!   data: the store's crashes and wipes leave it alone.
+//!   data: the store's crashes, wipes and failovers leave it alone.
 //!
 //!   Not modelled: a restart or failover that forgets the pool's record
 //!   itself or the guards' own records of when a claim saw the pool gone or
