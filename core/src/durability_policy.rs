@@ -62,6 +62,21 @@ impl DurabilityPolicy {
             Self::Throwaway => "throwaway",
         }
     }
+
+    /// The policy that says what the deprecated switches say together:
+    /// `Durable` where a server that can forget is refused (the defaults,
+    /// and whatever `require_durable` is set beside), `Throwaway` with the
+    /// guards off (the one-timing promise is moot then), `OneTimingPerPool`
+    /// with the promise.
+    pub fn of_switches(require_durable: bool, restart_guard: bool, one_timing: bool) -> Self {
+        if require_durable || (restart_guard && !one_timing) {
+            Self::Durable
+        } else if !restart_guard {
+            Self::Throwaway
+        } else {
+            Self::OneTimingPerPool
+        }
+    }
 }
 
 impl fmt::Display for DurabilityPolicy {

@@ -278,6 +278,59 @@ impl StoreUrl {
     }
 }
 
+/// The deprecated durability switches a URL carries (`None`: not given),
+/// beside the `durability=` it gives, if any.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeprecatedSwitches {
+    /// `durability=`.
+    pub policy: Option<crate::DurabilityPolicy>,
+    /// `assume_one_timing_per_pool=`.
+    pub one_timing: Option<bool>,
+    /// `restart_guard=`.
+    pub restart_guard: Option<bool>,
+    /// `require_durable=`.
+    pub require_durable: Option<bool>,
+}
+
+impl DeprecatedSwitches {
+    /// What to say of a URL that carries them, given the switches it reads
+    /// as (`require_durable`, `restart_guard`, `one_timing`, as the
+    /// backend's configuration holds them): the options (with
+    /// `durability=`, which they adjust, when given too) and the
+    /// `durability=` to write instead. `None` when it carries none.
+    pub fn warning(
+        &self,
+        require_durable: bool,
+        restart_guard: bool,
+        one_timing: bool,
+    ) -> Option<String> {
+        let deprecated: Vec<String> = [
+            ("assume_one_timing_per_pool", self.one_timing),
+            ("restart_guard", self.restart_guard),
+            ("require_durable", self.require_durable),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| value.map(|v| format!("{key}={v}")))
+        .collect();
+        if deprecated.is_empty() {
+            return None;
+        }
+        let given: Vec<String> = self
+            .policy
+            .map(|p| format!("durability={p}"))
+            .into_iter()
+            .chain(deprecated)
+            .collect();
+        Some(format!(
+            "the URL options assume_one_timing_per_pool, restart_guard and require_durable are \
+             deprecated and go in a later release: this URL's {} says durability={}; write \
+             that instead",
+            given.join("&"),
+            crate::DurabilityPolicy::of_switches(require_durable, restart_guard, one_timing)
+        ))
+    }
+}
+
 /// The error for a query option a URL does not take; `known` lists those
 /// it does.
 pub fn unknown_option(key: &str, known: &str) -> ConfigError {

@@ -91,50 +91,19 @@ impl OptIns {
     }
 
     /// What to say of a URL that carries the deprecated options, `config`
-    /// being what it reads as: the options (with `durability=`, which they
-    /// adjust, when given too), and the `durability=` to write instead.
-    /// `None` when it carries none.
+    /// being what it reads as. `None` when it carries none.
     fn deprecation(&self, config: &SqlConfig) -> Option<String> {
-        let deprecated: Vec<String> = [
-            ("assume_one_timing_per_pool", self.one_timing),
-            ("restart_guard", self.restart_guard),
-            ("require_durable", self.require_durable),
-        ]
-        .into_iter()
-        .filter_map(|(key, value)| value.map(|v| format!("{key}={v}")))
-        .collect();
-        if deprecated.is_empty() {
-            return None;
+        leasehold_core::url::DeprecatedSwitches {
+            policy: self.durability,
+            one_timing: self.one_timing,
+            restart_guard: self.restart_guard,
+            require_durable: self.require_durable,
         }
-        let given: Vec<String> = self
-            .durability
-            .map(|p| format!("durability={p}"))
-            .into_iter()
-            .chain(deprecated)
-            .collect();
-        Some(format!(
-            "the URL options assume_one_timing_per_pool, restart_guard and require_durable are \
-             deprecated and go in a later release: this URL's {} says durability={}; write \
-             that instead",
-            given.join("&"),
-            replacement(config)
-        ))
-    }
-}
-
-/// The durability policy that says what `config`'s switches say: `Durable`
-/// where a server that can forget is refused (the defaults, and whatever
-/// `require_durable(true)` is set beside), `Throwaway` with the guards off
-/// (the one-timing promise is moot then), `OneTimingPerPool` with the
-/// promise.
-fn replacement(config: &SqlConfig) -> leasehold_core::DurabilityPolicy {
-    use leasehold_core::DurabilityPolicy::{Durable, OneTimingPerPool, Throwaway};
-    if config.require_durable || (config.restart_guard && !config.assume_one_timing) {
-        Durable
-    } else if !config.restart_guard {
-        Throwaway
-    } else {
-        OneTimingPerPool
+        .warning(
+            config.require_durable,
+            config.restart_guard,
+            config.assume_one_timing,
+        )
     }
 }
 
