@@ -101,7 +101,12 @@ fn steps(times: &mut Vec<(&'static str, Duration, bool)>, part: Part) -> Result 
             .collect();
         timed(times, "rust-version", rust_version)?;
         timed(times, "licenses", || licenses(&members))?;
-        timed(times, "cargo package", || package(&unpublished))?;
+        let published: Vec<&str> = members
+            .iter()
+            .filter(|m| m.published)
+            .map(|m| m.name.as_str())
+            .collect();
+        timed(times, "cargo package", || package(&published, &unpublished))?;
         timed(times, "cargo publish --dry-run", || {
             publish_dry_run(&unpublished)
         })?;
@@ -273,13 +278,17 @@ fn published_workspace(cmd: &mut Command, unpublished: &[&str]) {
 /// `cargo package` of every published crate, each verified by a build of its
 /// `.crate` against the others' through a local registry. `--allow-dirty`:
 /// what is checked is the files on disk, committed or not.
-fn package(unpublished: &[&str]) -> Result {
+fn package(published: &[&str], unpublished: &[&str]) -> Result {
     // cargo takes a crate it extracted from its local registry before, of
     // the same version, as unchanged: a second run after a change to a
     // published crate's API would verify the others against the old copy.
     // Each run verifies what is on disk now.
     let verify = target_dir().join("package");
-    forget_verified_builds(&verify)?;
+    let mut sources = extracted_copies(published)?;
+    forget_verified_builds(&verify, &sources)?;
+    for dir in sources.drain(..) {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     if verify.exists() {
         std::fs::remove_dir_all(&verify).map_err(|e| format!("{}: {e}", verify.display()))?;
     }
@@ -290,18 +299,54 @@ fn package(unpublished: &[&str]) -> Result {
     status("cargo package", cmd)
 }
 
+/// The copies of the published crates that an earlier verification left
+/// extracted in cargo's registry sources (`$CARGO_HOME/registry/src/*/NAME-VERSION`):
+/// cargo extracts the `.crate` of the local registry there once per version
+/// and never again, so a second run would build the others against the
+/// first run's copy of a crate whose source has changed since.
+fn extracted_copies(published: &[&str]) -> Result<Vec<PathBuf>> {
+    let home = cargo_home()?;
+    let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {
+        return Ok(Vec::new());
+    };
+    let mut found = Vec::new();
+    for registry in registries.flatten().map(|e| e.path()) {
+        let Ok(crates) = std::fs::read_dir(&registry) else {
+            continue;
+        };
+        for dir in crates.flatten().map(|e| e.path()) {
+            let Some(file) = dir.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let ours = published.iter().any(|name| {
+                file.strip_prefix(name)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+            });
+            if ours {
+                found.push(dir);
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// cargo also takes what it compiled from that registry before as unchanged
 /// (a registry crate of one version never changes), in the workspace's
 /// `target/debug`: a second run would verify a crate against the first
-/// run's build of a crate it depends on. The units built from `verify` by an
-/// earlier run (their dep-info names files under it) lose their
-/// fingerprints, so they are compiled again from what is on disk now.
-fn forget_verified_builds(verify: &Path) -> Result {
+/// run's build of a crate it depends on. The units built from `verify` or
+/// from an extracted copy in `sources` by an earlier run (their dep-info
+/// names files under either) lose their fingerprints, so they are compiled
+/// again from what is on disk now.
+fn forget_verified_builds(verify: &Path, sources: &[PathBuf]) -> Result {
     let debug = target_dir().join("debug");
     let Ok(entries) = std::fs::read_dir(debug.join("deps")) else {
         return Ok(());
     };
-    let marker = verify.to_string_lossy().into_owned();
+    let markers: Vec<String> = std::iter::once(verify)
+        .chain(sources.iter().map(PathBuf::as_path))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     for path in entries.flatten().map(|e| e.path()) {
         if path.extension().is_none_or(|e| e != "d") {
             continue;
@@ -309,7 +354,7 @@ fn forget_verified_builds(verify: &Path) -> Result {
         let Ok(text) = std::fs::read_to_string(&path) else {
             continue;
         };
-        if !text.contains(&marker) {
+        if !markers.iter().any(|m| text.contains(m.as_str())) {
             continue;
         }
         let Some((name, hash)) = path
@@ -341,12 +386,17 @@ fn publish_dry_run(unpublished: &[&str]) -> Result {
     status("cargo publish --dry-run", cmd)
 }
 
-/// `rustup`, which installed the toolchain running this.
-fn rustup() -> Result<PathBuf> {
-    let home = std::env::var_os("CARGO_HOME")
+/// cargo's home: `CARGO_HOME`, or `~/.cargo`.
+fn cargo_home() -> Result<PathBuf> {
+    std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
-        .ok_or("neither CARGO_HOME nor HOME is set")?;
+        .ok_or_else(|| "neither CARGO_HOME nor HOME is set".to_owned())
+}
+
+/// `rustup`, which installed the toolchain running this.
+fn rustup() -> Result<PathBuf> {
+    let home = cargo_home()?;
     let rustup = home.join("bin").join("rustup");
     if rustup.is_file() {
         Ok(rustup)
