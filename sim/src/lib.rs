@@ -575,8 +575,12 @@ pub struct Violation {
 pub struct Outcome {
     /// The seed.
     pub seed: u64,
-    /// Whether the margin covers its clocks (see [`Scenario::covered`]).
+    /// Whether the margin covers its clocks (see [`Scenario::covered`]),
+    /// with the store-clock steps a confirmed operation caught left out.
     pub covered: bool,
+    /// Whether it is covered only because a confirmed operation caught
+    /// its store-clock steps (`coverage.rs`).
+    pub steps_caught: bool,
     /// The first violation, if any.
     pub violation: Option<Violation>,
     /// The first outage, if any: a process kept from generating where
@@ -641,6 +645,7 @@ pub fn run(sc: &Scenario, trace: bool) -> Outcome {
     Outcome {
         seed: sc.seed,
         covered,
+        steps_caught: covered && !sc.covered(),
         violation,
         outage,
         grants: w.grants,
@@ -2134,6 +2139,9 @@ pub fn sweep(
         if !o.covered {
             out.beyond += 1;
         }
+        if o.steps_caught {
+            out.steps_caught += 1;
+        }
         match o.violation {
             Some(v) if o.covered => {
                 out.covered_violations += 1;
@@ -2183,6 +2191,9 @@ pub struct Sweep {
     pub found: Option<(u64, Violation)>,
     /// Seeds run up to and including it.
     pub first_after: u64,
+    /// Seeds covered only because a confirmed operation caught their
+    /// store-clock steps beyond the margin.
+    pub steps_caught: u64,
     /// Covered seeds with an outage (`liveness.rs`).
     pub covered_outages: u64,
     /// Seeds beyond the assumptions with an outage (not judged).

@@ -123,6 +123,11 @@ fn real_main() -> Result<ExitCode, String> {
             s.run - s.beyond
         );
         println!(
+            "sim: {} covered seeds have a store-clock step beyond the margin that a confirmed \
+             operation caught",
+            s.steps_caught
+        );
+        println!(
             "sim: {} of {} covered seeds had an outage, {} beyond ({planted})",
             s.covered_outages,
             s.run - s.beyond,
