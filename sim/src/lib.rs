@@ -125,12 +125,34 @@
 //! - a fenced write taken with a fence below one already taken on its
 //!   resource (a stale holder's write over a newer holder's).
 //!
+//! Its second kind of finding is an **outage**, reported apart (`OUTAGE`,
+//! not `VIOLATION`): no ID is issued twice, but a process is kept from
+//! generating where nothing excuses it (`liveness.rs` derives both
+//! conditions, each one the code as shipped never meets):
+//!
+//! - a holder whose lease ends (its deadline passes, the store answers
+//!   `Lost`, or the store's clock jumped) although nothing faulted it from
+//!   one TTL before it last confirmed the lease up to the loss: no pause,
+//!   partition, lost message, slow or duplicated answer, end, scheduling
+//!   latency beyond 2 ms, no crash, wipe, failover or clock step of the
+//!   store, no drift beyond 500 ppm of its clock or the store's (rule 3);
+//! - a process whose gate lets it generate but which refuses for a pending
+//!   wall-clock step, although its wall clock is within the step limit of
+//!   the highest Unix offset it has already used (rule 10).
+//!
 //! # Seeds beyond the assumptions
 //!
 //! DESIGN.md's rule 2 assumes clocks whose rates differ by at most what the
 //! safety margin covers. A seed whose drifts (or store-clock steps) exceed
 //! what its margin covers is marked *beyond*: a violation there is what the
 //! margin is documented not to cover, not a bug, and is counted apart. A
+//! forward step of the store's clock counts against the margin only until
+//! the next confirmed operation: one that every lease alive at the step
+//! got through (a renewal or release the store accepted after it) is
+//! *caught*, and not counted, where the store forgets nothing
+//! (`coverage.rs` says why that is exact); this is judged over true time
+//! from what the run did, so [`Outcome::covered`] can be true where
+//! [`Scenario::covered`], judged before the run, is not. A
 //! store that forgets (a crash that loses writes, a wipe, a failover to a
 //! replica that lacks some) may lose the floors too, and then only the
 //! restart span's two skews keep a successor's clock past what a forgotten
