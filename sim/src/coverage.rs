@@ -63,3 +63,29 @@ impl StoreSteps {
         (self.caught().count(), self.steps.len())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::StoreSteps;
+
+    /// A step is caught once every lease alive at it has been confirmed
+    /// after it; a lease granted after the step does not matter.
+    #[test]
+    fn a_step_is_caught_once_every_lease_alive_at_it_is_confirmed() {
+        let mut s = StoreSteps::default();
+        s.step(700, vec![1, 2]);
+        s.confirmed(3);
+        s.confirmed(1);
+        assert_eq!(s.caught().sum::<u64>(), 0);
+        assert_eq!(s.counts(), (0, 1));
+        s.confirmed(2);
+        assert_eq!(s.caught().sum::<u64>(), 700);
+        // A later step with a lease that is never confirmed stays counted.
+        s.step(300, vec![4]);
+        assert_eq!(s.caught().sum::<u64>(), 700);
+        assert_eq!(s.counts(), (1, 2));
+        // A step with no lease alive at it harms nothing.
+        s.step(50, Vec::new());
+        assert_eq!(s.caught().sum::<u64>(), 750);
+    }
+}

@@ -143,3 +143,49 @@ impl Liveness {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Liveness;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// A loss is an outage only when nothing faulted its holder from a TTL
+    /// before its last confirmation up to the loss, nor the store then,
+    /// and no clock drifts beyond what a host keeps.
+    #[test]
+    fn a_lease_lost_is_an_outage_only_with_nothing_to_excuse_it() {
+        let mut l = Liveness::new(2);
+        l.confirmed(0, 10 * SEC);
+        l.lost(0, 12 * SEC, SEC, "deadline".into());
+        l.fault(0, 5 * SEC, 8 * SEC); // before the window
+        l.fault(1, 11 * SEC, 11 * SEC); // another process
+        assert_eq!(l.first(&[], |_| false).map(|v| v.at), Some(12 * SEC));
+        assert!(l.first(&[], |_| true).is_none(), "a drifting clock");
+        assert!(
+            l.first(&[(9 * SEC, 9 * SEC)], |_| false).is_none(),
+            "a store fault"
+        );
+        l.fault(0, 8 * SEC, 9 * SEC + 1); // reaches into the window
+        assert!(l.first(&[], |_| false).is_none());
+    }
+
+    /// A refusal for a pending step is an outage only while the clock is
+    /// within the step limit of the highest offset already used.
+    #[test]
+    fn a_refusal_is_an_outage_only_within_the_limit_of_an_offset_used() {
+        let mut l = Liveness::new(1);
+        l.uses_offset(0, 100 * SEC);
+        l.uses_offset(0, 90 * SEC); // lowered: the highest stays
+        l.refused(0, SEC, 101 * SEC + 1, SEC);
+        assert!(l.first(&[], |_| false).is_none(), "a genuine step");
+        l.refused(0, 2 * SEC, 101 * SEC, SEC);
+        assert_eq!(l.first(&[], |_| false).map(|v| v.at), Some(2 * SEC));
+        // A restart forgets the offsets used.
+        let mut l = Liveness::new(1);
+        l.uses_offset(0, 100 * SEC);
+        l.restart(0);
+        l.refused(0, SEC, 100 * SEC, SEC);
+        assert!(l.first(&[], |_| false).is_none());
+    }
+}
