@@ -191,7 +191,9 @@ fn trace(seed: u64, plants: Option<&str>) -> String {
 /// in seed 326 a holder whose clock runs slow keeps generating after the
 /// store's expiry. As shipped, the check ends its lease first; with the
 /// check planted away, a spare granted the slot overlaps it. (Not found in
-/// covered seeds: there the margin covers what the check would.)
+/// covered seeds: there the margin covers a jump until the next confirmed
+/// operation, and the renewal in which the check sees one has already made
+/// it harmless; seed 112 below.)
 #[test]
 fn the_store_clock_check_catches_a_clock_slower_than_the_margin_covers() {
     let shipped = trace(326, None);
