@@ -125,12 +125,34 @@
 //! - a fenced write taken with a fence below one already taken on its
 //!   resource (a stale holder's write over a newer holder's).
 //!
+//! Its second kind of finding is an **outage**, reported apart (`OUTAGE`,
+//! not `VIOLATION`): no ID is issued twice, but a process is kept from
+//! generating where nothing excuses it (`liveness.rs` derives both
+//! conditions, each one the code as shipped never meets):
+//!
+//! - a holder whose lease ends (its deadline passes, the store answers
+//!   `Lost`, or the store's clock jumped) although nothing faulted it from
+//!   one TTL before it last confirmed the lease up to the loss: no pause,
+//!   partition, lost message, slow or duplicated answer, end, scheduling
+//!   latency beyond 2 ms, no crash, wipe, failover or clock step of the
+//!   store, no drift beyond 500 ppm of its clock or the store's (rule 3);
+//! - a process whose gate lets it generate but which refuses for a pending
+//!   wall-clock step, although its wall clock is within the step limit of
+//!   the highest Unix offset it has already used (rule 10).
+//!
 //! # Seeds beyond the assumptions
 //!
 //! DESIGN.md's rule 2 assumes clocks whose rates differ by at most what the
 //! safety margin covers. A seed whose drifts (or store-clock steps) exceed
 //! what its margin covers is marked *beyond*: a violation there is what the
 //! margin is documented not to cover, not a bug, and is counted apart. A
+//! forward step of the store's clock counts against the margin only until
+//! the next confirmed operation: one that every lease alive at the step
+//! got through (a renewal or release the store accepted after it) is
+//! *caught*, and not counted, where the store forgets nothing
+//! (`coverage.rs` says why that is exact); this is judged over true time
+//! from what the run did, so [`Outcome::covered`] can be true where
+//! [`Scenario::covered`], judged before the run, is not. A
 //! store that forgets (a crash that loses writes, a wipe, a failover to a
 //! replica that lacks some) may lose the floors too, and then only the
 //! restart span's two skews keep a successor's clock past what a forgotten
@@ -140,6 +162,9 @@
 //! as large, and is beyond when the spread of its wall clocks (skew, drift
 //! and steps, over the run) still exceeds `max_clock_skew`. Every other
 //! seed is *covered*, and a violation there is a bug.
+
+mod coverage;
+mod liveness;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -305,7 +330,16 @@ impl Scenario {
         let mut store_steps = Vec::new();
         if r.below(8) == 0 {
             let at = r.below(length);
-            let size = r.below(2 * u64::try_from(margin.as_nanos()).unwrap_or(0) + 1);
+            let margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(0);
+            let mut size = r.below(2 * margin_ns + 1);
+            // Half of them between the margin and half a TTL, from a stream
+            // of their own: beyond what the margin covers, but caught by a
+            // renewal that reaches the store in time (`coverage.rs`).
+            let mut big = SplitMix::new(seed ^ 0x0b16_57e9_0b16_57e9);
+            if big.below(2) == 0 {
+                let half = u64::try_from((ttl / 2).as_nanos()).unwrap_or(0);
+                size = margin_ns + big.below(half.saturating_sub(margin_ns) + 1);
+            }
             store_steps.push((at, size));
         }
         let ttl_ns = ttl_ms * MS;
@@ -485,12 +519,22 @@ impl Scenario {
     /// and steps allow (DESIGN.md, rule 2). Exact: the simulated gate reads
     /// no coarse clock, so the 20 ms of the margin kept for one is not
     /// counted as spent.
+    ///
+    /// Before the run, every store-clock step counts against the margin;
+    /// the run's outcome ([`Outcome::covered`]) leaves out the steps the
+    /// next confirmed operation caught (`coverage.rs`).
     pub fn covered(&self) -> bool {
+        self.covered_but(0)
+    }
+
+    /// [`Scenario::covered`], with `caught` ns of the store's steps not
+    /// counted against the margin.
+    fn covered_but(&self, caught: u64) -> bool {
         let ttl = self.ttl.as_secs_f64();
         let m = self.margin.as_secs_f64();
         let res = self.resolution.as_secs_f64();
         let jumps: u64 = self.store_steps.iter().map(|s| s.1).sum();
-        let jumps = jumps as f64 / 1e9;
+        let jumps = jumps.saturating_sub(caught) as f64 / 1e9;
         let ds = self.store_ppm as f64 / 1e6;
         let store_side = (ttl - res - jumps) / (1.0 + ds);
         let clocks = self.procs.iter().all(|p| {
@@ -553,16 +597,34 @@ pub struct Violation {
 pub struct Outcome {
     /// The seed.
     pub seed: u64,
-    /// Whether the margin covers its clocks (see [`Scenario::covered`]).
+    /// Whether the margin covers its clocks (see [`Scenario::covered`]),
+    /// with the store-clock steps a confirmed operation caught left out.
     pub covered: bool,
+    /// Whether it is covered only because a confirmed operation caught
+    /// its store-clock steps (`coverage.rs`).
+    pub steps_caught: bool,
     /// The first violation, if any.
     pub violation: Option<Violation>,
+    /// The first outage, if any: a process kept from generating where
+    /// nothing excuses it (`liveness.rs`). Not a uniqueness violation.
+    pub outage: Option<Violation>,
     /// Grants the store made.
     pub grants: u64,
     /// Total length of the windows in which some process may generate (ns).
     pub held_ns: u64,
     /// The trace, when asked for.
     pub trace: String,
+}
+
+impl Outcome {
+    /// The violation, or with `outage` the outage.
+    pub fn finding(&self, outage: bool) -> Option<&Violation> {
+        if outage {
+            self.outage.as_ref()
+        } else {
+            self.violation.as_ref()
+        }
+    }
 }
 
 /// Runs `seed`.
@@ -578,10 +640,36 @@ pub fn run(sc: &Scenario, trace: bool) -> Outcome {
     if let (Some(v), true) = (&violation, trace) {
         let _ = writeln!(w.trace, "{} VIOLATION {}", secs(v.at), v.what);
     }
+    let outage = w.outage();
+    if let (Some(v), true) = (&outage, trace) {
+        let _ = writeln!(w.trace, "{} OUTAGE {}", secs(v.at), v.what);
+    }
+    // Store-clock steps the next confirmed operation caught are not
+    // counted against the margin, where the store forgets nothing.
+    let caught: u64 = if sc.forgets() {
+        0
+    } else {
+        w.store_steps.caught().sum()
+    };
+    let covered = sc.covered_but(caught);
+    if trace && !sc.store_steps.is_empty() {
+        let (c, n) = w.store_steps.counts();
+        let _ = writeln!(
+            w.trace,
+            "coverage: {c} of {n} store-clock steps caught by a confirmed operation{}; covered {covered}",
+            if sc.forgets() {
+                " (not counted: the store forgets)"
+            } else {
+                ""
+            }
+        );
+    }
     Outcome {
         seed: sc.seed,
-        covered: sc.covered(),
+        covered,
+        steps_caught: covered && !sc.covered(),
         violation,
+        outage,
         grants: w.grants,
         held_ns: w.segments.iter().map(|s| s.end - s.start).sum(),
         trace: w.trace,
@@ -590,8 +678,15 @@ pub fn run(sc: &Scenario, trace: bool) -> Outcome {
 
 /// Shrinks a failing scenario: fewer processes, fewer faults, shorter,
 /// keeping whatever still fails. Returns the smallest found and each step.
+///
+/// A violation is shrunk as a violation; a seed with an outage and no
+/// violation, as an outage.
 pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
-    let fails = |s: &Scenario| s.covered() && run(s, false).violation.is_some();
+    let outage = run(sc, false).violation.is_none();
+    let fails = |s: &Scenario| {
+        let o = run(s, false);
+        o.covered && o.finding(outage).is_some()
+    };
     let mut best = sc.clone();
     let mut steps = Vec::new();
     if !fails(&best) {
@@ -625,7 +720,8 @@ type Simplify = fn(&mut ProcSpec) -> bool;
 fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
     let mut out = Vec::new();
     // Shorter: end just after the violation.
-    if let Some(v) = run(s, false).violation {
+    let o = run(s, false);
+    if let Some(v) = o.violation.or(o.outage) {
         let end = v.at + MS;
         if end < s.length {
             let mut c = s.clone();
@@ -889,6 +985,10 @@ struct World<'a> {
     procs: Vec<Proc>,
     slots: Vec<Slot>,
     store_jump: u64,
+    /// The leases alive at each store-clock step, for its coverage.
+    store_steps: coverage::StoreSteps,
+    /// What liveness (outages) is judged on.
+    live: liveness::Liveness,
     next_id: u64,
     grants: u64,
     /// The checker's own record of the store's grants: the last fence per slot.
@@ -978,6 +1078,8 @@ impl<'a> World<'a> {
                 sc.slots as usize
             ],
             store_jump: 0,
+            store_steps: coverage::StoreSteps::default(),
+            live: liveness::Liveness::new(sc.procs.len()),
             next_id: 1,
             grants: 0,
             granted: vec![0; sc.slots as usize],
@@ -1008,12 +1110,17 @@ impl<'a> World<'a> {
         if trace_on {
             let _ = writeln!(
                 w.trace,
-                "seed {} covered {}: {} processes, {} slots, ttl {:?}, margin {:?}, renew {:?}, \
+                "seed {} covered {}{}: {} processes, {} slots, ttl {:?}, margin {:?}, renew {:?}, \
                  backoff {:?}..{:?}, store resolution {:?}, store drift {} ppm, store steps {:?}, \
                  store restarts (at, down, forgets) {:?}, wipes {:?}, \
                  promotions (at, down, lacks) {:?}",
                 sc.seed,
                 sc.covered(),
+                if sc.store_steps.is_empty() {
+                    ""
+                } else {
+                    " (before the run judges its store-clock steps)"
+                },
                 sc.procs.len(),
                 sc.slots,
                 sc.ttl,
@@ -1190,6 +1297,7 @@ impl<'a> World<'a> {
                 self.procs[p].gate = LeaseGate::new();
                 self.procs[p].incarnation += 1;
                 self.procs[p].unix = UnixOffset::new();
+                self.live.restart(p);
                 self.procs[p].issued_ms = 0;
                 self.procs[p].pending.clear();
                 self.procs[p].call = None;
@@ -1199,6 +1307,14 @@ impl<'a> World<'a> {
                 self.feed(p, Input::Start);
             }
             Ev::StoreStep(size) => {
+                let s = self.store_clock();
+                let alive = self
+                    .slots
+                    .iter()
+                    .filter(|sl| s < sl.expires)
+                    .filter_map(|sl| sl.holder)
+                    .collect();
+                self.store_steps.step(size, alive);
                 self.store_jump += size;
                 self.log(None, format_args!("clock steps forward {}", secs(size)));
             }
@@ -1264,7 +1380,9 @@ impl<'a> World<'a> {
     fn latency(&mut self, p: usize) -> u64 {
         let r = &mut self.procs[p].rng;
         if r.below(100) == 0 {
-            r.below(100 * MS)
+            let lat = r.below(100 * MS);
+            self.live.fault(p, self.now, self.now + lat);
+            lat
         } else {
             r.below(2 * MS)
         }
@@ -1290,6 +1408,7 @@ impl<'a> World<'a> {
     fn send(&mut self, p: usize, id: u64, req: Req) {
         let d = self.delay(p);
         if self.cut(p, self.now) || self.lost(p) {
+            self.live.fault(p, self.now, self.now);
             self.log(Some(p), format_args!("request {id} {req:?} lost"));
             return;
         }
@@ -1540,6 +1659,7 @@ impl<'a> World<'a> {
                     let sl = &mut self.slots[slot as usize];
                     sl.expires = coarse + ttl;
                     sl.floor = sl.floor.max(ceiling);
+                    self.store_steps.confirmed(token);
                     Ans::Renewed { store: s }
                 } else {
                     Ans::Lost
@@ -1556,6 +1676,7 @@ impl<'a> World<'a> {
                     let sl = &mut self.slots[slot as usize];
                     sl.holder = None;
                     sl.floor = sl.floor.max(issued);
+                    self.store_steps.confirmed(token);
                     Ans::Released
                 } else {
                     Ans::NotHeld
@@ -1568,6 +1689,7 @@ impl<'a> World<'a> {
         );
         // The answer's way back.
         if self.cut(p, self.now) || self.lost(p) {
+            self.live.fault(p, self.now, self.now);
             self.log(Some(p), format_args!("answer {id} lost"));
             return;
         }
@@ -1575,6 +1697,7 @@ impl<'a> World<'a> {
         let mut d = self.delay(p);
         if self.procs[p].rng.below(1_000_000) < slow_ppm {
             d += self.procs[p].rng.below(ttl);
+            self.live.fault(p, self.now, self.now + d);
             let then_cut = self.procs[p].spec.cut_after_slow_ppm;
             if self.procs[p].rng.below(1_000_000) < then_cut {
                 let len = ttl + self.procs[p].rng.below(ttl);
@@ -1591,6 +1714,7 @@ impl<'a> World<'a> {
         let dup = self.procs[p].spec.dup_ppm;
         if self.procs[p].rng.below(1_000_000) < dup {
             let again = self.delay(p) + self.procs[p].rng.below(ttl);
+            self.live.fault(p, self.now, self.now + again);
             self.push(self.now + again, Ev::Reply(p, id, ans));
         }
     }
@@ -1718,7 +1842,9 @@ impl<'a> World<'a> {
     /// A measurement of the Unix offset, through the real `observe`.
     fn observe(&self, p: usize) -> u64 {
         let measured = self.measured_offset(p);
-        self.procs[p].unix.observe(measured, self.local(p))
+        let offset = self.procs[p].unix.observe(measured, self.local(p));
+        self.live.uses_offset(p, offset);
+        offset
     }
 
     /// The process's timestamps at true `t` (Unix ms), with the offset in use.
@@ -1763,6 +1889,7 @@ impl<'a> World<'a> {
                 // As the gate does for the process's clock (rule 10).
                 self.procs[p].unix.limit_steps(o.max_clock_skew);
                 self.procs[p].gate.open_with(o);
+                self.live.confirmed(p, self.now);
                 let left = o.deadline.saturating_since(self.local(p));
                 self.log(
                     Some(p),
@@ -1774,6 +1901,7 @@ impl<'a> World<'a> {
             }
             Action::Extend { deadline, ceiling } => {
                 self.procs[p].gate.extend(deadline, ceiling);
+                self.live.confirmed(p, self.now);
                 let left = deadline.saturating_since(self.local(p));
                 self.log(
                     Some(p),
@@ -1785,6 +1913,8 @@ impl<'a> World<'a> {
                 self.log(Some(p), format_args!("closes"));
             }
             Action::NotifyLost(e) => {
+                let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
+                self.live.lost(p, self.now, ttl, e.cause.to_string());
                 self.log(Some(p), format_args!("lost slot {}: {}", e.slot, e.cause));
             }
             Action::Fail(e) => {
@@ -1869,6 +1999,10 @@ impl<'a> World<'a> {
         let offset = self.observe(p);
         let offset = self.procs[p].unix.step().is_none().then_some(offset);
         if offset.is_none() {
+            let limit = u64::try_from(self.procs[p].unix.step_limit().as_nanos());
+            let measured = self.measured_offset(p);
+            self.live
+                .refused(p, self.now, measured, limit.unwrap_or(u64::MAX));
             self.log(
                 Some(p),
                 format_args!("may generate, but refuses: a wall-clock step is pending"),
@@ -1888,6 +2022,28 @@ impl<'a> World<'a> {
             floor: view.floor.0,
             ceiling: view.ceiling.0,
         });
+    }
+
+    /// The first outage over true time (`liveness.rs`).
+    fn outage(&mut self) -> Option<Violation> {
+        let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
+        for p in 0..self.procs.len() {
+            let spec = &self.procs[p].spec;
+            let mut faults: Vec<(u64, u64)> =
+                spec.pauses.iter().map(|&(a, l)| (a, a + l)).collect();
+            faults.extend(self.procs[p].cuts.iter().map(|&(a, l)| (a, a + l)));
+            faults.extend(spec.ends.iter().map(|&(a, d, _)| (a, a + d + ttl)));
+            for (from, to) in faults {
+                self.live.fault(p, from, to);
+            }
+        }
+        let sc = self.sc;
+        let mut store: Vec<(u64, u64)> = sc.store_steps.iter().map(|s| (s.0, s.0)).collect();
+        store.extend(sc.store_restarts.iter().map(|r| (r.0, r.0 + r.1 + ttl)));
+        store.extend(sc.wipes.iter().map(|&w| (w, w)));
+        store.extend(sc.promotions.iter().map(|r| (r.0, r.0 + r.1 + ttl)));
+        let drifts = |p: usize| sc.store_ppm.abs() > 500 || sc.procs[p].clock.ppm.abs() > 500;
+        self.live.first(&store, drifts)
     }
 
     /// The first violation over true time.
@@ -1987,8 +2143,8 @@ fn token_id(t: &Token) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Runs `seeds` seeds from `first`, up to the first covered violation
-/// unless `all`; counts seeds, grants and violations.
+/// Runs `seeds` seeds from `first`, up to the first covered violation or
+/// outage unless `all`; counts seeds, grants, violations and outages.
 pub fn sweep(
     first: u64,
     seeds: u64,
@@ -2005,6 +2161,9 @@ pub fn sweep(
         if !o.covered {
             out.beyond += 1;
         }
+        if o.steps_caught {
+            out.steps_caught += 1;
+        }
         match o.violation {
             Some(v) if o.covered => {
                 out.covered_violations += 1;
@@ -2016,8 +2175,19 @@ pub fn sweep(
             Some(_) => out.beyond_violations += 1,
             None => {}
         }
+        match o.outage {
+            Some(v) if o.covered => {
+                out.covered_outages += 1;
+                if out.outage.is_none() {
+                    out.outage = Some((seed, v));
+                    out.outage_after = out.run;
+                }
+            }
+            Some(_) => out.beyond_outages += 1,
+            None => {}
+        }
         progress(&out);
-        if out.found.is_some() && !all {
+        if (out.found.is_some() || out.outage.is_some()) && !all {
             break;
         }
     }
@@ -2043,6 +2213,17 @@ pub struct Sweep {
     pub found: Option<(u64, Violation)>,
     /// Seeds run up to and including it.
     pub first_after: u64,
+    /// Seeds covered only because a confirmed operation caught their
+    /// store-clock steps beyond the margin.
+    pub steps_caught: u64,
+    /// Covered seeds with an outage (`liveness.rs`).
+    pub covered_outages: u64,
+    /// Seeds beyond the assumptions with an outage (not judged).
+    pub beyond_outages: u64,
+    /// The first covered seed with an outage.
+    pub outage: Option<(u64, Violation)>,
+    /// Seeds run up to and including it.
+    pub outage_after: u64,
 }
 
 #[cfg(test)]

@@ -6,8 +6,11 @@
 //!               [--secs S] [--trace SEED] [--no-shrink]
 //! ```
 //!
-//! Exits 1 when a covered seed violates, after printing its seed, its trace
-//! and, unless `--no-shrink`, the shrunk scenario's trace step by step.
+//! Exits 1 when a covered seed violates, or has an outage (a process kept
+//! from generating where nothing excuses it: a finding of liveness, not of
+//! uniqueness), after printing its seed, its trace and, unless
+//! `--no-shrink`, the shrunk scenario's trace step by step. A violation
+//! comes first.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -69,11 +72,13 @@ fn real_main() -> Result<ExitCode, String> {
     if let Some(seed) = trace {
         let o = run_seed(seed, &params, true);
         print!("{}", o.trace);
-        return Ok(if o.violation.is_some() && o.covered {
-            ExitCode::FAILURE
-        } else {
-            ExitCode::SUCCESS
-        });
+        return Ok(
+            if (o.violation.is_some() || o.outage.is_some()) && o.covered {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            },
+        );
     }
     println!(
         "sim: {seeds} seeds from {first}, {} processes, {} simulated s each, {planted}",
@@ -83,7 +88,7 @@ fn real_main() -> Result<ExitCode, String> {
     let mut last = Instant::now();
     let mut first_found = None;
     let s = sweep(first, seeds, &params, all, |s| {
-        if first_found.is_none() && s.found.is_some() {
+        if first_found.is_none() && (s.found.is_some() || s.outage.is_some()) {
             first_found = Some(started.elapsed().as_secs_f64());
         }
         if last.elapsed().as_secs() >= 10 {
@@ -91,11 +96,12 @@ fn real_main() -> Result<ExitCode, String> {
             let wall = started.elapsed().as_secs_f64();
             println!(
                 "sim: {}/{seeds} seeds, {:.0} seeds/s, {} covered seeds violated, {} beyond \
-                 the margin's assumptions",
+                 the margin's assumptions; {} covered seeds with an outage",
                 s.run,
                 s.run as f64 / wall,
                 s.covered_violations,
-                s.beyond_violations
+                s.beyond_violations,
+                s.covered_outages
             );
         }
     });
@@ -116,14 +122,29 @@ fn real_main() -> Result<ExitCode, String> {
             s.covered_violations,
             s.run - s.beyond
         );
+        println!(
+            "sim: {} covered seeds have a store-clock step beyond the margin that a confirmed \
+             operation caught",
+            s.steps_caught
+        );
+        println!(
+            "sim: {} of {} covered seeds had an outage, {} beyond ({planted})",
+            s.covered_outages,
+            s.run - s.beyond,
+            s.beyond_outages
+        );
     }
-    let Some((seed, v)) = s.found else {
-        println!("sim: no violation in a covered seed ({planted})");
-        return Ok(ExitCode::SUCCESS);
+    // A violation comes first; an outage is reported when there is none.
+    let (seed, v, kind, after) = match (s.found, s.outage) {
+        (Some((seed, v)), _) => (seed, v, "VIOLATION", s.first_after),
+        (None, Some((seed, v))) => (seed, v, "OUTAGE", s.outage_after),
+        (None, None) => {
+            println!("sim: no violation and no outage in a covered seed ({planted})");
+            return Ok(ExitCode::SUCCESS);
+        }
     };
     println!(
-        "sim: VIOLATION at seed {seed}, the first after {} seeds, {:.3} s ({planted}): {}",
-        s.first_after,
+        "sim: {kind} at seed {seed}, the first after {after} seeds, {:.3} s ({planted}): {}",
         first_found.unwrap_or(wall),
         v.what
     );

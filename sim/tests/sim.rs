@@ -30,9 +30,11 @@ fn one_seed_gives_the_same_trace_twice() {
 
 /// Thousands of 5-process, 60-simulated-second seeds: no two processes may
 /// generate on one slot at once, no timestamp is issued twice, fences only
-/// grow and the fence table takes no stale write, in every seed whose
-/// clocks the margin covers, stores that crash or are wiped included. The
-/// seeds beyond it must make the faults real: some of them violate.
+/// grow and the fence table takes no stale write, and no process is kept
+/// from generating where nothing excuses it, in every seed whose clocks the
+/// margin covers, stores that crash or are wiped included, and store-clock
+/// steps beyond the margin that a renewal caught. The seeds beyond it must
+/// make the faults real: some of them violate.
 #[test]
 fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
     let params = Params::default();
@@ -43,7 +45,19 @@ fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
             v.what
         );
     }
+    // Nor is a process kept from generating where nothing excuses it.
+    if let Some((seed, v)) = &s.outage {
+        panic!(
+            "seed {seed} has an outage: {}\nrerun: cargo xtask sim --seeds 1 --first {seed}",
+            v.what
+        );
+    }
     assert_eq!(s.run, 5_000);
+    assert!(
+        s.steps_caught > 50,
+        "covered seeds with a store-clock step beyond the margin, caught by a renewal: {}",
+        s.steps_caught
+    );
     assert!(
         s.grants > 5_000 * 5,
         "slots change hands: {} grants",

@@ -8,8 +8,9 @@
 //! `--plant` it builds with the feature and switches the named plants on.
 //! It prints a progress line every 10 s and at the end the seeds run,
 //! seeds per second and simulated seconds per wall second; it fails when a
-//! seed whose clocks the margin covers violates, after printing the seed and
-//! its shrunk trace.
+//! seed whose clocks the margin covers violates or has an outage (a process
+//! kept from generating where nothing excuses it), after printing the seed
+//! and its shrunk trace.
 //!
 //! `cargo xtask sim --check` is the test command's part: 5,000 seeds of the
 //! code as shipped (5 processes, 60 simulated seconds each), then the
