@@ -144,6 +144,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::machine::{Action, Input, Machine};
@@ -153,6 +154,8 @@ use leasehold_core::{
     AcquireError, DEFAULT_MAX_CLOCK_SKEW, Fence, Floor, Grant, LeaseConfig, LeaseGate, MonoTime,
     Reason, Timing, Token, UnixOffset, min_safety_margin,
 };
+
+mod generate;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -816,8 +819,11 @@ struct Proc {
     /// Wall clock = monotonic clock + this (ns), before any step.
     offset: u64,
     /// The process's Unix offset (`leasehold_core::UnixOffset`, the real
-    /// one): what it measures goes through its `observe`.
-    unix: UnixOffset,
+    /// one): what it measures goes through its `observe`. Its generators
+    /// read it too.
+    unix: Arc<UnixOffset>,
+    /// Its real ID generators and the IDs they issued (`generate.rs`).
+    ids: generate::Ids,
     /// Counts restarts: a restarted process has a new generator, with no
     /// history.
     incarnation: u32,
@@ -954,7 +960,8 @@ impl<'a> World<'a> {
                     offset: (EPOCH as i64 + spec.wall_skew) as u64 - spec.clock.base,
                     incarnation: 0,
                     issued_ms: 0,
-                    unix: UnixOffset::new(),
+                    unix: Arc::new(UnixOffset::new()),
+                    ids: generate::Ids::default(),
                     wrote: None,
                     late: None,
                     wrng: SplitMix::new(seed ^ 0x3717_3717),
@@ -1133,6 +1140,7 @@ impl<'a> World<'a> {
             Ev::Start(p) => {
                 self.procs[p].dead = false;
                 self.log(Some(p), format_args!("starts"));
+                self.build_generators(p);
                 self.feed(p, Input::Start);
             }
             Ev::Wake(p, generation) => {
@@ -1189,13 +1197,14 @@ impl<'a> World<'a> {
                     .with_store_resolution(self.sc.resolution);
                 self.procs[p].gate = LeaseGate::new();
                 self.procs[p].incarnation += 1;
-                self.procs[p].unix = UnixOffset::new();
+                self.procs[p].unix = Arc::new(UnixOffset::new());
                 self.procs[p].issued_ms = 0;
                 self.procs[p].pending.clear();
                 self.procs[p].call = None;
                 self.procs[p].stopped = false;
                 self.procs[p].dead = false;
                 self.log(Some(p), format_args!("restarts"));
+                self.build_generators(p);
                 self.feed(p, Input::Start);
             }
             Ev::StoreStep(size) => {
@@ -1747,11 +1756,13 @@ impl<'a> World<'a> {
             }
             Action::Release { grant, until } => {
                 // What the lease manager reports: the highest timestamp the gate's
-                // generator issued (now, if none), at least the grant's floor.
+                // generator issued (now, if none), at least the grant's floor;
+                // the modelled stamps' or the real generators', whichever is higher.
                 let issued = match self.procs[p].issued_ms {
                     0 => self.unix_ms(p, self.now),
                     ms => ms,
-                };
+                }
+                .max(self.issued_by_generators(p));
                 let req = Req::Release {
                     slot: grant.slot,
                     token: token_id(&grant.token),
@@ -1888,6 +1899,7 @@ impl<'a> World<'a> {
             floor: view.floor.0,
             ceiling: view.ceiling.0,
         });
+        self.generate(p);
     }
 
     /// The first violation over true time.
@@ -1902,6 +1914,9 @@ impl<'a> World<'a> {
         };
         if let Some(v) = &self.write_violation {
             note(v.clone());
+        }
+        if let Some(v) = self.reissued() {
+            note(v);
         }
         for (i, a) in segs.iter().enumerate() {
             for b in &segs[i + 1..] {
