@@ -5,7 +5,7 @@
 //!
 //! # What runs, and what is modelled
 //!
-//! **Real code of `leasehold-core`, unchanged:**
+//! **Real code of `leasehold-core` and `leasehold-nonce`, unchanged:**
 //!
 //! - the lease state machine, [`Machine`] (`core/src/machine.rs`): every
 //!   decision (when to acquire, renew, give up, the local deadline through
@@ -21,6 +21,18 @@
 //!   ceilings and stamps use the offset it adopts; while it holds a step
 //!   pending, generation refuses;
 //! - the timings, built and validated by `LeaseConfig::build`;
+//! - the ID generators of `leasehold-nonce` (`sim/src/generate.rs`): in
+//!   each process two components each build a `Sortable64` on its gate, as
+//!   two parts of an application that each take the lease manager's gate
+//!   would, fed a time source that reads the process's simulated monotonic
+//!   clock and maps it to Unix time through the process's `UnixOffset` (the
+//!   one its lease manager measures with: one per process, as
+//!   `SystemClock` keeps it). As shipped the gate refuses the second a
+//!   generation state of its own (`AttachError::InUse`, rule 9) and it
+//!   clones the first; the `second-generation-state` plant gives it one. At
+//!   each instant a window opens, each component takes two IDs with
+//!   `try_next`, and a release reports what the gate's states issued
+//!   (`LeaseGate::issued`) when that is above the modelled stamps;
 //! - with the `planted-bugs` feature, the plants of `leasehold_core::plant`,
 //!   switched on in the process that runs the simulation.
 //!
@@ -95,19 +107,22 @@
 //!   a scheduling latency for the lease manager's timers (0–2 ms, now and then up
 //!   to 100 ms) during which generation, which checks the gate itself, may
 //!   run first.
-//! - *The generator*: the nonce generator (`leasehold-nonce`) is not run;
-//!   its timestamp rules are: a value is stamped strictly after the gate's
-//!   floor and its own history, never past the gate's ceiling nor ahead of
-//!   its own wall clock, and it generates all through a window (the worst
-//!   case).
+//! - *The generator's worst case*: the real generators issue IDs only at
+//!   the instants a window opens, a few each, and with `try_next`, which
+//!   never waits (the clocks move only between events: a wait for the next
+//!   millisecond or a floor would spin for ever; such a component takes
+//!   nothing until a later window). What a generator could stamp all
+//!   through a window is modelled from its timestamp rules: a value is
+//!   stamped strictly after the gate's floor and its own history, never
+//!   past the gate's ceiling nor ahead of its own wall clock.
 //! - *The network per process*: a delay each way (answers reorder), losses,
 //!   partitions, answers delivered twice, and the compound fault "a slow
 //!   answer (up to one TTL), then a cut".
 //!
 //! # The checker
 //!
-//! Independent of the code it judges: it sees only the gates and the store's
-//! grants. A process *may generate* at a true instant when it is not paused
+//! Independent of the code it judges: it sees only the gates, the store's
+//! grants and the IDs the generators issued. A process *may generate* at a true instant when it is not paused
 //! and the real `LeaseGate::check`, given the process's own clock reading at
 //! that instant, answers yes: the window in which it would issue IDs. The
 //! windows are cut at every event of the process (where its gate can change)
@@ -118,6 +133,9 @@
 //! - one timestamp of a slot that two generators (two processes, or one
 //!   process before and after a restart) may both have stamped: an ID
 //!   issued twice;
+//! - one ID the real generators issued twice, whoever issued them (the IDs
+//!   carry their slot, so they are unique in the pool): the trace names
+//!   both issuers (process, incarnation, component);
 //! - on one slot, a window that starts later than another's with a smaller
 //!   fence (a stale holder generating after a newer grant);
 //! - a fence the store grants that is not above every earlier fence of its
