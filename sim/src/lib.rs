@@ -5,7 +5,7 @@
 //!
 //! # What runs, and what is modelled
 //!
-//! **Real code of `leasehold-core`, unchanged:**
+//! **Real code of `leasehold-core` and `leasehold-nonce`, unchanged:**
 //!
 //! - the lease state machine, [`Machine`] (`core/src/machine.rs`): every
 //!   decision (when to acquire, renew, give up, the local deadline through
@@ -21,6 +21,18 @@
 //!   ceilings and stamps use the offset it adopts; while it holds a step
 //!   pending, generation refuses;
 //! - the timings, built and validated by `LeaseConfig::build`;
+//! - the ID generators of `leasehold-nonce` (`sim/src/generate.rs`): in
+//!   each process two components each build a `Sortable64` on its gate, as
+//!   two parts of an application that each take the lease manager's gate
+//!   would, fed a time source that reads the process's simulated monotonic
+//!   clock and maps it to Unix time through the process's `UnixOffset` (the
+//!   one its lease manager measures with: one per process, as
+//!   `SystemClock` keeps it). As shipped the gate refuses the second a
+//!   generation state of its own (`AttachError::InUse`, rule 9) and it
+//!   clones the first; the `second-generation-state` plant gives it one. At
+//!   each instant a window opens, each component takes two IDs with
+//!   `try_next`, and a release reports what the gate's states issued
+//!   (`LeaseGate::issued`) when that is above the modelled stamps;
 //! - with the `planted-bugs` feature, the plants of `leasehold_core::plant`,
 //!   switched on in the process that runs the simulation.
 //!
@@ -95,19 +107,22 @@
 //!   a scheduling latency for the lease manager's timers (0–2 ms, now and then up
 //!   to 100 ms) during which generation, which checks the gate itself, may
 //!   run first.
-//! - *The generator*: the nonce generator (`leasehold-nonce`) is not run;
-//!   its timestamp rules are: a value is stamped strictly after the gate's
-//!   floor and its own history, never past the gate's ceiling nor ahead of
-//!   its own wall clock, and it generates all through a window (the worst
-//!   case).
+//! - *The generator's worst case*: the real generators issue IDs only at
+//!   the instants a window opens, a few each, and with `try_next`, which
+//!   never waits (the clocks move only between events: a wait for the next
+//!   millisecond or a floor would spin for ever; such a component takes
+//!   nothing until a later window). What a generator could stamp all
+//!   through a window is modelled from its timestamp rules: a value is
+//!   stamped strictly after the gate's floor and its own history, never
+//!   past the gate's ceiling nor ahead of its own wall clock.
 //! - *The network per process*: a delay each way (answers reorder), losses,
 //!   partitions, answers delivered twice, and the compound fault "a slow
 //!   answer (up to one TTL), then a cut".
 //!
 //! # The checker
 //!
-//! Independent of the code it judges: it sees only the gates and the store's
-//! grants. A process *may generate* at a true instant when it is not paused
+//! Independent of the code it judges: it sees only the gates, the store's
+//! grants and the IDs the generators issued. A process *may generate* at a true instant when it is not paused
 //! and the real `LeaseGate::check`, given the process's own clock reading at
 //! that instant, answers yes: the window in which it would issue IDs. The
 //! windows are cut at every event of the process (where its gate can change)
@@ -118,6 +133,9 @@
 //! - one timestamp of a slot that two generators (two processes, or one
 //!   process before and after a restart) may both have stamped: an ID
 //!   issued twice;
+//! - one ID the real generators issued twice, whoever issued them (the IDs
+//!   carry their slot, so they are unique in the pool): the trace names
+//!   both issuers (process, incarnation, component);
 //! - on one slot, a window that starts later than another's with a smaller
 //!   fence (a stale holder generating after a newer grant);
 //! - a fence the store grants that is not above every earlier fence of its
@@ -169,6 +187,7 @@ mod liveness;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::machine::{Action, Input, Machine};
@@ -178,6 +197,8 @@ use leasehold_core::{
     AcquireError, DEFAULT_MAX_CLOCK_SKEW, Fence, Floor, Grant, LeaseConfig, LeaseGate, MonoTime,
     Reason, Timing, Token, UnixOffset, min_safety_margin,
 };
+
+mod generate;
 
 const MS: u64 = 1_000_000;
 const SEC: u64 = 1_000_000_000;
@@ -912,8 +933,11 @@ struct Proc {
     /// Wall clock = monotonic clock + this (ns), before any step.
     offset: u64,
     /// The process's Unix offset (`leasehold_core::UnixOffset`, the real
-    /// one): what it measures goes through its `observe`.
-    unix: UnixOffset,
+    /// one): what it measures goes through its `observe`. Its generators
+    /// read it too.
+    unix: Arc<UnixOffset>,
+    /// Its real ID generators and the IDs they issued (`generate.rs`).
+    ids: generate::Ids,
     /// Counts restarts: a restarted process has a new generator, with no
     /// history.
     incarnation: u32,
@@ -1054,7 +1078,8 @@ impl<'a> World<'a> {
                     offset: (EPOCH as i64 + spec.wall_skew) as u64 - spec.clock.base,
                     incarnation: 0,
                     issued_ms: 0,
-                    unix: UnixOffset::new(),
+                    unix: Arc::new(UnixOffset::new()),
+                    ids: generate::Ids::default(),
                     wrote: None,
                     late: None,
                     wrng: SplitMix::new(seed ^ 0x3717_3717),
@@ -1240,6 +1265,7 @@ impl<'a> World<'a> {
             Ev::Start(p) => {
                 self.procs[p].dead = false;
                 self.log(Some(p), format_args!("starts"));
+                self.build_generators(p);
                 self.feed(p, Input::Start);
             }
             Ev::Wake(p, generation) => {
@@ -1296,7 +1322,7 @@ impl<'a> World<'a> {
                     .with_store_resolution(self.sc.resolution);
                 self.procs[p].gate = LeaseGate::new();
                 self.procs[p].incarnation += 1;
-                self.procs[p].unix = UnixOffset::new();
+                self.procs[p].unix = Arc::new(UnixOffset::new());
                 self.live.restart(p);
                 self.procs[p].issued_ms = 0;
                 self.procs[p].pending.clear();
@@ -1304,6 +1330,7 @@ impl<'a> World<'a> {
                 self.procs[p].stopped = false;
                 self.procs[p].dead = false;
                 self.log(Some(p), format_args!("restarts"));
+                self.build_generators(p);
                 self.feed(p, Input::Start);
             }
             Ev::StoreStep(size) => {
@@ -1873,11 +1900,13 @@ impl<'a> World<'a> {
             }
             Action::Release { grant, until } => {
                 // What the lease manager reports: the highest timestamp the gate's
-                // generator issued (now, if none), at least the grant's floor.
+                // generator issued (now, if none), at least the grant's floor;
+                // the modelled stamps' or the real generators', whichever is higher.
                 let issued = match self.procs[p].issued_ms {
                     0 => self.unix_ms(p, self.now),
                     ms => ms,
-                };
+                }
+                .max(self.issued_by_generators(p));
                 let req = Req::Release {
                     slot: grant.slot,
                     token: token_id(&grant.token),
@@ -2022,6 +2051,7 @@ impl<'a> World<'a> {
             floor: view.floor.0,
             ceiling: view.ceiling.0,
         });
+        self.generate(p);
     }
 
     /// The first outage over true time (`liveness.rs`).
@@ -2058,6 +2088,9 @@ impl<'a> World<'a> {
         };
         if let Some(v) = &self.write_violation {
             note(v.clone());
+        }
+        if let Some(v) = self.reissued() {
+            note(v);
         }
         for (i, a) in segs.iter().enumerate() {
             for b in &segs[i + 1..] {

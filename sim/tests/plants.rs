@@ -83,6 +83,15 @@ fn fence_unchecked_is_found() {
     found_within("fence-unchecked", 50);
 }
 
+/// Rule 9: two components of one process each build a generator on the
+/// process's gate. As shipped the second is refused and clones the first;
+/// with a second generation state planted both start from the same lease
+/// and issue the same IDs at the first instant they both may generate.
+#[test]
+fn second_generation_state_is_found() {
+    found_within("second-generation-state", 50);
+}
+
 /// Rules 4 and 5 broken together: a cut holder goes on generating.
 #[test]
 fn no_stop_at_deadline_with_the_gate_ignoring_it_is_found() {

@@ -93,3 +93,34 @@ fn the_lease_code_as_shipped_holds_in_every_covered_seed() {
     );
     assert!(wipes > 300, "{wipes} covered seeds with a wipe");
 }
+
+/// Rule 9 as shipped: each process's second component is refused a
+/// generator of its own on the gate and clones the first, so the two share
+/// one generation state; both take real IDs whenever the process may
+/// generate, and no ID is issued twice.
+#[test]
+fn a_second_generator_on_a_gate_clones_the_first() {
+    let o = run_seed(0, &Params::default(), true);
+    assert!(
+        o.trace
+            .contains("component B's generator refused (in use): it clones A's"),
+        "{}",
+        o.trace
+    );
+    assert!(
+        !o.trace.contains("build generators of their own"),
+        "{}",
+        o.trace
+    );
+    let issuing = o
+        .trace
+        .lines()
+        .filter(|l| l.contains(" IDs A: ") && l.contains("; B: ") && !l.contains("wait"))
+        .count();
+    assert!(
+        issuing > 10,
+        "IDs taken at {issuing} instants:\n{}",
+        o.trace
+    );
+    assert!(o.violation.is_none(), "{:?}", o.violation);
+}
