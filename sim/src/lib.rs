@@ -1748,6 +1748,10 @@ impl<'a> World<'a> {
             Action::Release { grant, until } => {
                 // What the lease manager reports: the highest timestamp the gate's
                 // generator issued (now, if none), at least the grant's floor.
+                // The gate is closed by now: the window ends here, and what it
+                // stamped counts (a store that stores what was issued as the
+                // floor, as Kubernetes does, would otherwise get too low a one).
+                self.close_window(p);
                 let issued = match self.procs[p].issued_ms {
                     0 => self.unix_ms(p, self.now),
                     ms => ms,
