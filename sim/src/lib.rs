@@ -149,6 +149,10 @@ use std::time::Duration;
 use leasehold_core::machine::{Action, Input, Machine};
 use leasehold_core::rand::SplitMix;
 use leasehold_core::testing::GateControl;
+mod k8s;
+
+pub use k8s::Kubernetes;
+
 use leasehold_core::{
     AcquireError, DEFAULT_MAX_CLOCK_SKEW, Fence, Floor, Grant, LeaseConfig, LeaseGate, MonoTime,
     Reason, Timing, Token, UnixOffset, min_safety_margin,
@@ -279,6 +283,10 @@ pub struct Scenario {
     pub procs: Vec<ProcSpec>,
     /// Simulated length (ns).
     pub length: u64,
+    /// The Kubernetes mode: Leases that nothing expires, expiry judged by
+    /// each claimer on its own clock (`k8s.rs`); `None` for a store that
+    /// expires leases on its own clock.
+    pub kubernetes: Option<Kubernetes>,
 }
 
 impl Scenario {
@@ -340,6 +348,15 @@ impl Scenario {
                 _ => promote.below(2 * ttl_ms * MS),
             };
             promotions.push((at, down, lose));
+        }
+        // Kubernetes forgets nothing on a crash (etcd keeps the Leases) and
+        // judges no expiry on its own clock: no store faults in that mode.
+        let kubernetes = k8s::draw(seed, margin);
+        if kubernetes.is_some() {
+            store_steps.clear();
+            store_restarts.clear();
+            wipes.clear();
+            promotions.clear();
         }
         // A store that can forget is run as its opt-in assumes (DESIGN.md,
         // rule 12): the hosts' wall clocks within `max_clock_skew` of each
@@ -425,6 +442,7 @@ impl Scenario {
             promotions,
             procs,
             length,
+            kubernetes,
         }
     }
 
@@ -486,6 +504,9 @@ impl Scenario {
     /// no coarse clock, so the 20 ms of the margin kept for one is not
     /// counted as spent.
     pub fn covered(&self) -> bool {
+        if let Some(k) = self.kubernetes {
+            return k8s::covered(self, k);
+        }
         let ttl = self.ttl.as_secs_f64();
         let m = self.margin.as_secs_f64();
         let res = self.resolution.as_secs_f64();
@@ -724,9 +745,28 @@ fn secs(t: u64) -> String {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Req {
-    Acquire { ceiling: u64 },
-    Renew { slot: u32, token: u64, ceiling: u64 },
-    Release { slot: u32, token: u64, issued: u64 },
+    Acquire {
+        ceiling: u64,
+    },
+    /// Kubernetes: a LIST of the pool's Leases.
+    List,
+    /// Kubernetes: an acquiring write conditioned on resourceVersion `rv`
+    /// (0: a create of an absent Lease).
+    Patch {
+        slot: u32,
+        rv: u64,
+        ceiling: u64,
+    },
+    Renew {
+        slot: u32,
+        token: u64,
+        ceiling: u64,
+    },
+    Release {
+        slot: u32,
+        token: u64,
+        issued: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -750,6 +790,16 @@ enum Ans {
     Lost,
     Released,
     NotHeld,
+    /// Kubernetes: a LIST's answer (its index among the store's answers).
+    Listed(u32),
+    /// Kubernetes: the acquiring write won: the new resourceVersion and
+    /// the floor before it.
+    Patched {
+        rv: u64,
+        floor: u64,
+    },
+    /// Kubernetes: 409, the write's condition failed.
+    Conflict,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -921,6 +971,8 @@ struct World<'a> {
     /// highest fence per resource, and the first stale write accepted.
     written: Vec<u64>,
     write_violation: Option<Violation>,
+    /// The Kubernetes mode's store and its claimers' memories.
+    kube: Option<k8s::Store>,
     segments: Vec<Segment>,
     stamps: Vec<Stamps>,
     trace_on: bool,
@@ -1000,6 +1052,7 @@ impl<'a> World<'a> {
             fence_table: vec![0; sc.slots as usize],
             written: vec![0; sc.slots as usize],
             write_violation: None,
+            kube: sc.kubernetes.map(|k| k8s::Store::new(sc, k)),
             segments: Vec::new(),
             stamps: Vec::new(),
             trace_on,
@@ -1044,6 +1097,7 @@ impl<'a> World<'a> {
                 );
             }
         }
+        w.k8s_header();
         for (i, p) in sc.procs.iter().enumerate() {
             w.push(p.start_at, Ev::Start(i));
             for &(at, len) in &p.pauses {
@@ -1486,6 +1540,7 @@ impl<'a> World<'a> {
         let coarse = s / res * res;
         let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
         let ans = match req {
+            req if self.kube.is_some() => self.k8s_answer(id, req),
             Req::Acquire { ceiling } => {
                 let free = match self.guard(s) {
                     Some(resume_in) => Err(resume_in),
@@ -1561,6 +1616,8 @@ impl<'a> World<'a> {
                     Ans::NotHeld
                 }
             }
+            // Only the Kubernetes mode's claims send these.
+            Req::List | Req::Patch { .. } => Ans::Conflict,
         };
         self.log(
             None,
@@ -1597,6 +1654,9 @@ impl<'a> World<'a> {
 
     /// An answer (or, with `None`, the call's bound) reached the lease manager.
     fn on_reply(&mut self, p: usize, id: u64, ans: Option<Ans>) {
+        if self.kube.is_some() && self.k8s_reply(p, id, ans) {
+            return;
+        }
         let Some(call) = self.procs[p].call.filter(|c| c.id == id) else {
             return; // The lease manager stopped waiting for it: never seen.
         };
@@ -1613,9 +1673,13 @@ impl<'a> World<'a> {
                     store,
                 }),
             ) => Some(Input::Acquired {
-                grant: Grant::new(slot, token_of(token), Fence(fence), ttl)
+                grant: match Grant::new(slot, token_of(token), Fence(fence), ttl)
                     .with_floor(Floor(floor))
-                    .with_store_time(Duration::from_nanos(store)),
+                {
+                    // Kubernetes answers no store time.
+                    g if self.kube.is_some() => g,
+                    g => g.with_store_time(Duration::from_nanos(store)),
+                },
                 sent_at,
                 ceiling,
             }),
@@ -1638,7 +1702,7 @@ impl<'a> World<'a> {
                     ttl,
                     sent_at,
                     ceiling,
-                    store_time: Some(Duration::from_nanos(store)),
+                    store_time: self.kube.is_none().then(|| Duration::from_nanos(store)),
                 })
             }
             (CallKind::Renew { .. }, Some(_)) => Some(Input::RenewLost(Reason::new("not held"))),
@@ -1691,7 +1755,10 @@ impl<'a> World<'a> {
         self.next_id += 1;
         self.procs[p].call = Some(Call { id, kind });
         self.log(Some(p), format_args!("sends {id} {req:?}"));
-        self.send(p, id, req);
+        match req {
+            Req::Acquire { ceiling } if self.kube.is_some() => self.k8s_claim(p, id, ceiling),
+            _ => self.send(p, id, req),
+        }
         let at = self.true_at(p, until).max(self.now) + self.latency(p);
         self.push(at, Ev::Timeout(p, id));
     }
@@ -2002,8 +2069,14 @@ pub fn sweep(
 ) -> Sweep {
     let mut out = Sweep::default();
     for seed in first..first + seeds {
-        let o = run_seed(seed, params, false);
+        let sc = Scenario::generate(seed, params);
+        let o = run(&sc, false);
         out.run += 1;
+        if sc.kubernetes.is_some() {
+            out.kubernetes += 1;
+            out.kubernetes_beyond += u64::from(!o.covered);
+            out.kubernetes_violations += u64::from(o.covered && o.violation.is_some());
+        }
         out.sim_ns += params.secs * SEC;
         out.grants += o.grants;
         if !o.covered {
@@ -2047,6 +2120,12 @@ pub struct Sweep {
     pub found: Option<(u64, Violation)>,
     /// Seeds run up to and including it.
     pub first_after: u64,
+    /// Seeds in the Kubernetes mode.
+    pub kubernetes: u64,
+    /// Of those, seeds beyond what the margins cover.
+    pub kubernetes_beyond: u64,
+    /// Of those, covered seeds with a violation.
+    pub kubernetes_violations: u64,
 }
 
 #[cfg(test)]

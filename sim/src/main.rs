@@ -116,6 +116,11 @@ fn real_main() -> Result<ExitCode, String> {
             s.covered_violations,
             s.run - s.beyond
         );
+        println!(
+            "sim: {} seeds in the Kubernetes mode, {} of them beyond what the margins cover; {} \
+             of the covered ones violated",
+            s.kubernetes, s.kubernetes_beyond, s.kubernetes_violations
+        );
     }
     let Some((seed, v)) = s.found else {
         println!("sim: no violation in a covered seed ({planted})");
