@@ -2075,6 +2075,7 @@ pub fn sweep(
         if sc.kubernetes.is_some() {
             out.kubernetes += 1;
             out.kubernetes_beyond += u64::from(!o.covered);
+            out.kubernetes_beyond_violations += u64::from(!o.covered && o.violation.is_some());
             out.kubernetes_violations += u64::from(o.covered && o.violation.is_some());
         }
         out.sim_ns += params.secs * SEC;
@@ -2124,6 +2125,8 @@ pub struct Sweep {
     pub kubernetes: u64,
     /// Of those, seeds beyond what the margins cover.
     pub kubernetes_beyond: u64,
+    /// Of those, seeds with a violation (expected, not bugs).
+    pub kubernetes_beyond_violations: u64,
     /// Of those, covered seeds with a violation.
     pub kubernetes_violations: u64,
 }

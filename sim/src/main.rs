@@ -117,9 +117,12 @@ fn real_main() -> Result<ExitCode, String> {
             s.run - s.beyond
         );
         println!(
-            "sim: {} seeds in the Kubernetes mode, {} of them beyond what the margins cover; {} \
-             of the covered ones violated",
-            s.kubernetes, s.kubernetes_beyond, s.kubernetes_violations
+            "sim: {} seeds in the Kubernetes mode, {} of them beyond what the margins cover ({} \
+             of those violated); {} of the covered ones violated",
+            s.kubernetes,
+            s.kubernetes_beyond,
+            s.kubernetes_beyond_violations,
+            s.kubernetes_violations
         );
     }
     let Some((seed, v)) = s.found else {
