@@ -345,15 +345,16 @@ impl World<'_> {
         let now = self.local(p);
         let ttl = self.sc.ttl;
         let duration = lease_duration(ttl);
-        let margin = self.kube().takeover_margin;
-        let leases = std::mem::take(&mut self.kube().lists[i]);
-        let o = self.observer(p);
+        self.observer(p);
+        let kube = self.kube();
+        let margin = kube.takeover_margin;
+        let leases = std::mem::take(&mut kube.lists[i]);
+        let seen = &mut kube.observers[p].seen;
         for (slot, l) in leases.iter().enumerate() {
             if l.rv != 0 {
-                observe(&mut o.seen[slot], l.rv, now);
+                observe(&mut seen[slot], l.rv, now);
             }
         }
-        let seen = o.seen.clone();
         let listed = leases.iter().enumerate().map(|(s, l)| (s as u32, *l));
         let choice = observed::choose(listed, now, |slot, l| match l.holder {
             None => Standing::Takeable,
@@ -362,6 +363,7 @@ impl World<'_> {
             ),
         });
         if self.trace_on {
+            let seen = self.kube().observers[p].seen.clone();
             for (slot, l) in leases.iter().enumerate() {
                 let Some(s) = seen[slot].filter(|_| l.holder.is_some()) else {
                     continue;
