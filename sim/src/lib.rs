@@ -81,8 +81,29 @@
 //!   Not modelled: a restart or failover that forgets the pool's record
 //!   itself or the guards' own records of when a claim saw the pool gone or
 //!   a new incarnation, a promoted replica's clock of its own (it keeps the
-//!   store's), a split brain (an old primary still answering its clients),
-//!   Kubernetes' expiry on the observer's clock.
+//!   store's), a split brain (an old primary still answering its clients);
+//!   in the Kubernetes mode, the ambiguity rule's GET and adoption of a
+//!   write whose answer was lost, the wipe guard, revokes and pinned slots.
+//! - *The Kubernetes mode* (`sim/src/k8s.rs`), a quarter of the seeds,
+//!   drawn from a stream of their own: the store as `lease-k8s` uses the API
+//!   server, with no expiry at all. Each slot is a Lease whose
+//!   resourceVersion, from one counter, every write bumps. A claim LISTs
+//!   (a round trip); as the answer arrives the claimer records when it
+//!   first saw each Lease at its resourceVersion on its own monotonic clock,
+//!   and takes absent and released slots at once and a held one only once
+//!   its takeover time (first sighting + the longer of the Lease's duration
+//!   and the TTL + the takeover margin + 2 % of that) has passed on that
+//!   clock: the sightings, the takeover time and the choice are
+//!   `leasehold_core::observed`'s, the code `lease-k8s` runs. It writes to
+//!   up to four candidates in turn, each write conditioned on the
+//!   resourceVersion seen (a conflict moves on), and LISTs again. The fence
+//!   is the winning write's resourceVersion; the floor annotation is raised
+//!   to the claimer's ceiling by the claim and renewals and set to what was
+//!   issued by a release. A renewal or release succeeds while the Lease
+//!   names its holder. The takeover margin is `lease-k8s`'s default 1 s,
+//!   the pool's safety margin, or none. Kubernetes forgets nothing on a
+//!   crash (etcd keeps the Leases) and judges no expiry on a clock of its
+//!   own: no store crashes, wipes, failovers or clock faults in this mode.
 //! - *Processes*: a monotonic clock each (`CLOCK_BOOTTIME`: it counts on
 //!   through a pause and never steps), with an offset and a rate drift (from
 //!   none to 5 %, far beyond the 500 ppm each host is assumed to keep); a
@@ -138,8 +159,12 @@
 //! wall clocks within `max_clock_skew` of each other (rule 12's
 //! assumption): such a seed draws its wall-clock skews and steps an eighth
 //! as large, and is beyond when the spread of its wall clocks (skew, drift
-//! and steps, over the run) still exceeds `max_clock_skew`. Every other
-//! seed is *covered*, and a violation there is a bug.
+//! and steps, over the run) still exceeds `max_clock_skew`. In the
+//! Kubernetes mode the store's clock plays no part: a seed is beyond when
+//! some holder's `ttl − margin` on its clock takes longer in true time than
+//! some observer's takeover wait on its own (the holder's request left
+//! before the write the observer first saw). Every other seed is
+//! *covered*, and a violation there is a bug.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
