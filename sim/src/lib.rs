@@ -768,30 +768,16 @@ fn secs(t: u64) -> String {
 // ---------------------------------------------------------------------------
 // The world: events on true time.
 
+// `List` and `Patch` are the Kubernetes mode's claim: a LIST of the pool's
+// Leases, and an acquiring write conditioned on resourceVersion `rv` (0: the
+// create of an absent Lease).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Req {
-    Acquire {
-        ceiling: u64,
-    },
-    /// Kubernetes: a LIST of the pool's Leases.
+    Acquire { ceiling: u64 },
+    Renew { slot: u32, token: u64, ceiling: u64 },
+    Release { slot: u32, token: u64, issued: u64 },
     List,
-    /// Kubernetes: an acquiring write conditioned on resourceVersion `rv`
-    /// (0: a create of an absent Lease).
-    Patch {
-        slot: u32,
-        rv: u64,
-        ceiling: u64,
-    },
-    Renew {
-        slot: u32,
-        token: u64,
-        ceiling: u64,
-    },
-    Release {
-        slot: u32,
-        token: u64,
-        issued: u64,
-    },
+    Patch { slot: u32, rv: u64, ceiling: u64 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
