@@ -30,6 +30,7 @@ pub mod machine;
 #[cfg(feature = "tokio")]
 mod manager;
 mod memory;
+pub mod observed;
 #[cfg(feature = "tokio")]
 pub mod opening;
 pub mod operate;

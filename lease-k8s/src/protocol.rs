@@ -8,6 +8,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use leasehold_core::observed::{self, Sighting, Standing};
 use leasehold_core::{AcquireError, IdFormat, PoolSpec, Reason};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -83,7 +84,8 @@ pub(crate) fn ttl_secs(ttl: Duration) -> Result<i32, AcquireError> {
 
 /// When a Lease held at `rv` may be taken over, judged on this observer's
 /// clock: its first sighting at that resourceVersion plus the longer of its
-/// duration and our `ttl`, plus `margin` and 2% of that wait. `None` when
+/// duration and our `ttl`, plus `margin` and 2% of that wait
+/// (`leasehold_core::observed`, which the simulator runs too). `None` when
 /// this process has not seen the Lease at `rv`.
 pub(crate) fn takeover_at(
     seen: Option<&Observed>,
@@ -93,11 +95,7 @@ pub(crate) fn takeover_at(
     margin: Duration,
 ) -> Option<Instant> {
     let seen = seen?;
-    if seen.rv != rv {
-        return None;
-    }
-    let wait = duration.max(ttl);
-    Some(seen.at + wait + margin + wait / 50)
+    Sighting::new(seen.rv.as_str(), seen.at).takeover_at(&rv, duration, ttl, margin)
 }
 
 /// The slots an acquisition considers: only the pinned one, or the pool.
@@ -108,42 +106,27 @@ pub(crate) fn slot_range(size: u32, pinned: Option<u32>) -> Range<u32> {
     }
 }
 
-/// What one LIST allows.
-#[derive(Debug, Default)]
-pub(crate) struct Choice {
-    /// The slots that may be taken now, with their state: absent, free, or
-    /// held but unchanged past its takeover time.
-    pub(crate) candidates: Vec<(u32, Slot)>,
-    /// The earliest takeover time of the held slots not yet takeable.
-    pub(crate) earliest: Option<Instant>,
-}
+/// What one LIST allows: the slots that may be taken now, with their state
+/// (absent, free, or held but unchanged past its takeover time), and the
+/// earliest takeover time of the held slots not yet takeable.
+pub(crate) type Choice = observed::Choice<Slot, Instant>;
 
 /// Chooses from `slots` (a LIST's states; a slot missing is absent) over
 /// `range` at `now`. A held slot (also a revoked holder's tombstone) is a
 /// candidate only once `takeover(slot, rv, duration)` has passed; one this
-/// process never saw at its resourceVersion is passed by.
+/// process never saw at its resourceVersion is passed by
+/// (`leasehold_core::observed::choose`).
 pub(crate) fn choose(
     slots: &HashMap<u32, Slot>,
     range: Range<u32>,
     now: Instant,
     mut takeover: impl FnMut(u32, &str, Duration) -> Option<Instant>,
 ) -> Choice {
-    let mut choice = Choice::default();
-    for slot in range {
-        let state = slots.get(&slot).cloned().unwrap_or(Slot::Absent);
-        if let Slot::Held { rv, duration, .. } = &state {
-            match takeover(slot, rv, *duration) {
-                Some(at) if at <= now => {}
-                Some(at) => {
-                    choice.earliest = Some(choice.earliest.map_or(at, |e| e.min(at)));
-                    continue;
-                }
-                None => continue,
-            }
-        }
-        choice.candidates.push((slot, state));
-    }
-    choice
+    let listed = range.map(|slot| (slot, slots.get(&slot).cloned().unwrap_or(Slot::Absent)));
+    observed::choose(listed, now, |slot, state| match state {
+        Slot::Held { rv, duration, .. } => Standing::Held(takeover(slot, rv, *duration)),
+        Slot::Absent | Slot::Free { .. } => Standing::Takeable,
+    })
 }
 
 /// The answer when a LIST left no candidate: for a pinned slot, contention

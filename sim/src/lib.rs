@@ -93,8 +93,29 @@
 //!   Not modelled: a restart or failover that forgets the pool's record
 //!   itself or the guards' own records of when a claim saw the pool gone or
 //!   a new incarnation, a promoted replica's clock of its own (it keeps the
-//!   store's), a split brain (an old primary still answering its clients),
-//!   Kubernetes' expiry on the observer's clock.
+//!   store's), a split brain (an old primary still answering its clients);
+//!   in the Kubernetes mode, the ambiguity rule's GET and adoption of a
+//!   write whose answer was lost, the wipe guard, revokes and pinned slots.
+//! - *The Kubernetes mode* (`sim/src/k8s.rs`), a quarter of the seeds,
+//!   drawn from a stream of their own: the store as `lease-k8s` uses the API
+//!   server, with no expiry at all. Each slot is a Lease whose
+//!   resourceVersion, from one counter, every write bumps. A claim LISTs
+//!   (a round trip); as the answer arrives the claimer records when it
+//!   first saw each Lease at its resourceVersion on its own monotonic clock,
+//!   and takes absent and released slots at once and a held one only once
+//!   its takeover time (first sighting + the longer of the Lease's duration
+//!   and the TTL + the takeover margin + 2 % of that) has passed on that
+//!   clock: the sightings, the takeover time and the choice are
+//!   `leasehold_core::observed`'s, the code `lease-k8s` runs. It writes to
+//!   up to four candidates in turn, each write conditioned on the
+//!   resourceVersion seen (a conflict moves on), and LISTs again. The fence
+//!   is the winning write's resourceVersion; the floor annotation is raised
+//!   to the claimer's ceiling by the claim and renewals and set to what was
+//!   issued by a release. A renewal or release succeeds while the Lease
+//!   names its holder. The takeover margin is `lease-k8s`'s default 1 s,
+//!   the pool's safety margin, or none. Kubernetes forgets nothing on a
+//!   crash (etcd keeps the Leases) and judges no expiry on a clock of its
+//!   own: no store crashes, wipes, failovers or clock faults in this mode.
 //! - *Processes*: a monotonic clock each (`CLOCK_BOOTTIME`: it counts on
 //!   through a pause and never steps), with an offset and a rate drift (from
 //!   none to 5 %, far beyond the 500 ppm each host is assumed to keep); a
@@ -178,8 +199,12 @@
 //! wall clocks within `max_clock_skew` of each other (rule 12's
 //! assumption): such a seed draws its wall-clock skews and steps an eighth
 //! as large, and is beyond when the spread of its wall clocks (skew, drift
-//! and steps, over the run) still exceeds `max_clock_skew`. Every other
-//! seed is *covered*, and a violation there is a bug.
+//! and steps, over the run) still exceeds `max_clock_skew`. In the
+//! Kubernetes mode the store's clock plays no part: a seed is beyond when
+//! some holder's `ttl − margin` on its clock takes longer in true time than
+//! some observer's takeover wait on its own (the holder's request left
+//! before the write the observer first saw). Every other seed is
+//! *covered*, and a violation there is a bug.
 
 mod coverage;
 mod liveness;
@@ -193,6 +218,10 @@ use std::time::Duration;
 use leasehold_core::machine::{Action, Input, Machine};
 use leasehold_core::rand::SplitMix;
 use leasehold_core::testing::GateControl;
+mod k8s;
+
+pub use k8s::Kubernetes;
+
 use leasehold_core::{
     AcquireError, DEFAULT_MAX_CLOCK_SKEW, Fence, Floor, Grant, LeaseConfig, LeaseGate, MonoTime,
     Reason, Timing, Token, UnixOffset, min_safety_margin,
@@ -325,6 +354,10 @@ pub struct Scenario {
     pub procs: Vec<ProcSpec>,
     /// Simulated length (ns).
     pub length: u64,
+    /// The Kubernetes mode: Leases that nothing expires, expiry judged by
+    /// each claimer on its own clock (`k8s.rs`); `None` for a store that
+    /// expires leases on its own clock.
+    pub kubernetes: Option<Kubernetes>,
 }
 
 impl Scenario {
@@ -395,6 +428,15 @@ impl Scenario {
                 _ => promote.below(2 * ttl_ms * MS),
             };
             promotions.push((at, down, lose));
+        }
+        // Kubernetes forgets nothing on a crash (etcd keeps the Leases) and
+        // judges no expiry on its own clock: no store faults in that mode.
+        let kubernetes = k8s::draw(seed, margin);
+        if kubernetes.is_some() {
+            store_steps.clear();
+            store_restarts.clear();
+            wipes.clear();
+            promotions.clear();
         }
         // A store that can forget is run as its opt-in assumes (DESIGN.md,
         // rule 12): the hosts' wall clocks within `max_clock_skew` of each
@@ -480,6 +522,7 @@ impl Scenario {
             promotions,
             procs,
             length,
+            kubernetes,
         }
     }
 
@@ -551,6 +594,9 @@ impl Scenario {
     /// [`Scenario::covered`], with `caught` ns of the store's steps not
     /// counted against the margin.
     fn covered_but(&self, caught: u64) -> bool {
+        if let Some(k) = self.kubernetes {
+            return k8s::covered(self, k);
+        }
         let ttl = self.ttl.as_secs_f64();
         let m = self.margin.as_secs_f64();
         let res = self.resolution.as_secs_f64();
@@ -839,11 +885,16 @@ fn secs(t: u64) -> String {
 // ---------------------------------------------------------------------------
 // The world: events on true time.
 
+// `List` and `Patch` are the Kubernetes mode's claim: a LIST of the pool's
+// Leases, and an acquiring write conditioned on resourceVersion `rv` (0: the
+// create of an absent Lease).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Req {
     Acquire { ceiling: u64 },
     Renew { slot: u32, token: u64, ceiling: u64 },
     Release { slot: u32, token: u64, issued: u64 },
+    List,
+    Patch { slot: u32, rv: u64, ceiling: u64 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -867,6 +918,16 @@ enum Ans {
     Lost,
     Released,
     NotHeld,
+    /// Kubernetes: a LIST's answer (its index among the store's answers).
+    Listed(u32),
+    /// Kubernetes: the acquiring write won: the new resourceVersion and
+    /// the floor before it.
+    Patched {
+        rv: u64,
+        floor: u64,
+    },
+    /// Kubernetes: 409, the write's condition failed.
+    Conflict,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -1045,6 +1106,8 @@ struct World<'a> {
     /// highest fence per resource, and the first stale write accepted.
     written: Vec<u64>,
     write_violation: Option<Violation>,
+    /// The Kubernetes mode's store and its claimers' memories.
+    kube: Option<k8s::Store>,
     segments: Vec<Segment>,
     stamps: Vec<Stamps>,
     trace_on: bool,
@@ -1127,6 +1190,7 @@ impl<'a> World<'a> {
             fence_table: vec![0; sc.slots as usize],
             written: vec![0; sc.slots as usize],
             write_violation: None,
+            kube: sc.kubernetes.map(|k| k8s::Store::new(sc, k)),
             segments: Vec::new(),
             stamps: Vec::new(),
             trace_on,
@@ -1176,6 +1240,7 @@ impl<'a> World<'a> {
                 );
             }
         }
+        w.k8s_header();
         for (i, p) in sc.procs.iter().enumerate() {
             w.push(p.start_at, Ev::Start(i));
             for &(at, len) in &p.pauses {
@@ -1632,6 +1697,7 @@ impl<'a> World<'a> {
         let coarse = s / res * res;
         let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
         let ans = match req {
+            req if self.kube.is_some() => self.k8s_answer(id, req),
             Req::Acquire { ceiling } => {
                 let free = match self.guard(s) {
                     Some(resume_in) => Err(resume_in),
@@ -1709,6 +1775,8 @@ impl<'a> World<'a> {
                     Ans::NotHeld
                 }
             }
+            // Only the Kubernetes mode's claims send these.
+            Req::List | Req::Patch { .. } => Ans::Conflict,
         };
         self.log(
             None,
@@ -1748,6 +1816,9 @@ impl<'a> World<'a> {
 
     /// An answer (or, with `None`, the call's bound) reached the lease manager.
     fn on_reply(&mut self, p: usize, id: u64, ans: Option<Ans>) {
+        if self.kube.is_some() && self.k8s_reply(p, id, ans) {
+            return;
+        }
         let Some(call) = self.procs[p].call.filter(|c| c.id == id) else {
             return; // The lease manager stopped waiting for it: never seen.
         };
@@ -1764,9 +1835,13 @@ impl<'a> World<'a> {
                     store,
                 }),
             ) => Some(Input::Acquired {
-                grant: Grant::new(slot, token_of(token), Fence(fence), ttl)
+                grant: match Grant::new(slot, token_of(token), Fence(fence), ttl)
                     .with_floor(Floor(floor))
-                    .with_store_time(Duration::from_nanos(store)),
+                {
+                    // Kubernetes answers no store time.
+                    g if self.kube.is_some() => g,
+                    g => g.with_store_time(Duration::from_nanos(store)),
+                },
                 sent_at,
                 ceiling,
             }),
@@ -1789,7 +1864,7 @@ impl<'a> World<'a> {
                     ttl,
                     sent_at,
                     ceiling,
-                    store_time: Some(Duration::from_nanos(store)),
+                    store_time: self.kube.is_none().then(|| Duration::from_nanos(store)),
                 })
             }
             (CallKind::Renew { .. }, Some(_)) => Some(Input::RenewLost(Reason::new("not held"))),
@@ -1842,7 +1917,10 @@ impl<'a> World<'a> {
         self.next_id += 1;
         self.procs[p].call = Some(Call { id, kind });
         self.log(Some(p), format_args!("sends {id} {req:?}"));
-        self.send(p, id, req);
+        match req {
+            Req::Acquire { ceiling } if self.kube.is_some() => self.k8s_claim(p, id, ceiling),
+            _ => self.send(p, id, req),
+        }
         let at = self.true_at(p, until).max(self.now) + self.latency(p);
         self.push(at, Ev::Timeout(p, id));
     }
@@ -1902,6 +1980,10 @@ impl<'a> World<'a> {
                 // What the lease manager reports: the highest timestamp the gate's
                 // generator issued (now, if none), at least the grant's floor;
                 // the modelled stamps' or the real generators', whichever is higher.
+                // The gate is closed by now: the window ends here, and what it
+                // stamped counts (a store that stores what was issued as the
+                // floor, as Kubernetes does, would otherwise get too low a one).
+                self.close_window(p);
                 let issued = match self.procs[p].issued_ms {
                     0 => self.unix_ms(p, self.now),
                     ms => ms,
@@ -2187,8 +2269,15 @@ pub fn sweep(
 ) -> Sweep {
     let mut out = Sweep::default();
     for seed in first..first + seeds {
-        let o = run_seed(seed, params, false);
+        let sc = Scenario::generate(seed, params);
+        let o = run(&sc, false);
         out.run += 1;
+        if sc.kubernetes.is_some() {
+            out.kubernetes += 1;
+            out.kubernetes_beyond += u64::from(!o.covered);
+            out.kubernetes_beyond_violations += u64::from(!o.covered && o.violation.is_some());
+            out.kubernetes_violations += u64::from(o.covered && o.violation.is_some());
+        }
         out.sim_ns += params.secs * SEC;
         out.grants += o.grants;
         if !o.covered {
@@ -2257,6 +2346,14 @@ pub struct Sweep {
     pub outage: Option<(u64, Violation)>,
     /// Seeds run up to and including it.
     pub outage_after: u64,
+    /// Seeds in the Kubernetes mode.
+    pub kubernetes: u64,
+    /// Of those, seeds beyond what the margins cover.
+    pub kubernetes_beyond: u64,
+    /// Of those, seeds with a violation (expected, not bugs).
+    pub kubernetes_beyond_violations: u64,
+    /// Of those, covered seeds with a violation.
+    pub kubernetes_violations: u64,
 }
 
 #[cfg(test)]

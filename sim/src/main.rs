@@ -133,6 +133,14 @@ fn real_main() -> Result<ExitCode, String> {
             s.run - s.beyond,
             s.beyond_outages
         );
+        println!(
+            "sim: {} seeds in the Kubernetes mode, {} of them beyond what the margins cover ({} \
+             of those violated); {} of the covered ones violated",
+            s.kubernetes,
+            s.kubernetes_beyond,
+            s.kubernetes_beyond_violations,
+            s.kubernetes_violations
+        );
     }
     // A violation comes first; an outage is reported when there is none.
     let (seed, v, kind, after) = match (s.found, s.outage) {

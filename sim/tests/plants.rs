@@ -342,3 +342,29 @@ fn the_fence_table_refuses_a_write_sent_late_by_a_paused_holder() {
     let planted = trace(14, Some("fence-unchecked"));
     assert!(planted.contains(" VIOLATION resource 0"), "{planted}");
 }
+
+/// The Kubernetes mode, where nothing expires on the store and each claimer
+/// judges expiry on its own clock: the holder's deadline still bounds its
+/// generation, and must count from the request's send. In seed 188 (a
+/// Kubernetes seed with no takeover margin) a renewal is answered 0.9 s
+/// late, then the holder is cut off. As shipped its deadline counts from the
+/// send, before the write that claimers first saw; with the deadline counted
+/// from the late arrival, a claimer that first saw that write takes the
+/// Lease over on its own clock while the holder still generates. In seed
+/// 25958 (no takeover margin either) the holder's clock runs 3.6 % slow and
+/// the claimer's 2.2 % fast: beyond the 2 % the claimer adds, only the
+/// holder's safety margin keeps them apart, and with `no-margin` they
+/// overlap.
+#[test]
+fn in_the_kubernetes_mode_the_deadline_counts_from_the_send_with_its_margin() {
+    for (seed, plant) in [(188, "deadline-from-arrival"), (25_958, "no-margin")] {
+        let shipped = trace(seed, None);
+        assert!(shipped.contains("covered true"), "{shipped}");
+        assert!(shipped.contains("kubernetes: no expiry"), "{shipped}");
+        assert!(shipped.contains("takeover margin 0ns"), "{shipped}");
+        assert!(!shipped.contains(" VIOLATION "), "{shipped}");
+        let planted = trace(seed, Some(plant));
+        assert!(planted.contains(" takes over slot "), "{planted}");
+        assert!(planted.contains(" VIOLATION slot "), "{planted}");
+    }
+}

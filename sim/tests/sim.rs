@@ -124,3 +124,65 @@ fn a_second_generator_on_a_gate_clones_the_first() {
     );
     assert!(o.violation.is_none(), "{:?}", o.violation);
 }
+
+/// The Kubernetes mode: a quarter of the seeds run Leases that nothing
+/// expires, and claimers that judge expiry on their own clocks; none of the
+/// covered ones violates. In seed 5 a claimer takes a held Lease over: its
+/// LIST answer shows the Lease at the resourceVersion it first saw on its own
+/// clock more than the takeover wait before (`leasehold_core::observed`:
+/// the TTL, the takeover margin and 2 % of the TTL), and its write on that
+/// resourceVersion wins; another Lease, seen at a newer resourceVersion just
+/// now, stays held.
+#[test]
+fn kubernetes_leases_are_taken_over_on_the_observers_clock() {
+    let params = Params::default();
+    let s = sweep(0, 400, &params, true, |_| {});
+    assert!(s.kubernetes > 50, "{} seeds in the mode", s.kubernetes);
+    assert_eq!(s.kubernetes_violations, 0, "{:?}", s.found);
+    let sc = Scenario::generate(5, &params);
+    let k = sc.kubernetes.expect("seed 5 runs the Kubernetes mode");
+    assert!(sc.covered() && sc.store_restarts.is_empty() && sc.wipes.is_empty());
+    let a = run_seed(5, &params, true);
+    assert_eq!(a.trace, run_seed(5, &params, true).trace);
+    assert!(a.violation.is_none(), "{}", a.trace);
+    let wait = leasehold_core::observed::takeover_wait(sc.ttl, sc.ttl, k.takeover_margin);
+    let lines: Vec<&str> = a.trace.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains(" takes over slot "))
+        .unwrap_or_else(|| panic!("no takeover:\n{}", a.trace));
+    // "slot S at rv R: first seen at A on its clock, takeover at B, now C: …"
+    let ns = |s: &str| -> u64 {
+        let (whole, frac) = s.split_once('.').expect("seconds.nanoseconds");
+        whole.parse::<u64>().unwrap() * 1_000_000_000 + frac.parse::<u64>().unwrap()
+    };
+    let field = |l: &str, key: &str, end: char| -> u64 {
+        let rest = l
+            .split(key)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{key} in {l}"));
+        ns(rest.split(end).next().unwrap())
+    };
+    let slot = lines[at].split(" takes over slot ").nth(1).unwrap();
+    let slot = slot.split(' ').next().unwrap();
+    let expired = lines[..at]
+        .iter()
+        .rev()
+        .find(|l| l.contains(&format!(" slot {slot} at rv ")))
+        .expect("the LIST's sighting of that slot");
+    assert!(expired.ends_with(": expired on this clock"), "{expired}");
+    let seen = field(expired, "first seen at ", ' ');
+    let takeover = field(expired, "takeover at ", ',');
+    let now = field(expired, ", now ", ':');
+    assert_eq!(takeover - seen, u64::try_from(wait.as_nanos()).unwrap());
+    assert!(now >= takeover, "{expired}");
+    assert!(lines[at + 1].contains("-> Patched"), "{}", lines[at + 1]);
+    assert!(
+        lines[..at]
+            .iter()
+            .rev()
+            .take(5)
+            .any(|l| l.ends_with(": held")),
+        "a Lease seen moving on stays held"
+    );
+}
