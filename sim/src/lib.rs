@@ -162,6 +162,17 @@
 //! as large, and is beyond when the spread of its wall clocks (skew, drift
 //! and steps, over the run) still exceeds `max_clock_skew`. Every other
 //! seed is *covered*, and a violation there is a bug.
+//!
+//! A plant whose rule matters only beyond the assumptions (rule 11's
+//! store-clock check, a defence against a clock that drifts beyond what
+//! the margin covers) is judged differentially there ([`sweep_judged`],
+//! the binary's `--beyond`): a seed beyond the assumptions that violates
+//! with the plant is run again as shipped, in a process without it, and
+//! is a finding when it holds there. A finding shows what the plant
+//! changed in that seed. It does not show that the shipped code holds
+//! beyond the assumptions: there any change of schedule moves violations
+//! between seeds, so some seeds violate only as shipped, and a plant's
+//! count of findings means something only against theirs.
 
 mod coverage;
 mod liveness;
