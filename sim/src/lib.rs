@@ -205,6 +205,17 @@
 //! some observer's takeover wait on its own (the holder's request left
 //! before the write the observer first saw). Every other seed is
 //! *covered*, and a violation there is a bug.
+//!
+//! A plant whose rule matters only beyond the assumptions (rule 11's
+//! store-clock check, a defence against a clock that drifts beyond what
+//! the margin covers) is judged differentially there ([`sweep_judged`],
+//! the binary's `--beyond`): a seed beyond the assumptions that violates
+//! with the plant is run again as shipped, in a process without it, and
+//! is a finding when it holds there. A finding shows what the plant
+//! changed in that seed. It does not show that the shipped code holds
+//! beyond the assumptions: there any change of schedule moves violations
+//! between seeds, so some seeds violate only as shipped, and a plant's
+//! count of findings means something only against theirs.
 
 mod coverage;
 mod liveness;
@@ -2265,6 +2276,23 @@ pub fn sweep(
     seeds: u64,
     params: &Params,
     all: bool,
+    progress: impl FnMut(&Sweep),
+) -> Sweep {
+    sweep_judged(first, seeds, params, all, |_| None, progress)
+}
+
+/// [`sweep`], also comparing the seeds beyond the assumptions with the
+/// code as shipped: `judge` is asked about each one and answers whether
+/// the same seed violates as shipped (`None`: not judged), which only a
+/// process without the plant can tell, a plant being never unset in a
+/// process. A seed that violates here and holds as shipped is a finding
+/// beyond the assumptions, and the first ends the sweep too, unless `all`.
+pub fn sweep_judged(
+    first: u64,
+    seeds: u64,
+    params: &Params,
+    all: bool,
+    mut judge: impl FnMut(&Outcome) -> Option<bool>,
     mut progress: impl FnMut(&Sweep),
 ) -> Sweep {
     let mut out = Sweep::default();
@@ -2285,6 +2313,20 @@ pub fn sweep(
         }
         if o.steps_caught {
             out.steps_caught += 1;
+        }
+        if !o.covered {
+            match (&o.violation, judge(&o)) {
+                (Some(v), Some(false)) => {
+                    out.beyond_findings += 1;
+                    if out.beyond_found.is_none() {
+                        out.beyond_found = Some((seed, v.clone()));
+                        out.beyond_after = out.run;
+                    }
+                }
+                (Some(_), Some(true)) => out.beyond_both += 1,
+                (None, Some(true)) => out.beyond_shipped_only += 1,
+                _ => {}
+            }
         }
         match o.violation {
             Some(v) if o.covered => {
@@ -2309,7 +2351,7 @@ pub fn sweep(
             None => {}
         }
         progress(&out);
-        if (out.found.is_some() || out.outage.is_some()) && !all {
+        if (out.found.is_some() || out.outage.is_some() || out.beyond_found.is_some()) && !all {
             break;
         }
     }
@@ -2354,6 +2396,18 @@ pub struct Sweep {
     pub kubernetes_beyond_violations: u64,
     /// Of those, covered seeds with a violation.
     pub kubernetes_violations: u64,
+    /// Seeds beyond the assumptions that violate and, as [`sweep_judged`]'s
+    /// judge says, hold as shipped: findings beyond the assumptions.
+    pub beyond_findings: u64,
+    /// The first of them.
+    pub beyond_found: Option<(u64, Violation)>,
+    /// Seeds run up to and including it.
+    pub beyond_after: u64,
+    /// Seeds beyond the assumptions that violate here and as shipped.
+    pub beyond_both: u64,
+    /// Seeds beyond the assumptions that hold here and violate as shipped
+    /// (counted only where the judge was asked about holding seeds too).
+    pub beyond_shipped_only: u64,
 }
 
 #[cfg(test)]

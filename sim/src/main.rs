@@ -2,8 +2,9 @@
 //! runs it).
 //!
 //! ```text
-//! leasehold-sim [--seeds N] [--first SEED] [--plant NAME[,NAME]] [--processes P]
-//!               [--secs S] [--trace SEED] [--no-shrink]
+//! leasehold-sim [--seeds N] [--first SEED] [--plant NAME[,NAME]] [--beyond]
+//!               [--processes P] [--secs S] [--trace SEED] [--no-shrink] [--all]
+//!               [--verdicts]
 //! ```
 //!
 //! Exits 1 when a covered seed violates, or has an outage (a process kept
@@ -11,12 +12,33 @@
 //! uniqueness), after printing its seed, its trace and, unless
 //! `--no-shrink`, the shrunk scenario's trace step by step. A violation
 //! comes first.
+//!
+//! `--beyond` (only with `--plant`) also judges the seeds beyond the
+//! assumptions, differentially: one that violates with the plant is run
+//! again as shipped, in a child process of this binary without `--plant`
+//! (`--verdicts`: a plant is never unset in a process), and is a finding
+//! when it holds there: `VIOLATION BEYOND THE ASSUMPTIONS at seed N, which
+//! holds as shipped` (exit 1; a covered violation or outage comes first),
+//! with the planted trace and the shipped verdict. Such a finding is not
+//! shrunk: a smaller scenario would have to hold as shipped too, and the
+//! shrinker runs scenarios in this process, which cannot run them as
+//! shipped. Without `--plant` both runs would be the code as shipped, and
+//! `--beyond` is refused. With `--all` the sweep goes on, runs every seed
+//! beyond the assumptions as shipped, and counts the seeds that violate
+//! only with the plant, in both, and only as shipped: beyond the
+//! assumptions any change of schedule moves violations from seed to seed,
+//! so a plant's findings there mean something only against the last count.
+//!
+//! `--verdicts` reads seeds from its input, one a line, runs each (quietly)
+//! and prints one line each, `verdict: seed N covered BOOL violation
+//! none|WHAT`.
 
-use std::process::ExitCode;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use leasehold_core::plant::{self, Plant};
-use leasehold_sim::{Params, Scenario, run, run_seed, shrink, sweep};
+use leasehold_sim::{Outcome, Params, Scenario, run, run_seed, shrink, sweep_judged};
 
 fn main() -> ExitCode {
     match real_main() {
@@ -31,7 +53,7 @@ fn main() -> ExitCode {
 fn real_main() -> Result<ExitCode, String> {
     let mut params = Params::default();
     let (mut seeds, mut first, mut trace, mut shrinking) = (10_000u64, 0u64, None, true);
-    let mut all = false;
+    let (mut all, mut beyond, mut verdicts) = (false, false, false);
     let mut plants = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -48,6 +70,8 @@ fn real_main() -> Result<ExitCode, String> {
             "--trace" => trace = Some(number(&value("--trace")?)?),
             "--no-shrink" => shrinking = false,
             "--all" => all = true,
+            "--beyond" => beyond = true,
+            "--verdicts" => verdicts = true,
             "--plant" => {
                 for name in value("--plant")?.split(',') {
                     let p = Plant::from_name(name).ok_or_else(|| {
@@ -59,6 +83,27 @@ fn real_main() -> Result<ExitCode, String> {
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if beyond && plants.is_empty() {
+        return Err(
+            "--beyond needs --plant: it compares a seed run with the plant against the \
+             same seed as shipped, and without a plant both are the code as shipped"
+                .to_string(),
+        );
+    }
+    if verdicts {
+        if !plants.is_empty() {
+            return Err("--verdicts runs the code as shipped: no --plant".to_string());
+        }
+        let mut out = std::io::stdout().lock();
+        for line in std::io::stdin().lock().lines() {
+            let line = line.map_err(|e| e.to_string())?;
+            let o = run_seed(number(line.trim())?, &params, false);
+            writeln!(out, "{}", verdict_line(&o))
+                .and_then(|()| out.flush())
+                .map_err(|e| e.to_string())?;
+        }
+        return Ok(ExitCode::SUCCESS);
     }
     for p in &plants {
         plant::plant(*p).map_err(|e| e.to_string())?;
@@ -87,8 +132,40 @@ fn real_main() -> Result<ExitCode, String> {
     let started = Instant::now();
     let mut last = Instant::now();
     let mut first_found = None;
-    let s = sweep(first, seeds, &params, all, |s| {
-        if first_found.is_none() && (s.found.is_some() || s.outage.is_some()) {
+    // With `--beyond`, a seed beyond the assumptions that violates with the
+    // plant (with `--all`, every such seed, for the counts) is run as
+    // shipped in a child process; the verdicts of violating seeds are kept
+    // for the report.
+    let mut child = None;
+    let mut shipped = Vec::new();
+    let mut failed = None;
+    let judge = |o: &Outcome| {
+        if !beyond || failed.is_some() || (o.violation.is_none() && !all) {
+            return None;
+        }
+        let verdict = match &mut child {
+            Some(c) => Ok(c),
+            None => Shipped::start(&params).map(|c| child.insert(c)),
+        }
+        .and_then(|c| c.verdict(o.seed));
+        match verdict {
+            Ok(line) => {
+                let violates = !line.ends_with(" violation none");
+                if o.violation.is_some() {
+                    shipped.push((o.seed, line));
+                }
+                Some(violates)
+            }
+            Err(e) => {
+                failed = Some(e);
+                None
+            }
+        }
+    };
+    let s = sweep_judged(first, seeds, &params, all, judge, |s| {
+        if first_found.is_none()
+            && (s.found.is_some() || s.outage.is_some() || s.beyond_found.is_some())
+        {
             first_found = Some(started.elapsed().as_secs_f64());
         }
         if last.elapsed().as_secs() >= 10 {
@@ -105,6 +182,12 @@ fn real_main() -> Result<ExitCode, String> {
             );
         }
     });
+    if let Some(c) = child {
+        c.finish()?;
+    }
+    if let Some(e) = failed {
+        return Err(format!("running a seed as shipped: {e}"));
+    }
     let wall = started.elapsed().as_secs_f64();
     println!(
         "sim: {} seeds run in {wall:.2} s: {:.0} seeds/s, {:.0} simulated s per wall s, {} grants; \
@@ -141,6 +224,13 @@ fn real_main() -> Result<ExitCode, String> {
             s.kubernetes_beyond_violations,
             s.kubernetes_violations
         );
+        if beyond {
+            println!(
+                "sim: of {} seeds beyond the assumptions, {} violate ({planted}) and hold as \
+                 shipped, {} violate in both, {} hold ({planted}) and violate as shipped",
+                s.beyond, s.beyond_findings, s.beyond_both, s.beyond_shipped_only
+            );
+        }
     }
     // A violation comes first; an outage is reported when there is none.
     let (seed, v, kind, after) = match (s.found, s.outage) {
@@ -148,7 +238,35 @@ fn real_main() -> Result<ExitCode, String> {
         (None, Some((seed, v))) => (seed, v, "OUTAGE", s.outage_after),
         (None, None) => {
             println!("sim: no violation and no outage in a covered seed ({planted})");
-            return Ok(ExitCode::SUCCESS);
+            let Some((seed, v)) = s.beyond_found else {
+                if beyond {
+                    println!(
+                        "sim: no seed beyond the assumptions violates ({planted}) and holds \
+                         as shipped"
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            };
+            println!(
+                "sim: VIOLATION BEYOND THE ASSUMPTIONS at seed {seed}, which holds as shipped, \
+                 the first after {} seeds, {:.3} s ({planted}): {}",
+                s.beyond_after,
+                first_found.unwrap_or(wall),
+                v.what
+            );
+            print!("{}", run_seed(seed, &params, true).trace);
+            if let Some((_, line)) = shipped.iter().find(|(n, _)| *n == seed) {
+                println!("sim: as shipped, {line}");
+            }
+            println!(
+                "sim: not shrunk: a smaller scenario would have to hold as shipped too, which \
+                 only a process without the plant can run"
+            );
+            println!(
+                "sim: rerun with --trace {seed} with and without --plant (and the same \
+                 --processes, --secs)"
+            );
+            return Ok(ExitCode::FAILURE);
         }
     };
     println!(
@@ -170,6 +288,79 @@ fn real_main() -> Result<ExitCode, String> {
     }
     println!("sim: rerun with --trace {seed} (and the same --processes, --secs, --plant)");
     Ok(ExitCode::FAILURE)
+}
+
+/// One line that says how a seed went: whether covered, and its violation.
+fn verdict_line(o: &Outcome) -> String {
+    format!(
+        "verdict: seed {} covered {} violation {}",
+        o.seed,
+        o.covered,
+        o.violation.as_ref().map_or("none", |v| v.what.as_str())
+    )
+}
+
+/// A child process of this binary without a plant, running seeds as
+/// shipped (`--verdicts`) for as long as the sweep goes.
+struct Shipped {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Shipped {
+    fn start(params: &Params) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut child = Command::new(exe)
+            .args([
+                "--verdicts",
+                "--processes",
+                &params.processes.to_string(),
+                "--secs",
+                &params.secs.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let input = child.stdin.take().ok_or("no input to the child")?;
+        let output = BufReader::new(child.stdout.take().ok_or("no output from the child")?);
+        Ok(Self {
+            child,
+            input,
+            output,
+        })
+    }
+
+    /// The verdict line of `seed` as shipped.
+    fn verdict(&mut self, seed: u64) -> Result<String, String> {
+        writeln!(self.input, "{seed}")
+            .and_then(|()| self.input.flush())
+            .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        self.output
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let line = line.trim_end();
+        if !line.starts_with(&format!("verdict: seed {seed} ")) {
+            return Err(format!("seed {seed}: no verdict, but {line:?}"));
+        }
+        Ok(line.to_string())
+    }
+
+    /// Ends the child: its input closed, it exits.
+    fn finish(self) -> Result<(), String> {
+        let Self {
+            mut child, input, ..
+        } = self;
+        drop(input);
+        let status = child.wait().map_err(|e| e.to_string())?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("the child running seeds as shipped: {status}"))
+        }
+    }
 }
 
 fn number(s: &str) -> Result<u64, String> {

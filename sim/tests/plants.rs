@@ -212,6 +212,80 @@ fn the_store_clock_check_catches_a_clock_slower_than_the_margin_covers() {
     assert!(planted.contains(" VIOLATION slot 0"), "{planted}");
 }
 
+/// Rule 11 found beyond the assumptions, differentially (`--beyond`): the
+/// check matters only where a clock drifts beyond what the margin covers,
+/// so a finding is a seed beyond the assumptions that violates with the
+/// check planted away and holds as shipped, the same seed run again in a
+/// child process without the plant. The first is seed 26, the 27th (its
+/// store's clock runs 3.7 % fast: as shipped the check ends every lease at
+/// its first renewal; planted, a holder keeps its slot until a lost renewal
+/// lets the store expire the lease 1.5 ms before its deadline, under a
+/// spare's grant); 100 seeds leave more than three times that. Such a
+/// finding is not shrunk: a smaller scenario would have to hold as shipped
+/// too, which only a process without the plant can run.
+#[test]
+fn no_store_clock_check_is_found_beyond_the_assumptions_where_the_code_as_shipped_holds() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-sim"))
+        .args([
+            "--plant",
+            "no-store-clock-check",
+            "--beyond",
+            "--seeds",
+            "100",
+            "--no-shrink",
+        ])
+        .output()
+        .expect("the simulator runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("sim: no violation and no outage in a covered seed"),
+        "{text}"
+    );
+    let finding = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sim: VIOLATION BEYOND THE ASSUMPTIONS at seed "))
+        .unwrap_or_else(|| panic!("not found beyond the assumptions in 100 seeds:\n{text}"));
+    let seed = finding
+        .split(',')
+        .next()
+        .unwrap_or_else(|| panic!("no seed in {finding:?}"));
+    assert!(
+        finding.starts_with(&format!("{seed}, which holds as shipped")),
+        "{finding}"
+    );
+    assert!(
+        text.contains(&format!(
+            "sim: as shipped, verdict: seed {seed} covered false violation none"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("seed {seed} covered false:")),
+        "{text}"
+    );
+    assert!(text.contains(" VIOLATION slot "), "{text}");
+    assert!(text.contains("sim: not shrunk"), "{text}");
+}
+
+/// Without a plant, both sides of the comparison are the code as shipped:
+/// `--beyond` is refused rather than finding nothing.
+#[test]
+fn beyond_without_a_plant_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-sim"))
+        .args(["--beyond", "--seeds", "10"])
+        .output()
+        .expect("the simulator runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--beyond needs --plant"), "{err}");
+}
+
 /// Rule 11 and a store-clock step beyond the margin: in seed 112 the
 /// store's clock steps 1.35 s forward (the margin is 53 ms) while p0 holds
 /// slot 0, and p0's next renewal reaches the store before the lease's
