@@ -156,6 +156,13 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Per slot, the token its Lease names (if any) and its resourceVersion.
+    pub(crate) fn holders(&self) -> impl Iterator<Item = (Option<u64>, u64)> + '_ {
+        self.leases.iter().map(|l| (l.holder, l.rv))
+    }
+}
+
 fn at(t: MonoTime) -> String {
     let n = t.as_nanos();
     format!("{}.{:09}", n / SEC, n % SEC)

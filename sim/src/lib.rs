@@ -219,6 +219,9 @@
 
 mod coverage;
 mod liveness;
+mod timeline;
+
+pub use timeline::timeline;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -1123,6 +1126,8 @@ struct World<'a> {
     stamps: Vec<Stamps>,
     trace_on: bool,
     trace: String,
+    /// Only in the replay of a finding that is to be drawn (`timeline.rs`).
+    timeline: Option<timeline::Recorder>,
 }
 
 impl<'a> World<'a> {
@@ -1206,6 +1211,7 @@ impl<'a> World<'a> {
             stamps: Vec::new(),
             trace_on,
             trace: String::new(),
+            timeline: None,
         };
         if trace_on {
             let _ = writeln!(
@@ -1307,6 +1313,9 @@ impl<'a> World<'a> {
                 break;
             }
             self.dispatch(ev);
+            if self.timeline.is_some() {
+                self.note_timeline(&ev);
+            }
         }
         for p in 0..self.procs.len() {
             self.close_window(p);

@@ -4,14 +4,19 @@
 //! ```text
 //! leasehold-sim [--seeds N] [--first SEED] [--plant NAME[,NAME]] [--beyond]
 //!               [--processes P] [--secs S] [--trace SEED] [--no-shrink] [--all]
-//!               [--verdicts]
+//!               [--verdicts] [--timeline FILE]
 //! ```
 //!
 //! Exits 1 when a covered seed violates, or has an outage (a process kept
 //! from generating where nothing excuses it: a finding of liveness, not of
 //! uniqueness), after printing its seed, its trace and, unless
 //! `--no-shrink`, the shrunk scenario's trace step by step. A violation
-//! comes first.
+//! comes first. With `--timeline FILE` it also writes the timeline of the
+//! scenario it printed last (the shrunk one, or the seed's own with
+//! `--no-shrink` or beyond the assumptions) to FILE, in the line-based
+//! format of `timeline.rs` (per process its windows, the store's holds per
+//! slot, the faults, the finding's instant and parties), from which
+//! `cargo xtask sim` draws the finding; nothing of it runs in the sweep.
 //!
 //! `--beyond` (only with `--plant`) also judges the seeds beyond the
 //! assumptions, differentially: one that violates with the plant is run
@@ -38,7 +43,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use leasehold_core::plant::{self, Plant};
-use leasehold_sim::{Outcome, Params, Scenario, run, run_seed, shrink, sweep_judged};
+use leasehold_sim::{Outcome, Params, Scenario, run, run_seed, shrink, sweep_judged, timeline};
 
 fn main() -> ExitCode {
     match real_main() {
@@ -55,6 +60,7 @@ fn real_main() -> Result<ExitCode, String> {
     let (mut seeds, mut first, mut trace, mut shrinking) = (10_000u64, 0u64, None, true);
     let (mut all, mut beyond, mut verdicts) = (false, false, false);
     let mut plants = Vec::new();
+    let mut timeline_to = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -72,6 +78,7 @@ fn real_main() -> Result<ExitCode, String> {
             "--all" => all = true,
             "--beyond" => beyond = true,
             "--verdicts" => verdicts = true,
+            "--timeline" => timeline_to = Some(value("--timeline")?),
             "--plant" => {
                 for name in value("--plant")?.split(',') {
                     let p = Plant::from_name(name).ok_or_else(|| {
@@ -255,6 +262,11 @@ fn real_main() -> Result<ExitCode, String> {
                 v.what
             );
             print!("{}", run_seed(seed, &params, true).trace);
+            write_timeline(
+                timeline_to.as_deref(),
+                &Scenario::generate(seed, &params),
+                &names,
+            )?;
             if let Some((_, line)) = shipped.iter().find(|(n, _)| *n == seed) {
                 println!("sim: as shipped, {line}");
             }
@@ -283,11 +295,23 @@ fn real_main() -> Result<ExitCode, String> {
         }
         println!("sim: the shrunk trace:");
         print!("{}", run(&small, true).trace);
+        write_timeline(timeline_to.as_deref(), &small, &names)?;
     } else {
         print!("{}", run(&sc, true).trace);
+        write_timeline(timeline_to.as_deref(), &sc, &names)?;
     }
     println!("sim: rerun with --trace {seed} (and the same --processes, --secs, --plant)");
     Ok(ExitCode::FAILURE)
+}
+
+/// Writes the timeline of `sc` to `path`, when one is asked for.
+fn write_timeline(path: Option<&str>, sc: &Scenario, plants: &[&str]) -> Result<(), String> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    std::fs::write(path, timeline(sc, plants)).map_err(|e| format!("cannot write {path}: {e}"))?;
+    println!("sim: the timeline of seed {} is in {path}", sc.seed);
+    Ok(())
 }
 
 /// One line that says how a seed went: whether covered, and its violation.
