@@ -45,14 +45,17 @@ use std::fmt::Write as _;
 
 use crate::{ClockSpec, Ev, SEC, Scenario, Violation, World};
 
+/// A hold under way: (token, process, fence, from, until), true ns.
+type Open = (u64, usize, u64, u64, u64);
+
 /// What the replay records beyond what the checker keeps.
 #[derive(Default)]
 pub(crate) struct Recorder {
     /// Which process sent each request id: a grant's token is its
     /// acquire's id.
     owner: BTreeMap<u64, usize>,
-    /// Per slot, the hold under way: (token, process, fence, from, until).
-    open: Vec<Option<(u64, usize, u64, u64, u64)>>,
+    /// Per slot, the hold under way.
+    open: Vec<Option<Open>>,
     /// The holds that ended: (slot, process, fence, from, to).
     holds: Vec<(usize, usize, u64, u64, u64)>,
 }

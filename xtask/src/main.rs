@@ -53,6 +53,7 @@ mod measure;
 mod package;
 mod pictures;
 mod sim;
+mod sim_picture;
 mod svg;
 
 use leasehold_conformance::programs;

@@ -10,7 +10,10 @@
 //! seeds per second and simulated seconds per wall second; it fails when a
 //! seed whose clocks the margin covers violates or has an outage (a process
 //! kept from generating where nothing excuses it), after printing the seed
-//! and its shrunk trace.
+//! and its shrunk trace, and draws that shrunk scenario as a timeline,
+//! `target/sim/finding-<seed>.svg` (`sim_picture.rs`, with the guide's
+//! picture code), from the timeline the simulator writes for it
+//! (`--timeline`), and prints its path.
 //!
 //! `cargo xtask sim --check` is the test command's part: 5,000 seeds of the
 //! code as shipped (5 processes, 60 simulated seconds each), then the
@@ -42,8 +45,17 @@ pub(crate) fn run(args: &[String]) -> Result {
     if planted {
         cmd.args(["--features", "planted-bugs"]);
     }
-    cmd.arg("--").args(args);
-    step("sim", cmd)
+    // A finding's shrunk scenario is drawn from the timeline the simulator
+    // writes for it; one left from an earlier run must not be drawn again.
+    let timeline = target().join("finding.timeline");
+    let _ = std::fs::remove_file(&timeline);
+    cmd.arg("--").args(args).arg("--timeline").arg(&timeline);
+    let ran = step("sim", cmd);
+    if timeline.exists() {
+        let path = crate::sim_picture::write(&timeline, &target())?;
+        println!("sim: the finding is drawn in {}", path.display());
+    }
+    ran
 }
 
 /// 5,000 seeds of the shipped code, then the planted-bug tests.
