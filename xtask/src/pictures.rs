@@ -100,7 +100,7 @@ fn millis(d: Duration) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn rendered(ttl: u64) -> Vec<(&'static str, String)> {
@@ -128,7 +128,7 @@ mod tests {
     }
 
     /// Every opened tag is closed, in order (self-closing ones aside).
-    fn balanced(svg: &str) -> Result<(), String> {
+    pub(crate) fn balanced(svg: &str) -> Result<(), String> {
         let mut stack: Vec<&str> = Vec::new();
         let mut rest = svg;
         while let Some(open) = rest.find('<') {

@@ -104,9 +104,10 @@ fn signed(by: i64) -> String {
 
 /// A duration in seconds as a short label, in the unit that suits it.
 fn short(s: f64) -> String {
-    if s >= 1.0 {
+    // A sum of float steps lands a hair below a round value.
+    if s >= 1.0 - 1e-9 {
         seconds(s)
-    } else if s >= 1e-3 {
+    } else if s >= 1e-3 - 1e-12 {
         format!("{} ms", trim(s * 1e3))
     } else {
         format!("{} µs", trim(s * 1e6))
@@ -399,6 +400,8 @@ struct Panel {
     /// Ticks labelled relative to the finding's instant (the zoomed
     /// panel), or in seconds from the run's start.
     relative_to: Option<f64>,
+    /// Seconds between ticks.
+    step: f64,
 }
 
 /// Draws `t`; `top` is where its first lane goes.
@@ -560,10 +563,7 @@ fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, t
     }
 
     let axis_y = bottom + 10.0;
-    let step = match panel.relative_to {
-        None => axis.step(),
-        Some(_) => fine_step(axis.t1 - axis.t0),
-    };
+    let step = panel.step;
     let label = |v: f64| match panel.relative_to {
         None => seconds(v),
         Some(at) if (v - at).abs() < step * 1e-3 => "0".to_string(),
@@ -613,17 +613,19 @@ fn draw_at(t: &Timeline, height: f64) -> (Svg, f64) {
     let procs: Vec<usize> = (0..t.processes).collect();
     let slots: Vec<usize> = (0..t.slots).collect();
     let store = t.faults.iter().any(|f| f.proc.is_none());
+    let axis = TimeAxis {
+        x0: X0,
+        x1: X1,
+        t0: 0.0,
+        t1: t.length,
+    };
     let whole = Panel {
         procs,
         slots,
         store,
-        axis: TimeAxis {
-            x0: X0,
-            x1: X1,
-            t0: 0.0,
-            t1: t.length,
-        },
+        axis,
         relative_to: None,
+        step: axis.step(),
     };
     let zoom = t.finding.as_ref().and_then(|f| zoom(t, f));
     let finding_lines: Vec<String> = t.finding.as_ref().map_or_else(Vec::new, |f| {
@@ -753,10 +755,10 @@ fn zoom(t: &Timeline, f: &Finding) -> Option<Panel> {
     let mut slots: Vec<usize> = across.iter().map(|w| w.slot).collect();
     slots.sort_unstable();
     slots.dedup();
-    // Nice tick values: the axis in seconds, spanning a round number of
-    // the unit the span is counted in.
-    let unit = if half >= 1e-3 { 1e-3 } else { 1e-6 };
-    let half = (half / unit).ceil() * unit;
+    // Round ticks, one of them at the finding's instant: each side a
+    // whole number of steps.
+    let step = fine_step(half * 2.0);
+    let half = (half / step).ceil() * step;
     Some(Panel {
         procs,
         slots,
@@ -768,6 +770,7 @@ fn zoom(t: &Timeline, f: &Finding) -> Option<Panel> {
             t1: f.at + half,
         },
         relative_to: Some(f.at),
+        step,
     })
 }
 
@@ -795,4 +798,131 @@ pub(crate) fn write(from: &Path, dir: &Path) -> Result<PathBuf, String> {
     let path = dir.join(format!("finding-{seed}.svg"));
     std::fs::write(&path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pictures::tests::balanced;
+
+    /// A finding as the simulator writes it, by hand: three processes on
+    /// two slots, every kind of fault, and a violation half a millisecond
+    /// long in a run of 20 s (so the picture needs its second panel).
+    const FIXTURE: &str = "leasehold-sim timeline 1
+seed 4242
+plants gate-ignores-deadline,no-floor
+store expiring
+length 20000000000
+ttl 2000000000
+processes 3
+slots 2
+start 0 100000000
+start 1 300000000
+start 2 5000000000
+window 0 0 1000100 110000000 9000000000
+window 0 0 1000100 15000000000 15000500000
+window 1 1 1000300 310000000 4000000000
+window 1 0 1009500 9600000000 15000300000
+window 2 1 1005100 5100000000 19000000000
+hold 0 0 1000100 100000000 10000000000
+hold 0 1 1009500 9500000000 20000000000
+hold 1 1 1000300 300000000 4500000000
+hold 1 2 1005100 5000000000 20000000000
+pause 0 9000000000 15000000000
+cut 1 2000000000 3500000000
+cut 2 12000000000 14000000000
+kill 1 4000000000 1000000000
+shutdown 2 19000000000 500000000
+wall-step 2 7000000000 -1500000000
+wall-step 2 7000100000 900000000
+wall-step 2 7000200000 900000000
+wall-step 2 7000300000 900000000
+wall-step 2 7000400000 900000000
+store-step 11000000000 300000000
+store-crash 3000000000 800000000 1000000000
+wipe 16000000000
+failover 17000000000 400000000 0
+some-later-kind 1 2 3
+violation 15000000000 p1,p0 slot 0: p1 (fence 1009500, window 9.600000000.. 15.000300000) and p0 (fence 1000100, window 15.000000000.. 15.000500000) may both generate for 300000 ns
+outage 18000000000 p2 p2 kept from generating
+";
+
+    #[test]
+    fn a_finding_is_drawn_well_formed_with_no_label_overlapping_or_clipped() {
+        let svg = draw(&Timeline::parse(FIXTURE).unwrap());
+        if let Ok(to) = std::env::var("SIM_PICTURE_FIXTURE_SVG") {
+            std::fs::write(to, svg.finish()).unwrap();
+        }
+        assert!(svg.width() <= 900.0);
+        assert_eq!(svg.overlapping_labels(), Vec::<(String, String)>::new());
+        assert_eq!(svg.clipped_labels(), Vec::<String>::new());
+        let text = render(FIXTURE).unwrap();
+        assert!(text.starts_with("<svg "), "{text}");
+        balanced(&text).unwrap();
+        for words in [
+            "seed 4242",
+            "gate-ignores-deadline + no-floor",
+            "VIOLATION at 15.000000 s: slot 0: p1",
+            "Around the violation",
+            "slot 1",
+            "paused",
+            "cut off",
+            "killed, restarts",
+            "shuts down, restarts",
+            "wall −1.5 s",
+            "clock +300 ms",
+            "crash, forgets 1 s",
+            "wipe",
+            "failover",
+            "p1, fence 1009500",
+            "store",
+        ] {
+            assert!(text.contains(words), "the picture does not say {words:?}");
+        }
+        // The five wall-clock steps 0.1 ms apart cannot all be labelled:
+        // what is left off is said.
+        assert!(text.contains("left off where"), "{text}");
+        // A violation comes first; the outage is not the finding drawn.
+        assert!(!text.contains("OUTAGE"), "{text}");
+    }
+
+    #[test]
+    fn the_same_timeline_is_the_same_picture() {
+        assert_eq!(render(FIXTURE).unwrap(), render(FIXTURE).unwrap());
+    }
+
+    /// A finding as long as the run needs no second panel; an outage is
+    /// named as one.
+    #[test]
+    fn a_long_finding_is_drawn_in_one_panel() {
+        let text = "leasehold-sim timeline 1\nseed 1\nplants none\nstore kubernetes\n\
+                    length 4000000000\nttl 1000000000\nprocesses 2\nslots 1\n\
+                    window 0 0 7 0 3000000000\n\
+                    outage 1000000000 p1 p1 kept from generating\n";
+        let svg = render(text).unwrap();
+        assert!(svg.contains("OUTAGE at 1.000000 s"), "{svg}");
+        assert!(svg.contains("nothing planted"), "{svg}");
+        assert!(svg.contains("Kubernetes Leases"), "{svg}");
+        assert!(!svg.contains("Around the"), "{svg}");
+    }
+
+    #[test]
+    fn what_is_not_a_timeline_is_refused() {
+        assert!(render("<svg/>").is_err());
+        let beyond = "leasehold-sim timeline 1\nlength 10\nprocesses 1\nslots 1\n\
+                      window 3 0 1 0 5\n";
+        assert!(render(beyond).is_err());
+        assert!(render("leasehold-sim timeline 1\nlength x\n").is_err());
+    }
+
+    #[test]
+    fn a_zoomed_axis_has_round_ticks() {
+        let close = |a: f64, b: f64| (a - b).abs() < b * 1e-9;
+        assert!(close(fine_step(4e-3), 0.5e-3), "{}", fine_step(4e-3));
+        assert!(close(fine_step(30e-6), 5e-6), "{}", fine_step(30e-6));
+        assert!(close(fine_step(20.0), 5.0), "{}", fine_step(20.0));
+        assert_eq!(signed(-1_500_000_000), "−1.5 s");
+        assert_eq!(signed(300_000), "+300 µs");
+        assert_eq!(short(0.000_999_999_999_99), "1 ms");
+    }
 }
