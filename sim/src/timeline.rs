@@ -251,6 +251,32 @@ fn one_line(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Params, run};
+
+    /// The timeline's windows are the checker's, joined where one runs on
+    /// into the next; the same scenario writes the same text.
+    #[test]
+    fn the_timeline_holds_the_checkers_windows_and_is_the_same_each_time() {
+        let params = Params {
+            processes: 3,
+            secs: 20,
+        };
+        for seed in 0..20 {
+            let sc = Scenario::generate(seed, &params);
+            let text = timeline(&sc, &[]);
+            assert_eq!(text, timeline(&sc, &[]), "seed {seed}");
+            let held: u64 = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("window "))
+                .map(|w| {
+                    let f: Vec<u64> = w.split(' ').map(|n| n.parse().unwrap()).collect();
+                    f[4] - f[3]
+                })
+                .sum();
+            assert_eq!(held, run(&sc, false).held_ns, "seed {seed}:\n{text}");
+            assert!(text.contains("\nplants none\n"), "{text}");
+        }
+    }
 
     #[test]
     fn the_parties_are_the_processes_a_finding_names() {

@@ -442,3 +442,52 @@ fn in_the_kubernetes_mode_the_deadline_counts_from_the_send_with_its_margin() {
         assert!(planted.contains(" VIOLATION slot "), "{planted}");
     }
 }
+
+/// A finding's shrunk scenario is written as a timeline for the picture:
+/// it names the plant, the violation and its two parties, and the windows
+/// in which both may generate.
+#[test]
+fn a_findings_timeline_names_the_violation_and_its_parties() {
+    let file =
+        std::env::temp_dir().join(format!("leasehold-sim-timeline-{}.txt", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-sim"))
+        .args([
+            "--plant",
+            "gate-ignores-deadline",
+            "--seeds",
+            "50",
+            "--timeline",
+        ])
+        .arg(&file)
+        .output()
+        .expect("the simulator runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("sim: the timeline of seed"), "{stdout}");
+    let text = std::fs::read_to_string(&file).expect("the timeline is written");
+    let _ = std::fs::remove_file(&file);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("leasehold-sim timeline 1"), "{text}");
+    assert!(text.contains("\nplants gate-ignores-deadline\n"), "{text}");
+    let violation = text
+        .lines()
+        .find_map(|l| l.strip_prefix("violation "))
+        .unwrap_or_else(|| panic!("no violation in the timeline:\n{text}"));
+    let fields: Vec<&str> = violation.splitn(3, ' ').collect();
+    let at: u64 = fields[0].parse().expect("an instant in ns");
+    let parties: Vec<&str> = fields[1].split(',').collect();
+    assert_eq!(parties.len(), 2, "{violation}");
+    assert!(fields[2].contains("may both generate"), "{violation}");
+    // Each party has a window across the violation's instant.
+    for p in parties {
+        let p = p.trim_start_matches('p');
+        let across = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("window "))
+            .any(|w| {
+                let f: Vec<u64> = w.split(' ').map(|n| n.parse().unwrap()).collect();
+                f[0].to_string() == p && f[3] <= at && at < f[4]
+            });
+        assert!(across, "p{p} has no window across {at}:\n{text}");
+    }
+}

@@ -52,8 +52,12 @@ pub(crate) fn run(args: &[String]) -> Result {
     cmd.arg("--").args(args).arg("--timeline").arg(&timeline);
     let ran = step("sim", cmd);
     if timeline.exists() {
-        let path = crate::sim_picture::write(&timeline, &target())?;
-        println!("sim: the finding is drawn in {}", path.display());
+        // A picture that cannot be drawn is reported; the run's verdict
+        // stands either way.
+        match crate::sim_picture::write(&timeline, &target()) {
+            Ok(path) => println!("sim: the finding is drawn in {}", path.display()),
+            Err(e) => eprintln!("sim: the finding cannot be drawn: {e}"),
+        }
     }
     ran
 }
