@@ -632,7 +632,8 @@ fn draw_at(t: &Timeline, height: f64) -> (Svg, f64) {
         let kind = f.kind.to_uppercase();
         wrap(
             &format!("{kind} at {}: {}", exact(f.at), f.what),
-            X1 - 20.0,
+            // Its first line is bold, and wider.
+            (X1 - 20.0) / 1.08,
             13.0,
         )
     });
@@ -892,13 +893,17 @@ outage 18000000000 p2 p2 kept from generating
     }
 
     /// A finding as long as the run needs no second panel; an outage is
-    /// named as one.
+    /// named as one; a long finding's note (its first line bold) is
+    /// wrapped inside the picture.
     #[test]
     fn a_long_finding_is_drawn_in_one_panel() {
         let text = "leasehold-sim timeline 1\nseed 1\nplants none\nstore kubernetes\n\
                     length 4000000000\nttl 1000000000\nprocesses 2\nslots 1\n\
                     window 0 0 7 0 3000000000\n\
-                    outage 1000000000 p1 p1 kept from generating\n";
+                    outage 1000000000 p1 p1 lost its lease (the local deadline passed \
+                    without a confirmed renewal (last attempt: renewal did not come back in \
+                    time)), although nothing faulted it from one TTL before it last confirmed \
+                    the lease\n";
         let svg = render(text).unwrap();
         assert!(svg.contains("OUTAGE at 1.000000 s"), "{svg}");
         assert!(svg.contains("nothing planted"), "{svg}");
