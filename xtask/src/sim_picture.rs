@@ -562,6 +562,15 @@ fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, t
         }
     }
 
+    // The shrinker ends a run just after its finding: where the zoomed
+    // panel reaches past the end, the bars stop there for that reason.
+    if t.length < hi
+        && let Some(&(_, first)) = proc_y.first()
+    {
+        let x = axis.x(t.length);
+        svg.line((x, first - 24.0), (x, bottom), GREY, 1.5, Some("5 3"));
+        placer.place(svg, x, &[first - 13.0, first + 24.0], "the run ends", GREY);
+    }
     let axis_y = bottom + 10.0;
     let step = panel.step;
     let label = |v: f64| match panel.relative_to {
@@ -909,6 +918,23 @@ outage 18000000000 p2 p2 kept from generating
         assert!(svg.contains("nothing planted"), "{svg}");
         assert!(svg.contains("Kubernetes Leases"), "{svg}");
         assert!(!svg.contains("Around the"), "{svg}");
+    }
+
+    /// A shrunk run ends a millisecond after its finding: the zoomed
+    /// panel says so where its bars stop.
+    #[test]
+    fn the_zoomed_panel_marks_where_a_shrunk_run_ends() {
+        let text = "leasehold-sim timeline 1\nseed 9\nplants no-margin\nstore expiring\n\
+                    length 20000500000\nttl 1000000000\nprocesses 2\nslots 1\n\
+                    window 0 0 7 0 20000200000\nwindow 1 0 8 19999900000 20000500000\n\
+                    hold 0 1 8 19999800000 20000500000\n\
+                    violation 19999900000 p1,p0 slot 0: p0 and p1 may both generate\n";
+        let svg = draw(&Timeline::parse(text).unwrap());
+        assert_eq!(svg.overlapping_labels(), Vec::<(String, String)>::new());
+        assert_eq!(svg.clipped_labels(), Vec::<String>::new());
+        let svg = svg.finish();
+        assert!(svg.contains("Around the violation"), "{svg}");
+        assert!(svg.contains("the run ends"), "{svg}");
     }
 
     #[test]
