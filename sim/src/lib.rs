@@ -764,7 +764,7 @@ pub fn run(sc: &Scenario, trace: bool) -> Outcome {
 /// violation, as an outage.
 /// The binary prints the shrunk scenario's trace step by step and, with
 /// `--timeline`, writes its [`timeline`], which `cargo xtask sim` draws as
-/// `target/sim/finding-<seed>.svg`.
+/// `target/sim/finding-<plants>-<seed>.svg`.
 pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
     let outage = run(sc, false).violation.is_none();
     let fails = |s: &Scenario| {

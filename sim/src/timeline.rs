@@ -1,5 +1,5 @@
 //! A run's timeline in a small line-based text, for drawing a finding
-//! (`cargo xtask sim` draws it as `target/sim/finding-<seed>.svg`).
+//! (`cargo xtask sim` draws it as `target/sim/finding-<plants>-<seed>.svg`).
 //!
 //! Only the replay of a finding's (shrunk) scenario records it: a sweep
 //! runs with no recorder, and the hook in the event loop is one `None`

@@ -11,7 +11,7 @@
 //! seed whose clocks the margin covers violates or has an outage (a process
 //! kept from generating where nothing excuses it), after printing the seed
 //! and its shrunk trace, and draws that shrunk scenario as a timeline,
-//! `target/sim/finding-<seed>.svg` (`sim_picture.rs`, with the guide's
+//! `target/sim/finding-<plants>-<seed>.svg` (`sim_picture.rs`, with the guide's
 //! picture code), from the timeline the simulator writes for it
 //! (`--timeline`), and prints its path.
 //!

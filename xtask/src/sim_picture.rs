@@ -798,14 +798,23 @@ pub(crate) fn render(text: &str) -> Result<String, String> {
     Ok(svg.finish())
 }
 
-/// Draws the timeline in `from` as `dir/finding-<seed>.svg`; returns its
-/// path.
+/// Draws the timeline in `from` as `dir/finding-<plants>-<seed>.svg`
+/// (`finding-<seed>.svg` with nothing planted), so that findings of two
+/// plants at one seed keep a picture each; returns its path.
 pub(crate) fn write(from: &Path, dir: &Path) -> Result<PathBuf, String> {
     let text = std::fs::read_to_string(from)
         .map_err(|e| format!("cannot read {}: {e}", from.display()))?;
-    let seed = Timeline::parse(&text)?.seed;
+    let timeline = Timeline::parse(&text)?;
     let svg = render(&text)?;
-    let path = dir.join(format!("finding-{seed}.svg"));
+    let name = match timeline.plants.as_str() {
+        "" | "none" => format!("finding-{}.svg", timeline.seed),
+        plants => format!(
+            "finding-{}-{}.svg",
+            plants.replace(" + ", "+"),
+            timeline.seed
+        ),
+    };
+    let path = dir.join(name);
     std::fs::write(&path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }
