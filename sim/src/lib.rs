@@ -211,11 +211,20 @@
 //! the margin covers) is judged differentially there ([`sweep_judged`],
 //! the binary's `--beyond`): a seed beyond the assumptions that violates
 //! with the plant is run again as shipped, in a process without it, and
-//! is a finding when it holds there. A finding shows what the plant
-//! changed in that seed. It does not show that the shipped code holds
-//! beyond the assumptions: there any change of schedule moves violations
-//! between seeds, so some seeds violate only as shipped, and a plant's
-//! count of findings means something only against theirs.
+//! is a finding when it holds there. It does not show that the shipped
+//! code holds beyond the assumptions: there any change of schedule moves
+//! violations between seeds, so some seeds violate only as shipped, and a
+//! count of findings alone says little (a control plant gets as many). A
+//! finding is *caused* by the plant ([`caused_by`]) when the two traces
+//! of its seed first differ ([`first_difference`]) at the plant's own
+//! branch acting on a lease ([`branch_at`]: as shipped the lease ends
+//! there, for rule 11's check or at the local deadline; planted it goes
+//! on) and the violation, no earlier, involves that very lease, by
+//! process and fence ([`involves`]). Up to that line the two runs are
+//! the same run, so the lease the plant kept is the one thing that
+//! differs; the criterion is conservative, crediting nothing the plant
+//! does after the traces have parted. `no-margin` is not judged so: its
+//! branch acts on every claim's ceiling, before any lease exists.
 
 mod coverage;
 mod liveness;

@@ -30,8 +30,8 @@
 //! so a plant's findings there mean something only against the last count.
 //!
 //! A finding is explained by where its two traces first differ (the child
-//! runs the seed again with its trace): `sim: the traces first differ at
-//! T (line L): as shipped `…`; planted `…``, and whether that is the
+//! runs the seed again with its trace): "sim: the traces first differ at
+//! T (line L): as shipped … ; planted …", and whether that is the
 //! plant's own branch acting on a lease the violation then involves
 //! (`leasehold_sim::caused_by`): `CAUSED by the plant`, or `not shown
 //! caused` and why. With `--all` the count of findings says how many are
