@@ -211,11 +211,20 @@
 //! the margin covers) is judged differentially there ([`sweep_judged`],
 //! the binary's `--beyond`): a seed beyond the assumptions that violates
 //! with the plant is run again as shipped, in a process without it, and
-//! is a finding when it holds there. A finding shows what the plant
-//! changed in that seed. It does not show that the shipped code holds
-//! beyond the assumptions: there any change of schedule moves violations
-//! between seeds, so some seeds violate only as shipped, and a plant's
-//! count of findings means something only against theirs.
+//! is a finding when it holds there. It does not show that the shipped
+//! code holds beyond the assumptions: there any change of schedule moves
+//! violations between seeds, so some seeds violate only as shipped, and a
+//! count of findings alone says little (a control plant gets as many). A
+//! finding is *caused* by the plant ([`caused_by`]) when the two traces
+//! of its seed first differ ([`first_difference`]) at the plant's own
+//! branch acting on a lease ([`branch_at`]: as shipped the lease ends
+//! there, for rule 11's check or at the local deadline; planted it goes
+//! on) and the violation, no earlier, involves that very lease, by
+//! process and fence ([`involves`]). Up to that line the two runs are
+//! the same run, so the lease the plant kept is the one thing that
+//! differs; the criterion is conservative, crediting nothing the plant
+//! does after the traces have parted. `no-margin` is not judged so: its
+//! branch acts on every claim's ceiling, before any lease exists.
 
 mod coverage;
 mod liveness;
@@ -979,8 +988,17 @@ enum Ev {
 
 #[derive(Clone, Copy, Debug)]
 enum CallKind {
-    Acquire { sent_at: MonoTime, ceiling: Floor },
-    Renew { sent_at: MonoTime, ceiling: Floor },
+    Acquire {
+        sent_at: MonoTime,
+        ceiling: Floor,
+    },
+    Renew {
+        sent_at: MonoTime,
+        ceiling: Floor,
+        /// The lease renewed, for the trace.
+        slot: u32,
+        fence: u64,
+    },
     Release,
 }
 
@@ -1882,14 +1900,17 @@ impl<'a> World<'a> {
             (CallKind::Acquire { .. }, None) => Some(Input::AcquireFailed(
                 AcquireError::Unreachable(Reason::new("acquire did not answer in time")),
             )),
-            (CallKind::Renew { sent_at, ceiling }, Some(Ans::Renewed { store })) => {
-                Some(Input::Renewed {
-                    ttl,
-                    sent_at,
-                    ceiling,
-                    store_time: self.kube.is_none().then(|| Duration::from_nanos(store)),
-                })
-            }
+            (
+                CallKind::Renew {
+                    sent_at, ceiling, ..
+                },
+                Some(Ans::Renewed { store }),
+            ) => Some(Input::Renewed {
+                ttl,
+                sent_at,
+                ceiling,
+                store_time: self.kube.is_none().then(|| Duration::from_nanos(store)),
+            }),
             (CallKind::Renew { .. }, Some(_)) => Some(Input::RenewLost(Reason::new("not held"))),
             (CallKind::Renew { .. }, None) => Some(Input::RenewRetry(Reason::new(
                 "renewal did not answer before the local deadline",
@@ -1898,7 +1919,16 @@ impl<'a> World<'a> {
         };
         match &ans {
             Some(a) => self.log(Some(p), format_args!("answer {id}: {a:?}")),
-            None => self.log(Some(p), format_args!("call {id} timed out")),
+            None => {
+                let kind = match call.kind {
+                    CallKind::Acquire { .. } => "a claim".to_string(),
+                    CallKind::Renew { slot, fence, .. } => {
+                        format!("a renewal of slot {slot} fence {fence}")
+                    }
+                    CallKind::Release => "a release".to_string(),
+                };
+                self.log(Some(p), format_args!("call {id} timed out ({kind})"));
+            }
         }
         match input {
             Some(i) => self.feed(p, i),
@@ -1997,7 +2027,14 @@ impl<'a> World<'a> {
                     token: token_id(&grant.token),
                     ceiling: ceiling.0,
                 };
-                self.call(p, CallKind::Renew { sent_at, ceiling }, req, until);
+                let (slot, fence) = (grant.slot, grant.fence.0);
+                let kind = CallKind::Renew {
+                    sent_at,
+                    ceiling,
+                    slot,
+                    fence,
+                };
+                self.call(p, kind, req, until);
             }
             Action::Release { grant, until } => {
                 // What the lease manager reports: the highest timestamp the gate's
@@ -2044,7 +2081,19 @@ impl<'a> World<'a> {
             }
             Action::Close => {
                 self.procs[p].gate.close();
-                self.log(Some(p), format_args!("closes"));
+                // A close that ends a lease names why, on its own line: where
+                // two traces of one seed first differ, that line says which
+                // branch of the machine acted (`first_difference`).
+                match self.procs[p].pending.front() {
+                    Some(Action::NotifyLost(e)) => {
+                        let (slot, fence, cause) = (e.slot, e.fence.0, e.cause.to_string());
+                        self.log(
+                            Some(p),
+                            format_args!("closes: lost slot {slot} fence {fence}: {cause}"),
+                        );
+                    }
+                    _ => self.log(Some(p), format_args!("closes")),
+                }
             }
             Action::NotifyLost(e) => {
                 let ttl = u64::try_from(self.sc.ttl.as_nanos()).unwrap_or(u64::MAX);
@@ -2281,6 +2330,162 @@ fn token_id(t: &Token) -> u64 {
     u64::from_le_bytes(b)
 }
 
+/// Where two traces of one seed, as shipped and planted, first differ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    /// The line's number in both traces, from 1.
+    pub line: usize,
+    /// The trace as shipped there (empty where it has ended).
+    pub shipped: String,
+    /// The planted trace there (empty where it has ended).
+    pub planted: String,
+}
+
+impl Difference {
+    /// The true time of the first difference, as the traces print it: the
+    /// shipped line's, or the planted one's where the shipped trace has
+    /// ended.
+    pub fn at(&self) -> &str {
+        let line = if self.shipped.is_empty() {
+            &self.planted
+        } else {
+            &self.shipped
+        };
+        line.split_whitespace().next().unwrap_or("the end")
+    }
+
+    /// [`Difference::at`] in true ns (the traces print it to the ns).
+    pub fn at_ns(&self) -> Option<u64> {
+        let (s, ns) = self.at().split_once('.')?;
+        Some(s.parse::<u64>().ok()? * SEC + ns.parse::<u64>().ok()?)
+    }
+}
+
+/// The first line at which `shipped` and `planted` differ, if they do.
+pub fn first_difference(shipped: &str, planted: &str) -> Option<Difference> {
+    let (mut a, mut b) = (shipped.lines(), planted.lines());
+    let mut line = 0;
+    loop {
+        line += 1;
+        match (a.next(), b.next()) {
+            (None, None) => return None,
+            (x, y) if x == y => {}
+            (x, y) => {
+                return Some(Difference {
+                    line,
+                    shipped: x.unwrap_or_default().to_string(),
+                    planted: y.unwrap_or_default().to_string(),
+                });
+            }
+        }
+    }
+}
+
+/// A process's lease, as a trace line names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The process.
+    pub process: usize,
+    /// The slot.
+    pub slot: u32,
+    /// The grant's fence.
+    pub fence: u64,
+}
+
+/// The number that follows `after` in `text`.
+fn number_after<T: std::str::FromStr>(text: &str, after: &str) -> Option<T> {
+    let (_, rest) = text.split_once(after)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Whether the plant's branch can be recognised at the first difference
+/// between a seed's traces ([`branch_at`]); `no-margin`'s cannot be told
+/// from a lease: it acts from the first claim of every seed, on the
+/// ceiling that claim sends, before any lease exists.
+pub fn judged(plants: &[leasehold_core::plant::Plant]) -> bool {
+    use leasehold_core::plant::Plant;
+    plants
+        .iter()
+        .any(|p| matches!(p, Plant::NoStoreClockCheck | Plant::NoStopAtDeadline))
+}
+
+/// Whether the first difference between a seed's traces is the plant's own
+/// branch acting, and on which lease: what each plant's branch changes
+/// first in a trace, read off the line as shipped, which names the lease.
+/// `None` where the difference is not that branch, or for a plant not
+/// [`judged`] this way.
+///
+/// - `no-store-clock-check`: as shipped a process ends its lease for rule
+///   11's check (`closes: lost slot S fence F: the store's clock ran …
+///   ahead`), where the planted one keeps it;
+/// - `no-stop-at-deadline`: as shipped a process stops at its local
+///   deadline, where the planted one goes on: it ends its lease there
+///   (`closes: lost slot S fence F: the local deadline passed …`), or its
+///   renewal, whose bound is the deadline as shipped and later planted,
+///   times out (`call N timed out (a renewal of slot S fence F)`).
+pub fn branch_at(plants: &[leasehold_core::plant::Plant], d: &Difference) -> Option<Lease> {
+    use leasehold_core::plant::Plant;
+    let (_time, rest) = d.shipped.trim_start().split_once(' ')?;
+    let (who, what) = rest.trim_start().split_once(' ')?;
+    let process = who.strip_prefix('p')?.parse().ok()?;
+    let lost = what.starts_with("closes: lost slot ");
+    let acted = plants.iter().any(|plant| match plant {
+        Plant::NoStoreClockCheck => lost && what.contains(": the store's clock ran "),
+        Plant::NoStopAtDeadline => {
+            (lost && what.contains(": the local deadline passed "))
+                || (what.starts_with("call ") && what.contains(" timed out (a renewal of slot "))
+        }
+        _ => false,
+    });
+    acted.then_some(())?;
+    Some(Lease {
+        process,
+        slot: number_after(what, "slot ")?,
+        fence: number_after(what, " fence ")?,
+    })
+}
+
+/// Whether a violation involves a lease: it names the process generating,
+/// stamping or writing with the lease's fence, or, for an ID issued twice
+/// (which names issuers, not fences), it is on the lease's slot and names
+/// the process. The checker's own wordings.
+pub fn involves(v: &Violation, lease: Lease) -> bool {
+    let Lease {
+        process: p,
+        slot,
+        fence,
+    } = lease;
+    let names = |s: String| {
+        v.what
+            .match_indices(&s)
+            .any(|(i, m)| !v.what[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    };
+    names(format!("p{p} (fence {fence}"))
+        || names(format!("p{p} generates with fence {fence}"))
+        || names(format!("p{p} generated with fence {fence}"))
+        || names(format!("p{p}'s write with fence {fence}"))
+        || (v.what.starts_with(&format!("slot {slot}: ID ")) && names(format!("by p{p} (")))
+}
+
+/// A finding beyond the assumptions is *caused* by the plant when the
+/// traces first differ at the plant's own branch acting on a lease
+/// ([`branch_at`]: as shipped it ends there, planted it goes on), and the
+/// planted violation comes no earlier and involves that very lease
+/// ([`involves`]): the lease the plant kept alive, before anything else in
+/// the seed went differently, is one of the two the violation is about.
+/// Conservative: a plant whose branch acts again later, on another lease,
+/// after the traces have already parted, is not credited with what
+/// follows.
+pub fn caused_by(
+    plants: &[leasehold_core::plant::Plant],
+    d: &Difference,
+    planted: &Violation,
+) -> bool {
+    d.at_ns().is_some_and(|at| planted.at >= at)
+        && branch_at(plants, d).is_some_and(|lease| involves(planted, lease))
+}
+
 /// Runs `seeds` seeds from `first`, up to the first covered violation or
 /// outage unless `all`; counts seeds, grants, violations and outages.
 pub fn sweep(
@@ -2498,5 +2703,64 @@ mod tests {
         sc.procs[3].clock.ppm = -5_000;
         assert_eq!(sc.wall_spread(), 900 * MS + 300 * MS);
         assert!(!sc.covered());
+    }
+
+    /// The first difference is the first line that differs, with the
+    /// shorter trace's missing line empty; the lease it names is read off
+    /// the shipped line, and a violation involves it only with its fence
+    /// (or, for an ID issued twice, its slot) and only from there on.
+    #[test]
+    fn a_difference_is_caused_by_the_branch_only_on_the_lease_it_names() {
+        use leasehold_core::plant::Plant;
+        let shipped = "   1.000000000    p2 opens slot 0 fence 7\n   2.000000000    p2 closes: \
+                       lost slot 0 fence 7: the store's clock ran 1ms ahead of this host's\n";
+        let planted = "   1.000000000    p2 opens slot 0 fence 7\n   2.000000000    p2 extends \
+                       (deadline in 1s local)\n";
+        assert_eq!(first_difference(shipped, shipped), None);
+        let d = first_difference(shipped, planted).expect("they differ");
+        assert_eq!(
+            (d.line, d.at(), d.at_ns()),
+            (2, "2.000000000", Some(2 * SEC))
+        );
+        let lease = Lease {
+            process: 2,
+            slot: 0,
+            fence: 7,
+        };
+        assert_eq!(branch_at(&[Plant::NoStoreClockCheck], &d), Some(lease));
+        assert_eq!(branch_at(&[Plant::NoStopAtDeadline], &d), None);
+        assert_eq!(branch_at(&[Plant::NoMargin], &d), None);
+        let v = |at: u64, what: &str| Violation {
+            at,
+            what: what.to_string(),
+        };
+        let overlap = "slot 0: p2 (fence 7, window 1..3) and p1 (fence 9, window 2..4) may both \
+                       generate for 1 ns";
+        let plants = [Plant::NoStoreClockCheck];
+        assert!(caused_by(&plants, &d, &v(3 * SEC, overlap)));
+        assert!(
+            !caused_by(&plants, &d, &v(SEC, overlap)),
+            "before the difference"
+        );
+        let other = overlap.replace("fence 7,", "fence 70,");
+        assert!(
+            !caused_by(&plants, &d, &v(3 * SEC, &other)),
+            "another lease"
+        );
+        let twice = "slot 0: ID 5 (stamped 1 Unix ms, sequence 0) issued twice: by p1 \
+                     (incarnation 0, component a) at 1 and by p2 (incarnation 0, component b) at 2";
+        assert!(involves(&v(0, twice), lease));
+        assert!(!involves(&v(0, &twice.replace("slot 0", "slot 1")), lease));
+        let timed_out = "   2.000000000    p4 call 12 timed out (a renewal of slot 1 fence 3)";
+        let d = first_difference(timed_out, "   2.100000000    p0 killed").expect("they differ");
+        assert_eq!(
+            branch_at(&[Plant::NoStopAtDeadline], &d),
+            Some(Lease {
+                process: 4,
+                slot: 1,
+                fence: 3
+            })
+        );
+        assert_eq!(branch_at(&[Plant::NoStoreClockCheck], &d), None);
     }
 }

@@ -34,16 +34,30 @@
 //! assumptions any change of schedule moves violations from seed to seed,
 //! so a plant's findings there mean something only against the last count.
 //!
+//! A finding is explained by where its two traces first differ (the child
+//! runs the seed again with its trace): "sim: the traces first differ at
+//! T (line L): as shipped … ; planted …", and whether that is the
+//! plant's own branch acting on a lease the violation then involves
+//! (`leasehold_sim::caused_by`): `CAUSED by the plant`, or `not shown
+//! caused` and why. With `--all` the count of findings says how many are
+//! so caused, and the first of them is explained as above; `no-margin`,
+//! whose branch acts on every claim's ceiling before any lease exists, is
+//! not judged so.
+//!
 //! `--verdicts` reads seeds from its input, one a line, runs each (quietly)
 //! and prints one line each, `verdict: seed N covered BOOL violation
-//! none|WHAT`.
+//! none|WHAT`; for a line `trace N` it prints `trace: seed N lines L` and
+//! the seed's L lines of trace.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use leasehold_core::plant::{self, Plant};
-use leasehold_sim::{Outcome, Params, Scenario, run, run_seed, shrink, sweep_judged, timeline};
+use leasehold_sim::{
+    Difference, Outcome, Params, Scenario, branch_at, caused_by, first_difference, judged, run,
+    run_seed, shrink, sweep_judged, timeline,
+};
 
 fn main() -> ExitCode {
     match real_main() {
@@ -105,6 +119,16 @@ fn real_main() -> Result<ExitCode, String> {
         let mut out = std::io::stdout().lock();
         for line in std::io::stdin().lock().lines() {
             let line = line.map_err(|e| e.to_string())?;
+            // `trace N`: the seed's trace as shipped, after a line that
+            // says how many lines it has.
+            if let Some(seed) = line.trim().strip_prefix("trace ") {
+                let o = run_seed(number(seed)?, &params, true);
+                let n = o.trace.lines().count();
+                write!(out, "trace: seed {} lines {n}\n{}", o.seed, o.trace)
+                    .and_then(|()| out.flush())
+                    .map_err(|e| e.to_string())?;
+                continue;
+            }
             let o = run_seed(number(line.trim())?, &params, false);
             writeln!(out, "{}", verdict_line(&o))
                 .and_then(|()| out.flush())
@@ -145,6 +169,11 @@ fn real_main() -> Result<ExitCode, String> {
     // for the report.
     let mut child = None;
     let mut shipped = Vec::new();
+    // Each finding (violates with the plant, holds as shipped): where its
+    // traces first differ, and whether the plant's branch acting there
+    // caused it (`caused_by`).
+    let mut differences: Vec<(u64, Option<Difference>, bool)> = Vec::new();
+    let mut first_caused = None;
     let mut failed = None;
     let judge = |o: &Outcome| {
         if !beyond || failed.is_some() || (o.violation.is_none() && !all) {
@@ -154,12 +183,30 @@ fn real_main() -> Result<ExitCode, String> {
             Some(c) => Ok(c),
             None => Shipped::start(&params).map(|c| child.insert(c)),
         }
-        .and_then(|c| c.verdict(o.seed));
+        .and_then(|c| {
+            let line = c.verdict(o.seed)?;
+            let difference = match &o.violation {
+                Some(v) if line.ends_with(" violation none") => {
+                    let theirs = c.trace(o.seed)?;
+                    let d = first_difference(&theirs, &run_seed(o.seed, &params, true).trace);
+                    let caused = d.as_ref().is_some_and(|d| caused_by(&plants, d, v));
+                    Some((d, caused))
+                }
+                _ => None,
+            };
+            Ok((line, difference))
+        });
         match verdict {
-            Ok(line) => {
+            Ok((line, difference)) => {
                 let violates = !line.ends_with(" violation none");
                 if o.violation.is_some() {
                     shipped.push((o.seed, line));
+                }
+                if let Some((d, caused)) = difference {
+                    if caused && first_caused.is_none() {
+                        first_caused = Some((o.seed, started.elapsed().as_secs_f64()));
+                    }
+                    differences.push((o.seed, d, caused));
                 }
                 Some(violates)
             }
@@ -232,11 +279,33 @@ fn real_main() -> Result<ExitCode, String> {
             s.kubernetes_violations
         );
         if beyond {
+            let caused = if judged(&plants) {
+                let n = differences.iter().filter(|(_, _, c)| *c).count();
+                format!("{n} of them caused by the plant's branch at the first difference")
+            } else {
+                "not judged by cause (the plant's branch names no lease)".to_string()
+            };
             println!(
                 "sim: of {} seeds beyond the assumptions, {} violate ({planted}) and hold as \
-                 shipped, {} violate in both, {} hold ({planted}) and violate as shipped",
+                 shipped, {caused}; {} violate in both, {} hold ({planted}) and violate as \
+                 shipped",
                 s.beyond, s.beyond_findings, s.beyond_both, s.beyond_shipped_only
             );
+            if judged(&plants) {
+                match first_caused {
+                    Some((seed, at)) => {
+                        println!(
+                            "sim: the first caused by the plant: seed {seed}, after {} seeds, \
+                             {at:.3} s",
+                            seed - first + 1
+                        );
+                        if let Some((_, d, _)) = differences.iter().find(|(n, _, _)| *n == seed) {
+                            report_difference(&plants, d.as_ref(), true);
+                        }
+                    }
+                    None => println!("sim: none caused by the plant's branch"),
+                }
+            }
         }
     }
     // A violation comes first; an outage is reported when there is none.
@@ -269,6 +338,9 @@ fn real_main() -> Result<ExitCode, String> {
             )?;
             if let Some((_, line)) = shipped.iter().find(|(n, _)| *n == seed) {
                 println!("sim: as shipped, {line}");
+            }
+            if let Some((_, d, caused)) = differences.iter().find(|(n, _, _)| *n == seed) {
+                report_difference(&plants, d.as_ref(), *caused);
             }
             println!(
                 "sim: not shrunk: a smaller scenario would have to hold as shipped too, which \
@@ -312,6 +384,44 @@ fn write_timeline(path: Option<&str>, sc: &Scenario, plants: &[&str]) -> Result<
     std::fs::write(path, timeline(sc, plants)).map_err(|e| format!("cannot write {path}: {e}"))?;
     println!("sim: the timeline of seed {} is in {path}", sc.seed);
     Ok(())
+}
+
+/// Where a finding's traces first differ, and whether that is the plant's
+/// branch acting on a process its violation involves.
+fn report_difference(plants: &[Plant], d: Option<&Difference>, caused: bool) {
+    let Some(d) = d else {
+        println!("sim: the traces do not differ (a violation of the checker's own?)");
+        return;
+    };
+    println!(
+        "sim: the traces first differ at {} (line {}): as shipped `{}`; planted `{}`",
+        d.at(),
+        d.line,
+        d.shipped.trim(),
+        d.planted.trim()
+    );
+    if !judged(plants) {
+        println!(
+            "sim: not judged: the plant's branch cannot be told from a lease at the first \
+             difference"
+        );
+        return;
+    }
+    match branch_at(plants, d) {
+        Some(l) if caused => println!(
+            "sim: CAUSED by the plant: its branch acts there on p{}'s lease of slot {} fence {}, \
+             and the violation involves that lease",
+            l.process, l.slot, l.fence
+        ),
+        Some(l) => println!(
+            "sim: not shown caused by the plant: its branch acts there on p{}'s lease of slot {} \
+             fence {}, but the violation does not involve that lease",
+            l.process, l.slot, l.fence
+        ),
+        None => println!(
+            "sim: not shown caused by the plant: the first difference is not its branch acting"
+        ),
+    }
 }
 
 /// One line that says how a seed went: whether covered, and its violation.
@@ -370,6 +480,33 @@ impl Shipped {
             return Err(format!("seed {seed}: no verdict, but {line:?}"));
         }
         Ok(line.to_string())
+    }
+
+    /// The trace of `seed` as shipped.
+    fn trace(&mut self, seed: u64) -> Result<String, String> {
+        writeln!(self.input, "trace {seed}")
+            .and_then(|()| self.input.flush())
+            .map_err(|e| e.to_string())?;
+        let mut head = String::new();
+        self.output
+            .read_line(&mut head)
+            .map_err(|e| e.to_string())?;
+        let n = head
+            .trim_end()
+            .strip_prefix(&format!("trace: seed {seed} lines "))
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| format!("seed {seed}: no trace, but {head:?}"))?;
+        let mut trace = String::new();
+        for _ in 0..n {
+            let read = self
+                .output
+                .read_line(&mut trace)
+                .map_err(|e| e.to_string())?;
+            if read == 0 {
+                return Err(format!("seed {seed}: its trace as shipped ends early"));
+            }
+        }
+        Ok(trace)
     }
 
     /// Ends the child: its input closed, it exits.

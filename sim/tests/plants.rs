@@ -271,6 +271,74 @@ fn no_store_clock_check_is_found_beyond_the_assumptions_where_the_code_as_shippe
     );
     assert!(text.contains(" VIOLATION slot "), "{text}");
     assert!(text.contains("sim: not shrunk"), "{text}");
+    // The traces first part where the check, as shipped, ends a lease.
+    let difference = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sim: the traces first differ at "))
+        .unwrap_or_else(|| panic!("no first difference:\n{text}"));
+    assert!(
+        difference.contains(" closes: lost slot ")
+            && difference.contains(": the store's clock ran "),
+        "{difference}"
+    );
+}
+
+/// A finding beyond the assumptions is caused by the plant when the traces
+/// first differ at its branch acting on a lease and the violation involves
+/// that lease. Seed 26's first difference is the check ending p4's lease
+/// of slot 0, but its violation is p0's and p1's on slot 1, after the
+/// traces have parted: not credited, though the plant may well act again
+/// there. The first caused is seed 326: as shipped the check ends p2's
+/// lease at 0.96 s where planted p2 extends it, and the violation is p2
+/// generating with that lease's fence under p0's grant.
+#[test]
+fn no_store_clock_check_causes_a_finding_at_the_first_difference_of_the_traces() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold-sim"))
+        .args([
+            "--plant",
+            "no-store-clock-check",
+            "--beyond",
+            "--seeds",
+            "400",
+            "--all",
+            "--no-shrink",
+        ])
+        .output()
+        .expect("the simulator runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let caused = text
+        .lines()
+        .find_map(|l| l.strip_prefix("sim: the first caused by the plant: seed "))
+        .unwrap_or_else(|| panic!("none caused by the plant in 400 seeds:\n{text}"));
+    assert!(caused.starts_with("326, after 327 seeds"), "{caused}");
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("sim: the first caused by the plant: "))
+        .expect("found above");
+    let difference = lines[at + 1];
+    assert!(
+        difference
+            .starts_with("sim: the traces first differ at 0.960892875 (line 37): as shipped `")
+            && difference.contains(" p2 closes: lost slot 0 fence ")
+            && difference.contains(": the store's clock ran ")
+            && difference.contains("; planted `0.960892875    p2 extends (deadline in "),
+        "{difference}"
+    );
+    assert!(
+        lines[at + 2].starts_with(
+            "sim: CAUSED by the plant: its branch acts there on p2's lease of slot 0 fence "
+        ),
+        "{}",
+        lines[at + 2]
+    );
+    assert!(
+        text.contains(
+            "3 violate (planted: no-store-clock-check) and hold as shipped, 1 of them caused by \
+             the plant's branch at the first difference"
+        ),
+        "{text}"
+    );
 }
 
 /// Without a plant, both sides of the comparison are the code as shipped:
