@@ -767,54 +767,227 @@ pub fn run(sc: &Scenario, trace: bool) -> Outcome {
 }
 
 /// Shrinks a failing scenario: fewer processes, fewer faults, shorter,
-/// keeping whatever still fails. Returns the smallest found and each step.
+/// keeping whatever still fails in the same way. Returns the smallest found
+/// and each step.
 ///
 /// A violation is shrunk as a violation; a seed with an outage and no
-/// violation, as an outage.
+/// violation, as an outage. A candidate is kept only if it is covered and
+/// its finding is of the same kind as the original's: the same message
+/// with its numbers left out (so the same check, naming processes, slots
+/// and fences that may be renumbered). Greedy to a fixpoint: the first
+/// candidate that still fails is taken and the candidates are drawn again
+/// from it, until none does. The draws of a run come from per-process
+/// streams, so dropping a process leaves the others' draws alone, and a
+/// rate set to zero still draws what it drew.
 /// The binary prints the shrunk scenario's trace step by step and, with
 /// `--timeline`, writes its [`timeline`], which `cargo xtask sim` draws as
 /// `target/sim/finding-<plants>-<seed>.svg`.
 pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
-    let outage = run(sc, false).violation.is_none();
-    let fails = |s: &Scenario| {
-        let o = run(s, false);
-        o.covered && o.finding(outage).is_some()
+    let first = run(sc, false);
+    let outage = first.violation.is_none();
+    let kind = match first.finding(outage) {
+        Some(v) if first.covered => finding_kind(&v.what),
+        _ => return (sc.clone(), Vec::new()),
     };
+    // What the walks keep: a covered scenario with a finding of the same
+    // kind, or, for a second set of walks that may pass through a finding
+    // of another kind on its way, with any finding (a violation, or for an
+    // outage an outage); only ends of the same kind count.
+    let finds = |s: &Scenario, same: bool| {
+        let o = run(s, false);
+        o.covered
+            && o.finding(outage)
+                .is_some_and(|v| !same || finding_kind(&v.what) == kind)
+    };
+    let fails = |s: &Scenario| finds(s, true);
+    let fails_somehow = |s: &Scenario| finds(s, false);
+    // Greedy walks to their fixpoints: one takes the first candidate that
+    // still fails, one the smallest, one the first but tries dropping a
+    // process only after every other candidate, one the first but tries
+    // dropping a kind of fault from every process at once last. Each takes
+    // only candidates smaller than where it is, so each ends. Where a walk
+    // gets stuck depends on the order it went in (a process the finding
+    // needs may be droppable once some other faults are gone, and the other
+    // way round), so the walks start from the original, from it without
+    // each one process, and from each two of its processes alone, where
+    // those still fail; the smallest end wins, the earliest on a tie.
+    let mut starts = vec![(sc.clone(), Vec::new())];
+    let n = sc.procs.len();
+    if n > 2 {
+        let mut kept: Vec<Vec<usize>> = (0..n)
+            .map(|i| (0..n).filter(|&j| j != i).collect())
+            .collect();
+        if n > 3 {
+            for a in 0..n {
+                kept.extend((a + 1..n).map(|b| vec![a, b]));
+            }
+        }
+        for keep in kept {
+            let mut c = sc.clone();
+            c.procs = keep.iter().map(|&i| sc.procs[i].clone()).collect();
+            c.slots = c.slots.min(c.procs.len() as u32 - 1).max(1);
+            if fails_somehow(&c) {
+                let kept = keep.iter().map(|i| format!("p{i}")).collect::<Vec<_>>();
+                let step = describe(&format!("keep only {}", kept.join(", ")), &c);
+                starts.push((c, vec![step]));
+            }
+        }
+    }
+    let mut best: Option<(Scenario, Vec<String>)> = None;
+    for (start, first_steps) in &starts {
+        let same = fails(start);
+        for walk in [
+            Walk::First,
+            Walk::Smallest,
+            Walk::ProcessesLast,
+            Walk::AllLast,
+        ] {
+            for strict in [true, false] {
+                if strict && !same {
+                    continue;
+                }
+                let keep: &dyn Fn(&Scenario) -> bool = if strict { &fails } else { &fails_somehow };
+                let (end, steps) = descend(start, outage, keep, walk);
+                if (strict || fails(&end)) && best.as_ref().is_none_or(|b| size(&end) < size(&b.0))
+                {
+                    best = Some((end, [first_steps.clone(), steps].concat()));
+                }
+            }
+        }
+    }
+    best.unwrap_or_else(|| (sc.clone(), Vec::new()))
+}
+
+/// One step of the shrinker, as it prints it.
+fn describe(name: &str, s: &Scenario) -> String {
+    format!(
+        "{name} (processes {}, faults {}, {:.3} s)",
+        s.procs.len(),
+        s.faults(),
+        s.length as f64 / 1e9
+    )
+}
+
+/// How a greedy walk of the shrinker picks among the candidates that
+/// still fail.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// The first, in the order [`candidates`] gives.
+    First,
+    /// The smallest ([`size`]).
+    Smallest,
+    /// The first, trying those with fewer processes last.
+    ProcessesLast,
+    /// The first, trying those that drop a kind of fault from every
+    /// process at once last.
+    AllLast,
+}
+
+/// A greedy walk down the candidates from `sc` while `fails` holds.
+fn descend(
+    sc: &Scenario,
+    outage: bool,
+    fails: &dyn Fn(&Scenario) -> bool,
+    walk: Walk,
+) -> (Scenario, Vec<String>) {
     let mut best = sc.clone();
     let mut steps = Vec::new();
-    if !fails(&best) {
-        return (best, steps);
-    }
     loop {
-        let mut improved = false;
-        for cand in candidates(&best) {
-            if fails(&cand.1) {
-                steps.push(format!(
-                    "{} (processes {}, faults {}, {:.3} s)",
-                    cand.0,
-                    cand.1.procs.len(),
-                    cand.1.faults(),
-                    cand.1.length as f64 / 1e9
-                ));
-                best = cand.1;
-                improved = true;
+        let here = size(&best);
+        let mut cands = candidates(&best, outage);
+        if walk == Walk::ProcessesLast {
+            cands.sort_by_key(|c| c.1.procs.len() < best.procs.len());
+        }
+        if walk == Walk::AllLast {
+            cands.sort_by_key(|c| c.0.starts_with("all: "));
+        }
+        let mut next: Option<(String, Scenario)> = None;
+        for cand in cands {
+            let s = size(&cand.1);
+            if s >= here || next.as_ref().is_some_and(|n| size(&n.1) <= s) || !fails(&cand.1) {
+                continue;
+            }
+            next = Some(cand);
+            if walk != Walk::Smallest {
                 break;
             }
         }
-        if !improved {
+        let Some((name, s)) = next else {
             return (best, steps);
+        };
+        steps.push(describe(&name, &s));
+        best = s;
+    }
+}
+
+/// How big a scenario is, for the shrinker: processes, then faults, then
+/// settings that are not the plainest, then how long its faults and
+/// spreads last, then the run's length.
+fn size(s: &Scenario) -> (usize, usize, usize, u64, u64) {
+    let plain = s
+        .procs
+        .iter()
+        .map(|p| {
+            usize::from(p.cut_after_slow_ppm > 0)
+                + usize::from(p.delay.0 != p.delay.1)
+                + usize::from(p.start_at > 0)
+        })
+        .sum();
+    let lasting = s
+        .procs
+        .iter()
+        .map(|p| {
+            p.pauses.iter().map(|x| x.1).sum::<u64>()
+                + p.cuts.iter().map(|x| x.1).sum::<u64>()
+                + p.ends.iter().map(|x| x.1).sum::<u64>()
+        })
+        .sum::<u64>()
+        + s.store_restarts.iter().map(|x| x.1 + x.2).sum::<u64>()
+        + s.promotions.iter().map(|x| x.1 + x.2).sum::<u64>();
+    (s.procs.len(), s.faults(), plain, lasting, s.length)
+}
+
+/// A finding's kind: its message without its numbers (nor the spaces that
+/// pad them).
+fn finding_kind(what: &str) -> String {
+    let words: String = what.chars().filter(|c| !c.is_ascii_digit()).collect();
+    words.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The processes a finding names (`p3` → 3).
+fn parties(what: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let b = what.as_bytes();
+    for i in 0..b.len() {
+        let word_start = i == 0 || !b[i - 1].is_ascii_alphanumeric();
+        if b[i] == b'p' && word_start {
+            let digits: String = what[i + 1..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            if let Ok(n) = digits.parse::<usize>()
+                && !out.contains(&n)
+            {
+                out.push(n);
+            }
         }
     }
+    out
 }
 
 /// One way to make a process's faults simpler; false if it had nothing to drop.
 type Simplify = fn(&mut ProcSpec) -> bool;
 
-fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
+/// The simpler scenarios to try, the biggest cuts first: a shorter run,
+/// fewer processes (those the finding does not name first), every fault
+/// of a kind at once, each fault alone, then shorter faults and plainer
+/// settings.
+fn candidates(s: &Scenario, outage: bool) -> Vec<(String, Scenario)> {
     let mut out = Vec::new();
-    // Shorter: end just after the violation.
     let o = run(s, false);
-    if let Some(v) = o.violation.or(o.outage) {
+    let found = o.finding(outage).or(o.violation.as_ref()).cloned();
+    // Shorter: end just after the finding.
+    if let Some(v) = &found {
         let end = v.at + MS;
         if end < s.length {
             let mut c = s.clone();
@@ -822,13 +995,69 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
             out.push((format!("end at {}", secs(end)), c));
         }
     }
+    // Fewer processes: those the finding does not name first.
     if s.procs.len() > 2 {
-        for i in 0..s.procs.len() {
+        let named = found.as_ref().map(|v| parties(&v.what)).unwrap_or_default();
+        let mut order: Vec<usize> = (0..s.procs.len()).filter(|i| !named.contains(i)).collect();
+        order.extend((0..s.procs.len()).filter(|i| named.contains(i)));
+        for i in order {
             let mut c = s.clone();
             c.procs.remove(i);
             c.slots = c.slots.min(c.procs.len() as u32 - 1).max(1);
             out.push((format!("drop process {i}"), c));
         }
+    }
+    // Every fault of a kind at once, over all processes and the store.
+    let everywhere: [(&str, Simplify); 11] = [
+        ("no pauses", |p| !std::mem::take(&mut p.pauses).is_empty()),
+        ("no partitions", |p| !std::mem::take(&mut p.cuts).is_empty()),
+        ("no ends", |p| !std::mem::take(&mut p.ends).is_empty()),
+        ("no wall clock steps", |p| {
+            !std::mem::take(&mut p.wall_steps).is_empty()
+        }),
+        ("no wall clock skew", |p| {
+            std::mem::take(&mut p.wall_skew) != 0
+        }),
+        ("no duplicated answers", |p| {
+            std::mem::take(&mut p.dup_ppm) > 0
+        }),
+        ("no losses", |p| std::mem::take(&mut p.loss_ppm) > 0),
+        ("no slow answers", |p| std::mem::take(&mut p.slow_ppm) > 0),
+        ("no clock drift", |p| std::mem::take(&mut p.clock.ppm) != 0),
+        ("no cut after slow answers", |p| {
+            std::mem::take(&mut p.cut_after_slow_ppm) > 0
+        }),
+        ("fixed network delay", |p| {
+            let changed = p.delay.0 != p.delay.1;
+            p.delay.1 = p.delay.0;
+            changed
+        }),
+    ];
+    if s.procs.len() > 1 {
+        for (name, f) in everywhere {
+            let mut c = s.clone();
+            let mut changed = false;
+            for p in &mut c.procs {
+                changed |= f(p);
+            }
+            if changed {
+                out.push((format!("all: {name}"), c));
+            }
+        }
+    }
+    let store_faults = s.store_steps.len()
+        + s.store_restarts.len()
+        + s.wipes.len()
+        + s.promotions.len()
+        + usize::from(s.store_ppm != 0);
+    if store_faults > 1 {
+        let mut c = s.clone();
+        c.store_steps.clear();
+        c.store_restarts.clear();
+        c.wipes.clear();
+        c.promotions.clear();
+        c.store_ppm = 0;
+        out.push(("no store faults".into(), c));
     }
     if !s.store_steps.is_empty() {
         let mut c = s.clone();
@@ -839,6 +1068,14 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
         let mut c = s.clone();
         c.store_ppm = 0;
         out.push(("store clock without drift".into(), c));
+    }
+    // Each fault of the store alone.
+    if s.store_steps.len() > 1 {
+        for j in 0..s.store_steps.len() {
+            let mut c = s.clone();
+            c.store_steps.remove(j);
+            out.push((format!("drop store clock step {j}"), c));
+        }
     }
     for j in 0..s.store_restarts.len() {
         let mut c = s.clone();
@@ -855,7 +1092,14 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
         c.promotions.remove(j);
         out.push((format!("drop promotion {j}"), c));
     }
+    // Each process's faults: a kind at once, then each alone.
     for i in 0..s.procs.len() {
+        for (name, f) in everywhere {
+            let mut c = s.clone();
+            if f(&mut c.procs[i]) {
+                out.push((format!("p{i}: {name}"), c));
+            }
+        }
         let p = &s.procs[i];
         for j in 0..p.pauses.len() {
             let mut c = s.clone();
@@ -872,33 +1116,68 @@ fn candidates(s: &Scenario) -> Vec<(String, Scenario)> {
             c.procs[i].ends.remove(j);
             out.push((format!("p{i}: drop end {j}"), c));
         }
-        let simpler: [(&str, Simplify); 8] = [
-            ("no wall clock steps", |p| {
-                !std::mem::take(&mut p.wall_steps).is_empty()
-            }),
-            ("no wall clock skew", |p| {
-                std::mem::take(&mut p.wall_skew) != 0
-            }),
-            ("no duplicated answers", |p| {
-                std::mem::take(&mut p.dup_ppm) > 0
-            }),
-            ("no losses", |p| std::mem::take(&mut p.loss_ppm) > 0),
-            ("no slow answers", |p| std::mem::take(&mut p.slow_ppm) > 0),
-            ("no clock drift", |p| std::mem::take(&mut p.clock.ppm) != 0),
-            ("fixed network delay", |p| {
-                let changed = p.delay.0 != p.delay.1;
-                p.delay.1 = p.delay.0;
-                changed
-            }),
-            ("no cut after slow answers", |p| {
-                std::mem::take(&mut p.cut_after_slow_ppm) > 0
-            }),
-        ];
-        for (name, f) in simpler {
-            let mut c = s.clone();
-            if f(&mut c.procs[i]) {
-                out.push((format!("p{i}: {name}"), c));
+        if p.wall_steps.len() > 1 {
+            for j in 0..p.wall_steps.len() {
+                let mut c = s.clone();
+                c.procs[i].wall_steps.remove(j);
+                out.push((format!("p{i}: drop wall clock step {j}"), c));
             }
+        }
+    }
+    // Shorter faults, plainer settings.
+    for i in 0..s.procs.len() {
+        let p = &s.procs[i];
+        for j in 0..p.pauses.len() {
+            if p.pauses[j].1 > MS {
+                let mut c = s.clone();
+                c.procs[i].pauses[j].1 /= 2;
+                out.push((format!("p{i}: pause {j} half as long"), c));
+            }
+        }
+        for j in 0..p.cuts.len() {
+            if p.cuts[j].1 > MS {
+                let mut c = s.clone();
+                c.procs[i].cuts[j].1 /= 2;
+                out.push((format!("p{i}: partition {j} half as long"), c));
+            }
+        }
+        for j in 0..p.ends.len() {
+            if p.ends[j].1 > MS {
+                let mut c = s.clone();
+                c.procs[i].ends[j].1 /= 2;
+                out.push((format!("p{i}: end {j} down half as long"), c));
+            }
+        }
+        if p.start_at > 0 {
+            let mut c = s.clone();
+            c.procs[i].start_at = 0;
+            out.push((format!("p{i}: starts at 0"), c));
+        }
+    }
+    for j in 0..s.store_restarts.len() {
+        let (_, down, lose) = s.store_restarts[j];
+        if down > MS {
+            let mut c = s.clone();
+            c.store_restarts[j].1 /= 2;
+            out.push((format!("store restart {j} down half as long"), c));
+        }
+        if lose > MS {
+            let mut c = s.clone();
+            c.store_restarts[j].2 /= 2;
+            out.push((format!("store restart {j} forgets half as much"), c));
+        }
+    }
+    for j in 0..s.promotions.len() {
+        let (_, down, lose) = s.promotions[j];
+        if down > MS {
+            let mut c = s.clone();
+            c.promotions[j].1 /= 2;
+            out.push((format!("promotion {j} unreachable half as long"), c));
+        }
+        if lose > MS {
+            let mut c = s.clone();
+            c.promotions[j].2 /= 2;
+            out.push((format!("promotion {j} lacks half as much"), c));
         }
     }
     out
