@@ -173,10 +173,25 @@ fn a_finding_is_shrunk_to_a_short_trace() {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse::<u32>().ok())
         .unwrap_or_else(|| panic!("no scenario line:\n{shrunk}"));
-    assert!(
-        processes < 5,
-        "fewer processes than the 5 it began with:\n{shrunk}"
+    assert_eq!(
+        processes, 2,
+        "the two processes the finding needs, of the 5 it began with:\n{shrunk}"
     );
+    // The last step: one fault left, p1's slow answers, each then cut (seed
+    // 2's finding began with 5 processes, 44 faults and 60 s).
+    let last = text
+        .split("sim: the shrunk trace:")
+        .next()
+        .and_then(|t| t.lines().last())
+        .unwrap_or_else(|| panic!("no shrink step:\n{text}"));
+    assert!(last.contains("(processes 2, faults 1, "), "{last}");
+    let secs: f64 = last
+        .rsplit(", ")
+        .next()
+        .and_then(|s| s.strip_suffix(" s)"))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no length in {last}"));
+    assert!(secs < 10.0, "{last}");
     assert!(shrunk.contains(" VIOLATION slot "), "{shrunk}");
     assert!(text.contains("sim: shrunk in "), "{text}");
 }
