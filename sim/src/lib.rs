@@ -774,11 +774,11 @@ pub fn run(sc: &Scenario, trace: bool) -> Outcome {
 /// violation, as an outage. A candidate is kept only if it is covered and
 /// its finding is of the same kind as the original's: the same message
 /// with its numbers left out (so the same check, naming processes, slots
-/// and fences that may be renumbered). Greedy to a fixpoint: the first
-/// candidate that still fails is taken and the candidates are drawn again
-/// from it, until none does. The draws of a run come from per-process
-/// streams, so dropping a process leaves the others' draws alone, and a
-/// rate set to zero still draws what it drew.
+/// and fences that may be renumbered). Several greedy walks, each to a
+/// fixpoint, from several starts; the smallest end is kept (see [`size`]).
+/// The draws of a run come from per-process streams, so dropping a
+/// process leaves the others' draws alone, and a rate set to zero still
+/// draws what it drew; the scenarios seeds generate are untouched.
 /// The binary prints the shrunk scenario's trace step by step and, with
 /// `--timeline`, writes its [`timeline`], which `cargo xtask sim` draws as
 /// `target/sim/finding-<plants>-<seed>.svg`.
@@ -790,17 +790,14 @@ pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
         _ => return (sc.clone(), Vec::new()),
     };
     // What the walks keep: a covered scenario with a finding of the same
-    // kind, or, for a second set of walks that may pass through a finding
-    // of another kind on its way, with any finding (a violation, or for an
-    // outage an outage); only ends of the same kind count.
-    let finds = |s: &Scenario, same: bool| {
+    // kind (a walk that may pass through a finding of another kind, keeping
+    // only ends of the same kind, reached no smaller end for any plant).
+    let fails = |s: &Scenario| {
         let o = run(s, false);
         o.covered
             && o.finding(outage)
-                .is_some_and(|v| !same || finding_kind(&v.what) == kind)
+                .is_some_and(|v| finding_kind(&v.what) == kind)
     };
-    let fails = |s: &Scenario| finds(s, true);
-    let fails_somehow = |s: &Scenario| finds(s, false);
     // Greedy walks to their fixpoints: one takes the first candidate that
     // still fails, one the smallest, one the first but tries dropping a
     // process only after every other candidate, one the first but tries
@@ -809,15 +806,16 @@ pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
     // gets stuck depends on the order it went in (a process the finding
     // needs may be droppable once some other faults are gone, and the other
     // way round), so the walks start from the original, from it without
-    // each one process, and from each two of its processes alone, where
-    // those still fail; the smallest end wins, the earliest on a tie.
+    // each one process, and (up to 8 processes: 28 pairs) from each two of
+    // its processes alone, where those still fail; the smallest end wins,
+    // the earliest on a tie.
     let mut starts = vec![(sc.clone(), Vec::new())];
     let n = sc.procs.len();
     if n > 2 {
         let mut kept: Vec<Vec<usize>> = (0..n)
             .map(|i| (0..n).filter(|&j| j != i).collect())
             .collect();
-        if n > 3 {
+        if (4..=8).contains(&n) {
             for a in 0..n {
                 kept.extend((a + 1..n).map(|b| vec![a, b]));
             }
@@ -826,7 +824,7 @@ pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
             let mut c = sc.clone();
             c.procs = keep.iter().map(|&i| sc.procs[i].clone()).collect();
             c.slots = c.slots.min(c.procs.len() as u32 - 1).max(1);
-            if fails_somehow(&c) {
+            if fails(&c) {
                 let kept = keep.iter().map(|i| format!("p{i}")).collect::<Vec<_>>();
                 let step = describe(&format!("keep only {}", kept.join(", ")), &c);
                 starts.push((c, vec![step]));
@@ -835,23 +833,15 @@ pub fn shrink(sc: &Scenario) -> (Scenario, Vec<String>) {
     }
     let mut best: Option<(Scenario, Vec<String>)> = None;
     for (start, first_steps) in &starts {
-        let same = fails(start);
         for walk in [
             Walk::First,
             Walk::Smallest,
             Walk::ProcessesLast,
             Walk::AllLast,
         ] {
-            for strict in [true, false] {
-                if strict && !same {
-                    continue;
-                }
-                let keep: &dyn Fn(&Scenario) -> bool = if strict { &fails } else { &fails_somehow };
-                let (end, steps) = descend(start, outage, keep, walk);
-                if (strict || fails(&end)) && best.as_ref().is_none_or(|b| size(&end) < size(&b.0))
-                {
-                    best = Some((end, [first_steps.clone(), steps].concat()));
-                }
+            let (end, steps) = descend(start, outage, &fails, walk);
+            if best.as_ref().is_none_or(|b| size(&end) < size(&b.0)) {
+                best = Some((end, [first_steps.clone(), steps].concat()));
             }
         }
     }
