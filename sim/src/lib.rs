@@ -775,7 +775,7 @@ pub fn run(sc: &Scenario, trace: bool) -> Outcome {
 /// its finding is of the same kind as the original's: the same message
 /// with its numbers left out (so the same check, naming processes, slots
 /// and fences that may be renumbered). Several greedy walks, each to a
-/// fixpoint, from several starts; the smallest end is kept (see [`size`]).
+/// fixpoint, from several starts; the smallest end is kept (by `size`: processes, then faults, then settings, fault time and length).
 /// The draws of a run come from per-process streams, so dropping a
 /// process leaves the others' draws alone, and a rate set to zero still
 /// draws what it drew; the scenarios seeds generate are untouched.
