@@ -408,8 +408,13 @@ struct Panel {
 fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, top: f64) -> f64 {
     let axis = panel.axis;
     let (lo, hi) = (axis.t0, axis.t1);
-    let clip = |a: f64, b: f64| (a.max(lo), b.min(hi));
-    let visible = |a: f64, b: f64| b >= lo && a <= hi;
+    // Where a span from `a` to `b` is drawn, cut to the panel; `None` when
+    // none of it falls inside.
+    let span =
+        |a: f64, b: f64| (b >= lo && a <= hi).then(|| (axis.x(a.max(lo)), axis.x(b.min(hi))));
+    // The height of `key`'s lane among `lanes`.
+    let lane =
+        |lanes: &[(usize, f64)], key: usize| lanes.iter().find(|(k, _)| *k == key).map(|&(_, y)| y);
     let mut y = top;
     let mut lanes: Vec<(f64, String)> = Vec::new();
     let proc_y: Vec<(usize, f64)> = panel
@@ -444,20 +449,27 @@ fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, t
         placer.take(20.0, y + 5.0, n, 14.0, Anchor::Start);
     }
     let rows = |y: f64| [y - 13.0, y + 24.0];
+    // The finding's line crosses every lane: labels keep clear of it.
+    let bottom = y - LANE + 14.0;
+    if let Some(f) = &t.finding
+        && f.at >= lo
+        && f.at <= hi
+    {
+        let x = axis.x(f.at);
+        placer.taken.push((x - 2.0, top - 24.0, x + 2.0, bottom));
+    }
 
     // The faults first, so the bars are drawn over their backgrounds.
     for f in &t.faults {
-        let lane = match f.proc {
-            Some(p) => proc_y.iter().find(|(q, _)| *q == p).map(|&(_, y)| y),
+        let y = match f.proc {
+            Some(p) => lane(&proc_y, p),
             None => store_y,
         };
-        let Some(y) = lane else { continue };
+        let Some(y) = y else { continue };
         let to = f.to.unwrap_or(f.from);
-        if !visible(f.from, to) {
+        let Some((xa, xb)) = span(f.from, to) else {
             continue;
-        }
-        let (a, b) = clip(f.from, to);
-        let (xa, xb) = (axis.x(a), axis.x(b));
+        };
         match f.to {
             Some(_) if f.hatched => svg.hatch(xa, y - 10.0, (xb - xa).max(1.0), 20.0, GREY),
             Some(_) if f.label.starts_with("cut") => {
@@ -484,7 +496,7 @@ fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, t
         placer.place(svg, xa, &rows(y), &f.label, INK);
     }
     for &(p, at) in &t.starts {
-        if let Some(&(_, y)) = proc_y.iter().find(|(q, _)| *q == p)
+        if let Some(y) = lane(&proc_y, p)
             && at > lo
             && at < hi
         {
@@ -501,14 +513,9 @@ fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, t
 
     // What each process may generate, coloured by slot.
     for w in &t.windows {
-        let Some(&(_, y)) = proc_y.iter().find(|(q, _)| *q == w.who) else {
+        let (Some(y), Some((xa, xb))) = (lane(&proc_y, w.who), span(w.from, w.to)) else {
             continue;
         };
-        if !visible(w.from, w.to) {
-            continue;
-        }
-        let (a, b) = clip(w.from, w.to);
-        let (xa, xb) = (axis.x(a), axis.x(b));
         svg.rect(
             xa,
             y - 7.0,
@@ -520,14 +527,9 @@ fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, t
     }
     // Whom the store holds each slot for: the holder named at its start.
     for h in &t.holds {
-        let Some(&(_, y)) = slot_y.iter().find(|(s, _)| *s == h.slot) else {
+        let (Some(y), Some((xa, xb))) = (lane(&slot_y, h.slot), span(h.from, h.to)) else {
             continue;
         };
-        if !visible(h.from, h.to) {
-            continue;
-        }
-        let (a, b) = clip(h.from, h.to);
-        let (xa, xb) = (axis.x(a), axis.x(b));
         svg.rect(
             xa,
             y - 6.0,
@@ -548,7 +550,6 @@ fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, t
     }
 
     // The finding's instant, across every lane of the panel.
-    let bottom = y - LANE + 14.0;
     if let Some(f) = &t.finding
         && f.at >= lo
         && f.at <= hi
@@ -556,7 +557,7 @@ fn draw_panel(svg: &mut Svg, placer: &mut Placer, t: &Timeline, panel: &Panel, t
         let x = axis.x(f.at);
         svg.line((x, top - 24.0), (x, bottom), VERMILION, 2.0, None);
         for &p in &f.parties {
-            if let Some(&(_, y)) = proc_y.iter().find(|(q, _)| *q == p) {
+            if let Some(y) = lane(&proc_y, p) {
                 svg.dot((x, y), 4.5, VERMILION);
             }
         }
