@@ -466,15 +466,22 @@ impl Shipped {
         })
     }
 
-    /// The verdict line of `seed` as shipped.
-    fn verdict(&mut self, seed: u64) -> Result<String, String> {
-        writeln!(self.input, "{seed}")
+    /// Sends the child one request line and reads the first line of its
+    /// answer.
+    fn ask(&mut self, request: &str) -> Result<String, String> {
+        writeln!(self.input, "{request}")
             .and_then(|()| self.input.flush())
             .map_err(|e| e.to_string())?;
         let mut line = String::new();
         self.output
             .read_line(&mut line)
             .map_err(|e| e.to_string())?;
+        Ok(line)
+    }
+
+    /// The verdict line of `seed` as shipped.
+    fn verdict(&mut self, seed: u64) -> Result<String, String> {
+        let line = self.ask(&seed.to_string())?;
         let line = line.trim_end();
         if !line.starts_with(&format!("verdict: seed {seed} ")) {
             return Err(format!("seed {seed}: no verdict, but {line:?}"));
@@ -484,13 +491,7 @@ impl Shipped {
 
     /// The trace of `seed` as shipped.
     fn trace(&mut self, seed: u64) -> Result<String, String> {
-        writeln!(self.input, "trace {seed}")
-            .and_then(|()| self.input.flush())
-            .map_err(|e| e.to_string())?;
-        let mut head = String::new();
-        self.output
-            .read_line(&mut head)
-            .map_err(|e| e.to_string())?;
+        let head = self.ask(&format!("trace {seed}"))?;
         let n = head
             .trim_end()
             .strip_prefix(&format!("trace: seed {seed} lines "))
