@@ -968,6 +968,22 @@ fn parties(what: &str) -> Vec<usize> {
 /// One way to make a process's faults simpler; false if it had nothing to drop.
 type Simplify = fn(&mut ProcSpec) -> bool;
 
+/// Adds `s` with the span `span` picks halved, as the candidate `what`,
+/// when that span is longer than a millisecond.
+fn halved(
+    out: &mut Vec<(String, Scenario)>,
+    s: &Scenario,
+    what: String,
+    span: impl Fn(&mut Scenario) -> &mut u64,
+) {
+    let mut c = s.clone();
+    let ns = span(&mut c);
+    if *ns > MS {
+        *ns /= 2;
+        out.push((what, c));
+    }
+}
+
 /// The simpler scenarios to try, the biggest cuts first: a shorter run,
 /// fewer processes (those the finding does not name first), every fault
 /// of a kind at once, each fault alone, then shorter faults and plainer
@@ -1118,25 +1134,16 @@ fn candidates(s: &Scenario, outage: bool) -> Vec<(String, Scenario)> {
     for i in 0..s.procs.len() {
         let p = &s.procs[i];
         for j in 0..p.pauses.len() {
-            if p.pauses[j].1 > MS {
-                let mut c = s.clone();
-                c.procs[i].pauses[j].1 /= 2;
-                out.push((format!("p{i}: pause {j} half as long"), c));
-            }
+            let what = format!("p{i}: pause {j} half as long");
+            halved(&mut out, s, what, |c| &mut c.procs[i].pauses[j].1);
         }
         for j in 0..p.cuts.len() {
-            if p.cuts[j].1 > MS {
-                let mut c = s.clone();
-                c.procs[i].cuts[j].1 /= 2;
-                out.push((format!("p{i}: partition {j} half as long"), c));
-            }
+            let what = format!("p{i}: partition {j} half as long");
+            halved(&mut out, s, what, |c| &mut c.procs[i].cuts[j].1);
         }
         for j in 0..p.ends.len() {
-            if p.ends[j].1 > MS {
-                let mut c = s.clone();
-                c.procs[i].ends[j].1 /= 2;
-                out.push((format!("p{i}: end {j} down half as long"), c));
-            }
+            let what = format!("p{i}: end {j} down half as long");
+            halved(&mut out, s, what, |c| &mut c.procs[i].ends[j].1);
         }
         if p.start_at > 0 {
             let mut c = s.clone();
@@ -1145,30 +1152,16 @@ fn candidates(s: &Scenario, outage: bool) -> Vec<(String, Scenario)> {
         }
     }
     for j in 0..s.store_restarts.len() {
-        let (_, down, lose) = s.store_restarts[j];
-        if down > MS {
-            let mut c = s.clone();
-            c.store_restarts[j].1 /= 2;
-            out.push((format!("store restart {j} down half as long"), c));
-        }
-        if lose > MS {
-            let mut c = s.clone();
-            c.store_restarts[j].2 /= 2;
-            out.push((format!("store restart {j} forgets half as much"), c));
-        }
+        let what = format!("store restart {j} down half as long");
+        halved(&mut out, s, what, |c| &mut c.store_restarts[j].1);
+        let what = format!("store restart {j} forgets half as much");
+        halved(&mut out, s, what, |c| &mut c.store_restarts[j].2);
     }
     for j in 0..s.promotions.len() {
-        let (_, down, lose) = s.promotions[j];
-        if down > MS {
-            let mut c = s.clone();
-            c.promotions[j].1 /= 2;
-            out.push((format!("promotion {j} unreachable half as long"), c));
-        }
-        if lose > MS {
-            let mut c = s.clone();
-            c.promotions[j].2 /= 2;
-            out.push((format!("promotion {j} lacks half as much"), c));
-        }
+        let what = format!("promotion {j} unreachable half as long");
+        halved(&mut out, s, what, |c| &mut c.promotions[j].1);
+        let what = format!("promotion {j} lacks half as much");
+        halved(&mut out, s, what, |c| &mut c.promotions[j].2);
     }
     out
 }
