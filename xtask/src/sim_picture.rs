@@ -705,17 +705,7 @@ fn draw_at(t: &Timeline, height: f64) -> (Svg, f64) {
         y = draw_panel(&mut svg, &mut placer, t, z, y + 50.0);
     }
     y += 16.0;
-    for (i, line) in finding_lines.iter().enumerate() {
-        svg.text(
-            20.0,
-            y + 20.0 * i as f64,
-            line,
-            Anchor::Start,
-            13.0,
-            VERMILION,
-            i == 0,
-        );
-    }
+    svg.notes_in(y, &finding_lines, VERMILION, true);
     y += 20.0 * finding_lines.len() as f64;
     let mut notes = notes;
     if placer.left_off > 0 {

@@ -255,6 +255,11 @@ impl Svg {
     /// Footnotes under a picture: lines from the left edge, 20 px apart,
     /// the first at `y`.
     pub(crate) fn notes(&mut self, y: f64, lines: &[String]) {
+        self.notes_in(y, lines, INK, false);
+    }
+
+    /// [`Svg::notes`] in `colour`, the first line bold when `bold_first`.
+    pub(crate) fn notes_in(&mut self, y: f64, lines: &[String], colour: &str, bold_first: bool) {
         for (i, line) in lines.iter().enumerate() {
             self.text(
                 20.0,
@@ -262,8 +267,8 @@ impl Svg {
                 line,
                 Anchor::Start,
                 13.0,
-                INK,
-                false,
+                colour,
+                bold_first && i == 0,
             );
         }
     }
